@@ -1,0 +1,31 @@
+// Small shared pieces of the viper subcommands: option parsing with the
+// usage exit code, error printing, JSON output.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "viper/core/status.h"
+
+namespace viper {
+namespace cli {
+
+namespace po = boost::program_options;
+
+// Parses `args` against `desc`. Returns 0 on success; prints help and returns
+// -1 when --help was given; prints the error and returns 2 on bad usage.
+// `usage` is the first help line ("viper log-info --log FILE [options]").
+int ParseOrHelp(const std::vector<std::string>& args, const po::options_description& desc,
+                po::variables_map* vm, const std::string& usage, const std::string& description);
+
+// Prints "viper <cmd>: <status message>" to stderr and returns the exit code
+// for it (2 for InvalidArgument from options, else 1).
+int Fail(const std::string& command, const Status& status);
+
+// Writes `j` (indented) to `path` ("-" = stdout).
+Status WriteJson(const nlohmann::json& j, const std::string& path);
+
+}  // namespace cli
+}  // namespace viper

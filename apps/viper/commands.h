@@ -1,0 +1,27 @@
+// The viper subcommands. Each lives in its own cmd_<name>.cc and returns the
+// process exit code: 0 success, 1 bad input or failure, 2 bad usage.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace viper {
+namespace cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// `args` excludes the program and subcommand names.
+using CommandFn = int (*)(const std::vector<std::string>& args);
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn run;
+};
+
+int RunLogInfo(const std::vector<std::string>& args);
+
+}  // namespace cli
+}  // namespace viper

@@ -1,0 +1,49 @@
+// viper: the command-line tool. `viper <command> --help` explains each command.
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "viper/config.h"
+
+namespace {
+
+using viper::cli::Command;
+
+constexpr Command kCommands[] = {
+    {"log-info", "summarise a training log (rows, iterations, epochs, losses)", viper::cli::RunLogInfo},
+};
+
+void PrintHelp() {
+  std::cout << "viper " << VIPER_VERSION
+            << " - decide when to update a served model, and move it fast\n\n"
+               "Usage: viper <command> [options]      viper <command> --help\n\nCommands:\n";
+  for (const auto& c : kCommands) {
+    std::cout << "  " << c.name << std::string(14 - std::strlen(c.name), ' ') << c.summary << "\n";
+  }
+  std::cout << "\nExit codes: 0 success, 1 bad input or failure, 2 bad usage.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintHelp();
+    return viper::cli::kExitUsage;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    PrintHelp();
+    return viper::cli::kExitOk;
+  }
+  if (name == "--version") {
+    std::cout << "viper " << VIPER_VERSION << "\n";
+    return viper::cli::kExitOk;
+  }
+  for (const auto& c : kCommands) {
+    if (name == c.name) return c.run(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  std::cerr << "viper: unknown command '" << name << "'. Try 'viper --help'.\n";
+  return viper::cli::kExitUsage;
+}

@@ -1,0 +1,46 @@
+// Training-log records: what a producer logged per iteration. Optional fields
+// stay absent (std::nullopt), never zero.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace viper {
+
+struct LogRecord {
+  int64_t iteration = 0;                // global iteration (step), strictly increasing in a log
+  std::optional<int64_t> epoch;         // epoch the iteration belongs to (0-based or as logged)
+  std::optional<double> wall_time_s;    // seconds since the start of training
+  std::optional<double> train_loss;     // training loss at this iteration
+  std::optional<double> val_loss;       // validation loss, where evaluated
+  std::optional<double> val_accuracy;   // validation accuracy in [0, 1], where evaluated
+};
+
+// A whole log, in iteration order.
+struct TrainingLog {
+  std::string source;               // file it was read from (for messages)
+  std::vector<LogRecord> records;
+  int64_t dropped_non_finite = 0;   // rows dropped for NaN/inf losses (when allowed)
+
+  bool empty() const { return records.empty(); }
+};
+
+// What `viper log-info` prints.
+struct LogSummary {
+  int64_t rows = 0;
+  int64_t first_iteration = 0;
+  int64_t last_iteration = 0;
+  std::optional<int64_t> epochs;                // distinct epochs seen
+  std::optional<double> iterations_per_epoch;   // median length of the complete epochs
+  std::optional<double> seconds_per_iteration;  // mean, from wall times
+  std::optional<double> first_loss, last_loss, min_loss;  // training loss
+  std::optional<int64_t> min_loss_iteration;
+  int64_t val_points = 0;                       // rows with a validation loss
+  int64_t dropped_non_finite = 0;
+};
+
+LogSummary Summarize(const TrainingLog& log);
+
+}  // namespace viper

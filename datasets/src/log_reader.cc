@@ -1,0 +1,1 @@
+#include "viper/datasets/log_reader.h"

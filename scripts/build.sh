@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures (once) and builds Viper incrementally into $VIPER_BUILD_DIR
+# (default: build/). Installs missing Debian packages first.
+# Extra arguments go to CMake at configure time (e.g. -DCMAKE_BUILD_TYPE=Asan).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${VIPER_BUILD_DIR:-$root/build}"
+"$root/scripts/install-deps.sh"
+if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
+  cmake -S "$root" -B "$build" -G Ninja "$@" >"$build.configure.log" 2>&1 || {
+    cat "$build.configure.log" >&2; exit 1; }
+  grep -A20 -- "-- The following features have been enabled" "$build.configure.log" | grep -E "^ \*|features" >&2 || true
+fi
+jobs="${VIPER_JOBS:-$(nproc)}"
+cmake --build "$build" -j "$jobs"
