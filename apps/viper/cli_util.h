@@ -24,6 +24,18 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
 // for it (2 for InvalidArgument from options, else 1).
 int Fail(const std::string& command, const Status& status);
 
+// A Program_options notifier that rejects (as bad usage, exit 2) a value the
+// enum's FromString does not accept, with that function's message.
+template <auto FromString>
+auto CheckEnum(const char* option) {
+  return [option](const std::string& value) {
+    auto parsed = FromString(value);
+    if (!parsed.ok()) {
+      throw po::invalid_option_value(std::string("--") + option + " " + value + ": " + parsed.status().message());
+    }
+  };
+}
+
 // Writes `j` (indented) to `path` ("-" = stdout).
 Status WriteJson(const nlohmann::json& j, const std::string& path);
 

@@ -6,8 +6,8 @@ namespace cli {
 void AddLogOptions(po::options_description* desc, LogOptions* o) {
   desc->add_options()
       ("log", po::value(&o->path)->required(), "training log: CSV, Keras CSVLogger, Lightning metrics.csv or JSON lines (.gz read directly)")
-      ("format", po::value(&o->format)->default_value(o->format), "log format: auto|csv|keras|lightning|jsonl")
-      ("non-finite", po::value(&o->non_finite)->default_value(o->non_finite), "NaN/inf losses: reject (error naming the line) or drop (skip the row, count it)")
+      ("format", po::value(&o->format)->default_value(o->format)->notifier(CheckEnum<datasets::LogFormatFromString>("format")), "log format: auto|csv|keras|lightning|jsonl")
+      ("non-finite", po::value(&o->non_finite)->default_value(o->non_finite)->notifier(CheckEnum<datasets::NonFinitePolicyFromString>("non-finite")), "NaN/inf losses: reject (error naming the line) or drop (skip the row, count it)")
       ("iteration-column", po::value(&o->reader.iteration_column), "name of the iteration column (default: iteration|iter|step|global_step)")
       ("epoch-column", po::value(&o->reader.epoch_column), "name of the epoch column (default: epoch)")
       ("loss-column", po::value(&o->reader.loss_column), "name of the training-loss column (default: train_loss|loss|training_loss)")

@@ -118,11 +118,14 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   char buf[1 << 16];
   int n;
   while ((n = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
-  int errnum = 0;
+  int errnum = Z_OK;
   const char* msg = gzerror(f, &errnum);
-  std::string err = (n < 0 && msg) ? msg : "";
+  const std::string err = msg ? msg : "";
   gzclose(f);
-  if (n < 0) return DataLossError("'" + path + "': cannot decompress (" + err + "); is the .gz file truncated?");
+  // A truncated stream reads as far as it can, then reports Z_BUF_ERROR.
+  if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
+    return DataLossError("'" + path + "': cannot decompress (" + err + "); is the .gz file truncated?");
+  }
   return text;
 }
 

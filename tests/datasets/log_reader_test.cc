@@ -1,1 +1,271 @@
+#include "viper/datasets/log_reader.h"
+
 #include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace viper {
+namespace datasets {
+namespace {
+
+using Options = LogReader::Options;
+
+StatusOr<TrainingLog> ParseText(const std::string& text, const std::string& name = "run.csv",
+                                Options options = {}) {
+  return LogReader::Parse(text, name, options);
+}
+
+// Expects a failure whose message contains every piece in `pieces`.
+void ExpectError(const StatusOr<TrainingLog>& r, std::initializer_list<const char*> pieces) {
+  ASSERT_FALSE(r.ok()) << "expected an error";
+  for (const char* p : pieces) {
+    EXPECT_NE(r.status().message().find(p), std::string::npos)
+        << "message '" << r.status().message() << "' lacks '" << p << "'";
+  }
+}
+
+TEST(LogReaderTest, OptionsDefaultsAreValid) {
+  std::string error;
+  EXPECT_TRUE(Options().IsValid(&error)) << error;
+}
+
+TEST(LogReaderTest, OptionsRejectCommaInColumnName) {
+  Options o;
+  o.loss_column = "a,b";
+  std::string error;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("loss_column"), std::string::npos);
+}
+
+TEST(LogReaderTest, PlainCsvWithOptionalFieldsAbsent) {
+  auto r = ParseText(
+      "iteration,epoch,wall_time,train_loss,val_loss,val_accuracy\n"
+      "1,0,0.5,2.30,,\n"
+      "2,0,1.0,2.10,2.20,0.31\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_EQ(r->records[0].iteration, 1);
+  EXPECT_EQ(*r->records[0].epoch, 0);
+  EXPECT_DOUBLE_EQ(*r->records[0].train_loss, 2.30);
+  EXPECT_FALSE(r->records[0].val_loss.has_value());  // empty field = absent, not zero
+  EXPECT_FALSE(r->records[0].val_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*r->records[1].val_loss, 2.20);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_accuracy, 0.31);
+  EXPECT_DOUBLE_EQ(*r->records[1].wall_time_s, 1.0);
+}
+
+TEST(LogReaderTest, RecognisesCommonColumnNames) {
+  auto r = ParseText("global_step,loss,time,val_acc\n10,1.5,3.0,0.9\n20,1.2,6.0,\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records[1].iteration, 20);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 1.2);
+  EXPECT_DOUBLE_EQ(*r->records[0].wall_time_s, 3.0);
+  EXPECT_DOUBLE_EQ(*r->records[0].val_accuracy, 0.9);
+}
+
+TEST(LogReaderTest, ColumnOverrides) {
+  Options o;
+  o.iteration_column = "it";
+  o.loss_column = "objective";
+  auto r = ParseText("it,objective,loss\n1,5.0,9.0\n2,4.0,9.0\n", "x.csv", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 4.0);  // the override wins over 'loss'
+}
+
+TEST(LogReaderTest, UnknownOverrideColumnNamesTheHeader) {
+  Options o;
+  o.loss_column = "nope";
+  ExpectError(ParseText("iteration,loss\n1,2\n", "x.csv", o), {"x.csv:1", "unknown column 'nope'", "--loss-column",
+                                                               "iteration, loss"});
+}
+
+TEST(LogReaderTest, KerasCsvLoggerIsEpochLevel) {
+  // Keras writes 0-based epochs; they become iterations 1, 2, 3 so curves start at x = 1.
+  auto r = ParseText("epoch,accuracy,loss,val_accuracy,val_loss\n0,0.7,0.8,0.75,0.7\n1,0.8,0.5,0.8,0.55\n"
+                     "2,0.85,0.4,0.82,0.5\n",
+                     "training.log");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 3u);
+  EXPECT_EQ(r->records[0].iteration, 1);
+  EXPECT_EQ(*r->records[2].epoch, 2);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 0.5);
+  EXPECT_DOUBLE_EQ(*r->records[2].val_loss, 0.5);
+  EXPECT_DOUBLE_EQ(*r->records[2].val_accuracy, 0.82);
+}
+
+TEST(LogReaderTest, LightningMergesTrainAndValRowsOfOneStep) {
+  // Lightning logs train and val metrics of the same step on separate rows.
+  auto r = ParseText(
+      "epoch,step,train_loss_step,val_loss,val_acc\n"
+      "0,49,1.9,,\n"
+      "0,99,1.5,,\n"
+      "0,99,,1.6,0.55\n"
+      "1,149,1.2,,\n",
+      "lightning_logs/version_0/metrics.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 3u);
+  EXPECT_EQ(r->records[1].iteration, 99);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 1.5);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_loss, 1.6);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_accuracy, 0.55);
+}
+
+TEST(LogReaderTest, JsonLines) {
+  auto r = ParseText("{\"step\": 1, \"loss\": 2.5, \"epoch\": 0}\n\n{\"step\": 2, \"loss\": 2.0, \"val_loss\": null}\n",
+                     "run.jsonl");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 2.0);
+  EXPECT_FALSE(r->records[1].val_loss.has_value());
+}
+
+TEST(LogReaderTest, JsonLinesErrorsNameTheLine) {
+  ExpectError(ParseText("{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": [1]}\n", "r.jsonl"),
+              {"r.jsonl:2", "'loss'", "expected a number"});
+  ExpectError(ParseText("{\"step\": 1, \"loss\": 2.5}\n{oops\n", "r.jsonl"), {"r.jsonl:2", "not valid JSON"});
+  ExpectError(ParseText("{\"loss\": 2.5}\n", "r.jsonl"), {"r.jsonl:1", "no iteration"});
+}
+
+TEST(LogReaderTest, EmptyFile) {
+  ExpectError(ParseText("", "empty.csv"), {"empty.csv", "empty"});
+  ExpectError(ParseText("\n\n", "empty.csv"), {"empty.csv", "empty"});
+}
+
+TEST(LogReaderTest, HeaderOnlyHasNoRows) { ExpectError(ParseText("iteration,loss\n", "h.csv"), {"h.csv", "no data rows"}); }
+
+TEST(LogReaderTest, MissingHeader) {
+  ExpectError(ParseText("1,2.5\n2,2.4\n", "nohead.csv"), {"nohead.csv:1", "missing header"});
+}
+
+TEST(LogReaderTest, NoIterationColumn) {
+  ExpectError(ParseText("foo,loss\n1,2\n", "a.csv"), {"a.csv:1", "no iteration column", "--iteration-column"});
+}
+
+TEST(LogReaderTest, NoLossColumn) {
+  ExpectError(ParseText("iteration,accuracy\n1,0.5\n", "a.csv"), {"a.csv:1", "no loss column"});
+}
+
+TEST(LogReaderTest, NonNumericValueNamesLineAndColumn) {
+  ExpectError(ParseText("iteration,loss\n1,2.0\n2,abc\n", "a.csv"), {"a.csv:3", "column 'loss'", "'abc'"});
+}
+
+TEST(LogReaderTest, WrongFieldCount) {
+  ExpectError(ParseText("iteration,loss\n1,2.0,7\n", "a.csv"), {"a.csv:2", "expected 2 fields", "got 3"});
+}
+
+TEST(LogReaderTest, NanLossRejectedByDefault) {
+  ExpectError(ParseText("iteration,loss\n1,2.0\n2,nan\n", "a.csv"), {"a.csv:3", "not finite", "--non-finite drop"});
+  ExpectError(ParseText("iteration,loss\n1,inf\n", "a.csv"), {"a.csv:2", "not finite"});
+}
+
+TEST(LogReaderTest, NanLossDroppedAndCountedWhenAllowed) {
+  Options o;
+  o.non_finite = NonFinitePolicy::kDrop;
+  auto r = ParseText("iteration,loss\n1,2.0\n2,nan\n3,-inf\n4,1.5\n", "a.csv", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records.size(), 2u);
+  EXPECT_EQ(r->dropped_non_finite, 2);
+  EXPECT_EQ(r->records[1].iteration, 4);
+}
+
+TEST(LogReaderTest, AllRowsDroppedIsAnError) {
+  Options o;
+  o.non_finite = NonFinitePolicy::kDrop;
+  ExpectError(ParseText("iteration,loss\n1,nan\n", "a.csv", o), {"a.csv", "dropped"});
+}
+
+TEST(LogReaderTest, IterationsMustStrictlyIncrease) {
+  ExpectError(ParseText("iteration,loss\n1,2.0\n3,1.9\n2,1.8\n", "a.csv"),
+              {"a.csv:4", "strictly increasing", "2 follows 3", "line 3"});
+  ExpectError(ParseText("iteration,loss\n1,2.0\n1,1.9\n", "a.csv"), {"a.csv:3", "strictly increasing"});
+}
+
+TEST(LogReaderTest, NonIntegerIteration) {
+  ExpectError(ParseText("iteration,loss\n1.5,2.0\n", "a.csv"), {"a.csv:2", "integer"});
+}
+
+TEST(LogReaderTest, MissingFileIsNotFound) {
+  auto r = LogReader::ReadFile("/nonexistent/dir/run.csv", {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/dir/run.csv"), std::string::npos);
+}
+
+TEST(LogReaderTest, DirectoryIsRejected) {
+  auto r = LogReader::ReadFile(std::filesystem::temp_directory_path().string(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("directory"), std::string::npos);
+}
+
+class GzipFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("viper-log-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(GzipFileTest, ReadsGzipDirectly) {
+  const std::string path = (dir_ / "run.csv.gz").string();
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  const std::string text = "iteration,train_loss\n1,2.5\n2,2.25\n";
+  gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(f);
+  auto r = LogReader::ReadFile(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 2.25);
+  EXPECT_EQ(r->source, path);
+}
+
+TEST_F(GzipFileTest, TruncatedGzipIsDataLoss) {
+  const std::string full = (dir_ / "full.csv.gz").string();
+  gzFile f = gzopen(full.c_str(), "wb");
+  std::string text = "iteration,train_loss\n";
+  for (int i = 1; i <= 5000; ++i) text += std::to_string(i) + "," + std::to_string(1.0 / i) + "\n";
+  gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(f);
+  const auto size = std::filesystem::file_size(full);
+  const std::string cut = (dir_ / "cut.csv.gz").string();
+  std::filesystem::copy_file(full, cut);
+  std::filesystem::resize_file(cut, size / 2);
+  auto r = LogReader::ReadFile(cut, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cut.csv.gz"), std::string::npos) << r.status().message();
+}
+
+TEST(LogFormatTest, RoundTripsNames) {
+  for (LogFormat f : {LogFormat::kAuto, LogFormat::kCsv, LogFormat::kKeras, LogFormat::kLightning,
+                      LogFormat::kJsonLines}) {
+    auto back = LogFormatFromString(ToString(f));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, f);
+  }
+  EXPECT_FALSE(LogFormatFromString("xml").ok());
+}
+
+TEST(ShippedLogsTest, EveryShippedLogReads) {
+  namespace fs = std::filesystem;
+  const fs::path dir = ShippedLogDirectory();
+  if (!fs::exists(dir)) GTEST_SKIP() << "no shipped logs at " << dir;
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".csv") == std::string::npos) continue;
+    auto r = LogReader::ReadFile(entry.path().string(), {});
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    EXPECT_GT(r->records.size(), 100u) << name;
+    ++count;
+  }
+  if (count == 0) GTEST_SKIP() << "no shipped logs in " << dir;
+}
+
+}  // namespace
+}  // namespace datasets
+}  // namespace viper

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# CLI contract tests: exit 0 on success, 1 on bad input, 2 on bad usage;
+# --help on every command; JSON output parses.
+set -u
+viper="$1"
+src="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+
+expect_rc() {  # expect_rc <rc> <description> <command...>
+  local want="$1" what="$2"
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: $what: exit $got, expected $want"; sed 's/^/  | /' "$tmp/err" | head -5
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+expect_in() {  # expect_in <file> <text> <description>
+  if grep -qF -- "$2" "$1"; then passes=$((passes + 1)); else echo "FAIL: $3: '$2' not in output"; fails=$((fails + 1)); fi
+}
+
+expect_rc 0 "top-level help" "$viper" --help
+expect_in "$tmp/out" "log-info" "help lists log-info"
+expect_rc 2 "no command" "$viper"
+expect_rc 2 "unknown command" "$viper" frobnicate
+expect_rc 0 "version" "$viper" --version
+
+# Every command has --help that exits 0.
+for cmd in $("$viper" --help | awk '/^Commands:/{on=1; next} on && NF {print $1} /^$/{if(on) exit}'); do
+  expect_rc 0 "$cmd --help" "$viper" "$cmd" --help
+  expect_in "$tmp/out" "Usage: viper $cmd" "$cmd --help shows usage"
+done
+
+printf 'iteration,epoch,wall_time,train_loss,val_loss\n1,0,0.0,2.0,\n2,0,0.5,1.5,1.6\n3,1,1.0,1.2,\n' >"$tmp/ok.csv"
+expect_rc 0 "log-info on a good log" "$viper" log-info --log "$tmp/ok.csv" --json "$tmp/info.json"
+expect_in "$tmp/out" "rows                   3" "log-info prints rows"
+expect_in "$tmp/info.json" '"rows": 3' "log-info JSON has rows"
+expect_in "$tmp/info.json" '"seconds_per_iteration": 0.5' "log-info JSON has seconds per iteration"
+expect_rc 2 "log-info without --log" "$viper" log-info
+expect_rc 2 "log-info with an unknown option" "$viper" log-info --log "$tmp/ok.csv" --bogus
+expect_rc 1 "log-info on a missing file" "$viper" log-info --log "$tmp/missing.csv"
+expect_in "$tmp/err" "missing.csv" "error names the file"
+printf 'iteration,train_loss\n1,2.0\n2,nan\n' >"$tmp/nan.csv"
+expect_rc 1 "log-info on a NaN loss" "$viper" log-info --log "$tmp/nan.csv"
+expect_in "$tmp/err" "nan.csv:3" "error names file and line"
+expect_rc 0 "log-info dropping NaN" "$viper" log-info --log "$tmp/nan.csv" --non-finite drop
+expect_in "$tmp/out" "dropped rows" "dropped rows are reported"
+expect_rc 2 "bad --format" "$viper" log-info --log "$tmp/ok.csv" --format xml
+: >"$tmp/empty.csv"
+expect_rc 1 "empty log" "$viper" log-info --log "$tmp/empty.csv"
+
+echo "cli: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
