@@ -7,9 +7,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${VIPER_BUILD_DIR:-$root/build}"
 "$root/scripts/install-deps.sh"
 if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
-  cmake -S "$root" -B "$build" -G Ninja "$@" >"$build.configure.log" 2>&1 || {
-    cat "$build.configure.log" >&2; exit 1; }
-  grep -A20 -- "-- The following features have been enabled" "$build.configure.log" | grep -E "^ \*|features" >&2 || true
+  mkdir -p "$build"
+  cmake -S "$root" -B "$build" -G Ninja "$@" >"$build/configure.log" 2>&1 || {
+    cat "$build/configure.log" >&2; exit 1; }
+  sed -n '/The following features have been/,/^$/p' "$build/configure.log" >&2 || true
 fi
 jobs="${VIPER_JOBS:-$(nproc)}"
 cmake --build "$build" -j "$jobs"
