@@ -1,0 +1,127 @@
+// The producer side of the transfer engine. One Publisher (usually on rank 0)
+// sends each published version to the Subscribers on the other ranks (host or
+// GPU tier over MPI) or writes it to the PFS directory (pfs tier), and tells
+// them (push) or lets them find it (poll).
+//
+//   auto pub = Publisher::Create(options);          // collective with the Subscribers
+//   auto report = pub->Publish(model, iteration);   // returns when training may go on
+//   pub->Close();                                   // flushes (async) and says goodbye
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/core/model_state.h"
+#include "viper/core/status.h"
+#include "viper/transports/types.h"
+
+namespace viper {
+namespace transports {
+
+class Publisher {
+ public:
+  struct Options {
+    Tier tier = Tier::kHost;                 // gpu | host | pfs
+    Mode mode = Mode::kAsync;                // sync | async
+    Notify notify = Notify::kPush;           // push | poll (poll needs tier pfs)
+    HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Subscribers'
+    // MPI: bytes per message or MPI_Put; keeps each under the 2 GiB int count.
+    uint64_t chunk_bytes = 64ull << 20;
+    // MPI: chunks in flight per consumer.
+    int max_inflight_chunks = 8;
+    // Staging buffer capacity reserved up front (header + data); grown on the
+    // first larger publish. 0 = size it on the first publish.
+    uint64_t staging_bytes = 0;
+    // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
+    std::vector<int> subscriber_ranks;
+    // Seconds to wait for a consumer's handshake, transfer or acknowledgement
+    // before it is dropped as lost.
+    double peer_timeout_s = 30;
+    // sync + push: also wait for each consumer's acknowledgement that the
+    // version is servable (its report then has servable times).
+    bool wait_for_servable = true;
+    // pfs tier: directory, O_DIRECT, writer threads, versions kept.
+    std::string pfs_dir;
+    bool o_direct = false;
+    int pfs_writer_threads = 1;
+    int pfs_keep_versions = 2;
+    // Written as viper.producer in each version's metadata.
+    int32_t producer_id = 0;
+
+    bool IsValid(std::string* error) const;
+  };
+
+  // What happened to one version at one consumer.
+  struct ConsumerResult {
+    int rank = -1;
+    bool delivered = false;   // acknowledged as servable
+    bool lost = false;        // dropped (timeout or MPI error); never sent to again
+    double servable_s = 0;    // publish start -> acknowledgement received
+    double load_s = 0;        // consumer-side receive + verify, as it reported
+    std::string message;      // why it failed, when it did
+  };
+
+  // Per-version report.
+  struct VersionReport {
+    uint64_t version = 0;
+    int64_t iteration = 0;
+    uint64_t bytes = 0;            // serialized size (header + data)
+    double stall_s = 0;            // time Publish blocked the caller
+    double snapshot_s = 0;         // copy into the staging buffer
+    double transfer_s = 0;         // send to all consumers / write the file
+    double notify_s = 0;           // push messages after a pfs write
+    bool superseded = false;       // async: replaced by a newer snapshot before it was sent
+    bool sent = false;             // the background send finished (sync: always)
+    std::vector<ConsumerResult> consumers;
+    std::string BriefReport() const;
+  };
+
+  struct Summary {
+    uint64_t published = 0;        // Publish calls that succeeded
+    uint64_t sent = 0;             // versions that left the staging buffer
+    uint64_t superseded = 0;       // async versions replaced before being sent
+    std::vector<int> lost_consumers;
+    double total_stall_s = 0;
+    std::string message;           // last error, if any
+    std::string BriefReport() const;
+  };
+
+  // Collective with the Subscribers for the MPI tiers (all ranks of
+  // MPI_COMM_WORLD must create theirs): MPI must be initialised with
+  // MPI_THREAD_MULTIPLE (see MpiSession). The pfs tier with poll needs no MPI.
+  static StatusOr<std::unique_ptr<Publisher>> Create(const Options& options);
+  ~Publisher();  // Close() if not closed
+  Publisher(const Publisher&) = delete;
+  Publisher& operator=(const Publisher&) = delete;
+
+  // Publishes `state` (host tensors; device tensors for the gpu tier) as the
+  // next version, taken after training iteration `iteration`. Returns when the
+  // producer may modify `state` again: sync once delivered (or the file is
+  // durable), async once the snapshot is in the staging buffer. For async the
+  // report has the stall and snapshot only; Reports() gets the rest later.
+  StatusOr<VersionReport> Publish(const ModelState& state, int64_t iteration);
+
+  // Waits until the background sender is idle (async); no-op for sync.
+  Status Flush();
+  // Flushes, tells the consumers that no more versions come, stops the
+  // background thread. Idempotent.
+  Status Close();
+
+  // Reports of all versions so far (the async ones completed in the background).
+  std::vector<VersionReport> Reports() const;
+  // (bytes, seconds) samples for the predictor's cost model.
+  std::vector<CostSample> CostSamples() const;
+  Summary summary() const;
+  const Options& options() const;
+
+  class Impl;
+
+ private:
+  explicit Publisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace transports
+}  // namespace viper

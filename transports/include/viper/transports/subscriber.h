@@ -1,0 +1,101 @@
+// The consumer side of the transfer engine. A Subscriber receives each new
+// version into a back buffer on its own thread, verifies the checksum and
+// swaps it in atomically: Current() always returns a complete, verified
+// version that stays valid for as long as the caller holds it, while the next
+// one is being received.
+//
+//   auto sub = Subscriber::Create(options);   // collective with the Publisher (MPI tiers)
+//   std::shared_ptr<const ModelVersion> m = sub->Current();   // serve with m
+//   sub->WaitForVersion(m->state.metadata.version + 1, 5.0);  // or set a callback
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/core/status.h"
+#include "viper/transports/types.h"
+
+namespace viper {
+namespace transports {
+
+class Subscriber {
+ public:
+  struct Options {
+    Tier tier = Tier::kHost;                 // must match the Publisher's
+    Notify notify = Notify::kPush;           // push (MPI message) | poll (scan pfs_dir)
+    HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Publisher's
+    int producer_rank = 0;                   // rank of the Publisher in MPI_COMM_WORLD
+    // one-sided: bytes of each of the two landing slots in the MPI window
+    // (the largest version that can be received).
+    uint64_t window_slot_bytes = 64ull << 20;
+    // Seconds without any message from the producer after which it is
+    // declared lost (Current() keeps the last good version); 0 = wait forever.
+    double producer_timeout_s = 0;
+    // Seconds a started transfer may take before it is abandoned.
+    double transfer_timeout_s = 30;
+    // poll: directory and period in seconds (TF Serving's default is 1 s).
+    std::string pfs_dir;
+    double poll_period_s = 1.0;
+    // pfs: read with O_DIRECT.
+    bool o_direct = false;
+    // Sleep between checks while idle, in microseconds (latency vs CPU).
+    int idle_sleep_us = 20;
+
+    bool IsValid(std::string* error) const;
+  };
+
+  // A version that was rejected (corrupt, truncated, lost mid-transfer).
+  struct Rejection {
+    uint64_t version = 0;
+    std::string source;
+    Status status;
+  };
+
+  struct Summary {
+    uint64_t received = 0;           // versions swapped in
+    uint64_t rejected = 0;           // versions refused (never served)
+    bool producer_finished = false;  // the producer closed cleanly
+    bool producer_lost = false;      // the producer went silent or the link broke
+    std::string message;             // why it stopped, or the last rejection
+    std::string BriefReport() const;
+  };
+
+  using Callback = std::function<void(std::shared_ptr<const ModelVersion>)>;
+
+  // Starts the receiving thread. MPI tiers: collective with the Publisher.
+  static StatusOr<std::unique_ptr<Subscriber>> Create(const Options& options);
+  ~Subscriber();  // stops the thread
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // The newest verified version, or nullptr before the first one.
+  std::shared_ptr<const ModelVersion> Current() const;
+  // Waits until a version >= `version` is current (returns it), the producer
+  // finishes or is lost (FailedPrecondition / Aborted with the reason), or
+  // `timeout_s` passes (Unavailable).
+  StatusOr<std::shared_ptr<const ModelVersion>> WaitForVersion(uint64_t version, double timeout_s);
+  // Waits until the producer closes or is lost, or `timeout_s` passes;
+  // returns true when the receiving thread has ended.
+  bool WaitUntilDone(double timeout_s);
+  // Called on the receiving thread after each swap (keep it short).
+  void SetCallback(Callback callback);
+
+  std::vector<Rejection> Rejections() const;
+  // Consumer-side samples ("load", "notify").
+  std::vector<CostSample> CostSamples() const;
+  Summary summary() const;
+  // Stops the receiving thread (the current version stays available).
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit Subscriber(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace transports
+}  // namespace viper

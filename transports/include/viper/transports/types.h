@@ -1,0 +1,76 @@
+// Shared vocabulary of the transfer engine: tiers, modes, notification, the
+// immutable ModelVersion a consumer serves, and the cost samples the
+// predictor's cost model reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viper/core/model_state.h"
+#include "viper/core/status.h"
+
+namespace viper {
+namespace transports {
+
+// Where a published version travels through (DESIGN.md §3).
+enum class Tier { kGpu, kHost, kPfs };
+const char* ToString(Tier tier);                       // "gpu", "host", "pfs"
+std::optional<Tier> TierFromString(const std::string& name);
+
+// sync: Publish returns once every consumer can serve the version.
+// async: Publish returns once the snapshot is taken; a thread sends it.
+enum class Mode { kSync, kAsync };
+const char* ToString(Mode mode);                       // "sync", "async"
+std::optional<Mode> ModeFromString(const std::string& name);
+
+// push: a small MPI message tells each consumer the moment a version is
+// servable. poll: consumers scan the PFS directory every poll period.
+enum class Notify { kPush, kPoll };
+const char* ToString(Notify notify);                   // "push", "poll"
+std::optional<Notify> NotifyFromString(const std::string& name);
+
+// How the host tier moves bytes over MPI.
+enum class HostProtocol { kTwoSided, kOneSided };
+const char* ToString(HostProtocol protocol);           // "two-sided", "one-sided"
+std::optional<HostProtocol> HostProtocolFromString(const std::string& name);
+
+// One verified, immutable version as a consumer serves it. `state` holds
+// views into `bytes` (the received safetensors image), which stays alive as
+// long as any reference to this object or to its tensors does.
+struct ModelVersion {
+  ModelState state;                 // tensors (host memory) and metadata
+  std::shared_ptr<const void> bytes_owner;  // keeps the received image alive
+  const std::byte* bytes = nullptr; // the whole safetensors image
+  uint64_t size_bytes = 0;          // header + data
+  uint64_t checksum = 0;            // XXH3-64 of the data section (verified)
+  Tier tier = Tier::kHost;          // how it arrived
+  std::string source;               // "rank 0" or the file path
+  double receive_s = 0;             // time to receive/read the bytes
+  double verify_s = 0;              // time to parse and verify the checksum
+};
+
+// One measured (bytes, seconds) sample for the predictor's cost model.
+// phase: "stall" (producer blocked), "transfer" (bytes moving), "load"
+// (consumer read + verify), "notify" (discovery), "update" (checkpoint start
+// to servable at a consumer).
+struct CostSample {
+  Tier tier = Tier::kHost;
+  Mode mode = Mode::kSync;
+  std::string phase;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes `samples` as CSV with the header `tier,mode,phase,bytes,seconds`
+// (appends without a second header when `append` and the file exists).
+Status WriteCostSamplesCsv(const std::string& path, const std::vector<CostSample>& samples,
+                           bool append = false);
+
+// Seconds on a monotonic clock (only differences are meaningful).
+double MonotonicSeconds();
+
+}  // namespace transports
+}  // namespace viper

@@ -1,0 +1,86 @@
+#include "viper/config.h"
+#if VIPER_HAVE_MPI
+#include "mpi_link.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "viper/transports/types.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+void Backoff::Pause() {
+  if (++spins_ < 200) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+  }
+}
+
+void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight,
+                std::vector<ChunkedTransfer>* transfers, double deadline_s, int sleep_us) {
+  Backoff backoff(sleep_us);
+  for (;;) {
+    bool all_done = true;
+    bool progressed = false;
+    for (ChunkedTransfer& t : *transfers) {
+      if (t.failed || t.Done()) continue;
+      all_done = false;
+      // Complete what finished, in order (messages with one tag match in order).
+      while (!t.inflight.empty()) {
+        int flag = 0;
+        if (MPI_Test(&t.inflight.front(), &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          t.failed = true;
+          break;
+        }
+        if (!flag) break;
+        t.inflight.erase(t.inflight.begin());
+        progressed = true;
+      }
+      while (!t.failed && t.next < t.size && static_cast<int>(t.inflight.size()) < max_inflight) {
+        const uint64_t n = std::min(chunk_bytes, t.size - t.next);
+        MPI_Request req;
+        const int rc = send ? MPI_Isend(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req)
+                            : MPI_Irecv(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req);
+        if (rc != MPI_SUCCESS) {
+          t.failed = true;
+          break;
+        }
+        t.inflight.push_back(req);
+        t.next += n;
+        progressed = true;
+      }
+      if (t.failed) {
+        for (MPI_Request& r : t.inflight) MPI_Request_free(&r);
+        t.inflight.clear();
+      }
+    }
+    if (all_done) return;
+    if (MonotonicSeconds() > deadline_s) {
+      for (ChunkedTransfer& t : *transfers) {
+        if (t.Done() || t.failed) continue;
+        t.failed = true;
+        for (MPI_Request& r : t.inflight) {
+          // A peer that never matches leaves the request pending forever; it
+          // is released, not waited on (the bytes stay allocated).
+          MPI_Request_free(&r);
+        }
+        t.inflight.clear();
+      }
+      return;
+    }
+    if (progressed) {
+      backoff.Reset();
+    } else {
+      backoff.Pause();
+    }
+  }
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
+#endif  // VIPER_HAVE_MPI

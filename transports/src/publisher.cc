@@ -1,0 +1,540 @@
+#include "viper/transports/publisher.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "staging.h"
+#include "viper/config.h"
+#include "viper/transports/pfs_store.h"
+
+#if VIPER_HAVE_MPI
+#include "mpi_link.h"
+#endif
+
+namespace viper {
+namespace transports {
+
+bool Publisher::Options::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (chunk_bytes == 0 || chunk_bytes > (1ull << 30)) return fail("chunk_bytes: must be in [1, 2^30]");
+  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024) return fail("max_inflight_chunks: must be in [1, 1024]");
+  if (!(peer_timeout_s > 0)) return fail("peer_timeout_s: must be > 0");
+  if (notify == Notify::kPoll && tier != Tier::kPfs) {
+    return fail("notify: poll needs tier pfs (host and gpu versions are pushed)");
+  }
+  if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
+  if (pfs_writer_threads < 1 || pfs_writer_threads > 64) return fail("pfs_writer_threads: must be in [1, 64]");
+  if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
+  for (int r : subscriber_ranks) {
+    if (r < 0) return fail("subscriber_ranks: ranks must be >= 0");
+  }
+  return true;
+}
+
+std::string Publisher::VersionReport::BriefReport() const {
+  std::ostringstream s;
+  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall "
+    << stall_s << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
+  if (superseded) s << ", superseded";
+  for (const auto& c : consumers) {
+    s << "; rank " << c.rank << ": "
+      << (c.delivered ? "servable after " + std::to_string(c.servable_s) + " s"
+                      : (c.lost ? "lost (" + c.message + ")" : "not delivered (" + c.message + ")"));
+  }
+  return s.str();
+}
+
+std::string Publisher::Summary::BriefReport() const {
+  std::ostringstream s;
+  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall " << total_stall_s
+    << " s total";
+  if (!lost_consumers.empty()) {
+    s << ", lost consumers:";
+    for (int r : lost_consumers) s << ' ' << r;
+  }
+  if (!message.empty()) s << " (" << message << ")";
+  return s.str();
+}
+
+class Publisher::Impl {
+ public:
+  explicit Impl(const Options& options) : options_(options) {}
+  ~Impl() { (void)Close(); }
+
+  Status Init() {
+    if (options_.tier == Tier::kGpu) {
+      return UnavailableError(
+          "tier gpu: the Publisher snapshots host tensors; use the GPU channel (gpu_channel.h) for device "
+          "tensors, or tier host");
+    }
+    if (options_.tier == Tier::kPfs) {
+      PfsStore::Options po;
+      po.dir = options_.pfs_dir;
+      po.o_direct = options_.o_direct;
+      po.writer_threads = options_.pfs_writer_threads;
+      po.keep_versions = options_.pfs_keep_versions;
+      std::string error;
+      if (!po.IsValid(&error)) return InvalidArgumentError("pfs options: " + error);
+      store_ = std::make_unique<PfsStore>(po);
+      VIPER_RETURN_IF_ERROR(store_->ListVersions().status());  // the directory must exist
+    }
+    uses_mpi_ = options_.tier != Tier::kPfs || options_.notify == Notify::kPush;
+    if (uses_mpi_) VIPER_RETURN_IF_ERROR(InitMpi());
+    if (options_.staging_bytes > 0) {
+      // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
+      for (auto& s : staging_) {
+        ModelState empty;
+        VIPER_RETURN_IF_ERROR(s.Snapshot(empty, 0, 0, 0, options_.staging_bytes));
+      }
+    }
+    if (options_.mode == Mode::kAsync) sender_ = std::thread([this] { SenderLoop(); });
+    return Status::Ok();
+  }
+
+  StatusOr<VersionReport> Publish(const ModelState& state, int64_t iteration) {
+    if (closed_) return FailedPreconditionError("Publish after Close");
+    const double t0 = MonotonicSeconds();
+    VersionReport report;
+    report.version = next_version_;
+    report.iteration = iteration;
+    if (options_.mode == Mode::kSync) {
+      internal::StagedVersion& s = staging_[0];
+      VIPER_RETURN_IF_ERROR(
+          s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes));
+      report.snapshot_s = MonotonicSeconds() - t0;
+      VIPER_RETURN_IF_ERROR(s.Finalize());
+      report.bytes = s.image_bytes();
+      Status st = Send(s, t0, &report);
+      report.stall_s = MonotonicSeconds() - t0;
+      report.sent = true;
+      ++next_version_;
+      Record(report);
+      if (!st.ok()) return st;
+      return report;
+    }
+    // Async: snapshot into the buffer that is not being sent; a pending
+    // (unsent) snapshot there is superseded.
+    int idx;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!sender_status_.ok()) return sender_status_;
+      if (pending_ >= 0) {
+        idx = pending_;
+        pending_ = -1;
+        reports_[pending_version_].superseded = true;
+        ++superseded_;
+      } else {
+        idx = sending_ == 0 ? 1 : 0;
+      }
+    }
+    Status st = staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id,
+                                       options_.staging_bytes);
+    report.snapshot_s = MonotonicSeconds() - t0;
+    report.stall_s = report.snapshot_s;
+    if (!st.ok()) return st;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      report.bytes = staging_[idx].data_bytes();
+      pending_ = idx;
+      pending_version_ = reports_.size();
+      pending_start_s_ = t0;
+      reports_.push_back(report);
+      ++published_;
+      total_stall_s_ += report.stall_s;
+    }
+    ++next_version_;
+    cv_.notify_all();
+    return report;
+  }
+
+  Status Flush() {
+    if (options_.mode != Mode::kAsync) return Status::Ok();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return (pending_ < 0 && sending_ < 0) || !sender_running_; });
+    return sender_status_;
+  }
+
+  Status Close() {
+    if (closed_) return Status::Ok();
+    Status st = Flush();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+    if (sender_.joinable()) sender_.join();
+#if VIPER_HAVE_MPI
+    if (comm_ != MPI_COMM_NULL) {
+      internal::Announce bye;
+      bye.kind = internal::kAnnounceBye;
+      for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye);
+      if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+      MPI_Comm_free(&comm_);
+    }
+#endif
+    return st;
+  }
+
+  std::vector<VersionReport> Reports() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reports_;
+  }
+
+  std::vector<CostSample> CostSamples() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<CostSample> out;
+    for (const auto& r : reports_) {
+      if (r.superseded) continue;
+      out.push_back({options_.tier, options_.mode, "stall", r.bytes, r.stall_s});
+      if (!r.sent) continue;
+      out.push_back({options_.tier, options_.mode, "transfer", r.bytes, r.transfer_s});
+      for (const auto& c : r.consumers) {
+        if (!c.delivered) continue;
+        out.push_back({options_.tier, options_.mode, "update", r.bytes, c.servable_s});
+        if (c.load_s > 0) out.push_back({options_.tier, options_.mode, "load", r.bytes, c.load_s});
+      }
+    }
+    return out;
+  }
+
+  Summary summary() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    Summary s;
+    s.published = published_;
+    s.superseded = superseded_;
+    for (const auto& r : reports_) s.sent += r.sent ? 1 : 0;
+    s.lost_consumers = lost_;
+    s.total_stall_s = total_stall_s_;
+    s.message = sender_status_.ok() ? last_error_ : sender_status_.ToString();
+    return s;
+  }
+
+  const Options& options() const { return options_; }
+
+ private:
+  void Record(const VersionReport& report) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reports_.push_back(report);
+    ++published_;
+    total_stall_s_ += report.stall_s;
+  }
+
+  void SenderLoop() {
+    for (;;) {
+      int idx;
+      std::size_t report_index;
+      double start_s;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return pending_ >= 0 || closed_; });
+        if (pending_ < 0) break;
+        idx = sending_ = pending_;
+        pending_ = -1;
+        report_index = pending_version_;
+        start_s = pending_start_s_;
+      }
+      VersionReport r;
+      Status st = staging_[idx].Finalize();
+      if (st.ok()) {
+        r.bytes = staging_[idx].image_bytes();
+        st = Send(staging_[idx], start_s, &r);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        VersionReport& rep = reports_[report_index];
+        rep.bytes = r.bytes;
+        rep.transfer_s = r.transfer_s;
+        rep.notify_s = r.notify_s;
+        rep.consumers = r.consumers;
+        rep.sent = st.ok();
+        if (!st.ok()) {
+          last_error_ = st.ToString();
+          // A failing PFS or codec is not transient: stop and report it on the next Publish.
+          if (st.code() != StatusCode::kAborted) {
+            sender_status_ = st;
+            sender_running_ = false;
+          }
+        }
+        sending_ = -1;
+      }
+      cv_.notify_all();
+      if (!sender_running_) break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sender_running_ = false;
+    cv_.notify_all();
+  }
+
+  // Moves one finalized staged version to the consumers. `start_s` is when
+  // its Publish began (servable times count from there).
+  Status Send(const internal::StagedVersion& s, double start_s, VersionReport* report) {
+    const double t0 = MonotonicSeconds();
+    if (options_.tier == Tier::kPfs) {
+      auto stats = store_->Write(s.version(), s.image(), s.image_bytes());
+      if (!stats.ok()) return stats.status();
+      report->transfer_s = MonotonicSeconds() - t0;
+      if (options_.notify == Notify::kPoll) return Status::Ok();
+#if VIPER_HAVE_MPI
+      const double t1 = MonotonicSeconds();
+      internal::Announce a = MakeAnnounce(s, internal::kAnnouncePfs);
+      std::vector<int> told;
+      for (int r : live_) {
+        if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+          told.push_back(r);
+        } else {
+          DropConsumer(r, "MPI_Send of the notification failed", report);
+        }
+      }
+      report->notify_s = MonotonicSeconds() - t1;
+      if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), told, start_s, report);
+#endif
+      return Status::Ok();
+    }
+#if VIPER_HAVE_MPI
+    internal::Announce a = MakeAnnounce(s, internal::kAnnounceHost);
+    std::vector<int> told;
+    for (int r : live_) {
+      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+        told.push_back(r);
+      } else {
+        DropConsumer(r, "MPI_Send of the announcement failed", report);
+      }
+    }
+    // Handshake: each consumer says it has a landing buffer for this version.
+    std::vector<std::pair<int, internal::Ready>> ready;
+    {
+      const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+      std::vector<int> waiting = told;
+      internal::Backoff backoff(20);
+      while (!waiting.empty()) {
+        internal::Ready msg;
+        int from = -1;
+        auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
+        if (!got.ok()) return got.status();
+        if (*got) {
+          auto it = std::find(waiting.begin(), waiting.end(), from);
+          if (it == waiting.end() || msg.version != s.version()) continue;  // stale
+          waiting.erase(it);
+          if (msg.accept) {
+            ready.push_back({from, msg});
+          } else {
+            report->consumers.push_back({from, false, false, 0, 0, "refused: version larger than its window slot"});
+          }
+          backoff.Reset();
+          continue;
+        }
+        if (MonotonicSeconds() > deadline) {
+          for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
+          break;
+        }
+        backoff.Pause();
+      }
+    }
+    std::vector<int> sent_to;
+    if (options_.host_protocol == HostProtocol::kTwoSided) {
+      std::vector<internal::ChunkedTransfer> transfers;
+      for (auto& [rank, msg] : ready) {
+        internal::ChunkedTransfer t;
+        t.peer = rank;
+        t.data = const_cast<std::byte*>(s.image());  // only read by MPI_Isend
+        t.size = s.image_bytes();
+        transfers.push_back(std::move(t));
+      }
+      internal::RunChunked(comm_, /*send=*/true, options_.chunk_bytes, options_.max_inflight_chunks, &transfers,
+                           MonotonicSeconds() + options_.peer_timeout_s, 20);
+      for (const auto& t : transfers) {
+        if (t.failed) {
+          DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
+        } else {
+          sent_to.push_back(t.peer);
+        }
+      }
+    } else {
+      for (auto& [rank, msg] : ready) {
+        // Passive-target epoch: the puts are complete at the target when
+        // MPI_Win_unlock returns (this wait cannot be bounded by a timeout).
+        bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
+        for (uint64_t off = 0; ok && off < s.image_bytes(); off += options_.chunk_bytes) {
+          const uint64_t n = std::min(options_.chunk_bytes, s.image_bytes() - off);
+          ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
+                       static_cast<MPI_Aint>(msg.window_offset + off), static_cast<int>(n), MPI_BYTE,
+                       win_) == MPI_SUCCESS;
+        }
+        ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
+        internal::Announce done = a;
+        ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
+        if (ok) {
+          sent_to.push_back(rank);
+        } else {
+          DropConsumer(rank, "one-sided put failed", report);
+        }
+      }
+    }
+    report->transfer_s = MonotonicSeconds() - t0;
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), sent_to, start_s, report);
+    return Status::Ok();
+#else
+    return UnavailableError("tier host needs MPI; Viper was built without it");
+#endif
+  }
+
+#if VIPER_HAVE_MPI
+  Status InitMpi() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      return FailedPreconditionError(
+          "MPI is not initialised: create a transports::MpiSession (or call MPI_Init_thread) first");
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      return FailedPreconditionError("MPI was initialised without MPI_THREAD_MULTIPLE");
+    }
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) return AbortedError("MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm_, &rank);
+    MPI_Comm_size(comm_, &size);
+    if (options_.subscriber_ranks.empty()) {
+      for (int r = 0; r < size; ++r) {
+        if (r != rank) live_.push_back(r);
+      }
+    } else {
+      for (int r : options_.subscriber_ranks) {
+        if (r >= size || r == rank) {
+          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) + " is this rank or outside [0, " +
+                                      std::to_string(size) + ")");
+        }
+        live_.push_back(r);
+      }
+    }
+    if (options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kOneSided) {
+      void* base = nullptr;
+      if (MPI_Win_allocate(0, 1, MPI_INFO_NULL, comm_, &base, &win_) != MPI_SUCCESS) {
+        return AbortedError("MPI_Win_allocate failed");
+      }
+      MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
+    }
+    return Status::Ok();
+  }
+
+  internal::Announce MakeAnnounce(const internal::StagedVersion& s, internal::AnnounceKind kind) const {
+    internal::Announce a;
+    a.kind = kind;
+    a.protocol = static_cast<uint32_t>(options_.host_protocol);
+    a.version = s.version();
+    a.iteration = s.iteration();
+    a.image_bytes = s.image_bytes();
+    a.chunk_bytes = options_.chunk_bytes;
+    a.checksum = s.checksum();
+    a.sent_wtime = MPI_Wtime();
+    return a;
+  }
+
+  void CollectAcks(uint64_t version, const std::vector<int>& ranks, double start_s, VersionReport* report) {
+    std::vector<int> waiting = ranks;
+    const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+    internal::Backoff backoff(20);
+    while (!waiting.empty()) {
+      internal::Ack ack;
+      int from = -1;
+      auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagAck, &ack, &from);
+      if (!got.ok()) break;
+      if (*got) {
+        auto it = std::find(waiting.begin(), waiting.end(), from);
+        if (it == waiting.end() || ack.version != version) continue;  // stale
+        waiting.erase(it);
+        ConsumerResult c;
+        c.rank = from;
+        c.delivered = ack.ok != 0;
+        c.servable_s = MonotonicSeconds() - start_s;
+        c.load_s = ack.load_s;
+        if (!c.delivered) c.message = std::string("rejected: ") + ToString(static_cast<StatusCode>(ack.code));
+        report->consumers.push_back(c);
+        backoff.Reset();
+        continue;
+      }
+      if (MonotonicSeconds() > deadline) {
+        for (int r : waiting) DropConsumer(r, "no acknowledgement within peer_timeout_s", report);
+        return;
+      }
+      backoff.Pause();
+    }
+  }
+
+  void DropConsumer(int rank, const std::string& why, VersionReport* report) {
+    live_.erase(std::remove(live_.begin(), live_.end(), rank), live_.end());
+    ConsumerResult c;
+    c.rank = rank;
+    c.lost = true;
+    c.message = why;
+    report->consumers.push_back(c);
+    std::fprintf(stderr, "viper transports: consumer rank %d dropped: %s\n", rank, why.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_.push_back(rank);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+#else
+  Status InitMpi() {
+    return UnavailableError(std::string("tier ") + ToString(options_.tier) + " with notify " +
+                            ToString(options_.notify) + " needs MPI; Viper was built without it");
+  }
+#endif
+
+  Options options_;
+  std::unique_ptr<PfsStore> store_;
+  bool uses_mpi_ = false;
+  std::vector<int> live_;  // consumers still served (touched by one sending thread at a time)
+  internal::StagedVersion staging_[2];
+  uint64_t next_version_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread sender_;
+  int pending_ = -1;   // staging index with an unsent snapshot
+  int sending_ = -1;   // staging index being sent
+  std::size_t pending_version_ = 0;  // index in reports_ of the pending snapshot
+  double pending_start_s_ = 0;
+  bool closed_ = false;
+  bool sender_running_ = true;
+  Status sender_status_;
+  std::string last_error_;
+  std::vector<VersionReport> reports_;
+  std::vector<int> lost_;
+  uint64_t published_ = 0, superseded_ = 0;
+  double total_stall_s_ = 0;
+};
+
+Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Publisher::~Publisher() = default;
+
+StatusOr<std::unique_ptr<Publisher>> Publisher::Create(const Options& options) {
+  std::string error;
+  if (!options.IsValid(&error)) return InvalidArgumentError("Publisher::Options::" + error);
+  auto impl = std::make_unique<Impl>(options);
+  VIPER_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+}
+
+StatusOr<Publisher::VersionReport> Publisher::Publish(const ModelState& state, int64_t iteration) {
+  return impl_->Publish(state, iteration);
+}
+Status Publisher::Flush() { return impl_->Flush(); }
+Status Publisher::Close() { return impl_->Close(); }
+std::vector<Publisher::VersionReport> Publisher::Reports() const { return impl_->Reports(); }
+std::vector<CostSample> Publisher::CostSamples() const { return impl_->CostSamples(); }
+Publisher::Summary Publisher::summary() const { return impl_->summary(); }
+const Publisher::Options& Publisher::options() const { return impl_->options(); }
+
+}  // namespace transports
+}  // namespace viper

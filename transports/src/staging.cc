@@ -1,0 +1,103 @@
+#include "staging.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "viper/core/checksum.h"
+#include "viper/core/safetensors.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+std::string PadHeader(std::string header, uint64_t alignment) {
+  VIPER_CHECK(header.size() >= 8);
+  const uint64_t total = RoundUp(header.size(), alignment);
+  header.append(total - header.size(), ' ');
+  const uint64_t json = total - 8;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((json >> (8 * i)) & 0xff);
+  return header;
+}
+
+Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_t iteration,
+                               int32_t producer_id, uint64_t min_capacity_bytes) {
+  uint64_t data_bytes = 0;
+  for (const Tensor& t : state.tensors()) {
+    if (t.memory != MemoryKind::kHost) {
+      return InvalidArgumentError("tensor '" + t.name + "' is in device memory; the host and pfs tiers need host tensors");
+    }
+    if (t.size_bytes != t.ExpectedBytes()) {
+      return InvalidArgumentError("tensor '" + t.name + "' has " + std::to_string(t.size_bytes) +
+                                  " bytes, its shape needs " + std::to_string(t.ExpectedBytes()));
+    }
+    data_bytes += t.size_bytes;
+  }
+  // Is the layout the same as last time? Then only the bytes are copied.
+  bool same = layout_.size() == state.size() && data_bytes == data_bytes_ && buffer_.capacity() > 0;
+  for (std::size_t i = 0; same && i < state.size(); ++i) {
+    const Tensor& a = state.tensors()[i];
+    const Tensor& b = layout_.tensors()[i];
+    same = a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
+  }
+  if (!same) {
+    // Size the header reserve with the widest metadata values.
+    ModelState probe;
+    for (const Tensor& t : state.tensors()) {
+      Tensor v = t;
+      v.owner.reset();
+      VIPER_RETURN_IF_ERROR(probe.Add(std::move(v)));
+    }
+    probe.metadata.version = std::numeric_limits<uint64_t>::max();
+    probe.metadata.iteration = std::numeric_limits<int64_t>::min();
+    probe.metadata.producer_id = std::numeric_limits<int32_t>::min();
+    const uint64_t fake_checksum = std::numeric_limits<uint64_t>::max();
+    VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(probe, &fake_checksum));
+    const uint64_t reserve = RoundUp(h.bytes.size() + 1024, AlignedBuffer::kAlignmentBytes);
+    const uint64_t need = std::max<uint64_t>(reserve + RoundUp(data_bytes, AlignedBuffer::kAlignmentBytes),
+                                             min_capacity_bytes);
+    if (buffer_.capacity() < need) {
+      buffer_ = AlignedBuffer();  // free first: two large buffers may not fit
+      VIPER_ASSIGN_OR_RETURN(buffer_, AlignedBuffer::Allocate(need));
+    }
+    reserve_ = reserve;
+    data_bytes_ = data_bytes;
+    layout_ = ModelState();
+    uint64_t off = 0;
+    for (const Tensor& t : state.tensors()) {
+      Tensor v;
+      v.name = t.name;
+      v.dtype = t.dtype;
+      v.shape = t.shape;
+      v.size_bytes = t.size_bytes;
+      v.data = buffer_.data() + reserve_ + off;
+      off += t.size_bytes;
+      VIPER_RETURN_IF_ERROR(layout_.Add(std::move(v)));
+    }
+  }
+  std::byte* dst = data();
+  for (const Tensor& t : state.tensors()) {
+    if (t.size_bytes > 0) std::memcpy(dst, t.data, t.size_bytes);
+    dst += t.size_bytes;
+  }
+  layout_.metadata.version = version;
+  layout_.metadata.iteration = iteration;
+  layout_.metadata.producer_id = producer_id;
+  header_bytes_ = 0;
+  return Status::Ok();
+}
+
+Status StagedVersion::Finalize() {
+  checksum_ = Xxh3_64(data(), data_bytes_);
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &checksum_));
+  if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
+  std::string padded = PadHeader(std::move(h.bytes), AlignedBuffer::kAlignmentBytes);
+  if (padded.size() > reserve_) return InternalError("safetensors header outgrew its reserve");
+  header_bytes_ = padded.size();
+  std::memcpy(buffer_.data() + reserve_ - header_bytes_, padded.data(), header_bytes_);
+  return Status::Ok();
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper

@@ -1,0 +1,438 @@
+#include "viper/transports/subscriber.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "viper/config.h"
+#include "viper/core/checksum.h"
+#include "viper/core/safetensors.h"
+#include "viper/transports/aligned_buffer.h"
+#include "viper/transports/pfs_store.h"
+
+#if VIPER_HAVE_MPI
+#include "mpi_link.h"
+#endif
+
+namespace viper {
+namespace transports {
+
+bool Subscriber::Options::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (tier == Tier::kGpu) return fail("tier: gpu versions are received with the GPU channel, not a Subscriber");
+  if (notify == Notify::kPoll && tier != Tier::kPfs) return fail("notify: poll needs tier pfs");
+  if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
+  if (producer_rank < 0) return fail("producer_rank: must be >= 0");
+  if (window_slot_bytes < 4096) return fail("window_slot_bytes: must be >= 4096");
+  if (producer_timeout_s < 0) return fail("producer_timeout_s: must be >= 0 (0 = wait forever)");
+  if (!(transfer_timeout_s > 0)) return fail("transfer_timeout_s: must be > 0");
+  if (!(poll_period_s > 0)) return fail("poll_period_s: must be > 0");
+  if (idle_sleep_us < 0 || idle_sleep_us > 1000000) return fail("idle_sleep_us: must be in [0, 1e6]");
+  return true;
+}
+
+std::string Subscriber::Summary::BriefReport() const {
+  std::ostringstream s;
+  s << received << " versions received, " << rejected << " rejected";
+  if (producer_finished) s << ", producer finished";
+  if (producer_lost) s << ", producer LOST";
+  if (!message.empty()) s << " (" << message << ")";
+  return s.str();
+}
+
+class Subscriber::Impl {
+ public:
+  explicit Impl(const Options& options) : options_(options) {}
+  ~Impl() {
+    Stop();
+#if VIPER_HAVE_MPI
+    if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+#endif
+  }
+
+  Status Init() {
+    if (options_.tier == Tier::kPfs) {
+      PfsStore::Options po;
+      po.dir = options_.pfs_dir;
+      po.o_direct = options_.o_direct;
+      store_ = std::make_unique<PfsStore>(po);
+    }
+    if (options_.notify == Notify::kPush) VIPER_RETURN_IF_ERROR(InitMpi());
+    running_ = true;
+    thread_ = std::thread([this] { options_.notify == Notify::kPoll ? PollLoop() : PushLoop(); });
+    return Status::Ok();
+  }
+
+  std::shared_ptr<const ModelVersion> Current() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+
+  StatusOr<std::shared_ptr<const ModelVersion>> WaitForVersion(uint64_t version, double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool done = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+      return (current_ && current_->state.metadata.version >= version) || !thread_alive_;
+    });
+    if (current_ && current_->state.metadata.version >= version) return current_;
+    if (!done) return UnavailableError("no version >= " + std::to_string(version) + " within " +
+                                       std::to_string(timeout_s) + " s");
+    if (summary_.producer_lost) return AbortedError(summary_.message);
+    return FailedPreconditionError("the subscriber stopped before version " + std::to_string(version) +
+                                   (summary_.message.empty() ? "" : ": " + summary_.message));
+  }
+
+  bool WaitUntilDone(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !thread_alive_; });
+  }
+
+  void SetCallback(Callback cb) {
+    std::lock_guard<std::mutex> lock(mu_);
+    callback_ = std::move(cb);
+  }
+
+  std::vector<Rejection> Rejections() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rejections_;
+  }
+  std::vector<CostSample> CostSamples() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return samples_;
+  }
+  Summary summary() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return summary_;
+  }
+
+  void Stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  // A landing buffer from the pool: reused once no version refers to it.
+  StatusOr<std::shared_ptr<AlignedBuffer>> AcquireBuffer(uint64_t bytes) {
+    for (auto& b : pool_) {
+      if (b.use_count() == 1 && b->capacity() >= bytes) return b;
+    }
+    VIPER_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(bytes));
+    // Keep at most three buffers: front, back, and one a slow reader may hold.
+    pool_.erase(std::remove_if(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; }),
+                pool_.end());
+    pool_.push_back(std::make_shared<AlignedBuffer>(std::move(fresh)));
+    return pool_.back();
+  }
+
+  // Parses and verifies `size` bytes of `buffer`, then swaps the version in.
+  Status VerifyAndSwap(std::shared_ptr<AlignedBuffer> buffer, uint64_t size, const std::string& source,
+                       double receive_s, uint64_t expected_version) {
+    const double t0 = MonotonicSeconds();
+    safetensors::ParseOptions po;
+    po.verify_checksum = true;
+    po.require_checksum = true;
+    const std::byte* bytes = buffer->data();
+    std::shared_ptr<const void> owner(buffer, bytes);
+    auto state = safetensors::Parse(owner, bytes, size, po);
+    if (!state.ok()) return state.status().WithContext(source);
+    if (state->metadata.version != expected_version) {
+      return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) + ", expected " +
+                           std::to_string(expected_version));
+    }
+    auto meta = safetensors::ParseMetadata(bytes, size);
+    auto version = std::make_shared<ModelVersion>();
+    version->state = std::move(*state);
+    version->bytes_owner = owner;
+    version->bytes = bytes;
+    version->size_bytes = size;
+    if (meta.ok()) {
+      auto it = meta->find("viper.checksum");
+      if (it != meta->end()) version->checksum = ChecksumFromHex(it->second).value_or(0);
+    }
+    version->tier = options_.tier;
+    version->source = source;
+    version->receive_s = receive_s;
+    version->verify_s = MonotonicSeconds() - t0;
+    Callback cb;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Only ever move forward: an older version never replaces a newer one.
+      if (current_ && current_->state.metadata.version >= version->state.metadata.version) {
+        return Status::Ok();
+      }
+      current_ = version;
+      ++summary_.received;
+      samples_.push_back({options_.tier, Mode::kSync, "load", size, version->receive_s + version->verify_s});
+      cb = callback_;
+    }
+    cv_.notify_all();
+    if (cb) cb(version);
+    return Status::Ok();
+  }
+
+  void Reject(uint64_t version, const std::string& source, const Status& status) {
+    std::fprintf(stderr, "viper transports: rejected version %llu from %s: %s\n",
+                 static_cast<unsigned long long>(version), source.c_str(), status.ToString().c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    rejections_.push_back({version, source, status});
+    ++summary_.rejected;
+    summary_.message = "version " + std::to_string(version) + " rejected: " + status.ToString();
+  }
+
+  void Finish(bool finished, bool lost, const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      summary_.producer_finished = finished;
+      summary_.producer_lost = lost;
+      if (!message.empty()) summary_.message = message;
+      thread_alive_ = false;
+    }
+    if (lost) std::fprintf(stderr, "viper transports: %s\n", message.c_str());
+    cv_.notify_all();
+  }
+
+  // Reads version `version` from the PFS directory and swaps it in.
+  Status LoadPfs(uint64_t version) {
+    const double t0 = MonotonicSeconds();
+    auto peek = AcquireBuffer(4096);
+    if (!peek.ok()) return peek.status();
+    std::shared_ptr<AlignedBuffer> buffer = *peek;
+    // PfsStore::Read grows the buffer it is given; give it a private one.
+    AlignedBuffer local = std::move(*buffer);
+    auto size = store_->Read(version, &local);
+    *buffer = std::move(local);
+    if (!size.ok()) return size.status();
+    return VerifyAndSwap(buffer, *size, store_->PathFor(version), MonotonicSeconds() - t0, version);
+  }
+
+  void PollLoop() {
+    std::set<uint64_t> rejected;
+    while (running_) {
+      const double next = MonotonicSeconds() + options_.poll_period_s;
+      auto versions = store_->ListVersions();
+      if (!versions.ok()) {
+        Reject(0, options_.pfs_dir, versions.status());
+      } else {
+        // Newest complete version not yet served nor rejected.
+        for (auto it = versions->rbegin(); it != versions->rend(); ++it) {
+          auto cur = Current();
+          if (cur && cur->state.metadata.version >= *it) break;
+          if (rejected.count(*it)) continue;
+          Status st = LoadPfs(*it);
+          if (st.ok()) break;
+          rejected.insert(*it);
+          Reject(*it, store_->PathFor(*it), st);
+        }
+      }
+      while (running_ && MonotonicSeconds() < next) {
+        std::this_thread::sleep_for(std::chrono::microseconds(
+            std::min<int64_t>(10000, static_cast<int64_t>((next - MonotonicSeconds()) * 1e6) + 1)));
+      }
+    }
+    Finish(false, false, "");
+  }
+
+#if VIPER_HAVE_MPI
+  Status InitMpi() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      return FailedPreconditionError(
+          "MPI is not initialised: create a transports::MpiSession (or call MPI_Init_thread) first");
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) return FailedPreconditionError("MPI was initialised without MPI_THREAD_MULTIPLE");
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) return AbortedError("MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    int size = 0;
+    MPI_Comm_size(comm_, &size);
+    if (options_.producer_rank >= size) {
+      return InvalidArgumentError("producer_rank: " + std::to_string(options_.producer_rank) + " is outside [0, " +
+                                  std::to_string(size) + ")");
+    }
+    if (options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kOneSided) {
+      if (MPI_Win_allocate(static_cast<MPI_Aint>(options_.window_slot_bytes), 1, MPI_INFO_NULL, comm_, &win_base_,
+                           &win_) != MPI_SUCCESS) {
+        return AbortedError("MPI_Win_allocate of " + std::to_string(options_.window_slot_bytes) + " bytes failed");
+      }
+      MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
+      std::memset(win_base_, 0, options_.window_slot_bytes);  // pre-touch
+    }
+    return Status::Ok();
+  }
+
+  void PushLoop() {
+    const int producer = options_.producer_rank;
+    double last_heard = MonotonicSeconds();
+    internal::Backoff backoff(options_.idle_sleep_us);
+    while (running_) {
+      internal::Announce a;
+      auto got = internal::TryRecvPod(comm_, producer, internal::kTagAnnounce, &a);
+      if (!got.ok()) {
+        Finish(false, true, "link to producer rank " + std::to_string(producer) + " broke: " + got.status().message());
+        return;
+      }
+      if (!*got) {
+        if (options_.producer_timeout_s > 0 && MonotonicSeconds() - last_heard > options_.producer_timeout_s) {
+          auto cur = Current();
+          Finish(false, true,
+                 "producer rank " + std::to_string(producer) + " sent nothing for " +
+                     std::to_string(options_.producer_timeout_s) + " s; keeping " +
+                     (cur ? "version " + std::to_string(cur->state.metadata.version) : std::string("no version")));
+          return;
+        }
+        backoff.Pause();
+        continue;
+      }
+      backoff.Reset();
+      const double notify_s = MPI_Wtime() - a.sent_wtime;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        samples_.push_back({options_.tier, Mode::kSync, "notify", 0, notify_s});
+      }
+      if (a.kind == internal::kAnnounceBye) {
+        Finish(true, false, "producer closed");
+        return;
+      }
+      const double t0 = MonotonicSeconds();
+      Status st;
+      std::string source = "rank " + std::to_string(producer);
+      if (a.kind == internal::kAnnouncePfs) {
+        st = LoadPfs(a.version);
+        source = store_ ? store_->PathFor(a.version) : source;
+      } else {
+        st = ReceiveHost(a, source);
+      }
+      internal::Ack ack;
+      ack.version = a.version;
+      ack.ok = st.ok() ? 1 : 0;
+      ack.code = static_cast<int32_t>(st.code());
+      ack.load_s = MonotonicSeconds() - t0;
+      ack.notify_s = notify_s;
+      if (!st.ok()) Reject(a.version, source, st);
+      if (st.code() == StatusCode::kAborted) {
+        auto cur = Current();
+        Finish(false, true, "producer rank " + std::to_string(producer) + " stopped mid-transfer of version " +
+                                std::to_string(a.version) + " (" + st.message() + "); keeping " +
+                                (cur ? "version " + std::to_string(cur->state.metadata.version) : "no version"));
+        return;
+      }
+      (void)internal::SendPod(comm_, producer, internal::kTagAck, ack);
+      last_heard = MonotonicSeconds();
+    }
+    Finish(false, false, "stopped");
+  }
+
+  Status ReceiveHost(const internal::Announce& a, const std::string& source) {
+    const int producer = options_.producer_rank;
+    const double t0 = MonotonicSeconds();
+    internal::Ready ready;
+    ready.version = a.version;
+    if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
+      ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+      if (!ready.accept) {
+        return OutOfRangeError("version of " + std::to_string(a.image_bytes) + " bytes exceeds window_slot_bytes " +
+                               std::to_string(options_.window_slot_bytes));
+      }
+      internal::Announce done;
+      const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+      internal::Backoff backoff(options_.idle_sleep_us);
+      for (;;) {
+        VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, producer, internal::kTagDone, &done));
+        if (got && done.version == a.version) break;
+        if (MonotonicSeconds() > deadline) return AbortedError("no completion message within transfer_timeout_s");
+        backoff.Pause();
+      }
+      // Make the puts visible to this process's loads, then copy out of the
+      // window so the slot is free for the next version at once.
+      int rank = 0;
+      MPI_Comm_rank(comm_, &rank);
+      MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_);
+      MPI_Win_sync(win_);
+      MPI_Win_unlock(rank, win_);
+      VIPER_ASSIGN_OR_RETURN(auto buffer, AcquireBuffer(a.image_bytes));
+      std::memcpy(buffer->data(), win_base_, a.image_bytes);
+      return VerifyAndSwap(buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version);
+    }
+    auto buffer = AcquireBuffer(a.image_bytes);
+    ready.accept = buffer.ok() ? 1 : 0;
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+    if (!buffer.ok()) return buffer.status();
+    std::vector<internal::ChunkedTransfer> transfers(1);
+    transfers[0].peer = producer;
+    transfers[0].data = (*buffer)->data();
+    transfers[0].size = a.image_bytes;
+    internal::RunChunked(comm_, /*send=*/false, a.chunk_bytes, 8, &transfers,
+                         MonotonicSeconds() + options_.transfer_timeout_s, options_.idle_sleep_us);
+    if (transfers[0].failed) {
+      // Receives may still land in this buffer: take it out of the pool and
+      // never free it.
+      auto leaked = new std::shared_ptr<AlignedBuffer>(*buffer);
+      (void)leaked;
+      pool_.erase(std::remove(pool_.begin(), pool_.end(), *buffer), pool_.end());
+      return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
+                          std::to_string(options_.transfer_timeout_s) + " s");
+    }
+    return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  void* win_base_ = nullptr;
+#else
+  Status InitMpi() { return UnavailableError("notify push needs MPI; Viper was built without it"); }
+  void PushLoop() { Finish(false, false, "built without MPI"); }
+#endif
+
+  Options options_;
+  std::unique_ptr<PfsStore> store_;
+  std::vector<std::shared_ptr<AlignedBuffer>> pool_;  // receiving thread only
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const ModelVersion> current_;
+  bool thread_alive_ = true;
+  Callback callback_;
+  std::vector<Rejection> rejections_;
+  std::vector<CostSample> samples_;
+  Summary summary_;
+};
+
+Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Subscriber::~Subscriber() = default;
+
+StatusOr<std::unique_ptr<Subscriber>> Subscriber::Create(const Options& options) {
+  std::string error;
+  if (!options.IsValid(&error)) return InvalidArgumentError("Subscriber::Options::" + error);
+  auto impl = std::make_unique<Impl>(options);
+  VIPER_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
+}
+
+std::shared_ptr<const ModelVersion> Subscriber::Current() const { return impl_->Current(); }
+StatusOr<std::shared_ptr<const ModelVersion>> Subscriber::WaitForVersion(uint64_t version, double timeout_s) {
+  return impl_->WaitForVersion(version, timeout_s);
+}
+bool Subscriber::WaitUntilDone(double timeout_s) { return impl_->WaitUntilDone(timeout_s); }
+void Subscriber::SetCallback(Callback callback) { impl_->SetCallback(std::move(callback)); }
+std::vector<Subscriber::Rejection> Subscriber::Rejections() const { return impl_->Rejections(); }
+std::vector<CostSample> Subscriber::CostSamples() const { return impl_->CostSamples(); }
+Subscriber::Summary Subscriber::summary() const { return impl_->summary(); }
+void Subscriber::Stop() { impl_->Stop(); }
+
+}  // namespace transports
+}  // namespace viper
