@@ -52,7 +52,8 @@ StatusOr<Header> BuildHeader(const ModelState& state, const uint64_t* data_check
 // XXH3-64 of the concatenated data of all (host) tensors in order.
 StatusOr<uint64_t> DataChecksum(const ModelState& state);
 
-// Total serialized size of `state` (header + data).
+// Total serialized size of `state` (header with checksum + data), i.e. what
+// SerializeTo writes.
 StatusOr<uint64_t> SerializedSize(const ModelState& state);
 
 // Serializes a host-resident `state` into `out` (capacity must be at least
@@ -62,18 +63,28 @@ StatusOr<uint64_t> SerializeTo(const ModelState& state, std::byte* out, uint64_t
 StatusOr<std::vector<std::byte>> Serialize(const ModelState& state);
 
 // Parses `size` bytes at `data` without copying: the returned tensors are
-// views into the buffer and share `owner`, which must keep it alive.
+// views into the buffer and share `owner`, which must keep it alive. Tensors
+// come back in data-offset order; ModelState::metadata is filled from the
+// viper.* keys present. Corrupt input is DataLoss (truncation, checksum) or
+// InvalidArgument (malformed header), the message naming the tensor/field.
+// The views are writable pointers: do not write through them into a buffer
+// the caller meant to stay const.
 StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* data, uint64_t size,
                            const ParseOptions& options = {});
 // Parses a copy-free view of a vector the caller moves in.
 StatusOr<ModelState> Parse(std::vector<std::byte> bytes, const ParseOptions& options = {});
 
-// Reads only the metadata map (no data validation beyond the header).
+// Reads only the metadata map (no data validation beyond the header); empty
+// when the header has no __metadata__.
 StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data, uint64_t size);
 
 // Whole-file helpers (the PFS tier has its own fsync'd, O_DIRECT path).
+// ReadFile reads the whole file into one buffer the tensors then view;
+// errors name the path (NotFound when it does not exist).
 StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options = {});
-// Writes to `path`.tmp, fsyncs, renames to `path`, fsyncs the directory.
+// Writes to `path`.tmp.<pid>, fsyncs, renames to `path`, fsyncs the
+// directory. On failure the temporary file is removed and `path` is never left
+// partially written (NotFound when the directory does not exist).
 Status WriteFileAtomic(const ModelState& state, const std::string& path);
 
 }  // namespace safetensors

@@ -1,0 +1,672 @@
+// Tests of the safetensors codec: round trips, a byte-exact file written from
+// the spec, every rejection of the parser, zero-copy views, and file I/O.
+#include "viper/core/safetensors.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "viper/core/checksum.h"
+
+namespace viper {
+namespace safetensors {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr DType kAllDTypes[] = {DType::kBool, DType::kU8,   DType::kI8,   DType::kF8E4M3, DType::kF8E5M2,
+                                DType::kI16,  DType::kU16,  DType::kF16,  DType::kBF16,   DType::kI32,
+                                DType::kU32,  DType::kF32,  DType::kI64,  DType::kU64,    DType::kF64};
+
+std::vector<std::byte> ToBytes(const std::string& s) {
+  std::vector<std::byte> out(s.size());
+  std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+std::string LengthPrefix(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+// A file made of the 8-byte length of `json`, `json` itself (not padded) and
+// `data`: for handcrafting corrupt inputs.
+std::vector<std::byte> RawFile(const std::string& json, const std::string& data) {
+  return ToBytes(LengthPrefix(json.size()) + json + data);
+}
+
+// A tensor whose byte i holds (seed + 31 * i) mod 256, so every tensor differs.
+Tensor Patterned(const std::string& name, DType dtype, std::vector<int64_t> shape, int seed) {
+  Tensor t = Tensor::Allocate(name, dtype, std::move(shape));
+  for (std::size_t i = 0; i < t.size_bytes; ++i) t.data[i] = static_cast<std::byte>((seed + 31 * i) & 0xff);
+  return t;
+}
+
+void ExpectSameTensors(const ModelState& a, const ModelState& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const Tensor& x = a.tensors()[i];
+    const Tensor& y = b.tensors()[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.dtype, y.dtype) << x.name;
+    EXPECT_EQ(x.shape, y.shape) << x.name;
+    ASSERT_EQ(x.size_bytes, y.size_bytes) << x.name;
+    if (x.size_bytes) {
+      EXPECT_EQ(0, std::memcmp(x.data, y.data, x.size_bytes)) << x.name;
+    }
+  }
+}
+
+Status ParseStatus(const std::vector<std::byte>& bytes, const ParseOptions& options = {}) {
+  return Parse(bytes, options).status();
+}
+
+// ---------------------------------------------------------------- round trips
+
+class DTypeRoundTrip : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DTypeRoundTrip, MatrixEmptyAndScalar) {
+  const DType dtype = GetParam();
+  ModelState state;
+  ASSERT_TRUE(state.Add(Patterned("matrix", dtype, {2, 3}, 1)).ok());
+  ASSERT_TRUE(state.Add(Patterned("empty", dtype, {3, 0}, 2)).ok());  // a zero dim: 0 bytes
+  ASSERT_TRUE(state.Add(Patterned("scalar", dtype, {}, 3)).ok());     // rank 0: one element
+  state.metadata = {7, 4200, 2};
+
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto size = SerializedSize(state);
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(bytes->size(), *size);
+  // The data section is (6 + 0 + 1) elements.
+  EXPECT_EQ(state.TotalBytes(), 7 * DTypeSize(dtype));
+
+  auto parsed = Parse(*std::move(bytes), ParseOptions{true, true});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ExpectSameTensors(state, *parsed);
+  EXPECT_EQ(parsed->tensors()[1].size_bytes, 0u);
+  EXPECT_TRUE(parsed->tensors()[2].shape.empty());
+  EXPECT_EQ(parsed->tensors()[2].size_bytes, DTypeSize(dtype));
+  EXPECT_EQ(parsed->metadata.version, 7u);
+  EXPECT_EQ(parsed->metadata.iteration, 4200);
+  EXPECT_EQ(parsed->metadata.producer_id, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, DTypeRoundTrip, ::testing::ValuesIn(kAllDTypes),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           std::string name = ToString(info.param);
+                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+                           return name;
+                         });
+
+TEST(SafetensorsTest, RoundTripAllDTypesInOneModel) {
+  ModelState state;
+  int seed = 0;
+  for (DType d : kAllDTypes) ASSERT_TRUE(state.Add(Patterned(ToString(d), d, {3, 5}, ++seed)).ok());
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok());
+  auto parsed = Parse(*std::move(bytes));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ExpectSameTensors(state, *parsed);
+}
+
+TEST(SafetensorsTest, EmptyModelRoundTrips) {
+  ModelState state;
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok());
+  auto parsed = Parse(*std::move(bytes), ParseOptions{true, true});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->size(), 0u);
+}
+
+// ------------------------------------------------------- byte-exact from spec
+
+// Model: "w" F32 [2] = {1.0f, -2.0f} then "b" I8 rank 0 = 7; version 3,
+// iteration 1200, producer 1.
+ModelState SpecModel() {
+  ModelState state;
+  const float w[2] = {1.0f, -2.0f};
+  const int8_t b = 7;
+  EXPECT_TRUE(state.Add(*Tensor::FromBytes("w", DType::kF32, {2}, w, sizeof(w))).ok());
+  EXPECT_TRUE(state.Add(*Tensor::FromBytes("b", DType::kI8, {}, &b, 1)).ok());
+  state.metadata = {3, 1200, 1};
+  return state;
+}
+
+// The 9 data bytes: 1.0f = 0x3f800000 and -2.0f = 0xc0000000 little-endian,
+// then int8 7.
+const char kSpecData[] = "\x00\x00\x80\x3f\x00\x00\x00\xc0\x07";
+constexpr std::size_t kSpecDataBytes = 9;
+
+// XXH3-64 (seed 0) of those 9 bytes. Computed outside libxxhash by a separate
+// Python transcription of XXH3's 9-to-16-byte path (bitflips from the default
+// secret bytes 24..56, mul128 fold, avalanche), so this also pins our use of
+// the library.
+constexpr uint64_t kSpecChecksum = 0xcc7f2639a71cf7b4ULL;
+
+TEST(SafetensorsTest, ChecksumMatchesIndependentXxh3) {
+  EXPECT_EQ(Xxh3_64(kSpecData, kSpecDataBytes), kSpecChecksum);
+  // The published XXH3-64 of empty input (xxhash's sanity check vector).
+  EXPECT_EQ(Xxh3_64("", 0), 0x2D06800538D394C2ULL);
+  EXPECT_EQ(ChecksumToHex(kSpecChecksum), "cc7f2639a71cf7b4");
+  EXPECT_EQ(ChecksumFromHex("CC7F2639A71CF7B4"), kSpecChecksum);
+  EXPECT_FALSE(ChecksumFromHex("cc7f2639a71cf7b").has_value());   // 15 digits
+  EXPECT_FALSE(ChecksumFromHex("cc7f2639a71cf7bg").has_value());  // not hex
+}
+
+TEST(SafetensorsTest, SerializeMatchesHandWrittenFileByteForByte) {
+  // Metadata first, then tensors in ModelState order, compact JSON. The JSON
+  // is 224 characters: 119 for '{"__metadata__":{...}' with the four viper
+  // keys (the checksum is 16 hex digits), a comma, 52 for
+  // '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}', a comma, 50 for
+  // '"b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}' and the closing
+  // brace: 119 + 1 + 52 + 1 + 50 + 1 = 224. 8 + 224 = 232 is a multiple of
+  // 8, so there is no padding; the length prefix is 224 = 0xe0.
+  const std::string json =
+      R"({"__metadata__":{"viper.version":"3","viper.iteration":"1200","viper.producer":"1",)"
+      R"("viper.checksum":"cc7f2639a71cf7b4"},)"
+      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
+  ASSERT_EQ(json.size(), 224u);
+  const std::string expected = std::string("\xe0\x00\x00\x00\x00\x00\x00\x00", 8) + json +
+                               std::string(kSpecData, kSpecDataBytes);
+
+  auto bytes = Serialize(SpecModel());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  ASSERT_EQ(bytes->size(), 8u + 224u + 9u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()), expected);
+
+  // And the hand-written bytes parse back to the same model.
+  auto parsed = Parse(ToBytes(expected), ParseOptions{true, true});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ExpectSameTensors(SpecModel(), *parsed);
+  EXPECT_EQ(parsed->tensors()[0].As<float>()[1], -2.0f);
+  EXPECT_EQ(parsed->metadata.iteration, 1200);
+}
+
+TEST(SafetensorsTest, HeaderWithoutChecksumIsPaddedWithSpaces) {
+  // Without the checksum entry the JSON is 224 - 36 = 188 characters
+  // (',"viper.checksum":"<16 digits>"' is 36). 8 + 188 = 196 is not a
+  // multiple of 8: four spaces pad the JSON to 192 (8 + 192 = 200 = 25 * 8),
+  // and the length prefix says 192 = 0xc0.
+  const std::string json =
+      R"({"__metadata__":{"viper.version":"3","viper.iteration":"1200","viper.producer":"1"},)"
+      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
+  ASSERT_EQ(json.size(), 188u);
+  const std::string expected = std::string("\xc0\x00\x00\x00\x00\x00\x00\x00", 8) + json + "    ";
+
+  auto header = BuildHeader(SpecModel());
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(header->bytes, expected);
+  EXPECT_EQ(header->data_bytes, 9u);
+  EXPECT_EQ(header->TotalBytes(), 200u + 9u);
+}
+
+TEST(SafetensorsTest, ParsesForeignFileInDataOrder) {
+  // As other writers produce it: keys not in offset order, no __metadata__,
+  // no padding. Tensors come back in data order, metadata keeps its defaults.
+  const std::string json =
+      R"({"z":{"dtype":"U8","shape":[2],"data_offsets":[3,5]},)"
+      R"("a":{"dtype":"I16","shape":[1],"data_offsets":[1,3]},)"
+      R"("m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})";
+  auto parsed = Parse(RawFile(json, "\x01\x02\x03\x04\x05"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 3u);
+  EXPECT_EQ(parsed->tensors()[0].name, "m");
+  EXPECT_EQ(parsed->tensors()[1].name, "a");
+  EXPECT_EQ(parsed->tensors()[2].name, "z");
+  EXPECT_EQ(static_cast<int>(parsed->tensors()[2].data[1]), 5);
+  EXPECT_EQ(parsed->metadata.version, 0u);
+}
+
+// ------------------------------------------------------------------ rejections
+
+TEST(SafetensorsRejectTest, ShorterThanLengthPrefix) {
+  Status s = ParseStatus(ToBytes(std::string("\x10\x00\x00", 3)));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("3 bytes, shorter than the 8-byte"));
+}
+
+TEST(SafetensorsRejectTest, HeaderLengthBeyondBuffer) {
+  // Says 100 bytes of JSON, but only 2 follow.
+  Status s = ParseStatus(ToBytes(LengthPrefix(100) + "{}"));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("header length 100 bytes goes beyond the buffer (2 bytes follow"));
+}
+
+TEST(SafetensorsRejectTest, HeaderLengthOverLimit) {
+  // 100 MB + 1 is rejected before looking at the (short) buffer.
+  Status s = ParseStatus(ToBytes(LengthPrefix(kMaxHeaderBytes + 1) + "{}"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("header length 100000001 bytes exceeds the 100000000-byte limit"));
+}
+
+TEST(SafetensorsRejectTest, InvalidJsonIncludesParserMessage) {
+  Status s = ParseStatus(RawFile(R"({"w": {"dtype": )", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("header is not valid JSON"));
+  EXPECT_THAT(s.message(), HasSubstr("parse error"));  // nlohmann's own text
+}
+
+TEST(SafetensorsRejectTest, HeaderNotAnObject) {
+  Status s = ParseStatus(RawFile("[1, 2]", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("header must be a JSON object, got array"));
+}
+
+TEST(SafetensorsRejectTest, EntryNotAnObject) {
+  Status s = ParseStatus(RawFile(R"({"w": 5})", ""));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': entry must be an object"));
+}
+
+TEST(SafetensorsRejectTest, MissingDtype) {
+  Status s = ParseStatus(RawFile(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': missing field 'dtype'"));
+}
+
+TEST(SafetensorsRejectTest, DtypeNotAString) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'dtype' must be a string, got 4"));
+}
+
+TEST(SafetensorsRejectTest, UnknownDtype) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})",
+                                 std::string(16, 'x')));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': unknown dtype 'F128'"));
+}
+
+TEST(SafetensorsRejectTest, MissingShape) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': missing field 'shape'"));
+}
+
+TEST(SafetensorsRejectTest, ShapeNotAnArray) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'shape' must be an array of integers"));
+}
+
+TEST(SafetensorsRejectTest, ShapeWithNonIntegerDim) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'shape' must be an array of integers, element 0 is 1.5"));
+}
+
+TEST(SafetensorsRejectTest, NegativeDim) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': negative dimension -1 at index 1"));
+}
+
+TEST(SafetensorsRejectTest, ShapeOverflow) {
+  // 2^32 * 2^32 elements do not fit in 64 bits.
+  Status s = ParseStatus(RawFile(
+      R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': shape [4294967296,4294967296] overflows"));
+}
+
+TEST(SafetensorsRejectTest, MissingDataOffsets) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[1]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': missing field 'data_offsets'"));
+}
+
+TEST(SafetensorsRejectTest, DataOffsetsIllTyped) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'data_offsets' must be [begin, end]"));
+  s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", "abcd"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'data_offsets' must be [begin, end]"));
+}
+
+TEST(SafetensorsRejectTest, ShapeByteCountMismatch) {
+  // F32 [2, 3] needs 24 bytes; the offsets give it 20.
+  Status s = ParseStatus(
+      RawFile(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", std::string(20, 'x')));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': shape [2, 3] of F32 needs 24 bytes but data_offsets [0, 20) span 20"));
+}
+
+TEST(SafetensorsRejectTest, OffsetsEndBeforeBegin) {
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[4,2]}})", "abcd"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': data_offsets [4, 2) end before they begin"));
+}
+
+TEST(SafetensorsRejectTest, OffsetsOutOfRange) {
+  // 8 bytes claimed, 4 present: a truncated data section.
+  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "abcd"));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': data_offsets [0, 8) are out of range: the data section has 4 bytes"));
+}
+
+TEST(SafetensorsRejectTest, OverlappingTensors) {
+  Status s = ParseStatus(RawFile(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                 R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+                                 "abcdef"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensors 'a' [0, 4) and 'b' [2, 6) overlap"));
+}
+
+TEST(SafetensorsRejectTest, GapInDataSection) {
+  Status s = ParseStatus(RawFile(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                                 R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
+                                 "abcdef"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("bytes [2, 4) of the data section are not covered by any tensor (gap before 'b')"));
+}
+
+TEST(SafetensorsRejectTest, TrailingBytes) {
+  Status s = ParseStatus(RawFile(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "abcdef"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("bytes [2, 6) at the end of the data section are not covered"));
+  EXPECT_THAT(s.message(), HasSubstr("4 trailing bytes"));
+}
+
+TEST(SafetensorsRejectTest, ChecksumMismatch) {
+  auto bytes = Serialize(SpecModel());
+  ASSERT_TRUE(bytes.ok());
+  bytes->back() ^= std::byte{0x01};  // flip one bit of the last data byte
+  Status s = ParseStatus(*bytes);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("checksum mismatch: header says cc7f2639a71cf7b4 but the 9-byte data section"));
+  // Verification can be switched off (e.g. `viper inspect --no-verify`).
+  EXPECT_TRUE(ParseStatus(*bytes, ParseOptions{false, false}).ok());
+}
+
+TEST(SafetensorsRejectTest, MissingChecksumWhenRequired) {
+  auto header = BuildHeader(SpecModel());  // no checksum
+  ASSERT_TRUE(header.ok());
+  auto file = ToBytes(header->bytes + std::string(kSpecData, kSpecDataBytes));
+  EXPECT_TRUE(ParseStatus(file).ok());  // not required by default
+  Status s = ParseStatus(file, ParseOptions{true, true});
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("no 'viper.checksum'"));
+}
+
+TEST(SafetensorsRejectTest, MalformedChecksum) {
+  Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.checksum":"xyz"}})", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'viper.checksum' must be 16 hex digits, got 'xyz'"));
+}
+
+TEST(SafetensorsRejectTest, MetadataValueNotString) {
+  Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.version":3}})", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ value for key 'viper.version' must be a string, got number 3"));
+}
+
+TEST(SafetensorsRejectTest, MetadataNotAnObject) {
+  Status s = ParseStatus(RawFile(R"({"__metadata__":"v3"})", ""));
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ must be an object of strings, got string"));
+}
+
+TEST(SafetensorsRejectTest, MalformedViperVersion) {
+  Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.version":"-1"}})", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'viper.version' must be a decimal integer, got '-1'"));
+  s = ParseStatus(RawFile(R"({"__metadata__":{"viper.producer":"99999999999"}})", ""));  // > int32
+  EXPECT_THAT(s.message(), HasSubstr("'viper.producer' must be a decimal integer"));
+}
+
+TEST(SafetensorsRejectTest, EmptyTensorName) {
+  Status s = ParseStatus(RawFile(R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", ""));
+  EXPECT_THAT(s.message(), HasSubstr("empty name"));
+}
+
+// -------------------------------------------------------------------- metadata
+
+TEST(SafetensorsTest, MetadataRoundTrip) {
+  ModelState state = SpecModel();
+  state.metadata.version = 18446744073709551615ULL;  // uint64 max survives the decimal string
+  state.metadata.iteration = -5;
+  state.metadata.producer_id = 2147483647;
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok());
+  auto parsed = Parse(*bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->metadata.version, 18446744073709551615ULL);
+  EXPECT_EQ(parsed->metadata.iteration, -5);
+  EXPECT_EQ(parsed->metadata.producer_id, 2147483647);
+
+  auto map = ParseMetadata(bytes->data(), bytes->size());
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->at("viper.version"), "18446744073709551615");
+  EXPECT_EQ(map->at("viper.iteration"), "-5");
+  EXPECT_EQ(map->at("viper.producer"), "2147483647");
+  EXPECT_EQ(map->at("viper.checksum").size(), 16u);
+}
+
+TEST(SafetensorsTest, ExtraMetadataIsWrittenAndClashesRejected) {
+  const uint64_t checksum = kSpecChecksum;
+  auto header = BuildHeader(SpecModel(), &checksum, {{"format", "pt"}, {"run", "tc1"}});
+  ASSERT_TRUE(header.ok());
+  auto file = ToBytes(header->bytes + std::string(kSpecData, kSpecDataBytes));
+  auto map = ParseMetadata(file.data(), file.size());
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->at("format"), "pt");
+  EXPECT_EQ(map->at("run"), "tc1");
+  EXPECT_TRUE(ParseStatus(file, ParseOptions{true, true}).ok());
+
+  auto clash = BuildHeader(SpecModel(), nullptr, {{"viper.version", "9"}});
+  EXPECT_EQ(clash.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(clash.status().message(), HasSubstr("'viper.version' clashes"));
+}
+
+TEST(SafetensorsTest, ParseMetadataWithoutMetadataIsEmpty) {
+  auto file = RawFile(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x");
+  auto map = ParseMetadata(file.data(), file.size());
+  ASSERT_TRUE(map.ok());
+  EXPECT_TRUE(map->empty());
+}
+
+// ------------------------------------------------------------------- zero copy
+
+TEST(SafetensorsTest, ParseReturnsViewsIntoTheBuffer) {
+  auto bytes = Serialize(SpecModel());
+  ASSERT_TRUE(bytes.ok());
+  auto buffer = std::make_shared<std::vector<std::byte>>(*std::move(bytes));
+  const std::byte* begin = buffer->data();
+  const std::byte* end = begin + buffer->size();
+  const long owners_before = buffer.use_count();
+  {
+    auto parsed = Parse(std::shared_ptr<const void>(buffer, begin), begin, buffer->size());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    // The data section starts after 8 + 224 header bytes; "w" is its first
+    // 8 bytes and "b" the ninth.
+    EXPECT_EQ(parsed->tensors()[0].data, begin + 232);
+    EXPECT_EQ(parsed->tensors()[1].data, begin + 240);
+    for (const Tensor& t : parsed->tensors()) {
+      EXPECT_GE(t.data, begin);
+      EXPECT_LE(t.data + t.size_bytes, end);
+      EXPECT_EQ(t.owner.get(), t.data);  // aliasing pointer to the view
+    }
+    EXPECT_EQ(buffer.use_count(), owners_before + 2);  // each tensor shares the buffer
+  }
+  EXPECT_EQ(buffer.use_count(), owners_before);
+}
+
+TEST(SafetensorsTest, ViewsKeepAMovedInVectorAlive) {
+  Tensor w;
+  {
+    auto bytes = Serialize(SpecModel());
+    ASSERT_TRUE(bytes.ok());
+    auto parsed = Parse(*std::move(bytes));
+    ASSERT_TRUE(parsed.ok());
+    w = parsed->tensors()[0];
+  }
+  // The ModelState is gone; the tensor's owner still holds the buffer.
+  EXPECT_EQ(w.As<float>()[0], 1.0f);
+  EXPECT_EQ(w.As<float>()[1], -2.0f);
+}
+
+TEST(SafetensorsTest, DataSectionIsEightByteAligned) {
+  ModelState state;
+  ASSERT_TRUE(state.Add(Patterned("odd_name_length_x", DType::kF64, {3}, 1)).ok());
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok());
+  auto parsed = Parse(*std::move(bytes));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(parsed->tensors()[0].data) % 8, 0u);
+}
+
+// ------------------------------------------------------- serialization errors
+
+TEST(SafetensorsTest, DeviceTensorsNeedTheHostToSerialize) {
+  ModelState state;
+  Tensor t = Tensor::Allocate("gpu.weight", DType::kF16, {4});
+  t.memory = MemoryKind::kDevice;
+  ASSERT_TRUE(state.Add(t).ok());
+  // The header only needs sizes.
+  auto header = BuildHeader(state);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->data_bytes, 8u);
+  std::vector<std::byte> out(1024);
+  auto written = SerializeTo(state, out.data(), out.size());
+  EXPECT_EQ(written.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(written.status().message(), HasSubstr("tensor 'gpu.weight' is in device memory"));
+  EXPECT_EQ(Serialize(state).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(DataChecksum(state).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(SafetensorsTest, SerializeToRejectsSmallBuffer) {
+  std::vector<std::byte> out(100);
+  auto written = SerializeTo(SpecModel(), out.data(), out.size());
+  EXPECT_EQ(written.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(written.status().message(), HasSubstr("output buffer holds 100 bytes but the model needs 241"));
+}
+
+TEST(SafetensorsTest, BuildHeaderRejectsInconsistentTensor) {
+  ModelState state;
+  ASSERT_TRUE(state.Add(Tensor::Allocate("w", DType::kF32, {2})).ok());
+  state.mutable_tensors()[0].shape = {3};  // now 12 bytes expected, 8 held
+  auto header = BuildHeader(state);
+  EXPECT_EQ(header.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(header.status().message(), HasSubstr("tensor 'w': shape [3] of F32 needs 12 bytes but the tensor holds 8"));
+}
+
+TEST(SafetensorsTest, DataChecksumHashesTensorsInOrder) {
+  auto checksum = DataChecksum(SpecModel());
+  ASSERT_TRUE(checksum.ok());
+  EXPECT_EQ(*checksum, kSpecChecksum);
+}
+
+// -------------------------------------------------------------------- file I/O
+
+class SafetensorsFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "viper_safetensors_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  bool Exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+  }
+  std::string dir_;
+};
+
+TEST_F(SafetensorsFileTest, WriteThenReadRoundTrips) {
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
+  EXPECT_FALSE(Exists(path + ".tmp." + std::to_string(::getpid())));
+  // The file holds exactly what Serialize produces.
+  std::ifstream in(path, std::ios::binary);
+  std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bytes = Serialize(SpecModel());
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(on_disk, std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+
+  auto read = ReadFile(path, ParseOptions{true, true});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ExpectSameTensors(SpecModel(), *read);
+  EXPECT_EQ(read->metadata.version, 3u);
+}
+
+TEST_F(SafetensorsFileTest, OverwritesAnExistingFile) {
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
+  ModelState bigger;
+  ASSERT_TRUE(bigger.Add(Patterned("big", DType::kF32, {1000}, 9)).ok());
+  ASSERT_TRUE(WriteFileAtomic(bigger, path).ok());
+  auto read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ExpectSameTensors(bigger, *read);
+}
+
+TEST_F(SafetensorsFileTest, MissingDirectoryIsNotFound) {
+  const std::string path = dir_ + "/no/such/dir/model.safetensors";
+  Status s = WriteFileAtomic(SpecModel(), path);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("directory '" + dir_ + "/no/such/dir' does not exist"));
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST_F(SafetensorsFileTest, FailedRenameLeavesNoTempFile) {
+  // The target is an existing directory: rename fails after the data was
+  // written; the temporary file must be removed and the directory untouched.
+  const std::string path = dir_ + "/taken";
+  ASSERT_EQ(::mkdir(path.c_str(), 0755), 0);
+  Status s = WriteFileAtomic(SpecModel(), path);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("renaming"));
+  EXPECT_FALSE(Exists(path + ".tmp." + std::to_string(::getpid())));
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+}
+
+TEST_F(SafetensorsFileTest, DeviceTensorWritesNothing) {
+  ModelState state;
+  Tensor t = Tensor::Allocate("gpu", DType::kF32, {1});
+  t.memory = MemoryKind::kDevice;
+  ASSERT_TRUE(state.Add(t).ok());
+  const std::string path = dir_ + "/model.safetensors";
+  EXPECT_EQ(WriteFileAtomic(state, path).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST_F(SafetensorsFileTest, ReadMissingFileIsNotFoundNamingThePath) {
+  const std::string path = dir_ + "/absent.safetensors";
+  auto read = ReadFile(path);
+  EXPECT_EQ(read.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(read.status().message(), HasSubstr(path));
+}
+
+TEST_F(SafetensorsFileTest, TruncatedFileIsDataLossNamingThePath) {
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
+  ASSERT_EQ(::truncate(path.c_str(), 8 + 224 + 4), 0);  // cut "w" in half, lose "b"
+  auto read = ReadFile(path);
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(path + ": tensor 'w': data_offsets [0, 8) are out of range"));
+
+  ASSERT_EQ(::truncate(path.c_str(), 5), 0);  // not even the length prefix
+  read = ReadFile(path);
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr("5 bytes, shorter than the 8-byte"));
+}
+
+TEST_F(SafetensorsFileTest, ReadingADirectoryIsRejected) {
+  auto read = ReadFile(dir_);
+  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr("is not a regular file"));
+}
+
+}  // namespace
+}  // namespace safetensors
+}  // namespace viper
