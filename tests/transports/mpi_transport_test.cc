@@ -1,0 +1,245 @@
+// Host tier and push notification over MPI. Run under mpirun with NP 2 and
+// NP 3 (fan-out): rank 0 publishes, every other rank subscribes. Every test is
+// collective: all ranks run it, with roles by rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_util.h"
+#include "viper/core/safetensors.h"
+#include "viper/transports/mpi_session.h"
+#include "viper/transports/publisher.h"
+#include "viper/transports/subscriber.h"
+
+namespace viper {
+namespace transports {
+namespace {
+
+using testing_util::HasPattern;
+using testing_util::MakeModel;
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int Size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// A temp directory made on rank 0, its name sent to all ranks.
+std::string SharedTempDir() {
+  char name[256] = {0};
+  if (Rank() == 0) {
+    std::string d = testing_util::MakeTempDir();
+    std::snprintf(name, sizeof(name), "%s", d.c_str());
+  }
+  MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return name;
+}
+
+struct Scenario {
+  Publisher::Options pub;
+  Subscriber::Options sub;
+};
+
+Scenario HostScenario(Mode mode, HostProtocol protocol) {
+  Scenario s;
+  s.pub.tier = Tier::kHost;
+  s.pub.mode = mode;
+  s.pub.host_protocol = protocol;
+  s.pub.peer_timeout_s = 20;
+  s.sub.tier = Tier::kHost;
+  s.sub.host_protocol = protocol;
+  s.sub.window_slot_bytes = 8 << 20;
+  return s;
+}
+
+// Publishes `versions` models of `bytes` (seeds 10, 11, ...); subscribers
+// check they end with the last one, byte for byte.
+void RunFanOut(const Scenario& s, uint64_t bytes, int versions) {
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    for (int v = 0; v < versions; ++v) {
+      auto r = (*pub)->Publish(MakeModel(bytes, 10 + v), 100 * v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (s.pub.mode == Mode::kSync) {
+        // Sync: every consumer has acknowledged before Publish returns.
+        ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+      }
+    }
+    ASSERT_TRUE((*pub)->Close().ok());
+    auto summary = (*pub)->summary();
+    EXPECT_TRUE(summary.lost_consumers.empty()) << summary.BriefReport();
+    EXPECT_EQ(summary.sent + summary.superseded, static_cast<uint64_t>(versions));
+    auto reports = (*pub)->Reports();
+    ASSERT_FALSE(reports.empty());
+    EXPECT_TRUE(reports.back().sent) << reports.back().BriefReport();
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto last = (*sub)->WaitForVersion(versions - 1, 60);
+    ASSERT_TRUE(last.ok()) << last.status().ToString() << " " << (*sub)->summary().BriefReport();
+    EXPECT_EQ((*last)->state.metadata.version, static_cast<uint64_t>(versions - 1));
+    EXPECT_EQ((*last)->state.metadata.iteration, 100 * (versions - 1));
+    EXPECT_TRUE(HasPattern((*last)->state, 10 + versions - 1));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto summary = (*sub)->summary();
+    EXPECT_TRUE(summary.producer_finished) << summary.BriefReport();
+    EXPECT_EQ(summary.rejected, 0u) << summary.BriefReport();
+  }
+}
+
+TEST(MpiHost, TwoSidedSyncFanOut) {
+  RunFanOut(HostScenario(Mode::kSync, HostProtocol::kTwoSided), 3 << 20, 3);
+}
+
+TEST(MpiHost, OneSidedSyncFanOut) {
+  RunFanOut(HostScenario(Mode::kSync, HostProtocol::kOneSided), 3 << 20, 3);
+}
+
+TEST(MpiHost, AsyncSupersedesAndDeliversNewest) {
+  RunFanOut(HostScenario(Mode::kAsync, HostProtocol::kTwoSided), 4 << 20, 6);
+}
+
+TEST(MpiHost, SmallChunksExerciseTheLargeMessagePath) {
+  // Versions over 2 GiB go out in chunks of chunk_bytes; a 4 KiB chunk on a
+  // 1 MB model takes the same path with ~250 chunks and a ragged last one.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.chunk_bytes = 4096;
+  s.pub.max_inflight_chunks = 4;
+  RunFanOut(s, (1 << 20) + 4, 2);
+  Scenario o = HostScenario(Mode::kSync, HostProtocol::kOneSided);
+  o.pub.chunk_bytes = 4096;
+  RunFanOut(o, (1 << 20) + 4, 2);
+}
+
+TEST(MpiHost, OneSidedVersionLargerThanWindowIsRefused) {
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kOneSided);
+  s.sub.window_slot_bytes = 1 << 20;
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok());
+    auto r = (*pub)->Publish(MakeModel(2 << 20, 1), 1);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (const auto& c : r->consumers) {
+      EXPECT_FALSE(c.delivered);
+      EXPECT_FALSE(c.lost);  // refused, still a consumer
+    }
+    ASSERT_TRUE((*pub)->Close().ok());
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok());
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    EXPECT_EQ((*sub)->Current(), nullptr);
+    EXPECT_EQ((*sub)->summary().rejected, 1u);
+  }
+}
+
+TEST(MpiPfs, PushNotificationLoadsTheFile) {
+  const std::string dir = SharedTempDir();
+  Scenario s;
+  s.pub.tier = Tier::kPfs;
+  s.pub.notify = Notify::kPush;
+  s.pub.mode = Mode::kSync;
+  s.pub.pfs_dir = dir;
+  s.sub.tier = Tier::kPfs;
+  s.sub.notify = Notify::kPush;
+  s.sub.pfs_dir = dir;
+  RunFanOut(s, 2 << 20, 2);
+}
+
+TEST(MpiFaults, SilentProducerLeavesLastGoodVersion) {
+  // The producer publishes version 0 and then goes silent for longer than
+  // the consumers' producer_timeout_s (as a dead producer would): consumers
+  // keep serving version 0 and report the producer lost.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.sub.producer_timeout_s = 1.0;
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok());
+    ASSERT_TRUE((*pub)->Publish(MakeModel(1 << 20, 3), 7).ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // consumers have timed out
+    ASSERT_TRUE((*pub)->Close().ok());
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok());
+    ASSERT_TRUE((*sub)->WaitForVersion(0, 30).ok());
+    auto next = (*sub)->WaitForVersion(1, 30);
+    ASSERT_FALSE(next.ok());
+    EXPECT_EQ(next.status().code(), StatusCode::kAborted) << next.status().ToString();
+    EXPECT_NE(next.status().message().find("keeping version 0"), std::string::npos) << next.status().message();
+    EXPECT_TRUE((*sub)->summary().producer_lost);
+    ASSERT_NE((*sub)->Current(), nullptr);
+    EXPECT_TRUE(HasPattern((*sub)->Current()->state, 3));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
+  // The last rank stops receiving (as a dead or hung consumer would). The
+  // producer gives up on it after peer_timeout_s, keeps serving the others,
+  // and never waits on it again.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.peer_timeout_s = 1.0;
+  const int dead = Size() - 1;
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // the dead rank has stopped
+    auto r1 = (*pub)->Publish(MakeModel(1 << 20, 20), 1);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    auto r2 = (*pub)->Publish(MakeModel(1 << 20, 21), 2);
+    ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+    for (const auto& c : r1->consumers) {
+      if (c.rank == dead) {
+        EXPECT_TRUE(c.lost) << r1->BriefReport();
+      } else {
+        EXPECT_TRUE(c.delivered) << r1->BriefReport();
+      }
+    }
+    // The second version is not sent to the lost consumer at all.
+    EXPECT_EQ(r2->consumers.size(), static_cast<std::size_t>(Size() - 2)) << r2->BriefReport();
+    EXPECT_EQ((*pub)->summary().lost_consumers, std::vector<int>{dead});
+    ASSERT_TRUE((*pub)->Close().ok());
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok());
+    if (Rank() == dead) (*sub)->Stop();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() != dead) {
+      auto v = (*sub)->WaitForVersion(1, 30);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_TRUE(HasPattern((*v)->state, 21));
+      EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+}  // namespace
+}  // namespace transports
+}  // namespace viper
+
+int main(int argc, char** argv) {
+  auto session = viper::transports::MpiSession::Init(&argc, &argv);
+  if (!session.ok()) {
+    std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+    return 1;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  if ((*session)->size() < 2) {
+    std::fprintf(stderr, "run under mpirun -np 2 or more (one producer, consumers)\n");
+    return 1;
+  }
+  const int rc = RUN_ALL_TESTS();
+  session->reset();
+  return rc;
+}
