@@ -1,0 +1,262 @@
+#include "viper/schedulers/strategy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <utility>
+
+namespace viper {
+namespace schedulers {
+
+const char* ToString(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::kEpoch: return "epoch";
+    case StrategyKind::kViperFixed: return "viper-fixed";
+    case StrategyKind::kViperGreedy: return "viper-greedy";
+    case StrategyKind::kFixed: return "fixed";
+    case StrategyKind::kOptimal: return "optimal";
+    case StrategyKind::kOnline: return "online";
+    case StrategyKind::kOracle: return "oracle";
+  }
+  return "?";
+}
+
+std::vector<StrategyKind> AllStrategyKinds() {
+  return {StrategyKind::kEpoch, StrategyKind::kViperFixed, StrategyKind::kViperGreedy, StrategyKind::kFixed,
+          StrategyKind::kOptimal, StrategyKind::kOnline, StrategyKind::kOracle};
+}
+
+StatusOr<StrategyKind> StrategyKindFromString(const std::string& name) {
+  for (StrategyKind k : AllStrategyKinds()) {
+    if (name == ToString(k)) return k;
+  }
+  return InvalidArgumentError("unknown strategy '" + name +
+                              "' (expected epoch, viper-fixed, viper-greedy, fixed, optimal, online or oracle)");
+}
+
+StatusOr<std::vector<StrategyKind>> ParseStrategyKinds(const std::string& list) {
+  if (list == "all") return AllStrategyKinds();
+  std::vector<StrategyKind> kinds;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    VIPER_ASSIGN_OR_RETURN(StrategyKind k, StrategyKindFromString(item));
+    kinds.push_back(k);
+  }
+  if (kinds.empty()) return InvalidArgumentError("empty strategy list");
+  return kinds;
+}
+
+std::string PlanSummary::BriefReport() const {
+  char buf[320];
+  std::snprintf(buf, sizeof(buf), "%s: %lld checkpoints, predicted CIL %.6g, slowdown %.4g s (%s", ToString(strategy),
+                static_cast<long long>(checkpoints), predicted.cil, slowdown_s, exact ? "exact" : "heuristic");
+  std::string s = buf;
+  if (dp_layers > 0) s += ", " + std::to_string(dp_layers) + (dp_layers == 1 ? " layer" : " layers");
+  if (replans > 0) s += ", " + std::to_string(replans) + " re-plans";
+  std::snprintf(buf, sizeof(buf), ", %.3g s)", plan_time_s);
+  return s + buf;
+}
+
+StatusOr<LossCurve> InterpolateCurve(const predictor::CurveData& points, int64_t first, int64_t last) {
+  if (points.size() == 0) return InvalidArgumentError("no loss points to interpolate");
+  if (last < first) return InvalidArgumentError("empty iteration range to interpolate");
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(last - first + 1));
+  size_t k = 0;
+  const auto& x = points.iterations;
+  const auto& y = points.losses;
+  for (int64_t i = first; i <= last; ++i) {
+    const double xi = static_cast<double>(i);
+    while (k + 1 < x.size() && x[k + 1] <= xi) ++k;
+    double v;
+    if (xi <= x.front()) {
+      v = y.front();
+    } else if (k + 1 >= x.size()) {
+      v = y.back();
+    } else {
+      const double w = (xi - x[k]) / (x[k + 1] - x[k]);
+      v = y[k] + w * (y[k + 1] - y[k]);
+    }
+    out.push_back(v);
+  }
+  return LossCurve(first, std::move(out));
+}
+
+namespace {
+
+class PredictorForecaster : public Forecaster {
+ public:
+  explicit PredictorForecaster(predictor::LearningCurvePredictor::Options options) : options_(std::move(options)) {}
+
+  StatusOr<LossCurve> Forecast(const predictor::CurveData& observed, int64_t first, int64_t last) override {
+    if (!predictor_) {
+      VIPER_ASSIGN_OR_RETURN(auto p, predictor::LearningCurvePredictor::Fit(observed, options_));
+      predictor_.emplace(std::move(p));
+      fitted_points_ = observed.size();
+    } else if (observed.size() > fitted_points_) {
+      // On failure the predictor keeps its previous fit: forecasting goes on with it.
+      if (predictor_->Refit(observed).ok()) fitted_points_ = observed.size();
+    }
+    std::vector<double> v = predictor_->PredictRange(first, last);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) {
+        return FailedPreconditionError("the fitted learning curve is not finite at iteration " +
+                                       std::to_string(first + static_cast<int64_t>(i)));
+      }
+      v[i] = std::max(0.0, v[i]);
+    }
+    return LossCurve(first, std::move(v));
+  }
+
+ private:
+  predictor::LearningCurvePredictor::Options options_;
+  std::optional<predictor::LearningCurvePredictor> predictor_;
+  size_t fitted_points_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options) {
+  return std::make_unique<PredictorForecaster>(options);
+}
+
+OnlinePlanner::OnlinePlanner(Problem problem, std::shared_ptr<Forecaster> forecaster)
+    : problem_(std::move(problem)), forecaster_(std::move(forecaster)) {}
+
+StatusOr<std::optional<int64_t>> OnlinePlanner::NextCheckpoint(const predictor::CurveData& observed) {
+  VIPER_RETURN_IF_ERROR(problem_.Validate());
+  if (!forecaster_) return FailedPreconditionError("the online planner has no forecaster");
+  ++replans_;
+  VIPER_ASSIGN_OR_RETURN(LossCurve curve,
+                         forecaster_->Forecast(observed, problem_.warmup_iterations, problem_.total_iterations));
+  PlanStart start;
+  start.checkpoints_taken = static_cast<int64_t>(taken_.size());
+  start.last_checkpoint = taken_.empty() ? problem_.warmup_iterations : taken_.back();
+  if (start.checkpoints_taken >= problem_.MaxCheckpoints()) {
+    last_plan_.clear();
+    return std::optional<int64_t>();
+  }
+  VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, curve, start));
+  last_plan_ = sol.schedule;
+  if (sol.schedule.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(sol.schedule.front());
+}
+
+Status OnlinePlanner::Commit(int64_t iteration) {
+  const int64_t last = taken_.empty() ? problem_.warmup_iterations : taken_.back();
+  if (iteration <= last || iteration > problem_.total_iterations) {
+    return InvalidArgumentError("checkpoint at iteration " + std::to_string(iteration) + " is not in (" +
+                                std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
+  }
+  taken_.push_back(iteration);
+  return Status::Ok();
+}
+
+namespace {
+
+predictor::CurveData PointsUpTo(const predictor::CurveData& d, int64_t last) {
+  return d.Prefix(static_cast<double>(last));
+}
+
+class StrategyImpl : public Strategy {
+ public:
+  StrategyImpl(StrategyKind kind, StrategyOptions options) : kind_(kind), options_(std::move(options)) {}
+  StrategyKind kind() const override { return kind_; }
+
+  StatusOr<Plan> MakePlan(const PlanningInput& in) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Problem& p = in.problem;
+    VIPER_RETURN_IF_ERROR(p.Validate());
+    VIPER_RETURN_IF_ERROR(in.predicted.CheckCovers(p).WithContext("predicted curve"));
+    Plan plan;
+    PlanSummary& s = plan.summary;
+    s.strategy = kind_;
+    Solution sol;
+    switch (kind_) {
+      case StrategyKind::kEpoch: {
+        VIPER_ASSIGN_OR_RETURN(sol, EpochSchedule(p, options_.iterations_per_epoch));
+        s.message = "every epoch boundary (" + std::to_string(options_.iterations_per_epoch) + " iterations)";
+        break;
+      }
+      case StrategyKind::kViperFixed: {
+        VIPER_ASSIGN_OR_RETURN(sol, ViperFixedInterval(p, in.predicted));
+        s.message = "Viper Algorithm 2: best single interval by Algorithm 1 counting";
+        break;
+      }
+      case StrategyKind::kViperGreedy: {
+        const predictor::CurveData warm = PointsUpTo(in.observed, p.warmup_iterations);
+        VIPER_ASSIGN_OR_RETURN(double threshold, ViperGreedyThreshold(warm.losses));
+        VIPER_ASSIGN_OR_RETURN(sol, ViperGreedy(p, in.predicted, threshold));
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), "%.6g", threshold);
+        s.message = std::string("Viper Algorithm 3: checkpoint when the predicted loss drops by > ") + buf;
+        break;
+      }
+      case StrategyKind::kFixed: {
+        VIPER_ASSIGN_OR_RETURN(sol, SolveFixedInterval(p, in.predicted));
+        s.exact = true;
+        s.message = "exact best single interval (fluid objective)";
+        break;
+      }
+      case StrategyKind::kOptimal: {
+        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, in.predicted));
+        s.exact = true;
+        s.message = "exact optimal irregular schedule on the prediction (fluid objective)";
+        break;
+      }
+      case StrategyKind::kOracle: {
+        if (!in.truth) return FailedPreconditionError("oracle needs the true curve");
+        VIPER_RETURN_IF_ERROR(in.truth->CheckCovers(p).WithContext("true curve"));
+        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, *in.truth));
+        s.exact = true;
+        s.message = "exact optimal schedule on the true curve (a bound, not a strategy)";
+        break;
+      }
+      case StrategyKind::kOnline: {
+        if (!options_.forecaster) return InvalidArgumentError("online needs StrategyOptions::forecaster");
+        OnlinePlanner planner(p, options_.forecaster);
+        int64_t now = p.warmup_iterations;
+        while (true) {
+          VIPER_ASSIGN_OR_RETURN(std::optional<int64_t> next, planner.NextCheckpoint(PointsUpTo(in.observed, now)));
+          if (!next) break;
+          VIPER_RETURN_IF_ERROR(planner.Commit(*next));
+          now = *next;
+        }
+        sol.schedule = planner.taken();
+        s.replans = planner.replans();
+        s.message = "receding horizon: re-fit and re-plan exactly at every checkpoint";
+        break;
+      }
+    }
+    plan.schedule = sol.schedule;
+    s.dp_layers = sol.layers;
+    s.solver_objective = sol.objective;
+    s.checkpoints = static_cast<int64_t>(plan.schedule.size());
+    s.slowdown_s = static_cast<double>(s.checkpoints) * p.cost.stall_s;
+    VIPER_ASSIGN_OR_RETURN(s.predicted, Evaluate(p, in.predicted, plan.schedule, CountingMode::kFluid));
+    s.plan_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return plan;
+  }
+
+ private:
+  StrategyKind kind_;
+  StrategyOptions options_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const StrategyOptions& options) {
+  if (kind == StrategyKind::kEpoch && options.iterations_per_epoch <= 0) {
+    return InvalidArgumentError("epoch needs iterations_per_epoch > 0");
+  }
+  if (kind == StrategyKind::kOnline && !options.forecaster) {
+    return InvalidArgumentError("online needs a forecaster");
+  }
+  return std::unique_ptr<Strategy>(new StrategyImpl(kind, options));
+}
+
+}  // namespace schedulers
+}  // namespace viper
