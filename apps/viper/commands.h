@@ -22,6 +22,7 @@ struct Command {
 };
 
 int RunLogInfo(const std::vector<std::string>& args);
+int RunInspect(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

@@ -13,6 +13,7 @@ using viper::cli::Command;
 
 constexpr Command kCommands[] = {
     {"log-info", "summarise a training log (rows, iterations, epochs, losses)", viper::cli::RunLogInfo},
+    {"inspect", "list the tensors and metadata of a .safetensors file, verify its checksum", viper::cli::RunInspect},
 };
 
 void PrintHelp() {

@@ -468,7 +468,7 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data
   return ExtractMetadata(raw.json);
 }
 
-StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options) {
+StatusOr<FileBuffer> ReadFileBuffer(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -506,7 +506,16 @@ StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& optio
     done += static_cast<uint64_t>(n);
   }
   ::close(fd);
-  auto state = Parse(std::shared_ptr<const void>(buffer, buffer.get()), buffer.get(), size, options);
+  FileBuffer out;
+  out.bytes = std::move(buffer);
+  out.size = size;
+  return out;
+}
+
+StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options) {
+  VIPER_ASSIGN_OR_RETURN(FileBuffer file, ReadFileBuffer(path));
+  const std::byte* data = file.bytes.get();
+  auto state = Parse(std::shared_ptr<const void>(file.bytes, data), data, file.size, options);
   if (!state.ok()) return state.status().WithContext(path);
   return state;
 }

@@ -82,6 +82,13 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data
 // ReadFile reads the whole file into one buffer the tensors then view;
 // errors name the path (NotFound when it does not exist).
 StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options = {});
+// The whole file in one uninitialised-then-filled buffer: what ReadFile
+// parses, for callers that also want ParseMetadata or the raw bytes.
+struct FileBuffer {
+  std::shared_ptr<std::byte[]> bytes;
+  uint64_t size = 0;
+};
+StatusOr<FileBuffer> ReadFileBuffer(const std::string& path);
 // Writes to `path`.tmp.<pid>, fsyncs, renames to `path`, fsyncs the
 // directory. On failure the temporary file is removed and `path` is never left
 // partially written (NotFound when the directory does not exist).
