@@ -23,6 +23,7 @@ struct Command {
 
 int RunLogInfo(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
+int RunPlan(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

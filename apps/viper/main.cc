@@ -14,6 +14,7 @@ using viper::cli::Command;
 constexpr Command kCommands[] = {
     {"log-info", "summarise a training log (rows, iterations, epochs, losses)", viper::cli::RunLogInfo},
     {"inspect", "list the tensors and metadata of a .safetensors file, verify its checksum", viper::cli::RunInspect},
+    {"plan", "plan checkpoint schedules (epoch, viper-fixed/greedy, fixed, optimal, online, oracle)", viper::cli::RunPlan},
 };
 
 void PrintHelp() {
