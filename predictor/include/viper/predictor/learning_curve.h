@@ -140,9 +140,11 @@ class LearningCurvePredictor {
 struct ExtrapolationError {
   size_t points = 0;              // points of `truth` after the fitted range
   double rmse = 0;                // over those points, loss units
-  double final_loss = 0;          // the true loss at the last point
-  double predicted_final_loss = 0;
-  double final_relative_error = 0;  // |predicted - true| / |true| at the last point
+  // "Final" = the mean over the last m = clamp(points / 20, 1, 20) points, so
+  // one noisy value does not decide it.
+  double final_loss = 0;            // true final loss
+  double predicted_final_loss = 0;  // predicted, averaged over the same points
+  double final_relative_error = 0;  // |predicted - true| / |true|
 };
 // Scores `predictor` on the points of `truth` after its last fitted iteration.
 // Fails when there are none.
