@@ -23,7 +23,9 @@ struct Command {
 
 int RunLogInfo(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
+int RunTrain(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);
+int RunSimulate(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

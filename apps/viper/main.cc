@@ -14,7 +14,9 @@ using viper::cli::Command;
 constexpr Command kCommands[] = {
     {"log-info", "summarise a training log (rows, iterations, epochs, losses)", viper::cli::RunLogInfo},
     {"inspect", "list the tensors and metadata of a .safetensors file, verify its checksum", viper::cli::RunInspect},
+    {"train", "train an MLP on Fashion-MNIST for real and write its log", viper::cli::RunTrain},
     {"plan", "plan checkpoint schedules (epoch, viper-fixed/greedy, fixed, optimal, online, oracle)", viper::cli::RunPlan},
+    {"simulate", "fit, plan every strategy, judge each in the simulator on the log's true curve", viper::cli::RunSimulate},
 };
 
 void PrintHelp() {

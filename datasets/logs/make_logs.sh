@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Regenerates the shipped Fashion-MNIST training logs with `viper train`.
+# Usage: datasets/logs/make_logs.sh [path/to/viper] (default: build/apps/viper)
+# Writes the logs here (or to $OUT_DIR) and each run's summary to $JSON_DIR/<name>.json
+# (default /tmp); the figures in datasets/README.md come from those summaries.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+viper="${1:-$here/../../build/apps/viper}"
+out="${OUT_DIR:-$here}"
+common=(--dataset fashion-mnist --batch 64 --seed 1 --val-samples 1000 --progress-every 10)
+run() {
+  local name="$1"; shift
+  echo "== $name: viper train $* ${common[*]}" >&2
+  nice -n 10 "$viper" train "${common[@]}" "$@" --log-out "$out/$name.csv.gz" --json "${JSON_DIR:-/tmp}/$name.json"
+}
+run sgd-h256          --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50
+run adam-h256         --hidden 256       --optimizer adam --lr 0.001               --epochs 5  --val-every 50
+run sgd-h32           --hidden 32        --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50
+run sgd-h1024x1024    --hidden 1024,1024 --optimizer sgd  --lr 0.02  --momentum 0.9 --epochs 3  --val-every 50
+run sgd-h256-cosine   --hidden 256       --optimizer sgd  --lr 0.1   --momentum 0.9 --epochs 5  --val-every 50 --cosine
+run drift-sgd-h256    --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 1500
+run long-sgd-h32      --hidden 32        --optimizer sgd  --lr 0.02  --momentum 0.9 --epochs 50 --val-every 250

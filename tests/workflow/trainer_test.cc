@@ -1,0 +1,541 @@
+// Tests of the Fashion-MNIST trainer: data loading, the MLP's backward pass,
+// the optimisers, the drift stream, evaluation of a ModelState, and that the
+// trainer reproduces the shipped logs. Tests that need the real dataset skip
+// when the Debian package dataset-fashion-mnist is not installed.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "viper/core/safetensors.h"
+#include "viper/datasets/log_reader.h"
+#include "viper/workflow/fashion_mnist.h"
+#include "viper/workflow/mlp.h"
+#include "viper/workflow/trainer.h"
+#include "viper/workflow/trainer_log.h"
+
+namespace viper {
+namespace workflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HaveDataset() {
+  return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
+         fs::exists(DefaultFashionMnistDir() + "/t10k-labels-idx1-ubyte.gz");
+}
+
+#define SKIP_WITHOUT_DATASET()                                                                  \
+  if (!HaveDataset()) GTEST_SKIP() << "Fashion-MNIST not found in " << DefaultFashionMnistDir() \
+                                   << " (install the Debian package dataset-fashion-mnist)"
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("viper_workflow_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+// A synthetic, linearly separable-ish data set: class c has a bump on feature c.
+Samples Synthetic(int64_t n, int64_t features, int classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Samples s;
+  s.features = features;
+  s.pixels.resize(static_cast<std::size_t>(n * features));
+  s.labels.resize(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int label = static_cast<int>(rng() % static_cast<uint64_t>(classes));
+    s.labels[static_cast<std::size_t>(i)] = static_cast<uint8_t>(label);
+    for (int64_t f = 0; f < features; ++f) {
+      s.pixels[static_cast<std::size_t>(i * features + f)] = static_cast<uint8_t>(rng() % 100);
+    }
+    s.pixels[static_cast<std::size_t>(i * features + label)] = 255;
+  }
+  return s;
+}
+
+TEST(TrainerTest, DefaultOptionsAreValid) {
+  std::string error;
+  EXPECT_TRUE(Mlp::Options().IsValid(&error)) << error;
+  EXPECT_TRUE(Trainer::Options().IsValid(&error)) << error;
+}
+
+TEST(TrainerTest, InvalidOptionsNameTheField) {
+  std::string error;
+  Trainer::Options o;
+  o.momentum = 1.0;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("momentum"), std::string::npos) << error;
+  o = Trainer::Options();
+  o.drift = Trainer::Drift::kClassIncremental;  // drift_at_iteration left 0
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_at_iteration"), std::string::npos) << error;
+  Mlp::Options m;
+  m.hidden_widths = {8, 0};
+  EXPECT_FALSE(m.IsValid(&error));
+  EXPECT_NE(error.find("hidden_widths[1]"), std::string::npos) << error;
+}
+
+TEST(TrainerTest, EnumsRoundTrip) {
+  for (auto o : {Trainer::Optimizer::kSgd, Trainer::Optimizer::kAdam}) {
+    EXPECT_EQ(*Trainer::OptimizerFromString(Trainer::ToString(o)), o);
+  }
+  for (auto d : {Trainer::Drift::kNone, Trainer::Drift::kClassIncremental}) {
+    EXPECT_EQ(*Trainer::DriftFromString(Trainer::ToString(d)), d);
+  }
+  EXPECT_FALSE(Trainer::OptimizerFromString("rmsprop").ok());
+  EXPECT_EQ(*FashionMnistSplitFromString("t10k"), FashionMnistSplit::kTest);
+}
+
+TEST(MlpTest, TensorsAreNamedAndShapedLikePyTorch) {
+  Mlp::Options o;
+  o.hidden_widths = {32, 16};
+  auto mlp = Mlp::Create(o, 7);
+  ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
+  const ModelState& s = mlp->state();
+  ASSERT_EQ(s.size(), 6u);
+  // nn.Linear(784, 32).weight is [out, in] = [32, 784].
+  EXPECT_EQ(s.tensors()[0].name, "layers.0.weight");
+  EXPECT_EQ(s.tensors()[0].shape, (std::vector<int64_t>{32, 784}));
+  EXPECT_EQ(s.tensors()[1].name, "layers.0.bias");
+  EXPECT_EQ(s.tensors()[1].shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(s.tensors()[4].shape, (std::vector<int64_t>{10, 16}));
+  for (const auto& t : s.tensors()) EXPECT_EQ(t.dtype, DType::kF32);
+  // 784*32+32 + 32*16+16 + 16*10+10 parameters, 4 bytes each.
+  EXPECT_EQ(mlp->NumParameters(), 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10);
+  EXPECT_EQ(mlp->SizeBytes(), static_cast<std::size_t>(mlp->NumParameters()) * 4);
+  // He-uniform bound for layer 0 is sqrt(6/784) = 0.0875.
+  const Tensor& w0 = s.tensors()[0];
+  float max_abs = 0;
+  for (int64_t i = 0; i < w0.NumElements(); ++i) max_abs = std::max(max_abs, std::abs(w0.As<float>()[i]));
+  EXPECT_LE(max_abs, std::sqrt(6.0f / 784.0f));
+  EXPECT_GT(max_abs, 0.9f * std::sqrt(6.0f / 784.0f));  // 25k draws reach near the bound
+}
+
+// The backward pass against central finite differences on a tiny MLP.
+TEST(MlpTest, GradientMatchesFiniteDifferences) {
+  Mlp::Options o;
+  o.input_features = 5;
+  o.hidden_widths = {6, 4};
+  o.num_classes = 3;
+  auto created = Mlp::Create(o, 3);
+  ASSERT_TRUE(created.ok());
+  Mlp mlp = std::move(created).value();
+  // Non-zero biases, so that their gradients are exercised away from 0.
+  std::mt19937_64 rng(13);
+  for (int k : {1, 3, 5}) {
+    for (int64_t i = 0; i < mlp.parameter_size(k); ++i) {
+      mlp.parameter(k)[i] = static_cast<float>(static_cast<double>(rng() % 1000) / 5000.0 - 0.1);
+    }
+  }
+  Eigen::MatrixXf inputs(5, 4);
+  for (int64_t i = 0; i < inputs.size(); ++i) inputs.data()[i] = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+  const std::vector<int32_t> labels = {0, 2, 1, 2};
+  // Guard: a pre-activation within a perturbation (eps * max|input| + eps) of
+  // the ReLU kink would make the finite difference meaningless there.
+  {
+    Eigen::MatrixXf a = inputs;
+    for (int k = 0; k < 2; ++k) {
+      Eigen::Map<const Mlp::RowMatrix> w(mlp.parameter(2 * k), mlp.out_features(k), mlp.in_features(k));
+      Eigen::Map<const Eigen::VectorXf> b(mlp.parameter(2 * k + 1), mlp.out_features(k));
+      Eigen::MatrixXf z = w * a;
+      z.colwise() += b;
+      ASSERT_GT(z.cwiseAbs().minCoeff(), 1e-2f) << "layer " << k << " sits on a ReLU kink; change the seed";
+      a = z.cwiseMax(0.0f);
+    }
+  }
+  Mlp::Buffers grad;
+  Mlp::Workspace ws;
+  mlp.LossAndGradient(inputs, labels, &grad, &ws);
+  Mlp::Buffers scratch;
+  const float eps = 1e-3f;
+  int checked = 0;
+  for (int k = 0; k < mlp.num_parameter_tensors(); ++k) {
+    for (int64_t i = 0; i < mlp.parameter_size(k); ++i) {
+      float& p = mlp.parameter(k)[i];
+      const float saved = p;
+      p = saved + eps;
+      const double plus = mlp.LossAndGradient(inputs, labels, &scratch, &ws);
+      p = saved - eps;
+      const double minus = mlp.LossAndGradient(inputs, labels, &scratch, &ws);
+      p = saved;
+      const double numeric = (plus - minus) / (2.0 * eps);
+      const double analytic = grad.tensors[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)];
+      // float32 losses: rounding error ~1e-7/eps = 1e-4 on the difference quotient.
+      EXPECT_NEAR(analytic, numeric, 5e-4 + 1e-2 * std::abs(numeric))
+          << mlp.state().tensors()[static_cast<std::size_t>(k)].name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 5 * 6 + 6 + 6 * 4 + 4 + 4 * 3 + 3);
+}
+
+TEST(MlpTest, EvaluateKnownModels) {
+  // Four samples with features 4 and labels {0, 1, 2, 0}.
+  Samples s;
+  s.features = 4;
+  s.labels = {0, 1, 2, 0};
+  s.pixels = {255, 0, 0, 0,  0, 255, 0, 0,  0, 0, 255, 0,  255, 0, 0, 0};
+  Mlp::Options o;
+  o.input_features = 4;
+  o.hidden_widths = {};
+  o.num_classes = 3;
+  auto mlp = Mlp::Create(o, 1);
+  ASSERT_TRUE(mlp.ok());
+  // All-zero weights: uniform softmax, loss ln(3) for every sample; ties go to
+  // class 0, which is the label of 2 of the 4 samples.
+  for (int k = 0; k < 2; ++k) std::fill_n(mlp->parameter(k), mlp->parameter_size(k), 0.0f);
+  auto e = Evaluate(mlp->state(), s);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_NEAR(e->mean_loss, std::log(3.0), 1e-6);
+  EXPECT_DOUBLE_EQ(e->accuracy, 0.5);
+  EXPECT_EQ(e->samples, 4);
+  // Weight 10 from feature c to class c: every sample right, logit margin 10,
+  // loss ln(1 + 2 e^-10) = 9.08e-5.
+  for (int c = 0; c < 3; ++c) mlp->parameter(0)[c * 4 + c] = 10.0f;
+  e = Evaluate(mlp->state(), s, /*batch_size=*/3);  // batches of 3 and 1
+  ASSERT_TRUE(e.ok());
+  EXPECT_DOUBLE_EQ(e->accuracy, 1.0);
+  EXPECT_NEAR(e->mean_loss, std::log1p(2.0 * std::exp(-10.0)), 1e-6);
+}
+
+TEST(MlpTest, FromModelStateRejectsWhatIsNotAnMlp) {
+  Mlp::Options o;
+  o.hidden_widths = {8};
+  auto mlp = Mlp::Create(o, 1);
+  ASSERT_TRUE(mlp.ok());
+  ModelState missing;
+  ASSERT_TRUE(missing.Add(mlp->state().tensors()[0]).ok());
+  ASSERT_TRUE(missing.Add(mlp->state().tensors()[1]).ok());
+  ASSERT_TRUE(missing.Add(mlp->state().tensors()[3]).ok());
+  ASSERT_TRUE(missing.Add(Tensor::Allocate("other", DType::kF32, {1})).ok());
+  auto r = Mlp::FromModelState(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layers.1.weight"), std::string::npos) << r.status().message();
+
+  ModelState wrong_dtype;
+  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("layers.0.weight", DType::kF64, {10, 784})).ok());
+  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("layers.0.bias", DType::kF32, {10})).ok());
+  r = Mlp::FromModelState(wrong_dtype);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("F64, expected F32"), std::string::npos) << r.status().message();
+
+  ModelState mismatch;
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.0.weight", DType::kF32, {8, 784})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.0.bias", DType::kF32, {8})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.1.weight", DType::kF32, {10, 9})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.1.bias", DType::kF32, {10})).ok());
+  r = Mlp::FromModelState(mismatch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layers.1.weight' takes 9 inputs"), std::string::npos)
+      << r.status().message();
+
+  // Evaluate on samples of the wrong size names both sizes.
+  Samples s;
+  s.features = 5;
+  s.labels = {0};
+  s.pixels = {0, 0, 0, 0, 0};
+  auto e = Evaluate(mlp->state(), s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("784"), std::string::npos);
+}
+
+TEST(MlpTest, CloneOwnsItsBytes) {
+  auto mlp = Mlp::Create(Mlp::Options(), 1);
+  ASSERT_TRUE(mlp.ok());
+  Mlp copy = mlp->Clone();
+  copy.parameter(0)[0] += 1.0f;
+  EXPECT_NE(copy.parameter(0)[0], mlp->parameter(0)[0]);
+}
+
+Trainer::Options SyntheticOptions() {
+  Trainer::Options o;
+  o.hidden_widths = {16};
+  o.batch_size = 8;
+  o.epochs = 4;
+  o.learning_rate = 0.05;
+  o.val_every_iterations = 10;
+  return o;
+}
+
+std::vector<float> Losses(const Trainer::Options& o, Samples train, Samples val) {
+  auto t = Trainer::Create(o, std::move(train), std::move(val));
+  VIPER_CHECK(t.ok());
+  std::vector<float> losses;
+  LogRecord r;
+  while (!(*t)->done()) {
+    VIPER_CHECK((*t)->Step(&r).ok());
+    losses.push_back(static_cast<float>(*r.train_loss));
+    if (r.val_loss) losses.push_back(static_cast<float>(*r.val_loss));
+  }
+  return losses;
+}
+
+TEST(TrainerTest, SameSeedGivesIdenticalLosses) {
+  const Samples train = Synthetic(200, 12, 10, 5), val = Synthetic(50, 12, 10, 6);
+  for (auto optimizer : {Trainer::Optimizer::kSgd, Trainer::Optimizer::kAdam}) {
+    Trainer::Options o = SyntheticOptions();
+    o.optimizer = optimizer;
+    if (optimizer == Trainer::Optimizer::kAdam) o.learning_rate = 0.003;
+    o.cosine_schedule = true;
+    const auto a = Losses(o, train, val), b = Losses(o, train, val);
+    ASSERT_EQ(a.size(), 4u * 25u + 10u);  // 25 iterations per epoch; validation every 10
+    EXPECT_EQ(a, b) << Trainer::ToString(optimizer);  // bit for bit
+    o.seed = 2;
+    EXPECT_NE(Losses(o, train, val), a) << "another seed must change the initialisation and the order";
+  }
+}
+
+TEST(TrainerTest, CosineScheduleAndLengths) {
+  Trainer::Options o = SyntheticOptions();
+  o.cosine_schedule = true;
+  o.max_iterations = 60;
+  auto t = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->iterations_per_epoch(), 25);  // floor(200 / 8)
+  EXPECT_EQ((*t)->planned_iterations(), 60);    // min(4 * 25, 60)
+  std::vector<double> lrs;
+  std::vector<int64_t> epochs;
+  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer& tr) {
+    lrs.push_back(tr.learning_rate());
+    epochs.push_back(*r.epoch);
+    return true;
+  });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->termination, "max_iterations");
+  ASSERT_EQ(lrs.size(), 60u);
+  EXPECT_DOUBLE_EQ(lrs[0], 0.05);                                     // cos(0) = 1
+  EXPECT_NEAR(lrs[30], 0.05 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);  // iteration 31: half way
+  EXPECT_EQ(epochs[24], 0);
+  EXPECT_EQ(epochs[25], 1);  // iteration 26 starts the second pass
+  EXPECT_TRUE(s->last_val_loss.has_value());  // the last iteration validates
+}
+
+TEST(TrainerTest, StopsWhenTheCallbackSaysSo) {
+  auto t = Trainer::Create(SyntheticOptions(), Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+  ASSERT_TRUE(t.ok());
+  auto s = (*t)->Run(nullptr, [](const LogRecord& r, const Trainer&) { return r.iteration < 7; });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->iterations, 7);
+  EXPECT_EQ(s->termination, "stopped by callback");
+  LogRecord r;
+  EXPECT_TRUE((*t)->Step(&r).ok());  // training can go on
+}
+
+TEST(TrainerTest, LogWriterWritesGzipCsvTheReaderAccepts) {
+  const std::string path = TempPath("log.csv.gz");
+  {
+    Trainer::Options o = SyntheticOptions();
+    o.max_iterations = 30;
+    auto t = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+    ASSERT_TRUE(t.ok());
+    auto log = TrainingLogWriter::Open(path);
+    ASSERT_TRUE(log.ok()) << log.status().ToString();
+    ASSERT_TRUE((*t)->Run(log->get()).ok());
+    ASSERT_TRUE((*log)->Close().ok());
+  }
+  // The file really is gzip (magic 1f 8b) ...
+  std::ifstream raw(path, std::ios::binary);
+  unsigned char magic[2] = {};
+  raw.read(reinterpret_cast<char*>(magic), 2);
+  EXPECT_EQ(magic[0], 0x1f);
+  EXPECT_EQ(magic[1], 0x8b);
+  // ... and the datasets reader parses it: 30 rows, validation at 10, 20, 30.
+  auto log = datasets::LogReader::ReadFile(path, {});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  ASSERT_EQ(log->records.size(), 30u);
+  EXPECT_EQ(log->records[0].iteration, 1);
+  EXPECT_FALSE(log->records[0].val_loss.has_value());
+  EXPECT_TRUE(log->records[9].val_loss.has_value());
+  EXPECT_TRUE(log->records[29].val_accuracy.has_value());
+  EXPECT_TRUE(log->records[29].wall_time_s.has_value());
+  fs::remove(path);
+}
+
+TEST(FashionMnistTest, MissingDirectoryGivesAClearError) {
+  auto r = LoadFashionMnist("/nonexistent/fashion", FashionMnistSplit::kTrain);
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("/nonexistent/fashion/train-images-idx3-ubyte.gz"), std::string::npos) << m;
+  EXPECT_NE(m.find("dataset-fashion-mnist"), std::string::npos) << m;
+  Trainer::Options o;
+  o.dataset_dir = "/nonexistent/fashion";
+  EXPECT_FALSE(Trainer::Create(o).ok());
+}
+
+TEST(FashionMnistTest, CorruptFilesAreRejectedNamingFileAndExpectation) {
+  const std::string images = TempPath("images.gz"), labels = TempPath("labels.gz");
+  auto write_gz = [](const std::string& path, const std::vector<uint8_t>& bytes) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+    gzclose(f);
+  };
+  // Two 28x28 images, two labels: valid.
+  std::vector<uint8_t> img = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+  img.resize(16 + 2 * 784, 7);
+  std::vector<uint8_t> lab = {0, 0, 8, 1, 0, 0, 0, 2, 3, 9};
+  write_gz(images, img);
+  write_gz(labels, lab);
+  auto ok = LoadIdxPair(images, labels);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size(), 2);
+  EXPECT_EQ(ok->labels[1], 9);
+
+  auto expect_error = [&](const std::string& file, const char* what) {
+    auto r = LoadIdxPair(images, labels);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(file), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  std::vector<uint8_t> bad = img;
+  bad[3] = 1;  // magic 2049 is a label file
+  write_gz(images, bad);
+  expect_error(images, "expected 2051");
+  bad = img;
+  bad.resize(bad.size() - 1);  // truncated pixels
+  write_gz(images, bad);
+  expect_error(images, "header announces 2 images");
+  write_gz(images, img);
+  std::vector<uint8_t> bad_labels = lab;
+  bad_labels[9] = 10;  // not a class
+  write_gz(labels, bad_labels);
+  expect_error(labels, "label 10 of sample 1");
+  bad_labels = {0, 0, 8, 1, 0, 0, 0, 1, 3};  // one label for two images
+  write_gz(labels, bad_labels);
+  expect_error(labels, "holds 1 labels");
+  fs::remove(images);
+  fs::remove(labels);
+}
+
+TEST(FashionMnistTest, RealFilesLoad) {
+  SKIP_WITHOUT_DATASET();
+  auto train = LoadFashionMnist(DefaultFashionMnistDir(), FashionMnistSplit::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status().ToString();
+  EXPECT_EQ(train->size(), 60000);  // the published split sizes
+  auto test = LoadFashionMnist(DefaultFashionMnistDir(), FashionMnistSplit::kTest, 1000);
+  ASSERT_TRUE(test.ok());
+  EXPECT_EQ(test->size(), 1000);
+  // Fashion-MNIST is balanced: 6,000 training images per class.
+  std::vector<int> counts(10, 0);
+  for (uint8_t l : train->labels) ++counts[l];
+  for (int c = 0; c < 10; ++c) EXPECT_EQ(counts[static_cast<std::size_t>(c)], 6000) << FashionMnistClassName(c);
+}
+
+TEST(TrainerTest, LearnsOnARealSubset) {
+  SKIP_WITHOUT_DATASET();
+  Trainer::Options o;
+  o.train_samples = 3000;
+  o.val_samples = 500;
+  o.hidden_widths = {64};
+  o.epochs = 3;  // 3 * 46 = 138 iterations
+  o.val_every_iterations = 1000;
+  auto t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const Evaluation before = (*t)->Validate();
+  auto s = (*t)->Run(nullptr);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->iterations, 138);
+  // Chance is 10% accuracy and ln(10) = 2.30 loss; an MLP on 3,000 images
+  // reaches about 75-80% after 3 epochs. 0.65 leaves room for platform noise.
+  EXPECT_LT(before.accuracy, 0.3);
+  EXPECT_GT(*s->last_val_accuracy, 0.65) << s->BriefReport();
+  EXPECT_LT(*s->last_val_loss, 0.5 * before.mean_loss) << s->BriefReport();
+}
+
+// Before the drift the stream holds classes 0-4 only, so the model cannot
+// predict classes 5-9: its accuracy on the 10-class validation set stays at or
+// below the share of classes 0-4 in it. After the drift it learns them all.
+TEST(TrainerTest, ClassIncrementalDriftReallyHidesClasses) {
+  SKIP_WITHOUT_DATASET();
+  Trainer::Options o;
+  o.train_samples = 4000;
+  o.val_samples = 1000;
+  o.hidden_widths = {64};
+  o.epochs = 4;
+  o.drift = Trainer::Drift::kClassIncremental;
+  o.drift_at_iteration = 80;
+  o.val_every_iterations = 79;  // validate right before the drift
+  auto t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->ActiveClasses(79), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ((*t)->ActiveClasses(80).size(), 10u);
+  double share_old = 0;
+  for (uint8_t l : (*t)->validation().labels) share_old += l < 5 ? 1.0 : 0.0;
+  share_old /= static_cast<double>((*t)->validation().size());
+  std::optional<double> acc_before_drift;
+  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer&) {
+    if (r.iteration == 79) acc_before_drift = r.val_accuracy;
+    return true;
+  });
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(acc_before_drift.has_value());
+  EXPECT_LE(*acc_before_drift, share_old + 1e-9);
+  EXPECT_GT(*acc_before_drift, 0.6 * share_old);  // it did learn the old classes
+  EXPECT_GT(*s->last_val_accuracy, share_old + 0.1) << s->BriefReport();
+}
+
+TEST(TrainerTest, ModelStateSurvivesSafetensorsAndEvaluatesTheSame) {
+  SKIP_WITHOUT_DATASET();
+  auto val = LoadFashionMnist(DefaultFashionMnistDir(), FashionMnistSplit::kTest, 300);
+  ASSERT_TRUE(val.ok());
+  Mlp::Options o;
+  o.hidden_widths = {32};
+  auto mlp = Mlp::Create(o, 9);
+  ASSERT_TRUE(mlp.ok());
+  auto bytes = safetensors::Serialize(mlp->state());
+  if (!bytes.ok() && bytes.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << bytes.status().ToString();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto parsed = safetensors::Parse(std::move(bytes).value());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto a = Evaluate(mlp->state(), *val);
+  auto b = Evaluate(*parsed, *val);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->mean_loss, b->mean_loss);  // the same bytes give the same numbers
+  EXPECT_EQ(a->accuracy, b->accuracy);
+}
+
+// The shipped main log was made with (datasets/README.md, logs/make_logs.sh):
+//   viper train --hidden 256 --optimizer sgd --lr 0.05 --momentum 0.9
+//     --batch 64 --epochs 5 --seed 1 --val-every 50 --val-samples 1000
+// Re-running its first 50 iterations must give the same losses: float32
+// rounding differences between compilers/CPUs are far below 1e-4.
+TEST(TrainerTest, ReproducesTheShippedMainLog) {
+  SKIP_WITHOUT_DATASET();
+  const std::string path = std::string(VIPER_TEST_SOURCE_DIR) + "/datasets/logs/sgd-h256.csv.gz";
+  ASSERT_TRUE(fs::exists(path)) << path << " is missing";
+  auto log = datasets::LogReader::ReadFile(path, {});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  ASSERT_GE(log->records.size(), 50u);
+  Trainer::Options o;
+  o.hidden_widths = {256};
+  o.optimizer = Trainer::Optimizer::kSgd;
+  o.learning_rate = 0.05;
+  o.momentum = 0.9;
+  o.batch_size = 64;
+  o.epochs = 5;
+  o.seed = 1;
+  o.val_every_iterations = 50;
+  o.val_samples = 1000;
+  auto t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  LogRecord r;
+  for (std::size_t i = 0; i < 50; ++i) {
+    ASSERT_TRUE((*t)->Step(&r).ok());
+    const LogRecord& shipped = log->records[i];
+    ASSERT_EQ(r.iteration, shipped.iteration);
+    EXPECT_EQ(*r.epoch, *shipped.epoch);
+    EXPECT_NEAR(*r.train_loss, *shipped.train_loss, 1e-4 * std::abs(*shipped.train_loss))
+        << "iteration " << r.iteration;
+    EXPECT_EQ(r.val_loss.has_value(), shipped.val_loss.has_value()) << "iteration " << r.iteration;
+  }
+  ASSERT_TRUE(r.val_loss && log->records[49].val_loss);
+  EXPECT_NEAR(*r.val_loss, *log->records[49].val_loss, 1e-4);
+  EXPECT_NEAR(*r.val_accuracy, *log->records[49].val_accuracy, 1.5e-3);  // at most one sample of 1000 flips
+}
+
+}  // namespace
+}  // namespace workflow
+}  // namespace viper
