@@ -1,0 +1,288 @@
+// viper simulate: the main job. Fits the predictor on the warm-up of a real
+// log, plans with every strategy, and judges each schedule in the
+// discrete-event simulator against the log's TRUE curve.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "log_options.h"
+#include "planning_options.h"
+#include "viper/core/units.h"
+#include "viper/simulator/simulator.h"
+
+namespace viper {
+namespace cli {
+namespace {
+
+struct Row {
+  schedulers::StrategyKind kind;
+  schedulers::Plan plan;
+  simulator::SimulationResult sim;
+};
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return IoError("cannot open '" + path + "' for writing");
+  out << text;
+  out.close();
+  if (!out) return IoError("failed writing '" + path + "'");
+  return Status::Ok();
+}
+
+// Draws the true curve, the prediction, each strategy's checkpoints and a CIL
+// bar chart with gnuplot.
+Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std::string& png) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("viper-plot-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string curves = "# iteration truth predicted\n";
+  const auto& p = ctx.problem;
+  const int64_t step = std::max<int64_t>(1, (p.total_iterations - p.warmup_iterations) / 2000);
+  for (int64_t i = p.warmup_iterations; i <= p.total_iterations; i += step) {
+    curves += std::to_string(i) + " " + (ctx.truth ? std::to_string(ctx.truth->at(i)) : "NaN") + " " +
+              std::to_string(ctx.predicted.at(i)) + "\n";
+  }
+  std::string warm = "# iteration loss (warm-up points)\n";
+  for (size_t k = 0; k < ctx.observed.size(); ++k) {
+    warm += std::to_string(ctx.observed.iterations[k]) + " " + std::to_string(ctx.observed.losses[k]) + "\n";
+  }
+  std::string marks, bars;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int64_t s : rows[r].plan.schedule) marks += std::to_string(s) + " " + std::to_string(r) + "\n";
+    bars += std::to_string(r) + " \"" + std::string(schedulers::ToString(rows[r].kind)) + "\" " +
+            std::to_string(rows[r].sim.cil) + "\n";
+  }
+  if (marks.empty()) marks = "0 -10\n";
+  VIPER_RETURN_IF_ERROR(WriteText((dir / "curves.dat").string(), curves));
+  VIPER_RETURN_IF_ERROR(WriteText((dir / "warm.dat").string(), warm));
+  VIPER_RETURN_IF_ERROR(WriteText((dir / "marks.dat").string(), marks));
+  VIPER_RETURN_IF_ERROR(WriteText((dir / "bars.dat").string(), bars));
+  std::string ytics;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    ytics += (r ? ", " : "") + std::string("\"") + schedulers::ToString(rows[r].kind) + "\" " + std::to_string(r);
+  }
+  const std::string d = dir.string();
+  std::string script =
+      "set terminal pngcairo noenhanced size 1200,1100 font 'DejaVu Sans,10'\n"
+      "set output '" + png + "'\n"
+      "set multiplot layout 3,1 title '" + ctx.log.source + " (" + predictor::ToString(ctx.metric) + ", warm-up " +
+      std::to_string(p.warmup_iterations) + " of " + std::to_string(p.total_iterations) + ")'\n"
+      "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key top right\n"
+      "plot '" + d + "/curves.dat' u 1:2 w l lw 2 lc rgb '#222222' t 'true curve (log)', "
+      "'" + d + "/curves.dat' u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
+      "'" + d + "/warm.dat' u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t 'warm-up points'\n"
+      "set ylabel ''; set ytics (" + ytics + "); set yrange [-0.5:" + std::to_string(rows.size() - 0.5) + "]\n"
+      "set title 'checkpoints per strategy'; unset key\n"
+      "plot '" + d + "/marks.dat' u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
+      "set title 'simulated CIL on the true curve (lower is better)'; set ytics auto; set autoscale y\n"
+      "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:" +
+      std::to_string(rows.size() - 0.5) + "]\n"
+      "plot '" + d + "/bars.dat' u 1:3:xtic(2) w boxes lc rgb '#1f77b4'\n"
+      "unset multiplot\n";
+  VIPER_RETURN_IF_ERROR(WriteText((dir / "plot.gp").string(), script));
+  const std::string cmd = "gnuplot '" + d + "/plot.gp' 2>'" + d + "/gnuplot.err'";
+  const int rc = std::system(cmd.c_str());
+  std::string err;
+  {
+    std::ifstream in(dir / "gnuplot.err");
+    std::getline(in, err, '\0');
+  }
+  fs::remove_all(dir);
+  if (rc != 0) {
+    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + "): " + err +
+                            " (install gnuplot-nox, or drop --plot)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunSimulate(const std::vector<std::string>& args) {
+  po::options_description desc("Options");
+  LogOptions log_options;
+  PlanningOptions options;
+  std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv;
+  double poll_phase_s = 0.0;
+  bool quiet = false;
+  desc.add_options()("help,h", "print this help");
+  AddLogOptions(&desc, &log_options);
+  desc.add_options()
+      ("strategies", po::value(&strategies)->default_value(strategies), "comma-separated list or 'all': epoch,viper-fixed,viper-greedy,fixed,optimal,online,oracle")
+      ("json", po::value(&json_path), "write the comparison as JSON to this path ('-' = stdout)")
+      ("plot", po::value(&plot_path), "draw the curves, checkpoints and CIL bars to this PNG (gnuplot)")
+      ("trace", po::value(&trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")
+      ("trace-strategy", po::value(&trace_strategy)->default_value(trace_strategy), "strategy whose run --trace and --requests-csv record")
+      ("requests-csv", po::value(&requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
+      ("poll-phase-s", po::value(&poll_phase_s)->default_value(poll_phase_s), "time of the first poll after warm-up, seconds (polling only)")
+      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
+  AddPlanningOptions(&desc, &options);
+  po::variables_map vm;
+  const int rc = ParseOrHelp(
+      args, desc, &vm, "viper simulate --log FILE [--warmup N | --warmup-fraction F] [options]",
+      "Fits the predictor on the warm-up part of a real training log, plans a schedule with each strategy,\n"
+      "and runs every schedule through the discrete-event simulator (producer stalls, transfers, push or\n"
+      "polling, consumer loads, requests) charging each request the TRUE loss from the log of the version\n"
+      "serving it. Prints CIL, regret vs the oracle (optimal planned on the truth), change vs epoch-boundary\n"
+      "updates, checkpoints, training slowdown and staleness per strategy.");
+  if (rc != 0) return rc < 0 ? kExitOk : rc;
+  auto kinds = schedulers::ParseStrategyKinds(strategies);
+  if (!kinds.ok()) {
+    std::cerr << "viper simulate: --strategies: " << kinds.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto trace_kind = schedulers::StrategyKindFromString(trace_strategy);
+  if (!trace_kind.ok()) {
+    std::cerr << "viper simulate: --trace-strategy: " << trace_kind.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto progress = [&](const std::string& s) {
+    if (!quiet) std::cerr << "viper simulate: " << s << "\n";
+  };
+
+  progress("reading " + log_options.path + " and fitting the predictor on the warm-up");
+  auto ctx_or = BuildPlanningContext(log_options, options);
+  if (!ctx_or.ok()) return Fail("simulate", ctx_or.status());
+  const PlanningContext& ctx = *ctx_or;
+  if (!ctx.truth) {
+    return Fail("simulate", InvalidArgumentError("the log ends at iteration " +
+                                                 std::to_string(ctx.log.records.back().iteration) +
+                                                 " before N = " + std::to_string(ctx.problem.total_iterations) +
+                                                 ": the simulator needs the true curve up to N"));
+  }
+  progress("predictor: " + ctx.predictor_report);
+
+  simulator::Simulator::Options so;
+  so.problem = ctx.problem;
+  so.tier = ctx.tier;
+  so.iteration_times_s = ctx.iteration_times_s;
+  so.poll_phase_s = poll_phase_s;
+
+  std::vector<Row> rows;
+  for (auto kind : *kinds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = PlanWith(ctx, kind);
+    if (!plan.ok()) {
+      std::cerr << "viper simulate: " << schedulers::ToString(kind) << ": " << plan.status().message()
+                << " (skipped)\n";
+      continue;
+    }
+    so.record_requests = kind == *trace_kind && !requests_csv.empty();
+    simulator::Simulator sim(so);
+    auto result = sim.Run(*ctx.truth, plan->schedule);
+    if (!result.ok()) return Fail("simulate", result.status().WithContext(schedulers::ToString(kind)));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    progress(std::string(schedulers::ToString(kind)) + ": " + plan->summary.BriefReport() + "; simulated " +
+             result->BriefReport() + " (" + FormatSeconds(secs) + ")");
+    if (kind == *trace_kind) {
+      if (!trace_path.empty()) {
+        Status st = WriteText(trace_path, result->ChromeTrace());
+        if (!st.ok()) return Fail("simulate", st);
+      }
+      if (!requests_csv.empty()) {
+        Status st = WriteText(requests_csv, result->RequestCsv());
+        if (!st.ok()) return Fail("simulate", st);
+      }
+    }
+    rows.push_back(Row{kind, std::move(*plan), std::move(*result)});
+  }
+  if (rows.empty()) return Fail("simulate", InvalidArgumentError("no strategy produced a schedule"));
+
+  std::optional<double> oracle_cil, epoch_cil;
+  for (const auto& r : rows) {
+    if (r.kind == schedulers::StrategyKind::kOracle) oracle_cil = r.sim.cil;
+    if (r.kind == schedulers::StrategyKind::kEpoch) epoch_cil = r.sim.cil;
+  }
+
+  const auto& p = ctx.problem;
+  std::printf("log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration\n", ctx.log.source.c_str(),
+              predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
+              static_cast<long long>(p.total_iterations), p.seconds_per_iteration);
+  std::printf("transport %s, %s, %s%s, model %s: stall %s, update latency %s per checkpoint\n",
+              ctx.cost_source.c_str(), ctx.tier.synchronous ? "sync" : "async",
+              schedulers::ToString(ctx.tier.notification),
+              ctx.tier.notification == schedulers::Notification::kPoll
+                  ? (" every " + FormatSeconds(ctx.tier.poll_period_s)).c_str()
+                  : "",
+              FormatBytes(ctx.model_bytes).c_str(), FormatSeconds(p.cost.stall_s).c_str(),
+              FormatSeconds(p.cost.delay_s).c_str());
+  std::printf("requests: %s every %s, %s\n", schedulers::ToString(p.requests.arrivals),
+              FormatSeconds(p.requests.interval_s).c_str(),
+              p.requests.window == schedulers::WindowKind::kRequestCount
+                  ? (std::to_string(p.requests.request_count) + " requests").c_str()
+                  : "served while training runs");
+  std::printf("predictor: %s\n\n", ctx.predictor_report.c_str());
+  std::printf("%-13s %12s %12s %10s %9s %6s %11s %11s %11s\n", "strategy", "CIL", "predicted", "regret", "vs epoch",
+              "ckpts", "slowdown", "staleness", "plan time");
+  for (const auto& r : rows) {
+    char regret[32] = "-", vs_epoch[32] = "-";
+    if (oracle_cil && *oracle_cil > 0) std::snprintf(regret, sizeof(regret), "%+.2f%%", 100 * (r.sim.cil / *oracle_cil - 1));
+    if (epoch_cil && *epoch_cil > 0) std::snprintf(vs_epoch, sizeof(vs_epoch), "%+.2f%%", 100 * (r.sim.cil / *epoch_cil - 1));
+    std::printf("%-13s %12.6g %12.6g %10s %9s %6lld %11s %11s %11s\n", schedulers::ToString(r.kind), r.sim.cil,
+                r.plan.summary.predicted.cil, regret, vs_epoch, static_cast<long long>(r.sim.checkpoints),
+                FormatSeconds(r.sim.slowdown_s).c_str(), FormatSeconds(r.sim.mean_staleness_s.value_or(0)).c_str(),
+                FormatSeconds(r.plan.summary.plan_time_s).c_str());
+  }
+  std::printf("\nCIL: simulated on the true curve. predicted: what the planner expected (fluid model, predicted curve).\n"
+              "regret: CIL / oracle CIL - 1. staleness: mean request time minus its version's checkpoint time.\n");
+
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["log"] = ctx.log.source;
+    j["metric"] = predictor::ToString(ctx.metric);
+    j["warmup_iterations"] = p.warmup_iterations;
+    j["total_iterations"] = p.total_iterations;
+    j["seconds_per_iteration"] = p.seconds_per_iteration;
+    j["predictor"] = ctx.predictor_report;
+    j["transport"] = {{"source", ctx.cost_source},
+                      {"mode", ctx.tier.synchronous ? "sync" : "async"},
+                      {"notify", schedulers::ToString(ctx.tier.notification)},
+                      {"poll_period_s", ctx.tier.poll_period_s},
+                      {"model_bytes", ctx.model_bytes},
+                      {"stall_s", p.cost.stall_s},
+                      {"delay_s", p.cost.delay_s}};
+    j["requests"] = {{"arrivals", schedulers::ToString(p.requests.arrivals)},
+                     {"interval_s", p.requests.interval_s},
+                     {"window", schedulers::ToString(p.requests.window)},
+                     {"count", p.requests.request_count}};
+    j["drift_per_s"] = p.drift_per_s;
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& r : rows) {
+      nlohmann::json s;
+      s["strategy"] = schedulers::ToString(r.kind);
+      s["cil"] = r.sim.cil;
+      s["predicted_cil"] = r.plan.summary.predicted.cil;
+      s["regret_vs_oracle"] = oracle_cil && *oracle_cil > 0 ? nlohmann::json(r.sim.cil / *oracle_cil - 1) : nlohmann::json();
+      s["change_vs_epoch"] = epoch_cil && *epoch_cil > 0 ? nlohmann::json(r.sim.cil / *epoch_cil - 1) : nlohmann::json();
+      s["checkpoints"] = r.sim.checkpoints;
+      s["requests"] = r.sim.requests;
+      s["slowdown_s"] = r.sim.slowdown_s;
+      s["mean_staleness_s"] = r.sim.mean_staleness_s.value_or(0);
+      s["p99_staleness_s"] = r.sim.p99_staleness_s.value_or(0);
+      s["mean_update_latency_s"] = r.sim.mean_update_latency_s.value_or(0);
+      s["superseded_versions"] = r.sim.superseded_versions;
+      s["plan_time_s"] = r.plan.summary.plan_time_s;
+      s["exact"] = r.plan.summary.exact;
+      s["message"] = r.plan.summary.message;
+      s["schedule"] = r.plan.schedule;
+      list.push_back(s);
+    }
+    j["strategies"] = list;
+    Status st = WriteJson(j, json_path);
+    if (!st.ok()) return Fail("simulate", st);
+  }
+  if (!plot_path.empty()) {
+    Status st = Plot(ctx, rows, plot_path);
+    if (!st.ok()) return Fail("simulate", st);
+    progress("plot written to " + plot_path);
+  }
+  return kExitOk;
+}
+
+}  // namespace cli
+}  // namespace viper

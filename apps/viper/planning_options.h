@@ -1,0 +1,73 @@
+// Options shared by `viper plan` and `viper simulate`: warm-up, metric,
+// predictor selection, requests, transport cost, drift, budget. They turn a
+// training log into the planning context: the problem, the true curve, the
+// predictor's curve fitted on the warm-up only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "log_options.h"
+#include "viper/predictor/curve.h"
+#include "viper/predictor/learning_curve.h"
+#include "viper/schedulers/problem.h"
+#include "viper/schedulers/strategy.h"
+
+namespace viper {
+namespace cli {
+
+struct PlanningOptions {
+  int64_t warmup = 0;                 // W in iterations; 0 = use warmup_fraction
+  double warmup_fraction = 0.2;       // of the log's iteration range
+  int64_t total_iterations = 0;       // N; 0 = the log's last iteration
+  std::string metric = "auto";        // auto|train_loss|val_loss
+  std::string select = "ensemble";    // predictor selection
+  double seconds_per_iteration = 0;   // 0 = measured from the log
+  std::string arrivals = "fixed";     // fixed|poisson|trace
+  double request_interval_s = 0;      // 0 = one request per training iteration (tau)
+  int64_t requests = 0;               // > 0: fixed window of this many requests
+  std::string request_trace;          // file of arrival times (s since warm-up end), one per line
+  uint64_t seed = 1;                  // Poisson seed
+  std::string transport = "gpu";      // gpu|host|pfs preset
+  std::string mode = "async";         // sync|async
+  std::string notify = "push";        // push|poll
+  double poll_period_s = 1.0;         // polling period
+  std::string model_bytes = "600M";   // model size for the presets and the cost model
+  std::string cost_model;             // measured samples (CSV/JSON) instead of the preset
+  double stall_s = -1;                // direct sigma (with delay_s) instead of a tier
+  double delay_s = -1;                // direct delta
+  double drift = 0;                   // rho, loss per second of staleness
+  double price_per_slowdown_s = 0;    // objective units per second of slowdown
+  double slowdown_budget_s = -1;      // < 0 = unlimited
+  int64_t min_spacing = 1;            // iterations between checkpoints
+};
+
+void AddPlanningOptions(po::options_description* desc, PlanningOptions* options);
+
+// Everything a strategy needs, built from a log and the options.
+struct PlanningContext {
+  TrainingLog log;
+  predictor::LossMetric metric = predictor::LossMetric::kTrainLoss;
+  predictor::CurveData points;       // the metric over the whole log
+  predictor::CurveData observed;     // points with iteration <= W
+  schedulers::Problem problem;       // cost = the tier's (or the direct) sigma/delta
+  schedulers::TierCost tier;         // phases for the simulator
+  std::string cost_source;           // "gpu preset", "measured: FILE", "direct"
+  std::optional<schedulers::LossCurve> truth;  // on [W, N] when the log covers N
+  schedulers::LossCurve predicted;   // on [W, N], from the warm-up only
+  std::string predictor_report;      // BriefReport of the fit
+  predictor::LearningCurvePredictor::Options predictor_options;
+  int64_t iterations_per_epoch = 0;
+  std::vector<double> iteration_times_s;  // W+1..N from the log's wall times (empty if absent)
+  double model_bytes = 0;
+};
+
+StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& options);
+
+// Builds the strategy and plans. Adds the forecaster for `online`.
+StatusOr<schedulers::Plan> PlanWith(const PlanningContext& ctx, schedulers::StrategyKind kind);
+
+}  // namespace cli
+}  // namespace viper
