@@ -26,8 +26,8 @@ int RunInspect(const std::vector<std::string>& args) {
   std::string file;
   std::string json_path;
   bool no_verify = false;
-  desc.add_options()("help,h", "print this help")(
-      "file", po::value(&file)->required(), "the .safetensors file to inspect (required)")(
+  desc.add_options()("help,h", "print this help")("file", po::value(&file)->required(),
+                                                  "the .safetensors file to inspect (required)")(
       "json", po::value(&json_path),
       "also write the listing as JSON to this path ('-' = stdout); keys: file, size_bytes, header_bytes, "
       "data_bytes, checksum {value, status: verified|skipped|absent}, metadata {key: value}, tensors [{name, "
@@ -35,11 +35,12 @@ int RunInspect(const std::vector<std::string>& args) {
       "no-verify", po::bool_switch(&no_verify),
       "do not hash the data section against viper.checksum (default: verify when the file has one)");
   po::variables_map vm;
-  const int rc = ParseOrHelp(args, desc, &vm, "viper inspect --file X.safetensors [--json PATH] [--no-verify]",
-                             "Parses a safetensors file (the layout Viper sends and stores), checks every "
-                             "header field, lists its tensors (name, dtype, shape, bytes) and __metadata__, and "
-                             "verifies the XXH3-64 checksum of the data section when the file carries one. "
-                             "Exit 1 with the parser's message on a malformed or corrupt file.");
+  const int rc =
+      ParseOrHelp(args, desc, &vm, "viper inspect --file X.safetensors [--json PATH] [--no-verify]",
+                  "Parses a safetensors file (the layout Viper sends and stores), checks every "
+                  "header field, lists its tensors (name, dtype, shape, bytes) and __metadata__, and "
+                  "verifies the XXH3-64 checksum of the data section when the file carries one. "
+                  "Exit 1 with the parser's message on a malformed or corrupt file.");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
 
   auto buffer = safetensors::ReadFileBuffer(file);
@@ -47,7 +48,8 @@ int RunInspect(const std::vector<std::string>& args) {
   const std::byte* data = buffer->bytes.get();
   safetensors::ParseOptions options;
   options.verify_checksum = !no_verify;
-  auto state = safetensors::Parse(std::shared_ptr<const void>(buffer->bytes, data), data, buffer->size, options);
+  auto state =
+      safetensors::Parse(std::shared_ptr<const void>(buffer->bytes, data), data, buffer->size, options);
   if (!state.ok()) return Fail("inspect", state.status().WithContext(file));
   auto metadata = safetensors::ParseMetadata(data, buffer->size);
   if (!metadata.ok()) return Fail("inspect", metadata.status().WithContext(file));
@@ -55,7 +57,9 @@ int RunInspect(const std::vector<std::string>& args) {
   const uint64_t data_bytes = state->TotalBytes();  // the parser checked full coverage
   const uint64_t header_bytes = buffer->size - data_bytes;
   auto checksum_it = metadata->find("viper.checksum");
-  const char* checksum_status = checksum_it == metadata->end() ? "absent" : no_verify ? "skipped" : "verified";
+  const char* checksum_status = checksum_it == metadata->end() ? "absent"
+                                : no_verify                    ? "skipped"
+                                                               : "verified";
 
   std::printf("file          %s\n", file.c_str());
   std::printf("size          %s (%llu bytes: header %llu, data %llu)\n", FormatBytes(buffer->size).c_str(),
@@ -85,14 +89,17 @@ int RunInspect(const std::vector<std::string>& args) {
     j["header_bytes"] = header_bytes;
     j["data_bytes"] = data_bytes;
     j["checksum"] = {{"value", checksum_it == metadata->end() ? nlohmann::json(nullptr)
-                                                                : nlohmann::json(checksum_it->second)},
+                                                              : nlohmann::json(checksum_it->second)},
                      {"status", checksum_status}};
     j["metadata"] = *metadata;
     j["tensors"] = nlohmann::json::array();
     uint64_t offset = 0;
     for (const Tensor& t : state->tensors()) {
-      j["tensors"].push_back(
-          {{"name", t.name}, {"dtype", ToString(t.dtype)}, {"shape", t.shape}, {"bytes", t.size_bytes}, {"offset", offset}});
+      j["tensors"].push_back({{"name", t.name},
+                              {"dtype", ToString(t.dtype)},
+                              {"shape", t.shape},
+                              {"bytes", t.size_bytes},
+                              {"offset", offset}});
       offset += t.size_bytes;
     }
     Status st = WriteJson(j, json_path);

@@ -107,8 +107,9 @@ StatusOr<RawHeader> ParseRawHeader(const std::byte* data, uint64_t size) {
                                 std::to_string(kMaxHeaderBytes) + "-byte limit");
   }
   if (raw.header_bytes > size - 8) {
-    return DataLossError("header length " + std::to_string(raw.header_bytes) + " bytes goes beyond the buffer (" +
-                         std::to_string(size - 8) + " bytes follow the length prefix; truncated?)");
+    return DataLossError("header length " + std::to_string(raw.header_bytes) +
+                         " bytes goes beyond the buffer (" + std::to_string(size - 8) +
+                         " bytes follow the length prefix; truncated?)");
   }
   const char* begin = reinterpret_cast<const char*>(data + 8);
   try {
@@ -127,7 +128,8 @@ StatusOr<std::map<std::string, std::string>> ExtractMetadata(const Json& header)
   auto it = header.find(kMetadataKey);
   if (it == header.end()) return out;
   if (!it->is_object()) {
-    return InvalidArgumentError(std::string("__metadata__ must be an object of strings, got ") + it->type_name());
+    return InvalidArgumentError(std::string("__metadata__ must be an object of strings, got ") +
+                                it->type_name());
   }
   for (auto m = it->begin(); m != it->end(); ++m) {
     if (!m.value().is_string()) {
@@ -156,7 +158,8 @@ Status ParseMetadataInt(const std::map<std::string, std::string>& metadata, cons
   } else if (ok) {
     ok = text[0] != '-';
     const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-    ok = ok && errno == 0 && *end == '\0' && v <= static_cast<unsigned long long>(std::numeric_limits<T>::max());
+    ok = ok && errno == 0 && *end == '\0' &&
+         v <= static_cast<unsigned long long>(std::numeric_limits<T>::max());
     value = static_cast<T>(v);
   }
   if (!ok) {
@@ -198,7 +201,8 @@ StatusOr<Entry> ParseEntry(const std::string& name, const Json& value, uint64_t 
   auto shape_it = value.find("shape");
   if (shape_it == value.end()) return InvalidArgumentError(who + ": missing field 'shape'");
   if (!shape_it->is_array()) {
-    return InvalidArgumentError(who + ": field 'shape' must be an array of integers, got " + shape_it->dump());
+    return InvalidArgumentError(who + ": field 'shape' must be an array of integers, got " +
+                                shape_it->dump());
   }
   uint64_t elements = 1;
   bool overflow = false;
@@ -207,13 +211,14 @@ StatusOr<Entry> ParseEntry(const std::string& name, const Json& value, uint64_t 
     if (d.is_number_unsigned()) {
       const uint64_t v = d.get<uint64_t>();
       if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return InvalidArgumentError(who + ": dimension " + std::to_string(i) + " (" + d.dump() + ") is too large");
+        return InvalidArgumentError(who + ": dimension " + std::to_string(i) + " (" + d.dump() +
+                                    ") is too large");
       }
       e.shape.push_back(static_cast<int64_t>(v));
       overflow = overflow || __builtin_mul_overflow(elements, v, &elements);
     } else if (d.is_number_integer()) {
-      return InvalidArgumentError(who + ": negative dimension " + d.dump() + " at index " + std::to_string(i) +
-                                  " of shape " + shape_it->dump());
+      return InvalidArgumentError(who + ": negative dimension " + d.dump() + " at index " +
+                                  std::to_string(i) + " of shape " + shape_it->dump());
     } else {
       return InvalidArgumentError(who + ": field 'shape' must be an array of integers, element " +
                                   std::to_string(i) + " is " + d.dump());
@@ -221,14 +226,16 @@ StatusOr<Entry> ParseEntry(const std::string& name, const Json& value, uint64_t 
   }
   uint64_t expected_bytes = 0;
   overflow = overflow || __builtin_mul_overflow(elements, DTypeSize(e.dtype), &expected_bytes);
-  if (overflow) return InvalidArgumentError(who + ": shape " + shape_it->dump() + " overflows 64-bit byte counts");
+  if (overflow)
+    return InvalidArgumentError(who + ": shape " + shape_it->dump() + " overflows 64-bit byte counts");
 
   auto off_it = value.find("data_offsets");
   if (off_it == value.end()) return InvalidArgumentError(who + ": missing field 'data_offsets'");
   if (!off_it->is_array() || off_it->size() != 2 || !(*off_it)[0].is_number_unsigned() ||
       !(*off_it)[1].is_number_unsigned()) {
-    return InvalidArgumentError(who + ": field 'data_offsets' must be [begin, end] with non-negative integers, got " +
-                                off_it->dump());
+    return InvalidArgumentError(
+        who + ": field 'data_offsets' must be [begin, end] with non-negative integers, got " +
+        off_it->dump());
   }
   e.begin = (*off_it)[0].get<uint64_t>();
   e.end = (*off_it)[1].get<uint64_t>();
@@ -242,8 +249,8 @@ StatusOr<Entry> ParseEntry(const std::string& name, const Json& value, uint64_t 
   }
   if (e.end - e.begin != expected_bytes) {
     return InvalidArgumentError(who + ": shape " + ShapeString(e.shape) + " of " + dtype_name + " needs " +
-                                std::to_string(expected_bytes) + " bytes but data_offsets " + range + " span " +
-                                std::to_string(e.end - e.begin));
+                                std::to_string(expected_bytes) + " bytes but data_offsets " + range +
+                                " span " + std::to_string(e.end - e.begin));
   }
   return e;
 }
@@ -341,8 +348,8 @@ StatusOr<uint64_t> SerializeTo(const ModelState& state, std::byte* out, uint64_t
   const uint64_t placeholder = 0;
   VIPER_ASSIGN_OR_RETURN(Header sized, BuildHeader(state, &placeholder));
   if (capacity < sized.TotalBytes()) {
-    return InvalidArgumentError("output buffer holds " + std::to_string(capacity) + " bytes but the model needs " +
-                                std::to_string(sized.TotalBytes()));
+    return InvalidArgumentError("output buffer holds " + std::to_string(capacity) +
+                                " bytes but the model needs " + std::to_string(sized.TotalBytes()));
   }
   std::byte* dst = out + sized.bytes.size();
   Xxh3Hasher hasher;
@@ -394,9 +401,10 @@ StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* d
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < cursor) {
-      return InvalidArgumentError("tensors " + Quote(previous->name) + " [" + std::to_string(previous->begin) +
-                                  ", " + std::to_string(previous->end) + ") and " + Quote(e.name) + " [" +
-                                  std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
+      return InvalidArgumentError("tensors " + Quote(previous->name) + " [" +
+                                  std::to_string(previous->begin) + ", " + std::to_string(previous->end) +
+                                  ") and " + Quote(e.name) + " [" + std::to_string(e.begin) + ", " +
+                                  std::to_string(e.end) + ") overlap");
     }
     if (e.begin > cursor) {
       return InvalidArgumentError("bytes [" + std::to_string(cursor) + ", " + std::to_string(e.begin) +
@@ -432,7 +440,8 @@ StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* d
       const uint64_t actual = Xxh3_64(data + data_start, data_bytes);
       if (actual != *expected) {
         return DataLossError("checksum mismatch: header says " + ChecksumToHex(*expected) + " but the " +
-                             std::to_string(data_bytes) + "-byte data section hashes to " + ChecksumToHex(actual));
+                             std::to_string(data_bytes) + "-byte data section hashes to " +
+                             ChecksumToHex(actual));
       }
     }
   }

@@ -23,9 +23,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr DType kAllDTypes[] = {DType::kBool, DType::kU8,   DType::kI8,   DType::kF8E4M3, DType::kF8E5M2,
-                                DType::kI16,  DType::kU16,  DType::kF16,  DType::kBF16,   DType::kI32,
-                                DType::kU32,  DType::kF32,  DType::kI64,  DType::kU64,    DType::kF64};
+constexpr DType kAllDTypes[] = {DType::kBool, DType::kU8,  DType::kI8,  DType::kF8E4M3, DType::kF8E5M2,
+                                DType::kI16,  DType::kU16, DType::kF16, DType::kBF16,   DType::kI32,
+                                DType::kU32,  DType::kF32, DType::kI64, DType::kU64,    DType::kF64};
 
 std::vector<std::byte> ToBytes(const std::string& s) {
   std::vector<std::byte> out(s.size());
@@ -178,8 +178,8 @@ TEST(SafetensorsTest, SerializeMatchesHandWrittenFileByteForByte) {
       R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
       R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
   ASSERT_EQ(json.size(), 224u);
-  const std::string expected = std::string("\xe0\x00\x00\x00\x00\x00\x00\x00", 8) + json +
-                               std::string(kSpecData, kSpecDataBytes);
+  const std::string expected =
+      std::string("\xe0\x00\x00\x00\x00\x00\x00\x00", 8) + json + std::string(kSpecData, kSpecDataBytes);
 
   auto bytes = Serialize(SpecModel());
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
@@ -216,10 +216,9 @@ TEST(SafetensorsTest, HeaderWithoutChecksumIsPaddedWithSpaces) {
 TEST(SafetensorsTest, ParsesForeignFileInDataOrder) {
   // As other writers produce it: keys not in offset order, no __metadata__,
   // no padding. Tensors come back in data order, metadata keeps its defaults.
-  const std::string json =
-      R"({"z":{"dtype":"U8","shape":[2],"data_offsets":[3,5]},)"
-      R"("a":{"dtype":"I16","shape":[1],"data_offsets":[1,3]},)"
-      R"("m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})";
+  const std::string json = R"({"z":{"dtype":"U8","shape":[2],"data_offsets":[3,5]},)"
+                           R"("a":{"dtype":"I16","shape":[1],"data_offsets":[1,3]},)"
+                           R"("m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})";
   auto parsed = Parse(RawFile(json, "\x01\x02\x03\x04\x05"));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->size(), 3u);
@@ -282,8 +281,8 @@ TEST(SafetensorsRejectTest, DtypeNotAString) {
 }
 
 TEST(SafetensorsRejectTest, UnknownDtype) {
-  Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})",
-                                 std::string(16, 'x')));
+  Status s = ParseStatus(
+      RawFile(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", std::string(16, 'x')));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tensor 'w': unknown dtype 'F128'"));
 }
@@ -300,7 +299,8 @@ TEST(SafetensorsRejectTest, ShapeNotAnArray) {
 
 TEST(SafetensorsRejectTest, ShapeWithNonIntegerDim) {
   Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "abcd"));
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': field 'shape' must be an array of integers, element 0 is 1.5"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("tensor 'w': field 'shape' must be an array of integers, element 0 is 1.5"));
 }
 
 TEST(SafetensorsRejectTest, NegativeDim) {
@@ -311,8 +311,8 @@ TEST(SafetensorsRejectTest, NegativeDim) {
 
 TEST(SafetensorsRejectTest, ShapeOverflow) {
   // 2^32 * 2^32 elements do not fit in 64 bits.
-  Status s = ParseStatus(RawFile(
-      R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", "abcd"));
+  Status s = ParseStatus(
+      RawFile(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", "abcd"));
   EXPECT_THAT(s.message(), HasSubstr("tensor 'w': shape [4294967296,4294967296] overflows"));
 }
 
@@ -333,7 +333,8 @@ TEST(SafetensorsRejectTest, ShapeByteCountMismatch) {
   Status s = ParseStatus(
       RawFile(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", std::string(20, 'x')));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': shape [2, 3] of F32 needs 24 bytes but data_offsets [0, 20) span 20"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("tensor 'w': shape [2, 3] of F32 needs 24 bytes but data_offsets [0, 20) span 20"));
 }
 
 TEST(SafetensorsRejectTest, OffsetsEndBeforeBegin) {
@@ -346,7 +347,8 @@ TEST(SafetensorsRejectTest, OffsetsOutOfRange) {
   // 8 bytes claimed, 4 present: a truncated data section.
   Status s = ParseStatus(RawFile(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "abcd"));
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': data_offsets [0, 8) are out of range: the data section has 4 bytes"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("tensor 'w': data_offsets [0, 8) are out of range: the data section has 4 bytes"));
 }
 
 TEST(SafetensorsRejectTest, OverlappingTensors) {
@@ -362,7 +364,8 @@ TEST(SafetensorsRejectTest, GapInDataSection) {
                                  R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
                                  "abcdef"));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("bytes [2, 4) of the data section are not covered by any tensor (gap before 'b')"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("bytes [2, 4) of the data section are not covered by any tensor (gap before 'b')"));
 }
 
 TEST(SafetensorsRejectTest, TrailingBytes) {
@@ -378,7 +381,8 @@ TEST(SafetensorsRejectTest, ChecksumMismatch) {
   bytes->back() ^= std::byte{0x01};  // flip one bit of the last data byte
   Status s = ParseStatus(*bytes);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_THAT(s.message(), HasSubstr("checksum mismatch: header says cc7f2639a71cf7b4 but the 9-byte data section"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("checksum mismatch: header says cc7f2639a71cf7b4 but the 9-byte data section"));
   // Verification can be switched off (e.g. `viper inspect --no-verify`).
   EXPECT_TRUE(ParseStatus(*bytes, ParseOptions{false, false}).ok());
 }
@@ -402,7 +406,8 @@ TEST(SafetensorsRejectTest, MalformedChecksum) {
 TEST(SafetensorsRejectTest, MetadataValueNotString) {
   Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.version":3}})", ""));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("__metadata__ value for key 'viper.version' must be a string, got number 3"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("__metadata__ value for key 'viper.version' must be a string, got number 3"));
 }
 
 TEST(SafetensorsRejectTest, MetadataNotAnObject) {
@@ -551,7 +556,8 @@ TEST(SafetensorsTest, BuildHeaderRejectsInconsistentTensor) {
   state.mutable_tensors()[0].shape = {3};  // now 12 bytes expected, 8 held
   auto header = BuildHeader(state);
   EXPECT_EQ(header.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(header.status().message(), HasSubstr("tensor 'w': shape [3] of F32 needs 12 bytes but the tensor holds 8"));
+  EXPECT_THAT(header.status().message(),
+              HasSubstr("tensor 'w': shape [3] of F32 needs 12 bytes but the tensor holds 8"));
 }
 
 TEST(SafetensorsTest, DataChecksumHashesTensorsInOrder) {
@@ -653,7 +659,8 @@ TEST_F(SafetensorsFileTest, TruncatedFileIsDataLossNamingThePath) {
   ASSERT_EQ(::truncate(path.c_str(), 8 + 224 + 4), 0);  // cut "w" in half, lose "b"
   auto read = ReadFile(path);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(read.status().message(), HasSubstr(path + ": tensor 'w': data_offsets [0, 8) are out of range"));
+  EXPECT_THAT(read.status().message(),
+              HasSubstr(path + ": tensor 'w': data_offsets [0, 8) are out of range"));
 
   ASSERT_EQ(::truncate(path.c_str(), 5), 0);  // not even the length prefix
   read = ReadFile(path);

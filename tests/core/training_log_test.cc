@@ -28,7 +28,8 @@ TrainingLog HandMadeLog() {
     if (i == 4) {
       log.records.push_back(Row(i, epoch, 0.5 * i, std::nullopt, 1.1));
     } else {
-      log.records.push_back(Row(i, epoch, 0.5 * i, loss[i], i == 8 ? std::optional<double>(0.45) : std::nullopt));
+      log.records.push_back(
+          Row(i, epoch, 0.5 * i, loss[i], i == 8 ? std::optional<double>(0.45) : std::nullopt));
     }
   }
   log.dropped_non_finite = 2;

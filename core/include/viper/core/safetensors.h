@@ -39,8 +39,8 @@ struct ParseOptions {
 // follows it in ModelState order. Host and device tensors alike only need
 // their sizes here.
 struct Header {
-  std::string bytes;          // length prefix + JSON, size a multiple of 8
-  uint64_t data_bytes = 0;    // size of the data section
+  std::string bytes;        // length prefix + JSON, size a multiple of 8
+  uint64_t data_bytes = 0;  // size of the data section
   uint64_t TotalBytes() const { return bytes.size() + data_bytes; }
 };
 
