@@ -20,11 +20,7 @@ namespace viper {
 namespace cli {
 namespace {
 
-struct Row {
-  schedulers::StrategyKind kind;
-  schedulers::Plan plan;
-  simulator::SimulationResult sim;
-};
+using Row = simulator::StrategyOutcome;
 
 Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -149,54 +145,32 @@ int RunSimulate(const std::vector<std::string>& args) {
   auto ctx_or = BuildPlanningContext(log_options, options);
   if (!ctx_or.ok()) return Fail("simulate", ctx_or.status());
   const PlanningContext& ctx = *ctx_or;
-  if (!ctx.truth) {
-    return Fail("simulate", InvalidArgumentError("the log ends at iteration " +
-                                                 std::to_string(ctx.log.records.back().iteration) +
-                                                 " before N = " + std::to_string(ctx.problem.total_iterations) +
-                                                 ": the simulator needs the true curve up to N"));
-  }
   progress("predictor: " + ctx.predictor_report);
 
-  simulator::Simulator::Options so;
-  so.problem = ctx.problem;
-  so.tier = ctx.tier;
-  so.iteration_times_s = ctx.iteration_times_s;
+  progress("planning and simulating " + std::to_string(kinds->size()) + " strategies");
+  simulator::Simulator::Options so = simulator::SimulatorOptionsFor(ctx);
   so.poll_phase_s = poll_phase_s;
-
-  std::vector<Row> rows;
-  for (auto kind : *kinds) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto plan = PlanWith(ctx, kind);
-    if (!plan.ok()) {
-      std::cerr << "viper simulate: " << schedulers::ToString(kind) << ": " << plan.status().message()
-                << " (skipped)\n";
-      continue;
-    }
-    so.record_requests = kind == *trace_kind && !requests_csv.empty();
-    simulator::Simulator sim(so);
-    auto result = sim.Run(*ctx.truth, plan->schedule);
-    if (!result.ok()) return Fail("simulate", result.status().WithContext(schedulers::ToString(kind)));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress(std::string(schedulers::ToString(kind)) + ": " + plan->summary.BriefReport() + "; simulated " +
-             result->BriefReport() + " (" + FormatSeconds(secs) + ")");
-    if (kind == *trace_kind) {
-      if (!trace_path.empty()) {
-        Status st = WriteText(trace_path, result->ChromeTrace());
-        if (!st.ok()) return Fail("simulate", st);
-      }
-      if (!requests_csv.empty()) {
-        Status st = WriteText(requests_csv, result->RequestCsv());
-        if (!st.ok()) return Fail("simulate", st);
-      }
-    }
-    rows.push_back(Row{kind, std::move(*plan), std::move(*result)});
-  }
+  auto comparison = simulator::CompareStrategies(ctx, *kinds, so);
+  if (!comparison.ok()) return Fail("simulate", comparison.status());
+  for (const auto& skipped : comparison->skipped) std::cerr << "viper simulate: skipped " << skipped << "\n";
+  const auto& rows = comparison->outcomes;
   if (rows.empty()) return Fail("simulate", InvalidArgumentError("no strategy produced a schedule"));
-
-  std::optional<double> oracle_cil, epoch_cil;
   for (const auto& r : rows) {
-    if (r.kind == schedulers::StrategyKind::kOracle) oracle_cil = r.sim.cil;
-    if (r.kind == schedulers::StrategyKind::kEpoch) epoch_cil = r.sim.cil;
+    progress(r.plan.summary.BriefReport() + "; simulated " + r.sim.BriefReport());
+    if (r.kind != *trace_kind || (trace_path.empty() && requests_csv.empty())) continue;
+    // Re-run the traced strategy recording every request.
+    simulator::Simulator::Options traced = so;
+    traced.record_requests = !requests_csv.empty();
+    auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
+    if (!result.ok()) return Fail("simulate", result.status());
+    if (!trace_path.empty()) {
+      Status st = WriteText(trace_path, result->ChromeTrace());
+      if (!st.ok()) return Fail("simulate", st);
+    }
+    if (!requests_csv.empty()) {
+      Status st = WriteText(requests_csv, result->RequestCsv());
+      if (!st.ok()) return Fail("simulate", st);
+    }
   }
 
   const auto& p = ctx.problem;
@@ -221,8 +195,8 @@ int RunSimulate(const std::vector<std::string>& args) {
               "ckpts", "slowdown", "staleness", "plan time");
   for (const auto& r : rows) {
     char regret[32] = "-", vs_epoch[32] = "-";
-    if (oracle_cil && *oracle_cil > 0) std::snprintf(regret, sizeof(regret), "%+.2f%%", 100 * (r.sim.cil / *oracle_cil - 1));
-    if (epoch_cil && *epoch_cil > 0) std::snprintf(vs_epoch, sizeof(vs_epoch), "%+.2f%%", 100 * (r.sim.cil / *epoch_cil - 1));
+    if (r.regret_vs_oracle) std::snprintf(regret, sizeof(regret), "%+.2f%%", 100 * *r.regret_vs_oracle);
+    if (r.change_vs_epoch) std::snprintf(vs_epoch, sizeof(vs_epoch), "%+.2f%%", 100 * *r.change_vs_epoch);
     std::printf("%-13s %12.6g %12.6g %10s %9s %6lld %11s %11s %11s\n", schedulers::ToString(r.kind), r.sim.cil,
                 r.plan.summary.predicted.cil, regret, vs_epoch, static_cast<long long>(r.sim.checkpoints),
                 FormatSeconds(r.sim.slowdown_s).c_str(), FormatSeconds(r.sim.mean_staleness_s.value_or(0)).c_str(),
@@ -257,8 +231,8 @@ int RunSimulate(const std::vector<std::string>& args) {
       s["strategy"] = schedulers::ToString(r.kind);
       s["cil"] = r.sim.cil;
       s["predicted_cil"] = r.plan.summary.predicted.cil;
-      s["regret_vs_oracle"] = oracle_cil && *oracle_cil > 0 ? nlohmann::json(r.sim.cil / *oracle_cil - 1) : nlohmann::json();
-      s["change_vs_epoch"] = epoch_cil && *epoch_cil > 0 ? nlohmann::json(r.sim.cil / *epoch_cil - 1) : nlohmann::json();
+      s["regret_vs_oracle"] = r.regret_vs_oracle ? nlohmann::json(*r.regret_vs_oracle) : nlohmann::json();
+      s["change_vs_epoch"] = r.change_vs_epoch ? nlohmann::json(*r.change_vs_epoch) : nlohmann::json();
       s["checkpoints"] = r.sim.checkpoints;
       s["requests"] = r.sim.requests;
       s["slowdown_s"] = r.sim.slowdown_s;

@@ -102,124 +102,50 @@ StatusOr<schedulers::TierCost> TierFromSamples(const std::string& path, const st
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& o) {
   PlanningContext ctx;
   VIPER_ASSIGN_OR_RETURN(ctx.log, ReadLog(log_options));
-  const TrainingLog& log = ctx.log;
-  const int64_t first = log.records.front().iteration;
-  const int64_t last = log.records.back().iteration;
 
-  // Warm-up and horizon.
-  int64_t W = o.warmup;
-  if (W <= 0) {
-    if (!(o.warmup_fraction > 0 && o.warmup_fraction < 1)) {
-      return InvalidArgumentError("--warmup-fraction must be in (0, 1), got " + std::to_string(o.warmup_fraction));
-    }
-    W = first + static_cast<int64_t>(std::llround(o.warmup_fraction * static_cast<double>(last - first)));
+  simulator::ScenarioOptions so;
+  so.warmup_iterations = o.warmup;
+  so.warmup_fraction = o.warmup_fraction;
+  so.total_iterations = o.total_iterations;
+  if (o.metric != "auto") {
+    VIPER_ASSIGN_OR_RETURN(so.metric, predictor::LossMetricFromString(o.metric));
   }
-  const int64_t N = o.total_iterations > 0 ? o.total_iterations : last;
-  if (W >= N) {
-    return InvalidArgumentError("the warm-up (" + std::to_string(W) + " iterations) must end before the last iteration N = " +
-                                std::to_string(N) + " (" + log.source + " runs " + std::to_string(first) + ".." +
-                                std::to_string(last) + ")");
-  }
-  if (W < first) {
-    return InvalidArgumentError("the warm-up (" + std::to_string(W) + ") ends before the log's first iteration " +
-                                std::to_string(first));
-  }
-
-  // Metric: validation loss when the warm-up holds enough validation points.
-  ctx.predictor_options.selection = predictor::SelectionFromString(o.select).value();
-  if (o.metric == "auto") {
-    auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
-    const bool enough = val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >=
-                                        ctx.predictor_options.min_points;
-    ctx.metric = enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
-  } else {
-    VIPER_ASSIGN_OR_RETURN(ctx.metric, predictor::LossMetricFromString(o.metric));
-  }
-  VIPER_ASSIGN_OR_RETURN(ctx.points, predictor::ExtractCurve(log, ctx.metric));
-  ctx.observed = ctx.points.Prefix(static_cast<double>(W));
-  if (static_cast<int>(ctx.observed.size()) < ctx.predictor_options.min_points) {
-    return InvalidArgumentError("the warm-up up to iteration " + std::to_string(W) + " holds " +
-                                std::to_string(ctx.observed.size()) + " " + predictor::ToString(ctx.metric) +
-                                " points; the predictor needs at least " +
-                                std::to_string(ctx.predictor_options.min_points) + " (use a longer --warmup)");
-  }
-
-  // Iteration time: the MEAN over the log (wall-time span / iteration span),
-  // not the median: validation and epoch-boundary pauses are part of the
-  // training time the serving window and the checkpoint times see.
-  const LogSummary summary = Summarize(log);
-  double tau = o.seconds_per_iteration;
-  if (tau <= 0) {
-    if (summary.seconds_per_iteration && *summary.seconds_per_iteration > 0) {
-      tau = *summary.seconds_per_iteration;
-    } else {
-      return InvalidArgumentError("cannot measure seconds per iteration from " + log.source +
-                                  " (no wall-time column); pass --seconds-per-iteration");
-    }
-  }
-  ctx.iterations_per_epoch = summary.iterations_per_epoch ? static_cast<int64_t>(*summary.iterations_per_epoch) : 0;
-
-  // Per-iteration times W+1..N from the log's wall times, when it covers N.
-  if (o.seconds_per_iteration <= 0 && N <= last) {
-    std::vector<std::pair<int64_t, double>> wt;
-    for (const auto& r : log.records) {
-      if (r.wall_time_s) wt.emplace_back(r.iteration, *r.wall_time_s);
-    }
-    if (wt.size() >= 2 && wt.front().first <= W) {
-      ctx.iteration_times_s.assign(static_cast<size_t>(N - W), tau);
-      for (size_t j = 1; j < wt.size(); ++j) {
-        const auto [i0, t0] = wt[j - 1];
-        const auto [i1, t1] = wt[j];
-        const double each = (t1 - t0) / static_cast<double>(i1 - i0);
-        if (!(each >= 0)) continue;
-        for (int64_t i = std::max(i0 + 1, W + 1); i <= std::min(i1, N); ++i) {
-          ctx.iteration_times_s[static_cast<size_t>(i - W - 1)] = each;
-        }
-      }
-    }
-  }
+  VIPER_ASSIGN_OR_RETURN(so.predictor.selection, predictor::SelectionFromString(o.select));
+  so.seconds_per_iteration = o.seconds_per_iteration;
 
   // Cost.
   VIPER_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(o.model_bytes));
-  ctx.model_bytes = static_cast<double>(bytes);
   if (bytes == 0) return InvalidArgumentError("--model-bytes must be > 0");
+  ctx.model_bytes = static_cast<double>(bytes);
   if (o.mode != "sync" && o.mode != "async") {
     return InvalidArgumentError("--mode must be sync or async, got '" + o.mode + "'");
   }
   VIPER_ASSIGN_OR_RETURN(simulator::Tier tier, simulator::TierFromString(o.transport));
   VIPER_ASSIGN_OR_RETURN(schedulers::Notification notify, schedulers::NotificationFromString(o.notify));
-  if ((o.stall_s >= 0) != (o.delay_s >= 0)) {
-    return InvalidArgumentError("--stall-s and --delay-s go together");
-  }
+  if ((o.stall_s >= 0) != (o.delay_s >= 0)) return InvalidArgumentError("--stall-s and --delay-s go together");
   if (!o.cost_model.empty()) {
-    VIPER_ASSIGN_OR_RETURN(ctx.tier, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
+    VIPER_ASSIGN_OR_RETURN(so.tier, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
     ctx.cost_source = "measured (" + o.cost_model + ")";
   } else if (o.stall_s >= 0) {
-    // Direct sigma/delta: a synchronous tier whose stall is the snapshot and
-    // whose delay adds the rest as load.
-    ctx.tier.model_size_bytes = 1.0;
-    ctx.tier.snapshot_latency_s = o.stall_s;
-    ctx.tier.transfer_latency_s = 0.0;
-    ctx.tier.transfer_bandwidth_bytes_per_s = std::numeric_limits<double>::max();
-    ctx.tier.load_latency_s = std::max(0.0, o.delay_s - o.stall_s);
-    ctx.tier.snapshot_bandwidth_bytes_per_s = ctx.tier.load_bandwidth_bytes_per_s =
-        std::numeric_limits<double>::max();
-    ctx.tier.synchronous = false;
+    // Direct sigma/delta: the stall is the snapshot, the rest of the delay the load.
+    so.tier.model_size_bytes = 1.0;
+    so.tier.snapshot_latency_s = o.stall_s;
+    so.tier.transfer_latency_s = 0.0;
+    so.tier.load_latency_s = std::max(0.0, o.delay_s - o.stall_s);
+    so.tier.snapshot_bandwidth_bytes_per_s = so.tier.transfer_bandwidth_bytes_per_s =
+        so.tier.load_bandwidth_bytes_per_s = std::numeric_limits<double>::max();
+    so.tier.synchronous = false;
     ctx.cost_source = "direct (--stall-s/--delay-s)";
   } else {
-    ctx.tier = simulator::PresetTierCost(tier, ctx.model_bytes, o.mode == "sync", notify, o.poll_period_s);
+    so.tier = simulator::PresetTierCost(tier, ctx.model_bytes, o.mode == "sync", notify, o.poll_period_s);
     ctx.cost_source = std::string(simulator::ToString(tier)) + " preset";
   }
-  ctx.tier.notification = notify;
-  ctx.tier.poll_period_s = o.poll_period_s;
+  so.tier.notification = notify;
+  so.tier.poll_period_s = o.poll_period_s;
 
-  // Problem.
-  schedulers::Problem& p = ctx.problem;
-  p.warmup_iterations = W;
-  p.total_iterations = N;
-  p.seconds_per_iteration = tau;
-  p.cost = ctx.tier.ToCheckpointCost();
-  p.requests.interval_s = o.request_interval_s > 0 ? o.request_interval_s : tau;
+  // Requests, drift, price, budget, spacing.
+  schedulers::Problem& p = so.problem_template;
+  p.requests.interval_s = o.request_interval_s;  // 0 = tau, resolved by MakeScenario
   p.requests.seed = o.seed;
   if (!o.request_trace.empty() || o.arrivals == "trace") {
     if (o.request_trace.empty()) return InvalidArgumentError("--arrivals trace needs --request-trace FILE");
@@ -238,39 +164,14 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   p.price_per_slowdown_s = o.price_per_slowdown_s;
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
   p.min_spacing_iterations = o.min_spacing;
-  VIPER_RETURN_IF_ERROR(p.Validate());
 
-  // Truth (where the log covers N) and the prediction from the warm-up.
-  if (N <= last) {
-    VIPER_ASSIGN_OR_RETURN(ctx.truth, schedulers::InterpolateCurve(ctx.points, W, N));
-  }
-  VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(ctx.observed, ctx.predictor_options));
-  ctx.predictor_report = fit.summary().BriefReport();
-  std::vector<double> pred = fit.PredictRange(W, N);
-  for (double& v : pred) {
-    if (!std::isfinite(v) || v < 0) v = 0;
-  }
-  ctx.predicted = schedulers::LossCurve(W, std::move(pred));
+  VIPER_ASSIGN_OR_RETURN(simulator::Scenario sc, simulator::MakeScenario(ctx.log, so));
+  static_cast<simulator::Scenario&>(ctx) = std::move(sc);
   return ctx;
 }
 
 StatusOr<schedulers::Plan> PlanWith(const PlanningContext& ctx, schedulers::StrategyKind kind) {
-  schedulers::StrategyOptions so;
-  so.iterations_per_epoch = ctx.iterations_per_epoch;
-  if (kind == schedulers::StrategyKind::kOnline) {
-    so.forecaster = schedulers::MakePredictorForecaster(ctx.predictor_options);
-  }
-  if (kind == schedulers::StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
-    return InvalidArgumentError("the epoch strategy needs epochs in the log (" + ctx.log.source +
-                                " has no epoch column)");
-  }
-  VIPER_ASSIGN_OR_RETURN(auto strategy, schedulers::MakeStrategy(kind, so));
-  schedulers::PlanningInput input;
-  input.problem = ctx.problem;
-  input.predicted = ctx.predicted;
-  input.observed = ctx.points;
-  input.truth = ctx.truth;
-  return strategy->MakePlan(input);
+  return simulator::PlanStrategy(ctx, kind);
 }
 
 }  // namespace cli

@@ -14,6 +14,7 @@
 #include "viper/predictor/learning_curve.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/strategy.h"
+#include "viper/simulator/scenario.h"
 
 namespace viper {
 namespace cli {
@@ -46,21 +47,12 @@ struct PlanningOptions {
 
 void AddPlanningOptions(po::options_description* desc, PlanningOptions* options);
 
-// Everything a strategy needs, built from a log and the options.
-struct PlanningContext {
+// Everything a strategy needs, built from a log and the options: the
+// simulator's Scenario (problem, tier, true and predicted curves, ...) plus
+// the log itself and where the cost came from.
+struct PlanningContext : simulator::Scenario {
   TrainingLog log;
-  predictor::LossMetric metric = predictor::LossMetric::kTrainLoss;
-  predictor::CurveData points;       // the metric over the whole log
-  predictor::CurveData observed;     // points with iteration <= W
-  schedulers::Problem problem;       // cost = the tier's (or the direct) sigma/delta
-  schedulers::TierCost tier;         // phases for the simulator
-  std::string cost_source;           // "gpu preset", "measured: FILE", "direct"
-  std::optional<schedulers::LossCurve> truth;  // on [W, N] when the log covers N
-  schedulers::LossCurve predicted;   // on [W, N], from the warm-up only
-  std::string predictor_report;      // BriefReport of the fit
-  predictor::LearningCurvePredictor::Options predictor_options;
-  int64_t iterations_per_epoch = 0;
-  std::vector<double> iteration_times_s;  // W+1..N from the log's wall times (empty if absent)
+  std::string cost_source;  // "gpu preset", "measured (FILE)", "direct (--stall-s/--delay-s)"
   double model_bytes = 0;
 };
 

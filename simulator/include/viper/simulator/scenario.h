@@ -1,0 +1,92 @@
+// A scenario: a real training log turned into the planning problem, the true
+// curve and the predictor's curve (fitted on the warm-up only), and the
+// comparison of strategies on it. Shared by `viper simulate`, `viper plan`
+// and viper-bench. Pure computation: the caller reads files.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viper/core/status.h"
+#include "viper/core/training_log.h"
+#include "viper/predictor/curve.h"
+#include "viper/predictor/learning_curve.h"
+#include "viper/schedulers/problem.h"
+#include "viper/schedulers/strategy.h"
+#include "viper/simulator/presets.h"
+#include "viper/simulator/simulator.h"
+
+namespace viper {
+namespace simulator {
+
+struct ScenarioOptions {
+  // Warm-up W in iterations; 0 = warmup_fraction of the log's iteration range.
+  int64_t warmup_iterations = 0;
+  // Warm-up as a fraction of the log, in (0, 1), when warmup_iterations is 0.
+  double warmup_fraction = 0.2;
+  // N, the last training iteration; 0 = the log's last.
+  int64_t total_iterations = 0;
+  // Inference-loss proxy; absent = val_loss when the warm-up holds enough
+  // validation points for the predictor, else train_loss.
+  std::optional<predictor::LossMetric> metric;
+  // Predictor options (selection, families, ...).
+  predictor::LearningCurvePredictor::Options predictor;
+  // tau in seconds; 0 = the log's mean (wall-time span / iteration span),
+  // which includes validation and epoch-boundary pauses.
+  double seconds_per_iteration = 0;
+  // Simulate with the log's per-iteration wall times (true) or constant tau.
+  bool log_iteration_times = true;
+  // Requests (interval_s 0 = tau: one request per iteration), window, drift,
+  // price, budget and spacing as in schedulers::Problem. Its cost is ignored.
+  schedulers::Problem problem_template;
+  // The transport: phases for the simulator and sigma/delta for the planners.
+  schedulers::TierCost tier;
+
+  bool IsValid(std::string* error) const;
+};
+
+struct Scenario {
+  std::string source;                 // the log's file
+  predictor::LossMetric metric = predictor::LossMetric::kTrainLoss;
+  predictor::CurveData points;        // the metric over the whole log
+  predictor::CurveData observed;      // points with iteration <= W
+  schedulers::Problem problem;        // with cost = tier.ToCheckpointCost()
+  schedulers::TierCost tier;
+  std::optional<schedulers::LossCurve> truth;  // [W, N] when the log covers N
+  schedulers::LossCurve predicted;    // [W, N] from the warm-up only
+  std::string predictor_report;
+  predictor::LearningCurvePredictor::Options predictor_options;
+  int64_t iterations_per_epoch = 0;   // 0 when the log has no epochs
+  std::vector<double> iteration_times_s;  // W+1..N (empty = constant tau)
+};
+
+StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
+
+// Plans with one strategy (online gets a predictor-backed forecaster).
+StatusOr<schedulers::Plan> PlanStrategy(const Scenario& scenario, schedulers::StrategyKind kind);
+
+// One strategy judged on the truth.
+struct StrategyOutcome {
+  schedulers::StrategyKind kind = schedulers::StrategyKind::kOptimal;
+  schedulers::Plan plan;
+  SimulationResult sim;
+  std::optional<double> regret_vs_oracle;  // cil / oracle cil - 1
+  std::optional<double> change_vs_epoch;   // cil / epoch cil - 1
+};
+
+struct Comparison {
+  std::vector<StrategyOutcome> outcomes;  // in the order asked; failed strategies are in `skipped`
+  std::vector<std::string> skipped;       // "epoch: the log has no epochs", ...
+};
+
+// Plans and simulates each strategy on the true curve with `base_options`
+// (normally SimulatorOptionsFor(scenario)). Needs scenario.truth.
+StatusOr<Comparison> CompareStrategies(const Scenario& scenario, const std::vector<schedulers::StrategyKind>& kinds,
+                                       const Simulator::Options& base_options);
+
+// The simulator options of a scenario (problem, tier, iteration times).
+Simulator::Options SimulatorOptionsFor(const Scenario& scenario);
+
+}  // namespace simulator
+}  // namespace viper

@@ -1,0 +1,180 @@
+#include "viper/simulator/scenario.h"
+
+#include <cmath>
+
+namespace viper {
+namespace simulator {
+
+bool ScenarioOptions::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (warmup_iterations < 0) return fail("warmup_iterations must be >= 0");
+  if (warmup_iterations == 0 && !(warmup_fraction > 0 && warmup_fraction < 1)) {
+    return fail("warmup_fraction must be in (0, 1), got " + std::to_string(warmup_fraction));
+  }
+  if (total_iterations < 0) return fail("total_iterations must be >= 0");
+  if (!(seconds_per_iteration >= 0) || !std::isfinite(seconds_per_iteration)) {
+    return fail("seconds_per_iteration must be >= 0 (0 = from the log)");
+  }
+  if (!predictor.IsValid(error)) return false;
+  if (!tier.IsValid(error)) return false;
+  return true;
+}
+
+StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o) {
+  std::string error;
+  if (!o.IsValid(&error)) return InvalidArgumentError("scenario options: " + error);
+  if (log.records.empty()) return InvalidArgumentError(log.source + ": the log is empty");
+  Scenario sc;
+  sc.source = log.source;
+  sc.predictor_options = o.predictor;
+  const int64_t first = log.records.front().iteration;
+  const int64_t last = log.records.back().iteration;
+
+  int64_t W = o.warmup_iterations;
+  if (W <= 0) W = first + static_cast<int64_t>(std::llround(o.warmup_fraction * static_cast<double>(last - first)));
+  const int64_t N = o.total_iterations > 0 ? o.total_iterations : last;
+  if (W >= N) {
+    return InvalidArgumentError("the warm-up (" + std::to_string(W) + " iterations) must end before the last iteration N = " +
+                                std::to_string(N) + " (" + log.source + " runs " + std::to_string(first) + ".." +
+                                std::to_string(last) + ")");
+  }
+  if (W < first) {
+    return InvalidArgumentError("the warm-up (" + std::to_string(W) + ") ends before the log's first iteration " +
+                                std::to_string(first));
+  }
+
+  // Metric: validation loss when the warm-up holds enough validation points.
+  if (o.metric) {
+    sc.metric = *o.metric;
+  } else {
+    auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
+    const bool enough =
+        val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >= o.predictor.min_points;
+    sc.metric = enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
+  }
+  VIPER_ASSIGN_OR_RETURN(sc.points, predictor::ExtractCurve(log, sc.metric));
+  sc.observed = sc.points.Prefix(static_cast<double>(W));
+  if (static_cast<int>(sc.observed.size()) < o.predictor.min_points) {
+    return InvalidArgumentError("the warm-up up to iteration " + std::to_string(W) + " of " + log.source + " holds " +
+                                std::to_string(sc.observed.size()) + " " + predictor::ToString(sc.metric) +
+                                " points; the predictor needs at least " + std::to_string(o.predictor.min_points) +
+                                " (use a longer warm-up)");
+  }
+
+  // Iteration time: the MEAN over the log, not the median: validation and
+  // epoch-boundary pauses are part of the training time the serving window
+  // and the checkpoint times see.
+  const LogSummary summary = Summarize(log);
+  double tau = o.seconds_per_iteration;
+  if (tau <= 0) {
+    if (!summary.seconds_per_iteration || !(*summary.seconds_per_iteration > 0)) {
+      return InvalidArgumentError("cannot measure seconds per iteration from " + log.source +
+                                  " (no wall-time column); give seconds_per_iteration");
+    }
+    tau = *summary.seconds_per_iteration;
+  }
+  sc.iterations_per_epoch = summary.iterations_per_epoch ? static_cast<int64_t>(*summary.iterations_per_epoch) : 0;
+
+  // Per-iteration times W+1..N from the log's wall times (spread evenly
+  // between logged rows), when the log covers N.
+  if (o.log_iteration_times && o.seconds_per_iteration <= 0 && N <= last) {
+    std::vector<std::pair<int64_t, double>> wt;
+    for (const auto& r : log.records) {
+      if (r.wall_time_s) wt.emplace_back(r.iteration, *r.wall_time_s);
+    }
+    if (wt.size() >= 2 && wt.front().first <= W) {
+      sc.iteration_times_s.assign(static_cast<size_t>(N - W), tau);
+      for (size_t j = 1; j < wt.size(); ++j) {
+        const auto [i0, t0] = wt[j - 1];
+        const auto [i1, t1] = wt[j];
+        const double each = (t1 - t0) / static_cast<double>(i1 - i0);
+        if (!(each >= 0)) continue;
+        for (int64_t i = std::max(i0 + 1, W + 1); i <= std::min(i1, N); ++i) {
+          sc.iteration_times_s[static_cast<size_t>(i - W - 1)] = each;
+        }
+      }
+    }
+  }
+
+  sc.tier = o.tier;
+  schedulers::Problem& p = sc.problem;
+  p = o.problem_template;
+  p.warmup_iterations = W;
+  p.total_iterations = N;
+  p.seconds_per_iteration = tau;
+  p.cost = sc.tier.ToCheckpointCost();
+  if (!(p.requests.interval_s > 0)) p.requests.interval_s = tau;
+  VIPER_RETURN_IF_ERROR(p.Validate());
+
+  if (N <= last) {
+    VIPER_ASSIGN_OR_RETURN(sc.truth, schedulers::InterpolateCurve(sc.points, W, N));
+  }
+  VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(sc.observed, o.predictor));
+  sc.predictor_report = fit.summary().BriefReport();
+  std::vector<double> pred = fit.PredictRange(W, N);
+  for (double& v : pred) {
+    if (!std::isfinite(v) || v < 0) v = 0;
+  }
+  sc.predicted = schedulers::LossCurve(W, std::move(pred));
+  return sc;
+}
+
+StatusOr<schedulers::Plan> PlanStrategy(const Scenario& sc, schedulers::StrategyKind kind) {
+  schedulers::StrategyOptions so;
+  so.iterations_per_epoch = sc.iterations_per_epoch;
+  if (kind == schedulers::StrategyKind::kOnline) so.forecaster = schedulers::MakePredictorForecaster(sc.predictor_options);
+  if (kind == schedulers::StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
+    return InvalidArgumentError("the epoch strategy needs epochs in the log (" + sc.source + " has no epoch column)");
+  }
+  VIPER_ASSIGN_OR_RETURN(auto strategy, schedulers::MakeStrategy(kind, so));
+  schedulers::PlanningInput input;
+  input.problem = sc.problem;
+  input.predicted = sc.predicted;
+  input.observed = sc.points;
+  input.truth = sc.truth;
+  return strategy->MakePlan(input);
+}
+
+Simulator::Options SimulatorOptionsFor(const Scenario& sc) {
+  Simulator::Options so;
+  so.problem = sc.problem;
+  so.tier = sc.tier;
+  so.iteration_times_s = sc.iteration_times_s;
+  return so;
+}
+
+StatusOr<Comparison> CompareStrategies(const Scenario& sc, const std::vector<schedulers::StrategyKind>& kinds,
+                                       const Simulator::Options& base_options) {
+  if (!sc.truth) {
+    return InvalidArgumentError("the log ends before N = " + std::to_string(sc.problem.total_iterations) +
+                                ": the simulator needs the true curve up to N");
+  }
+  Comparison c;
+  for (auto kind : kinds) {
+    auto plan = PlanStrategy(sc, kind);
+    if (!plan.ok()) {
+      c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
+      continue;
+    }
+    Simulator sim(base_options);
+    auto result = sim.Run(*sc.truth, plan->schedule);
+    if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
+    c.outcomes.push_back(StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});
+  }
+  std::optional<double> oracle, epoch;
+  for (const auto& o : c.outcomes) {
+    if (o.kind == schedulers::StrategyKind::kOracle) oracle = o.sim.cil;
+    if (o.kind == schedulers::StrategyKind::kEpoch) epoch = o.sim.cil;
+  }
+  for (auto& o : c.outcomes) {
+    if (oracle && *oracle > 0) o.regret_vs_oracle = o.sim.cil / *oracle - 1;
+    if (epoch && *epoch > 0) o.change_vs_epoch = o.sim.cil / *epoch - 1;
+  }
+  return c;
+}
+
+}  // namespace simulator
+}  // namespace viper
