@@ -26,6 +26,7 @@ int RunInspect(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
+int RunFit(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

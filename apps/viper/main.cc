@@ -17,6 +17,7 @@ constexpr Command kCommands[] = {
     {"train", "train an MLP on Fashion-MNIST for real and write its log", viper::cli::RunTrain},
     {"plan", "plan checkpoint schedules (epoch, viper-fixed/greedy, fixed, optimal, online, oracle)", viper::cli::RunPlan},
     {"simulate", "fit, plan every strategy, judge each in the simulator on the log's true curve", viper::cli::RunSimulate},
+    {"fit", "fit learning-curve families to a log's warm-up, select/ensemble, extrapolate; --evaluate scores them", viper::cli::RunFit},
 };
 
 void PrintHelp() {
