@@ -18,6 +18,10 @@ bool ScenarioOptions::IsValid(std::string* error) const {
   if (!(seconds_per_iteration >= 0) || !std::isfinite(seconds_per_iteration)) {
     return fail("seconds_per_iteration must be >= 0 (0 = from the log)");
   }
+  if (!(problem_template.requests.interval_s >= 0)) {
+    return fail("requests.interval_s must be >= 0 (0 = one request per iteration), got " +
+                std::to_string(problem_template.requests.interval_s));
+  }
   if (!predictor.IsValid(error)) return false;
   if (!tier.IsValid(error)) return false;
   return true;

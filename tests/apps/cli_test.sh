@@ -55,5 +55,28 @@ expect_rc 2 "bad --format" "$viper" log-info --log "$tmp/ok.csv" --format xml
 : >"$tmp/empty.csv"
 expect_rc 1 "empty log" "$viper" log-info --log "$tmp/empty.csv"
 
+# The main job and planning on a shipped real log.
+log="$src/datasets/logs/sgd-h256.csv.gz"
+if [ -f "$log" ]; then
+  expect_rc 0 "simulate on the shipped log" "$viper" simulate --log "$log" -q --json "$tmp/sim.json" --trace "$tmp/trace.json" --requests-csv "$tmp/req.csv"
+  for s in epoch viper-fixed viper-greedy fixed optimal online oracle; do
+    expect_in "$tmp/out" "$s" "simulate table lists $s"
+    expect_in "$tmp/sim.json" "\"strategy\": \"$s\"" "simulate JSON lists $s"
+  done
+  expect_in "$tmp/sim.json" '"regret_vs_oracle": 0.0' "the oracle has zero regret"
+  expect_in "$tmp/trace.json" '"traceEvents"' "trace is Chrome trace-event JSON"
+  expect_in "$tmp/req.csv" "time_s,version,iteration,loss" "requests CSV has its header"
+  expect_rc 0 "plan one strategy" "$viper" plan --log "$log" --strategy optimal --json "$tmp/plan.json"
+  expect_in "$tmp/out" "schedule:" "plan prints the schedule"
+  expect_in "$tmp/plan.json" '"exact": true' "optimal is exact"
+  expect_rc 2 "plan with an unknown strategy" "$viper" plan --log "$log" --strategy clairvoyant
+  expect_rc 1 "simulate with a warm-up past the end" "$viper" simulate --log "$log" -q --warmup 999999
+  expect_in "$tmp/err" "warm-up" "the error explains the warm-up"
+  expect_rc 2 "simulate with an unknown tier" "$viper" simulate --log "$log" -q --transport tape
+  expect_rc 1 "simulate with a negative request interval" "$viper" simulate --log "$log" -q --request-interval-s -1
+else
+  echo "FAIL: shipped log $log missing"; fails=$((fails + 1))
+fi
+
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
