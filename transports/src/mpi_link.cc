@@ -22,7 +22,10 @@ void Backoff::Pause() {
 
 void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight,
                 std::vector<ChunkedTransfer>* transfers, double deadline_s, int sleep_us) {
-  Backoff backoff(sleep_us);
+  // No sleeping while bytes move: shared-memory MPI transports progress only
+  // inside MPI calls (one fragment per call), so a sleep between tests caps
+  // the bandwidth. Yield only, to share the core with the peer.
+  (void)sleep_us;
   for (;;) {
     bool all_done = true;
     bool progressed = false;
@@ -72,11 +75,7 @@ void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight
       }
       return;
     }
-    if (progressed) {
-      backoff.Reset();
-    } else {
-      backoff.Pause();
-    }
+    if (!progressed) std::this_thread::yield();
   }
 }
 

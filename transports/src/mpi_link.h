@@ -32,7 +32,7 @@ struct Announce {
   uint64_t image_bytes = 0;
   uint64_t chunk_bytes = 0;
   uint64_t checksum = 0;
-  double sent_wtime = 0;  // MPI_Wtime() at the producer when sent
+  double sent_wtime = 0;  // MonotonicSeconds() at the producer when sent
 };
 
 struct Ready {
@@ -47,7 +47,7 @@ struct Ack {
   int32_t ok = 0;         // 1: servable; 0: rejected (code says why)
   int32_t code = 0;       // StatusCode when rejected
   double load_s = 0;      // consumer: receive + verify + swap
-  double notify_s = 0;    // consumer: MPI_Wtime at receipt - sent_wtime
+  double notify_s = 0;    // consumer: receipt time - sent_wtime
 };
 
 // Small POD messages.

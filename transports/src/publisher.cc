@@ -435,7 +435,7 @@ class Publisher::Impl {
     a.image_bytes = s.image_bytes();
     a.chunk_bytes = options_.chunk_bytes;
     a.checksum = s.checksum();
-    a.sent_wtime = MPI_Wtime();
+    a.sent_wtime = MonotonicSeconds();
     return a;
   }
 

@@ -69,6 +69,12 @@ class Subscriber::Impl {
       store_ = std::make_unique<PfsStore>(po);
     }
     if (options_.notify == Notify::kPush) VIPER_RETURN_IF_ERROR(InitMpi());
+    if (options_.preallocate_bytes > 0) {
+      for (int i = 0; i < 2; ++i) {
+        VIPER_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(options_.preallocate_bytes));
+        pool_.push_back(std::make_shared<AlignedBuffer>(std::move(b)));
+      }
+    }
     running_ = true;
     thread_ = std::thread([this] { options_.notify == Notify::kPoll ? PollLoop() : PushLoop(); });
     return Status::Ok();
@@ -296,7 +302,9 @@ class Subscriber::Impl {
         continue;
       }
       backoff.Reset();
-      const double notify_s = MPI_Wtime() - a.sent_wtime;
+      // CLOCK_MONOTONIC is shared by the processes of one node (MPI_Wtime is not
+      // in Open MPI 4); across nodes this sample is only as good as clock sync.
+      const double notify_s = MonotonicSeconds() - a.sent_wtime;
       {
         std::lock_guard<std::mutex> lock(mu_);
         samples_.push_back({options_.tier, Mode::kSync, "notify", 0, notify_s});

@@ -41,6 +41,11 @@ class Subscriber {
     double poll_period_s = 1.0;
     // pfs: read with O_DIRECT.
     bool o_direct = false;
+    // Landing buffers allocated and pre-touched at Create (front + back), each
+    // of this many bytes (the expected version size, header included); 0 =
+    // allocate on first use. First touch of fresh pages costs far more than
+    // the transfer itself, so set this for timed runs.
+    uint64_t preallocate_bytes = 0;
     // Sleep between checks while idle, in microseconds (latency vs CPU).
     int idle_sleep_us = 20;
 

@@ -1,0 +1,507 @@
+// Transfer-engine benchmarks. Run under two ranks:
+//   mpirun -np 2 build/bench/viper-bench --benchmark_filter=Transports
+// Rank 0 publishes, rank 1 consumes; every benchmark runs a fixed number of
+// iterations on both ranks so they stay in step. Each figure is reported next
+// to its baseline measured in the same run, as a ratio:
+//   host:   mpi_ratio (Viper send bandwidth / raw MPI_Send), memcpy_ratio
+//   pfs:    dd_ratio (Viper O_DIRECT write/read bandwidth / dd oflag|iflag=direct)
+//   update: pfs_poll_over_host (PFS + 1 s polling latency / host + push latency)
+//   stall:  stall_over_memcpy (async Publish stall / one memcpy), sync_over_async
+//   notify: push notification p50 / p90 (microseconds)
+// Samples go to $VIPER_BENCH_CSV (default transports_cost_samples.csv) as
+// tier,mode,phase,bytes,seconds. PFS directory: $VIPER_BENCH_PFS_DIR (default
+// $TMPDIR or /tmp). 1.7 GB cases only with VIPER_BENCH_LARGE=1.
+#include <benchmark/benchmark.h>
+
+#include "viper/config.h"
+
+#if VIPER_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/transports/aligned_buffer.h"
+#include "viper/transports/mpi_session.h"
+#include "viper/transports/pfs_store.h"
+#include "viper/transports/publisher.h"
+#include "viper/transports/subscriber.h"
+
+namespace {
+
+using namespace viper;              // NOLINT
+using namespace viper::transports;  // NOLINT
+
+// MPI for the whole bench process: initialised on first use, finalised at exit.
+MpiSession* Session() {
+  static std::unique_ptr<MpiSession> session = [] {
+    int argc = 0;
+    char** argv = nullptr;
+    auto s = MpiSession::Init(&argc, &argv);
+    return s.ok() ? std::move(*s) : nullptr;
+  }();
+  return session.get();
+}
+
+// True when this run has a producer (rank 0) and a consumer (rank 1);
+// otherwise the benchmark is skipped with the reason.
+bool NeedTwoRanks(benchmark::State& state) {
+  MpiSession* s = Session();
+  if (s == nullptr) {
+    state.SkipWithError("MPI could not be initialised with MPI_THREAD_MULTIPLE");
+    return false;
+  }
+  if (s->size() < 2) {
+    state.SkipWithError("needs a consumer rank: run under mpirun -np 2");
+    return false;
+  }
+  return true;
+}
+int Rank() { return Session()->rank(); }
+
+std::string CsvPath() {
+  const char* p = std::getenv("VIPER_BENCH_CSV");
+  return p ? p : "transports_cost_samples.csv";
+}
+// Appends samples (rank 0 only); the first call of the process truncates.
+void AppendSamples(const std::vector<CostSample>& samples) {
+  static bool first = true;
+  if (Rank() != 0 || samples.empty()) return;
+  (void)WriteCostSamplesCsv(CsvPath(), samples, /*append=*/!first);
+  first = false;
+}
+
+ModelState MakeModel(uint64_t bytes, uint32_t seed) {
+  ModelState m;
+  const int kTensors = 8;
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t n = static_cast<int64_t>(bytes / kTensors / 4);
+    Tensor x = Tensor::Allocate("w" + std::to_string(t), DType::kF32, {n});
+    uint32_t* p = x.As<uint32_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = seed + static_cast<uint32_t>(i);
+    (void)m.Add(std::move(x));
+  }
+  return m;
+}
+
+double MemcpySeconds(uint64_t bytes, int reps) {
+  auto a = AlignedBuffer::Allocate(bytes);
+  auto b = AlignedBuffer::Allocate(bytes);
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = MonotonicSeconds();
+    std::memcpy(b->data(), a->data(), bytes);
+    benchmark::DoNotOptimize(b->data());
+    best = std::min(best, MonotonicSeconds() - t0);
+  }
+  return best;
+}
+
+// Raw chunked MPI_Send of `bytes` from rank 0 to 1 (pre-touched buffers),
+// best of `reps`, timed on rank 0 until rank 1 confirms receipt.
+double RawMpiSeconds(uint64_t bytes, int reps) {
+  auto buf = AlignedBuffer::Allocate(bytes);
+  const uint64_t chunk = 64ull << 20;
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MonotonicSeconds();
+    for (uint64_t off = 0; off < bytes; off += chunk) {
+      const int n = static_cast<int>(std::min(chunk, bytes - off));
+      if (Rank() == 0) {
+        MPI_Send(buf->data() + off, n, MPI_BYTE, 1, 99, MPI_COMM_WORLD);
+      } else if (Rank() == 1) {
+        MPI_Recv(buf->data() + off, n, MPI_BYTE, 0, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+    if (Rank() == 0) MPI_Recv(nullptr, 0, MPI_BYTE, 1, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (Rank() == 1) MPI_Send(nullptr, 0, MPI_BYTE, 0, 98, MPI_COMM_WORLD);
+    best = std::min(best, MonotonicSeconds() - t0);
+  }
+  return best;
+}
+
+std::vector<int> OnlyRankOne() { return {1}; }
+
+// Host tier, sync: bandwidth of the MPI transfer vs raw MPI_Send and memcpy.
+// Arg 0: model bytes; arg 1: 0 two-sided, 1 one-sided.
+void BM_TransportsHost(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const auto protocol = state.range(1) ? HostProtocol::kOneSided : HostProtocol::kTwoSided;
+  const double raw_s = RawMpiSeconds(bytes, 2);
+  const double memcpy_s = MemcpySeconds(bytes, 2);
+  double transfer_s = 0, update_s = 0;
+  int n = 0;
+  if (Rank() == 0) {
+    Publisher::Options o;
+    o.tier = Tier::kHost;
+    o.mode = Mode::kSync;
+    o.host_protocol = protocol;
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = bytes + (1 << 20);
+    auto pub = Publisher::Create(o);
+    if (!pub.ok()) {
+      state.SkipWithError(pub.status().ToString().c_str());
+      return;
+    }
+    ModelState m = MakeModel(bytes, 1);
+    MPI_Barrier(MPI_COMM_WORLD);  // both sides have allocated and touched their buffers
+    for (auto _ : state) {
+      auto r = (*pub)->Publish(m, n);
+      if (!r.ok() || r->consumers.empty() || !r->consumers[0].delivered) {
+        state.SkipWithError(r.ok() ? r->BriefReport().c_str() : r.status().ToString().c_str());
+        break;
+      }
+      if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
+      transfer_s += r->transfer_s;
+      update_s += r->consumers[0].servable_s;
+      ++n;
+    }
+    (void)(*pub)->Close();
+    AppendSamples((*pub)->CostSamples());
+  } else {
+    Subscriber::Options o;
+    o.tier = Tier::kHost;
+    o.host_protocol = protocol;
+    o.window_slot_bytes = bytes + (1 << 20);
+    o.preallocate_bytes = bytes + (1 << 20);
+    auto sub = Subscriber::Create(o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (auto _ : state) {
+      if (sub.ok()) (void)(*sub)->WaitForVersion(n++, 600);
+    }
+    if (sub.ok()) (*sub)->WaitUntilDone(60);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() == 0 && n > 0) {
+    const double viper_bw = bytes * n / transfer_s;
+    state.counters["viper_GBps"] = viper_bw / 1e9;
+    state.counters["raw_mpi_GBps"] = bytes / raw_s / 1e9;
+    state.counters["memcpy_GBps"] = bytes / memcpy_s / 1e9;
+    state.counters["mpi_ratio"] = viper_bw / (bytes / raw_s);
+    state.counters["memcpy_ratio"] = viper_bw / (bytes / memcpy_s);
+    state.counters["update_s"] = update_s / n;
+    state.SetBytesProcessed(static_cast<int64_t>(bytes) * n);
+  } else {
+    state.SetLabel("consumer rank");
+  }
+}
+
+std::string PfsDir() {
+  const char* d = std::getenv("VIPER_BENCH_PFS_DIR");
+  const char* t = std::getenv("TMPDIR");
+  std::string base = d ? d : (t ? t : "/tmp");
+  std::string tmpl = base + "/viper-bench-pfs-XXXXXX";
+  char* made = ::mkdtemp(tmpl.data());
+  return made ? made : base;
+}
+
+double RunSeconds(const std::string& cmd) {
+  const double t0 = MonotonicSeconds();
+  const int rc = std::system(cmd.c_str());
+  return rc == 0 ? MonotonicSeconds() - t0 : -1;
+}
+
+// PFS tier: O_DIRECT write (temp, fsync, rename, dir fsync) and read vs dd
+// with oflag=direct conv=fsync / iflag=direct on the same directory.
+// Arg 0: bytes; arg 1: writer threads. Rank 0 only.
+void BM_TransportsPfs(benchmark::State& state) {
+  if (Session() != nullptr && Rank() != 0) {
+    state.SkipWithError("pfs benchmark runs on rank 0 only");
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  PfsStore::Options o;
+  o.dir = PfsDir();
+  o.o_direct = true;
+  o.writer_threads = static_cast<int>(state.range(1));
+  o.keep_versions = 1;
+  PfsStore store(o);
+  auto buf = AlignedBuffer::Allocate(bytes);
+  AlignedBuffer back;
+  double write_s = 0, read_s = 0;
+  uint64_t v = 0;
+  std::vector<CostSample> samples;
+  for (auto _ : state) {
+    auto w = store.Write(v, buf->data(), bytes);
+    if (!w.ok()) {
+      state.SkipWithError(w.status().ToString().c_str());
+      break;
+    }
+    write_s += w->write_s + w->sync_s;
+    const double t0 = MonotonicSeconds();
+    auto r = store.Read(v, &back);
+    const double rs = MonotonicSeconds() - t0;
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      break;
+    }
+    read_s += rs;
+    samples.push_back({Tier::kPfs, Mode::kSync, "transfer", bytes, w->write_s + w->sync_s});
+    samples.push_back({Tier::kPfs, Mode::kSync, "load", bytes, rs});
+    ++v;
+  }
+  const uint64_t mb = bytes >> 20;
+  const std::string f = o.dir + "/dd.bin";
+  const double dd_w = RunSeconds("dd if=/dev/zero of=" + f + " bs=1M count=" + std::to_string(mb) +
+                                 " oflag=direct conv=fsync status=none");
+  const double dd_r = RunSeconds("dd if=" + f + " of=/dev/null bs=1M iflag=direct status=none");
+  std::system(("rm -rf " + o.dir).c_str());
+  if (v == 0) return;
+  const double wbw = bytes * v / write_s, rbw = bytes * v / read_s;
+  state.counters["write_GBps"] = wbw / 1e9;
+  state.counters["read_GBps"] = rbw / 1e9;
+  if (dd_w > 0) state.counters["dd_write_ratio"] = wbw / ((mb << 20) / dd_w);
+  if (dd_r > 0) state.counters["dd_read_ratio"] = rbw / ((mb << 20) / dd_r);
+  if (Session() != nullptr) AppendSamples(samples);
+}
+
+// End-to-end update latency (Publish start -> servable at the consumer):
+// host tier + push vs PFS tier + polling every 1 s, measured one after the
+// other in the same run. Arg 0: bytes.
+void BM_TransportsUpdateLatency(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  ModelState m = MakeModel(bytes, 3);
+  double host_s = 0, poll_s = 0;
+  int n = 0;
+  std::string dir;
+  {
+    char name[512] = {0};
+    if (Rank() == 0) std::snprintf(name, sizeof(name), "%s", PfsDir().c_str());
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    dir = name;
+  }
+  std::vector<CostSample> samples;
+  for (auto _ : state) {
+    // host + push, sync: the acknowledgement comes when the version is servable.
+    {
+      std::unique_ptr<Publisher> pub;
+      if (Rank() == 0) {
+        Publisher::Options o;
+        o.mode = Mode::kSync;
+        o.subscriber_ranks = OnlyRankOne();
+        o.staging_bytes = bytes + (1 << 20);  // allocated and touched in Create, not in the timed Publish
+        auto created = Publisher::Create(o);
+        if (!created.ok()) {
+          state.SkipWithError(created.status().ToString().c_str());
+          break;
+        }
+        pub = std::move(created).value();
+        MPI_Barrier(MPI_COMM_WORLD);
+        auto r = pub->Publish(m, 1);
+        if (r.ok() && !r->consumers.empty()) host_s += r->consumers[0].servable_s;
+        (void)pub->Close();
+        for (auto& s : pub->CostSamples()) samples.push_back(s);
+      } else {
+        Subscriber::Options so;
+        so.preallocate_bytes = bytes + (1 << 20);
+        auto s = Subscriber::Create(so);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (s.ok()) {
+          (void)(*s)->WaitForVersion(0, 600);
+          (*s)->WaitUntilDone(60);
+        }
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    // pfs + poll every 1 s: the consumer timestamps the swap (CLOCK_MONOTONIC, one node).
+    {
+      double start = 0, servable = 0;
+      if (Rank() == 0) {
+        Publisher::Options o;
+        o.tier = Tier::kPfs;
+        o.notify = Notify::kPoll;
+        o.mode = Mode::kSync;
+        o.pfs_dir = dir;
+        o.o_direct = true;
+        o.pfs_keep_versions = 1;
+        o.staging_bytes = bytes + (1 << 20);
+        auto pub = Publisher::Create(o);
+        MPI_Barrier(MPI_COMM_WORLD);  // the consumer is polling
+        start = MonotonicSeconds();
+        if (pub.ok()) {
+          auto r = (*pub)->Publish(m, static_cast<int64_t>(n));
+          if (r.ok()) samples.push_back({Tier::kPfs, Mode::kSync, "transfer", r->bytes, r->transfer_s});
+        }
+        MPI_Recv(&servable, 1, MPI_DOUBLE, 1, 97, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        poll_s += servable - start;
+        samples.push_back({Tier::kPfs, Mode::kSync, "update", bytes, servable - start});
+        std::system(("rm -f " + dir + "/model-v*.safetensors").c_str());
+      } else {
+        Subscriber::Options o;
+        o.tier = Tier::kPfs;
+        o.notify = Notify::kPoll;
+        o.pfs_dir = dir;
+        o.poll_period_s = 1.0;
+        o.o_direct = true;
+        o.preallocate_bytes = bytes + (1 << 20);
+        auto sub = Subscriber::Create(o);
+        (*sub)->SetCallback([&](std::shared_ptr<const ModelVersion>) { servable = MonotonicSeconds(); });
+        // Random poll phase relative to the publish, as for a real server.
+        usleep(static_cast<useconds_t>((n * 370000) % 1000000));
+        MPI_Barrier(MPI_COMM_WORLD);
+        (void)(*sub)->WaitForVersion(0, 600);
+        (*sub)->Stop();
+        MPI_Send(&servable, 1, MPI_DOUBLE, 0, 97, MPI_COMM_WORLD);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    ++n;
+  }
+  if (Rank() == 0) {
+    std::system(("rm -rf " + dir).c_str());
+    state.counters["host_push_s"] = host_s / n;
+    state.counters["pfs_poll1s_s"] = poll_s / n;
+    state.counters["pfs_poll_over_host"] = poll_s / host_s;
+    AppendSamples(samples);
+  } else {
+    state.SetLabel("consumer rank");
+  }
+}
+
+// Producer stall: async Publish (one snapshot memcpy) vs one memcpy of the
+// model, and sync Publish (snapshot + checksum + transfer + ack). Arg 0: bytes.
+void BM_TransportsStall(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const double memcpy_s = MemcpySeconds(bytes, 3);
+  double async_s = 0, sync_s = 0, async_best = 1e30;
+  int n = 0;
+  for (Mode mode : {Mode::kAsync, Mode::kSync}) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) {
+      Publisher::Options o;
+      o.mode = mode;
+      o.subscriber_ranks = OnlyRankOne();
+      o.staging_bytes = bytes + (1 << 20);  // pre-allocated, pre-touched
+      auto pub = Publisher::Create(o);
+      ModelState m = MakeModel(bytes, 4);
+      MPI_Barrier(MPI_COMM_WORLD);
+      // Every iteration is one publish; the background send finishes before
+      // the next one so each stall is measured alone.
+      for (int i = 0; i < static_cast<int>(state.max_iterations); ++i) {
+        auto r = (*pub)->Publish(m, i);
+        (void)(*pub)->Flush();
+        if (r.ok()) (mode == Mode::kAsync ? async_s : sync_s) += r->stall_s;
+        if (r.ok() && mode == Mode::kAsync) async_best = std::min(async_best, r->stall_s);
+      }
+      (void)(*pub)->Close();
+      AppendSamples((*pub)->CostSamples());
+    } else {
+      Subscriber::Options so;
+      so.preallocate_bytes = bytes + (1 << 20);
+      auto sub = Subscriber::Create(so);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (sub.ok()) (*sub)->WaitUntilDone(600);
+    }
+  }
+  for (auto _ : state) ++n;  // the timed work is above; keeps the iteration count
+  if (Rank() == 0) {
+    state.counters["async_stall_s"] = async_s / n;
+    state.counters["sync_stall_s"] = sync_s / n;
+    state.counters["memcpy_s"] = memcpy_s;  // best of 3
+    state.counters["stall_over_memcpy"] = async_best / memcpy_s;  // best of n vs best of 3
+    state.counters["sync_over_async"] = sync_s / async_s;
+  } else {
+    state.SetLabel("consumer rank");
+  }
+}
+
+// Push notification latency: producer send of the announcement -> consumer
+// receipt (CLOCK_MONOTONIC, shared by the processes of one node), over many tiny versions.
+void BM_TransportsNotify(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  std::vector<double> lat;
+  if (Rank() == 0) {
+    Publisher::Options o;
+    o.mode = Mode::kSync;
+    o.subscriber_ranks = OnlyRankOne();
+    auto pub = Publisher::Create(o);
+    ModelState m = MakeModel(4096, 5);
+    int i = 0;
+    for (auto _ : state) (void)(*pub)->Publish(m, i++);
+    (void)(*pub)->Close();
+    int count = 0;
+    MPI_Recv(&count, 1, MPI_INT, 1, 96, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    lat.resize(count);
+    MPI_Recv(lat.data(), count, MPI_DOUBLE, 1, 96, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    std::sort(lat.begin(), lat.end());
+    if (!lat.empty()) {
+      state.counters["notify_p50_us"] = lat[lat.size() / 2] * 1e6;
+      state.counters["notify_p90_us"] = lat[lat.size() * 9 / 10] * 1e6;
+      std::vector<CostSample> samples;
+      for (double s : lat) samples.push_back({Tier::kHost, Mode::kSync, "notify", 0, s});
+      AppendSamples(samples);
+    }
+  } else {
+    auto sub = Subscriber::Create(Subscriber::Options());
+    for (auto _ : state) {
+    }
+    (*sub)->WaitUntilDone(600);
+    for (const auto& s : (*sub)->CostSamples()) {
+      if (s.phase == "notify") lat.push_back(s.seconds);
+    }
+    int count = static_cast<int>(lat.size());
+    MPI_Send(&count, 1, MPI_INT, 0, 96, MPI_COMM_WORLD);
+    MPI_Send(lat.data(), count, MPI_DOUBLE, 0, 96, MPI_COMM_WORLD);
+    state.SetLabel("consumer rank");
+  }
+}
+
+constexpr int64_t kMB = 1000 * 1000;
+void Sizes(benchmark::internal::Benchmark* b, int64_t extra_arg = -1) {
+  std::vector<int64_t> sizes = {64 * kMB, 600 * kMB};
+  if (std::getenv("VIPER_BENCH_LARGE")) sizes.push_back(1700 * kMB);
+  for (int64_t s : sizes) {
+    if (extra_arg < 0) {
+      b->Arg(s);
+    } else {
+      b->Args({s, extra_arg});
+    }
+  }
+}
+
+BENCHMARK(BM_TransportsHost)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      Sizes(b, 0);
+      Sizes(b, 1);
+    })
+    ->ArgNames({"bytes", "one_sided"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsPfs)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      Sizes(b, 1);
+      Sizes(b, 2);
+    })
+    ->ArgNames({"bytes", "writers"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsUpdateLatency)->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsStall)->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsNotify)->Iterations(300)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+#else  // !VIPER_HAVE_MPI
+
+namespace {
+void BM_TransportsHost(benchmark::State& state) {
+  state.SkipWithError("Viper was built without MPI: the transport benchmarks need two MPI ranks");
+}
+BENCHMARK(BM_TransportsHost);
+}  // namespace
+
+#endif
