@@ -102,7 +102,7 @@ std::optional<CurveScore> ScoreCurve(const pr::FittedCurve& c, const pr::CurveDa
     ss += r * r;
   }
   s.rmse = std::sqrt(ss / unseen.size());
-  const size_t m = std::max<size_t>(1, std::min<size_t>(20, unseen.size() / 20));
+  const size_t m = std::max<size_t>(1, std::min<size_t>(500, unseen.size() / 20));
   double t = 0, p = 0;
   for (size_t i = unseen.size() - m; i < unseen.size(); ++i) {
     t += unseen.losses[i];

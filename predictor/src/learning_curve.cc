@@ -627,7 +627,7 @@ StatusOr<ExtrapolationError> ScoreExtrapolation(const LearningCurvePredictor& pr
   }
   e.rmse = std::sqrt(ss / after.size());
   // "Final loss": the mean over the last few points, so one noisy value does not decide it.
-  const size_t m = std::max<size_t>(1, std::min<size_t>(20, after.size() / 20));
+  const size_t m = std::max<size_t>(1, std::min<size_t>(500, after.size() / 20));
   double t = 0, p = 0;
   for (size_t i = after.size() - m; i < after.size(); ++i) {
     t += after.losses[i];

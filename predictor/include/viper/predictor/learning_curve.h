@@ -140,7 +140,7 @@ class LearningCurvePredictor {
 struct ExtrapolationError {
   size_t points = 0;              // points of `truth` after the fitted range
   double rmse = 0;                // over those points, loss units
-  // "Final" = the mean over the last m = clamp(points / 20, 1, 20) points, so
+  // "Final" = the mean over the last m = clamp(points / 20, 1, 500) points, so
   // one noisy value does not decide it.
   double final_loss = 0;            // true final loss
   double predicted_final_loss = 0;  // predicted, averaged over the same points
