@@ -26,7 +26,9 @@ int RunInspect(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
+int RunBenchSummary(const std::vector<std::string>& args);
 int RunFit(const std::vector<std::string>& args);
+int RunModelDir(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

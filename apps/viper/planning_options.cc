@@ -145,7 +145,7 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
 
   // Requests, drift, price, budget, spacing.
   schedulers::Problem& p = so.problem_template;
-  p.requests.interval_s = o.request_interval_s;  // 0 = tau, resolved by MakeScenario
+  so.request_interval_s = o.request_interval_s;  // 0 = tau, resolved by MakeScenario
   p.requests.seed = o.seed;
   if (!o.request_trace.empty() || o.arrivals == "trace") {
     if (o.request_trace.empty()) return InvalidArgumentError("--arrivals trace needs --request-trace FILE");

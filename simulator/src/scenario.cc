@@ -18,9 +18,9 @@ bool ScenarioOptions::IsValid(std::string* error) const {
   if (!(seconds_per_iteration >= 0) || !std::isfinite(seconds_per_iteration)) {
     return fail("seconds_per_iteration must be >= 0 (0 = from the log)");
   }
-  if (!(problem_template.requests.interval_s >= 0)) {
-    return fail("requests.interval_s must be >= 0 (0 = one request per iteration), got " +
-                std::to_string(problem_template.requests.interval_s));
+  if (!(request_interval_s >= 0) || !std::isfinite(request_interval_s)) {
+    return fail("request_interval_s must be >= 0 (0 = one request per iteration), got " +
+                std::to_string(request_interval_s));
   }
   if (!predictor.IsValid(error)) return false;
   if (!tier.IsValid(error)) return false;
@@ -110,7 +110,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   p.total_iterations = N;
   p.seconds_per_iteration = tau;
   p.cost = sc.tier.ToCheckpointCost();
-  if (!(p.requests.interval_s > 0)) p.requests.interval_s = tau;
+  p.requests.interval_s = o.request_interval_s > 0 ? o.request_interval_s : tau;
   VIPER_RETURN_IF_ERROR(p.Validate());
 
   if (N <= last) {

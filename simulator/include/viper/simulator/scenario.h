@@ -37,8 +37,11 @@ struct ScenarioOptions {
   double seconds_per_iteration = 0;
   // Simulate with the log's per-iteration wall times (true) or constant tau.
   bool log_iteration_times = true;
-  // Requests (interval_s 0 = tau: one request per iteration), window, drift,
-  // price, budget and spacing as in schedulers::Problem. Its cost is ignored.
+  // Seconds between requests (mean for Poisson); 0 = tau, one request per
+  // training iteration. Overrides problem_template.requests.interval_s.
+  double request_interval_s = 0;
+  // Arrivals, window, drift, price, budget and spacing as in
+  // schedulers::Problem. Its W, N, tau, cost and request interval are ignored.
   schedulers::Problem problem_template;
   // The transport: phases for the simulator and sigma/delta for the planners.
   schedulers::TierCost tier;
