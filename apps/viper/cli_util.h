@@ -20,8 +20,8 @@ namespace po = boost::program_options;
 int ParseOrHelp(const std::vector<std::string>& args, const po::options_description& desc,
                 po::variables_map* vm, const std::string& usage, const std::string& description);
 
-// Prints "viper <cmd>: <status message>" to stderr and returns the exit code
-// for it (2 for InvalidArgument from options, else 1).
+// Prints "viper <cmd>: <status message>" to stderr and returns 1 (bad input
+// or failure). Bad usage is caught earlier by ParseOrHelp and returns 2.
 int Fail(const std::string& command, const Status& status);
 
 // A Program_options notifier that rejects (as bad usage, exit 2) a value the
