@@ -250,7 +250,7 @@ int RunFit(const std::vector<std::string>& args) {
       ("log", po::value(&logs)->multitoken(), "training log (CSV/JSON lines/Keras/Lightning, .gz read directly); with --evaluate, one or more (default: every shipped log)")
       ("warmup", po::value(&warmup), "warm-up length: iterations (e.g. 500) or a percentage of the log's last iteration (e.g. 20%); only points up to it are fitted")
       ("metric", po::value(&metric)->default_value(metric), "loss to fit: train_loss | val_loss")
-      ("select", po::value(&select)->default_value(select), "model selection: best-mse (Viper: lowest warm-up MSE) | validation (fit on the first part, score the rest, refit the winner) | ensemble (1/MSE-weighted on validation)")
+      ("select", po::value(&select)->default_value(select), "model selection: best-mse (Viper: lowest warm-up MSE) | validation (fit on the first part, score the rest, refit the winner) | ensemble (weights 1/validation MSE)")
       ("families", po::value(&families)->default_value(families), "comma-separated families, or 'all' / 'viper' (exp2,exp3,lin2,expd3)")
       ("validation-fraction", po::value(&o.validation_fraction)->default_value(o.validation_fraction), "share of the warm-up points fitted when scoring on the rest, in (0, 1)")
       ("robust-loss", po::value(&robust)->default_value(robust), "robust loss on residuals: none | huber | cauchy (scale = factor x noise sigma from a running-median MAD)")

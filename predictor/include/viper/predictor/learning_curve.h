@@ -21,7 +21,7 @@ namespace predictor {
 enum class Selection {
   kBestMse,     // Viper's rule: lowest warm-up MSE wins
   kValidation,  // fit on the first part, score the extrapolation on the rest, refit the winner on all
-  kEnsemble,    // weighted mean of the surviving families, weights from validation error
+  kEnsemble,    // weighted mean of the surviving families, weights 1 / validation MSE
 };
 const char* ToString(Selection selection);
 StatusOr<Selection> SelectionFromString(const std::string& name);
