@@ -106,8 +106,8 @@ class Publisher::Impl {
     report.iteration = iteration;
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
-      VIPER_RETURN_IF_ERROR(
-          s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes));
+      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
+                                       /*hash_while_copying=*/true));
       report.snapshot_s = MonotonicSeconds() - t0;
       VIPER_RETURN_IF_ERROR(s.Finalize());
       report.bytes = s.image_bytes();

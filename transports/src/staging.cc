@@ -1,5 +1,6 @@
 #include "staging.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -21,7 +22,7 @@ std::string PadHeader(std::string header, uint64_t alignment) {
 }
 
 Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_t iteration,
-                               int32_t producer_id, uint64_t min_capacity_bytes) {
+                               int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying) {
   uint64_t data_bytes = 0;
   for (const Tensor& t : state.tensors()) {
     if (t.memory != MemoryKind::kHost) {
@@ -76,9 +77,25 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
     }
   }
   std::byte* dst = data();
-  for (const Tensor& t : state.tensors()) {
-    if (t.size_bytes > 0) std::memcpy(dst, t.data, t.size_bytes);
-    dst += t.size_bytes;
+  checksum_ready_ = false;
+  if (hash_while_copying) {
+    constexpr std::size_t kBlock = 256 * 1024;  // fits in L2: hashed while hot
+    Xxh3Hasher hasher;
+    for (const Tensor& t : state.tensors()) {
+      for (std::size_t off = 0; off < t.size_bytes; off += kBlock) {
+        const std::size_t n = std::min(kBlock, t.size_bytes - off);
+        std::memcpy(dst + off, t.data + off, n);
+        hasher.Update(dst + off, n);
+      }
+      dst += t.size_bytes;
+    }
+    checksum_ = hasher.Digest();
+    checksum_ready_ = true;
+  } else {
+    for (const Tensor& t : state.tensors()) {
+      if (t.size_bytes > 0) std::memcpy(dst, t.data, t.size_bytes);
+      dst += t.size_bytes;
+    }
   }
   layout_.metadata.version = version;
   layout_.metadata.iteration = iteration;
@@ -88,7 +105,8 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
 }
 
 Status StagedVersion::Finalize() {
-  checksum_ = Xxh3_64(data(), data_bytes_);
+  if (!checksum_ready_) checksum_ = Xxh3_64(data(), data_bytes_);
+  checksum_ready_ = true;
   VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &checksum_));
   if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
   std::string padded = PadHeader(std::move(h.bytes), AlignedBuffer::kAlignmentBytes);

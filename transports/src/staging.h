@@ -18,8 +18,11 @@ class StagedVersion {
  public:
   // Copies the tensor bytes of `state` (host tensors) into the data region,
   // growing the buffer when needed. This is the producer's stall in async mode.
+  // With `hash_while_copying` (sync mode) the checksum is computed block by
+  // block right after each block is copied, while it is still in cache, and
+  // Finalize does not read the data again.
   Status Snapshot(const ModelState& state, uint64_t version, int64_t iteration, int32_t producer_id,
-                  uint64_t min_capacity_bytes = 0);
+                  uint64_t min_capacity_bytes = 0, bool hash_while_copying = false);
   // Checksums the data and writes the header in front of it.
   Status Finalize();
 
@@ -38,6 +41,7 @@ class StagedVersion {
   uint64_t header_bytes_ = 0;  // padded header, a multiple of 4096
   uint64_t data_bytes_ = 0;
   uint64_t checksum_ = 0;
+  bool checksum_ready_ = false;
   ModelState layout_;          // tensors as views into the data region
 };
 
