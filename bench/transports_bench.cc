@@ -139,7 +139,7 @@ void BM_TransportsHost(benchmark::State& state) {
   const auto protocol = state.range(1) ? HostProtocol::kOneSided : HostProtocol::kTwoSided;
   const double raw_s = RawMpiSeconds(bytes, 2);
   const double memcpy_s = MemcpySeconds(bytes, 2);
-  double transfer_s = 0, update_s = 0;
+  double transfer_s = 0, update_s = 0, best_transfer_s = 1e30;
   int n = 0;
   if (Rank() == 0) {
     Publisher::Options o;
@@ -155,6 +155,10 @@ void BM_TransportsHost(benchmark::State& state) {
     }
     ModelState m = MakeModel(bytes, 1);
     MPI_Barrier(MPI_COMM_WORLD);  // both sides have allocated and touched their buffers
+    // Warm-up version (both landing buffers' first use; not timed), as the
+    // raw MPI baseline is a best of two.
+    (void)(*pub)->Publish(m, -1);
+    (void)(*pub)->Publish(m, -1);
     for (auto _ : state) {
       auto r = (*pub)->Publish(m, n);
       if (!r.ok() || r->consumers.empty() || !r->consumers[0].delivered) {
@@ -163,6 +167,7 @@ void BM_TransportsHost(benchmark::State& state) {
       }
       if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
       transfer_s += r->transfer_s;
+      best_transfer_s = std::min(best_transfer_s, r->transfer_s);
       update_s += r->consumers[0].servable_s;
       ++n;
     }
@@ -176,6 +181,7 @@ void BM_TransportsHost(benchmark::State& state) {
     o.preallocate_bytes = bytes + (1 << 20);
     auto sub = Subscriber::Create(o);
     MPI_Barrier(MPI_COMM_WORLD);
+    n = 2;  // after the two warm-up versions
     for (auto _ : state) {
       if (sub.ok()) (void)(*sub)->WaitForVersion(n++, 600);
     }
@@ -183,7 +189,8 @@ void BM_TransportsHost(benchmark::State& state) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0 && n > 0) {
-    const double viper_bw = bytes * n / transfer_s;
+    const double viper_bw = bytes / best_transfer_s;  // best of n, as the baselines
+    state.counters["viper_mean_GBps"] = bytes * n / transfer_s / 1e9;
     state.counters["viper_GBps"] = viper_bw / 1e9;
     state.counters["raw_mpi_GBps"] = bytes / raw_s / 1e9;
     state.counters["memcpy_GBps"] = bytes / memcpy_s / 1e9;

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -276,6 +279,54 @@ TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
       EXPECT_TRUE((*sub)->WaitUntilDone(30));
     }
     MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// A consumer process that really dies (_exit) while a version is on its way.
+// Open MPI 4.1 ends the whole job when a rank exits without MPI_Finalize,
+// unless mpirun runs with orte_enable_recovery=1: this test only runs when
+// VIPER_TEST_KILL_RANK=1 is set (CTest sets both for transports.mpi_kill_np3).
+TEST(MpiFaults, ConsumerKilledDuringPublishIsDropped) {
+  if (std::getenv("VIPER_TEST_KILL_RANK") == nullptr) {
+    GTEST_SKIP() << "needs VIPER_TEST_KILL_RANK=1 and mpirun with orte_enable_recovery=1";
+  }
+  if (Size() < 3) GTEST_SKIP() << "needs a surviving consumer besides the killed one (np >= 3)";
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.peer_timeout_s = 2.0;
+  s.pub.chunk_bytes = 64 << 10;  // many small chunks: the transfer takes a while
+  s.pub.max_inflight_chunks = 1;
+  const int dead = Size() - 1;
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok());
+    const ModelState big = MakeModel(128 << 20, 30);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto r = (*pub)->Publish(big, 1);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (const auto& c : r->consumers) {
+      if (c.rank == dead) {
+        EXPECT_TRUE(c.lost) << r->BriefReport();
+      } else {
+        EXPECT_TRUE(c.delivered) << r->BriefReport();
+      }
+    }
+    auto r2 = (*pub)->Publish(MakeModel(1 << 20, 31), 2);
+    ASSERT_TRUE(r2.ok());
+    EXPECT_EQ(r2->consumers.size(), static_cast<std::size_t>(Size() - 2)) << r2->BriefReport();
+    ASSERT_TRUE((*pub)->Close().ok());
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == dead) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      std::fflush(nullptr);
+      _exit(0);  // dies without MPI_Finalize, mid-transfer or just before it
+    }
+    auto v = (*sub)->WaitForVersion(1, 60);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(HasPattern((*v)->state, 31));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
   }
 }
 
