@@ -29,6 +29,7 @@ int RunSimulate(const std::vector<std::string>& args);
 int RunBenchSummary(const std::vector<std::string>& args);
 int RunFit(const std::vector<std::string>& args);
 int RunModelDir(const std::vector<std::string>& args);
+int RunRun(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

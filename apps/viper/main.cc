@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"bench-summary", "tables and a chart from viper-bench's JSON output", viper::cli::RunBenchSummary},
     {"fit", "fit learning-curve families to a log's warm-up, select/ensemble, extrapolate; --evaluate scores them", viper::cli::RunFit},
     {"model-dir", "list and verify the versions in a PFS model directory; name the one a consumer serves", viper::cli::RunModelDir},
+    {"run", "the live workflow under mpirun: rank 0 trains and publishes on schedule, the others serve", viper::cli::RunRun},
 };
 
 void PrintHelp() {

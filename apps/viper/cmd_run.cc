@@ -1,0 +1,262 @@
+// viper run: the live workflow under mpirun. Rank 0 trains (or replays a
+// log) and publishes at the planned iterations; ranks 1.. serve requests
+// with the version they hold and record its real loss.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "viper/config.h"
+#include "viper/core/units.h"
+#include "viper/transports/mpi_session.h"
+#include "viper/workflow/live.h"
+
+namespace viper {
+namespace cli {
+namespace {
+
+// Set by SIGINT/SIGTERM; a signal handler can only reach a flag of static
+// storage, so this is the one file-level variable of the command.
+volatile std::sig_atomic_t g_stop_requested = 0;
+extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return IoError("cannot open '" + path + "' for writing");
+  out << text;
+  out.close();
+  if (!out) return IoError("failed writing '" + path + "'");
+  return Status::Ok();
+}
+
+nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
+  nlohmann::json j;
+  j["termination"] = s.termination;
+  j["message"] = s.message;
+  j["workload"] = s.workload;
+  j["tier"] = s.tier;
+  j["mode"] = s.mode;
+  j["notify"] = s.notify;
+  j["strategy"] = s.strategy;
+  j["consumers"] = s.consumers;
+  j["lost_consumers"] = s.lost_consumers;
+  j["warmup_iterations"] = s.warmup_iterations;
+  j["total_iterations"] = s.total_iterations;
+  j["iterations_done"] = s.iterations_done;
+  j["seconds_per_iteration"] = s.seconds_per_iteration;
+  j["planned_stall_s"] = s.planned_stall_s;
+  j["planned_delay_s"] = s.planned_delay_s;
+  j["metric"] = s.metric;
+  j["plan_report"] = s.plan_report;
+  j["planning_s"] = s.planning_s;
+  j["schedule"] = s.schedule;
+  j["training_end_s"] = s.training_end_s;
+  j["total_stall_s"] = s.total_stall_s;
+  j["no_checkpoint_training_s"] = s.no_checkpoint_training_s;
+  j["slowdown_fraction"] = s.slowdown_fraction;
+  j["cil"] = s.cil;
+  j["cil_per_consumer"] = s.cil_per_consumer;
+  j["requests"] = s.requests;
+  j["mean_staleness_s"] = s.mean_staleness_s ? nlohmann::json(*s.mean_staleness_s) : nlohmann::json();
+  j["mean_update_latency_s"] = s.mean_update_latency_s ? nlohmann::json(*s.mean_update_latency_s) : nlohmann::json();
+  j["every_version_delivered"] = s.every_version_delivered;
+  for (const auto& v : s.versions) {
+    j["versions"].push_back({{"version", v.version},
+                             {"iteration", v.iteration},
+                             {"checkpoint_s", v.checkpoint_s},
+                             {"stall_s", v.stall_s},
+                             {"snapshot_s", v.snapshot_s},
+                             {"transfer_s", v.transfer_s},
+                             {"notify_s", v.notify_s},
+                             {"discovery_s", v.discovery_s},
+                             {"load_s", v.load_s},
+                             {"update_latency_s", v.update_latency_s},
+                             {"max_update_latency_s", v.max_update_latency_s},
+                             {"delivered_to", v.delivered_to},
+                             {"superseded", v.superseded},
+                             {"requests", v.requests},
+                             {"loss_sum", v.loss_sum},
+                             {"bytes", v.bytes}});
+  }
+  return j;
+}
+
+void PrintTable(const workflow::LiveRun::Summary& s) {
+  std::printf("%7s %9s %9s %9s %10s %9s %9s %10s %9s %8s %9s\n", "version", "iteration", "T_k s", "stall ms",
+              "transfer ms", "load ms", "disc. ms", "update ms", "delivered", "requests", "mean loss");
+  for (const auto& v : s.versions) {
+    std::printf("%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s\n",
+                static_cast<unsigned long long>(v.version), static_cast<long long>(v.iteration), v.checkpoint_s,
+                v.stall_s * 1e3, v.transfer_s * 1e3, v.load_s * 1e3, v.discovery_s * 1e3, v.update_latency_s * 1e3,
+                v.delivered_to, s.consumers, static_cast<long long>(v.requests),
+                v.requests ? v.loss_sum / static_cast<double>(v.requests) : 0.0, v.superseded ? " superseded" : "");
+  }
+  std::printf("\nW=%lld N=%lld tau=%.2f ms, plan: %s\n", static_cast<long long>(s.warmup_iterations),
+              static_cast<long long>(s.total_iterations), s.seconds_per_iteration * 1e3, s.plan_report.c_str());
+  std::printf("CIL %.2f over %lld requests (%.2f per consumer), mean staleness %.2f s, mean update latency %.2f ms\n",
+              s.cil, static_cast<long long>(s.requests), s.cil_per_consumer, s.mean_staleness_s.value_or(0),
+              s.mean_update_latency_s.value_or(0) * 1e3);
+  std::printf("training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
+              s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
+  std::printf("every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
+  if (!s.message.empty()) std::printf("%s\n", s.message.c_str());
+}
+
+}  // namespace
+
+int RunRun(const std::vector<std::string>& args) {
+  workflow::LiveRun::Options o;
+  std::string workload = "trainer", transport = "host", notify = "push", mode = "async", strategy = "optimal";
+  std::string model_bytes = "64M", json_path, csv_path, trace_path;
+  std::string hidden;
+  bool compare = false, quiet = false;
+  po::options_description desc("Options");
+  desc.add_options()
+      ("workload", po::value(&workload)->default_value(workload), "trainer (real Fashion-MNIST MLP) | replay (a log's times and losses)")
+      ("transport", po::value(&transport)->default_value(transport), "host (MPI) | pfs (files in --pfs-dir); gpu is not wired into live runs yet")
+      ("notify", po::value(&notify)->default_value(notify), "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")
+      ("mode", po::value(&mode)->default_value(mode), "sync (Publish waits for delivery) | async (snapshot, background send)")
+      ("strategy", po::value(&strategy)->default_value(strategy), "epoch | viper-fixed | viper-greedy | fixed | optimal | online")
+      ("pfs-dir", po::value(&o.pfs_dir), "pfs tier: directory shared by all ranks (created; default /tmp/viper-run-<uid>)")
+      ("poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s), "poll: seconds between directory scans")
+      ("requests-per-s", po::value(&o.requests_per_s)->default_value(o.requests_per_s), "requests per second each consumer serves (fixed rate)")
+      ("warmup", po::value(&o.warmup_iterations)->default_value(o.warmup_iterations), "warm-up W in iterations (0 = --warmup-fraction of the run)")
+      ("warmup-fraction", po::value(&o.warmup_fraction)->default_value(o.warmup_fraction), "warm-up as a fraction of the run's iterations")
+      ("epochs", po::value(&o.trainer.epochs)->default_value(o.trainer.epochs), "trainer: epochs over the training set")
+      ("train-samples", po::value(&o.trainer.train_samples)->default_value(o.trainer.train_samples), "trainer: first N training images (0 = all 60,000)")
+      ("max-iterations", po::value(&o.trainer.max_iterations)->default_value(o.trainer.max_iterations), "trainer: stop after N iterations (0 = no cap)")
+      ("hidden", po::value(&hidden), "trainer: hidden widths, comma-separated (default 256)")
+      ("batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size), "trainer: samples per mini-batch")
+      ("learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate), "trainer: peak learning rate")
+      ("val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations), "trainer: validate every N iterations (the planner's curve)")
+      ("val-samples", po::value(&o.trainer.val_samples)->default_value(o.trainer.val_samples), "trainer: validation images; consumers' requests cycle over the same test images")
+      ("seed", po::value(&o.trainer.seed)->default_value(o.trainer.seed), "trainer: seed of weights and shuffling")
+      ("log", po::value(&o.log_path), "replay: training log to replay (CSV/JSON lines, .gz ok, needs wall times)")
+      ("model-bytes", po::value(&model_bytes)->default_value(model_bytes), "replay: model size per version, e.g. 600M, 1.7G (host memory)")
+      ("replay-max-iterations", po::value(&o.replay_max_iterations)->default_value(o.replay_max_iterations), "replay: only iterations <= N (0 = all)")
+      ("replay-time-scale", po::value(&o.replay_time_scale)->default_value(o.replay_time_scale), "replay: multiplies logged iteration times")
+      ("producer-timeout-s", po::value(&o.producer_timeout_s)->default_value(o.producer_timeout_s), "consumers: seconds of producer silence before giving up (exit 1)")
+      ("consumer-timeout-s", po::value(&o.consumer_timeout_s)->default_value(o.consumer_timeout_s), "producer: seconds before an unresponsive consumer is dropped as lost")
+      ("json", po::value(&json_path), "write the result as JSON to PATH (rank 0)")
+      ("requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")
+      ("trace", po::value(&trace_path), "write a Chrome trace (producer, transfer, notification, consumers) to PATH")
+      ("compare-simulation", po::bool_switch(&compare), "simulate the same log, schedule and measured costs; print predicted vs measured")
+      ("quiet", po::bool_switch(&quiet), "no progress lines on stderr");
+  po::variables_map vm;
+  const int parsed = ParseOrHelp(
+      args, desc, &vm, "mpirun -np 2 viper run [--workload trainer|replay] [--transport host|pfs] [options]",
+      "Runs the live workflow: rank 0 trains (or replays a log), fits the predictor on the warm-up, plans with\n"
+      "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with the\n"
+      "version they hold, charging each the real loss of that version (trainer: evaluated on a test image).\n"
+      "Times are seconds since the end of warm-up. Exit 0 ok, 1 failure (a lost producer), 2 bad usage.");
+  if (parsed == -1) return kExitOk;
+  if (parsed != 0) return parsed;
+  auto usage = [](const std::string& m) {
+    std::cerr << "viper run: " << m << "\n";
+    return kExitUsage;
+  };
+  auto wl = workflow::LiveRun::WorkloadFromString(workload);
+  if (!wl.ok()) return usage("--workload: " + wl.status().message());
+  o.workload = *wl;
+  auto tier = transports::TierFromString(transport);
+  if (!tier) return usage("--transport: unknown tier '" + transport + "' (expected host, pfs or gpu)");
+  o.tier = *tier;
+  auto nt = transports::NotifyFromString(notify);
+  if (!nt) return usage("--notify: expected push or poll, got '" + notify + "'");
+  o.notify = *nt;
+  auto md = transports::ModeFromString(mode);
+  if (!md) return usage("--mode: expected sync or async, got '" + mode + "'");
+  o.mode = *md;
+  auto sk = schedulers::StrategyKindFromString(strategy);
+  if (!sk.ok()) return usage("--strategy: " + sk.status().message());
+  o.strategy = *sk;
+  auto mb = ParseBytes(model_bytes);
+  if (!mb.ok()) return usage("--model-bytes: " + mb.status().message());
+  o.model_bytes = *mb;
+  if (!hidden.empty()) {
+    o.trainer.hidden_widths.clear();
+    std::stringstream ss(hidden);
+    std::string w;
+    while (std::getline(ss, w, ',')) {
+      try {
+        o.trainer.hidden_widths.push_back(std::stoll(w));
+      } catch (...) {
+        return usage("--hidden: '" + w + "' is not a width");
+      }
+    }
+  }
+  if (o.tier == transports::Tier::kPfs && o.pfs_dir.empty()) {
+    o.pfs_dir = (std::filesystem::temp_directory_path() / ("viper-run-" + std::to_string(::getuid()))).string();
+  }
+  o.verbose = !quiet;
+  std::string error;
+  if (!o.IsValid(&error)) return usage(error);
+
+  auto session = transports::MpiSession::Init(nullptr, nullptr);
+  if (!session.ok()) return Fail("run", session.status());
+  if ((*session)->size() < 2) {
+    std::cerr << "viper run: needs at least 2 MPI ranks: mpirun -np 2 viper run ...\n";
+    return kExitUsage;
+  }
+  const int rank = (*session)->rank();
+  if (!o.pfs_dir.empty() && rank == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.pfs_dir, ec);
+  }
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  o.should_stop = [] { return g_stop_requested != 0; };
+
+  auto result = workflow::LiveRun::Run(o);
+  if (!result.ok()) {
+    std::cerr << "viper run (rank " << rank << "): " << result.status().message() << "\n";
+    // A lost peer can make MPI_Finalize wait forever: leave without it.
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
+  }
+  if (rank != 0) return kExitOk;
+  const auto& s = *result;
+  PrintTable(s);
+  std::printf("%s\n", s.BriefReport().c_str());
+  nlohmann::json j = ToJson(s);
+  if (compare) {
+    auto c = workflow::CompareWithSimulation(s, o);
+    if (!c.ok()) {
+      std::cerr << "viper run: --compare-simulation: " << c.status().message() << "\n";
+    } else {
+      std::printf("\n%-28s %14s %14s\n", "", "simulated", "measured");
+      std::printf("%-28s %14.2f %14.2f  (%+.1f%%)\n", "CIL per consumer", c->predicted_cil_per_consumer,
+                  c->measured_cil_per_consumer, c->cil_error * 100);
+      std::printf("%-28s %14.0f %14.0f\n", "requests per consumer", c->predicted_requests,
+                  c->measured_requests_per_consumer);
+      std::printf("%-28s %14.2f %14.2f\n", "mean update latency ms", c->predicted_update_latency_s.value_or(0) * 1e3,
+                  c->measured_update_latency_s.value_or(0) * 1e3);
+      std::printf("simulator: %s\n", c->simulator_report.c_str());
+      j["simulation"] = {{"cil_per_consumer", c->predicted_cil_per_consumer},
+                         {"measured_cil_per_consumer", c->measured_cil_per_consumer},
+                         {"cil_error", c->cil_error},
+                         {"requests", c->predicted_requests},
+                         {"update_latency_s", c->predicted_update_latency_s.value_or(0)}};
+    }
+  }
+  std::fflush(stdout);
+  if (!json_path.empty()) {
+    auto st = WriteJson(j, json_path);
+    if (!st.ok()) return Fail("run", st);
+  }
+  if (!csv_path.empty()) {
+    auto st = WriteText(csv_path, s.RequestCsv());
+    if (!st.ok()) return Fail("run", st);
+  }
+  if (!trace_path.empty()) {
+    auto st = WriteText(trace_path, s.ChromeTrace());
+    if (!st.ok()) return Fail("run", st);
+  }
+  return kExitOk;
+}
+
+}  // namespace cli
+}  // namespace viper

@@ -1,0 +1,183 @@
+// The live workflow (`viper run`): rank 0 of MPI_COMM_WORLD is the producer,
+// every other rank a consumer. The producer runs a workload (the real
+// Fashion-MNIST trainer, or a replay of a training log with model tensors of
+// a chosen size), fits the predictor on the warm-up, plans with a strategy
+// (or re-plans online) and publishes at the planned iterations through
+// transports::Publisher. Consumers serve requests at a fixed rate from the
+// moment the warm-up model (version 0) arrives; each request is charged the
+// real loss of the version it was served by (trainer: the served version
+// evaluated on a test image; replay: the logged loss of the served version's
+// iteration). At the end the consumers send their request records to the
+// producer, which assembles the Summary.
+//
+// Times in the Summary are seconds since the end of warm-up iteration W on
+// the producer (DESIGN.md §1), on clocks aligned by a barrier at start.
+// MPI must be initialised with MPI_THREAD_MULTIPLE (transports::MpiSession)
+// before Run; MPI types stay inside live.cc.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viper/core/status.h"
+#include "viper/core/training_log.h"
+#include "viper/schedulers/problem.h"
+#include "viper/schedulers/strategy.h"
+#include "viper/transports/types.h"
+#include "viper/workflow/trainer.h"
+
+namespace viper {
+namespace workflow {
+
+class LiveRun {
+ public:
+  enum class Workload {
+    kTrainer,  // the real Fashion-MNIST trainer on the producer
+    kReplay,   // a log's iteration times and losses with model tensors of model_bytes
+  };
+  static const char* ToString(Workload workload);  // "trainer", "replay"
+  static StatusOr<Workload> WorkloadFromString(const std::string& name);
+
+  struct Options {
+    // What the producer runs.
+    Workload workload = Workload::kTrainer;
+    // Transport tier, send mode and notification (poll needs tier pfs).
+    transports::Tier tier = transports::Tier::kHost;
+    transports::Mode mode = transports::Mode::kAsync;
+    transports::Notify notify = transports::Notify::kPush;
+    // Schedule strategy (oracle is refused: it needs the future).
+    schedulers::StrategyKind strategy = schedulers::StrategyKind::kOptimal;
+    // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
+    std::string pfs_dir;
+    // poll: seconds between directory scans on the consumers.
+    double poll_period_s = 1.0;
+    // Requests per second each consumer serves (fixed rate, first at version 0's arrival).
+    double requests_per_s = 200;
+    // Warm-up W in iterations; 0 = warmup_fraction of the run's iterations.
+    int64_t warmup_iterations = 0;
+    // Warm-up as a fraction of the run, in (0, 1), when warmup_iterations is 0.
+    double warmup_fraction = 0.2;
+    // Trainer workload: the trainer (N = its planned iterations). The
+    // consumers' requests cycle over the first trainer.val_samples test
+    // images (the trainer's validation subset), each consumer from its own offset.
+    Trainer::Options trainer;
+    // Replay workload: the log (CSV/JSON lines, .gz ok; needs wall times).
+    std::string log_path;
+    // Replay: bytes of model tensors published per version (host memory).
+    uint64_t model_bytes = 64ull << 20;
+    // Replay: use only iterations <= this (0 = the whole log).
+    int64_t replay_max_iterations = 0;
+    // Replay: multiplies the logged iteration times (0.5 = twice as fast).
+    double replay_time_scale = 1.0;
+    // Consumers: seconds without a message from the producer before it is
+    // declared lost (they keep serving the last good version until then,
+    // then stop and Run fails). Must exceed the warm-up and the longest gap
+    // between checkpoints.
+    double producer_timeout_s = 120;
+    // Producer: seconds a consumer may not answer before it is dropped as lost.
+    double consumer_timeout_s = 30;
+    // Polled between iterations and requests; true = stop cleanly (Ctrl-C).
+    std::function<bool()> should_stop;
+    // Print progress lines to stderr on the producer.
+    bool verbose = true;
+
+    bool IsValid(std::string* error) const;
+  };
+
+  // One published version, as the producer and the consumers saw it.
+  struct VersionStats {
+    uint64_t version = 0;
+    int64_t iteration = 0;
+    double checkpoint_s = 0;        // T_k: Publish called (version 0: 0)
+    double stall_s = 0;             // Publish blocked training
+    double snapshot_s = 0;          // copy into the staging buffer
+    double transfer_s = 0;          // bytes moving to all consumers / the file
+    double notify_s = 0;            // push messages after a pfs write
+    double load_s = 0;              // consumer receive + verify, mean over consumers
+    double discovery_s = 0;         // update latency - snapshot - transfer - load (>= 0), mean
+    double update_latency_s = 0;    // servable on a consumer - T_k, mean over consumers that got it
+    double max_update_latency_s = 0;
+    int delivered_to = 0;           // consumers that swapped it in
+    bool superseded = false;        // async: replaced before being sent
+    int64_t requests = 0;           // requests it served (all consumers, in the window)
+    double loss_sum = 0;            // their summed loss
+    uint64_t bytes = 0;             // serialized size
+  };
+
+  struct Request {
+    int consumer = 0;       // rank
+    double time_s = 0;      // served at
+    uint64_t version = 0;   // served by
+    int64_t iteration = 0;  // that version's iteration
+    double loss = 0;        // real loss charged
+    double staleness_s = 0; // time_s - checkpoint_s of the version
+  };
+
+  struct Summary {
+    std::string termination;            // "completed", "interrupted", "failed"
+    std::string message;                // why, when not completed; lost consumers
+    std::string workload, tier, mode, notify, strategy;
+    int consumers = 0;                  // ranks started as consumers
+    std::vector<int> lost_consumers;    // dropped mid-run (no records from them)
+    int64_t warmup_iterations = 0;      // W
+    int64_t total_iterations = 0;       // N planned
+    int64_t iterations_done = 0;
+    double seconds_per_iteration = 0;   // measured over the warm-up (planning's tau)
+    double planned_stall_s = 0;         // sigma used by the planner (from version 0)
+    double planned_delay_s = 0;         // delta used by the planner (from version 0)
+    std::string metric;                 // "val_loss" or "train_loss": the planner's curve
+    std::string plan_report;            // the strategy's BriefReport (online: last re-plan)
+    double planning_s = 0;              // seconds spent fitting/planning after warm-up (on the producer)
+    schedulers::Schedule schedule;      // iterations actually published (after W)
+    double training_end_s = 0;          // end of iteration N (window end)
+    double total_stall_s = 0;           // sum of Publish stalls after warm-up
+    double no_checkpoint_training_s = 0;// training_end_s - total_stall_s - planning_s
+    double slowdown_fraction = 0;       // total_stall_s / no_checkpoint_training_s
+    double cil = 0;                     // sum of request losses, all consumers
+    double cil_per_consumer = 0;        // cil / consumers that reported
+    int64_t requests = 0;
+    std::optional<double> mean_staleness_s;
+    std::optional<double> mean_update_latency_s;  // versions >= 1
+    bool every_version_delivered = false;  // every sent version reached every live consumer
+    std::vector<VersionStats> versions;
+    std::vector<Request> request_log;   // in-window requests, by consumer then time
+    TrainingLog log;                    // the producer's iterations (trainer: real losses)
+
+    // "optimal over host/async/push: 12 versions, CIL 512.3 (256.1 per consumer) ..."
+    std::string BriefReport() const;
+    // consumer,time_s,version,iteration,loss,staleness_s
+    std::string RequestCsv() const;
+    // Chrome trace-event JSON: producer, transfer, notification, consumer tracks.
+    std::string ChromeTrace() const;
+  };
+
+  // Runs the role of this rank; collective over MPI_COMM_WORLD (>= 2 ranks).
+  // On the producer the Summary is complete; on consumers it holds their own
+  // requests only. Fails on bad options, a failed workload, or (consumers) a
+  // lost producer.
+  static StatusOr<Summary> Run(const Options& options);
+};
+
+// The simulator run on the same log prefix, schedule and measured costs.
+struct LiveSimulationComparison {
+  double predicted_cil_per_consumer = 0;
+  double measured_cil_per_consumer = 0;
+  double cil_error = 0;  // predicted / measured - 1
+  double predicted_requests = 0;
+  double measured_requests_per_consumer = 0;
+  std::optional<double> predicted_update_latency_s, measured_update_latency_s;
+  std::string simulator_report;
+  std::string BriefReport() const;
+};
+
+// Needs the producer's Summary. The simulator's true curve is the run's own
+// log (metric as planned), tau its per-iteration wall times, the tier the
+// measured mean stall and update latency.
+StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary& summary,
+                                                         const LiveRun::Options& options);
+
+}  // namespace workflow
+}  // namespace viper
