@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "viper/transports/types.h"
@@ -11,6 +12,22 @@
 namespace viper {
 namespace transports {
 namespace internal {
+
+StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  uint64_t session = 0;
+  if (rank == root) {
+    std::random_device rd;
+    session = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+              static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    if (session == 0) session = 1;
+  }
+  if (MPI_Bcast(&session, 1, MPI_UINT64_T, root, comm) != MPI_SUCCESS) {
+    return AbortedError("MPI_Bcast of the session id failed");
+  }
+  return session;
+}
 
 void Backoff::Pause() {
   if (++spins_ < 200) {

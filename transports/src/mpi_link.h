@@ -24,7 +24,12 @@ enum AnnounceKind : uint32_t {
   kAnnounceBye = 3,   // the producer closed; no more versions
 };
 
+// Every message carries the session id the producer broadcast when the pair
+// was created: Open MPI hands messages that arrive for a freed communicator
+// to the next one that gets the same context id, so a late message of an
+// earlier Publisher/Subscriber pair must be recognised and dropped.
 struct Announce {
+  uint64_t session = 0;
   uint32_t kind = 0;
   uint32_t protocol = 0;  // HostProtocol as int
   uint64_t version = 0;
@@ -36,6 +41,7 @@ struct Announce {
 };
 
 struct Ready {
+  uint64_t session = 0;
   uint64_t version = 0;
   uint64_t window_offset = 0;  // one-sided: where to put the bytes
   int32_t accept = 0;          // 0: cannot take this version (too large)
@@ -43,6 +49,7 @@ struct Ready {
 };
 
 struct Ack {
+  uint64_t session = 0;
   uint64_t version = 0;
   int32_t ok = 0;         // 1: servable; 0: rejected (code says why)
   int32_t code = 0;       // StatusCode when rejected
@@ -72,6 +79,9 @@ StatusOr<bool> TryRecvPod(MPI_Comm comm, int source, int tag, T* msg, int* from 
   if (from) *from = st.MPI_SOURCE;
   return true;
 }
+
+// Collective over `comm`: `root` draws a random session id and broadcasts it.
+StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root);
 
 // Sleeps `sleep_us` after a number of empty polls (spins first, for latency).
 class Backoff {

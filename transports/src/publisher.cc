@@ -173,6 +173,7 @@ class Publisher::Impl {
 #if VIPER_HAVE_MPI
     if (comm_ != MPI_COMM_NULL) {
       internal::Announce bye;
+      bye.session = session_;
       bye.kind = internal::kAnnounceBye;
       for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye);
       if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
@@ -320,7 +321,7 @@ class Publisher::Impl {
         if (!got.ok()) return got.status();
         if (*got) {
           auto it = std::find(waiting.begin(), waiting.end(), from);
-          if (it == waiting.end() || msg.version != s.version()) continue;  // stale
+          if (it == waiting.end() || msg.session != session_ || msg.version != s.version()) continue;  // stale
           waiting.erase(it);
           if (msg.accept) {
             ready.push_back({from, msg});
@@ -402,6 +403,7 @@ class Publisher::Impl {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
     MPI_Comm_rank(comm_, &rank);
+    VIPER_ASSIGN_OR_RETURN(session_, internal::AgreeOnSession(comm_, rank));
     MPI_Comm_size(comm_, &size);
     if (options_.subscriber_ranks.empty()) {
       for (int r = 0; r < size; ++r) {
@@ -428,6 +430,7 @@ class Publisher::Impl {
 
   internal::Announce MakeAnnounce(const internal::StagedVersion& s, internal::AnnounceKind kind) const {
     internal::Announce a;
+    a.session = session_;
     a.kind = kind;
     a.protocol = static_cast<uint32_t>(options_.host_protocol);
     a.version = s.version();
@@ -450,7 +453,7 @@ class Publisher::Impl {
       if (!got.ok()) break;
       if (*got) {
         auto it = std::find(waiting.begin(), waiting.end(), from);
-        if (it == waiting.end() || ack.version != version) continue;  // stale
+        if (it == waiting.end() || ack.session != session_ || ack.version != version) continue;  // stale
         waiting.erase(it);
         ConsumerResult c;
         c.rank = from;
@@ -484,6 +487,7 @@ class Publisher::Impl {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
+  uint64_t session_ = 0;
 #else
   Status InitMpi() {
     return UnavailableError(std::string("tier ") + ToString(options_.tier) + " with notify " +

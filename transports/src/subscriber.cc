@@ -267,6 +267,7 @@ class Subscriber::Impl {
       return InvalidArgumentError("producer_rank: " + std::to_string(options_.producer_rank) + " is outside [0, " +
                                   std::to_string(size) + ")");
     }
+    VIPER_ASSIGN_OR_RETURN(session_, internal::AgreeOnSession(comm_, options_.producer_rank));
     if (options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kOneSided) {
       if (MPI_Win_allocate(static_cast<MPI_Aint>(options_.window_slot_bytes), 1, MPI_INFO_NULL, comm_, &win_base_,
                            &win_) != MPI_SUCCESS) {
@@ -302,6 +303,7 @@ class Subscriber::Impl {
         continue;
       }
       backoff.Reset();
+      if (a.session != session_) continue;  // left over from an earlier pair on a reused context id
       // CLOCK_MONOTONIC is shared by the processes of one node (MPI_Wtime is not
       // in Open MPI 4); across nodes this sample is only as good as clock sync.
       const double notify_s = MonotonicSeconds() - a.sent_wtime;
@@ -323,6 +325,7 @@ class Subscriber::Impl {
         st = ReceiveHost(a, source);
       }
       internal::Ack ack;
+      ack.session = session_;
       ack.version = a.version;
       ack.ok = st.ok() ? 1 : 0;
       ack.code = static_cast<int32_t>(st.code());
@@ -346,6 +349,7 @@ class Subscriber::Impl {
     const int producer = options_.producer_rank;
     const double t0 = MonotonicSeconds();
     internal::Ready ready;
+    ready.session = session_;
     ready.version = a.version;
     if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
@@ -359,7 +363,7 @@ class Subscriber::Impl {
       internal::Backoff backoff(options_.idle_sleep_us);
       for (;;) {
         VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, producer, internal::kTagDone, &done));
-        if (got && done.version == a.version) break;
+        if (got && done.session == session_ && done.version == a.version) break;
         if (MonotonicSeconds() > deadline) return AbortedError("no completion message within transfer_timeout_s");
         backoff.Pause();
       }
@@ -399,6 +403,7 @@ class Subscriber::Impl {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
   void* win_base_ = nullptr;
+  uint64_t session_ = 0;
 #else
   Status InitMpi() { return UnavailableError("notify push needs MPI; Viper was built without it"); }
   void PushLoop() { Finish(false, false, "built without MPI"); }
