@@ -33,7 +33,8 @@ using transports::MonotonicSeconds;
 constexpr int kTagCounts = 1;
 constexpr int kTagRequests = 2;
 constexpr int kTagVersions = 3;
-constexpr int kTagClock = 4;
+constexpr int kTagEnd = 4;
+constexpr int kTagClock = 5;  // producer -> consumer: training over, last version number
 constexpr int kRequestFields = 4;  // time, version, iteration, loss
 constexpr int kVersionFields = 4;  // version, servable time, receive_s, verify_s
 
@@ -288,15 +289,33 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     swaps.insert(swaps.end(), {static_cast<double>(v->state.metadata.version), t, v->receive_s, v->verify_s});
   });
 
-  // Serve from version 0 on.
+  // Serve from version 0 on, until the producer says training is over (and
+  // the last version is in: polling consumers may still have to find it) or
+  // the subscription ends.
   auto first = sub->WaitForVersion(0, o.producer_timeout_s);
   std::vector<double> reqs;  // kRequestFields per request
+  bool end_received = false;
+  double last_version = -1, end_deadline = 0;
+  auto finished = [&] {
+    if (sub->WaitUntilDone(0)) return true;
+    if (!end_received) {
+      int flag = 0;
+      MPI_Iprobe(0, kTagEnd, comm, &flag, MPI_STATUS_IGNORE);
+      if (!flag) return false;
+      MPI_Recv(&last_version, 1, MPI_DOUBLE, 0, kTagEnd, comm, MPI_STATUS_IGNORE);
+      end_received = true;
+      end_deadline = MonotonicSeconds() + o.poll_period_s + o.consumer_timeout_s;
+    }
+    auto cur = sub->Current();
+    return (cur && static_cast<double>(cur->state.metadata.version) >= last_version) ||
+           MonotonicSeconds() > end_deadline;
+  };
   if (first.ok()) {
     const double start = MonotonicSeconds();
     const double interval = 1.0 / o.requests_per_s;
     for (int64_t q = 0;; ++q) {
-      SleepUntil(start + static_cast<double>(q) * interval, [&] { return sub->WaitUntilDone(0); });
-      if (sub->WaitUntilDone(0)) break;
+      SleepUntil(start + static_cast<double>(q) * interval, finished);
+      if (finished()) break;
       auto cur = sub->Current();
       const double t = MonotonicSeconds() - base;
       const double loss = oracle->Loss(*cur, q);
@@ -306,7 +325,14 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
   }
   const auto ss = sub->summary();
   sub->Stop();
-  if (!first.ok() || ss.producer_lost || !ss.producer_finished) {
+  if (!end_received && !ss.producer_lost) {
+    // Push: the subscription ended with the producer's goodbye; the end
+    // message follows it.
+    MPI_Request er;
+    MPI_Irecv(&last_version, 1, MPI_DOUBLE, 0, kTagEnd, comm, &er);
+    end_received = WaitRequest(&er, MonotonicSeconds() + o.consumer_timeout_s);
+  }
+  if (!first.ok() || !end_received) {
     std::string why = first.ok() ? ss.message : first.status().message();
     return AbortedError("consumer rank " + std::to_string(rank) + ": producer (rank 0) lost after " +
                         std::to_string(reqs.size() / kRequestFields) +
@@ -506,9 +532,16 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.lost_consumers = psum.lost_consumers;
   log("training done at " + std::to_string(s.training_end_s) + " s; " + psum.BriefReport());
 
-  // Clock offset: every time is relative to the barrier at start; the
-  // Summary's origin is the end of warm-up.
-  // Collect the consumers' records.
+  // Tell the consumers training is over and which version is the last.
+  const double last_version = published.empty() ? 0.0 : static_cast<double>(published.back().version);
+  for (int r = 1; r < size; ++r) {
+    if (std::find(s.lost_consumers.begin(), s.lost_consumers.end(), r) != s.lost_consumers.end()) continue;
+    MPI_Request er;
+    MPI_Isend(&last_version, 1, MPI_DOUBLE, r, kTagEnd, comm, &er);
+    if (!WaitRequest(&er, MonotonicSeconds() + o.consumer_timeout_s)) s.lost_consumers.push_back(r);
+  }
+  // Collect the consumers' records (times relative to the barrier at start;
+  // the Summary's origin is the end of warm-up).
   std::map<int, std::vector<double>> reqs, swaps;
   for (int r = 1; r < size; ++r) {
     if (std::find(s.lost_consumers.begin(), s.lost_consumers.end(), r) != s.lost_consumers.end()) continue;
@@ -643,6 +676,12 @@ StatusOr<LiveRun::Workload> LiveRun::WorkloadFromString(const std::string& name)
   return InvalidArgumentError("unknown workload '" + name + "' (expected trainer or replay)");
 }
 
+Trainer::Options LiveRun::DefaultTrainerOptions() {
+  Trainer::Options o;
+  o.epochs = 10;
+  return o;
+}
+
 bool LiveRun::Options::IsValid(std::string* error) const {
   if (strategy == schedulers::StrategyKind::kOracle) {
     return Fail(error, "strategy: oracle needs the future curve; a live run cannot use it");
@@ -684,8 +723,50 @@ StatusOr<LiveRun::Summary> LiveRun::Run(const Options& options) {
   if (size < 2) return InvalidArgumentError("live run: needs at least 2 MPI ranks (rank 0 produces, the others serve)");
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  // Clock alignment: the producer's clock at the barrier is the common base.
+  // On the producer's host CLOCK_MONOTONIC is the same clock, so its base is
+  // used as is; on other hosts each consumer estimates the producer's clock
+  // from the fastest of a few ping-pongs (error <= half that round trip).
   MPI_Barrier(comm);
-  const double base = MonotonicSeconds();
+  double base = MonotonicSeconds();
+  char host[MPI_MAX_PROCESSOR_NAME] = {0}, producer_host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int host_len = 0;
+  MPI_Get_processor_name(host, &host_len);
+  if (rank == 0) std::memcpy(producer_host, host, sizeof(host));
+  MPI_Bcast(producer_host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm);
+  double producer_base = base;
+  MPI_Bcast(&producer_base, 1, MPI_DOUBLE, 0, comm);
+  int remote = rank != 0 && std::strcmp(host, producer_host) != 0;
+  std::vector<int> remotes(static_cast<size_t>(size), 0);
+  MPI_Gather(&remote, 1, MPI_INT, remotes.data(), 1, MPI_INT, 0, comm);
+  constexpr int kPings = 16;
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) {
+      if (!remotes[static_cast<size_t>(r)]) continue;
+      for (int k = 0; k < kPings; ++k) {
+        double dummy = 0;
+        MPI_Recv(&dummy, 1, MPI_DOUBLE, r, kTagClock, comm, MPI_STATUS_IGNORE);
+        const double t = MonotonicSeconds() - base;
+        MPI_Send(&t, 1, MPI_DOUBLE, r, kTagClock, comm);
+      }
+    }
+  } else if (!remote) {
+    base = producer_base;
+  } else {
+    double best_rtt = 1e300, offset = 0;
+    for (int k = 0; k < kPings; ++k) {
+      const double t0 = MonotonicSeconds();
+      MPI_Send(&t0, 1, MPI_DOUBLE, 0, kTagClock, comm);
+      double tp = 0;
+      MPI_Recv(&tp, 1, MPI_DOUBLE, 0, kTagClock, comm, MPI_STATUS_IGNORE);
+      const double t1 = MonotonicSeconds();
+      if (t1 - t0 < best_rtt) {
+        best_rtt = t1 - t0;
+        offset = tp - 0.5 * (t0 + t1);  // producer-relative time = local + offset
+      }
+    }
+    base = -offset;
+  }
   auto result = rank == 0 ? RunProducer(options, comm, size, base) : RunConsumer(options, comm, rank, base);
   // Not freed collectively: a lost peer would hang MPI_Comm_free.
   return result;

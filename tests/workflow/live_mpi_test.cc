@@ -1,0 +1,208 @@
+// The live workflow under mpirun (NP 2: one consumer; NP 5: one producer and
+// four consumers). Every test is collective: all ranks call LiveRun::Run with
+// the same options; rank 0 checks the assembled Summary, the consumers check
+// their own result. Sizes are small so that each run takes seconds.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "viper/datasets/log_reader.h"
+#include "viper/transports/mpi_session.h"
+#include "viper/workflow/live.h"
+
+namespace viper {
+namespace workflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int Size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+bool HaveFashionMnist() {
+  return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
+         fs::exists(DefaultFashionMnistDir() + "/t10k-images-idx3-ubyte.gz");
+}
+
+// A short real training run: 2,000 images, batch 64 -> 31 iterations per
+// epoch, 3 epochs = 93 iterations, W = 20% = 19.
+LiveRun::Options SmallTrainer() {
+  LiveRun::Options o;
+  o.workload = LiveRun::Workload::kTrainer;
+  o.trainer.train_samples = 2000;
+  o.trainer.epochs = 3;
+  o.trainer.hidden_widths = {32};
+  o.trainer.val_every_iterations = 5;
+  o.trainer.val_samples = 200;
+  o.requests_per_s = 100;
+  o.producer_timeout_s = 60;
+  o.verbose = false;
+  return o;
+}
+
+// Checks that hold for every completed run on rank 0.
+void CheckProducerSummary(const LiveRun::Summary& s) {
+  EXPECT_EQ(s.termination, "completed");
+  EXPECT_EQ(s.consumers, Size() - 1);
+  EXPECT_TRUE(s.lost_consumers.empty()) << s.message;
+  EXPECT_EQ(s.iterations_done, s.total_iterations);
+  ASSERT_GE(s.versions.size(), 1u);
+  EXPECT_EQ(s.versions.front().version, 0u);
+  EXPECT_EQ(s.versions.front().iteration, s.warmup_iterations);
+  EXPECT_EQ(s.versions.size(), s.schedule.size() + 1);  // version 0 + one per scheduled checkpoint
+  // Every version that was sent (not superseded by a newer async snapshot)
+  // reached every consumer.
+  EXPECT_TRUE(s.every_version_delivered);
+  for (const auto& v : s.versions) {
+    if (!v.superseded) {
+      EXPECT_EQ(v.delivered_to, Size() - 1) << "version " << v.version;
+    }
+  }
+  // CIL is the sum of the recorded request losses, and the per-version sums add up to it.
+  double sum = 0, per_version = 0;
+  int64_t per_version_requests = 0;
+  for (const auto& q : s.request_log) {
+    EXPECT_TRUE(std::isfinite(q.loss));
+    // A request is served after its version's checkpoint started; clocks of
+    // the ranks are aligned to within half a ping-pong (well under 1 ms).
+    EXPECT_GE(q.staleness_s, -1e-3);
+    EXPECT_LE(q.time_s, s.training_end_s);
+    sum += q.loss;
+  }
+  for (const auto& v : s.versions) {
+    per_version += v.loss_sum;
+    per_version_requests += v.requests;
+  }
+  EXPECT_GT(s.requests, 0);
+  EXPECT_EQ(static_cast<int64_t>(s.request_log.size()), s.requests);
+  EXPECT_EQ(per_version_requests, s.requests);
+  EXPECT_NEAR(s.cil, sum, 1e-9 * std::max(1.0, sum));
+  EXPECT_NEAR(s.cil, per_version, 1e-9 * std::max(1.0, sum));
+  EXPECT_NEAR(s.cil_per_consumer, s.cil / (Size() - 1), 1e-9 * std::max(1.0, sum));
+  // The CSV has one line per request plus the header.
+  const std::string csv = s.RequestCsv();
+  EXPECT_EQ(static_cast<int64_t>(std::count(csv.begin(), csv.end(), '\n')), s.requests + 1);
+}
+
+TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = SmallTrainer();
+  o.strategy = schedulers::StrategyKind::kOptimal;
+  o.mode = transports::Mode::kAsync;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) {
+    EXPECT_GT(r->requests, 0);
+    return;
+  }
+  CheckProducerSummary(*r);
+  EXPECT_GE(r->schedule.size(), 1u) << r->plan_report;
+  // Requests from every consumer were collected.
+  std::set<int> ranks;
+  for (const auto& q : r->request_log) ranks.insert(q.consumer);
+  EXPECT_EQ(static_cast<int>(ranks.size()), Size() - 1);
+  // The simulator runs on the same log and schedule.
+  auto c = CompareWithSimulation(*r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(c->predicted_cil_per_consumer, 0);
+}
+
+TEST(LiveMpi, TrainerEpochSyncPublishesAtEpochBoundaries) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = SmallTrainer();
+  o.strategy = schedulers::StrategyKind::kEpoch;
+  o.mode = transports::Mode::kSync;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  // 31 iterations per epoch, W = 19, N = 93: the epoch ends after W are 31, 62, 93.
+  EXPECT_EQ(r->schedule, (schedulers::Schedule{31, 62, 93})) << r->plan_report;
+  for (const auto& v : r->versions) EXPECT_FALSE(v.superseded) << "sync never supersedes";
+}
+
+TEST(LiveMpi, TrainerOnlineReplans) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = SmallTrainer();
+  o.strategy = schedulers::StrategyKind::kOnline;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+}
+
+TEST(LiveMpi, ReplayPrefixOverPfs) {
+  const std::string log = datasets::ShippedLogDirectory() + "/sgd-h32.csv.gz";
+  // A temp directory named on rank 0 and shared with every rank.
+  char dir[256] = {0};
+  if (Rank() == 0) {
+    const fs::path d = fs::temp_directory_path() / ("viper-live-test-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
+  }
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  LiveRun::Options o;
+  o.workload = LiveRun::Workload::kReplay;
+  o.log_path = log;
+  o.replay_max_iterations = 500;  // the log runs ~0.7 ms per iteration: x6 -> ~2 s
+  o.replay_time_scale = 6;
+  o.model_bytes = 4 << 20;
+  o.tier = transports::Tier::kPfs;
+  o.notify = transports::Notify::kPush;  // poll may skip versions; push delivers each
+  o.pfs_dir = dir;
+  o.strategy = schedulers::StrategyKind::kFixed;
+  o.requests_per_s = 200;
+  o.verbose = false;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() != 0) return;
+  fs::remove_all(dir);
+  CheckProducerSummary(*r);
+  EXPECT_EQ(r->total_iterations, 500);
+  // The loss of a replayed version is the logged one: the same for every
+  // request it served, and taken from the log's curve at its iteration.
+  std::map<uint64_t, double> loss_of;
+  for (const auto& q : r->request_log) {
+    auto [it, inserted] = loss_of.emplace(q.version, q.loss);
+    if (!inserted) {
+      EXPECT_DOUBLE_EQ(it->second, q.loss) << "version " << q.version;
+    }
+  }
+  for (const auto& v : r->versions) {
+    if (!v.superseded) {
+      EXPECT_GT(v.bytes, 4u << 20) << "version " << v.version << ": header + 4 MiB of tensors";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace workflow
+}  // namespace viper
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto session = viper::transports::MpiSession::Init(&argc, &argv);
+  if (!session.ok()) {
+    std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+    return 1;
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
