@@ -75,7 +75,20 @@ StatusOr<std::vector<double>> ReadTrace(const std::string& path) {
 // the transfer phase is zero.
 StatusOr<schedulers::TierCost> TierFromSamples(const std::string& path, const std::string& tier,
                                                 const std::string& mode, double bytes) {
-  VIPER_ASSIGN_OR_RETURN(auto samples, predictor::ReadCostSamples(path));
+  VIPER_ASSIGN_OR_RETURN(auto all, predictor::ReadCostSamples(path));
+  // Fit only the phases the model uses, of this tier and mode (the file may
+  // hold other tiers, and notify/update samples of a single size).
+  std::vector<predictor::CostSample> samples;
+  for (const auto& s : all) {
+    if (s.tier == tier && s.mode == mode &&
+        (s.phase == predictor::CostPhase::kStall || s.phase == predictor::CostPhase::kTransfer ||
+         s.phase == predictor::CostPhase::kLoad)) {
+      samples.push_back(s);
+    }
+  }
+  if (samples.empty()) {
+    return NotFoundError(path + " has no stall/transfer/load samples for tier '" + tier + "' in mode '" + mode + "'");
+  }
   VIPER_ASSIGN_OR_RETURN(auto model, predictor::CostModel::Fit(samples, {}));
   VIPER_ASSIGN_OR_RETURN(auto stall, model.Get(tier, mode, predictor::CostPhase::kStall));
   VIPER_ASSIGN_OR_RETURN(auto load, model.Get(tier, mode, predictor::CostPhase::kLoad));

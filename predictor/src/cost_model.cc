@@ -100,6 +100,8 @@ const char* ToString(CostPhase phase) {
     case CostPhase::kStall: return "stall";
     case CostPhase::kTransfer: return "transfer";
     case CostPhase::kLoad: return "load";
+    case CostPhase::kNotify: return "notify";
+    case CostPhase::kUpdate: return "update";
   }
   return "?";
 }
@@ -108,7 +110,9 @@ StatusOr<CostPhase> CostPhaseFromString(const std::string& name) {
   if (name == "stall") return CostPhase::kStall;
   if (name == "transfer") return CostPhase::kTransfer;
   if (name == "load") return CostPhase::kLoad;
-  return InvalidArgumentError("unknown phase '" + name + "' (known: stall, transfer, load)");
+  if (name == "notify") return CostPhase::kNotify;
+  if (name == "update") return CostPhase::kUpdate;
+  return InvalidArgumentError("unknown phase '" + name + "' (known: stall, transfer, load, notify, update)");
 }
 
 namespace {

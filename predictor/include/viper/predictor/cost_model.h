@@ -36,8 +36,10 @@ StatusOr<IterationTime> EstimateIterationTime(const TrainingLog& log);
 
 // ---- Transfer phases -------------------------------------------------------
 
-// What a sample measures: producer stall, the transfer, the consumer's load.
-enum class CostPhase { kStall, kTransfer, kLoad };
+// What a sample measures: producer stall, the transfer, the consumer's load,
+// the push/poll discovery delay, and the end-to-end update latency (checkpoint
+// start to servable). The transports benchmark writes all five.
+enum class CostPhase { kStall, kTransfer, kLoad, kNotify, kUpdate };
 const char* ToString(CostPhase phase);
 StatusOr<CostPhase> CostPhaseFromString(const std::string& name);
 
