@@ -6,16 +6,26 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
+#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
 #include "viper/config.h"
 #include "viper/core/units.h"
 #include "viper/transports/mpi_session.h"
+#if VIPER_HAVE_MPI
 #include "viper/workflow/live.h"
+#endif
 
 namespace viper {
 namespace cli {
+#if !VIPER_HAVE_MPI
+int RunRun(const std::vector<std::string>&) {
+  std::cerr << "viper run: this build has no MPI (the live workflow runs under mpirun); rebuild with Open MPI\n";
+  return kExitFailure;
+}
+#else
 namespace {
 
 // Set by SIGINT/SIGTERM; a signal handler can only reach a flag of static
@@ -257,6 +267,7 @@ int RunRun(const std::vector<std::string>& args) {
   }
   return kExitOk;
 }
+#endif  // VIPER_HAVE_MPI
 
 }  // namespace cli
 }  // namespace viper
