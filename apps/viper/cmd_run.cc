@@ -120,11 +120,12 @@ void PrintTable(const workflow::LiveRun::Summary& s) {
 int RunRun(const std::vector<std::string>& args) {
   workflow::LiveRun::Options o;
   std::string workload = "trainer", transport = "host", notify = "push", mode = "async", strategy = "optimal";
-  std::string model_bytes = "64M", json_path, csv_path, trace_path;
+  std::string model_bytes = "64MiB", json_path, csv_path, trace_path;
   std::string hidden;
   bool compare = false, quiet = false;
   po::options_description desc("Options");
   desc.add_options()
+      ("help,h", "show this help")
       ("workload", po::value(&workload)->default_value(workload), "trainer (real Fashion-MNIST MLP) | replay (a log's times and losses)")
       ("transport", po::value(&transport)->default_value(transport), "host (MPI) | pfs (files in --pfs-dir); gpu is not wired into live runs yet")
       ("notify", po::value(&notify)->default_value(notify), "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")
