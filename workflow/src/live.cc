@@ -136,6 +136,10 @@ class ProducerWorkload {
   virtual int64_t iterations_per_epoch() const = 0;
   virtual Status Step(LogRecord* record) = 0;
   virtual const ModelState& model() const = 0;
+  // The producer was blocked for `seconds` outside Step (a checkpoint stall,
+  // planning): a replay shifts its remaining iterations by as much, as a real
+  // training job would be delayed.
+  virtual void Paused(double seconds) {}
 };
 
 class TrainerWorkload : public ProducerWorkload {
@@ -175,6 +179,7 @@ class ReplayWorkload : public ProducerWorkload {
     return Status::Ok();
   }
   const ModelState& model() const override { return model_; }
+  void Paused(double seconds) override { paused_ += seconds; }
 
  private:
   ReplayLog log_;
@@ -436,7 +441,9 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     Published p;
     p.iteration = iteration;
     p.start_s = MonotonicSeconds() - base - t_warm;
+    const double t0 = MonotonicSeconds();
     VIPER_ASSIGN_OR_RETURN(p.report, pub->Publish(work->model(), iteration));
+    work->Paused(MonotonicSeconds() - t0);
     p.version = p.report.version;
     published.push_back(p);
     return Status::Ok();
@@ -496,6 +503,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     if (!plan.empty()) next = plan.front();
   }
   s.planning_s = MonotonicSeconds() - t_plan0;
+  work->Paused(s.planning_s);
   log("plan: " + s.plan_report + " (" + predictor::ToString(sc.metric) + ", " + sc.predictor_report + ")");
 
   // Train and publish at the planned iterations.
@@ -513,6 +521,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
         VIPER_ASSIGN_OR_RETURN(auto pts, predictor::ExtractCurve(s.log, sc.metric));
         VIPER_ASSIGN_OR_RETURN(next, online->NextCheckpoint(pts));
         s.planning_s += MonotonicSeconds() - t0;
+        work->Paused(MonotonicSeconds() - t0);
       } else {
         while (plan_index < plan.size() && plan[plan_index] <= it) ++plan_index;
         next = plan_index < plan.size() ? std::optional<int64_t>(plan[plan_index]) : std::nullopt;
