@@ -1,13 +1,14 @@
 // viper run: the live workflow under mpirun. Rank 0 trains (or replays a
 // log) and publishes at the planned iterations; ranks 1.. serve requests
 // with the version they hold and record its real loss.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -22,7 +23,8 @@ namespace viper {
 namespace cli {
 #if !VIPER_HAVE_MPI
 int RunRun(const std::vector<std::string>&) {
-  std::cerr << "viper run: this build has no MPI (the live workflow runs under mpirun); rebuild with Open MPI\n";
+  std::cerr
+      << "viper run: this build has no MPI (the live workflow runs under mpirun); rebuild with Open MPI\n";
   return kExitFailure;
 }
 #else
@@ -71,7 +73,8 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   j["cil_per_consumer"] = s.cil_per_consumer;
   j["requests"] = s.requests;
   j["mean_staleness_s"] = s.mean_staleness_s ? nlohmann::json(*s.mean_staleness_s) : nlohmann::json();
-  j["mean_update_latency_s"] = s.mean_update_latency_s ? nlohmann::json(*s.mean_update_latency_s) : nlohmann::json();
+  j["mean_update_latency_s"] =
+      s.mean_update_latency_s ? nlohmann::json(*s.mean_update_latency_s) : nlohmann::json();
   j["every_version_delivered"] = s.every_version_delivered;
   for (const auto& v : s.versions) {
     j["versions"].push_back({{"version", v.version},
@@ -99,18 +102,22 @@ void PrintTable(const workflow::LiveRun::Summary& s) {
               "transfer ms", "load ms", "disc. ms", "update ms", "delivered", "requests", "mean loss");
   for (const auto& v : s.versions) {
     std::printf("%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s\n",
-                static_cast<unsigned long long>(v.version), static_cast<long long>(v.iteration), v.checkpoint_s,
-                v.stall_s * 1e3, v.transfer_s * 1e3, v.load_s * 1e3, v.discovery_s * 1e3, v.update_latency_s * 1e3,
-                v.delivered_to, s.consumers, static_cast<long long>(v.requests),
-                v.requests ? v.loss_sum / static_cast<double>(v.requests) : 0.0, v.superseded ? " superseded" : "");
+                static_cast<unsigned long long>(v.version), static_cast<long long>(v.iteration),
+                v.checkpoint_s, v.stall_s * 1e3, v.transfer_s * 1e3, v.load_s * 1e3, v.discovery_s * 1e3,
+                v.update_latency_s * 1e3, v.delivered_to, s.consumers, static_cast<long long>(v.requests),
+                v.requests ? v.loss_sum / static_cast<double>(v.requests) : 0.0,
+                v.superseded ? " superseded" : "");
   }
   std::printf("\nW=%lld N=%lld tau=%.2f ms, plan: %s\n", static_cast<long long>(s.warmup_iterations),
-              static_cast<long long>(s.total_iterations), s.seconds_per_iteration * 1e3, s.plan_report.c_str());
-  std::printf("CIL %.2f over %lld requests (%.2f per consumer), mean staleness %.2f s, mean update latency %.2f ms\n",
-              s.cil, static_cast<long long>(s.requests), s.cil_per_consumer, s.mean_staleness_s.value_or(0),
-              s.mean_update_latency_s.value_or(0) * 1e3);
-  std::printf("training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
-              s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
+              static_cast<long long>(s.total_iterations), s.seconds_per_iteration * 1e3,
+              s.plan_report.c_str());
+  std::printf(
+      "CIL %.2f over %lld requests (%.2f per consumer), mean staleness %.2f s, mean update latency %.2f ms\n",
+      s.cil, static_cast<long long>(s.requests), s.cil_per_consumer, s.mean_staleness_s.value_or(0),
+      s.mean_update_latency_s.value_or(0) * 1e3);
+  std::printf(
+      "training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
+      s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
   std::printf("every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
   if (!s.message.empty()) std::printf("%s\n", s.message.c_str());
 }
@@ -124,43 +131,70 @@ int RunRun(const std::vector<std::string>& args) {
   std::string hidden;
   bool compare = false, quiet = false;
   po::options_description desc("Options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("workload", po::value(&workload)->default_value(workload), "trainer (real Fashion-MNIST MLP) | replay (a log's times and losses)")
-      ("transport", po::value(&transport)->default_value(transport), "host (MPI) | pfs (files in --pfs-dir); gpu is not wired into live runs yet")
-      ("notify", po::value(&notify)->default_value(notify), "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")
-      ("mode", po::value(&mode)->default_value(mode), "sync (Publish waits for delivery) | async (snapshot, background send)")
-      ("strategy", po::value(&strategy)->default_value(strategy), "epoch | viper-fixed | viper-greedy | fixed | optimal | online")
-      ("pfs-dir", po::value(&o.pfs_dir), "pfs tier: directory shared by all ranks (created; default /tmp/viper-run-<uid>)")
-      ("poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s), "poll: seconds between directory scans")
-      ("requests-per-s", po::value(&o.requests_per_s)->default_value(o.requests_per_s), "requests per second each consumer serves (fixed rate)")
-      ("warmup", po::value(&o.warmup_iterations)->default_value(o.warmup_iterations), "warm-up W in iterations (0 = --warmup-fraction of the run)")
-      ("warmup-fraction", po::value(&o.warmup_fraction)->default_value(o.warmup_fraction), "warm-up as a fraction of the run's iterations")
-      ("epochs", po::value(&o.trainer.epochs)->default_value(o.trainer.epochs), "trainer: epochs over the training set")
-      ("train-samples", po::value(&o.trainer.train_samples)->default_value(o.trainer.train_samples), "trainer: first N training images (0 = all 60,000)")
-      ("max-iterations", po::value(&o.trainer.max_iterations)->default_value(o.trainer.max_iterations), "trainer: stop after N iterations (0 = no cap)")
-      ("hidden", po::value(&hidden), "trainer: hidden widths, comma-separated (default 256)")
-      ("batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size), "trainer: samples per mini-batch")
-      ("learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate), "trainer: peak learning rate")
-      ("val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations), "trainer: validate every N iterations (the planner's curve)")
-      ("val-samples", po::value(&o.trainer.val_samples)->default_value(o.trainer.val_samples), "trainer: validation images; consumers' requests cycle over the same test images")
-      ("seed", po::value(&o.trainer.seed)->default_value(o.trainer.seed), "trainer: seed of weights and shuffling")
-      ("log", po::value(&o.log_path), "replay: training log to replay (CSV/JSON lines, .gz ok, needs wall times)")
-      ("model-bytes", po::value(&model_bytes)->default_value(model_bytes), "replay: model size per version, e.g. 600M, 1.7G (host memory)")
-      ("replay-max-iterations", po::value(&o.replay_max_iterations)->default_value(o.replay_max_iterations), "replay: only iterations <= N (0 = all)")
-      ("replay-time-scale", po::value(&o.replay_time_scale)->default_value(o.replay_time_scale), "replay: multiplies logged iteration times")
-      ("producer-timeout-s", po::value(&o.producer_timeout_s)->default_value(o.producer_timeout_s), "consumers: seconds of producer silence before giving up (exit 1)")
-      ("consumer-timeout-s", po::value(&o.consumer_timeout_s)->default_value(o.consumer_timeout_s), "producer: seconds before an unresponsive consumer is dropped as lost")
-      ("json", po::value(&json_path), "write the result as JSON to PATH (rank 0)")
-      ("requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")
-      ("trace", po::value(&trace_path), "write a Chrome trace (producer, transfer, notification, consumers) to PATH")
-      ("compare-simulation", po::bool_switch(&compare), "simulate the same log, schedule and measured costs; print predicted vs measured")
-      ("quiet", po::bool_switch(&quiet), "no progress lines on stderr");
+  desc.add_options()("help,h", "show this help")(
+      "workload", po::value(&workload)->default_value(workload),
+      "trainer (real Fashion-MNIST MLP) | replay (a log's times and losses)")(
+      "transport", po::value(&transport)->default_value(transport),
+      "host (MPI) | pfs (files in --pfs-dir); gpu is not wired into live runs yet")(
+      "notify", po::value(&notify)->default_value(notify),
+      "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")(
+      "mode", po::value(&mode)->default_value(mode),
+      "sync (Publish waits for delivery) | async (snapshot, background send)")(
+      "strategy", po::value(&strategy)->default_value(strategy),
+      "epoch | viper-fixed | viper-greedy | fixed | optimal | online")(
+      "pfs-dir", po::value(&o.pfs_dir),
+      "pfs tier: directory shared by all ranks (created; default /tmp/viper-run-<uid>)")(
+      "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
+      "poll: seconds between directory scans")("requests-per-s",
+                                               po::value(&o.requests_per_s)->default_value(o.requests_per_s),
+                                               "requests per second each consumer serves (fixed rate)")(
+      "warmup", po::value(&o.warmup_iterations)->default_value(o.warmup_iterations),
+      "warm-up W in iterations (0 = --warmup-fraction of the run)")(
+      "warmup-fraction", po::value(&o.warmup_fraction)->default_value(o.warmup_fraction),
+      "warm-up as a fraction of the run's iterations")(
+      "epochs", po::value(&o.trainer.epochs)->default_value(o.trainer.epochs),
+      "trainer: epochs over the training set")(
+      "train-samples", po::value(&o.trainer.train_samples)->default_value(o.trainer.train_samples),
+      "trainer: first N training images (0 = all 60,000)")(
+      "max-iterations", po::value(&o.trainer.max_iterations)->default_value(o.trainer.max_iterations),
+      "trainer: stop after N iterations (0 = no cap)")(
+      "hidden", po::value(&hidden), "trainer: hidden widths, comma-separated (default 256)")(
+      "batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size),
+      "trainer: samples per mini-batch")(
+      "learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate),
+      "trainer: peak learning rate")(
+      "val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations),
+      "trainer: validate every N iterations (the planner's curve)")(
+      "val-samples", po::value(&o.trainer.val_samples)->default_value(o.trainer.val_samples),
+      "trainer: validation images; consumers' requests cycle over the same test images")(
+      "seed", po::value(&o.trainer.seed)->default_value(o.trainer.seed),
+      "trainer: seed of weights and shuffling")(
+      "log", po::value(&o.log_path),
+      "replay: training log to replay (CSV/JSON lines, .gz ok, needs wall times)")(
+      "model-bytes", po::value(&model_bytes)->default_value(model_bytes),
+      "replay: model size per version, e.g. 600M, 1.7G (host memory)")(
+      "replay-max-iterations", po::value(&o.replay_max_iterations)->default_value(o.replay_max_iterations),
+      "replay: only iterations <= N (0 = all)")(
+      "replay-time-scale", po::value(&o.replay_time_scale)->default_value(o.replay_time_scale),
+      "replay: multiplies logged iteration times")(
+      "producer-timeout-s", po::value(&o.producer_timeout_s)->default_value(o.producer_timeout_s),
+      "consumers: seconds of producer silence before giving up (exit 1)")(
+      "consumer-timeout-s", po::value(&o.consumer_timeout_s)->default_value(o.consumer_timeout_s),
+      "producer: seconds before an unresponsive consumer is dropped as lost")(
+      "json", po::value(&json_path), "write the result as JSON to PATH (rank 0)")(
+      "requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")(
+      "trace", po::value(&trace_path),
+      "write a Chrome trace (producer, transfer, notification, consumers) to PATH")(
+      "compare-simulation", po::bool_switch(&compare),
+      "simulate the same log, schedule and measured costs; print predicted vs measured")(
+      "quiet", po::bool_switch(&quiet), "no progress lines on stderr");
   po::variables_map vm;
   const int parsed = ParseOrHelp(
       args, desc, &vm, "mpirun -np 2 viper run [--workload trainer|replay] [--transport host|pfs] [options]",
-      "Runs the live workflow: rank 0 trains (or replays a log), fits the predictor on the warm-up, plans with\n"
-      "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with the\n"
+      "Runs the live workflow: rank 0 trains (or replays a log), fits the predictor on the warm-up, plans "
+      "with\n"
+      "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with "
+      "the\n"
       "version they hold, charging each the real loss of that version (trainer: evaluated on a test image).\n"
       "Times are seconds since the end of warm-up. Exit 0 ok, 1 failure (a lost producer), 2 bad usage.");
   if (parsed == -1) return kExitOk;
@@ -200,7 +234,8 @@ int RunRun(const std::vector<std::string>& args) {
     }
   }
   if (o.tier == transports::Tier::kPfs && o.pfs_dir.empty()) {
-    o.pfs_dir = (std::filesystem::temp_directory_path() / ("viper-run-" + std::to_string(::getuid()))).string();
+    o.pfs_dir =
+        (std::filesystem::temp_directory_path() / ("viper-run-" + std::to_string(::getuid()))).string();
   }
   o.verbose = !quiet;
   std::string error;
@@ -243,7 +278,8 @@ int RunRun(const std::vector<std::string>& args) {
                   c->measured_cil_per_consumer, c->cil_error * 100);
       std::printf("%-28s %14.0f %14.0f\n", "requests per consumer", c->predicted_requests,
                   c->measured_requests_per_consumer);
-      std::printf("%-28s %14.2f %14.2f\n", "mean update latency ms", c->predicted_update_latency_s.value_or(0) * 1e3,
+      std::printf("%-28s %14.2f %14.2f\n", "mean update latency ms",
+                  c->predicted_update_latency_s.value_or(0) * 1e3,
                   c->measured_update_latency_s.value_or(0) * 1e3);
       std::printf("simulator: %s\n", c->simulator_report.c_str());
       j["simulation"] = {{"cil_per_consumer", c->predicted_cil_per_consumer},

@@ -99,7 +99,8 @@ void CheckProducerSummary(const LiveRun::Summary& s) {
 }
 
 TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
-  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kOptimal;
   o.mode = transports::Mode::kAsync;
@@ -122,7 +123,8 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
 }
 
 TEST(LiveMpi, TrainerEpochSyncPublishesAtEpochBoundaries) {
-  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kEpoch;
   o.mode = transports::Mode::kSync;
@@ -136,7 +138,8 @@ TEST(LiveMpi, TrainerEpochSyncPublishesAtEpochBoundaries) {
 }
 
 TEST(LiveMpi, TrainerOnlineReplans) {
-  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kOnline;
   auto r = LiveRun::Run(o);

@@ -83,7 +83,8 @@ TEST(LiveOutput, RequestCsvHasOneRowPerRequest) {
 
 TEST(LiveOutput, ChromeTraceHasEveryTrack) {
   const std::string t = TwoVersionSummary().ChromeTrace();
-  for (const char* track : {"\"producer\"", "\"transfer\"", "\"notification\"", "\"consumer 1\"", "serve v0", "serve v1"}) {
+  for (const char* track :
+       {"\"producer\"", "\"transfer\"", "\"notification\"", "\"consumer 1\"", "serve v0", "serve v1"}) {
     EXPECT_NE(t.find(track), std::string::npos) << track;
   }
 }

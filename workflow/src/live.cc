@@ -29,12 +29,12 @@ namespace {
 
 using transports::MonotonicSeconds;
 
-// Tags of the end-of-run exchange on the workflow's own communicator.
-constexpr int kTagCounts = 1;
-constexpr int kTagRequests = 2;
-constexpr int kTagVersions = 3;
-constexpr int kTagEnd = 4;
-constexpr int kTagClock = 5;  // producer -> consumer: training over, last version number
+// Tags on the workflow's own communicator (a dup of MPI_COMM_WORLD).
+constexpr int kTagCounts = 1;      // consumer -> producer: request and swap counts
+constexpr int kTagRequests = 2;    // consumer -> producer: request records
+constexpr int kTagVersions = 3;    // consumer -> producer: swap records
+constexpr int kTagEnd = 4;         // producer -> consumer: training over, last version number
+constexpr int kTagClock = 5;       // clock-alignment ping-pong
 constexpr int kRequestFields = 4;  // time, version, iteration, loss
 constexpr int kVersionFields = 4;  // version, servable time, receive_s, verify_s
 
@@ -90,7 +90,8 @@ ModelState MakeReplayModel(uint64_t bytes) {
 // producer and the consumers decide the same way from the same log.
 predictor::LossMetric ChooseMetric(const TrainingLog& log, int64_t warmup, int min_points) {
   auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
-  const bool enough = val.ok() && static_cast<int>(val->Prefix(static_cast<double>(warmup)).size()) >= min_points;
+  const bool enough =
+      val.ok() && static_cast<int>(val->Prefix(static_cast<double>(warmup)).size()) >= min_points;
   return enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
 }
 
@@ -158,7 +159,10 @@ class TrainerWorkload : public ProducerWorkload {
 class ReplayWorkload : public ProducerWorkload {
  public:
   ReplayWorkload(ReplayLog log, uint64_t model_bytes, double time_scale, std::function<bool()> stop)
-      : log_(std::move(log)), model_(MakeReplayModel(model_bytes)), scale_(time_scale), stop_(std::move(stop)) {
+      : log_(std::move(log)),
+        model_(MakeReplayModel(model_bytes)),
+        scale_(time_scale),
+        stop_(std::move(stop)) {
     const auto s = Summarize(log_.log);
     per_epoch_ = s.iterations_per_epoch ? static_cast<int64_t>(*s.iterations_per_epoch) : 0;
   }
@@ -349,7 +353,8 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     std::lock_guard<std::mutex> lock(mu);
     sw = swaps;
   }
-  int64_t counts[2] = {static_cast<int64_t>(reqs.size() / kRequestFields), static_cast<int64_t>(sw.size() / kVersionFields)};
+  int64_t counts[2] = {static_cast<int64_t>(reqs.size() / kRequestFields),
+                       static_cast<int64_t>(sw.size() / kVersionFields)};
   const double deadline = MonotonicSeconds() + o.consumer_timeout_s + 30;
   MPI_Request r[3];
   MPI_Isend(counts, 2, MPI_INT64_T, 0, kTagCounts, comm, &r[0]);
@@ -357,7 +362,8 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
   MPI_Isend(sw.data(), static_cast<int>(sw.size()), MPI_DOUBLE, 0, kTagVersions, comm, &r[2]);
   for (auto& x : r) {
     if (!WaitRequest(&x, deadline)) {
-      return AbortedError("consumer rank " + std::to_string(rank) + ": the producer did not collect the results");
+      return AbortedError("consumer rank " + std::to_string(rank) +
+                          ": the producer did not collect the results");
     }
   }
   s.termination = "completed";
@@ -410,8 +416,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   const int64_t N = work->total_iterations();
   const int64_t W = WarmupOf(o, first_iteration, N);
   if (W < first_iteration || W >= N) {
-    return InvalidArgumentError("warm-up " + std::to_string(W) + " must lie in [" + std::to_string(first_iteration) +
-                                ", " + std::to_string(N) + ")");
+    return InvalidArgumentError("warm-up " + std::to_string(W) + " must lie in [" +
+                                std::to_string(first_iteration) + ", " + std::to_string(N) + ")");
   }
   s.warmup_iterations = W;
   s.total_iterations = N;
@@ -435,7 +441,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     s.log.records.push_back(rec);
   }
   const double t_warm = MonotonicSeconds() - base;  // the time origin of the Summary
-  s.seconds_per_iteration = (MonotonicSeconds() - t_step0) / static_cast<double>(std::max<int64_t>(1, it - first_iteration + 1));
+  s.seconds_per_iteration =
+      (MonotonicSeconds() - t_step0) / static_cast<double>(std::max<int64_t>(1, it - first_iteration + 1));
   std::vector<Published> published;
   auto publish = [&](int64_t iteration) -> Status {
     Published p;
@@ -464,8 +471,9 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     s.planned_delay_s = std::max(delta, r0.stall_s);
   }
   log("warm-up done: W=" + std::to_string(W) + " of N=" + std::to_string(N) + ", tau " +
-      std::to_string(s.seconds_per_iteration * 1e3) + " ms, version 0 stall " + std::to_string(s.planned_stall_s * 1e3) +
-      " ms, delay " + std::to_string(s.planned_delay_s * 1e3) + " ms");
+      std::to_string(s.seconds_per_iteration * 1e3) + " ms, version 0 stall " +
+      std::to_string(s.planned_stall_s * 1e3) + " ms, delay " + std::to_string(s.planned_delay_s * 1e3) +
+      " ms");
 
   // Plan from the warm-up.
   const double t_plan0 = MonotonicSeconds();
@@ -527,7 +535,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
         next = plan_index < plan.size() ? std::optional<int64_t>(plan[plan_index]) : std::nullopt;
       }
       if (o.verbose && published.back().version % 10 == 0) {
-        log("published version " + std::to_string(published.back().version) + " at iteration " + std::to_string(it));
+        log("published version " + std::to_string(published.back().version) + " at iteration " +
+            std::to_string(it));
       }
     }
   }
@@ -576,7 +585,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     }
   }
   std::sort(s.lost_consumers.begin(), s.lost_consumers.end());
-  s.lost_consumers.erase(std::unique(s.lost_consumers.begin(), s.lost_consumers.end()), s.lost_consumers.end());
+  s.lost_consumers.erase(std::unique(s.lost_consumers.begin(), s.lost_consumers.end()),
+                         s.lost_consumers.end());
 
   // Versions.
   std::map<uint64_t, size_t> index;
@@ -698,7 +708,8 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   if (notify == transports::Notify::kPoll && tier != transports::Tier::kPfs) {
     return Fail(error, "notify: poll needs tier pfs (consumers scan the PFS directory)");
   }
-  if (tier == transports::Tier::kPfs && pfs_dir.empty()) return Fail(error, "pfs_dir: required with tier pfs");
+  if (tier == transports::Tier::kPfs && pfs_dir.empty())
+    return Fail(error, "pfs_dir: required with tier pfs");
   if (tier == transports::Tier::kGpu) {
     return Fail(error, "tier: gpu is not wired into the live workflow yet (use host or pfs)");
   }
@@ -725,11 +736,13 @@ StatusOr<LiveRun::Summary> LiveRun::Run(const Options& options) {
   if (!options.IsValid(&error)) return InvalidArgumentError("live run: " + error);
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) return FailedPreconditionError("live run: MPI is not initialised (use transports::MpiSession)");
+  if (!initialized)
+    return FailedPreconditionError("live run: MPI is not initialised (use transports::MpiSession)");
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2) return InvalidArgumentError("live run: needs at least 2 MPI ranks (rank 0 produces, the others serve)");
+  if (size < 2)
+    return InvalidArgumentError("live run: needs at least 2 MPI ranks (rank 0 produces, the others serve)");
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   // Clock alignment: the producer's clock at the barrier is the common base.
@@ -786,12 +799,13 @@ StatusOr<LiveRun::Summary> LiveRun::Run(const Options& options) {
 
 std::string LiveRun::Summary::BriefReport() const {
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "%s over %s/%s/%s (%s): %zu versions to %d consumer(s), CIL %.1f (%.1f per consumer) over %lld "
-                "requests, update latency %.2f ms, stall %.3f s (%.2f%% slowdown), %s",
-                strategy.c_str(), tier.c_str(), mode.c_str(), notify.c_str(), workload.c_str(), versions.size(),
-                consumers, cil, cil_per_consumer, static_cast<long long>(requests),
-                mean_update_latency_s.value_or(0) * 1e3, total_stall_s, slowdown_fraction * 100, termination.c_str());
+  std::snprintf(
+      buf, sizeof(buf),
+      "%s over %s/%s/%s (%s): %zu versions to %d consumer(s), CIL %.1f (%.1f per consumer) over %lld "
+      "requests, update latency %.2f ms, stall %.3f s (%.2f%% slowdown), %s",
+      strategy.c_str(), tier.c_str(), mode.c_str(), notify.c_str(), workload.c_str(), versions.size(),
+      consumers, cil, cil_per_consumer, static_cast<long long>(requests),
+      mean_update_latency_s.value_or(0) * 1e3, total_stall_s, slowdown_fraction * 100, termination.c_str());
   return buf;
 }
 
@@ -813,15 +827,18 @@ std::string LiveRun::Summary::ChromeTrace() const {
   bool first = true;
   char buf[320];
   auto add = [&](const char* name, int pid, int tid, double ts_s, double dur_s, const std::string& args) {
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.1f,\"dur\":%.1f,\"args\":{%s}}",
-                  first ? "" : ",\n", name, pid, tid, ts_s * 1e6, std::max(0.0, dur_s) * 1e6, args.c_str());
+    std::snprintf(
+        buf, sizeof(buf),
+        "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.1f,\"dur\":%.1f,\"args\":{%s}}",
+        first ? "" : ",\n", name, pid, tid, ts_s * 1e6, std::max(0.0, dur_s) * 1e6, args.c_str());
     out += buf;
     first = false;
   };
   auto meta = [&](int pid, int tid, const std::string& name) {
-    std::snprintf(buf, sizeof(buf), "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-                  first ? "" : ",\n", pid, tid, name.c_str());
+    std::snprintf(
+        buf, sizeof(buf),
+        "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+        first ? "" : ",\n", pid, tid, name.c_str());
     out += buf;
     first = false;
   };
@@ -830,7 +847,8 @@ std::string LiveRun::Summary::ChromeTrace() const {
   meta(0, 2, "notification");
   add("train", 0, 0, 0, training_end_s, "");
   for (const auto& v : versions) {
-    const std::string a = "\"version\":" + std::to_string(v.version) + ",\"iteration\":" + std::to_string(v.iteration);
+    const std::string a =
+        "\"version\":" + std::to_string(v.version) + ",\"iteration\":" + std::to_string(v.iteration);
     add("stall", 0, 0, v.checkpoint_s, v.stall_s, a);
     add("snapshot+transfer", 0, 1, v.checkpoint_s, v.snapshot_s + v.transfer_s, a);
     if (v.delivered_to > 0) {
@@ -858,14 +876,17 @@ std::string LiveRun::Summary::ChromeTrace() const {
 
 std::string LiveSimulationComparison::BriefReport() const {
   char buf[320];
-  std::snprintf(buf, sizeof(buf), "CIL per consumer: simulated %.2f, measured %.2f (%+.1f%%); requests %.0f vs %.0f",
+  std::snprintf(buf, sizeof(buf),
+                "CIL per consumer: simulated %.2f, measured %.2f (%+.1f%%); requests %.0f vs %.0f",
                 predicted_cil_per_consumer, measured_cil_per_consumer, cil_error * 100, predicted_requests,
                 measured_requests_per_consumer);
   return buf;
 }
 
-StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary& s, const LiveRun::Options& o) {
-  if (s.log.records.empty() || s.versions.empty()) return FailedPreconditionError("no producer results to compare");
+StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary& s,
+                                                         const LiveRun::Options& o) {
+  if (s.log.records.empty() || s.versions.empty())
+    return FailedPreconditionError("no producer results to compare");
   simulator::ScenarioOptions sco;
   sco.warmup_iterations = s.warmup_iterations;
   sco.total_iterations = s.iterations_done;

@@ -95,60 +95,60 @@ class LiveRun {
   struct VersionStats {
     uint64_t version = 0;
     int64_t iteration = 0;
-    double checkpoint_s = 0;        // T_k: Publish called (version 0: 0)
-    double stall_s = 0;             // Publish blocked training
-    double snapshot_s = 0;          // copy into the staging buffer
-    double transfer_s = 0;          // bytes moving to all consumers / the file
-    double notify_s = 0;            // push messages after a pfs write
-    double load_s = 0;              // consumer receive + verify, mean over consumers
-    double discovery_s = 0;         // update latency - snapshot - transfer - load (>= 0), mean
-    double update_latency_s = 0;    // servable on a consumer - T_k, mean over consumers that got it
+    double checkpoint_s = 0;      // T_k: Publish called (version 0: 0)
+    double stall_s = 0;           // Publish blocked training
+    double snapshot_s = 0;        // copy into the staging buffer
+    double transfer_s = 0;        // bytes moving to all consumers / the file
+    double notify_s = 0;          // push messages after a pfs write
+    double load_s = 0;            // consumer receive + verify, mean over consumers
+    double discovery_s = 0;       // update latency - snapshot - transfer - load (>= 0), mean
+    double update_latency_s = 0;  // servable on a consumer - T_k, mean over consumers that got it
     double max_update_latency_s = 0;
-    int delivered_to = 0;           // consumers that swapped it in
-    bool superseded = false;        // async: replaced before being sent
-    int64_t requests = 0;           // requests it served (all consumers, in the window)
-    double loss_sum = 0;            // their summed loss
-    uint64_t bytes = 0;             // serialized size
+    int delivered_to = 0;     // consumers that swapped it in
+    bool superseded = false;  // async: replaced before being sent
+    int64_t requests = 0;     // requests it served (all consumers, in the window)
+    double loss_sum = 0;      // their summed loss
+    uint64_t bytes = 0;       // serialized size
   };
 
   struct Request {
-    int consumer = 0;       // rank
-    double time_s = 0;      // served at
-    uint64_t version = 0;   // served by
-    int64_t iteration = 0;  // that version's iteration
-    double loss = 0;        // real loss charged
-    double staleness_s = 0; // time_s - checkpoint_s of the version
+    int consumer = 0;        // rank
+    double time_s = 0;       // served at
+    uint64_t version = 0;    // served by
+    int64_t iteration = 0;   // that version's iteration
+    double loss = 0;         // real loss charged
+    double staleness_s = 0;  // time_s - checkpoint_s of the version
   };
 
   struct Summary {
-    std::string termination;            // "completed", "interrupted", "failed"
-    std::string message;                // why, when not completed; lost consumers
+    std::string termination;  // "completed", "interrupted", "failed"
+    std::string message;      // why, when not completed; lost consumers
     std::string workload, tier, mode, notify, strategy;
-    int consumers = 0;                  // ranks started as consumers
-    std::vector<int> lost_consumers;    // dropped mid-run (no records from them)
-    int64_t warmup_iterations = 0;      // W
-    int64_t total_iterations = 0;       // N planned
+    int consumers = 0;                // ranks started as consumers
+    std::vector<int> lost_consumers;  // dropped mid-run (no records from them)
+    int64_t warmup_iterations = 0;    // W
+    int64_t total_iterations = 0;     // N planned
     int64_t iterations_done = 0;
-    double seconds_per_iteration = 0;   // measured over the warm-up (planning's tau)
-    double planned_stall_s = 0;         // sigma used by the planner (from version 0)
-    double planned_delay_s = 0;         // delta used by the planner (from version 0)
-    std::string metric;                 // "val_loss" or "train_loss": the planner's curve
-    std::string plan_report;            // the strategy's BriefReport (online: last re-plan)
-    double planning_s = 0;              // seconds spent fitting/planning after warm-up (on the producer)
-    schedulers::Schedule schedule;      // iterations actually published (after W)
-    double training_end_s = 0;          // end of iteration N (window end)
-    double total_stall_s = 0;           // sum of Publish stalls after warm-up
-    double no_checkpoint_training_s = 0;// training_end_s - total_stall_s - planning_s
-    double slowdown_fraction = 0;       // total_stall_s / no_checkpoint_training_s
-    double cil = 0;                     // sum of request losses, all consumers
-    double cil_per_consumer = 0;        // cil / consumers that reported
+    double seconds_per_iteration = 0;     // measured over the warm-up (planning's tau)
+    double planned_stall_s = 0;           // sigma used by the planner (from version 0)
+    double planned_delay_s = 0;           // delta used by the planner (from version 0)
+    std::string metric;                   // "val_loss" or "train_loss": the planner's curve
+    std::string plan_report;              // the strategy's BriefReport (online: last re-plan)
+    double planning_s = 0;                // seconds spent fitting/planning after warm-up (on the producer)
+    schedulers::Schedule schedule;        // iterations actually published (after W)
+    double training_end_s = 0;            // end of iteration N (window end)
+    double total_stall_s = 0;             // sum of Publish stalls after warm-up
+    double no_checkpoint_training_s = 0;  // training_end_s - total_stall_s - planning_s
+    double slowdown_fraction = 0;         // total_stall_s / no_checkpoint_training_s
+    double cil = 0;                       // sum of request losses, all consumers
+    double cil_per_consumer = 0;          // cil / consumers that reported
     int64_t requests = 0;
     std::optional<double> mean_staleness_s;
     std::optional<double> mean_update_latency_s;  // versions >= 1
-    bool every_version_delivered = false;  // every sent version reached every live consumer
+    bool every_version_delivered = false;         // every sent version reached every live consumer
     std::vector<VersionStats> versions;
-    std::vector<Request> request_log;   // in-window requests, by consumer then time
-    TrainingLog log;                    // the producer's iterations (trainer: real losses)
+    std::vector<Request> request_log;  // in-window requests, by consumer then time
+    TrainingLog log;                   // the producer's iterations (trainer: real losses)
 
     // "optimal over host/async/push: 12 versions, CIL 512.3 (256.1 per consumer) ..."
     std::string BriefReport() const;
