@@ -8,6 +8,7 @@
 // that selects transport benchmarks must name them ("Transports").
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
     args.emplace_back(argv[i]);
   }
   if (LauncherRank() > 0) {
+    // Only rank 0 writes --benchmark_out (the ranks would share the file).
+    args.erase(std::remove_if(args.begin() + 1, args.end(),
+                              [](const std::string& a) { return a.rfind("--benchmark_out", 0) == 0; }),
+               args.end());
     // The transport benchmarks rank 0 runs: all of them by default, or those
     // of a filter that names them (it must contain "Transports"; Google
     // Benchmark's POSIX regex has no lookahead to intersect filters).
