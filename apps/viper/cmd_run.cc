@@ -263,7 +263,15 @@ int RunRun(const std::vector<std::string>& args) {
     std::fflush(nullptr);
     std::_Exit(kExitFailure);
   }
-  if (rank != 0) return kExitOk;
+  // A dead rank makes MPI_Finalize wait forever: leave without it.
+  auto leave = [&](int code) {
+    if (result->peers_lost) {
+      std::fflush(nullptr);
+      std::_Exit(code);
+    }
+    return code;
+  };
+  if (rank != 0) return leave(kExitOk);
   const auto& s = *result;
   PrintTable(s);
   std::printf("%s\n", s.BriefReport().c_str());
@@ -300,9 +308,9 @@ int RunRun(const std::vector<std::string>& args) {
   }
   if (!trace_path.empty()) {
     auto st = WriteText(trace_path, s.ChromeTrace());
-    if (!st.ok()) return Fail("run", st);
+    if (!st.ok()) return leave(Fail("run", st));
   }
-  return kExitOk;
+  return leave(kExitOk);
 }
 #endif  // VIPER_HAVE_MPI
 

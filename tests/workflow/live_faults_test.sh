@@ -5,6 +5,8 @@
 #  1. Ctrl-C: SIGINT to every rank -> producer stops, everyone reports, exit 0.
 #  2. Silent producer: consumers keep serving the last good version, then exit
 #     non-zero with "producer (rank 0) lost ... last good version".
+#  3. Killed consumer, with mpirun --mca orte_enable_recovery 1 (without it
+#     mpirun aborts the job): the producer finishes and reports the lost rank.
 # Usage: live_faults_test.sh MPIEXEC VIPER_BINARY
 set -u
 mpiexec="$1"; viper="$2"
@@ -52,3 +54,23 @@ wait $job; rc=$?
 grep -q "producer (rank 0) lost after [0-9]* requests served with the last good version" "$work/err" ||
   fail "silent producer: no clear message from the consumers"
 echo "ok: consumers serve the last good version, then exit non-zero"
+
+# 3. A consumer killed mid-run (mpirun --mca orte_enable_recovery 1 keeps the
+#    job alive): the producer finishes training, reports the lost rank and
+#    still collects the survivor's requests; nobody waits in MPI_Finalize.
+"$mpiexec" --mca orte_enable_recovery 1 --oversubscribe -np 3 "$viper" run --workload trainer \
+  --train-samples 10000 --epochs 20 --consumer-timeout-s 5 >"$work/out" 2>"$work/err" &
+job=$!
+wait_for_line "$work/err" "\[producer\] plan:" 60 || fail "no plan line within 60 s"
+victim=$(rank_pid 2)
+[ -n "$victim" ] || fail "rank 2 not found"
+kill -KILL "$victim"
+( sleep 90; kill -KILL $job ) >/dev/null 2>&1 &   # a hang is a failure, not a stuck test
+guard=$!
+wait $job; rc=$?
+kill "$guard" 2>/dev/null
+[ $rc -eq 0 ] || fail "killed consumer: exit $rc, expected 0"
+grep -q "lost consumer(s): rank 2;" "$work/out" || fail "killed consumer: rank 2 not reported as lost"
+grep -q "to 2 consumer(s), CIL [0-9.]* ([1-9][0-9.]* per consumer)" "$work/out" ||
+  fail "killed consumer: the survivor's requests were not collected"
+echo "ok: the producer finishes and reports the killed consumer"

@@ -283,7 +283,9 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
   so.notify = o.notify;
   so.producer_rank = 0;
   so.producer_timeout_s = o.producer_timeout_s;
-  so.transfer_timeout_s = o.consumer_timeout_s;
+  // Longer than the producer's peer timeout: when another consumer dies
+  // mid-fan-out, the producer drops it first and then finishes this transfer.
+  so.transfer_timeout_s = 2 * o.consumer_timeout_s + 5;
   so.pfs_dir = o.pfs_dir;
   so.poll_period_s = o.poll_period_s;
   so.preallocate_bytes = ExpectedModelBytes(o) + (1 << 20);
@@ -305,13 +307,15 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
   std::vector<double> reqs;  // kRequestFields per request
   bool end_received = false;
   double last_version = -1, end_deadline = 0;
+  double end_msg[2] = {-1, 0};  // last version, ranks lost
   auto finished = [&] {
     if (sub->WaitUntilDone(0)) return true;
     if (!end_received) {
       int flag = 0;
       MPI_Iprobe(0, kTagEnd, comm, &flag, MPI_STATUS_IGNORE);
       if (!flag) return false;
-      MPI_Recv(&last_version, 1, MPI_DOUBLE, 0, kTagEnd, comm, MPI_STATUS_IGNORE);
+      MPI_Recv(end_msg, 2, MPI_DOUBLE, 0, kTagEnd, comm, MPI_STATUS_IGNORE);
+      last_version = end_msg[0];
       end_received = true;
       end_deadline = MonotonicSeconds() + o.poll_period_s + o.consumer_timeout_s;
     }
@@ -338,8 +342,9 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     // Push: the subscription ended with the producer's goodbye; the end
     // message follows it.
     MPI_Request er;
-    MPI_Irecv(&last_version, 1, MPI_DOUBLE, 0, kTagEnd, comm, &er);
+    MPI_Irecv(end_msg, 2, MPI_DOUBLE, 0, kTagEnd, comm, &er);
     end_received = WaitRequest(&er, MonotonicSeconds() + o.consumer_timeout_s);
+    last_version = end_msg[0];
   }
   if (!first.ok() || !end_received) {
     std::string why = first.ok() ? ss.message : first.status().message();
@@ -367,6 +372,7 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     }
   }
   s.termination = "completed";
+  s.peers_lost = end_msg[1] > 0;
   s.requests = counts[0];
   for (size_t i = 0; i + kRequestFields <= reqs.size(); i += kRequestFields) {
     LiveRun::Request q;
@@ -551,11 +557,12 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   log("training done at " + std::to_string(s.training_end_s) + " s; " + psum.BriefReport());
 
   // Tell the consumers training is over and which version is the last.
-  const double last_version = published.empty() ? 0.0 : static_cast<double>(published.back().version);
+  const double end_msg[2] = {published.empty() ? 0.0 : static_cast<double>(published.back().version),
+                             static_cast<double>(s.lost_consumers.size())};
   for (int r = 1; r < size; ++r) {
     if (std::find(s.lost_consumers.begin(), s.lost_consumers.end(), r) != s.lost_consumers.end()) continue;
     MPI_Request er;
-    MPI_Isend(&last_version, 1, MPI_DOUBLE, r, kTagEnd, comm, &er);
+    MPI_Isend(end_msg, 2, MPI_DOUBLE, r, kTagEnd, comm, &er);
     if (!WaitRequest(&er, MonotonicSeconds() + o.consumer_timeout_s)) s.lost_consumers.push_back(r);
   }
   // Collect the consumers' records (times relative to the barrier at start;
@@ -674,6 +681,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.cil_per_consumer = reporting > 0 ? s.cil / reporting : 0;
   s.no_checkpoint_training_s = s.training_end_s - s.total_stall_s - s.planning_s;
   s.slowdown_fraction = s.no_checkpoint_training_s > 0 ? s.total_stall_s / s.no_checkpoint_training_s : 0;
+  s.peers_lost = !s.lost_consumers.empty();
   if (!s.lost_consumers.empty()) {
     s.message = "lost consumer(s):";
     for (int r : s.lost_consumers) s.message += " rank " + std::to_string(r);

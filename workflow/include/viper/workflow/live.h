@@ -126,8 +126,12 @@ class LiveRun {
     std::string workload, tier, mode, notify, strategy;
     int consumers = 0;                // ranks started as consumers
     std::vector<int> lost_consumers;  // dropped mid-run (no records from them)
-    int64_t warmup_iterations = 0;    // W
-    int64_t total_iterations = 0;     // N planned
+    // Some rank was lost (producer: any consumer; consumers: as the producer
+    // told them): MPI_Finalize would wait for it, so the caller should exit
+    // without finalising.
+    bool peers_lost = false;
+    int64_t warmup_iterations = 0;  // W
+    int64_t total_iterations = 0;   // N planned
     int64_t iterations_done = 0;
     double seconds_per_iteration = 0;     // measured over the warm-up (planning's tau)
     double planned_stall_s = 0;           // sigma used by the planner (from version 0)
