@@ -190,7 +190,8 @@ int RunRun(const std::vector<std::string>& args) {
       "quiet", po::bool_switch(&quiet), "no progress lines on stderr");
   po::variables_map vm;
   const int parsed = ParseOrHelp(
-      args, desc, &vm, "mpirun -np 2 viper run [--workload trainer|replay] [--transport host|pfs] [options]",
+      args, desc, &vm,
+      "viper run [--workload trainer|replay] [--transport host|pfs] [options]   (under mpirun -np 2 or more)",
       "Runs the live workflow: rank 0 trains (or replays a log), fits the predictor on the warm-up, plans "
       "with\n"
       "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with "
