@@ -29,6 +29,15 @@ int Fail(const std::string& command, const Status& status) {
   return kExitFailure;
 }
 
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return IoError("cannot open '" + path + "' for writing");
+  out << text;
+  out.close();
+  if (!out) return IoError("failed writing '" + path + "'");
+  return Status::Ok();
+}
+
 Status WriteJson(const nlohmann::json& j, const std::string& path) {
   if (path == "-") {
     std::cout << j.dump(2) << "\n";

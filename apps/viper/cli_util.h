@@ -36,6 +36,9 @@ auto CheckEnum(const char* option) {
   };
 }
 
+// Writes `text` to the file `path`.
+Status WriteText(const std::string& path, const std::string& text);
+
 // Writes `j` (indented) to `path` ("-" = stdout).
 Status WriteJson(const nlohmann::json& j, const std::string& path);
 

@@ -35,15 +35,6 @@ namespace {
 volatile std::sig_atomic_t g_stop_requested = 0;
 extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
 
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) return IoError("cannot open '" + path + "' for writing");
-  out << text;
-  out.close();
-  if (!out) return IoError("failed writing '" + path + "'");
-  return Status::Ok();
-}
-
 nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   nlohmann::json j;
   j["termination"] = s.termination;

@@ -22,15 +22,6 @@ namespace {
 
 using Row = simulator::StrategyOutcome;
 
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) return IoError("cannot open '" + path + "' for writing");
-  out << text;
-  out.close();
-  if (!out) return IoError("failed writing '" + path + "'");
-  return Status::Ok();
-}
-
 // Draws the true curve, the prediction, each strategy's checkpoints and a CIL
 // bar chart with gnuplot.
 Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std::string& png) {
