@@ -89,28 +89,6 @@ std::string ParamsText(const pr::LearningCurvePredictor::FamilyFit& f) {
   return s;
 }
 
-// Extrapolation error of one curve on the points after `after`.
-struct CurveScore {
-  double rmse = 0, final_rel = 0;
-};
-std::optional<CurveScore> ScoreCurve(const pr::FittedCurve& c, const pr::CurveData& unseen) {
-  if (unseen.size() == 0) return std::nullopt;
-  CurveScore s;
-  double ss = 0;
-  for (size_t i = 0; i < unseen.size(); ++i) {
-    const double r = unseen.losses[i] - c.Evaluate(unseen.iterations[i]);
-    ss += r * r;
-  }
-  s.rmse = std::sqrt(ss / unseen.size());
-  const size_t m = std::max<size_t>(1, std::min<size_t>(500, unseen.size() / 20));
-  double t = 0, p = 0;
-  for (size_t i = unseen.size() - m; i < unseen.size(); ++i) {
-    t += unseen.losses[i];
-    p += c.Evaluate(unseen.iterations[i]);
-  }
-  s.final_rel = std::fabs(p - t) / std::max(std::fabs(t), 1e-12);
-  return s;
-}
 
 Status Plot(const std::string& png, const pr::CurveData& all, double warmup, const pr::LearningCurvePredictor& p,
             const std::string& title) {
@@ -336,11 +314,11 @@ int RunFit(const std::vector<std::string>& args) {
     }
     std::cout << std::setw(10) << Fmt(f.fit_rmse, 3) << std::setw(10) << (f.validation_rmse ? Fmt(*f.validation_rmse, 3) : "-")
               << std::setw(8) << Fmt(f.weight, 2);
-    auto sc = ScoreCurve(pr::FittedCurve{f.family, f.params, s.x_scale}, unseen);
-    if (sc) {
-      std::cout << std::setw(11) << Fmt(sc->rmse, 3) << std::setw(11) << Fmt(sc->final_rel, 3);
+    auto sc = pr::ScoreExtrapolation(pr::FittedCurve{f.family, f.params, s.x_scale}, unseen);
+    if (sc.ok()) {
+      std::cout << std::setw(11) << Fmt(sc->rmse, 3) << std::setw(11) << Fmt(sc->final_relative_error, 3);
       j["extrapolation_rmse"] = sc->rmse;
-      j["final_relative_error"] = sc->final_rel;
+      j["final_relative_error"] = sc->final_relative_error;
     } else {
       std::cout << std::setw(22) << "-";
     }

@@ -613,30 +613,45 @@ std::string LearningCurvePredictor::Summary::BriefReport() const {
   return os.str();
 }
 
-StatusOr<ExtrapolationError> ScoreExtrapolation(const LearningCurvePredictor& predictor, const CurveData& truth) {
-  const CurveData after = truth.Suffix(predictor.summary().last_iteration);
-  if (after.size() == 0)
-    return InvalidArgumentError("no points after the fitted range (iteration " +
-                                Num(predictor.summary().last_iteration) + ") to score against");
+namespace {
+
+// RMSE over every point of `after`, and the relative error of the "final
+// loss": the mean over the last few points, so one noisy value does not decide it.
+template <typename Predict>
+ExtrapolationError ScorePoints(const Predict& predict, const CurveData& after) {
   ExtrapolationError e;
   e.points = after.size();
   double ss = 0;
   for (size_t i = 0; i < after.size(); ++i) {
-    const double r = after.losses[i] - predictor.Predict(after.iterations[i]);
+    const double r = after.losses[i] - predict(after.iterations[i]);
     ss += r * r;
   }
   e.rmse = std::sqrt(ss / after.size());
-  // "Final loss": the mean over the last few points, so one noisy value does not decide it.
   const size_t m = std::max<size_t>(1, std::min<size_t>(500, after.size() / 20));
   double t = 0, p = 0;
   for (size_t i = after.size() - m; i < after.size(); ++i) {
     t += after.losses[i];
-    p += predictor.Predict(after.iterations[i]);
+    p += predict(after.iterations[i]);
   }
   e.final_loss = t / m;
   e.predicted_final_loss = p / m;
   e.final_relative_error = std::fabs(e.predicted_final_loss - e.final_loss) / std::max(std::fabs(e.final_loss), 1e-12);
   return e;
+}
+
+}  // namespace
+
+StatusOr<ExtrapolationError> ScoreExtrapolation(const LearningCurvePredictor& predictor, const CurveData& truth) {
+  const CurveData after = truth.Suffix(predictor.summary().last_iteration);
+  if (after.size() == 0)
+    return InvalidArgumentError("no points after the fitted range (iteration " +
+                                Num(predictor.summary().last_iteration) + ") to score against");
+  return ScorePoints([&](double x) { return predictor.Predict(x); }, after);
+}
+
+StatusOr<ExtrapolationError> ScoreExtrapolation(const FittedCurve& curve, const CurveData& unseen) {
+  if (unseen.size() == 0) return InvalidArgumentError("no unseen points to score against");
+  return ScorePoints([&](double x) { return curve.Evaluate(x); }, unseen);
 }
 
 }  // namespace predictor

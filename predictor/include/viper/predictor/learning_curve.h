@@ -149,6 +149,9 @@ struct ExtrapolationError {
 // Scores `predictor` on the points of `truth` after its last fitted iteration.
 // Fails when there are none.
 StatusOr<ExtrapolationError> ScoreExtrapolation(const LearningCurvePredictor& predictor, const CurveData& truth);
+// The same score for one fitted curve, over every point of `unseen` (the
+// caller picks the points after the fitted range). Fails when `unseen` is empty.
+StatusOr<ExtrapolationError> ScoreExtrapolation(const FittedCurve& curve, const CurveData& unseen);
 
 }  // namespace predictor
 }  // namespace viper
