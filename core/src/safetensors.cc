@@ -376,11 +376,14 @@ StatusOr<std::vector<std::byte>> Serialize(const ModelState& state) {
   return out;
 }
 
-StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* data, uint64_t size,
-                           const ParseOptions& options) {
-  VIPER_ASSIGN_OR_RETURN(RawHeader raw, ParseRawHeader(data, size));
-  const uint64_t data_start = 8 + raw.header_bytes;
-  const uint64_t data_bytes = size - data_start;
+namespace {
+
+// Parses the header `raw` of an image whose `data_bytes`-byte data section
+// starts at `data` in `memory`; verifies viper.checksum (host data only) as
+// `options` say. Tensors are views into `data` sharing `owner`.
+StatusOr<ModelState> ParseWithData(const RawHeader& raw, std::shared_ptr<const void> owner,
+                                   const std::byte* data, uint64_t data_bytes, MemoryKind memory,
+                                   const ParseOptions& options) {
   VIPER_ASSIGN_OR_RETURN(auto metadata, ExtractMetadata(raw.json));
 
   std::vector<Entry> entries;
@@ -436,8 +439,8 @@ StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* d
       return InvalidArgumentError("__metadata__ 'viper.checksum' must be 16 hex digits, got " +
                                   Quote(checksum_it->second));
     }
-    if (options.verify_checksum) {
-      const uint64_t actual = Xxh3_64(data + data_start, data_bytes);
+    if (options.verify_checksum && memory == MemoryKind::kHost) {
+      const uint64_t actual = Xxh3_64(data, data_bytes);
       if (actual != *expected) {
         return DataLossError("checksum mismatch: header says " + ChecksumToHex(*expected) + " but the " +
                              std::to_string(data_bytes) + "-byte data section hashes to " +
@@ -456,13 +459,32 @@ StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* d
     t.name = std::move(e.name);
     t.dtype = e.dtype;
     t.shape = std::move(e.shape);
-    t.memory = MemoryKind::kHost;
-    t.data = const_cast<std::byte*>(data + data_start + e.begin);
+    t.memory = memory;
+    t.data = const_cast<std::byte*>(data + e.begin);
     t.size_bytes = e.end - e.begin;
     t.owner = std::shared_ptr<void>(mutable_owner, t.data);  // aliasing: shares the buffer's owner
     tensors.push_back(std::move(t));
   }
   return state;
+}
+
+}  // namespace
+
+StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* data, uint64_t size,
+                           const ParseOptions& options) {
+  VIPER_ASSIGN_OR_RETURN(RawHeader raw, ParseRawHeader(data, size));
+  const uint64_t data_start = 8 + raw.header_bytes;
+  return ParseWithData(raw, std::move(owner), data + data_start, size - data_start, MemoryKind::kHost,
+                       options);
+}
+
+StatusOr<ModelState> ParseExternalData(std::shared_ptr<const void> owner, const std::byte* header,
+                                       uint64_t header_size, const std::byte* data, uint64_t data_bytes,
+                                       MemoryKind memory) {
+  VIPER_ASSIGN_OR_RETURN(RawHeader raw, ParseRawHeader(header, header_size));
+  ParseOptions options;
+  options.verify_checksum = memory == MemoryKind::kHost;
+  return ParseWithData(raw, std::move(owner), data, data_bytes, memory, options);
 }
 
 StatusOr<ModelState> Parse(std::vector<std::byte> bytes, const ParseOptions& options) {

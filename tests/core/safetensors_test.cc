@@ -120,6 +120,46 @@ TEST(SafetensorsTest, RoundTripAllDTypesInOneModel) {
   ExpectSameTensors(state, *parsed);
 }
 
+uint64_t GetLe64ForTest(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
+  return v;
+}
+
+TEST(SafetensorsTest, ParseExternalDataViewsADetachedDataSection) {
+  // The GPU tier's case: header in host memory, data elsewhere. Host memory
+  // stands in for the data here; marking it kDevice must skip the XXH3 check
+  // (it would read device memory) but keep every header check.
+  ModelState state;
+  ASSERT_TRUE(state.Add(Patterned("a", DType::kF32, {4, 3}, 1)).ok());
+  ASSERT_TRUE(state.Add(Patterned("b", DType::kI16, {5}, 2)).ok());
+  auto bytes = Serialize(state);
+  ASSERT_TRUE(bytes.ok());
+  const uint64_t header_size = 8 + GetLe64ForTest(bytes->data());
+  std::vector<std::byte> header(bytes->begin(), bytes->begin() + header_size);
+  std::vector<std::byte> data(bytes->begin() + header_size, bytes->end());
+  auto owner = std::make_shared<int>(0);
+  auto host =
+      ParseExternalData(owner, header.data(), header.size(), data.data(), data.size(), MemoryKind::kHost);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  ExpectSameTensors(state, *host);
+  EXPECT_EQ(host->tensors()[0].data, data.data());
+  data[0] ^= std::byte{1};  // host data: the checksum is verified
+  EXPECT_EQ(
+      ParseExternalData(owner, header.data(), header.size(), data.data(), data.size(), MemoryKind::kHost)
+          .status()
+          .code(),
+      StatusCode::kDataLoss);
+  auto device =
+      ParseExternalData(owner, header.data(), header.size(), data.data(), data.size(), MemoryKind::kDevice);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  for (const Tensor& t : device->tensors()) EXPECT_EQ(t.memory, MemoryKind::kDevice);
+  // A data section shorter than the header's offsets is still rejected.
+  EXPECT_FALSE(ParseExternalData(owner, header.data(), header.size(), data.data(), data.size() - 2,
+                                 MemoryKind::kDevice)
+                   .ok());
+}
+
 TEST(SafetensorsTest, EmptyModelRoundTrips) {
   ModelState state;
   auto bytes = Serialize(state);

@@ -3,7 +3,6 @@
 // collective: all ranks run it, with roles by rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include "test_util.h"
 #include "viper/config.h"
 #include "viper/core/safetensors.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/gpu_channel.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/publisher.h"
@@ -213,6 +213,77 @@ TEST_P(MpiGpu, DeviceToDeviceBetweenTwoRanks) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, MpiGpu, ::testing::Values(true, false));
 
+// The gpu tier through Publisher/Subscriber: device tensors in, device
+// tensors out, byte for byte, by CUDA IPC (same node) or through pinned host
+// memory (allow_ipc = false), in sync and async mode, to every consumer.
+class MpiGpuTier : public ::testing::TestWithParam<std::tuple<Mode, bool>> {};
+
+TEST_P(MpiGpuTier, DeviceModelReachesEveryConsumer) {
+  std::string reason;
+  if (!CudaDeviceAvailable(&reason)) GTEST_SKIP() << reason;
+  const auto [mode, allow_ipc] = GetParam();
+  const uint64_t bytes = 5 << 20;
+  const int versions = 3;
+  if (Rank() == 0) {
+    Publisher::Options o;
+    o.tier = Tier::kGpu;
+    o.mode = mode;
+    o.peer_timeout_s = 30;
+    o.chunk_bytes = 1 << 20;  // several pinned chunks on the host path
+    auto pub = Publisher::Create(o);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    for (int v = 0; v < versions; ++v) {
+      auto device_model = CopyToDevice(MakeModel(bytes, 30 + v));
+      ASSERT_TRUE(device_model.ok()) << device_model.status().ToString();
+      auto r = (*pub)->Publish(*device_model, 10 * v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (mode == Mode::kSync) {
+        ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+      }
+      if (mode == Mode::kAsync) ASSERT_TRUE((*pub)->Flush().ok());  // every version travels
+    }
+    ASSERT_TRUE((*pub)->Close().ok());
+    auto summary = (*pub)->summary();
+    EXPECT_TRUE(summary.lost_consumers.empty()) << summary.BriefReport();
+    EXPECT_EQ(summary.sent, static_cast<uint64_t>(versions)) << summary.BriefReport();
+  } else {
+    Subscriber::Options so;
+    so.tier = Tier::kGpu;
+    so.allow_ipc = allow_ipc;
+    so.transfer_timeout_s = 30;
+    auto sub = Subscriber::Create(so);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    std::vector<uint64_t> seen;
+    (*sub)->SetCallback(
+        [&](std::shared_ptr<const ModelVersion> v) { seen.push_back(v->state.metadata.version); });
+    auto last = (*sub)->WaitForVersion(versions - 1, 60);
+    ASSERT_TRUE(last.ok()) << last.status().ToString() << " " << (*sub)->summary().BriefReport();
+    EXPECT_EQ((*last)->memory, MemoryKind::kDevice);
+    EXPECT_EQ((*last)->tier, Tier::kGpu);
+    for (const Tensor& t : (*last)->state.tensors()) EXPECT_EQ(t.memory, MemoryKind::kDevice) << t.name;
+    EXPECT_NE((*last)->source.find(allow_ipc ? "cuda-ipc" : "pinned-host"), std::string::npos)
+        << (*last)->source;
+    EXPECT_EQ((*last)->state.metadata.iteration, 10 * (versions - 1));
+    auto host = CopyToHost((*last)->state);
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    EXPECT_TRUE(HasPattern(*host, 30 + versions - 1));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto summary = (*sub)->summary();
+    EXPECT_TRUE(summary.producer_finished) << summary.BriefReport();
+    EXPECT_EQ(summary.rejected, 0u) << summary.BriefReport();
+    EXPECT_EQ(summary.received, static_cast<uint64_t>(versions)) << summary.BriefReport();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+INSTANTIATE_TEST_SUITE_P(ModesAndPaths, MpiGpuTier,
+                         ::testing::Combine(::testing::Values(Mode::kSync, Mode::kAsync), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(ToString(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_ipc" : "_pinned_host");
+                         });
+
 TEST(MpiFaults, SilentProducerLeavesLastGoodVersion) {
   // The producer publishes version 0 and then goes silent for longer than
   // the consumers' producer_timeout_s (as a dead producer would): consumers
@@ -232,7 +303,8 @@ TEST(MpiFaults, SilentProducerLeavesLastGoodVersion) {
     auto next = (*sub)->WaitForVersion(1, 30);
     ASSERT_FALSE(next.ok());
     EXPECT_EQ(next.status().code(), StatusCode::kAborted) << next.status().ToString();
-    EXPECT_NE(next.status().message().find("keeping version 0"), std::string::npos) << next.status().message();
+    EXPECT_NE(next.status().message().find("keeping version 0"), std::string::npos)
+        << next.status().message();
     EXPECT_TRUE((*sub)->summary().producer_lost);
     ASSERT_NE((*sub)->Current(), nullptr);
     EXPECT_TRUE(HasPattern((*sub)->Current()->state, 3));

@@ -22,6 +22,7 @@ enum AnnounceKind : uint32_t {
   kAnnounceHost = 1,  // bytes follow over MPI (after a Ready)
   kAnnouncePfs = 2,   // the version is durable in the PFS directory: load it
   kAnnounceBye = 3,   // the producer closed; no more versions
+  kAnnounceGpu = 4,   // the image is in the producer's device staging: copy it by CUDA IPC, or ask for the pipeline
 };
 
 // Every message carries the session id the producer broadcast when the pair
@@ -38,6 +39,15 @@ struct Announce {
   uint64_t chunk_bytes = 0;
   uint64_t checksum = 0;
   double sent_wtime = 0;  // MonotonicSeconds() at the producer when sent
+  // gpu tier: the padded header's size, the image's offset in the staging
+  // allocation, that allocation's cudaIpcMemHandle_t and the interprocess
+  // event recorded once the image was complete (both 64 opaque bytes), and
+  // the producer's node name (IPC only between processes of one node).
+  uint64_t header_bytes = 0;
+  uint64_t image_offset = 0;
+  char ipc_mem[64] = {0};
+  char ipc_event[64] = {0};
+  char host[64] = {0};
 };
 
 struct Ready {
@@ -45,7 +55,7 @@ struct Ready {
   uint64_t version = 0;
   uint64_t window_offset = 0;  // one-sided: where to put the bytes
   int32_t accept = 0;          // 0: cannot take this version (too large)
-  int32_t pad = 0;
+  int32_t via_host = 0;        // gpu tier: 1 = send through pinned host memory (no CUDA IPC)
 };
 
 struct Ack {

@@ -3,13 +3,21 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "staging.h"
 #include "viper/config.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/pfs_store.h"
+
+#if VIPER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device_buffer.h"
+#endif
 
 #if VIPER_HAVE_MPI
 #include "mpi_link.h"
@@ -24,14 +32,17 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return false;
   };
   if (chunk_bytes == 0 || chunk_bytes > (1ull << 30)) return fail("chunk_bytes: must be in [1, 2^30]");
-  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024) return fail("max_inflight_chunks: must be in [1, 1024]");
+  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024)
+    return fail("max_inflight_chunks: must be in [1, 1024]");
   if (!(peer_timeout_s > 0)) return fail("peer_timeout_s: must be > 0");
   if (notify == Notify::kPoll && tier != Tier::kPfs) {
     return fail("notify: poll needs tier pfs (host and gpu versions are pushed)");
   }
   if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
-  if (pfs_writer_threads < 1 || pfs_writer_threads > 64) return fail("pfs_writer_threads: must be in [1, 64]");
+  if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
+    return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
+  if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   for (int r : subscriber_ranks) {
     if (r < 0) return fail("subscriber_ranks: ranks must be >= 0");
   }
@@ -40,8 +51,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
 
 std::string Publisher::VersionReport::BriefReport() const {
   std::ostringstream s;
-  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall "
-    << stall_s << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
+  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall " << stall_s
+    << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
   if (superseded) s << ", superseded";
   for (const auto& c : consumers) {
     s << "; rank " << c.rank << ": "
@@ -53,8 +64,8 @@ std::string Publisher::VersionReport::BriefReport() const {
 
 std::string Publisher::Summary::BriefReport() const {
   std::ostringstream s;
-  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall " << total_stall_s
-    << " s total";
+  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall "
+    << total_stall_s << " s total";
   if (!lost_consumers.empty()) {
     s << ", lost consumers:";
     for (int r : lost_consumers) s << ' ' << r;
@@ -66,14 +77,16 @@ std::string Publisher::Summary::BriefReport() const {
 class Publisher::Impl {
  public:
   explicit Impl(const Options& options) : options_(options) {}
-  ~Impl() { (void)Close(); }
+  ~Impl() {
+    (void)Close();
+#if VIPER_HAVE_CUDA
+    for (cudaEvent_t e : chunk_events_) cudaEventDestroy(e);
+    if (pinned_) cudaFreeHost(pinned_);
+    if (gpu_stream_) cudaStreamDestroy(gpu_stream_);
+#endif
+  }
 
   Status Init() {
-    if (options_.tier == Tier::kGpu) {
-      return UnavailableError(
-          "tier gpu: the Publisher snapshots host tensors; use the GPU channel (gpu_channel.h) for device "
-          "tensors, or tier host");
-    }
     if (options_.tier == Tier::kPfs) {
       PfsStore::Options po;
       po.dir = options_.pfs_dir;
@@ -87,6 +100,7 @@ class Publisher::Impl {
     }
     uses_mpi_ = options_.tier != Tier::kPfs || options_.notify == Notify::kPush;
     if (uses_mpi_) VIPER_RETURN_IF_ERROR(InitMpi());
+    if (options_.tier == Tier::kGpu) VIPER_RETURN_IF_ERROR(InitGpu());  // after MPI: needs the node name
     if (options_.staging_bytes > 0) {
       // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
       for (auto& s : staging_) {
@@ -100,13 +114,15 @@ class Publisher::Impl {
 
   StatusOr<VersionReport> Publish(const ModelState& state, int64_t iteration) {
     if (closed_) return FailedPreconditionError("Publish after Close");
+    VIPER_RETURN_IF_ERROR(SelectGpu());
     const double t0 = MonotonicSeconds();
     VersionReport report;
     report.version = next_version_;
     report.iteration = iteration;
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
-      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
+      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id,
+                                       options_.staging_bytes,
                                        /*hash_while_copying=*/true));
       report.snapshot_s = MonotonicSeconds() - t0;
       VIPER_RETURN_IF_ERROR(s.Finalize());
@@ -134,8 +150,8 @@ class Publisher::Impl {
         idx = sending_ == 0 ? 1 : 0;
       }
     }
-    Status st = staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id,
-                                       options_.staging_bytes);
+    Status st =
+        staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes);
     report.snapshot_s = MonotonicSeconds() - t0;
     report.stall_s = report.snapshot_s;
     if (!st.ok()) return st;
@@ -228,6 +244,7 @@ class Publisher::Impl {
   }
 
   void SenderLoop() {
+    (void)SelectGpu();  // the CUDA device is per thread
     for (;;) {
       int idx;
       std::size_t report_index;
@@ -294,50 +311,17 @@ class Publisher::Impl {
         }
       }
       report->notify_s = MonotonicSeconds() - t1;
-      if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), told, start_s, report);
+      if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+        CollectAcks(s.version(), told, start_s, report);
 #endif
       return Status::Ok();
     }
 #if VIPER_HAVE_MPI
+    if (options_.tier == Tier::kGpu) return SendGpu(s, start_s, report);
     internal::Announce a = MakeAnnounce(s, internal::kAnnounceHost);
-    std::vector<int> told;
-    for (int r : live_) {
-      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
-        told.push_back(r);
-      } else {
-        DropConsumer(r, "MPI_Send of the announcement failed", report);
-      }
-    }
+    std::vector<int> told = AnnounceToAll(a, report);
     // Handshake: each consumer says it has a landing buffer for this version.
-    std::vector<std::pair<int, internal::Ready>> ready;
-    {
-      const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
-      std::vector<int> waiting = told;
-      internal::Backoff backoff(20);
-      while (!waiting.empty()) {
-        internal::Ready msg;
-        int from = -1;
-        auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
-        if (!got.ok()) return got.status();
-        if (*got) {
-          auto it = std::find(waiting.begin(), waiting.end(), from);
-          if (it == waiting.end() || msg.session != session_ || msg.version != s.version()) continue;  // stale
-          waiting.erase(it);
-          if (msg.accept) {
-            ready.push_back({from, msg});
-          } else {
-            report->consumers.push_back({from, false, false, 0, 0, "refused: version larger than its window slot"});
-          }
-          backoff.Reset();
-          continue;
-        }
-        if (MonotonicSeconds() > deadline) {
-          for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
-          break;
-        }
-        backoff.Pause();
-      }
-    }
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(told, s.version(), report));
     std::vector<int> sent_to;
     if (options_.host_protocol == HostProtocol::kTwoSided) {
       std::vector<internal::ChunkedTransfer> transfers;
@@ -348,8 +332,8 @@ class Publisher::Impl {
         t.size = s.image_bytes();
         transfers.push_back(std::move(t));
       }
-      internal::RunChunked(comm_, /*send=*/true, options_.chunk_bytes, options_.max_inflight_chunks, &transfers,
-                           MonotonicSeconds() + options_.peer_timeout_s, 20);
+      internal::RunChunked(comm_, /*send=*/true, options_.chunk_bytes, options_.max_inflight_chunks,
+                           &transfers, MonotonicSeconds() + options_.peer_timeout_s, 20);
       for (const auto& t : transfers) {
         if (t.failed) {
           DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
@@ -379,7 +363,8 @@ class Publisher::Impl {
       }
     }
     report->transfer_s = MonotonicSeconds() - t0;
-    if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), sent_to, start_s, report);
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+      CollectAcks(s.version(), sent_to, start_s, report);
     return Status::Ok();
 #else
     return UnavailableError("tier host needs MPI; Viper was built without it");
@@ -387,6 +372,135 @@ class Publisher::Impl {
   }
 
 #if VIPER_HAVE_MPI
+  // Sends `a` to every live consumer; returns those it reached.
+  std::vector<int> AnnounceToAll(const internal::Announce& a, VersionReport* report) {
+    std::vector<int> told;
+    for (int r : std::vector<int>(live_)) {
+      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+        told.push_back(r);
+      } else {
+        DropConsumer(r, "MPI_Send of the announcement failed", report);
+      }
+    }
+    return told;
+  }
+
+  // Waits for each of `told` to answer Ready for `version`; a silent one is
+  // dropped, a refusal is reported. Returns the consumers that accepted.
+  StatusOr<std::vector<std::pair<int, internal::Ready>>> Handshake(const std::vector<int>& told,
+                                                                   uint64_t version, VersionReport* report) {
+    std::vector<std::pair<int, internal::Ready>> ready;
+    const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+    std::vector<int> waiting = told;
+    internal::Backoff backoff(20);
+    while (!waiting.empty()) {
+      internal::Ready msg;
+      int from = -1;
+      auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
+      if (!got.ok()) return got.status();
+      if (*got) {
+        auto it = std::find(waiting.begin(), waiting.end(), from);
+        if (it == waiting.end() || msg.session != session_ || msg.version != version) continue;  // stale
+        waiting.erase(it);
+        if (msg.accept) {
+          ready.push_back({from, msg});
+        } else {
+          report->consumers.push_back(
+              {from, false, false, 0, 0, "refused: no room for the version (window slot or device memory)"});
+        }
+        backoff.Reset();
+        continue;
+      }
+      if (MonotonicSeconds() > deadline) {
+        for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
+        break;
+      }
+      backoff.Pause();
+    }
+    return ready;
+  }
+
+#if VIPER_HAVE_CUDA
+  // gpu tier: announce the staged device image with its IPC handles; IPC
+  // consumers copy it themselves, the others ask for it through pinned host
+  // memory (device -> pinned chunks queued at once, each sent over MPI as
+  // soon as its copy is done). Every consumer acknowledges once it holds a
+  // verified copy; only then may the staging buffer be reused.
+  Status SendGpu(const internal::StagedVersion& s, double start_s, VersionReport* report) {
+    const double t0 = MonotonicSeconds();
+    internal::Announce a = MakeAnnounce(s, internal::kAnnounceGpu);
+    a.header_bytes = s.header_bytes();
+    a.image_offset = s.image_offset();
+    cudaIpcMemHandle_t mem;
+    cudaIpcEventHandle_t event;
+    static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event),
+                  "IPC handle size");
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, s.ready_event()));
+    std::memcpy(a.ipc_mem, &mem, sizeof(mem));
+    std::memcpy(a.ipc_event, &event, sizeof(event));
+    std::memcpy(a.host, host_name_, sizeof(a.host));
+    std::vector<int> told = AnnounceToAll(a, report);
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(told, s.version(), report));
+    std::vector<int> acking;
+    std::vector<internal::ChunkedTransfer> via_host;
+    for (auto& [rank, msg] : ready) {
+      if (!msg.via_host) {
+        acking.push_back(rank);
+        continue;
+      }
+      internal::ChunkedTransfer t;
+      t.peer = rank;
+      via_host.push_back(std::move(t));
+    }
+    if (!via_host.empty()) {
+      const uint64_t bytes = s.image_bytes(), chunk = options_.chunk_bytes;
+      const uint64_t chunks = (bytes + chunk - 1) / chunk;
+      if (pinned_bytes_ < bytes) {
+        if (pinned_) cudaFreeHost(pinned_);
+        pinned_ = nullptr;
+        pinned_bytes_ = 0;
+        VIPER_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, bytes));
+        pinned_bytes_ = bytes;
+      }
+      while (chunk_events_.size() < chunks) {
+        cudaEvent_t e;
+        VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        chunk_events_.push_back(e);
+      }
+      auto* host = static_cast<std::byte*>(pinned_);
+      for (uint64_t k = 0; k < chunks; ++k) {
+        const uint64_t off = k * chunk, n = std::min(chunk, bytes - off);
+        VIPER_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(host + off, s.image() + off, n, cudaMemcpyDeviceToHost, gpu_stream_));
+        VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(chunk_events_[k], gpu_stream_));
+      }
+      for (auto& t : via_host) t.data = host;
+      const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+      for (uint64_t k = 0; k < chunks; ++k) {
+        VIPER_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(chunk_events_[k]));
+        for (auto& t : via_host) t.size = std::min(bytes, (k + 1) * chunk);
+        internal::RunChunked(comm_, /*send=*/true, chunk, options_.max_inflight_chunks, &via_host, deadline,
+                             20);
+      }
+      for (const auto& t : via_host) {
+        if (t.failed) {
+          DropConsumer(t.peer, "pinned-host transfer did not complete within peer_timeout_s", report);
+        } else {
+          acking.push_back(t.peer);
+        }
+      }
+    }
+    CollectAcks(s.version(), acking, start_s, report);
+    report->transfer_s = MonotonicSeconds() - t0;
+    return Status::Ok();
+  }
+#else
+  Status SendGpu(const internal::StagedVersion&, double, VersionReport*) {
+    return UnavailableError("tier gpu needs CUDA; Viper was built without it");
+  }
+#endif
+
   Status InitMpi() {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -412,8 +526,8 @@ class Publisher::Impl {
     } else {
       for (int r : options_.subscriber_ranks) {
         if (r >= size || r == rank) {
-          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) + " is this rank or outside [0, " +
-                                      std::to_string(size) + ")");
+          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) +
+                                      " is this rank or outside [0, " + std::to_string(size) + ")");
         }
         live_.push_back(r);
       }
@@ -495,6 +609,35 @@ class Publisher::Impl {
   }
 #endif
 
+#if VIPER_HAVE_CUDA
+  Status InitGpu() {
+    std::string reason;
+    if (!CudaDeviceAvailable(&reason)) return UnavailableError("tier gpu: " + reason);
+    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&gpu_stream_, cudaStreamNonBlocking));
+    for (auto& st : staging_) st.UseDevice(gpu_stream_);
+#if VIPER_HAVE_MPI
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    MPI_Get_processor_name(name, &len);
+    std::snprintf(host_name_, sizeof(host_name_), "%s", name);
+#endif
+    return Status::Ok();
+  }
+  Status SelectGpu() {
+    if (options_.tier == Tier::kGpu) VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    return Status::Ok();
+  }
+  cudaStream_t gpu_stream_ = nullptr;
+  void* pinned_ = nullptr;  // gpu tier, consumers without IPC: the image in pinned host memory
+  uint64_t pinned_bytes_ = 0;
+  std::vector<cudaEvent_t> chunk_events_;  // one per pinned chunk copy
+  char host_name_[64] = {0};
+#else
+  Status InitGpu() { return UnavailableError("tier gpu: no CUDA device: Viper was built without CUDA"); }
+  Status SelectGpu() { return Status::Ok(); }
+#endif
+
   Options options_;
   std::unique_ptr<PfsStore> store_;
   bool uses_mpi_ = false;
@@ -505,8 +648,8 @@ class Publisher::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::thread sender_;
-  int pending_ = -1;   // staging index with an unsent snapshot
-  int sending_ = -1;   // staging index being sent
+  int pending_ = -1;                 // staging index with an unsent snapshot
+  int sending_ = -1;                 // staging index being sent
   std::size_t pending_version_ = 0;  // index in reports_ of the pending snapshot
   double pending_start_s_ = 0;
   bool closed_ = false;

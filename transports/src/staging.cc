@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 
+#include "device_checksum.h"
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
 
@@ -21,12 +23,60 @@ std::string PadHeader(std::string header, uint64_t alignment) {
   return header;
 }
 
+#if VIPER_HAVE_CUDA
+void StagedVersion::UseDevice(cudaStream_t stream) {
+  on_device_ = true;
+  stream_ = stream;
+}
+
+StagedVersion::~StagedVersion() {
+  if (ready_event_) cudaEventDestroy(ready_event_);
+}
+#else
+StagedVersion::~StagedVersion() = default;
+#endif
+
+std::byte* StagedVersion::base() const {
+#if VIPER_HAVE_CUDA
+  if (on_device_) return device_.data();
+#endif
+  return const_cast<std::byte*>(buffer_.data());
+}
+
+uint64_t StagedVersion::capacity() const {
+#if VIPER_HAVE_CUDA
+  if (on_device_) return device_.capacity();
+#endif
+  return buffer_.capacity();
+}
+
+Status StagedVersion::Reallocate(uint64_t bytes) {
+#if VIPER_HAVE_CUDA
+  if (on_device_) {
+    device_ = DeviceBuffer();  // free first: two large buffers may not fit
+    VIPER_ASSIGN_OR_RETURN(device_, DeviceBuffer::Allocate(bytes));
+    if (scratch_.capacity() == 0) {
+      VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
+    }
+    if (!ready_event_) {
+      VIPER_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming | cudaEventInterprocess));
+    }
+    return Status::Ok();
+  }
+#endif
+  buffer_ = AlignedBuffer();  // free first: two large buffers may not fit
+  VIPER_ASSIGN_OR_RETURN(buffer_, AlignedBuffer::Allocate(bytes));
+  return Status::Ok();
+}
+
 Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_t iteration,
                                int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying) {
   uint64_t data_bytes = 0;
   for (const Tensor& t : state.tensors()) {
-    if (t.memory != MemoryKind::kHost) {
-      return InvalidArgumentError("tensor '" + t.name + "' is in device memory; the host and pfs tiers need host tensors");
+    if (t.memory != MemoryKind::kHost && !on_device_) {
+      return InvalidArgumentError("tensor '" + t.name +
+                                  "' is in device memory; the host and pfs tiers need host tensors");
     }
     if (t.size_bytes != t.ExpectedBytes()) {
       return InvalidArgumentError("tensor '" + t.name + "' has " + std::to_string(t.size_bytes) +
@@ -35,7 +85,7 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
     data_bytes += t.size_bytes;
   }
   // Is the layout the same as last time? Then only the bytes are copied.
-  bool same = layout_.size() == state.size() && data_bytes == data_bytes_ && buffer_.capacity() > 0;
+  bool same = layout_.size() == state.size() && data_bytes == data_bytes_ && capacity() > 0;
   for (std::size_t i = 0; same && i < state.size(); ++i) {
     const Tensor& a = state.tensors()[i];
     const Tensor& b = layout_.tensors()[i];
@@ -55,12 +105,9 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
     const uint64_t fake_checksum = std::numeric_limits<uint64_t>::max();
     VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(probe, &fake_checksum));
     const uint64_t reserve = RoundUp(h.bytes.size() + 1024, AlignedBuffer::kAlignmentBytes);
-    const uint64_t need = std::max<uint64_t>(reserve + RoundUp(data_bytes, AlignedBuffer::kAlignmentBytes),
-                                             min_capacity_bytes);
-    if (buffer_.capacity() < need) {
-      buffer_ = AlignedBuffer();  // free first: two large buffers may not fit
-      VIPER_ASSIGN_OR_RETURN(buffer_, AlignedBuffer::Allocate(need));
-    }
+    const uint64_t need =
+        std::max<uint64_t>(reserve + RoundUp(data_bytes, AlignedBuffer::kAlignmentBytes), min_capacity_bytes);
+    if (capacity() < need) VIPER_RETURN_IF_ERROR(Reallocate(need));
     reserve_ = reserve;
     data_bytes_ = data_bytes;
     layout_ = ModelState();
@@ -71,13 +118,38 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
       v.dtype = t.dtype;
       v.shape = t.shape;
       v.size_bytes = t.size_bytes;
-      v.data = buffer_.data() + reserve_ + off;
+      v.data = base() + reserve_ + off;
+      v.memory = on_device_ ? MemoryKind::kDevice : MemoryKind::kHost;
       off += t.size_bytes;
       VIPER_RETURN_IF_ERROR(layout_.Add(std::move(v)));
     }
   }
-  std::byte* dst = data();
+  VIPER_RETURN_IF_ERROR(CopyTensors(state, hash_while_copying));
+  layout_.metadata.version = version;
+  layout_.metadata.iteration = iteration;
+  layout_.metadata.producer_id = producer_id;
+  header_bytes_ = 0;
+  return Status::Ok();
+}
+
+Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copying) {
   checksum_ready_ = false;
+#if VIPER_HAVE_CUDA
+  if (on_device_) {
+    // Host or device sources alike (unified addressing); complete before
+    // returning, since the caller may change the tensors right after.
+    std::byte* dst = data();
+    for (const Tensor& t : state.tensors()) {
+      if (t.size_bytes > 0) {
+        VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data, t.size_bytes, cudaMemcpyDefault, stream_));
+      }
+      dst += t.size_bytes;
+    }
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+#endif
+  std::byte* dst = data();
   if (hash_while_copying) {
     constexpr std::size_t kBlock = 256 * 1024;  // fits in L2: hashed while hot
     Xxh3Hasher hasher;
@@ -97,22 +169,37 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
       dst += t.size_bytes;
     }
   }
-  layout_.metadata.version = version;
-  layout_.metadata.iteration = iteration;
-  layout_.metadata.producer_id = producer_id;
-  header_bytes_ = 0;
   return Status::Ok();
 }
 
 Status StagedVersion::Finalize() {
-  if (!checksum_ready_) checksum_ = Xxh3_64(data(), data_bytes_);
+  std::map<std::string, std::string> extra;
+#if VIPER_HAVE_CUDA
+  if (on_device_) {
+    if (!checksum_ready_) {
+      VIPER_ASSIGN_OR_RETURN(checksum_, Sum64Device(data(), data_bytes_, scratch_.data(), stream_));
+    }
+    extra[kDeviceChecksumKey] = ChecksumToHex(checksum_);
+  }
+#endif
+  if (!on_device_ && !checksum_ready_) checksum_ = Xxh3_64(data(), data_bytes_);
   checksum_ready_ = true;
-  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &checksum_));
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h,
+                         safetensors::BuildHeader(layout_, on_device_ ? nullptr : &checksum_, extra));
   if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
   std::string padded = PadHeader(std::move(h.bytes), AlignedBuffer::kAlignmentBytes);
   if (padded.size() > reserve_) return InternalError("safetensors header outgrew its reserve");
   header_bytes_ = padded.size();
-  std::memcpy(buffer_.data() + reserve_ - header_bytes_, padded.data(), header_bytes_);
+#if VIPER_HAVE_CUDA
+  if (on_device_) {
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base() + reserve_ - header_bytes_, padded.data(),
+                                               header_bytes_, cudaMemcpyHostToDevice, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_event_, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // `padded` dies here
+    return Status::Ok();
+  }
+#endif
+  std::memcpy(base() + reserve_ - header_bytes_, padded.data(), header_bytes_);
   return Status::Ok();
 }
 

@@ -5,17 +5,47 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "viper/config.h"
 #include "viper/core/model_state.h"
 #include "viper/core/status.h"
 #include "viper/transports/aligned_buffer.h"
+
+#if VIPER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device_buffer.h"
+#endif
 
 namespace viper {
 namespace transports {
 namespace internal {
 
+// Host staging (host and pfs tiers) holds the image in an AlignedBuffer and
+// checksums the data with XXH3 (viper.checksum). Device staging (gpu tier,
+// after UseDevice) holds it in device memory, copies tensors with
+// cudaMemcpyAsync from host or device, and checksums with sum64 on the GPU
+// (viper.device_checksum, see device_checksum.h); image() is then a device
+// pointer.
 class StagedVersion {
  public:
+  StagedVersion() = default;
+  ~StagedVersion();
+  StagedVersion(const StagedVersion&) = delete;
+  StagedVersion& operator=(const StagedVersion&) = delete;
+#if VIPER_HAVE_CUDA
+  // Switches to device staging on the current device, ordered on `stream`.
+  // Call before the first Snapshot.
+  void UseDevice(cudaStream_t stream);
+  // The allocation the image lives in (for cudaIpcGetMemHandle) and the
+  // image's offset in it.
+  const void* device_allocation() const { return device_.data(); }
+  uint64_t image_offset() const { return reserve_ - header_bytes_; }
+  // Recorded on the stream once the image is complete (Finalize).
+  cudaEvent_t ready_event() const { return ready_event_; }
+#endif
+  bool on_device() const { return on_device_; }
   // Copies the tensor bytes of `state` (host tensors) into the data region,
   // growing the buffer when needed. This is the producer's stall in async mode.
   // With `hash_while_copying` (sync mode) the checksum is computed block by
@@ -26,24 +56,40 @@ class StagedVersion {
   // Checksums the data and writes the header in front of it.
   Status Finalize();
 
-  const std::byte* image() const { return buffer_.data() + reserve_ - header_bytes_; }
+  const std::byte* image() const { return base() + reserve_ - header_bytes_; }
   uint64_t image_bytes() const { return header_bytes_ + data_bytes_; }
   uint64_t header_bytes() const { return header_bytes_; }
   uint64_t data_bytes() const { return data_bytes_; }
   uint64_t checksum() const { return checksum_; }
   uint64_t version() const { return layout_.metadata.version; }
   int64_t iteration() const { return layout_.metadata.iteration; }
-  std::byte* data() { return buffer_.data() + reserve_; }
+  std::byte* data() { return base() + reserve_; }
 
  private:
+  std::byte* base() const;
+  uint64_t capacity() const;
+  Status Reallocate(uint64_t bytes);
+  Status CopyTensors(const ModelState& state, bool hash_while_copying);
+
+  bool on_device_ = false;
   AlignedBuffer buffer_;
+#if VIPER_HAVE_CUDA
+  DeviceBuffer device_;
+  DeviceBuffer scratch_;  // 8 bytes for the checksum kernel
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_event_ = nullptr;
+#endif
   uint64_t reserve_ = 0;       // bytes before the data (a multiple of 4096)
   uint64_t header_bytes_ = 0;  // padded header, a multiple of 4096
   uint64_t data_bytes_ = 0;
   uint64_t checksum_ = 0;
   bool checksum_ready_ = false;
-  ModelState layout_;          // tensors as views into the data region
+  ModelState layout_;  // tensors as views into the data region
 };
+
+// Metadata key of the sum64 checksum a device image carries instead of
+// viper.checksum.
+constexpr const char* kDeviceChecksumKey = "viper.device_checksum";
 
 // Re-pads a serialized safetensors header (length prefix + JSON) with spaces
 // to a multiple of `alignment` bytes, rewriting the length prefix.

@@ -7,15 +7,25 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "device_checksum.h"
+#include "staging.h"
 #include "viper/config.h"
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/aligned_buffer.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/pfs_store.h"
+
+#if VIPER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device_buffer.h"
+#endif
 
 #if VIPER_HAVE_MPI
 #include "mpi_link.h"
@@ -29,7 +39,6 @@ bool Subscriber::Options::IsValid(std::string* error) const {
     if (error) *error = m;
     return false;
   };
-  if (tier == Tier::kGpu) return fail("tier: gpu versions are received with the GPU channel, not a Subscriber");
   if (notify == Notify::kPoll && tier != Tier::kPfs) return fail("notify: poll needs tier pfs");
   if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
   if (producer_rank < 0) return fail("producer_rank: must be >= 0");
@@ -38,6 +47,7 @@ bool Subscriber::Options::IsValid(std::string* error) const {
   if (!(transfer_timeout_s > 0)) return fail("transfer_timeout_s: must be > 0");
   if (!(poll_period_s > 0)) return fail("poll_period_s: must be > 0");
   if (idle_sleep_us < 0 || idle_sleep_us > 1000000) return fail("idle_sleep_us: must be in [0, 1e6]");
+  if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   return true;
 }
 
@@ -55,6 +65,14 @@ class Subscriber::Impl {
   explicit Impl(const Options& options) : options_(options) {}
   ~Impl() {
     Stop();
+#if VIPER_HAVE_CUDA
+    for (auto& m : ipc_) {
+      if (m.base) cudaIpcCloseMemHandle(m.base);
+      if (m.event) cudaEventDestroy(m.event);
+    }
+    if (pinned_) cudaFreeHost(pinned_);
+    if (gpu_stream_) cudaStreamDestroy(gpu_stream_);
+#endif
 #if VIPER_HAVE_MPI
     if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -69,7 +87,8 @@ class Subscriber::Impl {
       store_ = std::make_unique<PfsStore>(po);
     }
     if (options_.notify == Notify::kPush) VIPER_RETURN_IF_ERROR(InitMpi());
-    if (options_.preallocate_bytes > 0) {
+    if (options_.tier == Tier::kGpu) VIPER_RETURN_IF_ERROR(InitGpu());
+    if (options_.preallocate_bytes > 0 && options_.tier != Tier::kGpu) {
       for (int i = 0; i < 2; ++i) {
         VIPER_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(options_.preallocate_bytes));
         pool_.push_back(std::make_shared<AlignedBuffer>(std::move(b)));
@@ -91,8 +110,9 @@ class Subscriber::Impl {
       return (current_ && current_->state.metadata.version >= version) || !thread_alive_;
     });
     if (current_ && current_->state.metadata.version >= version) return current_;
-    if (!done) return UnavailableError("no version >= " + std::to_string(version) + " within " +
-                                       std::to_string(timeout_s) + " s");
+    if (!done)
+      return UnavailableError("no version >= " + std::to_string(version) + " within " +
+                              std::to_string(timeout_s) + " s");
     if (summary_.producer_lost) return AbortedError(summary_.message);
     return FailedPreconditionError("the subscriber stopped before version " + std::to_string(version) +
                                    (summary_.message.empty() ? "" : ": " + summary_.message));
@@ -152,8 +172,8 @@ class Subscriber::Impl {
     auto state = safetensors::Parse(owner, bytes, size, po);
     if (!state.ok()) return state.status().WithContext(source);
     if (state->metadata.version != expected_version) {
-      return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) + ", expected " +
-                           std::to_string(expected_version));
+      return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
+                           ", expected " + std::to_string(expected_version));
     }
     auto meta = safetensors::ParseMetadata(bytes, size);
     auto version = std::make_shared<ModelVersion>();
@@ -169,6 +189,12 @@ class Subscriber::Impl {
     version->source = source;
     version->receive_s = receive_s;
     version->verify_s = MonotonicSeconds() - t0;
+    return Install(std::move(version));
+  }
+
+  // Makes `version` current unless a newer one already is.
+  Status Install(std::shared_ptr<ModelVersion> version) {
+    const uint64_t size = version->size_bytes;
     Callback cb;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -258,20 +284,22 @@ class Subscriber::Impl {
     }
     int provided = 0;
     MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_MULTIPLE) return FailedPreconditionError("MPI was initialised without MPI_THREAD_MULTIPLE");
+    if (provided < MPI_THREAD_MULTIPLE)
+      return FailedPreconditionError("MPI was initialised without MPI_THREAD_MULTIPLE");
     if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) return AbortedError("MPI_Comm_dup failed");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int size = 0;
     MPI_Comm_size(comm_, &size);
     if (options_.producer_rank >= size) {
-      return InvalidArgumentError("producer_rank: " + std::to_string(options_.producer_rank) + " is outside [0, " +
-                                  std::to_string(size) + ")");
+      return InvalidArgumentError("producer_rank: " + std::to_string(options_.producer_rank) +
+                                  " is outside [0, " + std::to_string(size) + ")");
     }
     VIPER_ASSIGN_OR_RETURN(session_, internal::AgreeOnSession(comm_, options_.producer_rank));
     if (options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kOneSided) {
-      if (MPI_Win_allocate(static_cast<MPI_Aint>(options_.window_slot_bytes), 1, MPI_INFO_NULL, comm_, &win_base_,
-                           &win_) != MPI_SUCCESS) {
-        return AbortedError("MPI_Win_allocate of " + std::to_string(options_.window_slot_bytes) + " bytes failed");
+      if (MPI_Win_allocate(static_cast<MPI_Aint>(options_.window_slot_bytes), 1, MPI_INFO_NULL, comm_,
+                           &win_base_, &win_) != MPI_SUCCESS) {
+        return AbortedError("MPI_Win_allocate of " + std::to_string(options_.window_slot_bytes) +
+                            " bytes failed");
       }
       MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
       std::memset(win_base_, 0, options_.window_slot_bytes);  // pre-touch
@@ -280,6 +308,7 @@ class Subscriber::Impl {
   }
 
   void PushLoop() {
+    (void)SelectGpu();  // the CUDA device is per thread
     const int producer = options_.producer_rank;
     double last_heard = MonotonicSeconds();
     internal::Backoff backoff(options_.idle_sleep_us);
@@ -287,16 +316,19 @@ class Subscriber::Impl {
       internal::Announce a;
       auto got = internal::TryRecvPod(comm_, producer, internal::kTagAnnounce, &a);
       if (!got.ok()) {
-        Finish(false, true, "link to producer rank " + std::to_string(producer) + " broke: " + got.status().message());
+        Finish(false, true,
+               "link to producer rank " + std::to_string(producer) + " broke: " + got.status().message());
         return;
       }
       if (!*got) {
-        if (options_.producer_timeout_s > 0 && MonotonicSeconds() - last_heard > options_.producer_timeout_s) {
+        if (options_.producer_timeout_s > 0 &&
+            MonotonicSeconds() - last_heard > options_.producer_timeout_s) {
           auto cur = Current();
           Finish(false, true,
                  "producer rank " + std::to_string(producer) + " sent nothing for " +
                      std::to_string(options_.producer_timeout_s) + " s; keeping " +
-                     (cur ? "version " + std::to_string(cur->state.metadata.version) : std::string("no version")));
+                     (cur ? "version " + std::to_string(cur->state.metadata.version)
+                          : std::string("no version")));
           return;
         }
         backoff.Pause();
@@ -321,6 +353,8 @@ class Subscriber::Impl {
       if (a.kind == internal::kAnnouncePfs) {
         st = LoadPfs(a.version);
         source = store_ ? store_->PathFor(a.version) : source;
+      } else if (a.kind == internal::kAnnounceGpu) {
+        st = ReceiveGpu(a, source);
       } else {
         st = ReceiveHost(a, source);
       }
@@ -334,9 +368,10 @@ class Subscriber::Impl {
       if (!st.ok()) Reject(a.version, source, st);
       if (st.code() == StatusCode::kAborted) {
         auto cur = Current();
-        Finish(false, true, "producer rank " + std::to_string(producer) + " stopped mid-transfer of version " +
-                                std::to_string(a.version) + " (" + st.message() + "); keeping " +
-                                (cur ? "version " + std::to_string(cur->state.metadata.version) : "no version"));
+        Finish(false, true,
+               "producer rank " + std::to_string(producer) + " stopped mid-transfer of version " +
+                   std::to_string(a.version) + " (" + st.message() + "); keeping " +
+                   (cur ? "version " + std::to_string(cur->state.metadata.version) : "no version"));
         return;
       }
       (void)internal::SendPod(comm_, producer, internal::kTagAck, ack);
@@ -355,7 +390,8 @@ class Subscriber::Impl {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
       VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
       if (!ready.accept) {
-        return OutOfRangeError("version of " + std::to_string(a.image_bytes) + " bytes exceeds window_slot_bytes " +
+        return OutOfRangeError("version of " + std::to_string(a.image_bytes) +
+                               " bytes exceeds window_slot_bytes " +
                                std::to_string(options_.window_slot_bytes));
       }
       internal::Announce done;
@@ -364,7 +400,8 @@ class Subscriber::Impl {
       for (;;) {
         VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, producer, internal::kTagDone, &done));
         if (got && done.session == session_ && done.version == a.version) break;
-        if (MonotonicSeconds() > deadline) return AbortedError("no completion message within transfer_timeout_s");
+        if (MonotonicSeconds() > deadline)
+          return AbortedError("no completion message within transfer_timeout_s");
         backoff.Pause();
       }
       // Make the puts visible to this process's loads, then copy out of the
@@ -400,6 +437,174 @@ class Subscriber::Impl {
     return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version);
   }
 
+#if VIPER_HAVE_CUDA
+  // gpu tier: copies the announced device image by CUDA IPC (same node) or
+  // receives it through pinned host memory in chunks, each chunk's
+  // host-to-device copy overlapping the next chunk's receive; then checks
+  // sum64 on the device against the header and the announcement.
+  Status ReceiveGpu(const internal::Announce& a, const std::string& source) {
+    const int producer = options_.producer_rank;
+    const double t0 = MonotonicSeconds();
+    if (a.header_bytes == 0 || a.header_bytes > a.image_bytes) {
+      return DataLossError(source + ": announced header of " + std::to_string(a.header_bytes) +
+                           " bytes in an image of " + std::to_string(a.image_bytes));
+    }
+    internal::Ready ready;
+    ready.session = session_;
+    ready.version = a.version;
+    const void* peer = nullptr;
+    cudaEvent_t peer_event = nullptr;
+    bool ipc = options_.allow_ipc && std::strncmp(a.host, host_name_, sizeof(a.host)) == 0;
+    if (ipc) {
+      Status opened = OpenIpc(a, &peer, &peer_event);
+      if (!opened.ok()) {
+        std::fprintf(stderr, "viper transports: CUDA IPC unavailable (%s); receiving through host memory\n",
+                     opened.ToString().c_str());
+        ipc = false;
+      }
+    }
+    ready.via_host = ipc ? 0 : 1;
+    auto buffer = AcquireDeviceBuffer(a.image_bytes);
+    ready.accept = buffer.ok() ? 1 : 0;
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+    if (!buffer.ok()) return buffer.status();
+    std::byte* dst = (*buffer)->data();
+    if (ipc) {
+      VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(gpu_stream_, peer_event, 0));
+      VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(peer) + a.image_offset,
+                                                 a.image_bytes, cudaMemcpyDeviceToDevice, gpu_stream_));
+      VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));
+    } else {
+      if (pinned_bytes_ < a.image_bytes) {
+        if (pinned_) cudaFreeHost(pinned_);
+        pinned_ = nullptr;
+        pinned_bytes_ = 0;
+        VIPER_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, a.image_bytes));
+        pinned_bytes_ = a.image_bytes;
+      }
+      auto* host = static_cast<std::byte*>(pinned_);
+      const uint64_t chunk = a.chunk_bytes, chunks = (a.image_bytes + chunk - 1) / chunk;
+      std::vector<internal::ChunkedTransfer> transfers(1);
+      transfers[0].peer = producer;
+      transfers[0].data = host;
+      const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+      for (uint64_t k = 0; k < chunks; ++k) {
+        const uint64_t off = k * chunk, n = std::min(chunk, a.image_bytes - off);
+        transfers[0].size = off + n;
+        internal::RunChunked(comm_, /*send=*/false, chunk, 8, &transfers, deadline, options_.idle_sleep_us);
+        if (transfers[0].failed) {
+          // Receives may still land in the pinned buffer: never free it.
+          pinned_ = nullptr;
+          pinned_bytes_ = 0;
+          return AbortedError("transfer of " + std::to_string(a.image_bytes) +
+                              " bytes did not complete within " +
+                              std::to_string(options_.transfer_timeout_s) + " s");
+        }
+        VIPER_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dst + off, host + off, n, cudaMemcpyHostToDevice, gpu_stream_));
+      }
+      VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));
+    }
+    const double t1 = MonotonicSeconds();
+    std::vector<std::byte> header(a.header_bytes);
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, a.header_bytes, cudaMemcpyDeviceToHost));
+    const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+    VIPER_ASSIGN_OR_RETURN(
+        uint64_t sum, internal::Sum64Device(dst + a.header_bytes, data_bytes, scratch_.data(), gpu_stream_));
+    auto meta = safetensors::ParseMetadata(header.data(), header.size());
+    if (!meta.ok()) return meta.status().WithContext(source);
+    auto it = meta->find(internal::kDeviceChecksumKey);
+    std::optional<uint64_t> expected;
+    if (it != meta->end()) expected = ChecksumFromHex(it->second);
+    if (!expected) {
+      return DataLossError(source + ": version " + std::to_string(a.version) + " has no valid " +
+                           internal::kDeviceChecksumKey + " in its header");
+    }
+    if (sum != *expected || sum != a.checksum) {
+      return DataLossError(source + ": checksum mismatch: header says " + ChecksumToHex(*expected) +
+                           ", announcement " + ChecksumToHex(a.checksum) + ", but the " +
+                           std::to_string(data_bytes) + "-byte data section in device memory sums to " +
+                           ChecksumToHex(sum));
+    }
+    std::shared_ptr<const void> owner(*buffer, dst);
+    auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + a.header_bytes,
+                                                data_bytes, MemoryKind::kDevice);
+    if (!state.ok()) return state.status().WithContext(source);
+    if (state->metadata.version != a.version) {
+      return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
+                           ", expected " + std::to_string(a.version));
+    }
+    auto version = std::make_shared<ModelVersion>();
+    version->state = std::move(*state);
+    version->bytes_owner = owner;
+    version->bytes = dst;
+    version->size_bytes = a.image_bytes;
+    version->checksum = sum;
+    version->memory = MemoryKind::kDevice;
+    version->tier = Tier::kGpu;
+    version->source = source + (ipc ? " (cuda-ipc)" : " (pinned-host pipeline)");
+    version->receive_s = t1 - t0;
+    version->verify_s = MonotonicSeconds() - t1;
+    return Install(std::move(version));
+  }
+
+  // Maps the producer's staging allocation and opens its event (cached: the
+  // producer has two staging buffers, re-exported only when they grow).
+  Status OpenIpc(const internal::Announce& a, const void** base, cudaEvent_t* event) {
+    const std::string mem_key(a.ipc_mem, sizeof(a.ipc_mem)), event_key(a.ipc_event, sizeof(a.ipc_event));
+    for (auto& m : ipc_) {
+      if (m.mem_key == mem_key && m.event_key == event_key) {
+        *base = m.base;
+        *event = m.event;
+        return Status::Ok();
+      }
+    }
+    IpcMapping m;
+    m.mem_key = mem_key;
+    m.event_key = event_key;
+    cudaIpcMemHandle_t mh;
+    cudaIpcEventHandle_t eh;
+    std::memcpy(&mh, a.ipc_mem, sizeof(mh));
+    std::memcpy(&eh, a.ipc_event, sizeof(eh));
+    cudaError_t e = cudaIpcOpenMemHandle(&m.base, mh, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return internal::CudaStatus("cudaIpcOpenMemHandle", e);
+    }
+    e = cudaIpcOpenEventHandle(&m.event, eh);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      cudaIpcCloseMemHandle(m.base);
+      return internal::CudaStatus("cudaIpcOpenEventHandle", e);
+    }
+    if (ipc_.size() >= 4) {  // stale mappings of buffers the producer has replaced
+      cudaIpcCloseMemHandle(ipc_.front().base);
+      cudaEventDestroy(ipc_.front().event);
+      ipc_.erase(ipc_.begin());
+    }
+    ipc_.push_back(m);
+    *base = m.base;
+    *event = m.event;
+    return Status::Ok();
+  }
+
+  StatusOr<std::shared_ptr<internal::DeviceBuffer>> AcquireDeviceBuffer(uint64_t bytes) {
+    for (auto& b : device_pool_) {
+      if (b.use_count() == 1 && b->capacity() >= bytes) return b;
+    }
+    device_pool_.erase(std::remove_if(device_pool_.begin(), device_pool_.end(),
+                                      [](const auto& b) { return b.use_count() == 1; }),
+                       device_pool_.end());
+    VIPER_ASSIGN_OR_RETURN(internal::DeviceBuffer fresh, internal::DeviceBuffer::Allocate(bytes));
+    device_pool_.push_back(std::make_shared<internal::DeviceBuffer>(std::move(fresh)));
+    return device_pool_.back();
+  }
+#else
+  Status ReceiveGpu(const internal::Announce&, const std::string&) {
+    return UnavailableError("tier gpu needs CUDA; Viper was built without it");
+  }
+#endif
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
   void* win_base_ = nullptr;
@@ -407,6 +612,47 @@ class Subscriber::Impl {
 #else
   Status InitMpi() { return UnavailableError("notify push needs MPI; Viper was built without it"); }
   void PushLoop() { Finish(false, false, "built without MPI"); }
+#endif
+
+#if VIPER_HAVE_CUDA
+  Status InitGpu() {
+    std::string reason;
+    if (!CudaDeviceAvailable(&reason)) return UnavailableError("tier gpu: " + reason);
+    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&gpu_stream_, cudaStreamNonBlocking));
+    VIPER_ASSIGN_OR_RETURN(scratch_, internal::DeviceBuffer::Allocate(8));
+    for (int i = 0; options_.preallocate_bytes > 0 && i < 2; ++i) {
+      VIPER_ASSIGN_OR_RETURN(internal::DeviceBuffer b,
+                             internal::DeviceBuffer::Allocate(options_.preallocate_bytes));
+      device_pool_.push_back(std::make_shared<internal::DeviceBuffer>(std::move(b)));
+    }
+#if VIPER_HAVE_MPI
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    MPI_Get_processor_name(name, &len);
+    std::snprintf(host_name_, sizeof(host_name_), "%s", name);
+#endif
+    return Status::Ok();
+  }
+  Status SelectGpu() {
+    if (options_.tier == Tier::kGpu) VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    return Status::Ok();
+  }
+  struct IpcMapping {
+    std::string mem_key, event_key;  // the handles' bytes
+    void* base = nullptr;
+    cudaEvent_t event = nullptr;
+  };
+  std::vector<IpcMapping> ipc_;                                       // receiving thread only
+  std::vector<std::shared_ptr<internal::DeviceBuffer>> device_pool_;  // receiving thread only
+  internal::DeviceBuffer scratch_;
+  cudaStream_t gpu_stream_ = nullptr;
+  void* pinned_ = nullptr;  // landing buffer of the pinned-host path
+  uint64_t pinned_bytes_ = 0;
+  char host_name_[64] = {0};
+#else
+  Status InitGpu() { return UnavailableError("tier gpu: no CUDA device: Viper was built without CUDA"); }
+  Status SelectGpu() { return Status::Ok(); }
 #endif
 
   Options options_;

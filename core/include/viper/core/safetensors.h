@@ -71,6 +71,15 @@ StatusOr<std::vector<std::byte>> Serialize(const ModelState& state);
 // the caller meant to stay const.
 StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* data, uint64_t size,
                            const ParseOptions& options = {});
+// Parses an image whose data section does not follow its header in host
+// memory (a GPU-tier version: the data stays in device memory). `header`
+// holds at least the image's length prefix and JSON (`header_size` bytes),
+// `data` the `data_bytes`-byte data section in `memory`. Tensors are views
+// into `data` marked `memory`, sharing `owner`. Validates the header exactly
+// as Parse does; viper.checksum (XXH3) is verified only for host data.
+StatusOr<ModelState> ParseExternalData(std::shared_ptr<const void> owner, const std::byte* header,
+                                       uint64_t header_size, const std::byte* data, uint64_t data_bytes,
+                                       MemoryKind memory);
 // Parses a copy-free view of a vector the caller moves in.
 StatusOr<ModelState> Parse(std::vector<std::byte> bytes, const ParseOptions& options = {});
 

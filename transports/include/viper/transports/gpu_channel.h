@@ -24,14 +24,14 @@ class GpuChannel {
   static const char* ToString(Path path);  // "cuda-ipc", "pinned-host-pipeline"
 
   struct Options {
-    bool is_producer = false;            // producer (sends) or consumer (receives)
-    int peer_rank = 0;                   // the other side in MPI_COMM_WORLD
-    int device = 0;                      // CUDA device ordinal of this rank
+    bool is_producer = false;               // producer (sends) or consumer (receives)
+    int peer_rank = 0;                      // the other side in MPI_COMM_WORLD
+    int device = 0;                         // CUDA device ordinal of this rank
     uint64_t capacity_bytes = 64ull << 20;  // largest image; device staging size
-    bool allow_ipc = true;               // use CUDA IPC when both ranks share a node
-    uint64_t chunk_bytes = 16ull << 20;  // host pipeline: bytes per chunk
-    int pipeline_depth = 2;              // host pipeline: chunks in flight (>= 2)
-    double timeout_s = 30;               // seconds to wait on the peer
+    bool allow_ipc = true;                  // use CUDA IPC when both ranks share a node
+    uint64_t chunk_bytes = 16ull << 20;     // host pipeline: bytes per chunk
+    int pipeline_depth = 2;                 // host pipeline: chunks in flight (>= 2)
+    double timeout_s = 30;                  // seconds to wait on the peer
 
     bool IsValid(std::string* error) const;
   };

@@ -36,10 +36,10 @@ class PfsStore {
   };
 
   struct WriteStats {
-    std::string path;     // final path of the version
-    uint64_t bytes = 0;   // file size
-    double write_s = 0;   // pwrite calls
-    double sync_s = 0;    // fsync of the file, rename, fsync of the directory
+    std::string path;    // final path of the version
+    uint64_t bytes = 0;  // file size
+    double write_s = 0;  // pwrite calls
+    double sync_s = 0;   // fsync of the file, rename, fsync of the directory
   };
 
   explicit PfsStore(Options options);

@@ -6,6 +6,12 @@
 //   auto pub = Publisher::Create(options);          // collective with the Subscribers
 //   auto report = pub->Publish(model, iteration);   // returns when training may go on
 //   pub->Close();                                   // flushes (async) and says goodbye
+//
+// The gpu tier stages each version in device memory (two buffers in async
+// mode) and checksums it there (sum64); consumers on the same node copy it
+// device-to-device by CUDA IPC, others through a pipeline of pinned host
+// chunks over MPI. Its transfer_s lasts until every consumer has its copy
+// (the staging buffer is reused only then).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +29,9 @@ namespace transports {
 class Publisher {
  public:
   struct Options {
-    Tier tier = Tier::kHost;                 // gpu | host | pfs
-    Mode mode = Mode::kAsync;                // sync | async
-    Notify notify = Notify::kPush;           // push | poll (poll needs tier pfs)
+    Tier tier = Tier::kHost;                               // gpu | host | pfs
+    Mode mode = Mode::kAsync;                              // sync | async
+    Notify notify = Notify::kPush;                         // push | poll (poll needs tier pfs)
     HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Subscribers'
     // MPI: bytes per message or MPI_Put; keeps each under the 2 GiB int count.
     uint64_t chunk_bytes = 64ull << 20;
@@ -49,6 +55,9 @@ class Publisher {
     int pfs_keep_versions = 2;
     // Written as viper.producer in each version's metadata.
     int32_t producer_id = 0;
+    // gpu tier: CUDA device of the staging buffers (the model's tensors may
+    // be on it, on another device, or in host memory).
+    int gpu_device = 0;
 
     bool IsValid(std::string* error) const;
   };
@@ -56,35 +65,35 @@ class Publisher {
   // What happened to one version at one consumer.
   struct ConsumerResult {
     int rank = -1;
-    bool delivered = false;   // acknowledged as servable
-    bool lost = false;        // dropped (timeout or MPI error); never sent to again
-    double servable_s = 0;    // publish start -> acknowledgement received
-    double load_s = 0;        // consumer-side receive + verify, as it reported
-    std::string message;      // why it failed, when it did
+    bool delivered = false;  // acknowledged as servable
+    bool lost = false;       // dropped (timeout or MPI error); never sent to again
+    double servable_s = 0;   // publish start -> acknowledgement received
+    double load_s = 0;       // consumer-side receive + verify, as it reported
+    std::string message;     // why it failed, when it did
   };
 
   // Per-version report.
   struct VersionReport {
     uint64_t version = 0;
     int64_t iteration = 0;
-    uint64_t bytes = 0;            // serialized size (header + data)
-    double stall_s = 0;            // time Publish blocked the caller
-    double snapshot_s = 0;         // copy into the staging buffer
-    double transfer_s = 0;         // send to all consumers / write the file
-    double notify_s = 0;           // push messages after a pfs write
-    bool superseded = false;       // async: replaced by a newer snapshot before it was sent
-    bool sent = false;             // the background send finished (sync: always)
+    uint64_t bytes = 0;       // serialized size (header + data)
+    double stall_s = 0;       // time Publish blocked the caller
+    double snapshot_s = 0;    // copy into the staging buffer
+    double transfer_s = 0;    // send to all consumers / write the file
+    double notify_s = 0;      // push messages after a pfs write
+    bool superseded = false;  // async: replaced by a newer snapshot before it was sent
+    bool sent = false;        // the background send finished (sync: always)
     std::vector<ConsumerResult> consumers;
     std::string BriefReport() const;
   };
 
   struct Summary {
-    uint64_t published = 0;        // Publish calls that succeeded
-    uint64_t sent = 0;             // versions that left the staging buffer
-    uint64_t superseded = 0;       // async versions replaced before being sent
+    uint64_t published = 0;   // Publish calls that succeeded
+    uint64_t sent = 0;        // versions that left the staging buffer
+    uint64_t superseded = 0;  // async versions replaced before being sent
     std::vector<int> lost_consumers;
     double total_stall_s = 0;
-    std::string message;           // last error, if any
+    std::string message;  // last error, if any
     std::string BriefReport() const;
   };
 
@@ -96,7 +105,7 @@ class Publisher {
   Publisher(const Publisher&) = delete;
   Publisher& operator=(const Publisher&) = delete;
 
-  // Publishes `state` (host tensors; device tensors for the gpu tier) as the
+  // Publishes `state` (host tensors; host or device tensors for the gpu tier) as the
   // next version, taken after training iteration `iteration`. Returns when the
   // producer may modify `state` again: sync once delivered (or the file is
   // durable), async once the snapshot is in the staging buffer. For async the

@@ -2,7 +2,9 @@
 // version into a back buffer on its own thread, verifies the checksum and
 // swaps it in atomically: Current() always returns a complete, verified
 // version that stays valid for as long as the caller holds it, while the next
-// one is being received.
+// one is being received. On the gpu tier the versions stay in device memory
+// (ModelVersion::memory == kDevice; a host copy: CopyToHost in
+// device_memory.h).
 //
 //   auto sub = Subscriber::Create(options);   // collective with the Publisher (MPI tiers)
 //   std::shared_ptr<const ModelVersion> m = sub->Current();   // serve with m
@@ -24,10 +26,10 @@ namespace transports {
 class Subscriber {
  public:
   struct Options {
-    Tier tier = Tier::kHost;                 // must match the Publisher's
-    Notify notify = Notify::kPush;           // push (MPI message) | poll (scan pfs_dir)
+    Tier tier = Tier::kHost;                               // must match the Publisher's
+    Notify notify = Notify::kPush;                         // push (MPI message) | poll (scan pfs_dir)
     HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Publisher's
-    int producer_rank = 0;                   // rank of the Publisher in MPI_COMM_WORLD
+    int producer_rank = 0;                                 // rank of the Publisher in MPI_COMM_WORLD
     // one-sided: bytes of each of the two landing slots in the MPI window
     // (the largest version that can be received).
     uint64_t window_slot_bytes = 64ull << 20;
@@ -41,13 +43,18 @@ class Subscriber {
     double poll_period_s = 1.0;
     // pfs: read with O_DIRECT.
     bool o_direct = false;
-    // Landing buffers allocated and pre-touched at Create (front + back), each
+    // Landing buffers allocated and pre-touched at Create (front + back; device memory on the gpu tier), each
     // of this many bytes (the expected version size, header included); 0 =
     // allocate on first use. First touch of fresh pages costs far more than
     // the transfer itself, so set this for timed runs.
     uint64_t preallocate_bytes = 0;
     // Sleep between checks while idle, in microseconds (latency vs CPU).
     int idle_sleep_us = 20;
+    // gpu tier: CUDA device the versions land on.
+    int gpu_device = 0;
+    // gpu tier: copy from the producer's device memory by CUDA IPC when both
+    // ranks share a node; false = always through pinned host memory over MPI.
+    bool allow_ipc = true;
 
     bool IsValid(std::string* error) const;
   };

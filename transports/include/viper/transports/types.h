@@ -17,39 +17,41 @@ namespace transports {
 
 // Where a published version travels through (DESIGN.md §3).
 enum class Tier { kGpu, kHost, kPfs };
-const char* ToString(Tier tier);                       // "gpu", "host", "pfs"
+const char* ToString(Tier tier);  // "gpu", "host", "pfs"
 std::optional<Tier> TierFromString(const std::string& name);
 
 // sync: Publish returns once every consumer can serve the version.
 // async: Publish returns once the snapshot is taken; a thread sends it.
 enum class Mode { kSync, kAsync };
-const char* ToString(Mode mode);                       // "sync", "async"
+const char* ToString(Mode mode);  // "sync", "async"
 std::optional<Mode> ModeFromString(const std::string& name);
 
 // push: a small MPI message tells each consumer the moment a version is
 // servable. poll: consumers scan the PFS directory every poll period.
 enum class Notify { kPush, kPoll };
-const char* ToString(Notify notify);                   // "push", "poll"
+const char* ToString(Notify notify);  // "push", "poll"
 std::optional<Notify> NotifyFromString(const std::string& name);
 
 // How the host tier moves bytes over MPI.
 enum class HostProtocol { kTwoSided, kOneSided };
-const char* ToString(HostProtocol protocol);           // "two-sided", "one-sided"
+const char* ToString(HostProtocol protocol);  // "two-sided", "one-sided"
 std::optional<HostProtocol> HostProtocolFromString(const std::string& name);
 
 // One verified, immutable version as a consumer serves it. `state` holds
 // views into `bytes` (the received safetensors image), which stays alive as
-// long as any reference to this object or to its tensors does.
+// long as any reference to this object or to its tensors does. On the gpu
+// tier `bytes` and the tensors are in device memory (`memory`).
 struct ModelVersion {
-  ModelState state;                 // tensors (host memory) and metadata
+  ModelState state;                         // tensors (host memory) and metadata
   std::shared_ptr<const void> bytes_owner;  // keeps the received image alive
-  const std::byte* bytes = nullptr; // the whole safetensors image
-  uint64_t size_bytes = 0;          // header + data
-  uint64_t checksum = 0;            // XXH3-64 of the data section (verified)
-  Tier tier = Tier::kHost;          // how it arrived
-  std::string source;               // "rank 0" or the file path
-  double receive_s = 0;             // time to receive/read the bytes
-  double verify_s = 0;              // time to parse and verify the checksum
+  const std::byte* bytes = nullptr;         // the whole safetensors image
+  uint64_t size_bytes = 0;                  // header + data
+  uint64_t checksum = 0;  // of the data section (verified): XXH3-64, or sum64 for the gpu tier
+  MemoryKind memory = MemoryKind::kHost;  // where `bytes` and the tensors live (kDevice: gpu tier)
+  Tier tier = Tier::kHost;                // how it arrived
+  std::string source;                     // "rank 0" or the file path
+  double receive_s = 0;                   // time to receive/read the bytes
+  double verify_s = 0;                    // time to parse and verify the checksum
 };
 
 // One measured (bytes, seconds) sample for the predictor's cost model.
