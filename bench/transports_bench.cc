@@ -8,12 +8,19 @@
 //   update: pfs_poll_over_host (PFS + 1 s polling latency / host + push latency)
 //   stall:  stall_over_memcpy (async Publish stall / one memcpy), sync_over_async
 //   notify: push notification p50 / p90 (microseconds)
+//   gpu:    copy_over_d2d (the consumer's copy of the image by CUDA IPC, or
+//           through pinned host memory, / cudaMemcpy device-to-device in one
+//           process), update_s, stall_over_d2d (async stall / that copy)
 // Samples go to $VIPER_BENCH_CSV (default transports_cost_samples.csv) as
 // tier,mode,phase,bytes,seconds. PFS directory: $VIPER_BENCH_PFS_DIR (default
 // $TMPDIR or /tmp). 1.7 GB cases only with VIPER_BENCH_LARGE=1.
 #include <benchmark/benchmark.h>
 
 #include "viper/config.h"
+
+#if VIPER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #if VIPER_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1
@@ -30,6 +37,7 @@
 #include <vector>
 
 #include "viper/transports/aligned_buffer.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/pfs_store.h"
 #include "viper/transports/publisher.h"
@@ -466,6 +474,146 @@ void BM_TransportsNotify(benchmark::State& state) {
   }
 }
 
+#if VIPER_HAVE_CUDA
+// cudaMemcpyAsync device-to-device of `bytes` within this process, best of
+// `reps`: device time (CUDA events) in *event_s, and wall time from the call
+// to the end of cudaStreamSynchronize (how the consumer times its copy) as
+// the result; the reference for the gpu tier's copy.
+double DeviceCopySeconds(uint64_t bytes, int reps, double* event_s) {
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return -1;
+  cudaMemset(a, 1, bytes);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);  // warm-up
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  double best = 1e30;
+  *event_s = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = MonotonicSeconds();
+    cudaEventRecord(start, stream);
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream);
+    cudaEventRecord(stop, stream);
+    cudaStreamSynchronize(stream);
+    best = std::min(best, MonotonicSeconds() - t0);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    *event_s = std::min(*event_s, ms * 1e-3);
+  }
+  cudaStreamDestroy(stream);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  return best;
+}
+#endif
+
+// GPU tier: a device-resident model from rank 0's GPU to rank 1's.
+// Arg 0: model bytes; arg 1: 1 CUDA IPC, 0 pinned-host pipeline; arg 2: 0
+// sync, 1 async. Both ranks share the one GPU of this machine.
+void BM_TransportsGpu(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+#if VIPER_HAVE_CUDA
+  std::string reason;
+  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!has_device) {
+    state.SkipWithError(("gpu tier: " + reason).c_str());
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const bool ipc = state.range(1) != 0;
+  const Mode mode = state.range(2) ? Mode::kAsync : Mode::kSync;
+  const uint64_t room = bytes + (1 << 20);
+  std::vector<double> copy_s;  // consumer: receive_s of each timed version
+  double update_s = 0, stall_s = 0, verify_s = 0;
+  int n = 0;
+  if (Rank() == 0) {
+    double d2d_event_s = 0;
+    const double d2d_s = DeviceCopySeconds(bytes, 5, &d2d_event_s);
+    Publisher::Options o;
+    o.tier = Tier::kGpu;
+    o.mode = mode;
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = room;
+    auto pub = Publisher::Create(o);
+    auto model = CopyToDevice(MakeModel(bytes, 1));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!pub.ok() || !model.ok()) {
+      state.SkipWithError((pub.ok() ? model.status() : pub.status()).ToString().c_str());
+      return;
+    }
+    (void)(*pub)->Publish(*model, -1);  // warm-up: first use of both landing buffers, IPC mapping
+    (void)(*pub)->Flush();
+    (void)(*pub)->Publish(*model, -1);
+    (void)(*pub)->Flush();
+    for (auto _ : state) {
+      auto r = (*pub)->Publish(*model, n);
+      if (!r.ok()) {
+        state.SkipWithError(r.status().ToString().c_str());
+        break;
+      }
+      stall_s += r->stall_s;
+      (void)(*pub)->Flush();  // async: one version at a time, so each is timed alone
+      ++n;
+    }
+    (void)(*pub)->Close();
+    for (const auto& r : (*pub)->Reports()) {
+      if (r.iteration >= 0 && !r.consumers.empty()) update_s += r.consumers[0].servable_s;
+    }
+    AppendSamples((*pub)->CostSamples());
+    int count = 0;
+    MPI_Recv(&count, 1, MPI_INT, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    copy_s.resize(count);
+    MPI_Recv(copy_s.data(), count, MPI_DOUBLE, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(&verify_s, 1, MPI_DOUBLE, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (n > 0 && !copy_s.empty()) {
+      const double best_copy = *std::min_element(copy_s.begin(), copy_s.end());
+      state.counters["d2d_GBps"] = bytes / d2d_s / 1e9;
+      state.counters["d2d_event_GBps"] = bytes / d2d_event_s / 1e9;
+      state.counters["copy_GBps"] = bytes / best_copy / 1e9;
+      state.counters["copy_over_d2d"] = d2d_s / best_copy;  // bandwidth ratio, both timed on the wall clock
+      state.counters["update_s"] = update_s / n;
+      state.counters["stall_s"] = stall_s / n;
+      state.counters["verify_s"] = verify_s;
+      if (mode == Mode::kAsync) state.counters["stall_over_d2d"] = (stall_s / n) / d2d_s;
+      state.SetBytesProcessed(static_cast<int64_t>(bytes) * n);
+    }
+    state.SetLabel(ipc ? "cuda-ipc" : "pinned-host");
+  } else {
+    Subscriber::Options so;
+    so.tier = Tier::kGpu;
+    so.allow_ipc = ipc;
+    so.preallocate_bytes = room;
+    auto sub = Subscriber::Create(so);
+    MPI_Barrier(MPI_COMM_WORLD);
+    n = 2;  // after the two warm-up versions
+    double verify_sum = 0;
+    for (auto _ : state) {
+      if (!sub.ok()) continue;
+      auto v = (*sub)->WaitForVersion(n++, 600);
+      if (v.ok()) {
+        copy_s.push_back((*v)->receive_s);
+        verify_sum += (*v)->verify_s;
+      }
+    }
+    if (sub.ok()) (*sub)->WaitUntilDone(60);
+    int count = static_cast<int>(copy_s.size());
+    verify_s = count > 0 ? verify_sum / count : 0;
+    MPI_Send(&count, 1, MPI_INT, 0, 95, MPI_COMM_WORLD);
+    MPI_Send(copy_s.data(), count, MPI_DOUBLE, 0, 95, MPI_COMM_WORLD);
+    MPI_Send(&verify_s, 1, MPI_DOUBLE, 0, 95, MPI_COMM_WORLD);
+    state.SetLabel("consumer rank");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+#else
+  state.SkipWithError("gpu tier: Viper was built without CUDA");
+#endif
+}
+
 constexpr int64_t kMB = 1000 * 1000;
 void Sizes(benchmark::internal::Benchmark* b, int64_t extra_arg = -1) {
   std::vector<int64_t> sizes = {64 * kMB, 600 * kMB};
@@ -500,6 +648,19 @@ BENCHMARK(BM_TransportsUpdateLatency)->Apply([](benchmark::internal::Benchmark* 
 BENCHMARK(BM_TransportsStall)->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
     ->Iterations(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsNotify)->Iterations(300)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TransportsGpu)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      std::vector<int64_t> sizes = {64 * kMB, 600 * kMB, 1700 * kMB};
+      if (std::getenv("VIPER_BENCH_LARGE")) sizes.push_back(4700 * kMB);
+      for (int64_t ipc : {1, 0}) {
+        for (int64_t async : {0, 1}) {
+          for (int64_t s : sizes) b->Args({s, ipc, async});
+        }
+      }
+    })
+    ->ArgNames({"bytes", "ipc", "async"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

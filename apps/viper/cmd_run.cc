@@ -126,7 +126,8 @@ int RunRun(const std::vector<std::string>& args) {
       "workload", po::value(&workload)->default_value(workload),
       "trainer (real Fashion-MNIST MLP) | replay (a log's times and losses)")(
       "transport", po::value(&transport)->default_value(transport),
-      "host (MPI) | pfs (files in --pfs-dir); gpu is not wired into live runs yet")(
+      "host (MPI) | pfs (files in --pfs-dir) | gpu (device memory: CUDA IPC on one node, else pinned host "
+      "chunks over MPI; replay tensors live on GPU 0, trainer tensors are copied to it)")(
       "notify", po::value(&notify)->default_value(notify),
       "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")(
       "mode", po::value(&mode)->default_value(mode),

@@ -444,7 +444,6 @@ class Subscriber::Impl {
   // sum64 on the device against the header and the announcement.
   Status ReceiveGpu(const internal::Announce& a, const std::string& source) {
     const int producer = options_.producer_rank;
-    const double t0 = MonotonicSeconds();
     if (a.header_bytes == 0 || a.header_bytes > a.image_bytes) {
       return DataLossError(source + ": announced header of " + std::to_string(a.header_bytes) +
                            " bytes in an image of " + std::to_string(a.image_bytes));
@@ -469,6 +468,7 @@ class Subscriber::Impl {
     VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
     if (!buffer.ok()) return buffer.status();
     std::byte* dst = (*buffer)->data();
+    const double t0 = MonotonicSeconds();  // receive_s: from here until the bytes are in `dst`
     if (ipc) {
       VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(gpu_stream_, peer_event, 0));
       VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(peer) + a.image_offset,

@@ -18,6 +18,7 @@
 #include "viper/predictor/curve.h"
 #include "viper/schedulers/solvers.h"
 #include "viper/simulator/scenario.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/publisher.h"
 #include "viper/transports/subscriber.h"
 #include "viper/workflow/fashion_mnist.h"
@@ -184,6 +185,11 @@ class ReplayWorkload : public ProducerWorkload {
   }
   const ModelState& model() const override { return model_; }
   void Paused(double seconds) override { paused_ += seconds; }
+  // Moves the replayed tensors to CUDA device 0 (the gpu tier publishes them from there).
+  Status MoveModelToDevice() {
+    VIPER_ASSIGN_OR_RETURN(model_, transports::CopyToDevice(model_, 0));
+    return Status::Ok();
+  }
 
  private:
   ReplayLog log_;
@@ -209,7 +215,11 @@ class TrainerLoss : public LossOracle {
       : inputs_(std::move(inputs)), labels_(std::move(labels)), offset_(offset) {}
   double Loss(const transports::ModelVersion& version, int64_t request) override {
     if (!model_ || cached_version_ != version.state.metadata.version) {
-      auto m = Mlp::FromModelState(version.state);
+      // gpu tier: the served version is in device memory; evaluate a host copy.
+      StatusOr<ModelState> host = ModelState();
+      if (version.memory == MemoryKind::kDevice) host = transports::CopyToHost(version.state);
+      if (!host.ok()) return std::nan("");
+      auto m = Mlp::FromModelState(version.memory == MemoryKind::kDevice ? *host : version.state);
       if (!m.ok()) return std::nan("");
       model_ = std::make_unique<Mlp>(std::move(*m));
       cached_version_ = version.state.metadata.version;
@@ -417,7 +427,9 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   } else {
     VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
     first_iteration = rl.first;
-    work = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
+    auto replay = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
+    if (o.tier == transports::Tier::kGpu) VIPER_RETURN_IF_ERROR(replay->MoveModelToDevice());
+    work = std::move(replay);
   }
   const int64_t N = work->total_iterations();
   const int64_t W = WarmupOf(o, first_iteration, N);
@@ -718,9 +730,6 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   }
   if (tier == transports::Tier::kPfs && pfs_dir.empty())
     return Fail(error, "pfs_dir: required with tier pfs");
-  if (tier == transports::Tier::kGpu) {
-    return Fail(error, "tier: gpu is not wired into the live workflow yet (use host or pfs)");
-  }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");
