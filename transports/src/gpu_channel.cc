@@ -97,8 +97,23 @@ class GpuChannel::Impl {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) return FailedPreconditionError("MPI is not initialised (create a transports::MpiSession)");
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) return AbortedError("MPI_Comm_dup failed");
+    // A private two-rank communicator, created by the pair alone
+    // (MPI_Comm_create_group is collective over the group only; a dup of
+    // MPI_COMM_WORLD would need every rank and pair it with another rank's
+    // unrelated collective). Producer is rank 0 in it, consumer rank 1.
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (o_.peer_rank == me) return InvalidArgumentError("GpuChannel: peer_rank is this rank");
+    const int members[2] = {o_.is_producer ? me : o_.peer_rank, o_.is_producer ? o_.peer_rank : me};
+    MPI_Group world_group, pair_group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, 2, members, &pair_group);
+    const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, pair_group, kTagGpuSetup, &comm_);
+    MPI_Group_free(&pair_group);
+    MPI_Group_free(&world_group);
+    if (rc != MPI_SUCCESS) return AbortedError("MPI_Comm_create_group of the GPU channel's pair failed");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    peer_ = o_.is_producer ? 1 : 0;
     Setup mine, theirs;
     int len = 0;
     MPI_Get_processor_name(mine.host, &len);
@@ -112,8 +127,8 @@ class GpuChannel::Impl {
       }
     }
     // Exchange once: node names (and the producer's handles).
-    MPI_Sendrecv(&mine, sizeof(Setup), MPI_BYTE, o_.peer_rank, kTagGpuSetup, &theirs, sizeof(Setup), MPI_BYTE,
-                 o_.peer_rank, kTagGpuSetup, comm_, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(&mine, sizeof(Setup), MPI_BYTE, peer_, kTagGpuSetup, &theirs, sizeof(Setup), MPI_BYTE,
+                 peer_, kTagGpuSetup, comm_, MPI_STATUS_IGNORE);
     const bool same_node = std::strncmp(mine.host, theirs.host, MPI_MAX_PROCESSOR_NAME) == 0;
     const Setup& producer = o_.is_producer ? mine : theirs;
     int use_ipc = same_node && producer.ipc && o_.allow_ipc;
@@ -127,7 +142,7 @@ class GpuChannel::Impl {
     }
     // Both sides agree on the path: IPC only when the consumer opened the handles.
     int agreed = 0;
-    MPI_Sendrecv(&use_ipc, 1, MPI_INT, o_.peer_rank, kTagGpuSetup, &agreed, 1, MPI_INT, o_.peer_rank, kTagGpuSetup,
+    MPI_Sendrecv(&use_ipc, 1, MPI_INT, peer_, kTagGpuSetup, &agreed, 1, MPI_INT, peer_, kTagGpuSetup,
                  comm_, MPI_STATUS_IGNORE);
     path_ = (use_ipc && agreed) ? Path::kCudaIpc : Path::kPinnedHostPipeline;
     if (path_ == Path::kPinnedHostPipeline) {
@@ -149,9 +164,9 @@ class GpuChannel::Impl {
     if (path_ == Path::kCudaIpc) {
       VIPER_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDeviceToDevice, stream_));
       VIPER_CUDA(cudaEventRecord(event_, stream_));
-      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, o_.peer_rank, kTagGpuVersion, msg));
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg));
     } else {
-      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, o_.peer_rank, kTagGpuVersion, msg));
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg));
       // Chunk i: D2H into pinned[i % depth] -> MPI_Isend. A pinned buffer is
       // refilled only after its previous send completed.
       const int depth = o_.pipeline_depth;
@@ -175,7 +190,7 @@ class GpuChannel::Impl {
         const int slot = static_cast<int>(next_send % depth);
         VIPER_CUDA(cudaEventSynchronize(chunk_events_[slot]));
         const uint64_t off = next_send * o_.chunk_bytes, n = std::min(o_.chunk_bytes, bytes - off);
-        if (MPI_Isend(pinned_[slot], static_cast<int>(n), MPI_BYTE, o_.peer_rank, kTagGpuChunk, comm_,
+        if (MPI_Isend(pinned_[slot], static_cast<int>(n), MPI_BYTE, peer_, kTagGpuChunk, comm_,
                       &sends[slot]) != MPI_SUCCESS) {
           return AbortedError("MPI_Isend of a GPU chunk failed");
         }
@@ -216,7 +231,7 @@ class GpuChannel::Impl {
             copying[slot] = false;
           }
           const uint64_t off = next_post * o_.chunk_bytes, n = std::min(o_.chunk_bytes, msg.bytes - off);
-          if (MPI_Irecv(pinned_[slot], static_cast<int>(n), MPI_BYTE, o_.peer_rank, kTagGpuChunk, comm_,
+          if (MPI_Irecv(pinned_[slot], static_cast<int>(n), MPI_BYTE, peer_, kTagGpuChunk, comm_,
                         &recvs[slot]) != MPI_SUCCESS) {
             return AbortedError("MPI_Irecv of a GPU chunk failed");
           }
@@ -232,7 +247,7 @@ class GpuChannel::Impl {
       }
       VIPER_CUDA(cudaStreamSynchronize(stream_));
     }
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, o_.peer_rank, kTagGpuAck, msg));
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuAck, msg));
     *version = msg.version;
     return msg.bytes;
   }
@@ -256,7 +271,7 @@ class GpuChannel::Impl {
     const double deadline = MonotonicSeconds() + o_.timeout_s;
     internal::Backoff backoff(20);
     for (;;) {
-      VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, o_.peer_rank, tag, msg));
+      VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, peer_, tag, msg));
       if (got) return Status::Ok();
       if (MonotonicSeconds() > deadline) {
         return AbortedError("GPU channel: nothing from rank " + std::to_string(o_.peer_rank) + " within timeout_s");
@@ -267,6 +282,7 @@ class GpuChannel::Impl {
 
   Options o_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  int peer_ = 0;  // the peer's rank in comm_
   cudaStream_t stream_ = nullptr;
   void* staging_ = nullptr;     // producer: device staging (IPC-exported)
   void* peer_base_ = nullptr;   // consumer: the producer's staging, mapped

@@ -40,7 +40,8 @@ class GpuChannel {
   // and `reason` says why ("no CUDA device: ...").
   static bool DeviceAvailable(std::string* reason);
 
-  // Collective with the peer (both call it): exchanges node names and, for
+  // Collective with the peer only (both call it; no other rank takes part):
+  // creates the pair's communicator, exchanges node names and, for
   // IPC, the memory and event handles.
   static StatusOr<std::unique_ptr<GpuChannel>> Create(const Options& options);
   ~GpuChannel();
