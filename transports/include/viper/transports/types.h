@@ -52,6 +52,7 @@ struct ModelVersion {
   std::string source;                     // "rank 0" or the file path
   double receive_s = 0;                   // time to receive/read the bytes
   double verify_s = 0;                    // time to parse and verify the checksum
+  double copy_device_s = 0;               // gpu tier: device time of the copy alone (CUDA events; else 0)
 };
 
 // One measured (bytes, seconds) sample for the predictor's cost model.
