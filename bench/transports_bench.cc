@@ -528,7 +528,7 @@ void BM_TransportsGpu(benchmark::State& state) {
   const bool ipc = state.range(1) != 0;
   const Mode mode = state.range(2) ? Mode::kAsync : Mode::kSync;
   const uint64_t room = bytes + (1 << 20);
-  std::vector<double> copy_s;  // consumer: receive_s of each timed version
+  std::vector<double> copy_s, copy_device_s;  // consumer: receive_s, copy_device_s of each timed version
   double update_s = 0, stall_s = 0, verify_s = 0;
   int n = 0;
   if (Rank() == 0) {
@@ -569,6 +569,8 @@ void BM_TransportsGpu(benchmark::State& state) {
     MPI_Recv(&count, 1, MPI_INT, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     copy_s.resize(count);
     MPI_Recv(copy_s.data(), count, MPI_DOUBLE, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    copy_device_s.resize(count);
+    MPI_Recv(copy_device_s.data(), count, MPI_DOUBLE, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Recv(&verify_s, 1, MPI_DOUBLE, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (n > 0 && !copy_s.empty()) {
       const double best_copy = *std::min_element(copy_s.begin(), copy_s.end());
@@ -576,6 +578,9 @@ void BM_TransportsGpu(benchmark::State& state) {
       state.counters["d2d_event_GBps"] = bytes / d2d_event_s / 1e9;
       state.counters["copy_GBps"] = bytes / best_copy / 1e9;
       state.counters["copy_over_d2d"] = d2d_s / best_copy;  // bandwidth ratio, both timed on the wall clock
+      const double best_device = *std::min_element(copy_device_s.begin(), copy_device_s.end());
+      state.counters["copy_event_GBps"] = bytes / best_device / 1e9;
+      state.counters["copy_event_over_d2d_event"] = d2d_event_s / best_device;  // both timed with CUDA events
       state.counters["update_s"] = update_s / n;
       state.counters["stall_s"] = stall_s / n;
       state.counters["verify_s"] = verify_s;
@@ -597,6 +602,7 @@ void BM_TransportsGpu(benchmark::State& state) {
       auto v = (*sub)->WaitForVersion(n++, 600);
       if (v.ok()) {
         copy_s.push_back((*v)->receive_s);
+        copy_device_s.push_back((*v)->copy_device_s);
         verify_sum += (*v)->verify_s;
       }
     }
@@ -605,6 +611,7 @@ void BM_TransportsGpu(benchmark::State& state) {
     verify_s = count > 0 ? verify_sum / count : 0;
     MPI_Send(&count, 1, MPI_INT, 0, 95, MPI_COMM_WORLD);
     MPI_Send(copy_s.data(), count, MPI_DOUBLE, 0, 95, MPI_COMM_WORLD);
+    MPI_Send(copy_device_s.data(), count, MPI_DOUBLE, 0, 95, MPI_COMM_WORLD);
     MPI_Send(&verify_s, 1, MPI_DOUBLE, 0, 95, MPI_COMM_WORLD);
     state.SetLabel("consumer rank");
   }

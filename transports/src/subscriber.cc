@@ -71,6 +71,8 @@ class Subscriber::Impl {
       if (m.event) cudaEventDestroy(m.event);
     }
     if (pinned_) cudaFreeHost(pinned_);
+    if (copy_start_) cudaEventDestroy(copy_start_);
+    if (copy_end_) cudaEventDestroy(copy_end_);
     if (gpu_stream_) cudaStreamDestroy(gpu_stream_);
 #endif
 #if VIPER_HAVE_MPI
@@ -471,9 +473,9 @@ class Subscriber::Impl {
     const double t0 = MonotonicSeconds();  // receive_s: from here until the bytes are in `dst`
     if (ipc) {
       VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(gpu_stream_, peer_event, 0));
+      VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, gpu_stream_));
       VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(peer) + a.image_offset,
                                                  a.image_bytes, cudaMemcpyDeviceToDevice, gpu_stream_));
-      VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));
     } else {
       if (pinned_bytes_ < a.image_bytes) {
         if (pinned_) cudaFreeHost(pinned_);
@@ -483,6 +485,7 @@ class Subscriber::Impl {
         pinned_bytes_ = a.image_bytes;
       }
       auto* host = static_cast<std::byte*>(pinned_);
+      VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, gpu_stream_));
       const uint64_t chunk = a.chunk_bytes, chunks = (a.image_bytes + chunk - 1) / chunk;
       std::vector<internal::ChunkedTransfer> transfers(1);
       transfers[0].peer = producer;
@@ -503,9 +506,12 @@ class Subscriber::Impl {
         VIPER_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(dst + off, host + off, n, cudaMemcpyHostToDevice, gpu_stream_));
       }
-      VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));
     }
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_end_, gpu_stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));
     const double t1 = MonotonicSeconds();
+    float copy_ms = 0;
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&copy_ms, copy_start_, copy_end_));
     std::vector<std::byte> header(a.header_bytes);
     VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, a.header_bytes, cudaMemcpyDeviceToHost));
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
@@ -545,6 +551,7 @@ class Subscriber::Impl {
     version->source = source + (ipc ? " (cuda-ipc)" : " (pinned-host pipeline)");
     version->receive_s = t1 - t0;
     version->verify_s = MonotonicSeconds() - t1;
+    version->copy_device_s = copy_ms * 1e-3;
     return Install(std::move(version));
   }
 
@@ -621,6 +628,8 @@ class Subscriber::Impl {
     VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
     VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&gpu_stream_, cudaStreamNonBlocking));
     VIPER_ASSIGN_OR_RETURN(scratch_, internal::DeviceBuffer::Allocate(8));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_start_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_end_));
     for (int i = 0; options_.preallocate_bytes > 0 && i < 2; ++i) {
       VIPER_ASSIGN_OR_RETURN(internal::DeviceBuffer b,
                              internal::DeviceBuffer::Allocate(options_.preallocate_bytes));
@@ -647,6 +656,7 @@ class Subscriber::Impl {
   std::vector<std::shared_ptr<internal::DeviceBuffer>> device_pool_;  // receiving thread only
   internal::DeviceBuffer scratch_;
   cudaStream_t gpu_stream_ = nullptr;
+  cudaEvent_t copy_start_ = nullptr, copy_end_ = nullptr;  // time the copy on the device
   void* pinned_ = nullptr;  // landing buffer of the pinned-host path
   uint64_t pinned_bytes_ = 0;
   char host_name_[64] = {0};
