@@ -425,7 +425,7 @@ void BM_TransportsStall(benchmark::State& state) {
   if (Rank() == 0) {
     state.counters["async_stall_s"] = async_s / n;
     state.counters["sync_stall_s"] = sync_s / n;
-    state.counters["memcpy_s"] = memcpy_s;  // best of 3
+    state.counters["memcpy_s"] = memcpy_s;                        // best of 3
     state.counters["stall_over_memcpy"] = async_best / memcpy_s;  // best of n vs best of 3
     state.counters["sync_over_async"] = sync_s / async_s;
   } else {
@@ -650,10 +650,14 @@ BENCHMARK(BM_TransportsPfs)
     ->ArgNames({"bytes", "writers"})
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TransportsUpdateLatency)->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
-    ->Iterations(3)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TransportsStall)->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
-    ->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsUpdateLatency)
+    ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsStall)
+    ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsNotify)->Iterations(300)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TransportsGpu)
     ->Apply([](benchmark::internal::Benchmark* b) {

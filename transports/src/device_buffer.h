@@ -36,6 +36,11 @@ class DeviceBuffer {
 // "what: cudaGetErrorString(e)" as Unavailable.
 Status CudaStatus(const char* what, cudaError_t e);
 
+// The gpu tier's set-up on both sides: checks that a device is usable
+// (Unavailable "tier gpu: no CUDA device: ..." otherwise), selects `device`
+// and creates a non-blocking stream on it.
+Status OpenGpuStream(int device, cudaStream_t* stream);
+
 }  // namespace internal
 }  // namespace transports
 }  // namespace viper

@@ -12,14 +12,7 @@ namespace transports {
 namespace internal {
 namespace {
 
-__device__ __forceinline__ unsigned long long Mix(unsigned long long z) {
-  z ^= z >> 30;
-  z *= 0xBF58476D1CE4E5B9ull;
-  z ^= z >> 27;
-  z *= 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return z;
-}
+__device__ __forceinline__ unsigned long long Mix(unsigned long long z) { return Sum64Mix(z); }
 
 __global__ void Sum64Kernel(const unsigned long long* __restrict__ words, unsigned long long n_words,
                             const unsigned char* __restrict__ tail, unsigned int tail_bytes,
@@ -71,8 +64,8 @@ StatusOr<uint64_t> Sum64Device(const void* data, uint64_t bytes, void* scratch, 
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   constexpr int kThreads = 256;
   const unsigned long long wanted = (n_words + kThreads - 1) / kThreads;
-  const unsigned int blocks =
-      static_cast<unsigned int>(std::max<unsigned long long>(1, std::min<unsigned long long>(wanted, 8ull * sms)));
+  const unsigned int blocks = static_cast<unsigned int>(
+      std::max<unsigned long long>(1, std::min<unsigned long long>(wanted, 8ull * sms)));
   const auto* base = static_cast<const unsigned char*>(data);
   Sum64Kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<const unsigned long long*>(base), n_words,
                                                base + 8 * n_words, static_cast<unsigned int>(bytes % 8), out);

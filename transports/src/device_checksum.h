@@ -29,7 +29,14 @@ namespace internal {
 constexpr uint64_t kSum64K1 = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kSum64K2 = 0xD6E8FEB86659FD93ull;
 
-inline uint64_t Sum64Mix(uint64_t z) {
+#ifdef __CUDACC__
+#define VIPER_HOST_DEVICE __host__ __device__
+#else
+#define VIPER_HOST_DEVICE
+#endif
+
+// SplitMix64's finaliser (a bijection on 64-bit words); host and device.
+VIPER_HOST_DEVICE inline uint64_t Sum64Mix(uint64_t z) {
   z ^= z >> 30;
   z *= 0xBF58476D1CE4E5B9ull;
   z ^= z >> 27;

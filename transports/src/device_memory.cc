@@ -48,6 +48,14 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+Status OpenGpuStream(int device, cudaStream_t* stream) {
+  std::string reason;
+  if (!CudaDeviceAvailable(&reason)) return UnavailableError("tier gpu: " + reason);
+  VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking));
+  return Status::Ok();
+}
+
 }  // namespace internal
 
 bool CudaDeviceAvailable(std::string* reason) {

@@ -44,9 +44,9 @@ constexpr int kTagGpuSetup = 7101, kTagGpuVersion = 7102, kTagGpuAck = 7103, kTa
 Status CudaError(const char* what, cudaError_t e) {
   return UnavailableError(std::string(what) + ": " + cudaGetErrorString(e));
 }
-#define VIPER_CUDA(call)                                   \
-  do {                                                     \
-    cudaError_t viper_e_ = (call);                         \
+#define VIPER_CUDA(call)                                            \
+  do {                                                              \
+    cudaError_t viper_e_ = (call);                                  \
     if (viper_e_ != cudaSuccess) return CudaError(#call, viper_e_); \
   } while (0)
 
@@ -96,7 +96,8 @@ class GpuChannel::Impl {
     VIPER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (!initialized) return FailedPreconditionError("MPI is not initialised (create a transports::MpiSession)");
+    if (!initialized)
+      return FailedPreconditionError("MPI is not initialised (create a transports::MpiSession)");
     // A private two-rank communicator, created by the pair alone
     // (MPI_Comm_create_group is collective over the group only; a dup of
     // MPI_COMM_WORLD would need every rank and pair it with another rank's
@@ -127,8 +128,8 @@ class GpuChannel::Impl {
       }
     }
     // Exchange once: node names (and the producer's handles).
-    MPI_Sendrecv(&mine, sizeof(Setup), MPI_BYTE, peer_, kTagGpuSetup, &theirs, sizeof(Setup), MPI_BYTE,
-                 peer_, kTagGpuSetup, comm_, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(&mine, sizeof(Setup), MPI_BYTE, peer_, kTagGpuSetup, &theirs, sizeof(Setup), MPI_BYTE, peer_,
+                 kTagGpuSetup, comm_, MPI_STATUS_IGNORE);
     const bool same_node = std::strncmp(mine.host, theirs.host, MPI_MAX_PROCESSOR_NAME) == 0;
     const Setup& producer = o_.is_producer ? mine : theirs;
     int use_ipc = same_node && producer.ipc && o_.allow_ipc;
@@ -142,8 +143,8 @@ class GpuChannel::Impl {
     }
     // Both sides agree on the path: IPC only when the consumer opened the handles.
     int agreed = 0;
-    MPI_Sendrecv(&use_ipc, 1, MPI_INT, peer_, kTagGpuSetup, &agreed, 1, MPI_INT, peer_, kTagGpuSetup,
-                 comm_, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(&use_ipc, 1, MPI_INT, peer_, kTagGpuSetup, &agreed, 1, MPI_INT, peer_, kTagGpuSetup, comm_,
+                 MPI_STATUS_IGNORE);
     path_ = (use_ipc && agreed) ? Path::kCudaIpc : Path::kPinnedHostPipeline;
     if (path_ == Path::kPinnedHostPipeline) {
       pinned_.resize(o_.pipeline_depth, nullptr);
@@ -240,7 +241,8 @@ class GpuChannel::Impl {
         const int slot = static_cast<int>(next_done % depth);
         VIPER_RETURN_IF_ERROR(WaitRequest(&recvs[slot], deadline));
         const uint64_t off = next_done * o_.chunk_bytes, n = std::min(o_.chunk_bytes, msg.bytes - off);
-        VIPER_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + off, pinned_[slot], n, cudaMemcpyHostToDevice, stream_));
+        VIPER_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + off, pinned_[slot], n, cudaMemcpyHostToDevice,
+                                   stream_));
         VIPER_CUDA(cudaEventRecord(chunk_events_[slot], stream_));
         copying[slot] = true;
         ++next_done;
@@ -274,7 +276,8 @@ class GpuChannel::Impl {
       VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, peer_, tag, msg));
       if (got) return Status::Ok();
       if (MonotonicSeconds() > deadline) {
-        return AbortedError("GPU channel: nothing from rank " + std::to_string(o_.peer_rank) + " within timeout_s");
+        return AbortedError("GPU channel: nothing from rank " + std::to_string(o_.peer_rank) +
+                            " within timeout_s");
       }
       backoff.Pause();
     }
@@ -284,9 +287,9 @@ class GpuChannel::Impl {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int peer_ = 0;  // the peer's rank in comm_
   cudaStream_t stream_ = nullptr;
-  void* staging_ = nullptr;     // producer: device staging (IPC-exported)
-  void* peer_base_ = nullptr;   // consumer: the producer's staging, mapped
-  cudaEvent_t event_ = nullptr; // interprocess event ordering the IPC copy
+  void* staging_ = nullptr;      // producer: device staging (IPC-exported)
+  void* peer_base_ = nullptr;    // consumer: the producer's staging, mapped
+  cudaEvent_t event_ = nullptr;  // interprocess event ordering the IPC copy
   std::vector<void*> pinned_;
   std::vector<cudaEvent_t> chunk_events_;
   Path path_ = Path::kPinnedHostPipeline;

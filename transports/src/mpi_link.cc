@@ -1,17 +1,24 @@
 #include "viper/config.h"
 #if VIPER_HAVE_MPI
-#include "mpi_link.h"
-
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <thread>
 
+#include "mpi_link.h"
 #include "viper/transports/types.h"
 
 namespace viper {
 namespace transports {
 namespace internal {
+
+void NodeName(char* out, std::size_t size) {
+  int len = 0;
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  MPI_Get_processor_name(name, &len);
+  std::snprintf(out, size, "%s", name);
+}
 
 StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root) {
   int rank = 0;
@@ -63,8 +70,9 @@ void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight
       while (!t.failed && t.next < t.size && static_cast<int>(t.inflight.size()) < max_inflight) {
         const uint64_t n = std::min(chunk_bytes, t.size - t.next);
         MPI_Request req;
-        const int rc = send ? MPI_Isend(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req)
-                            : MPI_Irecv(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req);
+        const int rc =
+            send ? MPI_Isend(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req)
+                 : MPI_Irecv(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req);
         if (rc != MPI_SUCCESS) {
           t.failed = true;
           break;

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +23,8 @@ enum AnnounceKind : uint32_t {
   kAnnounceHost = 1,  // bytes follow over MPI (after a Ready)
   kAnnouncePfs = 2,   // the version is durable in the PFS directory: load it
   kAnnounceBye = 3,   // the producer closed; no more versions
-  kAnnounceGpu = 4,   // the image is in the producer's device staging: copy it by CUDA IPC, or ask for the pipeline
+  kAnnounceGpu =
+      4,  // the image is in the producer's device staging: copy it by CUDA IPC, or ask for the pipeline
 };
 
 // Every message carries the session id the producer broadcast when the pair
@@ -61,10 +63,10 @@ struct Ready {
 struct Ack {
   uint64_t session = 0;
   uint64_t version = 0;
-  int32_t ok = 0;         // 1: servable; 0: rejected (code says why)
-  int32_t code = 0;       // StatusCode when rejected
-  double load_s = 0;      // consumer: receive + verify + swap
-  double notify_s = 0;    // consumer: receipt time - sent_wtime
+  int32_t ok = 0;       // 1: servable; 0: rejected (code says why)
+  int32_t code = 0;     // StatusCode when rejected
+  double load_s = 0;    // consumer: receive + verify + swap
+  double notify_s = 0;  // consumer: receipt time - sent_wtime
 };
 
 // Small POD messages.
@@ -90,6 +92,9 @@ StatusOr<bool> TryRecvPod(MPI_Comm comm, int source, int tag, T* msg, int* from 
   return true;
 }
 
+// This process's node name (MPI_Get_processor_name), cut to `size` - 1 bytes.
+void NodeName(char* out, std::size_t size);
+
 // Collective over `comm`: `root` draws a random session id and broadcasts it.
 StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root);
 
@@ -111,7 +116,7 @@ struct ChunkedTransfer {
   int peer = -1;
   std::byte* data = nullptr;  // send: read; receive: written
   uint64_t size = 0;
-  uint64_t next = 0;          // next offset to post
+  uint64_t next = 0;  // next offset to post
   std::vector<MPI_Request> inflight;
   bool failed = false;
   bool Done() const { return next >= size && inflight.empty(); }

@@ -134,9 +134,8 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
     std::vector<std::thread> workers;
     for (int i = 0; i < threads; ++i) {
       const uint64_t b = std::min(write_size, per * i), e = std::min(write_size, per * (i + 1));
-      workers.emplace_back([&, i, b, e] {
-        results[i] = WriteRange(fd.get(), data, b, e, options_.io_chunk_bytes, tmp);
-      });
+      workers.emplace_back(
+          [&, i, b, e] { results[i] = WriteRange(fd.get(), data, b, e, options_.io_chunk_bytes, tmp); });
     }
     for (auto& w : workers) w.join();
     for (auto& s : results) {

@@ -611,16 +611,10 @@ class Publisher::Impl {
 
 #if VIPER_HAVE_CUDA
   Status InitGpu() {
-    std::string reason;
-    if (!CudaDeviceAvailable(&reason)) return UnavailableError("tier gpu: " + reason);
-    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&gpu_stream_, cudaStreamNonBlocking));
+    VIPER_RETURN_IF_ERROR(internal::OpenGpuStream(options_.gpu_device, &gpu_stream_));
     for (auto& st : staging_) st.UseDevice(gpu_stream_);
 #if VIPER_HAVE_MPI
-    int len = 0;
-    char name[MPI_MAX_PROCESSOR_NAME] = {0};
-    MPI_Get_processor_name(name, &len);
-    std::snprintf(host_name_, sizeof(host_name_), "%s", name);
+    internal::NodeName(host_name_, sizeof(host_name_));
 #endif
     return Status::Ok();
   }

@@ -623,10 +623,7 @@ class Subscriber::Impl {
 
 #if VIPER_HAVE_CUDA
   Status InitGpu() {
-    std::string reason;
-    if (!CudaDeviceAvailable(&reason)) return UnavailableError("tier gpu: " + reason);
-    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&gpu_stream_, cudaStreamNonBlocking));
+    VIPER_RETURN_IF_ERROR(internal::OpenGpuStream(options_.gpu_device, &gpu_stream_));
     VIPER_ASSIGN_OR_RETURN(scratch_, internal::DeviceBuffer::Allocate(8));
     VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_start_));
     VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_end_));
@@ -636,10 +633,7 @@ class Subscriber::Impl {
       device_pool_.push_back(std::make_shared<internal::DeviceBuffer>(std::move(b)));
     }
 #if VIPER_HAVE_MPI
-    int len = 0;
-    char name[MPI_MAX_PROCESSOR_NAME] = {0};
-    MPI_Get_processor_name(name, &len);
-    std::snprintf(host_name_, sizeof(host_name_), "%s", name);
+    internal::NodeName(host_name_, sizeof(host_name_));
 #endif
     return Status::Ok();
   }
@@ -657,7 +651,7 @@ class Subscriber::Impl {
   internal::DeviceBuffer scratch_;
   cudaStream_t gpu_stream_ = nullptr;
   cudaEvent_t copy_start_ = nullptr, copy_end_ = nullptr;  // time the copy on the device
-  void* pinned_ = nullptr;  // landing buffer of the pinned-host path
+  void* pinned_ = nullptr;                                 // landing buffer of the pinned-host path
   uint64_t pinned_bytes_ = 0;
   char host_name_[64] = {0};
 #else

@@ -1,9 +1,10 @@
 #include "viper/transports/types.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sys/stat.h>
 
 namespace viper {
 namespace transports {
@@ -24,7 +25,8 @@ const char* Name(const std::pair<E, const char*> (&table)[N], E value) {
   return "?";
 }
 
-const std::pair<Tier, const char*> kTiers[] = {{Tier::kGpu, "gpu"}, {Tier::kHost, "host"}, {Tier::kPfs, "pfs"}};
+const std::pair<Tier, const char*> kTiers[] = {
+    {Tier::kGpu, "gpu"}, {Tier::kHost, "host"}, {Tier::kPfs, "pfs"}};
 const std::pair<Mode, const char*> kModes[] = {{Mode::kSync, "sync"}, {Mode::kAsync, "async"}};
 const std::pair<Notify, const char*> kNotifies[] = {{Notify::kPush, "push"}, {Notify::kPoll, "poll"}};
 const std::pair<HostProtocol, const char*> kProtocols[] = {{HostProtocol::kTwoSided, "two-sided"},
@@ -52,8 +54,8 @@ Status WriteCostSamplesCsv(const std::string& path, const std::vector<CostSample
   for (const auto& s : samples) {
     char seconds[64];
     std::snprintf(seconds, sizeof(seconds), "%.9g", s.seconds);
-    out << ToString(s.tier) << ',' << ToString(s.mode) << ',' << s.phase << ',' << s.bytes << ','
-        << seconds << '\n';
+    out << ToString(s.tier) << ',' << ToString(s.mode) << ',' << s.phase << ',' << s.bytes << ',' << seconds
+        << '\n';
   }
   out.flush();
   if (!out) return IoError("write to " + path + " failed");

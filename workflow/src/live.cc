@@ -427,7 +427,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   } else {
     VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
     first_iteration = rl.first;
-    auto replay = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
+    auto replay =
+        std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
     if (o.tier == transports::Tier::kGpu) VIPER_RETURN_IF_ERROR(replay->MoveModelToDevice());
     work = std::move(replay);
   }
