@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -63,6 +64,26 @@ std::string Publisher::Summary::BriefReport() const {
   return s.str();
 }
 
+namespace {
+
+// Bytes hashed between two passes over the in-flight sends: small enough that
+// completions are noticed (and new chunks posted) promptly.
+constexpr uint64_t kHashSliceBytes = 256 * 1024;
+
+// One version to stream: its data section as ranges in order, and how to get
+// the padded header once the checksum of those ranges is known.
+struct StreamSource {
+  uint64_t version = 0;
+  int64_t iteration = 0;
+  uint64_t header_bytes = 0;
+  uint64_t data_bytes = 0;
+  std::vector<internal::ByteRange> ranges;
+  // Returns header_bytes bytes that stay valid until the send ends.
+  std::function<const std::byte*(uint64_t checksum)> header;
+};
+
+}  // namespace
+
 class Publisher::Impl {
  public:
   explicit Impl(const Options& options) : options_(options) {}
@@ -87,7 +108,7 @@ class Publisher::Impl {
     }
     uses_mpi_ = options_.tier != Tier::kPfs || options_.notify == Notify::kPush;
     if (uses_mpi_) VIPER_RETURN_IF_ERROR(InitMpi());
-    if (options_.staging_bytes > 0) {
+    if (options_.staging_bytes > 0 && !(options_.mode == Mode::kSync && Streams())) {
       // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
       for (auto& s : staging_) {
         ModelState empty;
@@ -104,6 +125,27 @@ class Publisher::Impl {
     VersionReport report;
     report.version = next_version_;
     report.iteration = iteration;
+    if (options_.mode == Mode::kSync && Streams()) {
+      // Straight from the caller's tensors: no snapshot (snapshot_s = 0); the
+      // checksum is computed while the chunks are in flight.
+      internal::DescribedVersion& d = described_;
+      VIPER_RETURN_IF_ERROR(d.Describe(state, next_version_, iteration, options_.producer_id));
+      report.bytes = d.header_bytes() + d.data_bytes();
+      StreamSource src;
+      src.version = d.version();
+      src.iteration = d.iteration();
+      src.header_bytes = d.header_bytes();
+      src.data_bytes = d.data_bytes();
+      src.ranges = d.ranges();
+      src.header = [&d](uint64_t checksum) { return d.Header(checksum); };
+      Status st = SendStreamed(src, t0, &report);
+      report.stall_s = MonotonicSeconds() - t0;
+      report.sent = true;
+      ++next_version_;
+      Record(report);
+      if (!st.ok()) return st;
+      return report;
+    }
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
       VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
@@ -242,10 +284,15 @@ class Publisher::Impl {
         start_s = pending_start_s_;
       }
       VersionReport r;
-      Status st = staging_[idx].Finalize();
-      if (st.ok()) {
-        r.bytes = staging_[idx].image_bytes();
-        st = Send(staging_[idx], start_s, &r);
+      Status st;
+      if (Streams()) {
+        st = StreamSnapshot(staging_[idx], start_s, &r);
+      } else {
+        st = staging_[idx].Finalize();
+        if (st.ok()) {
+          r.bytes = staging_[idx].image_bytes();
+          st = Send(staging_[idx], start_s, &r);
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -273,7 +320,8 @@ class Publisher::Impl {
     cv_.notify_all();
   }
 
-  // Moves one finalized staged version to the consumers. `start_s` is when
+  // Moves one finalized staged version to the consumers through the PFS or
+  // the one-sided protocol (two-sided streams: SendStreamed). `start_s` is when
   // its Publish began (servable times count from there).
   Status Send(const internal::StagedVersion& s, double start_s, VersionReport* report) {
     const double t0 = MonotonicSeconds();
@@ -299,89 +347,136 @@ class Publisher::Impl {
       return Status::Ok();
     }
 #if VIPER_HAVE_MPI
+    // One-sided (two-sided versions go through SendStreamed).
     internal::Announce a = MakeAnnounce(s, internal::kAnnounceHost);
-    std::vector<int> told;
-    for (int r : live_) {
-      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
-        told.push_back(r);
-      } else {
-        DropConsumer(r, "MPI_Send of the announcement failed", report);
-      }
-    }
-    // Handshake: each consumer says it has a landing buffer for this version.
-    std::vector<std::pair<int, internal::Ready>> ready;
-    {
-      const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
-      std::vector<int> waiting = told;
-      internal::Backoff backoff(20);
-      while (!waiting.empty()) {
-        internal::Ready msg;
-        int from = -1;
-        auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
-        if (!got.ok()) return got.status();
-        if (*got) {
-          auto it = std::find(waiting.begin(), waiting.end(), from);
-          if (it == waiting.end() || msg.session != session_ || msg.version != s.version()) continue;  // stale
-          waiting.erase(it);
-          if (msg.accept) {
-            ready.push_back({from, msg});
-          } else {
-            report->consumers.push_back({from, false, false, 0, 0, "refused: version larger than its window slot"});
-          }
-          backoff.Reset();
-          continue;
-        }
-        if (MonotonicSeconds() > deadline) {
-          for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
-          break;
-        }
-        backoff.Pause();
-      }
-    }
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
     std::vector<int> sent_to;
-    if (options_.host_protocol == HostProtocol::kTwoSided) {
-      std::vector<internal::ChunkedTransfer> transfers;
-      for (auto& [rank, msg] : ready) {
-        internal::ChunkedTransfer t;
-        t.peer = rank;
-        t.data = const_cast<std::byte*>(s.image());  // only read by MPI_Isend
-        t.size = s.image_bytes();
-        transfers.push_back(std::move(t));
+    for (auto& [rank, msg] : ready) {
+      // Passive-target epoch: the puts are complete at the target when
+      // MPI_Win_unlock returns (this wait cannot be bounded by a timeout).
+      bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
+      for (uint64_t off = 0; ok && off < s.image_bytes(); off += options_.chunk_bytes) {
+        const uint64_t n = std::min(options_.chunk_bytes, s.image_bytes() - off);
+        ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
+                     static_cast<MPI_Aint>(msg.window_offset + off), static_cast<int>(n), MPI_BYTE,
+                     win_) == MPI_SUCCESS;
       }
-      internal::RunChunked(comm_, /*send=*/true, options_.chunk_bytes, options_.max_inflight_chunks, &transfers,
-                           MonotonicSeconds() + options_.peer_timeout_s, 20);
-      for (const auto& t : transfers) {
-        if (t.failed) {
-          DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
-        } else {
-          sent_to.push_back(t.peer);
-        }
-      }
-    } else {
-      for (auto& [rank, msg] : ready) {
-        // Passive-target epoch: the puts are complete at the target when
-        // MPI_Win_unlock returns (this wait cannot be bounded by a timeout).
-        bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
-        for (uint64_t off = 0; ok && off < s.image_bytes(); off += options_.chunk_bytes) {
-          const uint64_t n = std::min(options_.chunk_bytes, s.image_bytes() - off);
-          ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
-                       static_cast<MPI_Aint>(msg.window_offset + off), static_cast<int>(n), MPI_BYTE,
-                       win_) == MPI_SUCCESS;
-        }
-        ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
-        internal::Announce done = a;
-        ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
-        if (ok) {
-          sent_to.push_back(rank);
-        } else {
-          DropConsumer(rank, "one-sided put failed", report);
-        }
+      ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
+      internal::Announce done = a;
+      ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
+      if (ok) {
+        sent_to.push_back(rank);
+      } else {
+        DropConsumer(rank, "one-sided put failed", report);
       }
     }
     report->transfer_s = MonotonicSeconds() - t0;
-    if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), sent_to, start_s, report);
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+      CollectAcks(s.version(), sent_to, start_s, report);
     return Status::Ok();
 #else
+    return UnavailableError("tier host needs MPI; Viper was built without it");
+#endif
+  }
+
+  // Two-sided host versions stream: hashed while sent, header last.
+  bool Streams() const {
+    return options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kTwoSided;
+  }
+
+  // Streams an async snapshot from its staging buffer; the header is written
+  // in front of the data once the checksum is known.
+  Status StreamSnapshot(internal::StagedVersion& s, double start_s, VersionReport* report) {
+    VIPER_ASSIGN_OR_RETURN(const uint64_t header_bytes, s.PlannedHeaderBytes());
+    report->bytes = header_bytes + s.data_bytes();
+    StreamSource src;
+    src.version = s.version();
+    src.iteration = s.iteration();
+    src.header_bytes = header_bytes;
+    src.data_bytes = s.data_bytes();
+    if (s.data_bytes() > 0) src.ranges.push_back({s.data(), s.data_bytes()});
+    src.header = [&s, header_bytes](uint64_t checksum) {
+      VIPER_CHECK(s.Finalize(checksum).ok() && s.header_bytes() == header_bytes);
+      return s.image();
+    };
+    return SendStreamed(src, start_s, report);
+  }
+
+  // Moves one version to the consumers over the two-sided protocol (wire
+  // order in mpi_link.h): plan, data chunks straight from `src.ranges` while
+  // they are hashed between MPI calls, then the header with the checksum.
+  Status SendStreamed(const StreamSource& src, double start_s, VersionReport* report) {
+#if VIPER_HAVE_MPI
+    const double t0 = MonotonicSeconds();
+    // Adjacent ranges (e.g. tensors of one arena, or a staging buffer) are
+    // merged, then cut at chunk_bytes.
+    std::vector<internal::ByteRange> merged;
+    for (const internal::ByteRange& r : src.ranges) {
+      if (!merged.empty() && merged.back().data + merged.back().size == r.data) {
+        merged.back().size += r.size;
+      } else {
+        merged.push_back(r);
+      }
+    }
+    std::vector<internal::Chunk> chunks(1);  // [0]: the plan
+    for (const internal::ByteRange& r : merged) {
+      internal::AppendChunks(const_cast<std::byte*>(r.data), r.size, options_.chunk_bytes,
+                             &chunks);  // only read
+    }
+    std::vector<uint64_t> plan;
+    plan.reserve(chunks.size() - 1);
+    for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
+    chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+    chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
+
+    internal::Announce a;
+    a.session = session_;
+    a.kind = internal::kAnnounceHost;
+    a.protocol = static_cast<uint32_t>(options_.host_protocol);
+    a.version = src.version;
+    a.iteration = src.iteration;
+    a.image_bytes = src.header_bytes + src.data_bytes;
+    a.chunk_bytes = options_.chunk_bytes;
+    a.header_bytes = src.header_bytes;
+    a.data_chunks = plan.size();
+    a.sent_wtime = MonotonicSeconds();
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
+
+    internal::SliceHasher hasher(std::move(merged));
+    internal::ChunkHooks hooks;
+    hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
+    hooks.ready = [&](std::size_t index) {
+      if (index + 1 < chunks.size()) return true;
+      if (!hasher.done()) return false;
+      if (chunks.back().data == nullptr)
+        chunks.back().data = const_cast<std::byte*>(src.header(hasher.Digest()));
+      return true;
+    };
+    std::vector<internal::ChunkedTransfer> transfers;
+    for (auto& [rank, msg] : ready) {
+      internal::ChunkedTransfer t;
+      t.peer = rank;
+      t.chunks = &chunks;
+      transfers.push_back(std::move(t));
+    }
+    internal::RunChunked(comm_, /*send=*/true, options_.max_inflight_chunks, &transfers,
+                         MonotonicSeconds() + options_.peer_timeout_s, hooks);
+    std::vector<int> sent_to;
+    for (const auto& t : transfers) {
+      if (t.failed) {
+        DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
+      } else {
+        sent_to.push_back(t.peer);
+      }
+    }
+    report->transfer_s = MonotonicSeconds() - t0;
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+      CollectAcks(src.version, sent_to, start_s, report);
+    return Status::Ok();
+#else
+    (void)src;
+    (void)start_s;
+    (void)report;
     return UnavailableError("tier host needs MPI; Viper was built without it");
 #endif
   }
@@ -426,6 +521,50 @@ class Publisher::Impl {
       MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
     }
     return Status::Ok();
+  }
+
+  // Sends `a` to every live consumer and waits (peer_timeout_s) for each to
+  // answer Ready. Returns those that accepted; refusals and silent consumers
+  // go into `report`.
+  StatusOr<std::vector<std::pair<int, internal::Ready>>> Handshake(const internal::Announce& a,
+                                                                   VersionReport* report) {
+    std::vector<int> told;
+    for (int r : live_) {
+      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+        told.push_back(r);
+      } else {
+        DropConsumer(r, "MPI_Send of the announcement failed", report);
+      }
+    }
+    std::vector<std::pair<int, internal::Ready>> ready;
+    const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+    std::vector<int> waiting = told;
+    internal::Backoff backoff(20);
+    while (!waiting.empty()) {
+      internal::Ready msg;
+      int from = -1;
+      auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
+      if (!got.ok()) return got.status();
+      if (*got) {
+        auto it = std::find(waiting.begin(), waiting.end(), from);
+        if (it == waiting.end() || msg.session != session_ || msg.version != a.version) continue;  // stale
+        waiting.erase(it);
+        if (msg.accept) {
+          ready.push_back({from, msg});
+        } else {
+          report->consumers.push_back(
+              {from, false, false, 0, 0, "refused: version larger than its window slot"});
+        }
+        backoff.Reset();
+        continue;
+      }
+      if (MonotonicSeconds() > deadline) {
+        for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
+        break;
+      }
+      backoff.Pause();
+    }
+    return ready;
   }
 
   internal::Announce MakeAnnounce(const internal::StagedVersion& s, internal::AnnounceKind kind) const {
@@ -500,6 +639,7 @@ class Publisher::Impl {
   bool uses_mpi_ = false;
   std::vector<int> live_;  // consumers still served (touched by one sending thread at a time)
   internal::StagedVersion staging_[2];
+  internal::DescribedVersion described_;  // sync two-sided: the caller's tensors
   uint64_t next_version_ = 0;
 
   mutable std::mutex mu_;

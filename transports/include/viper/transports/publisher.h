@@ -32,7 +32,9 @@ class Publisher {
     // MPI: chunks in flight per consumer.
     int max_inflight_chunks = 8;
     // Staging buffer capacity reserved up front (header + data); grown on the
-    // first larger publish. 0 = size it on the first publish.
+    // first larger publish. 0 = size it on the first publish. Unused (not
+    // allocated) in sync mode with tier host and the two-sided protocol,
+    // which sends straight from the tensors.
     uint64_t staging_bytes = 0;
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
@@ -69,8 +71,11 @@ class Publisher {
     int64_t iteration = 0;
     uint64_t bytes = 0;            // serialized size (header + data)
     double stall_s = 0;            // time Publish blocked the caller
-    double snapshot_s = 0;         // copy into the staging buffer
-    double transfer_s = 0;         // send to all consumers / write the file
+    // Copy into the staging buffer (plus, sync pfs and one-sided, the
+    // checksum). Sync two-sided: 0, there is no copy: the chunks go out
+    // straight from the tensors and are hashed while in flight (in transfer_s).
+    double snapshot_s = 0;
+    double transfer_s = 0;  // send to all consumers (two-sided: with the overlapped hashing) / write the file
     double notify_s = 0;           // push messages after a pfs write
     bool superseded = false;       // async: replaced by a newer snapshot before it was sent
     bool sent = false;             // the background send finished (sync: always)
