@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -78,8 +79,12 @@ struct StreamSource {
   uint64_t header_bytes = 0;
   uint64_t data_bytes = 0;
   std::vector<internal::ByteRange> ranges;
-  // Returns header_bytes bytes that stay valid until the send ends.
-  std::function<const std::byte*(uint64_t checksum)> header;
+  // Owners of the memory of `ranges`, kept for the publisher's lifetime when
+  // a consumer is dropped mid-transfer (its freed send requests may still
+  // read them); empty where that memory outlives the publisher anyway.
+  std::vector<std::shared_ptr<const void>> owners;
+  // Returns header_bytes bytes that stay valid while the pointer is held.
+  std::function<std::shared_ptr<const std::byte>(uint64_t checksum)> header;
 };
 
 }  // namespace
@@ -137,6 +142,9 @@ class Publisher::Impl {
       src.header_bytes = d.header_bytes();
       src.data_bytes = d.data_bytes();
       src.ranges = d.ranges();
+      for (const Tensor& t : state.tensors()) {
+        if (t.owner) src.owners.push_back(t.owner);
+      }
       src.header = [&d](uint64_t checksum) { return d.Header(checksum); };
       Status st = SendStreamed(src, t0, &report);
       report.stall_s = MonotonicSeconds() - t0;
@@ -395,9 +403,11 @@ class Publisher::Impl {
     src.header_bytes = header_bytes;
     src.data_bytes = s.data_bytes();
     if (s.data_bytes() > 0) src.ranges.push_back({s.data(), s.data_bytes()});
+    // The staging buffers are members (not owned here): they stay allocated
+    // unless a later, larger snapshot regrows one.
     src.header = [&s, header_bytes](uint64_t checksum) {
       VIPER_CHECK(s.Finalize(checksum).ok() && s.header_bytes() == header_bytes);
-      return s.image();
+      return std::shared_ptr<const std::byte>(std::shared_ptr<const void>(), s.image());
     };
     return SendStreamed(src, start_s, report);
   }
@@ -423,10 +433,10 @@ class Publisher::Impl {
       internal::AppendChunks(const_cast<std::byte*>(r.data), r.size, options_.chunk_bytes,
                              &chunks);  // only read
     }
-    std::vector<uint64_t> plan;
-    plan.reserve(chunks.size() - 1);
-    for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
-    chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+    auto plan = std::make_shared<std::vector<uint64_t>>();
+    plan->reserve(chunks.size() - 1);
+    for (std::size_t i = 1; i < chunks.size(); ++i) plan->push_back(chunks[i].size);
+    chunks[0] = {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)};
     chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
 
     internal::Announce a;
@@ -438,18 +448,21 @@ class Publisher::Impl {
     a.image_bytes = src.header_bytes + src.data_bytes;
     a.chunk_bytes = options_.chunk_bytes;
     a.header_bytes = src.header_bytes;
-    a.data_chunks = plan.size();
+    a.data_chunks = plan->size();
     a.sent_wtime = MonotonicSeconds();
     VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
 
     internal::SliceHasher hasher(std::move(merged));
     internal::ChunkHooks hooks;
     hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
+    std::shared_ptr<const std::byte> header;
     hooks.ready = [&](std::size_t index) {
       if (index + 1 < chunks.size()) return true;
       if (!hasher.done()) return false;
-      if (chunks.back().data == nullptr)
-        chunks.back().data = const_cast<std::byte*>(src.header(hasher.Digest()));
+      if (!header) {
+        header = src.header(hasher.Digest());
+        chunks.back().data = const_cast<std::byte*>(header.get());  // only read
+      }
       return true;
     };
     std::vector<internal::ChunkedTransfer> transfers;
@@ -469,9 +482,16 @@ class Publisher::Impl {
         sent_to.push_back(t.peer);
       }
     }
+    if (sent_to.size() < transfers.size()) {
+      // Freed, unfinished sends may still read these: never free them.
+      abandoned_.push_back(plan);
+      if (header) abandoned_.push_back(header);
+      abandoned_.insert(abandoned_.end(), src.owners.begin(), src.owners.end());
+    }
     report->transfer_s = MonotonicSeconds() - t0;
-    if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable) {
       CollectAcks(src.version, sent_to, start_s, report);
+    }
     return Status::Ok();
 #else
     (void)src;
@@ -640,6 +660,8 @@ class Publisher::Impl {
   std::vector<int> live_;  // consumers still served (touched by one sending thread at a time)
   internal::StagedVersion staging_[2];
   internal::DescribedVersion described_;  // sync two-sided: the caller's tensors
+  // Memory that sends to dropped consumers may still read (sending thread only).
+  std::vector<std::shared_ptr<const void>> abandoned_;
   uint64_t next_version_ = 0;
 
   mutable std::mutex mu_;

@@ -170,12 +170,13 @@ Status DescribedVersion::Describe(const ModelState& state, uint64_t version, int
   return Status::Ok();
 }
 
-const std::byte* DescribedVersion::Header(uint64_t checksum) {
+std::shared_ptr<const std::byte> DescribedVersion::Header(uint64_t checksum) const {
   auto h = safetensors::BuildHeader(layout_, &checksum);
   VIPER_CHECK(h.ok());  // the same layout built in Describe
-  header_ = PadHeader(std::move(h->bytes), AlignedBuffer::kAlignmentBytes);
-  VIPER_CHECK(header_.size() == header_bytes_);
-  return reinterpret_cast<const std::byte*>(header_.data());
+  auto padded =
+      std::make_shared<const std::string>(PadHeader(std::move(h->bytes), AlignedBuffer::kAlignmentBytes));
+  VIPER_CHECK(padded->size() == header_bytes_);
+  return std::shared_ptr<const std::byte>(padded, reinterpret_cast<const std::byte*>(padded->data()));
 }
 
 }  // namespace internal

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,15 +73,14 @@ class DescribedVersion {
   uint64_t version() const { return layout_.metadata.version; }
   int64_t iteration() const { return layout_.metadata.iteration; }
   // Builds the padded header (header_bytes() long) with `checksum` of the
-  // data section; valid until the next call or Describe.
-  const std::byte* Header(uint64_t checksum);
+  // data section; the bytes live as long as the returned pointer.
+  std::shared_ptr<const std::byte> Header(uint64_t checksum) const;
 
  private:
   ModelState layout_;  // tensor descriptions; data pointers are the caller's
   std::vector<ByteRange> ranges_;
   uint64_t header_bytes_ = 0;
   uint64_t data_bytes_ = 0;
-  std::string header_;
 };
 
 // Re-pads a serialized safetensors header (length prefix + JSON) with spaces
