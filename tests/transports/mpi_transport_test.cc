@@ -7,9 +7,12 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "mpi_link.h"  // internal: the wire protocol, for a hand-made producer
 #include "test_util.h"
 #include "viper/config.h"
 #include "viper/core/safetensors.h"
@@ -128,6 +131,134 @@ TEST(MpiHost, SmallChunksExerciseTheLargeMessagePath) {
   Scenario o = HostScenario(Mode::kSync, HostProtocol::kOneSided);
   o.pub.chunk_bytes = 4096;
   RunFanOut(o, (1 << 20) + 4, 2);
+}
+
+TEST(MpiHost, TensorsOfOneArenaAreSentAcrossTheirBoundaries) {
+  // Tensors that are views into one allocation are sent as one range, so
+  // chunks (4 KiB here) straddle tensor boundaries; sync and async alike.
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    Scenario s = HostScenario(mode, HostProtocol::kTwoSided);
+    s.pub.chunk_bytes = 4096;
+    s.pub.max_inflight_chunks = 3;
+    if (Rank() == 0) {
+      auto pub = Publisher::Create(s.pub);
+      ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+      const ModelState spread = MakeModel((1 << 20) + 12, 50);
+      uint64_t total = 0;
+      for (const Tensor& t : spread.tensors()) total += t.size_bytes;
+      auto arena = std::shared_ptr<std::byte[]>(new std::byte[total]);
+      ModelState packed;
+      uint64_t off = 0;
+      for (const Tensor& t : spread.tensors()) {
+        Tensor v = t;
+        v.owner = std::shared_ptr<void>(arena, arena.get());
+        v.data = arena.get() + off;
+        std::memcpy(v.data, t.data, t.size_bytes);
+        off += t.size_bytes;
+        ASSERT_TRUE(packed.Add(std::move(v)).ok());
+      }
+      auto r = (*pub)->Publish(packed, 1);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE((*pub)->Close().ok());
+      auto reports = (*pub)->Reports();
+      ASSERT_EQ(reports.size(), 1u);
+      ASSERT_EQ(reports[0].consumers.size(), static_cast<std::size_t>(Size() - 1))
+          << reports[0].BriefReport();
+      for (const auto& c : reports[0].consumers) EXPECT_TRUE(c.delivered) << reports[0].BriefReport();
+    } else {
+      auto sub = Subscriber::Create(s.sub);
+      ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+      auto v = (*sub)->WaitForVersion(0, 60);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_TRUE(HasPattern((*v)->state, 50));
+      EXPECT_TRUE((*sub)->WaitUntilDone(30));
+      EXPECT_EQ((*sub)->summary().rejected, 0u);
+    }
+  }
+}
+
+TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
+  // Rank 0 speaks the two-sided wire protocol (mpi_link.h) itself: version 0
+  // has one data byte flipped after its checksum was taken, version 1 is
+  // intact. Consumers hash the data as it lands, reject version 0 as
+  // DataLoss without serving it, and serve version 1.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  if (Rank() == 0) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    auto session = internal::AgreeOnSession(comm, 0);
+    ASSERT_TRUE(session.ok());
+    for (uint64_t v = 0; v < 2; ++v) {
+      ModelState m = MakeModel(1 << 20, static_cast<uint32_t>(40 + v));
+      m.metadata.version = v;
+      m.metadata.iteration = static_cast<int64_t>(v);
+      auto image = safetensors::Serialize(m);  // header with the checksum, then the data
+      ASSERT_TRUE(image.ok());
+      uint64_t json_bytes = 0;
+      for (int i = 0; i < 8; ++i) json_bytes |= std::to_integer<uint64_t>((*image)[i]) << (8 * i);
+      const uint64_t header_bytes = 8 + json_bytes;
+      const uint64_t data_bytes = image->size() - header_bytes;
+      if (v == 0) (*image)[header_bytes + data_bytes / 2] ^= std::byte{1};
+      std::vector<internal::Chunk> chunks(1);
+      internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
+      std::vector<uint64_t> plan;
+      for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
+      chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+      chunks.push_back({image->data(), header_bytes});
+      internal::Announce a;
+      a.session = *session;
+      a.kind = internal::kAnnounceHost;
+      a.protocol = static_cast<uint32_t>(HostProtocol::kTwoSided);
+      a.version = v;
+      a.iteration = static_cast<int64_t>(v);
+      a.image_bytes = image->size();
+      a.header_bytes = header_bytes;
+      a.data_chunks = plan.size();
+      a.sent_wtime = MonotonicSeconds();
+      std::vector<internal::ChunkedTransfer> transfers;
+      for (int r = 1; r < Size(); ++r) {
+        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a).ok());
+        internal::Ready ready;
+        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
+        ASSERT_EQ(ready.accept, 1);
+        internal::ChunkedTransfer t;
+        t.peer = r;
+        t.chunks = &chunks;
+        transfers.push_back(std::move(t));
+      }
+      internal::RunChunked(comm, /*send=*/true, 4, &transfers, MonotonicSeconds() + 20);
+      for (const auto& t : transfers) ASSERT_FALSE(t.failed);
+      for (int r = 1; r < Size(); ++r) {
+        internal::Ack ack;
+        MPI_Recv(&ack, sizeof(ack), MPI_BYTE, r, internal::kTagAck, comm, MPI_STATUS_IGNORE);
+        EXPECT_EQ(ack.version, v);
+        EXPECT_EQ(ack.ok, v == 0 ? 0 : 1);
+        if (v == 0) {
+          EXPECT_EQ(static_cast<StatusCode>(ack.code), StatusCode::kDataLoss);
+        }
+      }
+    }
+    internal::Announce bye;
+    bye.session = *session;
+    bye.kind = internal::kAnnounceBye;
+    for (int r = 1; r < Size(); ++r)
+      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye).ok());
+    MPI_Comm_free(&comm);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto v = (*sub)->WaitForVersion(1, 30);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(HasPattern((*v)->state, 41));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 1u);
+    EXPECT_EQ(rejections[0].version, 0u);
+    EXPECT_EQ(rejections[0].status.code(), StatusCode::kDataLoss) << rejections[0].status.ToString();
+    EXPECT_NE(rejections[0].status.message().find("checksum mismatch"), std::string::npos)
+        << rejections[0].status.ToString();
+  }
 }
 
 TEST(MpiHost, OneSidedVersionLargerThanWindowIsRefused) {

@@ -1,12 +1,13 @@
 #include "viper/config.h"
 #if VIPER_HAVE_MPI
+#include "mpi_link.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
 
-#include "mpi_link.h"
 #include "viper/transports/types.h"
 
 namespace viper {
@@ -44,17 +45,27 @@ void Backoff::Pause() {
   }
 }
 
-void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight,
-                std::vector<ChunkedTransfer>* transfers, double deadline_s, int sleep_us) {
+void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vector<Chunk>* chunks) {
+  for (uint64_t off = 0; off < size; off += chunk_bytes) {
+    chunks->push_back({data + off, std::min(chunk_bytes, size - off)});
+  }
+}
+
+void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedTransfer>* transfers,
+                double deadline_s, const ChunkHooks& hooks) {
   // No sleeping while bytes move: shared-memory MPI transports progress only
   // inside MPI calls (one fragment per call), so a sleep between tests caps
   // the bandwidth. Yield only, to share the core with the peer.
-  (void)sleep_us;
+  std::size_t reported = 0;  // chunks passed to hooks.completed
   for (;;) {
     bool all_done = true;
     bool progressed = false;
+    std::size_t most_completed = 0;
     for (ChunkedTransfer& t : *transfers) {
-      if (t.failed || t.Done()) continue;
+      if (t.failed || t.Done()) {
+        if (!t.failed) most_completed = std::max(most_completed, t.completed);
+        continue;
+      }
       all_done = false;
       // Complete what finished, in order (messages with one tag match in order).
       while (!t.inflight.empty()) {
@@ -65,26 +76,34 @@ void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight
         }
         if (!flag) break;
         t.inflight.erase(t.inflight.begin());
+        ++t.completed;
         progressed = true;
       }
-      while (!t.failed && t.next < t.size && static_cast<int>(t.inflight.size()) < max_inflight) {
-        const uint64_t n = std::min(chunk_bytes, t.size - t.next);
+      const std::vector<Chunk>& chunks = *t.chunks;
+      while (!t.failed && t.next < chunks.size() && static_cast<int>(t.inflight.size()) < max_inflight) {
+        if (hooks.ready && !hooks.ready(t.next)) break;
+        const Chunk& c = chunks[t.next];
         MPI_Request req;
-        const int rc =
-            send ? MPI_Isend(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req)
-                 : MPI_Irecv(t.data + t.next, static_cast<int>(n), MPI_BYTE, t.peer, kTagData, comm, &req);
+        const int n = static_cast<int>(c.size);
+        const int rc = send ? MPI_Isend(c.data, n, MPI_BYTE, t.peer, kTagData, comm, &req)
+                            : MPI_Irecv(c.data, n, MPI_BYTE, t.peer, kTagData, comm, &req);
         if (rc != MPI_SUCCESS) {
           t.failed = true;
           break;
         }
         t.inflight.push_back(req);
-        t.next += n;
+        ++t.next;
         progressed = true;
       }
       if (t.failed) {
         for (MPI_Request& r : t.inflight) MPI_Request_free(&r);
         t.inflight.clear();
+      } else {
+        most_completed = std::max(most_completed, t.completed);
       }
+    }
+    if (hooks.completed) {
+      for (; reported < most_completed; ++reported) hooks.completed(reported);
     }
     if (all_done) return;
     if (MonotonicSeconds() > deadline_s) {
@@ -100,6 +119,7 @@ void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight
       }
       return;
     }
+    if (hooks.background && hooks.background()) progressed = true;
     if (!progressed) std::this_thread::yield();
   }
 }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "viper/core/status.h"
@@ -31,21 +32,36 @@ enum AnnounceKind : uint32_t {
 // was created: Open MPI hands messages that arrive for a freed communicator
 // to the next one that gets the same context id, so a late message of an
 // earlier Publisher/Subscriber pair must be recognised and dropped.
+//
+// Two-sided host transfer, after the consumer's Ready, all kTagData messages
+// from the producer, in this order:
+//   1. the plan: data_chunks uint64 sizes (one message, 8 * data_chunks bytes);
+//   2. data_chunks messages, the data section in order, sizes as planned
+//      (each < 2 GiB; the producer cuts them at tensor boundaries and at
+//      chunk_bytes, so each is one contiguous range of its memory);
+//   3. the padded safetensors header, header_bytes, with viper.checksum.
+// The consumer lands chunk i of the data at header_bytes + (sum of the
+// earlier sizes) and the header at 0, so its buffer holds the image; it
+// hashes the data while later chunks are in flight and compares the digest
+// with the header's viper.checksum. The producer hashes while its sends are
+// in flight, so the checksum is known only when the header goes out.
 struct Announce {
   uint64_t session = 0;
   uint32_t kind = 0;
   uint32_t protocol = 0;  // HostProtocol as int
   uint64_t version = 0;
   int64_t iteration = 0;
-  uint64_t image_bytes = 0;
-  uint64_t chunk_bytes = 0;
-  uint64_t checksum = 0;
-  double sent_wtime = 0;  // MonotonicSeconds() at the producer when sent
-  // gpu tier: the padded header's size, the image's offset in the staging
-  // allocation, that allocation's cudaIpcMemHandle_t and the interprocess
-  // event recorded once the image was complete (both 64 opaque bytes), and
-  // the producer's node name (IPC only between processes of one node).
-  uint64_t header_bytes = 0;
+  uint64_t image_bytes = 0;   // header_bytes + data section
+  uint64_t chunk_bytes = 0;   // one-sided: bytes per MPI_Put
+  uint64_t header_bytes = 0;  // two-sided: padded header size (the data lands after it)
+  uint64_t data_chunks = 0;   // two-sided: entries of the plan
+  uint64_t checksum = 0;      // one-sided and pfs; two-sided: 0, the header carries it
+  double sent_wtime = 0;      // MonotonicSeconds() at the producer when sent
+  // gpu tier (header_bytes above is the padded header there too): the
+  // image's offset in the staging allocation, that allocation's
+  // cudaIpcMemHandle_t and the interprocess event recorded once the image was
+  // complete (both 64 opaque bytes), and the producer's node name (IPC only
+  // between processes of one node).
   uint64_t image_offset = 0;
   char ipc_mem[64] = {0};
   char ipc_event[64] = {0};
@@ -110,23 +126,46 @@ class Backoff {
   int spins_ = 0;
 };
 
-// One chunked two-sided transfer to or from one peer, with a bounded number
-// of chunks in flight.
-struct ChunkedTransfer {
-  int peer = -1;
+// One message of a chunked transfer: `size` (< 2 GiB) contiguous bytes.
+struct Chunk {
   std::byte* data = nullptr;  // send: read; receive: written
   uint64_t size = 0;
-  uint64_t next = 0;  // next offset to post
+};
+
+// Splits `size` bytes at `data` into chunks of at most `chunk_bytes`.
+void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vector<Chunk>* chunks);
+
+// One chunked two-sided transfer to or from one peer: the messages of
+// `*chunks` in order, with a bounded number in flight. Transfers of one
+// version to several peers share the chunk list.
+struct ChunkedTransfer {
+  int peer = -1;
+  const std::vector<Chunk>* chunks = nullptr;
+  std::size_t next = 0;       // next chunk to post
+  std::size_t completed = 0;  // chunks completed (in order)
   std::vector<MPI_Request> inflight;
   bool failed = false;
-  bool Done() const { return next >= size && inflight.empty(); }
+  bool Done() const { return next >= chunks->size() && inflight.empty(); }
+};
+
+// Work RunChunked interleaves with its MPI calls. All optional.
+struct ChunkHooks {
+  // Whether chunk `index` may be posted yet (e.g. the header, once its
+  // checksum is known). Asked again on every pass until true.
+  std::function<bool(std::size_t index)> ready;
+  // Called once per chunk index, in order, when the first transfer to
+  // complete that chunk has completed it (receive: the bytes have landed).
+  std::function<void(std::size_t index)> completed;
+  // Called on every pass; does a bounded slice of work (e.g. hashes 256 KiB)
+  // and returns whether there was any. The pass then does not yield.
+  std::function<bool()> background;
 };
 
 // Drives sends (or receives) on all `transfers` until each is done, fails, or
 // `deadline_s` (MonotonicSeconds) passes. Failed or late transfers get
 // failed = true and their requests are freed (never waited on again).
-void RunChunked(MPI_Comm comm, bool send, uint64_t chunk_bytes, int max_inflight,
-                std::vector<ChunkedTransfer>* transfers, double deadline_s, int sleep_us);
+void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedTransfer>* transfers,
+                double deadline_s, const ChunkHooks& hooks = {});
 
 }  // namespace internal
 }  // namespace transports

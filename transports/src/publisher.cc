@@ -4,6 +4,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -32,15 +34,13 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return false;
   };
   if (chunk_bytes == 0 || chunk_bytes > (1ull << 30)) return fail("chunk_bytes: must be in [1, 2^30]");
-  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024)
-    return fail("max_inflight_chunks: must be in [1, 1024]");
+  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024) return fail("max_inflight_chunks: must be in [1, 1024]");
   if (!(peer_timeout_s > 0)) return fail("peer_timeout_s: must be > 0");
   if (notify == Notify::kPoll && tier != Tier::kPfs) {
     return fail("notify: poll needs tier pfs (host and gpu versions are pushed)");
   }
   if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
-  if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
-    return fail("pfs_writer_threads: must be in [1, 64]");
+  if (pfs_writer_threads < 1 || pfs_writer_threads > 64) return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   for (int r : subscriber_ranks) {
@@ -51,8 +51,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
 
 std::string Publisher::VersionReport::BriefReport() const {
   std::ostringstream s;
-  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall " << stall_s
-    << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
+  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall "
+    << stall_s << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
   if (superseded) s << ", superseded";
   for (const auto& c : consumers) {
     s << "; rank " << c.rank << ": "
@@ -64,8 +64,8 @@ std::string Publisher::VersionReport::BriefReport() const {
 
 std::string Publisher::Summary::BriefReport() const {
   std::ostringstream s;
-  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall "
-    << total_stall_s << " s total";
+  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall " << total_stall_s
+    << " s total";
   if (!lost_consumers.empty()) {
     s << ", lost consumers:";
     for (int r : lost_consumers) s << ' ' << r;
@@ -73,6 +73,30 @@ std::string Publisher::Summary::BriefReport() const {
   if (!message.empty()) s << " (" << message << ")";
   return s.str();
 }
+
+namespace {
+
+// Bytes hashed between two passes over the in-flight sends: small enough that
+// completions are noticed (and new chunks posted) promptly.
+constexpr uint64_t kHashSliceBytes = 256 * 1024;
+
+// One version to stream: its data section as ranges in order, and how to get
+// the padded header once the checksum of those ranges is known.
+struct StreamSource {
+  uint64_t version = 0;
+  int64_t iteration = 0;
+  uint64_t header_bytes = 0;
+  uint64_t data_bytes = 0;
+  std::vector<internal::ByteRange> ranges;
+  // Owners of the memory of `ranges`, kept for the publisher's lifetime when
+  // a consumer is dropped mid-transfer (its freed send requests may still
+  // read them); empty where that memory outlives the publisher anyway.
+  std::vector<std::shared_ptr<const void>> owners;
+  // Returns header_bytes bytes that stay valid while the pointer is held.
+  std::function<std::shared_ptr<const std::byte>(uint64_t checksum)> header;
+};
+
+}  // namespace
 
 class Publisher::Impl {
  public:
@@ -101,7 +125,7 @@ class Publisher::Impl {
     uses_mpi_ = options_.tier != Tier::kPfs || options_.notify == Notify::kPush;
     if (uses_mpi_) VIPER_RETURN_IF_ERROR(InitMpi());
     if (options_.tier == Tier::kGpu) VIPER_RETURN_IF_ERROR(InitGpu());  // after MPI: needs the node name
-    if (options_.staging_bytes > 0) {
+    if (options_.staging_bytes > 0 && !(options_.mode == Mode::kSync && Streams())) {
       // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
       for (auto& s : staging_) {
         ModelState empty;
@@ -119,10 +143,33 @@ class Publisher::Impl {
     VersionReport report;
     report.version = next_version_;
     report.iteration = iteration;
+    if (options_.mode == Mode::kSync && Streams()) {
+      // Straight from the caller's tensors: no snapshot (snapshot_s = 0); the
+      // checksum is computed while the chunks are in flight.
+      internal::DescribedVersion& d = described_;
+      VIPER_RETURN_IF_ERROR(d.Describe(state, next_version_, iteration, options_.producer_id));
+      report.bytes = d.header_bytes() + d.data_bytes();
+      StreamSource src;
+      src.version = d.version();
+      src.iteration = d.iteration();
+      src.header_bytes = d.header_bytes();
+      src.data_bytes = d.data_bytes();
+      src.ranges = d.ranges();
+      for (const Tensor& t : state.tensors()) {
+        if (t.owner) src.owners.push_back(t.owner);
+      }
+      src.header = [&d](uint64_t checksum) { return d.Header(checksum); };
+      Status st = SendStreamed(src, t0, &report);
+      report.stall_s = MonotonicSeconds() - t0;
+      report.sent = true;
+      ++next_version_;
+      Record(report);
+      if (!st.ok()) return st;
+      return report;
+    }
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
-      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id,
-                                       options_.staging_bytes,
+      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
                                        /*hash_while_copying=*/true));
       report.snapshot_s = MonotonicSeconds() - t0;
       VIPER_RETURN_IF_ERROR(s.Finalize());
@@ -150,8 +197,8 @@ class Publisher::Impl {
         idx = sending_ == 0 ? 1 : 0;
       }
     }
-    Status st =
-        staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes);
+    Status st = staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id,
+                                       options_.staging_bytes);
     report.snapshot_s = MonotonicSeconds() - t0;
     report.stall_s = report.snapshot_s;
     if (!st.ok()) return st;
@@ -259,10 +306,15 @@ class Publisher::Impl {
         start_s = pending_start_s_;
       }
       VersionReport r;
-      Status st = staging_[idx].Finalize();
-      if (st.ok()) {
-        r.bytes = staging_[idx].image_bytes();
-        st = Send(staging_[idx], start_s, &r);
+      Status st;
+      if (Streams()) {
+        st = StreamSnapshot(staging_[idx], start_s, &r);
+      } else {
+        st = staging_[idx].Finalize();
+        if (st.ok()) {
+          r.bytes = staging_[idx].image_bytes();
+          st = Send(staging_[idx], start_s, &r);
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -290,7 +342,8 @@ class Publisher::Impl {
     cv_.notify_all();
   }
 
-  // Moves one finalized staged version to the consumers. `start_s` is when
+  // Moves one finalized staged version to the consumers through the PFS or
+  // the one-sided protocol (two-sided streams: SendStreamed). `start_s` is when
   // its Publish began (servable times count from there).
   Status Send(const internal::StagedVersion& s, double start_s, VersionReport* report) {
     const double t0 = MonotonicSeconds();
@@ -311,55 +364,33 @@ class Publisher::Impl {
         }
       }
       report->notify_s = MonotonicSeconds() - t1;
-      if (options_.mode == Mode::kAsync || options_.wait_for_servable)
-        CollectAcks(s.version(), told, start_s, report);
+      if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), told, start_s, report);
 #endif
       return Status::Ok();
     }
 #if VIPER_HAVE_MPI
     if (options_.tier == Tier::kGpu) return SendGpu(s, start_s, report);
+    // One-sided (two-sided versions go through SendStreamed).
     internal::Announce a = MakeAnnounce(s, internal::kAnnounceHost);
-    std::vector<int> told = AnnounceToAll(a, report);
-    // Handshake: each consumer says it has a landing buffer for this version.
-    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(told, s.version(), report));
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
     std::vector<int> sent_to;
-    if (options_.host_protocol == HostProtocol::kTwoSided) {
-      std::vector<internal::ChunkedTransfer> transfers;
-      for (auto& [rank, msg] : ready) {
-        internal::ChunkedTransfer t;
-        t.peer = rank;
-        t.data = const_cast<std::byte*>(s.image());  // only read by MPI_Isend
-        t.size = s.image_bytes();
-        transfers.push_back(std::move(t));
+    for (auto& [rank, msg] : ready) {
+      // Passive-target epoch: the puts are complete at the target when
+      // MPI_Win_unlock returns (this wait cannot be bounded by a timeout).
+      bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
+      for (uint64_t off = 0; ok && off < s.image_bytes(); off += options_.chunk_bytes) {
+        const uint64_t n = std::min(options_.chunk_bytes, s.image_bytes() - off);
+        ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
+                     static_cast<MPI_Aint>(msg.window_offset + off), static_cast<int>(n), MPI_BYTE,
+                     win_) == MPI_SUCCESS;
       }
-      internal::RunChunked(comm_, /*send=*/true, options_.chunk_bytes, options_.max_inflight_chunks,
-                           &transfers, MonotonicSeconds() + options_.peer_timeout_s, 20);
-      for (const auto& t : transfers) {
-        if (t.failed) {
-          DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
-        } else {
-          sent_to.push_back(t.peer);
-        }
-      }
-    } else {
-      for (auto& [rank, msg] : ready) {
-        // Passive-target epoch: the puts are complete at the target when
-        // MPI_Win_unlock returns (this wait cannot be bounded by a timeout).
-        bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
-        for (uint64_t off = 0; ok && off < s.image_bytes(); off += options_.chunk_bytes) {
-          const uint64_t n = std::min(options_.chunk_bytes, s.image_bytes() - off);
-          ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
-                       static_cast<MPI_Aint>(msg.window_offset + off), static_cast<int>(n), MPI_BYTE,
-                       win_) == MPI_SUCCESS;
-        }
-        ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
-        internal::Announce done = a;
-        ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
-        if (ok) {
-          sent_to.push_back(rank);
-        } else {
-          DropConsumer(rank, "one-sided put failed", report);
-        }
+      ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
+      internal::Announce done = a;
+      ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
+      if (ok) {
+        sent_to.push_back(rank);
+      } else {
+        DropConsumer(rank, "one-sided put failed", report);
       }
     }
     report->transfer_s = MonotonicSeconds() - t0;
@@ -371,55 +402,121 @@ class Publisher::Impl {
 #endif
   }
 
+  // Two-sided host versions stream: hashed while sent, header last.
+  bool Streams() const {
+    return options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kTwoSided;
+  }
+
+  // Streams an async snapshot from its staging buffer; the header is written
+  // in front of the data once the checksum is known.
+  Status StreamSnapshot(internal::StagedVersion& s, double start_s, VersionReport* report) {
+    VIPER_ASSIGN_OR_RETURN(const uint64_t header_bytes, s.PlannedHeaderBytes());
+    report->bytes = header_bytes + s.data_bytes();
+    StreamSource src;
+    src.version = s.version();
+    src.iteration = s.iteration();
+    src.header_bytes = header_bytes;
+    src.data_bytes = s.data_bytes();
+    if (s.data_bytes() > 0) src.ranges.push_back({s.data(), s.data_bytes()});
+    // The staging buffers are members (not owned here): they stay allocated
+    // unless a later, larger snapshot regrows one.
+    src.header = [&s, header_bytes](uint64_t checksum) {
+      VIPER_CHECK(s.Finalize(checksum).ok() && s.header_bytes() == header_bytes);
+      return std::shared_ptr<const std::byte>(std::shared_ptr<const void>(), s.image());
+    };
+    return SendStreamed(src, start_s, report);
+  }
+
+  // Moves one version to the consumers over the two-sided protocol (wire
+  // order in mpi_link.h): plan, data chunks straight from `src.ranges` while
+  // they are hashed between MPI calls, then the header with the checksum.
+  Status SendStreamed(const StreamSource& src, double start_s, VersionReport* report) {
 #if VIPER_HAVE_MPI
-  // Sends `a` to every live consumer; returns those it reached.
-  std::vector<int> AnnounceToAll(const internal::Announce& a, VersionReport* report) {
-    std::vector<int> told;
-    for (int r : std::vector<int>(live_)) {
-      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
-        told.push_back(r);
+    const double t0 = MonotonicSeconds();
+    // Adjacent ranges (e.g. tensors of one arena, or a staging buffer) are
+    // merged, then cut at chunk_bytes.
+    std::vector<internal::ByteRange> merged;
+    for (const internal::ByteRange& r : src.ranges) {
+      if (!merged.empty() && merged.back().data + merged.back().size == r.data) {
+        merged.back().size += r.size;
       } else {
-        DropConsumer(r, "MPI_Send of the announcement failed", report);
+        merged.push_back(r);
       }
     }
-    return told;
-  }
-
-  // Waits for each of `told` to answer Ready for `version`; a silent one is
-  // dropped, a refusal is reported. Returns the consumers that accepted.
-  StatusOr<std::vector<std::pair<int, internal::Ready>>> Handshake(const std::vector<int>& told,
-                                                                   uint64_t version, VersionReport* report) {
-    std::vector<std::pair<int, internal::Ready>> ready;
-    const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
-    std::vector<int> waiting = told;
-    internal::Backoff backoff(20);
-    while (!waiting.empty()) {
-      internal::Ready msg;
-      int from = -1;
-      auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
-      if (!got.ok()) return got.status();
-      if (*got) {
-        auto it = std::find(waiting.begin(), waiting.end(), from);
-        if (it == waiting.end() || msg.session != session_ || msg.version != version) continue;  // stale
-        waiting.erase(it);
-        if (msg.accept) {
-          ready.push_back({from, msg});
-        } else {
-          report->consumers.push_back(
-              {from, false, false, 0, 0, "refused: no room for the version (window slot or device memory)"});
-        }
-        backoff.Reset();
-        continue;
-      }
-      if (MonotonicSeconds() > deadline) {
-        for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
-        break;
-      }
-      backoff.Pause();
+    std::vector<internal::Chunk> chunks(1);  // [0]: the plan
+    for (const internal::ByteRange& r : merged) {
+      internal::AppendChunks(const_cast<std::byte*>(r.data), r.size, options_.chunk_bytes,
+                             &chunks);  // only read
     }
-    return ready;
+    auto plan = std::make_shared<std::vector<uint64_t>>();
+    plan->reserve(chunks.size() - 1);
+    for (std::size_t i = 1; i < chunks.size(); ++i) plan->push_back(chunks[i].size);
+    chunks[0] = {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)};
+    chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
+
+    internal::Announce a;
+    a.session = session_;
+    a.kind = internal::kAnnounceHost;
+    a.protocol = static_cast<uint32_t>(options_.host_protocol);
+    a.version = src.version;
+    a.iteration = src.iteration;
+    a.image_bytes = src.header_bytes + src.data_bytes;
+    a.chunk_bytes = options_.chunk_bytes;
+    a.header_bytes = src.header_bytes;
+    a.data_chunks = plan->size();
+    a.sent_wtime = MonotonicSeconds();
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
+
+    internal::SliceHasher hasher(std::move(merged));
+    internal::ChunkHooks hooks;
+    hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
+    std::shared_ptr<const std::byte> header;
+    hooks.ready = [&](std::size_t index) {
+      if (index + 1 < chunks.size()) return true;
+      if (!hasher.done()) return false;
+      if (!header) {
+        header = src.header(hasher.Digest());
+        chunks.back().data = const_cast<std::byte*>(header.get());  // only read
+      }
+      return true;
+    };
+    std::vector<internal::ChunkedTransfer> transfers;
+    for (auto& [rank, msg] : ready) {
+      internal::ChunkedTransfer t;
+      t.peer = rank;
+      t.chunks = &chunks;
+      transfers.push_back(std::move(t));
+    }
+    internal::RunChunked(comm_, /*send=*/true, options_.max_inflight_chunks, &transfers,
+                         MonotonicSeconds() + options_.peer_timeout_s, hooks);
+    std::vector<int> sent_to;
+    for (const auto& t : transfers) {
+      if (t.failed) {
+        DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
+      } else {
+        sent_to.push_back(t.peer);
+      }
+    }
+    if (sent_to.size() < transfers.size()) {
+      // Freed, unfinished sends may still read these: never free them.
+      abandoned_.push_back(plan);
+      if (header) abandoned_.push_back(header);
+      abandoned_.insert(abandoned_.end(), src.owners.begin(), src.owners.end());
+    }
+    report->transfer_s = MonotonicSeconds() - t0;
+    if (options_.mode == Mode::kAsync || options_.wait_for_servable) {
+      CollectAcks(src.version, sent_to, start_s, report);
+    }
+    return Status::Ok();
+#else
+    (void)src;
+    (void)start_s;
+    (void)report;
+    return UnavailableError("tier host needs MPI; Viper was built without it");
+#endif
   }
 
+#if VIPER_HAVE_MPI
 #if VIPER_HAVE_CUDA
   // gpu tier: announce the staged device image with its IPC handles; IPC
   // consumers copy it themselves, the others ask for it through pinned host
@@ -440,8 +537,7 @@ class Publisher::Impl {
     std::memcpy(a.ipc_mem, &mem, sizeof(mem));
     std::memcpy(a.ipc_event, &event, sizeof(event));
     std::memcpy(a.host, host_name_, sizeof(a.host));
-    std::vector<int> told = AnnounceToAll(a, report);
-    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(told, s.version(), report));
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
     std::vector<int> acking;
     std::vector<internal::ChunkedTransfer> via_host;
     for (auto& [rank, msg] : ready) {
@@ -475,14 +571,14 @@ class Publisher::Impl {
             cudaMemcpyAsync(host + off, s.image() + off, n, cudaMemcpyDeviceToHost, gpu_stream_));
         VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(chunk_events_[k], gpu_stream_));
       }
-      for (auto& t : via_host) t.data = host;
-      const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
-      for (uint64_t k = 0; k < chunks; ++k) {
-        VIPER_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(chunk_events_[k]));
-        for (auto& t : via_host) t.size = std::min(bytes, (k + 1) * chunk);
-        internal::RunChunked(comm_, /*send=*/true, chunk, options_.max_inflight_chunks, &via_host, deadline,
-                             20);
-      }
+      std::vector<internal::Chunk> chunk_list;
+      internal::AppendChunks(host, bytes, chunk, &chunk_list);
+      for (auto& t : via_host) t.chunks = &chunk_list;
+      // A chunk is posted once its device-to-pinned copy is done.
+      internal::ChunkHooks hooks;
+      hooks.ready = [&](std::size_t k) { return cudaEventQuery(chunk_events_[k]) == cudaSuccess; };
+      internal::RunChunked(comm_, /*send=*/true, options_.max_inflight_chunks, &via_host,
+                           MonotonicSeconds() + options_.peer_timeout_s, hooks);
       for (const auto& t : via_host) {
         if (t.failed) {
           DropConsumer(t.peer, "pinned-host transfer did not complete within peer_timeout_s", report);
@@ -526,8 +622,8 @@ class Publisher::Impl {
     } else {
       for (int r : options_.subscriber_ranks) {
         if (r >= size || r == rank) {
-          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) +
-                                      " is this rank or outside [0, " + std::to_string(size) + ")");
+          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) + " is this rank or outside [0, " +
+                                      std::to_string(size) + ")");
         }
         live_.push_back(r);
       }
@@ -540,6 +636,50 @@ class Publisher::Impl {
       MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
     }
     return Status::Ok();
+  }
+
+  // Sends `a` to every live consumer and waits (peer_timeout_s) for each to
+  // answer Ready. Returns those that accepted; refusals and silent consumers
+  // go into `report`.
+  StatusOr<std::vector<std::pair<int, internal::Ready>>> Handshake(const internal::Announce& a,
+                                                                   VersionReport* report) {
+    std::vector<int> told;
+    for (int r : live_) {
+      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+        told.push_back(r);
+      } else {
+        DropConsumer(r, "MPI_Send of the announcement failed", report);
+      }
+    }
+    std::vector<std::pair<int, internal::Ready>> ready;
+    const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+    std::vector<int> waiting = told;
+    internal::Backoff backoff(20);
+    while (!waiting.empty()) {
+      internal::Ready msg;
+      int from = -1;
+      auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagReady, &msg, &from);
+      if (!got.ok()) return got.status();
+      if (*got) {
+        auto it = std::find(waiting.begin(), waiting.end(), from);
+        if (it == waiting.end() || msg.session != session_ || msg.version != a.version) continue;  // stale
+        waiting.erase(it);
+        if (msg.accept) {
+          ready.push_back({from, msg});
+        } else {
+          report->consumers.push_back(
+              {from, false, false, 0, 0, "refused: no room for the version (window slot or device memory)"});
+        }
+        backoff.Reset();
+        continue;
+      }
+      if (MonotonicSeconds() > deadline) {
+        for (int r : waiting) DropConsumer(r, "no handshake within peer_timeout_s", report);
+        break;
+      }
+      backoff.Pause();
+    }
+    return ready;
   }
 
   internal::Announce MakeAnnounce(const internal::StagedVersion& s, internal::AnnounceKind kind) const {
@@ -637,13 +777,16 @@ class Publisher::Impl {
   bool uses_mpi_ = false;
   std::vector<int> live_;  // consumers still served (touched by one sending thread at a time)
   internal::StagedVersion staging_[2];
+  internal::DescribedVersion described_;  // sync two-sided: the caller's tensors
+  // Memory that sends to dropped consumers may still read (sending thread only).
+  std::vector<std::shared_ptr<const void>> abandoned_;
   uint64_t next_version_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::thread sender_;
-  int pending_ = -1;                 // staging index with an unsent snapshot
-  int sending_ = -1;                 // staging index being sent
+  int pending_ = -1;   // staging index with an unsent snapshot
+  int sending_ = -1;   // staging index being sent
   std::size_t pending_version_ = 0;  // index in reports_ of the pending snapshot
   double pending_start_s_ = 0;
   bool closed_ = false;

@@ -172,6 +172,18 @@ Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copyi
   return Status::Ok();
 }
 
+Status StagedVersion::Finalize(uint64_t checksum) {
+  checksum_ = checksum;
+  checksum_ready_ = true;
+  return Finalize();
+}
+
+StatusOr<uint64_t> StagedVersion::PlannedHeaderBytes() const {
+  const uint64_t placeholder = 0;  // the checksum is fixed-width: its value does not change the size
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder));
+  return RoundUp(h.bytes.size(), AlignedBuffer::kAlignmentBytes);
+}
+
 Status StagedVersion::Finalize() {
   std::map<std::string, std::string> extra;
 #if VIPER_HAVE_CUDA
@@ -201,6 +213,57 @@ Status StagedVersion::Finalize() {
 #endif
   std::memcpy(base() + reserve_ - header_bytes_, padded.data(), header_bytes_);
   return Status::Ok();
+}
+
+Status DescribedVersion::Describe(const ModelState& state, uint64_t version, int64_t iteration,
+                                  int32_t producer_id) {
+  bool same = layout_.size() == state.size();
+  for (std::size_t i = 0; same && i < state.size(); ++i) {
+    const Tensor& a = state.tensors()[i];
+    const Tensor& b = layout_.tensors()[i];
+    same = a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.size_bytes == b.size_bytes;
+  }
+  ranges_.clear();
+  uint64_t data_bytes = 0;
+  for (const Tensor& t : state.tensors()) {
+    if (t.memory != MemoryKind::kHost) {
+      return InvalidArgumentError("tensor '" + t.name +
+                                  "' is in device memory; the host and pfs tiers need host tensors");
+    }
+    if (t.size_bytes != t.ExpectedBytes()) {
+      return InvalidArgumentError("tensor '" + t.name + "' has " + std::to_string(t.size_bytes) +
+                                  " bytes, its shape needs " + std::to_string(t.ExpectedBytes()));
+    }
+    if (t.size_bytes > 0) ranges_.push_back({t.data, t.size_bytes});
+    data_bytes += t.size_bytes;
+  }
+  if (!same) {
+    layout_ = ModelState();
+    for (const Tensor& t : state.tensors()) {
+      Tensor v = t;
+      v.owner.reset();
+      VIPER_RETURN_IF_ERROR(layout_.Add(std::move(v)));
+    }
+  }
+  data_bytes_ = data_bytes;
+  layout_.metadata.version = version;
+  layout_.metadata.iteration = iteration;
+  layout_.metadata.producer_id = producer_id;
+  // Metadata values change the header size; the checksum (fixed width) does not.
+  const uint64_t placeholder = 0;
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder));
+  if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
+  header_bytes_ = RoundUp(h.bytes.size(), AlignedBuffer::kAlignmentBytes);
+  return Status::Ok();
+}
+
+std::shared_ptr<const std::byte> DescribedVersion::Header(uint64_t checksum) const {
+  auto h = safetensors::BuildHeader(layout_, &checksum);
+  VIPER_CHECK(h.ok());  // the same layout built in Describe
+  auto padded =
+      std::make_shared<const std::string>(PadHeader(std::move(h->bytes), AlignedBuffer::kAlignmentBytes));
+  VIPER_CHECK(padded->size() == header_bytes_);
+  return std::shared_ptr<const std::byte>(padded, reinterpret_cast<const std::byte*>(padded->data()));
 }
 
 }  // namespace internal

@@ -1,12 +1,17 @@
-// Internal: the producer's staging buffer. Layout [header reserve][data]:
+// Internal: what the producer sends. StagedVersion, the staging buffer
+// (async mode; sync pfs and one-sided), layout [header reserve][data]:
 // the safetensors header is padded with spaces to a multiple of 4096 and
 // written just before the data, so the whole image (header + data) starts
 // page-aligned and can go to O_DIRECT, MPI or the network as one range.
+// DescribedVersion (sync two-sided): the caller's tensors in place.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "stream_hash.h"
 #include "viper/config.h"
 #include "viper/core/model_state.h"
 #include "viper/core/status.h"
@@ -55,6 +60,11 @@ class StagedVersion {
                   uint64_t min_capacity_bytes = 0, bool hash_while_copying = false);
   // Checksums the data and writes the header in front of it.
   Status Finalize();
+  // Writes the header in front of the data with `checksum`, which the caller
+  // computed over data() (e.g. while sending it); the data is not read.
+  Status Finalize(uint64_t checksum);
+  // The padded header size Finalize will write for this snapshot.
+  StatusOr<uint64_t> PlannedHeaderBytes() const;
 
   const std::byte* image() const { return base() + reserve_ - header_bytes_; }
   uint64_t image_bytes() const { return header_bytes_ + data_bytes_; }
@@ -90,6 +100,33 @@ class StagedVersion {
 // Metadata key of the sum64 checksum a device image carries instead of
 // viper.checksum.
 constexpr const char* kDeviceChecksumKey = "viper.device_checksum";
+
+// A version described in place: the caller's host tensors, not copied. The
+// tensors must stay unchanged until the version has been sent (sync mode:
+// the caller is blocked in Publish).
+class DescribedVersion {
+ public:
+  // Validates `state` (host tensors, sizes matching shapes) and sizes the
+  // header (one BuildHeader); the layout is reused while names, dtypes and
+  // shapes are unchanged.
+  Status Describe(const ModelState& state, uint64_t version, int64_t iteration, int32_t producer_id);
+
+  // The data section: the tensors in order, as written after the header.
+  const std::vector<ByteRange>& ranges() const { return ranges_; }
+  uint64_t header_bytes() const { return header_bytes_; }
+  uint64_t data_bytes() const { return data_bytes_; }
+  uint64_t version() const { return layout_.metadata.version; }
+  int64_t iteration() const { return layout_.metadata.iteration; }
+  // Builds the padded header (header_bytes() long) with `checksum` of the
+  // data section; the bytes live as long as the returned pointer.
+  std::shared_ptr<const std::byte> Header(uint64_t checksum) const;
+
+ private:
+  ModelState layout_;  // tensor descriptions; data pointers are the caller's
+  std::vector<ByteRange> ranges_;
+  uint64_t header_bytes_ = 0;
+  uint64_t data_bytes_ = 0;
+};
 
 // Re-pads a serialized safetensors header (length prefix + JSON) with spaces
 // to a multiple of `alignment` bytes, rewriting the length prefix.

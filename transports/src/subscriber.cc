@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -29,6 +30,7 @@
 
 #if VIPER_HAVE_MPI
 #include "mpi_link.h"
+#include "stream_hash.h"
 #endif
 
 namespace viper {
@@ -162,12 +164,21 @@ class Subscriber::Impl {
     return pool_.back();
   }
 
+  // A data section hashed while it landed.
+  struct StreamedData {
+    uint64_t offset = 0;    // where the data section was landed (the header's size)
+    uint64_t checksum = 0;  // XXH3-64 of the bytes landed there
+  };
+
   // Parses and verifies `size` bytes of `buffer`, then swaps the version in.
+  // With `streamed`, the data is not hashed again: the header must end at
+  // streamed->offset and its viper.checksum equal streamed->checksum.
+  // Anything else is DataLoss and nothing is swapped in.
   Status VerifyAndSwap(std::shared_ptr<AlignedBuffer> buffer, uint64_t size, const std::string& source,
-                       double receive_s, uint64_t expected_version) {
+                       double receive_s, uint64_t expected_version, const StreamedData* streamed = nullptr) {
     const double t0 = MonotonicSeconds();
     safetensors::ParseOptions po;
-    po.verify_checksum = true;
+    po.verify_checksum = streamed == nullptr;
     po.require_checksum = true;
     const std::byte* bytes = buffer->data();
     std::shared_ptr<const void> owner(buffer, bytes);
@@ -178,6 +189,25 @@ class Subscriber::Impl {
                            ", expected " + std::to_string(expected_version));
     }
     auto meta = safetensors::ParseMetadata(bytes, size);
+    if (streamed) {
+      uint64_t json_bytes = 0;
+      for (int i = 0; i < 8; ++i)
+        json_bytes |= static_cast<uint64_t>(std::to_integer<uint8_t>(bytes[i])) << (8 * i);
+      if (json_bytes > size || 8 + json_bytes != streamed->offset) {
+        return DataLossError(source + ": the header ends at byte " + std::to_string(8 + json_bytes) +
+                             " but the data was received at offset " + std::to_string(streamed->offset));
+      }
+      std::optional<uint64_t> expected;
+      if (meta.ok()) {
+        auto it = meta->find("viper.checksum");
+        if (it != meta->end()) expected = ChecksumFromHex(it->second);
+      }
+      if (!expected) return DataLossError(source + ": header has no readable viper.checksum");
+      if (*expected != streamed->checksum) {
+        return DataLossError(source + ": checksum mismatch: header says " + ChecksumToHex(*expected) +
+                             " but the data received hashes to " + ChecksumToHex(streamed->checksum));
+      }
+    }
     auto version = std::make_shared<ModelVersion>();
     version->state = std::move(*state);
     version->bytes_owner = owner;
@@ -417,17 +447,60 @@ class Subscriber::Impl {
       std::memcpy(buffer->data(), win_base_, a.image_bytes);
       return VerifyAndSwap(buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version);
     }
-    auto buffer = AcquireBuffer(a.image_bytes);
+    // Two-sided (wire order in mpi_link.h): plan, data at header_bytes while
+    // it is hashed, header last.
+    const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
+                           a.data_chunks <= a.image_bytes - a.header_bytes;
+    auto buffer = plausible
+                      ? AcquireBuffer(a.image_bytes)
+                      : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
+                            "announcement of version " + std::to_string(a.version) + " is inconsistent"));
     ready.accept = buffer.ok() ? 1 : 0;
     VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
     if (!buffer.ok()) return buffer.status();
+    const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    // Receives that time out stay posted: what they land in is never freed.
+    auto plan = std::make_unique<std::vector<uint64_t>>(a.data_chunks);
+    std::vector<internal::Chunk> plan_chunk = {
+        {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
     std::vector<internal::ChunkedTransfer> transfers(1);
     transfers[0].peer = producer;
-    transfers[0].data = (*buffer)->data();
-    transfers[0].size = a.image_bytes;
-    internal::RunChunked(comm_, /*send=*/false, a.chunk_bytes, 8, &transfers,
-                         MonotonicSeconds() + options_.transfer_timeout_s, options_.idle_sleep_us);
+    transfers[0].chunks = &plan_chunk;
+    internal::RunChunked(comm_, /*send=*/false, 1, &transfers, deadline);
     if (transfers[0].failed) {
+      (void)plan.release();
+      return AbortedError("the chunk plan of version " + std::to_string(a.version) +
+                          " did not arrive within transfer_timeout_s");
+    }
+    const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+    std::byte* base = (*buffer)->data();
+    std::vector<internal::Chunk> chunks;
+    std::vector<uint64_t> ends;  // end of each data chunk within the data section
+    uint64_t off = 0;
+    for (uint64_t n : *plan) {
+      if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int>::max()) || n > data_bytes - off) break;
+      chunks.push_back({base + a.header_bytes + off, n});
+      off += n;
+      ends.push_back(off);
+    }
+    if (chunks.size() != plan->size() || off != data_bytes) {
+      // The producer's stream is out of step with this consumer: give up on it.
+      return AbortedError("the chunk plan of version " + std::to_string(a.version) + " does not add up to " +
+                          std::to_string(data_bytes) + " data bytes");
+    }
+    chunks.push_back({base, a.header_bytes});
+    std::optional<internal::LandingHasher> hasher;
+    hasher.emplace(base + a.header_bytes, /*use_thread=*/ends.size() >= 2);
+    internal::ChunkHooks hooks;
+    hooks.completed = [&](std::size_t index) {
+      if (index < ends.size()) hasher->Landed(ends[index]);
+    };
+    transfers[0] = internal::ChunkedTransfer();
+    transfers[0].peer = producer;
+    transfers[0].chunks = &chunks;
+    internal::RunChunked(comm_, /*send=*/false, 8, &transfers, deadline, hooks);
+    if (transfers[0].failed) {
+      hasher.reset();  // reads only what had landed
       // Receives may still land in this buffer: take it out of the pool and
       // never free it.
       auto leaked = new std::shared_ptr<AlignedBuffer>(*buffer);
@@ -436,7 +509,8 @@ class Subscriber::Impl {
       return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
                           std::to_string(options_.transfer_timeout_s) + " s");
     }
-    return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version);
+    const StreamedData streamed{a.header_bytes, hasher->Finish()};
+    return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
   }
 
 #if VIPER_HAVE_CUDA
@@ -486,26 +560,30 @@ class Subscriber::Impl {
       }
       auto* host = static_cast<std::byte*>(pinned_);
       VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, gpu_stream_));
-      const uint64_t chunk = a.chunk_bytes, chunks = (a.image_bytes + chunk - 1) / chunk;
+      std::vector<internal::Chunk> chunks;
+      internal::AppendChunks(host, a.image_bytes, a.chunk_bytes, &chunks);
       std::vector<internal::ChunkedTransfer> transfers(1);
       transfers[0].peer = producer;
-      transfers[0].data = host;
-      const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
-      for (uint64_t k = 0; k < chunks; ++k) {
-        const uint64_t off = k * chunk, n = std::min(chunk, a.image_bytes - off);
-        transfers[0].size = off + n;
-        internal::RunChunked(comm_, /*send=*/false, chunk, 8, &transfers, deadline, options_.idle_sleep_us);
-        if (transfers[0].failed) {
-          // Receives may still land in the pinned buffer: never free it.
-          pinned_ = nullptr;
-          pinned_bytes_ = 0;
-          return AbortedError("transfer of " + std::to_string(a.image_bytes) +
-                              " bytes did not complete within " +
-                              std::to_string(options_.transfer_timeout_s) + " s");
-        }
-        VIPER_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(dst + off, host + off, n, cudaMemcpyHostToDevice, gpu_stream_));
+      transfers[0].chunks = &chunks;
+      // Each landed chunk goes on to the device while the next ones arrive.
+      Status copy_status;
+      internal::ChunkHooks hooks;
+      hooks.completed = [&](std::size_t k) {
+        const uint64_t off = static_cast<uint64_t>(chunks[k].data - host);
+        const cudaError_t e =
+            cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, gpu_stream_);
+        if (e != cudaSuccess && copy_status.ok()) copy_status = internal::CudaStatus("cudaMemcpyAsync", e);
+      };
+      internal::RunChunked(comm_, /*send=*/false, 8, &transfers,
+                           MonotonicSeconds() + options_.transfer_timeout_s, hooks);
+      if (transfers[0].failed) {
+        // Receives may still land in the pinned buffer: never free it.
+        pinned_ = nullptr;
+        pinned_bytes_ = 0;
+        return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
+                            std::to_string(options_.transfer_timeout_s) + " s");
       }
+      VIPER_RETURN_IF_ERROR(copy_status);
     }
     VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_end_, gpu_stream_));
     VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(gpu_stream_));

@@ -29,16 +29,18 @@ namespace transports {
 class Publisher {
  public:
   struct Options {
-    Tier tier = Tier::kHost;                               // gpu | host | pfs
-    Mode mode = Mode::kAsync;                              // sync | async
-    Notify notify = Notify::kPush;                         // push | poll (poll needs tier pfs)
+    Tier tier = Tier::kHost;                 // gpu | host | pfs
+    Mode mode = Mode::kAsync;                // sync | async
+    Notify notify = Notify::kPush;           // push | poll (poll needs tier pfs)
     HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Subscribers'
     // MPI: bytes per message or MPI_Put; keeps each under the 2 GiB int count.
     uint64_t chunk_bytes = 64ull << 20;
     // MPI: chunks in flight per consumer.
     int max_inflight_chunks = 8;
     // Staging buffer capacity reserved up front (header + data); grown on the
-    // first larger publish. 0 = size it on the first publish.
+    // first larger publish. 0 = size it on the first publish. Unused (not
+    // allocated) in sync mode with tier host and the two-sided protocol,
+    // which sends straight from the tensors.
     uint64_t staging_bytes = 0;
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
@@ -65,35 +67,38 @@ class Publisher {
   // What happened to one version at one consumer.
   struct ConsumerResult {
     int rank = -1;
-    bool delivered = false;  // acknowledged as servable
-    bool lost = false;       // dropped (timeout or MPI error); never sent to again
-    double servable_s = 0;   // publish start -> acknowledgement received
-    double load_s = 0;       // consumer-side receive + verify, as it reported
-    std::string message;     // why it failed, when it did
+    bool delivered = false;   // acknowledged as servable
+    bool lost = false;        // dropped (timeout or MPI error); never sent to again
+    double servable_s = 0;    // publish start -> acknowledgement received
+    double load_s = 0;        // consumer-side receive + verify, as it reported
+    std::string message;      // why it failed, when it did
   };
 
   // Per-version report.
   struct VersionReport {
     uint64_t version = 0;
     int64_t iteration = 0;
-    uint64_t bytes = 0;       // serialized size (header + data)
-    double stall_s = 0;       // time Publish blocked the caller
-    double snapshot_s = 0;    // copy into the staging buffer
-    double transfer_s = 0;    // send to all consumers / write the file
-    double notify_s = 0;      // push messages after a pfs write
-    bool superseded = false;  // async: replaced by a newer snapshot before it was sent
-    bool sent = false;        // the background send finished (sync: always)
+    uint64_t bytes = 0;            // serialized size (header + data)
+    double stall_s = 0;            // time Publish blocked the caller
+    // Copy into the staging buffer (plus, sync pfs and one-sided, the
+    // checksum). Sync two-sided: 0, there is no copy: the chunks go out
+    // straight from the tensors and are hashed while in flight (in transfer_s).
+    double snapshot_s = 0;
+    double transfer_s = 0;  // send to all consumers (two-sided: with the overlapped hashing) / write the file
+    double notify_s = 0;           // push messages after a pfs write
+    bool superseded = false;       // async: replaced by a newer snapshot before it was sent
+    bool sent = false;             // the background send finished (sync: always)
     std::vector<ConsumerResult> consumers;
     std::string BriefReport() const;
   };
 
   struct Summary {
-    uint64_t published = 0;   // Publish calls that succeeded
-    uint64_t sent = 0;        // versions that left the staging buffer
-    uint64_t superseded = 0;  // async versions replaced before being sent
+    uint64_t published = 0;        // Publish calls that succeeded
+    uint64_t sent = 0;             // versions that left the staging buffer
+    uint64_t superseded = 0;       // async versions replaced before being sent
     std::vector<int> lost_consumers;
     double total_stall_s = 0;
-    std::string message;  // last error, if any
+    std::string message;           // last error, if any
     std::string BriefReport() const;
   };
 

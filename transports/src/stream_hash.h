@@ -1,0 +1,74 @@
+// Internal: XXH3-64 of a data section computed while it moves. The producer
+// hashes its ranges in bounded slices between MPI calls; the consumer hashes
+// each chunk as soon as it has landed, on a worker thread, while the next
+// chunks are still arriving. Both digests equal Xxh3_64 of the concatenation.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "viper/core/checksum.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+// `size` bytes at `data`.
+struct ByteRange {
+  const std::byte* data = nullptr;
+  uint64_t size = 0;
+};
+
+// Hashes `ranges` in order, a slice at a time, on the calling thread.
+class SliceHasher {
+ public:
+  explicit SliceHasher(std::vector<ByteRange> ranges) : ranges_(std::move(ranges)) {}
+  // Hashes up to `max_bytes` more; returns false when everything was hashed
+  // already (no work done).
+  bool Step(uint64_t max_bytes);
+  bool done() const { return index_ >= ranges_.size(); }
+  // The digest of all ranges; only once done().
+  uint64_t Digest() const;
+
+ private:
+  std::vector<ByteRange> ranges_;
+  std::size_t index_ = 0;  // range being hashed
+  uint64_t offset_ = 0;    // within it
+  Xxh3Hasher hasher_;
+};
+
+// Hashes [base, base + landed) as `landed` grows: on a worker thread when
+// `use_thread`, else inline in Landed. The bytes below `landed` must not
+// change until Finish returns or the hasher is destroyed.
+class LandingHasher {
+ public:
+  LandingHasher(const std::byte* base, bool use_thread);
+  ~LandingHasher();  // joins the worker once it has hashed what had landed
+  LandingHasher(const LandingHasher&) = delete;
+  LandingHasher& operator=(const LandingHasher&) = delete;
+
+  // The first `end` bytes have landed (monotonic).
+  void Landed(uint64_t end);
+  // Waits until every landed byte is hashed; returns the digest of them.
+  uint64_t Finish();
+
+ private:
+  void Run();
+
+  const std::byte* base_;
+  Xxh3Hasher hasher_;
+  uint64_t hashed_ = 0;  // owned by the worker (or the caller when inline)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t landed_ = 0;  // guarded by mu_
+  bool stop_ = false;    // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
