@@ -478,7 +478,7 @@ TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (Rank() != dead) {
       auto v = (*sub)->WaitForVersion(1, 30);
-      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      ASSERT_TRUE(v.ok()) << v.status().ToString() << "; " << (*sub)->summary().BriefReport();
       EXPECT_TRUE(HasPattern((*v)->state, 21));
       EXPECT_TRUE((*sub)->WaitUntilDone(30));
     }
