@@ -31,7 +31,11 @@ enum AnnounceKind : uint32_t {
 // Every message carries the session id the producer broadcast when the pair
 // was created: Open MPI hands messages that arrive for a freed communicator
 // to the next one that gets the same context id, so a late message of an
-// earlier Publisher/Subscriber pair must be recognised and dropped.
+// earlier Publisher/Subscriber pair must be recognised and dropped. Because
+// such a message also puts Open MPI's per-peer sequence numbers out of step
+// (the next pair's handshakes then go unmatched), Publisher and Subscriber
+// never free their communicator (MPI_Finalize does): context ids are not
+// reused.
 //
 // Two-sided host transfer, after the consumer's Ready, all kTagData messages
 // from the producer, in this order:

@@ -34,13 +34,15 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return false;
   };
   if (chunk_bytes == 0 || chunk_bytes > (1ull << 30)) return fail("chunk_bytes: must be in [1, 2^30]");
-  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024) return fail("max_inflight_chunks: must be in [1, 1024]");
+  if (max_inflight_chunks < 1 || max_inflight_chunks > 1024)
+    return fail("max_inflight_chunks: must be in [1, 1024]");
   if (!(peer_timeout_s > 0)) return fail("peer_timeout_s: must be > 0");
   if (notify == Notify::kPoll && tier != Tier::kPfs) {
     return fail("notify: poll needs tier pfs (host and gpu versions are pushed)");
   }
   if (tier == Tier::kPfs && pfs_dir.empty()) return fail("pfs_dir: tier pfs needs a directory");
-  if (pfs_writer_threads < 1 || pfs_writer_threads > 64) return fail("pfs_writer_threads: must be in [1, 64]");
+  if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
+    return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   for (int r : subscriber_ranks) {
@@ -51,8 +53,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
 
 std::string Publisher::VersionReport::BriefReport() const {
   std::ostringstream s;
-  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall "
-    << stall_s << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
+  s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall " << stall_s
+    << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
   if (superseded) s << ", superseded";
   for (const auto& c : consumers) {
     s << "; rank " << c.rank << ": "
@@ -64,8 +66,8 @@ std::string Publisher::VersionReport::BriefReport() const {
 
 std::string Publisher::Summary::BriefReport() const {
   std::ostringstream s;
-  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall " << total_stall_s
-    << " s total";
+  s << published << " published, " << sent << " sent, " << superseded << " superseded, stall "
+    << total_stall_s << " s total";
   if (!lost_consumers.empty()) {
     s << ", lost consumers:";
     for (int r : lost_consumers) s << ' ' << r;
@@ -169,7 +171,8 @@ class Publisher::Impl {
     }
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
-      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
+      VIPER_RETURN_IF_ERROR(s.Snapshot(state, next_version_, iteration, options_.producer_id,
+                                       options_.staging_bytes,
                                        /*hash_while_copying=*/true));
       report.snapshot_s = MonotonicSeconds() - t0;
       VIPER_RETURN_IF_ERROR(s.Finalize());
@@ -197,8 +200,8 @@ class Publisher::Impl {
         idx = sending_ == 0 ? 1 : 0;
       }
     }
-    Status st = staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id,
-                                       options_.staging_bytes);
+    Status st =
+        staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes);
     report.snapshot_s = MonotonicSeconds() - t0;
     report.stall_s = report.snapshot_s;
     if (!st.ok()) return st;
@@ -240,7 +243,13 @@ class Publisher::Impl {
       bye.kind = internal::kAnnounceBye;
       for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye);
       if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
-      MPI_Comm_free(&comm_);
+      // Not freed (Open MPI frees it at MPI_Finalize): a message still in
+      // flight on a freed communicator is matched on the next one that
+      // reuses its context id, with Open MPI's per-peer sequence numbers out
+      // of step, and that pair then loses its handshakes (seen at np 3 with
+      // bound ranks: the goodbye to consumers that had already given up on a
+      // silent producer). Session ids cannot repair that; unique ids can.
+      comm_ = MPI_COMM_NULL;
     }
 #endif
     return st;
@@ -364,7 +373,8 @@ class Publisher::Impl {
         }
       }
       report->notify_s = MonotonicSeconds() - t1;
-      if (options_.mode == Mode::kAsync || options_.wait_for_servable) CollectAcks(s.version(), told, start_s, report);
+      if (options_.mode == Mode::kAsync || options_.wait_for_servable)
+        CollectAcks(s.version(), told, start_s, report);
 #endif
       return Status::Ok();
     }
@@ -622,8 +632,8 @@ class Publisher::Impl {
     } else {
       for (int r : options_.subscriber_ranks) {
         if (r >= size || r == rank) {
-          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) + " is this rank or outside [0, " +
-                                      std::to_string(size) + ")");
+          return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) +
+                                      " is this rank or outside [0, " + std::to_string(size) + ")");
         }
         live_.push_back(r);
       }
@@ -785,8 +795,8 @@ class Publisher::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::thread sender_;
-  int pending_ = -1;   // staging index with an unsent snapshot
-  int sending_ = -1;   // staging index being sent
+  int pending_ = -1;                 // staging index with an unsent snapshot
+  int sending_ = -1;                 // staging index being sent
   std::size_t pending_version_ = 0;  // index in reports_ of the pending snapshot
   double pending_start_s_ = 0;
   bool closed_ = false;

@@ -79,7 +79,7 @@ class Subscriber::Impl {
 #endif
 #if VIPER_HAVE_MPI
     if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;  // not freed: see Publisher::Impl::Close (context ids must not be reused)
 #endif
   }
 
@@ -580,8 +580,9 @@ class Subscriber::Impl {
         // Receives may still land in the pinned buffer: never free it.
         pinned_ = nullptr;
         pinned_bytes_ = 0;
-        return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
-                            std::to_string(options_.transfer_timeout_s) + " s");
+        return AbortedError("transfer of " + std::to_string(a.image_bytes) +
+                            " bytes did not complete within " + std::to_string(options_.transfer_timeout_s) +
+                            " s");
       }
       VIPER_RETURN_IF_ERROR(copy_status);
     }
