@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "viper/config.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/types.h"
 
 #if VIPER_HAVE_CUDA
@@ -64,17 +65,7 @@ struct VersionMsg {
 
 }  // namespace
 
-bool GpuChannel::DeviceAvailable(std::string* reason) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    if (reason) {
-      *reason = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
-    }
-    return false;
-  }
-  return true;
-}
+bool GpuChannel::DeviceAvailable(std::string* reason) { return CudaDeviceAvailable(reason); }
 
 class GpuChannel::Impl {
  public:
