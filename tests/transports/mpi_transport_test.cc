@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "mpi_link.h"  // internal: the wire protocol, for a hand-made producer
@@ -133,6 +134,116 @@ TEST(MpiHost, SmallChunksExerciseTheLargeMessagePath) {
   RunFanOut(o, (1 << 20) + 4, 2);
 }
 
+// Fan-out through relays: every consumer ends with the same verified bytes
+// whichever rank forwarded them (at np 3 with arity 1, rank 1 forwards every
+// message to rank 2; fanout node is direct on one node).
+class MpiFanout : public ::testing::TestWithParam<std::tuple<Fanout, int, Mode>> {};
+
+TEST_P(MpiFanout, EveryConsumerGetsEveryVersionIntact) {
+  const auto [fanout, arity, mode] = GetParam();
+  Scenario s = HostScenario(mode, HostProtocol::kTwoSided);
+  s.pub.fanout = fanout;
+  s.pub.tree_arity = arity;
+  s.pub.chunk_bytes = 256 << 10;  // several chunks in the pipeline
+  s.pub.max_inflight_chunks = 2;
+  RunFanOut(s, (3 << 20) + 12, mode == Mode::kSync ? 3 : 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, MpiFanout,
+    ::testing::Values(std::make_tuple(Fanout::kTree, 1, Mode::kSync), std::make_tuple(Fanout::kTree, 2, Mode::kSync),
+                      std::make_tuple(Fanout::kTree, 1, Mode::kAsync),
+                      std::make_tuple(Fanout::kDirect, 2, Mode::kSync),
+                      std::make_tuple(Fanout::kNode, 2, Mode::kAsync)));
+
+TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
+  // np 3, a chain 0 -> 1 -> 2. Rank 1 speaks the wire protocol itself: it
+  // accepts version 0, takes its route, then never receives or forwards.
+  // The producer drops rank 1 after peer_timeout_s; rank 2 reports version
+  // 0 as not delivered (Unavailable, no rejection of its producer), stays
+  // subscribed, and gets version 1 straight from the producer.
+  if (Size() != 3) GTEST_SKIP() << "runs at np 3 (a chain of two consumers)";
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.fanout = Fanout::kTree;
+  s.pub.tree_arity = 1;
+  s.pub.peer_timeout_s = 4.0;
+  s.pub.chunk_bytes = 1 << 20;  // rendezvous messages: they wait for a receive
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    auto r0 = (*pub)->Publish(MakeModel(4 << 20, 50), 0);
+    ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+    auto r1 = (*pub)->Publish(MakeModel(4 << 20, 51), 1);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    bool relay_lost = false, receiver_told = false;
+    for (const auto& c : r0->consumers) {
+      if (c.rank == 1) relay_lost = c.lost;
+      if (c.rank == 2) receiver_told = !c.lost && !c.delivered && c.message.find("Unavailable") != std::string::npos;
+    }
+    EXPECT_TRUE(relay_lost) << r0->BriefReport();
+    EXPECT_TRUE(receiver_told) << r0->BriefReport();
+    ASSERT_EQ(r1->consumers.size(), 1u) << r1->BriefReport();
+    EXPECT_EQ(r1->consumers[0].rank, 2);
+    EXPECT_TRUE(r1->consumers[0].delivered) << r1->BriefReport();
+    EXPECT_EQ((*pub)->summary().lost_consumers, std::vector<int>{1});
+    ASSERT_TRUE((*pub)->Close().ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // closed
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has drained
+  } else if (Rank() == 1) {
+    MPI_Comm comm = MPI_COMM_NULL;  // as Subscriber::Create does
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    auto session = internal::AgreeOnSession(comm, 0);
+    ASSERT_TRUE(session.ok());
+    internal::Announce a;
+    MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
+    EXPECT_EQ(a.routed, 1u);
+    internal::Ready ready;
+    ready.session = *session;
+    ready.version = a.version;
+    ready.accept = 1;
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready).ok());
+    internal::Route route;
+    MPI_Recv(&route, sizeof(route), MPI_BYTE, 0, internal::kTagRoute, comm, MPI_STATUS_IGNORE);
+    EXPECT_EQ(route.parent, 0);
+    ASSERT_EQ(route.children_count, 1);
+    EXPECT_EQ(route.children[0], 2);
+    MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
+    // Drain what was sent to this rank (freed sends), so that nothing is left
+    // half-sent at MPI_Finalize.
+    for (int quiet = 0; quiet < 50;) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(0, internal::kTagData, comm, &flag, &st);
+      if (!flag) {
+        ++quiet;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      std::vector<std::byte> sink(static_cast<std::size_t>(n));
+      MPI_Recv(sink.data(), n, MPI_BYTE, 0, internal::kTagData, comm, MPI_STATUS_IGNORE);
+      quiet = 0;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto v = (*sub)->WaitForVersion(1, 60);
+    ASSERT_TRUE(v.ok()) << v.status().ToString() << "; " << (*sub)->summary().BriefReport();
+    EXPECT_TRUE(HasPattern((*v)->state, 51));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 1u) << (*sub)->summary().BriefReport();
+    EXPECT_EQ(rejections[0].version, 0u);
+    EXPECT_EQ(rejections[0].status.code(), StatusCode::kUnavailable) << rejections[0].status.ToString();
+    EXPECT_TRUE((*sub)->summary().producer_finished) << (*sub)->summary().BriefReport();
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 TEST(MpiHost, TensorsOfOneArenaAreSentAcrossTheirBoundaries) {
   // Tensors that are views into one allocation are sent as one range, so
   // chunks (4 KiB here) straddle tensor boundaries; sync and async alike.
@@ -224,10 +335,11 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
         ASSERT_EQ(ready.accept, 1);
         internal::ChunkedTransfer t;
         t.peer = r;
+        t.send = true;
         t.chunks = &chunks;
         transfers.push_back(std::move(t));
       }
-      internal::RunChunked(comm, /*send=*/true, 4, &transfers, MonotonicSeconds() + 20);
+      internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
       for (const auto& t : transfers) ASSERT_FALSE(t.failed);
       for (int r = 1; r < Size(); ++r) {
         internal::Ack ack;
@@ -372,7 +484,9 @@ TEST_P(MpiGpuTier, DeviceModelReachesEveryConsumer) {
         ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
         for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
       }
-      if (mode == Mode::kAsync) ASSERT_TRUE((*pub)->Flush().ok());  // every version travels
+      if (mode == Mode::kAsync) {
+        ASSERT_TRUE((*pub)->Flush().ok());  // every version travels
+      }
     }
     ASSERT_TRUE((*pub)->Close().ok());
     auto summary = (*pub)->summary();

@@ -59,6 +59,15 @@ TEST(TransportOptions, InvalidFieldsAreNamed) {
   p.chunk_bytes = 0;
   EXPECT_FALSE(p.IsValid(&error));
   EXPECT_NE(error.find("chunk_bytes"), std::string::npos);
+  p = Publisher::Options();
+  p.tree_arity = 0;
+  EXPECT_FALSE(p.IsValid(&error));
+  EXPECT_NE(error.find("tree_arity"), std::string::npos);
+  p = Publisher::Options();
+  p.fanout = Fanout::kTree;
+  p.host_protocol = HostProtocol::kOneSided;  // relays forward two-sided messages only
+  EXPECT_FALSE(p.IsValid(&error));
+  EXPECT_NE(error.find("fanout"), std::string::npos);
   Subscriber::Options s;
   s.tier = Tier::kPfs;
   EXPECT_FALSE(s.IsValid(&error));

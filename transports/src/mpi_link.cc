@@ -51,19 +51,23 @@ void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vec
   }
 }
 
-void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedTransfer>* transfers,
-                double deadline_s, const ChunkHooks& hooks) {
+void RunChunked(MPI_Comm comm, int max_inflight, std::vector<ChunkedTransfer>* transfers, double deadline_s,
+                const ChunkHooks& hooks) {
   // No sleeping while bytes move: shared-memory MPI transports progress only
   // inside MPI calls (one fragment per call), so a sleep between tests caps
   // the bandwidth. Yield only, to share the core with the peer.
   std::size_t reported = 0;  // chunks passed to hooks.completed
+  // hooks.completed follows the receives when there are any.
+  const bool any_receive = std::any_of(transfers->begin(), transfers->end(),
+                                       [](const ChunkedTransfer& t) { return !t.send; });
   for (;;) {
     bool all_done = true;
     bool progressed = false;
     std::size_t most_completed = 0;
     for (ChunkedTransfer& t : *transfers) {
+      const bool counts = !t.send || !any_receive;
       if (t.failed || t.Done()) {
-        if (!t.failed) most_completed = std::max(most_completed, t.completed);
+        if (!t.failed && counts) most_completed = std::max(most_completed, t.completed);
         continue;
       }
       all_done = false;
@@ -81,11 +85,11 @@ void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedT
       }
       const std::vector<Chunk>& chunks = *t.chunks;
       while (!t.failed && t.next < chunks.size() && static_cast<int>(t.inflight.size()) < max_inflight) {
-        if (hooks.ready && !hooks.ready(t.next)) break;
+        if (hooks.ready && !hooks.ready(t, t.next)) break;
         const Chunk& c = chunks[t.next];
         MPI_Request req;
         const int n = static_cast<int>(c.size);
-        const int rc = send ? MPI_Isend(c.data, n, MPI_BYTE, t.peer, kTagData, comm, &req)
+        const int rc = t.send ? MPI_Isend(c.data, n, MPI_BYTE, t.peer, kTagData, comm, &req)
                             : MPI_Irecv(c.data, n, MPI_BYTE, t.peer, kTagData, comm, &req);
         if (rc != MPI_SUCCESS) {
           t.failed = true;
@@ -98,7 +102,7 @@ void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedT
       if (t.failed) {
         for (MPI_Request& r : t.inflight) MPI_Request_free(&r);
         t.inflight.clear();
-      } else {
+      } else if (counts) {
         most_completed = std::max(most_completed, t.completed);
       }
     }

@@ -18,7 +18,14 @@ namespace viper {
 namespace transports {
 namespace internal {
 
-enum Tag : int { kTagAnnounce = 7001, kTagReady = 7002, kTagData = 7003, kTagDone = 7004, kTagAck = 7005 };
+enum Tag : int {
+  kTagAnnounce = 7001,
+  kTagReady = 7002,
+  kTagData = 7003,
+  kTagDone = 7004,
+  kTagAck = 7005,
+  kTagRoute = 7006,
+};
 
 enum AnnounceKind : uint32_t {
   kAnnounceHost = 1,  // bytes follow over MPI (after a Ready)
@@ -49,6 +56,12 @@ enum AnnounceKind : uint32_t {
 // hashes the data while later chunks are in flight and compares the digest
 // with the header's viper.checksum. The producer hashes while its sends are
 // in flight, so the checksum is known only when the header goes out.
+//
+// Fan-out (Announce::routed = 1): after its Ready, each consumer gets a Route
+// from the producer naming the rank the kTagData messages come from (the
+// producer, or a relaying consumer) and the ranks it forwards them to. A
+// relay forwards every message, plan included, unchanged and in order, each
+// as soon as it has landed, and acknowledges to the producer itself.
 struct Announce {
   uint64_t session = 0;
   uint32_t kind = 0;
@@ -59,6 +72,7 @@ struct Announce {
   uint64_t chunk_bytes = 0;   // one-sided: bytes per MPI_Put
   uint64_t header_bytes = 0;  // two-sided: padded header size (the data lands after it)
   uint64_t data_chunks = 0;   // two-sided: entries of the plan
+  uint64_t routed = 0;        // two-sided: 1 = a Route follows the consumer's Ready
   uint64_t checksum = 0;      // one-sided and pfs; two-sided: 0, the header carries it
   double sent_wtime = 0;      // MonotonicSeconds() at the producer when sent
   // gpu tier (header_bytes above is the padded header there too): the
@@ -78,6 +92,23 @@ struct Ready {
   uint64_t window_offset = 0;  // one-sided: where to put the bytes
   int32_t accept = 0;          // 0: cannot take this version (too large)
   int32_t via_host = 0;        // gpu tier: 1 = send through pinned host memory (no CUDA IPC)
+  char host[64] = {0};         // the consumer's node name (fan-out by node)
+};
+
+// Most ranks one relay forwards a version to.
+constexpr int kMaxRelayChildren = 32;
+
+// Two-sided fan-out: where this consumer's copy of a version comes from and
+// whom it forwards it to.
+struct Route {
+  uint64_t session = 0;
+  uint64_t version = 0;
+  int32_t parent = -1;  // rank the kTagData messages come from
+  int32_t children_count = 0;
+  // Seconds a consumer fed by a relay waits for the version (forwarding
+  // included) before it reports it as not delivered, and stays subscribed.
+  double relay_timeout_s = 0;
+  int32_t children[kMaxRelayChildren] = {0};
 };
 
 struct Ack {
@@ -141,9 +172,11 @@ void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vec
 
 // One chunked two-sided transfer to or from one peer: the messages of
 // `*chunks` in order, with a bounded number in flight. Transfers of one
-// version to several peers share the chunk list.
+// version to several peers share the chunk list; a relay drives its receive
+// and its sends in one RunChunked.
 struct ChunkedTransfer {
   int peer = -1;
+  bool send = false;  // false: receive
   const std::vector<Chunk>* chunks = nullptr;
   std::size_t next = 0;       // next chunk to post
   std::size_t completed = 0;  // chunks completed (in order)
@@ -154,22 +187,24 @@ struct ChunkedTransfer {
 
 // Work RunChunked interleaves with its MPI calls. All optional.
 struct ChunkHooks {
-  // Whether chunk `index` may be posted yet (e.g. the header, once its
-  // checksum is known). Asked again on every pass until true.
-  std::function<bool(std::size_t index)> ready;
-  // Called once per chunk index, in order, when the first transfer to
-  // complete that chunk has completed it (receive: the bytes have landed).
+  // Whether chunk `index` of transfer `t` may be posted yet (e.g. the
+  // header, once its checksum is known; a relay's send, once that chunk has
+  // landed). Asked again on every pass until true.
+  std::function<bool(const ChunkedTransfer& t, std::size_t index)> ready;
+  // Called once per chunk index, in order, when the first receive (or, when
+  // no transfer receives, the first send) to complete that chunk has
+  // completed it (receive: the bytes have landed).
   std::function<void(std::size_t index)> completed;
   // Called on every pass; does a bounded slice of work (e.g. hashes 256 KiB)
   // and returns whether there was any. The pass then does not yield.
   std::function<bool()> background;
 };
 
-// Drives sends (or receives) on all `transfers` until each is done, fails, or
-// `deadline_s` (MonotonicSeconds) passes. Failed or late transfers get
-// failed = true and their requests are freed (never waited on again).
-void RunChunked(MPI_Comm comm, bool send, int max_inflight, std::vector<ChunkedTransfer>* transfers,
-                double deadline_s, const ChunkHooks& hooks = {});
+// Drives the sends and receives of all `transfers` until each is done,
+// fails, or `deadline_s` (MonotonicSeconds) passes. Failed or late transfers
+// get failed = true and their requests are freed (never waited on again).
+void RunChunked(MPI_Comm comm, int max_inflight, std::vector<ChunkedTransfer>* transfers, double deadline_s,
+                const ChunkHooks& hooks = {});
 
 }  // namespace internal
 }  // namespace transports

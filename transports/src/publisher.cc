@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fanout.h"
 #include "staging.h"
 #include "viper/config.h"
 #include "viper/transports/device_memory.h"
@@ -45,6 +46,10 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
+  if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
+  if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol != HostProtocol::kTwoSided)) {
+    return fail("fanout: tree needs tier host with the two-sided protocol");
+  }
   for (int r : subscriber_ranks) {
     if (r < 0) return fail("subscriber_ranks: ranks must be >= 0");
   }
@@ -105,6 +110,10 @@ class Publisher::Impl {
   explicit Impl(const Options& options) : options_(options) {}
   ~Impl() {
     (void)Close();
+    // Sends freed unfinished (to dropped consumers) may still be matched
+    // and read their memory after this publisher is gone, if such a
+    // consumer wakes up: that memory is never freed.
+    if (!abandoned_.empty()) (void)new std::vector<std::shared_ptr<const void>>(std::move(abandoned_));
 #if VIPER_HAVE_CUDA
     for (cudaEvent_t e : chunk_events_) cudaEventDestroy(e);
     if (pinned_) cudaFreeHost(pinned_);
@@ -474,14 +483,17 @@ class Publisher::Impl {
     a.chunk_bytes = options_.chunk_bytes;
     a.header_bytes = src.header_bytes;
     a.data_chunks = plan->size();
+    a.routed = options_.fanout == Fanout::kDirect ? 0 : 1;
     a.sent_wtime = MonotonicSeconds();
     VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
+    std::vector<int> acking;  // every consumer the version is on its way to
+    const internal::FanoutPlan fan = RouteVersion(a, ready, report, &acking);
 
     internal::SliceHasher hasher(std::move(merged));
     internal::ChunkHooks hooks;
     hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
     std::shared_ptr<const std::byte> header;
-    hooks.ready = [&](std::size_t index) {
+    hooks.ready = [&](const internal::ChunkedTransfer&, std::size_t index) {
       if (index + 1 < chunks.size()) return true;
       if (!hasher.done()) return false;
       if (!header) {
@@ -491,23 +503,25 @@ class Publisher::Impl {
       return true;
     };
     std::vector<internal::ChunkedTransfer> transfers;
-    for (auto& [rank, msg] : ready) {
+    for (int rank : fan.ChildrenOf(rank_)) {
       internal::ChunkedTransfer t;
       t.peer = rank;
+      t.send = true;
       t.chunks = &chunks;
       transfers.push_back(std::move(t));
     }
-    internal::RunChunked(comm_, /*send=*/true, options_.max_inflight_chunks, &transfers,
+    internal::RunChunked(comm_, options_.max_inflight_chunks, &transfers,
                          MonotonicSeconds() + options_.peer_timeout_s, hooks);
-    std::vector<int> sent_to;
+    bool any_failed = false;
     for (const auto& t : transfers) {
-      if (t.failed) {
-        DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
-      } else {
-        sent_to.push_back(t.peer);
-      }
+      if (!t.failed) continue;
+      any_failed = true;
+      // Those it would have forwarded to stay subscribed: they report the
+      // version as not delivered once their wait runs out.
+      DropConsumer(t.peer, "transfer did not complete within peer_timeout_s", report);
+      acking.erase(std::remove(acking.begin(), acking.end(), t.peer), acking.end());
     }
-    if (sent_to.size() < transfers.size()) {
+    if (any_failed) {
       // Freed, unfinished sends may still read these: never free them.
       abandoned_.push_back(plan);
       if (header) abandoned_.push_back(header);
@@ -515,7 +529,7 @@ class Publisher::Impl {
     }
     report->transfer_s = MonotonicSeconds() - t0;
     if (options_.mode == Mode::kAsync || options_.wait_for_servable) {
-      CollectAcks(src.version, sent_to, start_s, report);
+      CollectAcks(src.version, acking, start_s, report);
     }
     return Status::Ok();
 #else
@@ -557,6 +571,7 @@ class Publisher::Impl {
       }
       internal::ChunkedTransfer t;
       t.peer = rank;
+      t.send = true;
       via_host.push_back(std::move(t));
     }
     if (!via_host.empty()) {
@@ -586,8 +601,10 @@ class Publisher::Impl {
       for (auto& t : via_host) t.chunks = &chunk_list;
       // A chunk is posted once its device-to-pinned copy is done.
       internal::ChunkHooks hooks;
-      hooks.ready = [&](std::size_t k) { return cudaEventQuery(chunk_events_[k]) == cudaSuccess; };
-      internal::RunChunked(comm_, /*send=*/true, options_.max_inflight_chunks, &via_host,
+      hooks.ready = [&](const internal::ChunkedTransfer&, std::size_t k) {
+        return cudaEventQuery(chunk_events_[k]) == cudaSuccess;
+      };
+      internal::RunChunked(comm_, options_.max_inflight_chunks, &via_host,
                            MonotonicSeconds() + options_.peer_timeout_s, hooks);
       for (const auto& t : via_host) {
         if (t.failed) {
@@ -623,6 +640,8 @@ class Publisher::Impl {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
     MPI_Comm_rank(comm_, &rank);
+    rank_ = rank;
+    internal::NodeName(host_name_, sizeof(host_name_));
     VIPER_ASSIGN_OR_RETURN(session_, internal::AgreeOnSession(comm_, rank));
     MPI_Comm_size(comm_, &size);
     if (options_.subscriber_ranks.empty()) {
@@ -692,6 +711,47 @@ class Publisher::Impl {
     return ready;
   }
 
+  // Two-sided: plans who forwards the version to whom over the consumers
+  // that accepted it (`ready`) and, when routed, sends each its Route. Sets
+  // `acking` to the consumers that will acknowledge (a consumer whose Route
+  // cannot be sent is dropped).
+  internal::FanoutPlan RouteVersion(const internal::Announce& a,
+                                    const std::vector<std::pair<int, internal::Ready>>& ready,
+                                    VersionReport* report, std::vector<int>* acking) {
+    std::vector<std::pair<int, std::string>> accepted;
+    for (const auto& [rank, msg] : ready) {
+      accepted.push_back({rank, std::string(msg.host, strnlen(msg.host, sizeof(msg.host)))});
+    }
+    std::sort(accepted.begin(), accepted.end());
+    std::vector<int> ranks;
+    std::vector<std::string> hosts;
+    for (const auto& [rank, host] : accepted) {
+      ranks.push_back(rank);
+      hosts.push_back(host);
+    }
+    internal::FanoutPlan fan = internal::PlanFanout(options_.fanout, options_.tree_arity,
+                                                   internal::kMaxRelayChildren, rank_, host_name_, ranks, hosts);
+    *acking = ranks;
+    if (!a.routed) return fan;
+    for (int rank : ranks) {
+      internal::Route route;
+      route.session = session_;
+      route.version = a.version;
+      route.parent = fan.parent.at(rank);
+      const std::vector<int>& children = fan.ChildrenOf(rank);
+      route.children_count = static_cast<int32_t>(children.size());
+      std::copy(children.begin(), children.end(), route.children);
+      // Below the producer's own wait for acknowledgements, so that a
+      // consumer behind a relay that died says so before it would be dropped.
+      route.relay_timeout_s = 0.75 * options_.peer_timeout_s;
+      if (!internal::SendPod(comm_, rank, internal::kTagRoute, route).ok()) {
+        DropConsumer(rank, "MPI_Send of the route failed", report);
+        acking->erase(std::remove(acking->begin(), acking->end(), rank), acking->end());
+      }
+    }
+    return fan;
+  }
+
   internal::Announce MakeAnnounce(const internal::StagedVersion& s, internal::AnnounceKind kind) const {
     internal::Announce a;
     a.session = session_;
@@ -752,6 +812,8 @@ class Publisher::Impl {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
   uint64_t session_ = 0;
+  int rank_ = 0;
+  char host_name_[64] = {0};  // this node's name (fan-out by node, CUDA IPC)
 #else
   Status InitMpi() {
     return UnavailableError(std::string("tier ") + ToString(options_.tier) + " with notify " +
@@ -763,9 +825,6 @@ class Publisher::Impl {
   Status InitGpu() {
     VIPER_RETURN_IF_ERROR(internal::OpenGpuStream(options_.gpu_device, &gpu_stream_));
     for (auto& st : staging_) st.UseDevice(gpu_stream_);
-#if VIPER_HAVE_MPI
-    internal::NodeName(host_name_, sizeof(host_name_));
-#endif
     return Status::Ok();
   }
   Status SelectGpu() {
@@ -776,7 +835,6 @@ class Publisher::Impl {
   void* pinned_ = nullptr;  // gpu tier, consumers without IPC: the image in pinned host memory
   uint64_t pinned_bytes_ = 0;
   std::vector<cudaEvent_t> chunk_events_;  // one per pinned chunk copy
-  char host_name_[64] = {0};
 #else
   Status InitGpu() { return UnavailableError("tier gpu: no CUDA device: Viper was built without CUDA"); }
   Status SelectGpu() { return Status::Ok(); }

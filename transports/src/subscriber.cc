@@ -322,6 +322,9 @@ class Subscriber::Impl {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int size = 0;
     MPI_Comm_size(comm_, &size);
+    MPI_Comm_rank(comm_, &rank_);
+    size_ = size;
+    internal::NodeName(host_name_, sizeof(host_name_));
     if (options_.producer_rank >= size) {
       return InvalidArgumentError("producer_rank: " + std::to_string(options_.producer_rank) +
                                   " is outside [0, " + std::to_string(size) + ")");
@@ -456,21 +459,38 @@ class Subscriber::Impl {
                       : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
                             "announcement of version " + std::to_string(a.version) + " is inconsistent"));
     ready.accept = buffer.ok() ? 1 : 0;
+    std::memcpy(ready.host, host_name_, sizeof(ready.host));
     VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
     if (!buffer.ok()) return buffer.status();
-    const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    // Where the bytes come from and whom this rank forwards them to.
+    internal::Route route;
+    route.parent = producer;
+    if (a.routed) {
+      VIPER_RETURN_IF_ERROR(AwaitRoute(a.version, deadline, &route));
+      if (route.parent != producer) {
+        deadline = std::min(deadline, MonotonicSeconds() + route.relay_timeout_s);
+      }
+    }
+    const int parent = route.parent;
+    // The producer stopping is the end of this subscription; a relay
+    // stopping costs only this version.
+    auto lost = [&](const std::string& what) {
+      if (parent == producer) return AbortedError(what);
+      return UnavailableError(what + " (relay rank " + std::to_string(parent) +
+                              "; the version is not served, the subscription goes on)");
+    };
     // Receives that time out stay posted: what they land in is never freed.
     auto plan = std::make_unique<std::vector<uint64_t>>(a.data_chunks);
     std::vector<internal::Chunk> plan_chunk = {
         {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
     std::vector<internal::ChunkedTransfer> transfers(1);
-    transfers[0].peer = producer;
+    transfers[0].peer = parent;
     transfers[0].chunks = &plan_chunk;
-    internal::RunChunked(comm_, /*send=*/false, 1, &transfers, deadline);
+    internal::RunChunked(comm_, 1, &transfers, deadline);
     if (transfers[0].failed) {
       (void)plan.release();
-      return AbortedError("the chunk plan of version " + std::to_string(a.version) +
-                          " did not arrive within transfer_timeout_s");
+      return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive in time");
     }
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
     std::byte* base = (*buffer)->data();
@@ -496,9 +516,33 @@ class Subscriber::Impl {
       if (index < ends.size()) hasher->Landed(ends[index]);
     };
     transfers[0] = internal::ChunkedTransfer();
-    transfers[0].peer = producer;
+    transfers[0].peer = parent;
     transfers[0].chunks = &chunks;
-    internal::RunChunked(comm_, /*send=*/false, 8, &transfers, deadline, hooks);
+    // Relay: the same messages, plan first, each sent on once it has landed.
+    std::vector<internal::Chunk> forward = plan_chunk;
+    forward.insert(forward.end(), chunks.begin(), chunks.end());
+    for (int i = 0; i < route.children_count; ++i) {
+      internal::ChunkedTransfer t;
+      t.peer = route.children[i];
+      t.send = true;
+      t.chunks = &forward;
+      transfers.push_back(std::move(t));
+    }
+    hooks.ready = [&](const internal::ChunkedTransfer& t, std::size_t index) {
+      return !t.send || index <= transfers[0].completed;  // forward[index] is chunks[index - 1]
+    };
+    internal::RunChunked(comm_, 8, &transfers, deadline, hooks);
+    for (std::size_t i = 1; i < transfers.size(); ++i) {
+      if (!transfers[i].failed) continue;
+      // Freed sends may still read the plan and the landing buffer (which
+      // the pool never frees): keep the plan too.
+      if (plan) (void)plan.release();
+      // The producer drops that rank when it does not acknowledge.
+      if (!transfers[0].failed) {
+        std::fprintf(stderr, "viper transports: rank %d could not forward version %llu to rank %d in time\n",
+                     rank_, static_cast<unsigned long long>(a.version), transfers[i].peer);
+      }
+    }
     if (transfers[0].failed) {
       hasher.reset();  // reads only what had landed
       // Receives may still land in this buffer: take it out of the pool and
@@ -506,11 +550,31 @@ class Subscriber::Impl {
       auto leaked = new std::shared_ptr<AlignedBuffer>(*buffer);
       (void)leaked;
       pool_.erase(std::remove(pool_.begin(), pool_.end(), *buffer), pool_.end());
-      return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
-                          std::to_string(options_.transfer_timeout_s) + " s");
+      return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete in time");
     }
     const StreamedData streamed{a.header_bytes, hasher->Finish()};
     return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
+  }
+
+  // Waits for the producer's Route of `version` and checks it.
+  Status AwaitRoute(uint64_t version, double deadline, internal::Route* route) {
+    internal::Backoff backoff(options_.idle_sleep_us);
+    for (;;) {
+      VIPER_ASSIGN_OR_RETURN(bool got,
+                             internal::TryRecvPod(comm_, options_.producer_rank, internal::kTagRoute, route));
+      if (got && route->session == session_ && route->version == version) break;
+      if (got) continue;  // stale
+      if (MonotonicSeconds() > deadline) {
+        return AbortedError("no route for version " + std::to_string(version) + " within transfer_timeout_s");
+      }
+      backoff.Pause();
+    }
+    auto bad_rank = [&](int r) { return r < 0 || r >= size_ || r == rank_; };
+    bool ok = !bad_rank(route->parent) && route->children_count >= 0 &&
+              route->children_count <= internal::kMaxRelayChildren && route->relay_timeout_s > 0;
+    for (int i = 0; ok && i < route->children_count; ++i) ok = !bad_rank(route->children[i]);
+    if (!ok) return AbortedError("the route of version " + std::to_string(version) + " is inconsistent");
+    return Status::Ok();
   }
 
 #if VIPER_HAVE_CUDA
@@ -574,8 +638,7 @@ class Subscriber::Impl {
             cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, gpu_stream_);
         if (e != cudaSuccess && copy_status.ok()) copy_status = internal::CudaStatus("cudaMemcpyAsync", e);
       };
-      internal::RunChunked(comm_, /*send=*/false, 8, &transfers,
-                           MonotonicSeconds() + options_.transfer_timeout_s, hooks);
+      internal::RunChunked(comm_, 8, &transfers, MonotonicSeconds() + options_.transfer_timeout_s, hooks);
       if (transfers[0].failed) {
         // Receives may still land in the pinned buffer: never free it.
         pinned_ = nullptr;
@@ -695,6 +758,9 @@ class Subscriber::Impl {
   MPI_Win win_ = MPI_WIN_NULL;
   void* win_base_ = nullptr;
   uint64_t session_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+  char host_name_[64] = {0};  // this node's name (fan-out by node, CUDA IPC)
 #else
   Status InitMpi() { return UnavailableError("notify push needs MPI; Viper was built without it"); }
   void PushLoop() { Finish(false, false, "built without MPI"); }
@@ -711,9 +777,6 @@ class Subscriber::Impl {
                              internal::DeviceBuffer::Allocate(options_.preallocate_bytes));
       device_pool_.push_back(std::make_shared<internal::DeviceBuffer>(std::move(b)));
     }
-#if VIPER_HAVE_MPI
-    internal::NodeName(host_name_, sizeof(host_name_));
-#endif
     return Status::Ok();
   }
   Status SelectGpu() {
@@ -732,7 +795,6 @@ class Subscriber::Impl {
   cudaEvent_t copy_start_ = nullptr, copy_end_ = nullptr;  // time the copy on the device
   void* pinned_ = nullptr;                                 // landing buffer of the pinned-host path
   uint64_t pinned_bytes_ = 0;
-  char host_name_[64] = {0};
 #else
   Status InitGpu() { return UnavailableError("tier gpu: no CUDA device: Viper was built without CUDA"); }
   Status SelectGpu() { return Status::Ok(); }

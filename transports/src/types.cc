@@ -31,6 +31,8 @@ const std::pair<Mode, const char*> kModes[] = {{Mode::kSync, "sync"}, {Mode::kAs
 const std::pair<Notify, const char*> kNotifies[] = {{Notify::kPush, "push"}, {Notify::kPoll, "poll"}};
 const std::pair<HostProtocol, const char*> kProtocols[] = {{HostProtocol::kTwoSided, "two-sided"},
                                                            {HostProtocol::kOneSided, "one-sided"}};
+const std::pair<Fanout, const char*> kFanouts[] = {
+    {Fanout::kNode, "node"}, {Fanout::kDirect, "direct"}, {Fanout::kTree, "tree"}};
 
 }  // namespace
 
@@ -44,6 +46,8 @@ const char* ToString(HostProtocol protocol) { return Name(kProtocols, protocol);
 std::optional<HostProtocol> HostProtocolFromString(const std::string& name) {
   return Lookup(kProtocols, name);
 }
+const char* ToString(Fanout fanout) { return Name(kFanouts, fanout); }
+std::optional<Fanout> FanoutFromString(const std::string& name) { return Lookup(kFanouts, name); }
 
 Status WriteCostSamplesCsv(const std::string& path, const std::vector<CostSample>& samples, bool append) {
   struct stat st;

@@ -37,6 +37,22 @@ enum class HostProtocol { kTwoSided, kOneSided };
 const char* ToString(HostProtocol protocol);  // "two-sided", "one-sided"
 std::optional<HostProtocol> HostProtocolFromString(const std::string& name);
 
+// How one version reaches several consumers (host tier, two-sided; the
+// other tiers always send to each consumer directly).
+//   node:   consumers on the producer's node get it from the producer; on
+//           every other node one consumer gets it from the producer and
+//           forwards each chunk, as it lands, to the rest of its node, so
+//           the bytes cross the network once per node. On one node this is
+//           direct.
+//   direct: the producer sends to each consumer. On one node the copies run
+//           in parallel: Open MPI's shared-memory transport lets each
+//           receiver copy from the producer's memory.
+//   tree:   a pipelined k-ary tree over the consumers in rank order, whatever
+//           their node: each forwards every chunk to its children as it lands.
+enum class Fanout { kNode, kDirect, kTree };
+const char* ToString(Fanout fanout);  // "node", "direct", "tree"
+std::optional<Fanout> FanoutFromString(const std::string& name);
+
 // One verified, immutable version as a consumer serves it. `state` holds
 // views into `bytes` (the received safetensors image), which stays alive as
 // long as any reference to this object or to its tensors does. On the gpu
