@@ -621,6 +621,93 @@ void BM_TransportsGpu(benchmark::State& state) {
 #endif
 }
 
+// Fan-out to every other rank (mpirun -np 3 or more, with
+// --benchmark_filter=Fanout; the other benchmarks use ranks 0 and 1 only):
+// update latency of the last consumer to have the version with the plan
+// under test, vs that of one consumer alone, measured one after the other in
+// the same run (sync publishes, 16 MB chunks for both, two untimed warm-up
+// versions each). Arg 0: bytes; arg 1: 0 direct, 1 tree of arity 2, 2 chain.
+void BM_TransportsFanout(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  const int size = Session()->size();
+  if (size < 3) {
+    state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const int plan = static_cast<int>(state.range(1));
+  const int timed = static_cast<int>(state.max_iterations);
+  double single_s = 0, last_s = 0, mean_s = 0, transfer_s = 0;
+  for (int phase = 0; phase < 2; ++phase) {  // 0: rank 1 alone; 1: every other rank
+    std::vector<int> ranks = OnlyRankOne();
+    if (phase == 1) {
+      ranks.clear();
+      for (int r = 1; r < size; ++r) ranks.push_back(r);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) {
+      Publisher::Options o;
+      o.mode = Mode::kSync;
+      o.subscriber_ranks = ranks;
+      o.chunk_bytes = 16ull << 20;
+      o.fanout = plan == 0 ? Fanout::kDirect : Fanout::kTree;
+      o.tree_arity = plan == 2 ? 1 : 2;
+      auto pub = Publisher::Create(o);
+      if (!pub.ok()) {
+        state.SkipWithError(pub.status().ToString().c_str());
+        return;  // the consumers time out
+      }
+      ModelState m = MakeModel(bytes, 5);
+      MPI_Barrier(MPI_COMM_WORLD);
+      for (int i = 0; i < 2 + timed; ++i) {
+        auto r = (*pub)->Publish(m, i);
+        if (!r.ok() || r->consumers.size() != ranks.size()) {
+          state.SkipWithError(r.ok() ? r->BriefReport().c_str() : r.status().ToString().c_str());
+          break;
+        }
+        if (i < 2) continue;
+        double last = 0, sum = 0;
+        for (const auto& c : r->consumers) {
+          last = std::max(last, c.servable_s);
+          sum += c.servable_s;
+        }
+        if (phase == 0) {
+          single_s += last / timed;
+        } else {
+          last_s += last / timed;
+          mean_s += sum / r->consumers.size() / timed;
+          transfer_s += r->transfer_s / timed;
+        }
+      }
+      (void)(*pub)->Close();
+    } else if (std::find(ranks.begin(), ranks.end(), Rank()) != ranks.end()) {
+      Subscriber::Options so;
+      so.preallocate_bytes = bytes + (1 << 20);
+      auto sub = Subscriber::Create(so);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (sub.ok()) (*sub)->WaitUntilDone(600);
+    } else {
+      MPI_Comm dup;  // Subscriber::Create is collective over MPI_COMM_WORLD
+      MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+      uint64_t session = 0;
+      MPI_Bcast(&session, 1, MPI_UINT64_T, 0, dup);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+  int n = 0;
+  for (auto _ : state) ++n;  // the timed work is above; keeps the iteration count
+  if (Rank() == 0) {
+    state.counters["consumers"] = size - 1;
+    state.counters["single_s"] = single_s;
+    state.counters["last_s"] = last_s;
+    state.counters["mean_s"] = mean_s;
+    state.counters["producer_send_s"] = transfer_s;
+    state.counters["last_over_single"] = last_s / single_s;
+  } else {
+    state.SetLabel("consumer rank");
+  }
+}
+
 constexpr int64_t kMB = 1000 * 1000;
 void Sizes(benchmark::internal::Benchmark* b, int64_t extra_arg = -1) {
   std::vector<int64_t> sizes = {64 * kMB, 600 * kMB};
@@ -659,6 +746,13 @@ BENCHMARK(BM_TransportsStall)
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsNotify)->Iterations(300)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TransportsFanout)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int64_t plan : {0, 1, 2}) Sizes(b, plan);
+    })
+    ->ArgNames({"bytes", "plan"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsGpu)
     ->Apply([](benchmark::internal::Benchmark* b) {
       std::vector<int64_t> sizes = {64 * kMB, 600 * kMB, 1700 * kMB};
