@@ -43,6 +43,7 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   j["tier"] = s.tier;
   j["mode"] = s.mode;
   j["notify"] = s.notify;
+  j["fanout"] = s.fanout;
   j["strategy"] = s.strategy;
   j["consumers"] = s.consumers;
   j["lost_consumers"] = s.lost_consumers;
@@ -118,6 +119,7 @@ void PrintTable(const workflow::LiveRun::Summary& s) {
 int RunRun(const std::vector<std::string>& args) {
   workflow::LiveRun::Options o;
   std::string workload = "trainer", transport = "host", notify = "push", mode = "async", strategy = "optimal";
+  std::string fanout = "node";
   std::string model_bytes = "64MiB", json_path, csv_path, trace_path;
   std::string hidden;
   bool compare = false, quiet = false;
@@ -130,6 +132,9 @@ int RunRun(const std::vector<std::string>& args) {
       "chunks over MPI; replay tensors live on GPU 0, trainer tensors are copied to it)")(
       "notify", po::value(&notify)->default_value(notify),
       "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")(
+      "fanout", po::value(&fanout)->default_value(fanout),
+      "host tier, several consumers: node (one send per other node, relayed there; direct on one node) | "
+      "direct (the producer sends to each) | tree (consumers relay along a binary tree)")(
       "mode", po::value(&mode)->default_value(mode),
       "sync (Publish waits for delivery) | async (snapshot, background send)")(
       "strategy", po::value(&strategy)->default_value(strategy),
@@ -205,6 +210,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto nt = transports::NotifyFromString(notify);
   if (!nt) return usage("--notify: expected push or poll, got '" + notify + "'");
   o.notify = *nt;
+  auto fo = transports::FanoutFromString(fanout);
+  if (!fo) return usage("--fanout: expected node, direct or tree, got '" + fanout + "'");
+  o.fanout = *fo;
   auto md = transports::ModeFromString(mode);
   if (!md) return usage("--mode: expected sync or async, got '" + mode + "'");
   o.mode = *md;

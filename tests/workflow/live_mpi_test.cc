@@ -193,6 +193,28 @@ TEST(LiveMpi, ReplayPrefixOverPfs) {
   }
 }
 
+TEST(LiveMpi, ReplayOverHostRelayedAlongATree) {
+  // Consumers forward each version along a binary tree (at np 5: 0 -> 1, 2;
+  // 1 -> 3, 4); every version must still reach every consumer.
+  LiveRun::Options o;
+  o.workload = LiveRun::Workload::kReplay;
+  o.log_path = datasets::ShippedLogDirectory() + "/sgd-h32.csv.gz";
+  o.replay_max_iterations = 400;
+  o.replay_time_scale = 6;
+  o.model_bytes = 4 << 20;
+  o.tier = transports::Tier::kHost;
+  o.fanout = transports::Fanout::kTree;
+  o.mode = transports::Mode::kSync;
+  o.strategy = schedulers::StrategyKind::kFixed;
+  o.requests_per_s = 200;
+  o.verbose = false;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  EXPECT_EQ(r->fanout, "tree");
+  CheckProducerSummary(*r);
+}
+
 }  // namespace
 }  // namespace workflow
 }  // namespace viper

@@ -412,6 +412,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.tier = transports::ToString(o.tier);
   s.mode = transports::ToString(o.mode);
   s.notify = transports::ToString(o.notify);
+  s.fanout = transports::ToString(o.fanout);
   s.strategy = schedulers::ToString(o.strategy);
   s.consumers = size - 1;
   auto log = [&](const std::string& line) {
@@ -445,6 +446,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   po.tier = o.tier;
   po.mode = o.mode;
   po.notify = o.notify;
+  po.fanout = o.fanout;
   po.peer_timeout_s = o.consumer_timeout_s;
   po.pfs_dir = o.pfs_dir;
   po.staging_bytes = ExpectedModelBytes(o) + (1 << 20);
@@ -731,6 +733,9 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   }
   if (tier == transports::Tier::kPfs && pfs_dir.empty())
     return Fail(error, "pfs_dir: required with tier pfs");
+  if (fanout == transports::Fanout::kTree && tier != transports::Tier::kHost) {
+    return Fail(error, "fanout: tree needs tier host (consumers relay MPI messages)");
+  }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");

@@ -52,6 +52,8 @@ class LiveRun {
     transports::Tier tier = transports::Tier::kHost;
     transports::Mode mode = transports::Mode::kAsync;
     transports::Notify notify = transports::Notify::kPush;
+    // host tier: how a version reaches several consumers (node, direct, tree).
+    transports::Fanout fanout = transports::Fanout::kNode;
     // Schedule strategy (oracle is refused: it needs the future).
     schedulers::StrategyKind strategy = schedulers::StrategyKind::kOptimal;
     // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
@@ -123,7 +125,7 @@ class LiveRun {
   struct Summary {
     std::string termination;  // "completed", "interrupted", "failed"
     std::string message;      // why, when not completed; lost consumers
-    std::string workload, tier, mode, notify, strategy;
+    std::string workload, tier, mode, notify, fanout, strategy;
     int consumers = 0;                // ranks started as consumers
     std::vector<int> lost_consumers;  // dropped mid-run (no records from them)
     // Some rank was lost (producer: any consumer; consumers: as the producer
