@@ -489,7 +489,9 @@ class Publisher::Impl {
     std::vector<int> acking;  // every consumer the version is on its way to
     const internal::FanoutPlan fan = RouteVersion(a, ready, report, &acking);
 
-    internal::SliceHasher hasher(std::move(merged));
+    // A hashing thread only where it gets its own CPU (e.g. mpirun
+    // --bind-to none); bound to one core, slices between MPI calls.
+    internal::SliceHasher hasher(std::move(merged), /*use_thread=*/internal::HaveSpareCpu());
     internal::ChunkHooks hooks;
     hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
     std::shared_ptr<const std::byte> header;

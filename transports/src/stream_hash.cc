@@ -1,15 +1,36 @@
 #include "stream_hash.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 namespace viper {
 namespace transports {
 namespace internal {
 
+SliceHasher::SliceHasher(std::vector<ByteRange> ranges, bool use_thread) : ranges_(std::move(ranges)) {
+  if (ranges_.empty()) done_ = true;
+  if (use_thread && !done()) {
+    worker_ = std::thread([this] {
+      while (!done() && !stop_.load(std::memory_order_relaxed)) Hash(1 << 20);
+    });
+  }
+}
+
+SliceHasher::~SliceHasher() {
+  stop_ = true;
+  if (worker_.joinable()) worker_.join();
+}
+
 bool SliceHasher::Step(uint64_t max_bytes) {
-  if (done()) return false;
+  if (worker_.joinable() || done()) return false;
+  Hash(max_bytes);
+  return true;
+}
+
+void SliceHasher::Hash(uint64_t max_bytes) {
   uint64_t budget = max_bytes;
-  while (budget > 0 && !done()) {
+  while (budget > 0 && index_ < ranges_.size()) {
     const ByteRange& r = ranges_[index_];
     const uint64_t n = std::min(budget, r.size - offset_);
     if (n > 0) hasher_.Update(r.data + offset_, n);
@@ -20,10 +41,17 @@ bool SliceHasher::Step(uint64_t max_bytes) {
       offset_ = 0;
     }
   }
-  return true;
+  if (index_ >= ranges_.size()) done_.store(true, std::memory_order_release);
 }
 
 uint64_t SliceHasher::Digest() const { return hasher_.Digest(); }
+
+bool HaveSpareCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::thread::hardware_concurrency() > 1;
+  return CPU_COUNT(&set) > 1;
+}
 
 LandingHasher::LandingHasher(const std::byte* base, bool use_thread) : base_(base) {
   if (use_thread) worker_ = std::thread([this] { Run(); });

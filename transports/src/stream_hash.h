@@ -4,6 +4,7 @@
 // chunks are still arriving. Both digests equal Xxh3_64 of the concatenation.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -23,23 +24,39 @@ struct ByteRange {
   uint64_t size = 0;
 };
 
-// Hashes `ranges` in order, a slice at a time, on the calling thread.
+// Hashes `ranges` in order: on a worker thread when `use_thread` (the
+// caller's thread is then free for MPI progress, which on a shared-memory
+// transport without single-copy is the copy itself), else a slice at a time
+// in Step on the calling thread.
 class SliceHasher {
  public:
-  explicit SliceHasher(std::vector<ByteRange> ranges) : ranges_(std::move(ranges)) {}
-  // Hashes up to `max_bytes` more; returns false when everything was hashed
-  // already (no work done).
+  SliceHasher(std::vector<ByteRange> ranges, bool use_thread);
+  ~SliceHasher();  // stops the worker (the digest is then lost)
+  SliceHasher(const SliceHasher&) = delete;
+  SliceHasher& operator=(const SliceHasher&) = delete;
+
+  // Inline: hashes up to `max_bytes` more. Returns false when there was no
+  // work for the caller (all hashed, or the worker is hashing).
   bool Step(uint64_t max_bytes);
-  bool done() const { return index_ >= ranges_.size(); }
+  bool done() const { return done_.load(std::memory_order_acquire); }
   // The digest of all ranges; only once done().
   uint64_t Digest() const;
 
  private:
+  void Hash(uint64_t max_bytes);  // up to max_bytes more; sets done_ at the end
+
   std::vector<ByteRange> ranges_;
   std::size_t index_ = 0;  // range being hashed
   uint64_t offset_ = 0;    // within it
   Xxh3Hasher hasher_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> stop_{false};
+  std::thread worker_;
 };
+
+// Whether this process may run on more than one CPU (its affinity mask), so
+// that a hashing thread runs beside the MPI thread instead of taking turns.
+bool HaveSpareCpu();
 
 // Hashes [base, base + landed) as `landed` grows: on a worker thread when
 // `use_thread`, else inline in Landed. The bytes below `landed` must not
