@@ -14,6 +14,79 @@ namespace viper {
 namespace transports {
 namespace internal {
 
+CopyPool::CopyPool(int threads) {
+  VIPER_CHECK(threads >= 1);
+  for (int id = 1; id < threads; ++id) workers_.emplace_back([this, id] { Work(id); });
+}
+
+CopyPool::~CopyPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void CopyPool::Run(int jobs, const std::function<void(int)>& job) {
+  VIPER_CHECK(jobs >= 1 && jobs <= threads());
+  if (jobs == 1) {
+    job(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &job;
+    jobs_ = jobs;
+    busy_ = jobs - 1;
+    ++batch_;
+  }
+  wake_.notify_all();
+  job(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return busy_ == 0; });
+  job_ = nullptr;
+}
+
+void CopyPool::Work(int id) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || batch_ != seen; });
+    if (stop_) return;
+    seen = batch_;
+    if (id >= jobs_) continue;  // this batch needs fewer threads
+    const std::function<void(int)>* job = job_;
+    lock.unlock();
+    (*job)(id);
+    lock.lock();
+    if (--busy_ == 0) done_.notify_one();
+  }
+}
+
+std::vector<std::vector<CopyPiece>> PlanCopy(const ModelState& state, std::byte* dst, int jobs) {
+  VIPER_CHECK(jobs >= 1);
+  uint64_t total = 0;
+  for (const Tensor& t : state.tensors()) total += t.size_bytes;
+  // Range j is [cut[j], cut[j + 1]) of the offset from dst.
+  std::vector<uint64_t> cut(jobs + 1, total);
+  for (int j = 0; j < jobs; ++j) cut[j] = total * j / jobs / kCopyCutBytes * kCopyCutBytes;
+  std::vector<std::vector<CopyPiece>> plan(jobs);
+  uint64_t off = 0;  // of the tensor in the data section
+  int j = 0;
+  for (const Tensor& t : state.tensors()) {
+    for (uint64_t done = 0; done < t.size_bytes;) {
+      const uint64_t at = off + done;
+      while (cut[j + 1] <= at) ++j;
+      const uint64_t n = std::min<uint64_t>(t.size_bytes - done, cut[j + 1] - at);
+      plan[j].push_back({dst + at, t.data + done, n});
+      done += n;
+    }
+    off += t.size_bytes;
+  }
+  return plan;
+}
+
 std::string PadHeader(std::string header, uint64_t alignment) {
   VIPER_CHECK(header.size() >= 8);
   const uint64_t total = RoundUp(header.size(), alignment);
@@ -70,8 +143,18 @@ Status StagedVersion::Reallocate(uint64_t bytes) {
   return Status::Ok();
 }
 
+void StagedVersion::UseCopyThreads(int threads) {
+  threads = std::max(threads, 1);
+  if (threads == copy_threads_) return;
+  pool_.reset();
+  if (threads > 1) pool_ = std::make_unique<CopyPool>(threads);
+  copy_threads_ = threads;
+}
+
 Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_t iteration,
-                               int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying) {
+                               int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying,
+                               int copy_threads) {
+  if (!on_device_) UseCopyThreads(copy_threads);
   uint64_t data_bytes = 0;
   for (const Tensor& t : state.tensors()) {
     if (t.memory != MemoryKind::kHost && !on_device_) {
@@ -164,9 +247,15 @@ Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copyi
     checksum_ = hasher.Digest();
     checksum_ready_ = true;
   } else {
-    for (const Tensor& t : state.tensors()) {
-      if (t.size_bytes > 0) std::memcpy(dst, t.data, t.size_bytes);
-      dst += t.size_bytes;
+    const int jobs = static_cast<int>(
+        std::clamp<uint64_t>(data_bytes_ / kMinBytesPerCopyThread, 1, static_cast<uint64_t>(copy_threads_)));
+    const std::vector<std::vector<CopyPiece>> plan = PlanCopy(state, dst, jobs);
+    if (jobs > 1) {
+      pool_->Run(jobs, [&plan](int j) {
+        for (const CopyPiece& p : plan[j]) std::memcpy(p.dst, p.src, p.bytes);
+      });
+    } else {
+      for (const CopyPiece& p : plan[0]) std::memcpy(p.dst, p.src, p.bytes);
     }
   }
   return Status::Ok();
