@@ -1,9 +1,10 @@
-// The staging buffer (transports/src/staging.h): the snapshot copy split over
-// threads must give the same image as one memcpy per tensor.
+// The staging buffer (transports/src/staging.h): the snapshot copy, streamed
+// and split over threads, must give the same image as one memcpy per tensor.
 #include "../../transports/src/staging.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -81,6 +82,29 @@ TEST(StagedVersion, SmallSnapshotWithManyThreads) {
   ASSERT_TRUE(eight.Snapshot(m, 1, 1, 0, 0, false, 8).ok());
   ASSERT_TRUE(eight.Finalize().ok());
   EXPECT_EQ(Image(one), Image(eight));
+}
+
+TEST(StreamCopy, EveryAlignmentAndLengthCopiesExactly) {
+  // Head (to a 64-byte boundary of dst), streamed body and tail: every
+  // alignment of both ends, lengths across the 64- and 128-byte body steps.
+  std::vector<std::byte> src(4096 + 64), dst(4096 + 128);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
+  for (std::size_t dst_off = 0; dst_off < 64; dst_off += 3) {
+    for (std::size_t src_off = 0; src_off < 64; src_off += 5) {
+      for (std::size_t n : {0, 1, 15, 63, 64, 65, 127, 128, 129, 255, 1000, 4096}) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xee});
+        internal::StreamCopy(dst.data() + dst_off, src.data() + src_off, n);
+        ASSERT_EQ(0, std::memcmp(dst.data() + dst_off, src.data() + src_off, n))
+            << "dst+" << dst_off << " src+" << src_off << " n " << n;
+        // Nothing around the range was written.
+        for (std::size_t k = 0; k < dst.size(); ++k) {
+          if (k < dst_off || k >= dst_off + n) {
+            ASSERT_EQ(dst[k], std::byte{0xee}) << k;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(PlanCopy, PiecesTileTheDataInOrder) {

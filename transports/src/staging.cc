@@ -1,5 +1,9 @@
 #include "staging.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,6 +17,74 @@
 namespace viper {
 namespace transports {
 namespace internal {
+
+namespace {
+
+void Memcpy(std::byte* dst, const std::byte* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+
+#if defined(__x86_64__)
+// Bytes before `dst` is 64-byte (cache line) aligned, at most `bytes`.
+std::size_t HeadBytes(const std::byte* dst, std::size_t bytes) {
+  return std::min<std::size_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63, bytes);
+}
+
+__attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t head = HeadBytes(dst, bytes);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  const std::size_t body = bytes & ~std::size_t{127};
+  for (std::size_t i = 0; i < body; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  std::memcpy(dst + body, src + body, bytes - body);
+  _mm_sfence();  // streaming stores are weakly ordered
+}
+
+void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t head = HeadBytes(dst, bytes);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  const std::size_t body = bytes & ~std::size_t{63};
+  for (std::size_t i = 0; i < body; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + body, src + body, bytes - body);
+  _mm_sfence();
+}
+#endif
+
+}  // namespace
+
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (bytes == 0) return;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) {
+    StreamCopyAvx2(dst, src, bytes);
+  } else {
+    StreamCopySse2(dst, src, bytes);
+  }
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
 
 CopyPool::CopyPool(int threads) {
   VIPER_CHECK(threads >= 1);
@@ -247,15 +319,20 @@ Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copyi
     checksum_ = hasher.Digest();
     checksum_ready_ = true;
   } else {
+    // memcpy picks its stores per call: a tensor below glibc's non-temporal
+    // threshold gets ordinary stores even when the snapshot is far larger
+    // than the caches. StreamCopy decides once, by the size of the snapshot.
+    void (*copy)(std::byte*, const std::byte*, std::size_t) =
+        data_bytes_ >= kStreamCopyMinBytes ? StreamCopy : Memcpy;
     const int jobs = static_cast<int>(
         std::clamp<uint64_t>(data_bytes_ / kMinBytesPerCopyThread, 1, static_cast<uint64_t>(copy_threads_)));
     const std::vector<std::vector<CopyPiece>> plan = PlanCopy(state, dst, jobs);
     if (jobs > 1) {
-      pool_->Run(jobs, [&plan](int j) {
-        for (const CopyPiece& p : plan[j]) std::memcpy(p.dst, p.src, p.bytes);
+      pool_->Run(jobs, [&plan, copy](int j) {
+        for (const CopyPiece& p : plan[j]) copy(p.dst, p.src, p.bytes);
       });
     } else {
-      for (const CopyPiece& p : plan[0]) std::memcpy(p.dst, p.src, p.bytes);
+      for (const CopyPiece& p : plan[0]) copy(p.dst, p.src, p.bytes);
     }
   }
   return Status::Ok();

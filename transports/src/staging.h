@@ -67,6 +67,13 @@ struct CopyPiece {
   std::size_t bytes = 0;
 };
 
+// Copies `bytes` from `src` to `dst` with non-temporal (streaming) stores on
+// x86-64 (AVX2 where the CPU has it, else SSE2), memcpy elsewhere. For large
+// copies whose destination is not read again soon: the stores bypass the
+// caches and, unlike ordinary stores, do not first read each destination line
+// from memory. The bytes are visible to other threads once it returns.
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes);
+
 // Plans the copy of `state`'s tensors, back to back from `dst`, as `jobs`
 // contiguous ranges of the destination of about equal size, cut at
 // kCopyCutBytes boundaries of the offset from `dst` (a range may span several
@@ -103,12 +110,14 @@ class StagedVersion {
   // growing the buffer when needed. This is the producer's stall in async mode.
   // With `hash_while_copying` (sync mode) the checksum is computed block by
   // block right after each block is copied, while it is still in cache, and
-  // Finalize does not read the data again. Otherwise host staging splits the
+  // Finalize does not read the data again. Otherwise host staging copies
+  // snapshots of at least kStreamCopyMinBytes with StreamCopy, and splits the
   // copy over min(copy_threads, data bytes / kMinBytesPerCopyThread) threads
   // (at least 1: the caller, plus a pool this object keeps, started on the
   // first call that asks for more than one thread).
   Status Snapshot(const ModelState& state, uint64_t version, int64_t iteration, int32_t producer_id,
                   uint64_t min_capacity_bytes = 0, bool hash_while_copying = false, int copy_threads = 1);
+  static constexpr uint64_t kStreamCopyMinBytes = 8ull << 20;
   static constexpr uint64_t kMinBytesPerCopyThread = 4ull << 20;
   // Checksums the data and writes the header in front of it.
   Status Finalize();
