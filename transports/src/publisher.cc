@@ -45,6 +45,7 @@ bool Publisher::Options::IsValid(std::string* error) const {
   if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
+  if (snapshot_threads < 1 || snapshot_threads > 64) return fail("snapshot_threads: must be in [1, 64]");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
   if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol != HostProtocol::kTwoSided)) {
@@ -140,7 +141,8 @@ class Publisher::Impl {
       // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
       for (auto& s : staging_) {
         ModelState empty;
-        VIPER_RETURN_IF_ERROR(s.Snapshot(empty, 0, 0, 0, options_.staging_bytes));
+        VIPER_RETURN_IF_ERROR(s.Snapshot(empty, 0, 0, 0, options_.staging_bytes,
+                                         /*hash_while_copying=*/false, options_.snapshot_threads));
       }
     }
     if (options_.mode == Mode::kAsync) sender_ = std::thread([this] { SenderLoop(); });
@@ -210,7 +212,8 @@ class Publisher::Impl {
       }
     }
     Status st =
-        staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes);
+        staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
+                               /*hash_while_copying=*/false, options_.snapshot_threads);
     report.snapshot_s = MonotonicSeconds() - t0;
     report.stall_s = report.snapshot_s;
     if (!st.ok()) return st;

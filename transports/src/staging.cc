@@ -1,5 +1,9 @@
 #include "staging.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,6 +17,147 @@
 namespace viper {
 namespace transports {
 namespace internal {
+
+namespace {
+
+void Memcpy(std::byte* dst, const std::byte* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+
+#if defined(__x86_64__)
+// Bytes before `dst` is 64-byte (cache line) aligned, at most `bytes`.
+std::size_t HeadBytes(const std::byte* dst, std::size_t bytes) {
+  return std::min<std::size_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63, bytes);
+}
+
+__attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t head = HeadBytes(dst, bytes);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  const std::size_t body = bytes & ~std::size_t{127};
+  for (std::size_t i = 0; i < body; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  std::memcpy(dst + body, src + body, bytes - body);
+  _mm_sfence();  // streaming stores are weakly ordered
+}
+
+void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t head = HeadBytes(dst, bytes);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  const std::size_t body = bytes & ~std::size_t{63};
+  for (std::size_t i = 0; i < body; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + body, src + body, bytes - body);
+  _mm_sfence();
+}
+#endif
+
+}  // namespace
+
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (bytes == 0) return;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) {
+    StreamCopyAvx2(dst, src, bytes);
+  } else {
+    StreamCopySse2(dst, src, bytes);
+  }
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+CopyPool::CopyPool(int threads) {
+  VIPER_CHECK(threads >= 1);
+  for (int id = 1; id < threads; ++id) workers_.emplace_back([this, id] { Work(id); });
+}
+
+CopyPool::~CopyPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void CopyPool::Run(int jobs, const std::function<void(int)>& job) {
+  VIPER_CHECK(jobs >= 1 && jobs <= threads());
+  if (jobs == 1) {
+    job(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &job;
+    jobs_ = jobs;
+    busy_ = jobs - 1;
+    ++batch_;
+  }
+  wake_.notify_all();
+  job(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return busy_ == 0; });
+  job_ = nullptr;
+}
+
+void CopyPool::Work(int id) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || batch_ != seen; });
+    if (stop_) return;
+    seen = batch_;
+    if (id >= jobs_) continue;  // this batch needs fewer threads
+    const std::function<void(int)>* job = job_;
+    lock.unlock();
+    (*job)(id);
+    lock.lock();
+    if (--busy_ == 0) done_.notify_one();
+  }
+}
+
+std::vector<std::vector<CopyPiece>> PlanCopy(const ModelState& state, std::byte* dst, int jobs) {
+  VIPER_CHECK(jobs >= 1);
+  uint64_t total = 0;
+  for (const Tensor& t : state.tensors()) total += t.size_bytes;
+  // Range j is [cut[j], cut[j + 1]) of the offset from dst.
+  std::vector<uint64_t> cut(jobs + 1, total);
+  for (int j = 0; j < jobs; ++j) cut[j] = total * j / jobs / kCopyCutBytes * kCopyCutBytes;
+  std::vector<std::vector<CopyPiece>> plan(jobs);
+  uint64_t off = 0;  // of the tensor in the data section
+  int j = 0;
+  for (const Tensor& t : state.tensors()) {
+    for (uint64_t done = 0; done < t.size_bytes;) {
+      const uint64_t at = off + done;
+      while (cut[j + 1] <= at) ++j;
+      const uint64_t n = std::min<uint64_t>(t.size_bytes - done, cut[j + 1] - at);
+      plan[j].push_back({dst + at, t.data + done, n});
+      done += n;
+    }
+    off += t.size_bytes;
+  }
+  return plan;
+}
 
 std::string PadHeader(std::string header, uint64_t alignment) {
   VIPER_CHECK(header.size() >= 8);
@@ -70,8 +215,18 @@ Status StagedVersion::Reallocate(uint64_t bytes) {
   return Status::Ok();
 }
 
+void StagedVersion::UseCopyThreads(int threads) {
+  threads = std::max(threads, 1);
+  if (threads == copy_threads_) return;
+  pool_.reset();
+  if (threads > 1) pool_ = std::make_unique<CopyPool>(threads);
+  copy_threads_ = threads;
+}
+
 Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_t iteration,
-                               int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying) {
+                               int32_t producer_id, uint64_t min_capacity_bytes, bool hash_while_copying,
+                               int copy_threads) {
+  if (!on_device_) UseCopyThreads(copy_threads);
   uint64_t data_bytes = 0;
   for (const Tensor& t : state.tensors()) {
     if (t.memory != MemoryKind::kHost && !on_device_) {
@@ -164,9 +319,20 @@ Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copyi
     checksum_ = hasher.Digest();
     checksum_ready_ = true;
   } else {
-    for (const Tensor& t : state.tensors()) {
-      if (t.size_bytes > 0) std::memcpy(dst, t.data, t.size_bytes);
-      dst += t.size_bytes;
+    // memcpy picks its stores per call: a tensor below glibc's non-temporal
+    // threshold gets ordinary stores even when the snapshot is far larger
+    // than the caches. StreamCopy decides once, by the size of the snapshot.
+    void (*copy)(std::byte*, const std::byte*, std::size_t) =
+        data_bytes_ >= kStreamCopyMinBytes ? StreamCopy : Memcpy;
+    const int jobs = static_cast<int>(
+        std::clamp<uint64_t>(data_bytes_ / kMinBytesPerCopyThread, 1, static_cast<uint64_t>(copy_threads_)));
+    const std::vector<std::vector<CopyPiece>> plan = PlanCopy(state, dst, jobs);
+    if (jobs > 1) {
+      pool_->Run(jobs, [&plan, copy](int j) {
+        for (const CopyPiece& p : plan[j]) copy(p.dst, p.src, p.bytes);
+      });
+    } else {
+      for (const CopyPiece& p : plan[0]) copy(p.dst, p.src, p.bytes);
     }
   }
   return Status::Ok();

@@ -6,9 +6,13 @@
 // DescribedVersion (sync two-sided): the caller's tensors in place.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stream_hash.h"
@@ -26,6 +30,57 @@
 namespace viper {
 namespace transports {
 namespace internal {
+
+// A few persistent threads that run one batch of jobs at a time together with
+// the calling thread (the snapshot copy: no thread is created per snapshot).
+class CopyPool {
+ public:
+  // `threads` counts the caller: threads - 1 workers are started (>= 1).
+  explicit CopyPool(int threads);
+  ~CopyPool();
+  CopyPool(const CopyPool&) = delete;
+  CopyPool& operator=(const CopyPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // Runs job(0) .. job(jobs - 1), each on its own thread, job(0) on the
+  // caller's; returns when all have returned. 1 <= jobs <= threads().
+  void Run(int jobs, const std::function<void(int)>& job);
+
+ private:
+  void Work(int id);
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int)>* job_ = nullptr;  // the batch being run
+  int jobs_ = 0;
+  int busy_ = 0;        // workers of this batch not yet finished
+  uint64_t batch_ = 0;  // incremented per batch
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// One memcpy of a snapshot: `bytes` from `src` to `dst`.
+struct CopyPiece {
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Copies `bytes` from `src` to `dst` with non-temporal (streaming) stores on
+// x86-64 (AVX2 where the CPU has it, else SSE2), memcpy elsewhere. For large
+// copies whose destination is not read again soon: the stores bypass the
+// caches and, unlike ordinary stores, do not first read each destination line
+// from memory. The bytes are visible to other threads once it returns.
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes);
+
+// Plans the copy of `state`'s tensors, back to back from `dst`, as `jobs`
+// contiguous ranges of the destination of about equal size, cut at
+// kCopyCutBytes boundaries of the offset from `dst` (a range may span several
+// tensors and a tensor several ranges). Zero-byte tensors get no piece; a
+// range can be empty when the data is small.
+constexpr std::size_t kCopyCutBytes = 64 * 1024;
+std::vector<std::vector<CopyPiece>> PlanCopy(const ModelState& state, std::byte* dst, int jobs);
 
 // Host staging (host and pfs tiers) holds the image in an AlignedBuffer and
 // checksums the data with XXH3 (viper.checksum). Device staging (gpu tier,
@@ -55,9 +110,15 @@ class StagedVersion {
   // growing the buffer when needed. This is the producer's stall in async mode.
   // With `hash_while_copying` (sync mode) the checksum is computed block by
   // block right after each block is copied, while it is still in cache, and
-  // Finalize does not read the data again.
+  // Finalize does not read the data again. Otherwise host staging copies
+  // snapshots of at least kStreamCopyMinBytes with StreamCopy, and splits the
+  // copy over min(copy_threads, data bytes / kMinBytesPerCopyThread) threads
+  // (at least 1: the caller, plus a pool this object keeps, started on the
+  // first call that asks for more than one thread).
   Status Snapshot(const ModelState& state, uint64_t version, int64_t iteration, int32_t producer_id,
-                  uint64_t min_capacity_bytes = 0, bool hash_while_copying = false);
+                  uint64_t min_capacity_bytes = 0, bool hash_while_copying = false, int copy_threads = 1);
+  static constexpr uint64_t kStreamCopyMinBytes = 8ull << 20;
+  static constexpr uint64_t kMinBytesPerCopyThread = 4ull << 20;
   // Checksums the data and writes the header in front of it.
   Status Finalize();
   // Writes the header in front of the data with `checksum`, which the caller
@@ -80,9 +141,12 @@ class StagedVersion {
   uint64_t capacity() const;
   Status Reallocate(uint64_t bytes);
   Status CopyTensors(const ModelState& state, bool hash_while_copying);
+  void UseCopyThreads(int threads);
 
   bool on_device_ = false;
   AlignedBuffer buffer_;
+  std::unique_ptr<CopyPool> pool_;  // copy_threads > 1
+  int copy_threads_ = 1;
 #if VIPER_HAVE_CUDA
   DeviceBuffer device_;
   DeviceBuffer scratch_;  // 8 bytes for the checksum kernel

@@ -42,6 +42,16 @@ class Publisher {
     // allocated) in sync mode with tier host and the two-sided protocol,
     // which sends straight from the tensors.
     uint64_t staging_bytes = 0;
+    // Async mode, host and pfs tiers: threads that copy the tensors into the
+    // staging buffer (the stall), each a large contiguous piece (at least
+    // 4 MiB: smaller snapshots use fewer threads). 1 = the calling thread
+    // alone. The extra threads are started once (in Create when
+    // staging_bytes is set, else on the first Publish) and kept. They shorten
+    // the stall only when this rank may run on more than one core: mpirun
+    // binds each rank to one core by default, so launch with e.g.
+    // `--bind-to none` or `--map-by slot:PE=4`. Sync mode and the gpu tier
+    // copy on one thread.
+    int snapshot_threads = 1;
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
     // host tier, two-sided: how a version reaches several consumers (see
