@@ -1,6 +1,6 @@
 // The staging buffer (transports/src/staging.h): the snapshot copy, streamed
 // and split over threads, must give the same image as one memcpy per tensor.
-#include "../../transports/src/staging.h"
+#include "staging.h"  // internal
 
 #include <gtest/gtest.h>
 
