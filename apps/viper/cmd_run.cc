@@ -133,8 +133,8 @@ int RunRun(const std::vector<std::string>& args) {
       "notify", po::value(&notify)->default_value(notify),
       "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")(
       "fanout", po::value(&fanout)->default_value(fanout),
-      "host tier, several consumers: node (consumers relay along a binary tree on each node; one send per "
-      "other node) | direct (the producer sends to each) | tree (a binary tree whatever the nodes)")(
+      "host tier, several consumers: node (one send per other node, relayed there; direct on one node) | "
+      "direct (the producer sends to each) | tree (consumers relay along a binary tree)")(
       "mode", po::value(&mode)->default_value(mode),
       "sync (Publish waits for delivery) | async (snapshot, background send)")(
       "strategy", po::value(&strategy)->default_value(strategy),

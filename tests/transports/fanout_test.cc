@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -23,51 +22,37 @@ TEST(FanoutPlan, DirectSendsToEveryConsumerFromTheProducer) {
   }
 }
 
-TEST(FanoutPlan, NodeOnOneNodeIsATreeUnderTheProducer) {
+TEST(FanoutPlan, NodeOnOneNodeIsDirect) {
   const FanoutPlan p = PlanFanout(Fanout::kNode, 2, 32, 3, "a", {0, 1, 2, 4}, {"a", "a", "a", "a"});
-  EXPECT_EQ(p.ChildrenOf(3), (Ranks{0, 1}));
-  EXPECT_EQ(p.ChildrenOf(0), (Ranks{2, 4}));
-  EXPECT_TRUE(p.ChildrenOf(1).empty());
+  EXPECT_EQ(p.ChildrenOf(3), (Ranks{0, 1, 2, 4}));
+  for (int r : {0, 1, 2, 4}) EXPECT_TRUE(p.ChildrenOf(r).empty());
 }
 
-TEST(FanoutPlan, NodeCrossesToEachOtherNodeOnce) {
+TEST(FanoutPlan, NodeSendsOncePerOtherNode) {
   // Producer 0 on a; 1 on a; 2, 4, 5 on b; 3, 6 on c.
   const FanoutPlan p =
       PlanFanout(Fanout::kNode, 2, 32, 0, "a", {1, 2, 3, 4, 5, 6}, {"a", "b", "c", "b", "b", "c"});
-  EXPECT_EQ(p.ChildrenOf(0), (Ranks{1, 2, 3}));  // its node-mate, then one head per node
+  EXPECT_EQ(p.ChildrenOf(0), (Ranks{1, 2, 3}));  // its node-mate, then one leader per node
   EXPECT_EQ(p.ChildrenOf(2), (Ranks{4, 5}));
   EXPECT_EQ(p.ChildrenOf(3), (Ranks{6}));
   EXPECT_EQ(p.parent.at(5), 2);
   EXPECT_EQ(p.parent.at(6), 3);
   EXPECT_EQ(p.parent.at(1), 0);
-  // Only the producer's edges cross nodes.
-  const std::map<int, std::string> host = {{0, "a"}, {1, "a"}, {2, "b"}, {3, "c"}, {4, "b"}, {5, "b"}, {6, "c"}};
-  for (const auto& [rank, children] : p.children) {
-    for (int c : children) {
-      if (rank != 0) {
-        EXPECT_EQ(host.at(rank), host.at(c)) << rank << " -> " << c;
-      }
-    }
-  }
 }
 
-TEST(FanoutPlan, ArityIsCappedAtMaxChildren) {
+TEST(FanoutPlan, CrowdedNodeIsATreeOfAtMostMaxChildren) {
   Ranks consumers;
   std::vector<std::string> hosts;
   for (int r = 1; r <= 8; ++r) {
     consumers.push_back(r);
     hosts.push_back("b");
   }
-  const FanoutPlan p = PlanFanout(Fanout::kNode, 10, 3, 0, "a", consumers, hosts);
+  const FanoutPlan p = PlanFanout(Fanout::kNode, 2, 3, 0, "a", consumers, hosts);
   EXPECT_EQ(p.ChildrenOf(0), (Ranks{1}));
   EXPECT_EQ(p.ChildrenOf(1), (Ranks{2, 3, 4}));
   EXPECT_EQ(p.ChildrenOf(2), (Ranks{5, 6, 7}));
   EXPECT_EQ(p.ChildrenOf(3), (Ranks{8}));
-  for (const auto& [rank, children] : p.children) {
-    if (rank != 0) {
-      EXPECT_LE(children.size(), 3u);
-    }
-  }
+  for (const auto& [rank, children] : p.children) EXPECT_LE(children.size(), 3u);
 }
 
 TEST(FanoutPlan, TreeIsAHeapUnderTheProducer) {

@@ -136,7 +136,7 @@ TEST(MpiHost, SmallChunksExerciseTheLargeMessagePath) {
 
 // Fan-out through relays: every consumer ends with the same verified bytes
 // whichever rank forwarded them (at np 3 with arity 1, rank 1 forwards every
-// message to rank 2; fanout node is a binary tree on one node).
+// message to rank 2; fanout node is direct on one node).
 class MpiFanout : public ::testing::TestWithParam<std::tuple<Fanout, int, Mode>> {};
 
 TEST_P(MpiFanout, EveryConsumerGetsEveryVersionIntact) {

@@ -37,34 +37,31 @@ FanoutPlan PlanFanout(Fanout fanout, int arity, int max_children, int producer, 
                       const std::vector<int>& consumers, const std::vector<std::string>& hosts) {
   FanoutPlan plan;
   const std::size_t cap = static_cast<std::size_t>(std::max(1, max_children));
-  const std::size_t tree_arity = std::min<std::size_t>(std::max(1, arity), cap);
-  if (fanout == Fanout::kTree || fanout == Fanout::kDirect) {
+  if (fanout == Fanout::kTree) {
     std::vector<int> nodes = {producer};
     nodes.insert(nodes.end(), consumers.begin(), consumers.end());
-    // Direct: one level, however wide (the producer is not capped).
-    Heap(nodes, fanout == Fanout::kDirect ? std::max<std::size_t>(1, consumers.size()) : tree_arity, &plan);
+    Heap(nodes, std::min<std::size_t>(std::max(1, arity), cap), &plan);
     return plan;
   }
-  // kNode: a tree of `arity` on the producer's node, under the producer; on
-  // every other node, one consumer fed by the producer heads a tree of the rest.
-  std::vector<int> local = {producer};
+  // kDirect, and kNode's consumers on the producer's node: straight from the
+  // producer (it is the MPI library that copies, in parallel per receiver).
   std::vector<std::string> order;  // other nodes, by their lowest consumer rank
   std::map<std::string, std::vector<int>> by_node;
   for (std::size_t i = 0; i < consumers.size(); ++i) {
     const std::string& h = i < hosts.size() ? hosts[i] : producer_host;
-    if (h == producer_host) {
-      local.push_back(consumers[i]);
+    if (fanout == Fanout::kDirect || h == producer_host) {
+      plan.children[producer].push_back(consumers[i]);
+      plan.parent[consumers[i]] = producer;
       continue;
     }
     if (by_node.find(h) == by_node.end()) order.push_back(h);
     by_node[h].push_back(consumers[i]);
   }
-  Heap(local, tree_arity, &plan);
   for (const std::string& h : order) {
     const std::vector<int>& members = by_node[h];
     plan.children[producer].push_back(members[0]);
     plan.parent[members[0]] = producer;
-    Heap(members, tree_arity, &plan);
+    Heap(members, cap, &plan);
   }
   return plan;
 }

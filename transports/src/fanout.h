@@ -26,9 +26,9 @@ struct FanoutPlan {
 
 // Plans the fan-out of one version from `producer` (on node `producer_host`)
 // to `consumers` (ascending ranks, nodes in `hosts`, same length). `arity`:
-// children per sender in the trees of Fanout::kTree and kNode, at most
-// `max_children` (the size of a Route). kNode's producer also feeds one
-// consumer per other node.
+// children per relay for Fanout::kTree. No relay gets more than
+// `max_children`; a node with more consumers than that is arranged as a
+// `max_children`-ary tree under its first consumer.
 FanoutPlan PlanFanout(Fanout fanout, int arity, int max_children, int producer, const std::string& producer_host,
                       const std::vector<int>& consumers, const std::vector<std::string>& hosts);
 

@@ -55,9 +55,9 @@ class Publisher {
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
     // host tier, two-sided: how a version reaches several consumers (see
-    // Fanout in types.h): node (default), direct, tree.
+    // Fanout in types.h): node (default; direct on one node), direct, tree.
     Fanout fanout = Fanout::kNode;
-    // fanout node and tree: ranks each sender forwards to, in [1, 32].
+    // fanout tree: ranks each consumer forwards to, in [1, 32].
     int tree_arity = 2;
     // Seconds to wait for a consumer's handshake, transfer or acknowledgement
     // before it is dropped as lost.

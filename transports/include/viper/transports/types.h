@@ -41,15 +41,19 @@ std::optional<HostProtocol> HostProtocolFromString(const std::string& name);
 // other tiers always send to each consumer directly). A relay forwards each
 // chunk as soon as it has landed, so a tree costs about one chunk time per
 // level, not one version time.
-//   node:   a tree of tree_arity on the producer's node, under the producer;
-//           on every other node, one consumer fed by the producer heads a
-//           tree of the rest, so the bytes cross the network once per node.
+//   node:   consumers on the producer's node get it from the producer; on
+//           every other node one consumer gets it from the producer and
+//           passes it to the rest of its node, so the bytes cross the
+//           network once per node. On one node this is direct.
 //   direct: the producer sends to each consumer itself.
 //   tree:   a tree of tree_arity over the consumers in rank order, whatever
 //           their node.
-// Measured on one node (16-core H100 host, 4 consumers, 600 MB): the last
-// consumer had the version after 1.6-1.8x the time one consumer alone takes
-// with a binary tree, 2.4x with direct sends (bench/README.md).
+// Within a node, direct wins where Open MPI's shared-memory transport copies
+// once, on the receiver (single-copy, CMA: Open MPI's default on Linux): 4
+// consumers of 600 MB had the version after 1.13-1.29x one consumer's time,
+// 1.5x with a binary tree. Where single-copy is off, the producer copies every
+// send itself and a tree did better or as well (2.0-2.3x vs 2.2-2.4x direct).
+// Figures: bench/README.md, BM_TransportsFanout.
 enum class Fanout { kNode, kDirect, kTree };
 const char* ToString(Fanout fanout);  // "node", "direct", "tree"
 std::optional<Fanout> FanoutFromString(const std::string& name);
