@@ -6,8 +6,11 @@
 //   host:   mpi_ratio (Viper send bandwidth / raw MPI_Send), memcpy_ratio
 //   pfs:    dd_ratio (Viper O_DIRECT write/read bandwidth / dd oflag|iflag=direct)
 //   update: pfs_poll_over_host (PFS + 1 s polling latency / host + push latency)
-//   stall:  stall_over_memcpy (async Publish stall / one memcpy), sync_over_async
+//   stall:  stall_over_memcpy, stall4_over_memcpy (async Publish stall with
+//           1 and 4 snapshot threads / one memcpy), sync_over_async
 //   notify: push notification p50 / p90 (microseconds)
+//   fanout: last_over_single (last of N consumers / one consumer alone;
+//           under mpirun -np 3 or more, alone: --benchmark_filter=Fanout)
 //   gpu:    copy_over_d2d (the consumer's copy of the image by CUDA IPC, or
 //           through pinned host memory, / cudaMemcpy device-to-device in one
 //           process), update_s, stall_over_d2d (async stall / that copy)
