@@ -145,8 +145,8 @@ TEST(PublisherOptions, SnapshotThreadsAreBounded) {
   Publisher::Options o;
   std::string error;
   EXPECT_TRUE(o.IsValid(&error)) << error;
-  EXPECT_EQ(o.snapshot_threads, 1);  // one thread unless asked: ranks are bound to one core by default
-  o.snapshot_threads = 0;
+  EXPECT_EQ(o.snapshot_threads, 0);  // one per usable CPU, at most 4: 1 when bound to one core
+  o.snapshot_threads = -1;
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("snapshot_threads"), std::string::npos) << error;
   o.snapshot_threads = 4;

@@ -45,7 +45,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
   if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
-  if (snapshot_threads < 1 || snapshot_threads > 64) return fail("snapshot_threads: must be in [1, 64]");
+  if (snapshot_threads < 0 || snapshot_threads > 64)
+    return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
   if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol != HostProtocol::kTwoSided)) {
@@ -123,6 +124,8 @@ class Publisher::Impl {
   }
 
   Status Init() {
+    snapshot_threads_ = options_.snapshot_threads > 0 ? options_.snapshot_threads
+                                                      : std::min(4, internal::UsableCpus());
     if (options_.tier == Tier::kPfs) {
       PfsStore::Options po;
       po.dir = options_.pfs_dir;
@@ -142,7 +145,7 @@ class Publisher::Impl {
       for (auto& s : staging_) {
         ModelState empty;
         VIPER_RETURN_IF_ERROR(s.Snapshot(empty, 0, 0, 0, options_.staging_bytes,
-                                         /*hash_while_copying=*/false, options_.snapshot_threads));
+                                         /*hash_while_copying=*/false, snapshot_threads_));
       }
     }
     if (options_.mode == Mode::kAsync) sender_ = std::thread([this] { SenderLoop(); });
@@ -213,7 +216,7 @@ class Publisher::Impl {
     }
     Status st =
         staging_[idx].Snapshot(state, next_version_, iteration, options_.producer_id, options_.staging_bytes,
-                               /*hash_while_copying=*/false, options_.snapshot_threads);
+                               /*hash_while_copying=*/false, snapshot_threads_);
     report.snapshot_s = MonotonicSeconds() - t0;
     report.stall_s = report.snapshot_s;
     if (!st.ok()) return st;
@@ -851,6 +854,7 @@ class Publisher::Impl {
   std::vector<int> live_;  // consumers still served (touched by one sending thread at a time)
   internal::StagedVersion staging_[2];
   internal::DescribedVersion described_;  // sync two-sided: the caller's tensors
+  int snapshot_threads_ = 1;              // options_.snapshot_threads, 0 resolved
   // Memory that sends to dropped consumers may still read (sending thread only).
   std::vector<std::shared_ptr<const void>> abandoned_;
   uint64_t next_version_ = 0;

@@ -46,11 +46,13 @@ void SliceHasher::Hash(uint64_t max_bytes) {
 
 uint64_t SliceHasher::Digest() const { return hasher_.Digest(); }
 
-bool HaveSpareCpu() {
+int UsableCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::thread::hardware_concurrency() > 1;
-  return CPU_COUNT(&set) > 1;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  return std::max(1, CPU_COUNT(&set));
 }
 
 LandingHasher::LandingHasher(const std::byte* base, bool use_thread) : base_(base) {

@@ -54,9 +54,11 @@ class SliceHasher {
   std::thread worker_;
 };
 
-// Whether this process may run on more than one CPU (its affinity mask), so
-// that a hashing thread runs beside the MPI thread instead of taking turns.
-bool HaveSpareCpu();
+// CPUs this process may run on (its affinity mask), at least 1.
+int UsableCpus();
+// Whether that is more than one, so that a hashing thread runs beside the
+// MPI thread instead of taking turns.
+inline bool HaveSpareCpu() { return UsableCpus() > 1; }
 
 // Hashes [base, base + landed) as `landed` grows: on a worker thread when
 // `use_thread`, else inline in Landed. The bytes below `landed` must not

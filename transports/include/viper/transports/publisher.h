@@ -49,9 +49,11 @@ class Publisher {
     // staging_bytes is set, else on the first Publish) and kept. They shorten
     // the stall only when this rank may run on more than one core: mpirun
     // binds each rank to one core by default, so launch with e.g.
-    // `--bind-to none` or `--map-by slot:PE=4`. Sync mode and the gpu tier
-    // copy on one thread.
-    int snapshot_threads = 1;
+    // `--bind-to none` or `--map-by slot:PE=4`. 0 (the default) = as many
+    // as the CPUs this process may run on, at most 4 (so 1 when bound to one
+    // core); training waits for the copy either way. Sync mode and the gpu
+    // tier copy on one thread.
+    int snapshot_threads = 0;
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
     // host tier, two-sided: how a version reaches several consumers (see
