@@ -473,6 +473,8 @@ class Subscriber::Impl {
       }
     }
     const int parent = route.parent;
+    char in_time[48];
+    std::snprintf(in_time, sizeof(in_time), "within %.1f s", deadline - MonotonicSeconds());
     // The producer stopping is the end of this subscription; a relay
     // stopping costs only this version.
     auto lost = [&](const std::string& what) {
@@ -490,7 +492,7 @@ class Subscriber::Impl {
     internal::RunChunked(comm_, 1, &transfers, deadline);
     if (transfers[0].failed) {
       (void)plan.release();
-      return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive in time");
+      return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + std::string(in_time));
     }
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
     std::byte* base = (*buffer)->data();
@@ -550,7 +552,7 @@ class Subscriber::Impl {
       auto leaked = new std::shared_ptr<AlignedBuffer>(*buffer);
       (void)leaked;
       pool_.erase(std::remove(pool_.begin(), pool_.end(), *buffer), pool_.end());
-      return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete in time");
+      return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + std::string(in_time));
     }
     const StreamedData streamed{a.header_bytes, hasher->Finish()};
     return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
