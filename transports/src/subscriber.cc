@@ -521,8 +521,11 @@ class Subscriber::Impl {
     transfers[0].peer = parent;
     transfers[0].chunks = &chunks;
     // Relay: the same messages, plan first, each sent on once it has landed.
-    std::vector<internal::Chunk> forward = plan_chunk;
-    forward.insert(forward.end(), chunks.begin(), chunks.end());
+    std::vector<internal::Chunk> forward;
+    if (route.children_count > 0) {
+      forward = plan_chunk;
+      forward.insert(forward.end(), chunks.begin(), chunks.end());
+    }
     for (int i = 0; i < route.children_count; ++i) {
       internal::ChunkedTransfer t;
       t.peer = route.children[i];
