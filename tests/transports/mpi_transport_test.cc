@@ -3,6 +3,7 @@
 // collective: all ranks run it, with roles by rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,7 +14,8 @@
 #include <tuple>
 #include <vector>
 
-#include "mpi_link.h"  // internal: the wire protocol, for a hand-made producer
+#include "mpi_link.h"     // internal: the wire protocol, for a hand-made producer
+#include "shm_segment.h"  // internal: the shm protocol's segment, likewise
 #include "test_util.h"
 #include "viper/config.h"
 #include "viper/core/safetensors.h"
@@ -116,6 +118,60 @@ TEST(MpiHost, TwoSidedSyncFanOut) {
 
 TEST(MpiHost, OneSidedSyncFanOut) {
   RunFanOut(HostScenario(Mode::kSync, HostProtocol::kOneSided), 3 << 20, 3);
+}
+
+TEST(MpiHost, ShmSyncFanOut) {
+  RunFanOut(HostScenario(Mode::kSync, HostProtocol::kShm), 3 << 20, 3);
+}
+
+TEST(MpiHost, ShmAsyncSupersedesAndDeliversNewest) {
+  RunFanOut(HostScenario(Mode::kAsync, HostProtocol::kShm), 4 << 20, 6);
+}
+
+// Names of the shared-memory segments of this job's producers in /dev/shm.
+std::vector<std::string> ViperSegments() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "viper-", 6) == 0 && std::strstr(e->d_name, "-r0-g")) out.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+TEST(MpiHost, ShmModelThatGrowsGetsANewSegmentAndNoneIsLeftBehind) {
+  // 1 MB, then 3 MB (more than the first segment's 1/8 headroom), then 1 MB
+  // again: the consumers map the second segment and keep serving; after each
+  // handshake the segment's name is gone from /dev/shm.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kShm);
+  const uint64_t sizes[] = {1 << 20, 3 << 20, 1 << 20};
+  if (Rank() == 0) {
+    const std::vector<std::string> before = ViperSegments();
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    for (int v = 0; v < 3; ++v) {
+      auto r = (*pub)->Publish(MakeModel(sizes[v], 20 + v), v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+      for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+      EXPECT_EQ(ViperSegments(), before) << "a segment is still linked after version " << v;
+    }
+    ASSERT_TRUE((*pub)->Close().ok());
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    for (int v = 0; v < 3; ++v) {
+      auto got = (*sub)->WaitForVersion(v, 60);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      if ((*got)->state.metadata.version == static_cast<uint64_t>(v)) {
+        EXPECT_TRUE(HasPattern((*got)->state, 20 + v));
+        EXPECT_NE((*got)->source.find("(shm)"), std::string::npos) << (*got)->source;
+      }
+    }
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
+  }
 }
 
 TEST(MpiHost, AsyncSupersedesAndDeliversNewest) {
@@ -370,6 +426,103 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     EXPECT_EQ(rejections[0].status.code(), StatusCode::kDataLoss) << rejections[0].status.ToString();
     EXPECT_NE(rejections[0].status.message().find("checksum mismatch"), std::string::npos)
         << rejections[0].status.ToString();
+  }
+}
+
+TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer) {
+  // Rank 0 speaks the shm protocol (shm_segment.h) itself. Version 0 has one
+  // data byte flipped after its checksum was taken: rejected as DataLoss,
+  // never served. Version 1 is intact and published in two steps with a
+  // pause (consumers first see half of it): served. Version 2
+  // stops half-way: the consumers give up after transfer_timeout_s, treat the
+  // producer as lost and keep serving version 1.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kShm);
+  s.sub.transfer_timeout_s = 2;
+  if (Rank() == 0) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    auto session = internal::AgreeOnSession(comm, 0);
+    ASSERT_TRUE(session.ok());
+    char host[64] = {0};
+    internal::NodeName(host, sizeof(host));
+    const std::string name = "/viper-test-" + std::to_string(getpid()) + "-r0-g1";
+    auto segment = internal::ShmSegment::Create(name, 4 << 20);
+    ASSERT_TRUE(segment.ok()) << segment.status().ToString();
+    internal::ShmControl* control = (*segment)->control();
+    for (uint64_t v = 0; v < 3; ++v) {
+      ModelState m = MakeModel(1 << 20, static_cast<uint32_t>(50 + v));
+      m.metadata.version = v;
+      m.metadata.iteration = static_cast<int64_t>(v);
+      auto image = safetensors::Serialize(m);  // header with the checksum, then the data
+      ASSERT_TRUE(image.ok());
+      uint64_t json_bytes = 0;
+      for (int i = 0; i < 8; ++i) json_bytes |= std::to_integer<uint64_t>((*image)[i]) << (8 * i);
+      const uint64_t header_bytes = 8 + json_bytes;
+      const uint64_t data_bytes = image->size() - header_bytes;
+      if (v == 0) (*image)[header_bytes + data_bytes / 2] ^= std::byte{1};
+      control->complete.store(0);
+      control->data_bytes.store(0);
+      control->version.store(v);
+      internal::Announce a;
+      a.session = *session;
+      a.kind = internal::kAnnounceHost;
+      a.protocol = static_cast<uint32_t>(HostProtocol::kShm);
+      a.version = v;
+      a.iteration = static_cast<int64_t>(v);
+      a.image_bytes = image->size();
+      a.header_bytes = header_bytes;
+      std::memcpy(a.host, host, sizeof(a.host));
+      std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", name.c_str());
+      a.shm_payload_bytes = (*segment)->payload_bytes();
+      a.sent_wtime = MonotonicSeconds();
+      for (int r = 1; r < Size(); ++r) {
+        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a).ok());
+        internal::Ready ready;
+        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
+        ASSERT_EQ(ready.accept, 1);
+      }
+      std::byte* data = (*segment)->payload() + header_bytes;
+      const uint64_t half = data_bytes / 2;
+      std::memcpy(data, image->data() + header_bytes, half);
+      control->data_bytes.store(half);
+      if (v == 2) break;  // stalls here
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::memcpy(data + half, image->data() + header_bytes + half, data_bytes - half);
+      control->data_bytes.store(data_bytes);
+      std::memcpy((*segment)->payload(), image->data(), header_bytes);
+      control->complete.store(v + 1);
+      for (int r = 1; r < Size(); ++r) {
+        internal::Ack ack;
+        MPI_Recv(&ack, sizeof(ack), MPI_BYTE, r, internal::kTagAck, comm, MPI_STATUS_IGNORE);
+        EXPECT_EQ(ack.version, v);
+        EXPECT_EQ(ack.ok, v == 0 ? 0 : 1);
+        if (v == 0) {
+          EXPECT_EQ(static_cast<StatusCode>(ack.code), StatusCode::kDataLoss);
+        }
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the consumers have given up on version 2
+    MPI_Comm_free(&comm);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto current = (*sub)->Current();
+    ASSERT_NE(current, nullptr);
+    EXPECT_EQ(current->state.metadata.version, 1u);
+    EXPECT_TRUE(HasPattern(current->state, 51));
+    auto summary = (*sub)->summary();
+    EXPECT_TRUE(summary.producer_lost) << summary.BriefReport();
+    auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 2u);
+    EXPECT_EQ(rejections[0].version, 0u);
+    EXPECT_EQ(rejections[0].status.code(), StatusCode::kDataLoss) << rejections[0].status.ToString();
+    EXPECT_NE(rejections[0].status.message().find("checksum mismatch"), std::string::npos)
+        << rejections[0].status.ToString();
+    EXPECT_EQ(rejections[1].version, 2u);
+    EXPECT_EQ(rejections[1].status.code(), StatusCode::kAborted) << rejections[1].status.ToString();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fanout.h"
+#include "shm_segment.h"
 #include "staging.h"
 #include "viper/config.h"
 #include "viper/transports/device_memory.h"
@@ -88,6 +89,10 @@ namespace {
 // Bytes hashed between two passes over the in-flight sends: small enough that
 // completions are noticed (and new chunks posted) promptly.
 constexpr uint64_t kHashSliceBytes = 256 * 1024;
+
+// shm protocol: bytes the producer copies (and hashes) between two updates
+// of its progress in the segment, which the consumers copy out behind it.
+constexpr uint64_t kShmProgressBytes = 1 << 20;
 
 // One version to stream: its data section as ranges in order, and how to get
 // the padded header once the checksum of those ranges is known.
@@ -258,6 +263,7 @@ class Publisher::Impl {
       bye.kind = internal::kAnnounceBye;
       for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye);
       if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+      segment_.reset();
       // Not freed (Open MPI frees it at MPI_Finalize): a message still in
       // flight on a freed communicator is matched on the next one that
       // reuses its context id, with Open MPI's per-peer sequence numbers out
@@ -427,9 +433,9 @@ class Publisher::Impl {
 #endif
   }
 
-  // Two-sided host versions stream: hashed while sent, header last.
+  // Two-sided and shm host versions stream: hashed while they move, header last.
   bool Streams() const {
-    return options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kTwoSided;
+    return options_.tier == Tier::kHost && options_.host_protocol != HostProtocol::kOneSided;
   }
 
   // Streams an async snapshot from its staging buffer; the header is written
@@ -457,6 +463,7 @@ class Publisher::Impl {
   // they are hashed between MPI calls, then the header with the checksum.
   Status SendStreamed(const StreamSource& src, double start_s, VersionReport* report) {
 #if VIPER_HAVE_MPI
+    if (options_.host_protocol == HostProtocol::kShm) return SendShm(src, start_s, report);
     const double t0 = MonotonicSeconds();
     // Adjacent ranges (e.g. tensors of one arena, or a staging buffer) are
     // merged, then cut at chunk_bytes.
@@ -549,6 +556,66 @@ class Publisher::Impl {
   }
 
 #if VIPER_HAVE_MPI
+  // shm protocol (shm_segment.h): copies the data section of `src` into the
+  // shared segment, hashing each block as it goes and publishing its
+  // progress, while the consumers copy it out behind it; then the header.
+  // Always waits for every acknowledgement: the segment is rewritten by the
+  // next version only once every consumer has its copy.
+  Status SendShm(const StreamSource& src, double start_s, VersionReport* report) {
+    const double t0 = MonotonicSeconds();
+    const uint64_t image_bytes = src.header_bytes + src.data_bytes;
+    if (!segment_ || segment_->payload_bytes() < image_bytes) {
+      segment_.reset();
+      char name[64];
+      std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(session_),
+                    rank_, static_cast<unsigned long long>(++segment_generation_));
+      // Room for 1/8 more, so a slowly growing model does not remap every version.
+      VIPER_ASSIGN_OR_RETURN(segment_, internal::ShmSegment::Create(name, image_bytes + image_bytes / 8));
+    }
+    internal::ShmControl* control = segment_->control();
+    control->complete.store(0, std::memory_order_relaxed);
+    control->data_bytes.store(0, std::memory_order_relaxed);
+    control->version.store(src.version, std::memory_order_release);
+    internal::Announce a;
+    a.session = session_;
+    a.kind = internal::kAnnounceHost;
+    a.protocol = static_cast<uint32_t>(HostProtocol::kShm);
+    a.version = src.version;
+    a.iteration = src.iteration;
+    a.image_bytes = image_bytes;
+    a.chunk_bytes = kShmProgressBytes;
+    a.header_bytes = src.header_bytes;
+    std::memcpy(a.host, host_name_, sizeof(a.host));
+    std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", segment_->name().c_str());
+    a.shm_payload_bytes = segment_->payload_bytes();
+    a.sent_wtime = MonotonicSeconds();
+    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
+    // Every consumer still served has answered, so it has mapped the segment
+    // or never will: the name can go (nothing is left in /dev/shm if this
+    // process dies).
+    segment_->Unlink();
+    std::vector<int> acking;
+    for (const auto& [rank, msg] : ready) acking.push_back(rank);
+    if (acking.empty()) return Status::Ok();
+    Xxh3Hasher hasher;
+    std::byte* data = segment_->payload() + src.header_bytes;
+    uint64_t off = 0;
+    for (const internal::ByteRange& r : src.ranges) {
+      for (uint64_t done = 0; done < r.size; done += kShmProgressBytes) {
+        const uint64_t n = std::min(kShmProgressBytes, r.size - done);
+        internal::CopyAndHash(data + off, r.data + done, n, &hasher);
+        off += n;
+        control->data_bytes.store(off, std::memory_order_release);
+      }
+    }
+    const std::shared_ptr<const std::byte> header = src.header(hasher.Digest());
+    std::memcpy(segment_->payload(), header.get(), src.header_bytes);
+    control->complete.store(src.version + 1, std::memory_order_release);
+    CollectAcks(src.version, acking, start_s, report);
+    report->transfer_s = MonotonicSeconds() - t0;
+    return Status::Ok();
+  }
+
 #if VIPER_HAVE_CUDA
   // gpu tier: announce the staged device image with its IPC handles; IPC
   // consumers copy it themselves, the others ask for it through pinned host
@@ -704,8 +771,13 @@ class Publisher::Impl {
         if (msg.accept) {
           ready.push_back({from, msg});
         } else {
-          report->consumers.push_back(
-              {from, false, false, 0, 0, "refused: no room for the version (window slot or device memory)"});
+          const char* why = "refused: no room for the version (window slot, landing buffer or device memory)";
+          if (msg.refusal == internal::kRefusedOtherNode) {
+            why = "refused: the shm protocol needs the consumer on the producer's node (use two-sided)";
+          } else if (msg.refusal == internal::kRefusedCannotMap) {
+            why = "refused: could not map the shared-memory segment (its stderr says why)";
+          }
+          report->consumers.push_back({from, false, false, 0, 0, why});
         }
         backoff.Reset();
         continue;
@@ -819,6 +891,8 @@ class Publisher::Impl {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
+  std::unique_ptr<internal::ShmSegment> segment_;  // shm protocol
+  uint64_t segment_generation_ = 0;
   uint64_t session_ = 0;
   int rank_ = 0;
   char host_name_[64] = {0};  // this node's name (fan-out by node, CUDA IPC)

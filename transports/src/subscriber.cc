@@ -30,6 +30,7 @@
 
 #if VIPER_HAVE_MPI
 #include "mpi_link.h"
+#include "shm_segment.h"
 #include "stream_hash.h"
 #endif
 
@@ -421,6 +422,7 @@ class Subscriber::Impl {
     internal::Ready ready;
     ready.session = session_;
     ready.version = a.version;
+    if (a.protocol == static_cast<uint32_t>(HostProtocol::kShm)) return ReceiveShm(a, source);
     if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
       VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
@@ -559,6 +561,87 @@ class Subscriber::Impl {
     }
     const StreamedData streamed{a.header_bytes, hasher->Finish()};
     return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
+  }
+
+  // shm protocol (shm_segment.h): maps the producer's segment (once per
+  // segment), then copies the data section out as the producer publishes
+  // its progress, hashing each block from cache, and the header once it is
+  // complete.
+  Status ReceiveShm(const internal::Announce& a, const std::string& source) {
+    const int producer = options_.producer_rank;
+    const double t0 = MonotonicSeconds();
+    internal::Ready ready;
+    ready.session = session_;
+    ready.version = a.version;
+    std::memcpy(ready.host, host_name_, sizeof(ready.host));
+    Status refused;
+    const std::string name(a.shm_name, strnlen(a.shm_name, sizeof(a.shm_name)));
+    if (strncmp(a.host, host_name_, sizeof(a.host)) != 0) {
+      ready.refusal = internal::kRefusedOtherNode;
+      refused = FailedPreconditionError(
+          "the shm protocol needs the consumer on the producer's node (producer on " +
+          std::string(a.host, strnlen(a.host, sizeof(a.host))) + ", this rank on " + host_name_ +
+          "); use the two-sided protocol across nodes");
+    } else if (!shm_ || shm_->name() != name || shm_->payload_bytes() != a.shm_payload_bytes) {
+      shm_.reset();
+      auto opened = internal::ShmSegment::Open(name, a.shm_payload_bytes);
+      if (opened.ok()) {
+        shm_ = std::move(*opened);
+      } else {
+        ready.refusal = internal::kRefusedCannotMap;
+        refused = opened.status();
+      }
+    }
+    const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
+                           (!shm_ || a.image_bytes <= shm_->payload_bytes());
+    if (refused.ok() && !plausible) {
+      refused = DataLossError("announcement of version " + std::to_string(a.version) + " is inconsistent");
+    }
+    StatusOr<std::shared_ptr<AlignedBuffer>> buffer =
+        refused.ok() ? AcquireBuffer(a.image_bytes) : StatusOr<std::shared_ptr<AlignedBuffer>>(refused);
+    ready.accept = buffer.ok() ? 1 : 0;
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+    if (!buffer.ok()) return buffer.status();
+
+    const internal::ShmControl* control = shm_->control();
+    const std::byte* image = shm_->payload();
+    std::byte* base = (*buffer)->data();
+    const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+    const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    auto moved_on = [&] {
+      return UnavailableError("the producer started version " +
+                              std::to_string(control->version.load(std::memory_order_acquire)) +
+                              " in the shared segment before this rank had copied version " +
+                              std::to_string(a.version) + " out (it was too slow and was dropped)");
+    };
+    Xxh3Hasher hasher;
+    uint64_t copied = 0;
+    internal::Backoff backoff(options_.idle_sleep_us);
+    for (;;) {
+      if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
+      const uint64_t published = std::min(control->data_bytes.load(std::memory_order_acquire), data_bytes);
+      if (published > copied) {
+        internal::CopyAndHash(base + a.header_bytes + copied, image + a.header_bytes + copied, published - copied,
+                              &hasher);
+        copied = published;
+        backoff.Reset();
+        continue;
+      }
+      if (copied == data_bytes && control->complete.load(std::memory_order_acquire) == a.version + 1) break;
+      if (MonotonicSeconds() > deadline) {
+        return AbortedError("version " + std::to_string(a.version) + " stopped at " + std::to_string(copied) +
+                            " of " + std::to_string(data_bytes) + " data bytes in the shared segment for " +
+                            std::to_string(options_.transfer_timeout_s) + " s");
+      }
+      backoff.Pause();
+    }
+    std::memcpy(base, image, a.header_bytes);
+    // The producer rewrites the segment only after this rank's acknowledgement
+    // (unless it has dropped this rank): a newer version now means torn bytes.
+    if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
+    const StreamedData streamed{a.header_bytes, hasher.Digest()};
+    return VerifyAndSwap(*buffer, a.image_bytes, source + " (shm)", MonotonicSeconds() - t0, a.version,
+                         &streamed);
   }
 
   // Waits for the producer's Route of `version` and checks it.
@@ -761,6 +844,7 @@ class Subscriber::Impl {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
+  std::unique_ptr<internal::ShmSegment> shm_;  // shm protocol: the producer's segment, mapped
   void* win_base_ = nullptr;
   uint64_t session_ = 0;
   int rank_ = 0;

@@ -30,7 +30,8 @@ const std::pair<Tier, const char*> kTiers[] = {
 const std::pair<Mode, const char*> kModes[] = {{Mode::kSync, "sync"}, {Mode::kAsync, "async"}};
 const std::pair<Notify, const char*> kNotifies[] = {{Notify::kPush, "push"}, {Notify::kPoll, "poll"}};
 const std::pair<HostProtocol, const char*> kProtocols[] = {{HostProtocol::kTwoSided, "two-sided"},
-                                                           {HostProtocol::kOneSided, "one-sided"}};
+                                                           {HostProtocol::kOneSided, "one-sided"},
+                                                           {HostProtocol::kShm, "shm"}};
 const std::pair<Fanout, const char*> kFanouts[] = {
     {Fanout::kNode, "node"}, {Fanout::kDirect, "direct"}, {Fanout::kTree, "tree"}};
 

@@ -32,9 +32,17 @@ enum class Notify { kPush, kPoll };
 const char* ToString(Notify notify);  // "push", "poll"
 std::optional<Notify> NotifyFromString(const std::string& name);
 
-// How the host tier moves bytes over MPI.
-enum class HostProtocol { kTwoSided, kOneSided };
-const char* ToString(HostProtocol protocol);  // "two-sided", "one-sided"
+// How the host tier moves bytes.
+//   two-sided: chunked MPI_Isend/MPI_Irecv straight from the tensors (and
+//              relays, see Fanout); any consumer, on any node.
+//   one-sided: MPI_Put into each consumer's MPI_Win_allocate window.
+//   shm:       a POSIX shared-memory segment the producer writes and every
+//              consumer on its node copies out of while it is being
+//              written, each side hashing the bytes from cache as it copies
+//              them; MPI carries only the control messages. Consumers on
+//              other nodes refuse such versions (use two-sided there).
+enum class HostProtocol { kTwoSided, kOneSided, kShm };
+const char* ToString(HostProtocol protocol);  // "two-sided", "one-sided", "shm"
 std::optional<HostProtocol> HostProtocolFromString(const std::string& name);
 
 // How one version reaches several consumers (host tier, two-sided; the

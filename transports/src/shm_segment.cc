@@ -1,0 +1,92 @@
+#include "shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+namespace {
+
+std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, uint64_t payload_bytes) {
+  const uint64_t total = kShmControlBytes + payload_bytes;
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return UnavailableError(Errno("shm_open(" + name + ") to create it", errno));
+  // Reserve every page now: a full /dev/shm fails here, not with SIGBUS on a
+  // later store.
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (rc != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return IoError(Errno("cannot reserve " + std::to_string(total) +
+                                            " bytes of shared memory for " + name +
+                                            " (is /dev/shm large enough?)",
+                                        rc));
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    return UnavailableError(Errno("mmap of " + name, map_err));
+  }
+  auto* control = new (base) ShmControl();
+  control->magic = kShmMagic;
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, static_cast<std::byte*>(base), payload_bytes, true));
+}
+
+StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& name, uint64_t payload_bytes) {
+  const uint64_t total = kShmControlBytes + payload_bytes;
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return UnavailableError(Errno("shm_open(" + name + ")", errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < total) {
+    ::close(fd);
+    return DataLossError("shared-memory segment " + name + " holds " + std::to_string(st.st_size) +
+                         " bytes, the producer announced " + std::to_string(total));
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) return UnavailableError(Errno("mmap of " + name, map_err));
+  auto segment =
+      std::unique_ptr<ShmSegment>(new ShmSegment(name, static_cast<std::byte*>(base), payload_bytes, false));
+  if (segment->control()->magic != kShmMagic) {
+    return DataLossError("shared-memory segment " + name + " is not a Viper segment");
+  }
+  return segment;
+}
+
+ShmSegment::~ShmSegment() {
+  if (owner_) Unlink();
+  if (base_) ::munmap(base_, kShmControlBytes + payload_bytes_);
+}
+
+void ShmSegment::Unlink() {
+  if (owner_ && linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+void CopyAndHash(std::byte* dst, const std::byte* src, std::size_t bytes, Xxh3Hasher* hasher) {
+  for (std::size_t off = 0; off < bytes; off += kCopyHashBlockBytes) {
+    const std::size_t n = std::min(kCopyHashBlockBytes, bytes - off);
+    std::memcpy(dst + off, src + off, n);
+    hasher->Update(dst + off, n);
+  }
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
