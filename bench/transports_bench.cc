@@ -143,12 +143,19 @@ double RawMpiSeconds(uint64_t bytes, int reps) {
 
 std::vector<int> OnlyRankOne() { return {1}; }
 
-// Host tier, sync: bandwidth of the MPI transfer vs raw MPI_Send and memcpy.
-// Arg 0: model bytes; arg 1: 0 two-sided, 1 one-sided.
+// Arg value -> host protocol: 0 two-sided, 1 one-sided, 2 shm.
+HostProtocol ProtocolArg(int64_t arg) {
+  return arg == 2 ? HostProtocol::kShm : (arg == 1 ? HostProtocol::kOneSided : HostProtocol::kTwoSided);
+}
+
+// Host tier, sync: bandwidth of the transfer (until the consumer has
+// acknowledged a verified copy, for shm; until the sends complete for the
+// MPI protocols) vs raw MPI_Send and memcpy.
+// Arg 0: model bytes; arg 1: protocol (0 two-sided, 1 one-sided, 2 shm).
 void BM_TransportsHost(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
-  const auto protocol = state.range(1) ? HostProtocol::kOneSided : HostProtocol::kTwoSided;
+  const HostProtocol protocol = ProtocolArg(state.range(1));
   const double raw_s = RawMpiSeconds(bytes, 2);
   const double memcpy_s = MemcpySeconds(bytes, 2);
   double transfer_s = 0, update_s = 0, best_transfer_s = 1e30;
@@ -285,17 +292,95 @@ void BM_TransportsPfs(benchmark::State& state) {
   if (Session() != nullptr) AppendSamples(samples);
 }
 
+// A sync host Publisher (rank 0) and Subscriber (rank 1) that live through a
+// whole benchmark, as in a long-running deployment: created, then two
+// untimed warm-up versions (versions 0 and 1). Collective.
+struct WarmHostPair {
+  static constexpr uint64_t kWarmUpVersions = 2;
+  std::unique_ptr<Publisher> pub;
+  std::unique_ptr<Subscriber> sub;
+  std::size_t warm_samples = 0;
+  std::string error;  // why the pair is not ready on this rank
+
+  WarmHostPair(HostProtocol protocol, uint64_t bytes, const ModelState& m) {
+    if (Rank() == 0) {
+      Publisher::Options o;
+      o.mode = Mode::kSync;
+      o.host_protocol = protocol;
+      o.subscriber_ranks = OnlyRankOne();
+      o.staging_bytes = bytes + (1 << 20);
+      auto created = Publisher::Create(o);  // collective with rank 1's Subscriber::Create
+      if (!created.ok()) {
+        error = created.status().ToString();
+        return;
+      }
+      pub = std::move(created).value();
+      for (uint64_t v = 0; v < kWarmUpVersions && error.empty(); ++v) {
+        auto r = pub->Publish(m, static_cast<int64_t>(v));
+        if (!r.ok() || r->consumers.empty() || !r->consumers[0].delivered) {
+          error = std::string(ToString(protocol)) + " warm-up version " + std::to_string(v) +
+                  " was not delivered: " + (r.ok() ? r->BriefReport() : r.status().ToString());
+        }
+      }
+      warm_samples = pub->CostSamples().size();
+    } else {
+      Subscriber::Options so;
+      so.preallocate_bytes = bytes + (1 << 20);
+      auto created = Subscriber::Create(so);
+      if (!created.ok()) {
+        error = created.status().ToString();
+        return;
+      }
+      sub = std::move(created).value();
+      auto warm = sub->WaitForVersion(kWarmUpVersions - 1, 600);
+      if (!warm.ok()) error = warm.status().ToString();
+    }
+  }
+
+  // One timed version (collective): the producer's publish start to the
+  // consumer's acknowledgement that it is servable, in seconds on rank 0.
+  double TimedVersion(uint64_t n, const ModelState& m) {
+    const uint64_t version = kWarmUpVersions + n;
+    double servable_s = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) {
+      auto r = pub->Publish(m, static_cast<int64_t>(version));
+      if (r.ok() && !r->consumers.empty()) servable_s = r->consumers[0].servable_s;
+      if (std::getenv("VIPER_BENCH_VERBOSE") && r.ok()) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
+    } else {
+      (void)sub->WaitForVersion(version, 600);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return servable_s;
+  }
+
+  // Collective: the producer says goodbye; returns its timed cost samples.
+  std::vector<CostSample> Close() {
+    std::vector<CostSample> timed;
+    if (pub) {
+      (void)pub->Close();
+      const std::vector<CostSample> all = pub->CostSamples();
+      timed.assign(all.begin() + static_cast<std::ptrdiff_t>(warm_samples), all.end());
+    }
+    if (sub) {
+      sub->WaitUntilDone(60);
+      sub->Stop();
+    }
+    return timed;
+  }
+};
+
 // End-to-end update latency (Publish start -> servable at the consumer):
-// host tier + push vs PFS tier + polling every 1 s, measured one after the
-// other in each iteration. The host pair lives through the whole benchmark,
-// as in a long-running deployment: created once, two untimed warm-up
-// versions, then one timed version per iteration (sync, so Publish returns
-// with the consumer's acknowledgement that it is servable). Arg 0: bytes.
+// host tier + push, with the two-sided MPI protocol and with the shm
+// protocol, vs PFS tier + polling every 1 s, measured one after the other in
+// each iteration. Each host pair is warm (WarmHostPair) and publishes one
+// timed version per iteration (sync, so Publish returns with the consumer's
+// acknowledgement that it is servable). Arg 0: bytes.
 void BM_TransportsUpdateLatency(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   ModelState m = MakeModel(bytes, 3);
-  double host_s = 0, poll_s = 0;
+  double host_s = 0, shm_s = 0, poll_s = 0;
   int n = 0;
   std::string dir;
   {
@@ -305,64 +390,21 @@ void BM_TransportsUpdateLatency(benchmark::State& state) {
     dir = name;
   }
   std::vector<CostSample> samples;
-  constexpr uint64_t kWarmUpVersions = 2;  // versions 0 and 1; iteration n publishes version 2 + n
-  std::unique_ptr<Publisher> host_pub;
-  std::unique_ptr<Subscriber> host_sub;
-  std::size_t warm_samples = 0;
-  std::string error;  // why the host pair is not ready on this rank
-  if (Rank() == 0) {
-    Publisher::Options o;
-    o.mode = Mode::kSync;
-    o.subscriber_ranks = OnlyRankOne();
-    o.staging_bytes = bytes + (1 << 20);
-    auto created = Publisher::Create(o);  // collective with rank 1's Subscriber::Create
-    if (created.ok()) {
-      host_pub = std::move(created).value();
-      for (uint64_t v = 0; v < kWarmUpVersions && error.empty(); ++v) {
-        auto r = host_pub->Publish(m, static_cast<int64_t>(v));
-        if (!r.ok() || r->consumers.empty() || !r->consumers[0].delivered) {
-          error = "warm-up version " + std::to_string(v) +
-                  " was not delivered: " + (r.ok() ? r->BriefReport() : r.status().ToString());
-        }
-      }
-      warm_samples = host_pub->CostSamples().size();
-    } else {
-      error = created.status().ToString();
-    }
-  } else {
-    Subscriber::Options so;
-    so.preallocate_bytes = bytes + (1 << 20);
-    auto created = Subscriber::Create(so);
-    if (created.ok()) {
-      host_sub = std::move(created).value();
-      auto warm = host_sub->WaitForVersion(kWarmUpVersions - 1, 600);
-      if (!warm.ok()) error = warm.status().ToString();
-    } else {
-      error = created.status().ToString();
-    }
-  }
-  // Both ranks go on only if both are ready; otherwise both skip.
+  WarmHostPair two_sided(HostProtocol::kTwoSided, bytes, m);
+  WarmHostPair shm(HostProtocol::kShm, bytes, m);
+  // Both ranks go on only if both pairs are ready on both; otherwise both skip.
+  const std::string error = two_sided.error.empty() ? shm.error : two_sided.error;
   int ok_here = error.empty() ? 1 : 0, ok_all = 0;
   MPI_Allreduce(&ok_here, &ok_all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!ok_all) {
-    state.SkipWithError(error.empty() ? "the host pair failed on the other rank" : error.c_str());
-    if (host_pub) (void)host_pub->Close();
-    if (host_sub) host_sub->Stop();
+    state.SkipWithError(error.empty() ? "a host pair failed on the other rank" : error.c_str());
+    (void)two_sided.Close();
+    (void)shm.Close();
     return;
   }
   for (auto _ : state) {
-    // host + push, sync, on the warm pair.
-    {
-      const uint64_t version = kWarmUpVersions + static_cast<uint64_t>(n);
-      MPI_Barrier(MPI_COMM_WORLD);
-      if (Rank() == 0) {
-        auto r = host_pub->Publish(m, static_cast<int64_t>(version));
-        if (r.ok() && !r->consumers.empty()) host_s += r->consumers[0].servable_s;
-      } else {
-        (void)host_sub->WaitForVersion(version, 600);
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-    }
+    host_s += two_sided.TimedVersion(static_cast<uint64_t>(n), m);
+    shm_s += shm.TimedVersion(static_cast<uint64_t>(n), m);
     // pfs + poll every 1 s: the consumer timestamps the swap (CLOCK_MONOTONIC, one node).
     {
       double start = 0, servable = 0;
@@ -407,22 +449,19 @@ void BM_TransportsUpdateLatency(benchmark::State& state) {
     }
     ++n;
   }
-  // Close the host pair: the producer says goodbye, the consumer's thread ends.
-  if (Rank() == 0) {
-    (void)host_pub->Close();
-    const std::vector<CostSample> host_samples = host_pub->CostSamples();
-    samples.insert(samples.end(), host_samples.begin() + static_cast<std::ptrdiff_t>(warm_samples),
-                   host_samples.end());
-  } else {
-    host_sub->WaitUntilDone(60);
-    host_sub->Stop();
+  // Close the host pairs: the producers say goodbye, the consumers' threads end.
+  for (WarmHostPair* pair : {&two_sided, &shm}) {
+    const std::vector<CostSample> timed = pair->Close();
+    samples.insert(samples.end(), timed.begin(), timed.end());
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0) {
     std::system(("rm -rf " + dir).c_str());
     state.counters["host_push_s"] = host_s / n;
+    state.counters["shm_push_s"] = shm_s / n;
     state.counters["pfs_poll1s_s"] = poll_s / n;
     state.counters["pfs_poll_over_host"] = poll_s / host_s;
+    state.counters["pfs_poll_over_shm"] = poll_s / shm_s;
     AppendSamples(samples);
   } else {
     state.SetLabel("consumer rank");
@@ -845,10 +884,9 @@ void Sizes(benchmark::internal::Benchmark* b, int64_t extra_arg = -1) {
 
 BENCHMARK(BM_TransportsHost)
     ->Apply([](benchmark::internal::Benchmark* b) {
-      Sizes(b, 0);
-      Sizes(b, 1);
+      for (int64_t protocol : {0, 1, 2}) Sizes(b, protocol);
     })
-    ->ArgNames({"bytes", "one_sided"})
+    ->ArgNames({"bytes", "protocol"})
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsPfs)

@@ -128,6 +128,41 @@ TEST(MpiHost, ShmAsyncSupersedesAndDeliversNewest) {
   RunFanOut(HostScenario(Mode::kAsync, HostProtocol::kShm), 4 << 20, 6);
 }
 
+TEST(MpiHost, ShmConsumersThatDoNotMapTheSegmentGetTheStreamInstead) {
+  // The last rank stands for a consumer on another node (allow_shm = false):
+  // it receives each version over MPI, alone (np 2) or while the other
+  // consumer copies it out of shared memory (np 3).
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    Scenario s = HostScenario(mode, HostProtocol::kShm);
+    const bool over_mpi = Rank() == Size() - 1;
+    s.sub.allow_shm = !over_mpi;
+    if (Rank() == 0) {
+      auto pub = Publisher::Create(s.pub);
+      ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+      for (int v = 0; v < 3; ++v) {
+        auto r = (*pub)->Publish(MakeModel((2 << 20) + 12, 30 + v), v);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+      }
+      ASSERT_TRUE((*pub)->Close().ok());
+      EXPECT_TRUE((*pub)->summary().lost_consumers.empty()) << (*pub)->summary().BriefReport();
+      for (const auto& r : (*pub)->Reports()) {
+        if (!r.sent) continue;
+        ASSERT_EQ(r.consumers.size(), static_cast<std::size_t>(Size() - 1)) << r.BriefReport();
+        for (const auto& c : r.consumers) EXPECT_TRUE(c.delivered) << r.BriefReport();
+      }
+    } else {
+      auto sub = Subscriber::Create(s.sub);
+      ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+      auto last = (*sub)->WaitForVersion(2, 60);
+      ASSERT_TRUE(last.ok()) << last.status().ToString();
+      EXPECT_TRUE(HasPattern((*last)->state, 32));
+      EXPECT_EQ((*last)->source.find("(shm)") == std::string::npos, over_mpi) << (*last)->source;
+      EXPECT_TRUE((*sub)->WaitUntilDone(30));
+      EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
+    }
+  }
+}
+
 // Names of the shared-memory segments of this job's producers in /dev/shm.
 std::vector<std::string> ViperSegments() {
   std::vector<std::string> out;

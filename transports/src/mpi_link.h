@@ -84,17 +84,13 @@ struct Announce {
   char ipc_mem[64] = {0};
   char ipc_event[64] = {0};
   char host[64] = {0};
-  // shm protocol (host is set too): the segment's name and payload size
-  // (the image lands at its start, the header last; see shm_segment.h).
+  // shm protocol (two-sided fields set too; host is the producer's node):
+  // the segment's name and payload size (the image is written at its start,
+  // the header last; see shm_segment.h). Consumers on the producer's node
+  // that map it answer Ready with via_shm = 1 and copy the version out of
+  // it; the others receive it as a two-sided stream (Route included).
   char shm_name[64] = {0};
   uint64_t shm_payload_bytes = 0;
-};
-
-// Why a consumer refused a version (Ready::refusal).
-enum Refusal : int32_t {
-  kRefusedNoRoom = 0,       // window slot, landing buffer or device memory
-  kRefusedOtherNode = 1,    // shm protocol: not on the producer's node
-  kRefusedCannotMap = 2,    // shm protocol: the segment could not be mapped
 };
 
 struct Ready {
@@ -104,7 +100,7 @@ struct Ready {
   int32_t accept = 0;          // 0: cannot take this version (too large)
   int32_t via_host = 0;        // gpu tier: 1 = send through pinned host memory (no CUDA IPC)
   char host[64] = {0};         // the consumer's node name (fan-out by node)
-  int32_t refusal = kRefusedNoRoom;  // when accept == 0
+  int32_t via_shm = 0;         // shm protocol: 1 = copies it out of the segment (no data over MPI)
   int32_t padding = 0;
 };
 

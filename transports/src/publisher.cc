@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -461,9 +462,11 @@ class Publisher::Impl {
   // Moves one version to the consumers over the two-sided protocol (wire
   // order in mpi_link.h): plan, data chunks straight from `src.ranges` while
   // they are hashed between MPI calls, then the header with the checksum.
+  // With the shm protocol, consumers on this node that map the segment copy
+  // the version out of it instead (shm_segment.h), while the producer copies
+  // it in between its MPI calls to the others; that copy also hashes it.
   Status SendStreamed(const StreamSource& src, double start_s, VersionReport* report) {
 #if VIPER_HAVE_MPI
-    if (options_.host_protocol == HostProtocol::kShm) return SendShm(src, start_s, report);
     const double t0 = MonotonicSeconds();
     // Adjacent ranges (e.g. tensors of one arena, or a staging buffer) are
     // merged, then cut at chunk_bytes.
@@ -486,6 +489,23 @@ class Publisher::Impl {
     chunks[0] = {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)};
     chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
 
+    // shm: the segment the consumers on this node copy the version out of.
+    const bool offer_shm = options_.host_protocol == HostProtocol::kShm;
+    std::optional<internal::ShmWriter> shm;
+    if (offer_shm) {
+      const uint64_t image_bytes = src.header_bytes + src.data_bytes;
+      if (!segment_ || segment_->payload_bytes() < image_bytes) {
+        segment_.reset();
+        char name[64];
+        std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(session_),
+                      rank_, static_cast<unsigned long long>(++segment_generation_));
+        // Room for 1/8 more, so that a slowly growing model does not need a
+        // new segment every version.
+        VIPER_ASSIGN_OR_RETURN(segment_, internal::ShmSegment::Create(name, image_bytes + image_bytes / 8));
+      }
+      shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
+    }
+
     internal::Announce a;
     a.session = session_;
     a.kind = internal::kAnnounceHost;
@@ -497,24 +517,51 @@ class Publisher::Impl {
     a.header_bytes = src.header_bytes;
     a.data_chunks = plan->size();
     a.routed = options_.fanout == Fanout::kDirect ? 0 : 1;
+    std::memcpy(a.host, host_name_, sizeof(a.host));
+    if (offer_shm) {
+      std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", segment_->name().c_str());
+      a.shm_payload_bytes = segment_->payload_bytes();
+    }
     a.sent_wtime = MonotonicSeconds();
     VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
+    // Every consumer still served has answered, so it has mapped the segment
+    // or never will: the name can go (nothing is left in /dev/shm if this
+    // process dies).
+    if (offer_shm) segment_->Unlink();
+    std::vector<int> via_shm;
+    std::vector<std::pair<int, internal::Ready>> via_mpi;
+    for (const auto& r : ready) {
+      if (offer_shm && r.second.via_shm) {
+        via_shm.push_back(r.first);
+      } else {
+        via_mpi.push_back(r);
+      }
+    }
+    if (via_shm.empty()) shm.reset();
     std::vector<int> acking;  // every consumer the version is on its way to
-    const internal::FanoutPlan fan = RouteVersion(a, ready, report, &acking);
+    const internal::FanoutPlan fan = RouteVersion(a, via_mpi, report, &acking);
+    acking.insert(acking.end(), via_shm.begin(), via_shm.end());
 
-    // A hashing thread only where it gets its own CPU (e.g. mpirun
-    // --bind-to none); bound to one core, slices between MPI calls.
-    internal::SliceHasher hasher(std::move(merged), /*use_thread=*/internal::HaveSpareCpu());
+    // The digest comes from the shm copy when there is one (it hashes what it
+    // copies); else from a hasher over the sources: on a thread where it gets
+    // its own CPU (e.g. mpirun --bind-to none), else in slices between MPI
+    // calls.
+    std::optional<internal::SliceHasher> hasher;
+    if (!shm) hasher.emplace(std::move(merged), /*use_thread=*/internal::HaveSpareCpu());
+    auto hashed = [&] { return shm ? shm->done() : hasher->done(); };
     internal::ChunkHooks hooks;
-    hooks.background = [&hasher] { return hasher.Step(kHashSliceBytes); };
+    hooks.background = [&] { return shm ? shm->Step(kShmProgressBytes) : hasher->Step(kHashSliceBytes); };
     std::shared_ptr<const std::byte> header;
+    auto make_header = [&] {
+      if (header) return;
+      header = src.header(shm ? shm->Digest() : hasher->Digest());
+      chunks.back().data = const_cast<std::byte*>(header.get());  // only read
+      if (shm) shm->Complete(header.get());
+    };
     hooks.ready = [&](const internal::ChunkedTransfer&, std::size_t index) {
       if (index + 1 < chunks.size()) return true;
-      if (!hasher.done()) return false;
-      if (!header) {
-        header = src.header(hasher.Digest());
-        chunks.back().data = const_cast<std::byte*>(header.get());  // only read
-      }
+      if (!hashed()) return false;
+      make_header();
       return true;
     };
     std::vector<internal::ChunkedTransfer> transfers;
@@ -527,6 +574,12 @@ class Publisher::Impl {
     }
     internal::RunChunked(comm_, options_.max_inflight_chunks, &transfers,
                          MonotonicSeconds() + options_.peer_timeout_s, hooks);
+    if (shm) {
+      // All consumers on this node, or the MPI sends finished first.
+      while (shm->Step(kShmProgressBytes)) {
+      }
+      make_header();
+    }
     bool any_failed = false;
     for (const auto& t : transfers) {
       if (!t.failed) continue;
@@ -542,10 +595,15 @@ class Publisher::Impl {
       if (header) abandoned_.push_back(header);
       abandoned_.insert(abandoned_.end(), src.owners.begin(), src.owners.end());
     }
-    report->transfer_s = MonotonicSeconds() - t0;
-    if (options_.mode == Mode::kAsync || options_.wait_for_servable) {
+    const double sent_s = MonotonicSeconds() - t0;
+    // With shm consumers always: the segment is rewritten by the next version
+    // only once each has its copy.
+    if (!via_shm.empty() || options_.mode == Mode::kAsync || options_.wait_for_servable) {
       CollectAcks(src.version, acking, start_s, report);
     }
+    // Two-sided: until the sends completed. shm: until every consumer had
+    // acknowledged its copy (copying it out is its transfer).
+    report->transfer_s = via_shm.empty() ? sent_s : MonotonicSeconds() - t0;
     return Status::Ok();
 #else
     (void)src;
@@ -556,66 +614,6 @@ class Publisher::Impl {
   }
 
 #if VIPER_HAVE_MPI
-  // shm protocol (shm_segment.h): copies the data section of `src` into the
-  // shared segment, hashing each block as it goes and publishing its
-  // progress, while the consumers copy it out behind it; then the header.
-  // Always waits for every acknowledgement: the segment is rewritten by the
-  // next version only once every consumer has its copy.
-  Status SendShm(const StreamSource& src, double start_s, VersionReport* report) {
-    const double t0 = MonotonicSeconds();
-    const uint64_t image_bytes = src.header_bytes + src.data_bytes;
-    if (!segment_ || segment_->payload_bytes() < image_bytes) {
-      segment_.reset();
-      char name[64];
-      std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(session_),
-                    rank_, static_cast<unsigned long long>(++segment_generation_));
-      // Room for 1/8 more, so a slowly growing model does not remap every version.
-      VIPER_ASSIGN_OR_RETURN(segment_, internal::ShmSegment::Create(name, image_bytes + image_bytes / 8));
-    }
-    internal::ShmControl* control = segment_->control();
-    control->complete.store(0, std::memory_order_relaxed);
-    control->data_bytes.store(0, std::memory_order_relaxed);
-    control->version.store(src.version, std::memory_order_release);
-    internal::Announce a;
-    a.session = session_;
-    a.kind = internal::kAnnounceHost;
-    a.protocol = static_cast<uint32_t>(HostProtocol::kShm);
-    a.version = src.version;
-    a.iteration = src.iteration;
-    a.image_bytes = image_bytes;
-    a.chunk_bytes = kShmProgressBytes;
-    a.header_bytes = src.header_bytes;
-    std::memcpy(a.host, host_name_, sizeof(a.host));
-    std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", segment_->name().c_str());
-    a.shm_payload_bytes = segment_->payload_bytes();
-    a.sent_wtime = MonotonicSeconds();
-    VIPER_ASSIGN_OR_RETURN(auto ready, Handshake(a, report));
-    // Every consumer still served has answered, so it has mapped the segment
-    // or never will: the name can go (nothing is left in /dev/shm if this
-    // process dies).
-    segment_->Unlink();
-    std::vector<int> acking;
-    for (const auto& [rank, msg] : ready) acking.push_back(rank);
-    if (acking.empty()) return Status::Ok();
-    Xxh3Hasher hasher;
-    std::byte* data = segment_->payload() + src.header_bytes;
-    uint64_t off = 0;
-    for (const internal::ByteRange& r : src.ranges) {
-      for (uint64_t done = 0; done < r.size; done += kShmProgressBytes) {
-        const uint64_t n = std::min(kShmProgressBytes, r.size - done);
-        internal::CopyAndHash(data + off, r.data + done, n, &hasher);
-        off += n;
-        control->data_bytes.store(off, std::memory_order_release);
-      }
-    }
-    const std::shared_ptr<const std::byte> header = src.header(hasher.Digest());
-    std::memcpy(segment_->payload(), header.get(), src.header_bytes);
-    control->complete.store(src.version + 1, std::memory_order_release);
-    CollectAcks(src.version, acking, start_s, report);
-    report->transfer_s = MonotonicSeconds() - t0;
-    return Status::Ok();
-  }
-
 #if VIPER_HAVE_CUDA
   // gpu tier: announce the staged device image with its IPC handles; IPC
   // consumers copy it themselves, the others ask for it through pinned host
@@ -771,13 +769,9 @@ class Publisher::Impl {
         if (msg.accept) {
           ready.push_back({from, msg});
         } else {
-          const char* why = "refused: no room for the version (window slot, landing buffer or device memory)";
-          if (msg.refusal == internal::kRefusedOtherNode) {
-            why = "refused: the shm protocol needs the consumer on the producer's node (use two-sided)";
-          } else if (msg.refusal == internal::kRefusedCannotMap) {
-            why = "refused: could not map the shared-memory segment (its stderr says why)";
-          }
-          report->consumers.push_back({from, false, false, 0, 0, why});
+          report->consumers.push_back({from, false, false, 0, 0,
+                                       "refused: no room for the version (window slot, landing buffer or "
+                                       "device memory)"});
         }
         backoff.Reset();
         continue;

@@ -79,6 +79,42 @@ void ShmSegment::Unlink() {
   linked_ = false;
 }
 
+ShmWriter::ShmWriter(ShmSegment* segment, std::vector<ByteRange> ranges, uint64_t header_bytes,
+                     uint64_t version)
+    : segment_(segment), ranges_(std::move(ranges)), header_bytes_(header_bytes), version_(version) {
+  ShmControl* control = segment_->control();
+  control->complete.store(0, std::memory_order_relaxed);
+  control->data_bytes.store(0, std::memory_order_relaxed);
+  control->version.store(version, std::memory_order_release);
+  while (index_ < ranges_.size() && ranges_[index_].size == 0) ++index_;
+}
+
+bool ShmWriter::Step(uint64_t max_bytes) {
+  if (done()) return false;
+  std::byte* data = segment_->payload() + header_bytes_;
+  uint64_t budget = max_bytes;
+  while (budget > 0 && !done()) {
+    const ByteRange& r = ranges_[index_];
+    const uint64_t n = std::min(budget, r.size - offset_);
+    CopyAndHash(data + written_, r.data + offset_, n, &hasher_);
+    written_ += n;
+    offset_ += n;
+    budget -= n;
+    if (offset_ == r.size) {
+      offset_ = 0;
+      ++index_;
+      while (index_ < ranges_.size() && ranges_[index_].size == 0) ++index_;
+    }
+  }
+  segment_->control()->data_bytes.store(written_, std::memory_order_release);
+  return true;
+}
+
+void ShmWriter::Complete(const std::byte* header) {
+  std::memcpy(segment_->payload(), header, header_bytes_);
+  segment_->control()->complete.store(version_ + 1, std::memory_order_release);
+}
+
 void CopyAndHash(std::byte* dst, const std::byte* src, std::size_t bytes, Xxh3Hasher* hasher) {
   for (std::size_t off = 0; off < bytes; off += kCopyHashBlockBytes) {
     const std::size_t n = std::min(kCopyHashBlockBytes, bytes - off);

@@ -1,6 +1,7 @@
 // Internal: the host tier's shared-memory protocol (HostProtocol::kShm).
 // The producer owns one POSIX shared-memory segment; consumers on its node
-// map it. For each version the producer copies the data section into the
+// map it (consumers on other nodes, or that cannot map it, get the version
+// over the two-sided protocol instead). For each version the producer copies the data section into the
 // segment (after the header's room) and hashes each block right after
 // copying it, publishing its progress in the segment's control page; each
 // consumer copies the landed bytes out into its own landing buffer, hashing
@@ -20,7 +21,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "stream_hash.h"  // ByteRange
 #include "viper/core/checksum.h"
 #include "viper/core/status.h"
 
@@ -67,6 +70,33 @@ class ShmSegment {
   uint64_t payload_bytes_ = 0;
   bool owner_ = false;
   bool linked_ = true;
+};
+
+// One version written into a segment: copies `ranges` (the data section, in
+// order) after the header's room a step at a time, hashing as it copies and
+// publishing its progress after each step; then Complete writes the header.
+// Sets the control page's version (and resets the progress) on construction,
+// so construct it before the version is announced.
+class ShmWriter {
+ public:
+  ShmWriter(ShmSegment* segment, std::vector<ByteRange> ranges, uint64_t header_bytes, uint64_t version);
+  // Copies up to `max_bytes` more. Returns false when there was nothing left.
+  bool Step(uint64_t max_bytes);
+  bool done() const { return index_ >= ranges_.size(); }
+  // XXH3-64 of the data section; only once done().
+  uint64_t Digest() const { return hasher_.Digest(); }
+  // Writes the header (header_bytes at `header`) and marks the version complete.
+  void Complete(const std::byte* header);
+
+ private:
+  ShmSegment* segment_;
+  std::vector<ByteRange> ranges_;
+  uint64_t header_bytes_;
+  uint64_t version_;
+  std::size_t index_ = 0;  // range being copied
+  uint64_t offset_ = 0;    // within it
+  uint64_t written_ = 0;   // data bytes copied so far
+  Xxh3Hasher hasher_;
 };
 
 // Copies `bytes` from `src` to `dst` a block at a time, hashing each block of

@@ -422,7 +422,7 @@ class Subscriber::Impl {
     internal::Ready ready;
     ready.session = session_;
     ready.version = a.version;
-    if (a.protocol == static_cast<uint32_t>(HostProtocol::kShm)) return ReceiveShm(a, source);
+    if (a.shm_name[0] != '\0' && MapShm(a)) return ReceiveShm(a, source);
     if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
       VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
@@ -563,42 +563,39 @@ class Subscriber::Impl {
     return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
   }
 
-  // shm protocol (shm_segment.h): maps the producer's segment (once per
-  // segment), then copies the data section out as the producer publishes
-  // its progress, hashing each block from cache, and the header once it is
-  // complete.
+  // shm protocol: whether this rank can copy version `a` out of the
+  // producer's segment: on the producer's node, and mapped (once per
+  // segment). Otherwise the version comes as a two-sided stream.
+  bool MapShm(const internal::Announce& a) {
+    if (!options_.allow_shm || strncmp(a.host, host_name_, sizeof(a.host)) != 0) return false;
+    const std::string name(a.shm_name, strnlen(a.shm_name, sizeof(a.shm_name)));
+    if (shm_ && shm_->name() == name && shm_->payload_bytes() == a.shm_payload_bytes) return true;
+    shm_.reset();
+    auto opened = internal::ShmSegment::Open(name, a.shm_payload_bytes);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "viper transports: rank %d cannot map the producer's shared memory (%s); "
+                   "receiving over MPI instead\n", rank_, opened.status().ToString().c_str());
+      return false;
+    }
+    shm_ = std::move(*opened);
+    return true;
+  }
+
+  // shm protocol (shm_segment.h), segment mapped: copies the data section out
+  // as the producer publishes its progress, hashing each block from cache,
+  // then the header once the version is complete.
   Status ReceiveShm(const internal::Announce& a, const std::string& source) {
     const int producer = options_.producer_rank;
     const double t0 = MonotonicSeconds();
     internal::Ready ready;
     ready.session = session_;
     ready.version = a.version;
+    ready.via_shm = 1;
     std::memcpy(ready.host, host_name_, sizeof(ready.host));
-    Status refused;
-    const std::string name(a.shm_name, strnlen(a.shm_name, sizeof(a.shm_name)));
-    if (strncmp(a.host, host_name_, sizeof(a.host)) != 0) {
-      ready.refusal = internal::kRefusedOtherNode;
-      refused = FailedPreconditionError(
-          "the shm protocol needs the consumer on the producer's node (producer on " +
-          std::string(a.host, strnlen(a.host, sizeof(a.host))) + ", this rank on " + host_name_ +
-          "); use the two-sided protocol across nodes");
-    } else if (!shm_ || shm_->name() != name || shm_->payload_bytes() != a.shm_payload_bytes) {
-      shm_.reset();
-      auto opened = internal::ShmSegment::Open(name, a.shm_payload_bytes);
-      if (opened.ok()) {
-        shm_ = std::move(*opened);
-      } else {
-        ready.refusal = internal::kRefusedCannotMap;
-        refused = opened.status();
-      }
-    }
-    const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
-                           (!shm_ || a.image_bytes <= shm_->payload_bytes());
-    if (refused.ok() && !plausible) {
-      refused = DataLossError("announcement of version " + std::to_string(a.version) + " is inconsistent");
-    }
-    StatusOr<std::shared_ptr<AlignedBuffer>> buffer =
-        refused.ok() ? AcquireBuffer(a.image_bytes) : StatusOr<std::shared_ptr<AlignedBuffer>>(refused);
+    auto buffer = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes()
+                      ? AcquireBuffer(a.image_bytes)
+                      : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
+                            "announcement of version " + std::to_string(a.version) + " is inconsistent"));
     ready.accept = buffer.ok() ? 1 : 0;
     VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
     if (!buffer.ok()) return buffer.status();

@@ -28,7 +28,9 @@ class Subscriber {
   struct Options {
     Tier tier = Tier::kHost;                               // must match the Publisher's
     Notify notify = Notify::kPush;                         // push (MPI message) | poll (scan pfs_dir)
-    HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Publisher's
+    // one-sided needs it here too (the window is made at Create); with
+    // two-sided and shm the consumer follows each announcement.
+    HostProtocol host_protocol = HostProtocol::kTwoSided;
     int producer_rank = 0;                                 // rank of the Publisher in MPI_COMM_WORLD
     // one-sided: bytes of each of the two landing slots in the MPI window
     // (the largest version that can be received).
@@ -55,6 +57,9 @@ class Subscriber {
     // gpu tier: copy from the producer's device memory by CUDA IPC when both
     // ranks share a node; false = always through pinned host memory over MPI.
     bool allow_ipc = true;
+    // host tier, shm protocol: copy versions out of the producer's shared
+    // memory when on its node; false = always over MPI (two-sided).
+    bool allow_shm = true;
 
     bool IsValid(std::string* error) const;
   };
