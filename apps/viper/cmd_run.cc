@@ -44,6 +44,7 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   j["mode"] = s.mode;
   j["notify"] = s.notify;
   j["fanout"] = s.fanout;
+  j["host_protocol"] = s.host_protocol;
   j["strategy"] = s.strategy;
   j["consumers"] = s.consumers;
   j["lost_consumers"] = s.lost_consumers;
@@ -119,7 +120,7 @@ void PrintTable(const workflow::LiveRun::Summary& s) {
 int RunRun(const std::vector<std::string>& args) {
   workflow::LiveRun::Options o;
   std::string workload = "trainer", transport = "host", notify = "push", mode = "async", strategy = "optimal";
-  std::string fanout = "node";
+  std::string fanout = "node", host_protocol = "shm";
   std::string model_bytes = "64MiB", json_path, csv_path, trace_path;
   std::string hidden;
   bool compare = false, quiet = false;
@@ -134,7 +135,11 @@ int RunRun(const std::vector<std::string>& args) {
       "push (MPI message) | poll (consumers scan --pfs-dir; needs --transport pfs)")(
       "fanout", po::value(&fanout)->default_value(fanout),
       "host tier, several consumers: node (one send per other node, relayed there; direct on one node) | "
-      "direct (the producer sends to each) | tree (consumers relay along a binary tree)")(
+      "direct (the producer sends to each) | tree (consumers relay along a binary tree); with --host-protocol "
+      "shm it applies to the consumers served over MPI")(
+      "host-protocol", po::value(&host_protocol)->default_value(host_protocol),
+      "host tier: shm (consumers on the producer's node copy each version out of shared memory, the others "
+      "get it over MPI) | two-sided (every consumer over MPI)")(
       "mode", po::value(&mode)->default_value(mode),
       "sync (Publish waits for delivery) | async (snapshot, background send)")(
       "strategy", po::value(&strategy)->default_value(strategy),
@@ -213,6 +218,11 @@ int RunRun(const std::vector<std::string>& args) {
   auto fo = transports::FanoutFromString(fanout);
   if (!fo) return usage("--fanout: expected node, direct or tree, got '" + fanout + "'");
   o.fanout = *fo;
+  auto hp = transports::HostProtocolFromString(host_protocol);
+  if (!hp || *hp == transports::HostProtocol::kOneSided) {
+    return usage("--host-protocol: expected shm or two-sided, got '" + host_protocol + "'");
+  }
+  o.host_protocol = *hp;
   auto md = transports::ModeFromString(mode);
   if (!md) return usage("--mode: expected sync or async, got '" + mode + "'");
   o.mode = *md;

@@ -111,6 +111,7 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
     return;
   }
   CheckProducerSummary(*r);
+  EXPECT_EQ(r->host_protocol, "shm");  // the default: the consumers copy from shared memory
   EXPECT_GE(r->schedule.size(), 1u) << r->plan_report;
   // Requests from every consumer were collected.
   std::set<int> ranks;
@@ -204,6 +205,7 @@ TEST(LiveMpi, ReplayOverHostRelayedAlongATree) {
   o.model_bytes = 4 << 20;
   o.tier = transports::Tier::kHost;
   o.fanout = transports::Fanout::kTree;
+  o.host_protocol = transports::HostProtocol::kTwoSided;  // with shm, consumers on this node would not relay
   o.mode = transports::Mode::kSync;
   o.strategy = schedulers::StrategyKind::kFixed;
   o.requests_per_s = 200;

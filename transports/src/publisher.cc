@@ -51,8 +51,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
-  if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol != HostProtocol::kTwoSided)) {
-    return fail("fanout: tree needs tier host with the two-sided protocol");
+  if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol == HostProtocol::kOneSided)) {
+    return fail("fanout: tree needs tier host with the two-sided or shm protocol");
   }
   for (int r : subscriber_ranks) {
     if (r < 0) return fail("subscriber_ranks: ranks must be >= 0");
@@ -490,7 +490,7 @@ class Publisher::Impl {
     chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
 
     // shm: the segment the consumers on this node copy the version out of.
-    const bool offer_shm = options_.host_protocol == HostProtocol::kShm;
+    bool offer_shm = options_.host_protocol == HostProtocol::kShm && !shm_failed_;
     std::optional<internal::ShmWriter> shm;
     if (offer_shm) {
       const uint64_t image_bytes = src.header_bytes + src.data_bytes;
@@ -501,9 +501,17 @@ class Publisher::Impl {
                       rank_, static_cast<unsigned long long>(++segment_generation_));
         // Room for 1/8 more, so that a slowly growing model does not need a
         // new segment every version.
-        VIPER_ASSIGN_OR_RETURN(segment_, internal::ShmSegment::Create(name, image_bytes + image_bytes / 8));
+        auto created = internal::ShmSegment::Create(name, image_bytes + image_bytes / 8);
+        if (created.ok()) {
+          segment_ = std::move(*created);
+        } else {
+          shm_failed_ = true;
+          offer_shm = false;
+          std::fprintf(stderr, "viper transports: no shared memory for the shm protocol (%s); sending over MPI "
+                       "(two-sided) from now on\n", created.status().ToString().c_str());
+        }
       }
-      shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
+      if (offer_shm) shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
     }
 
     internal::Announce a;
@@ -887,6 +895,7 @@ class Publisher::Impl {
   MPI_Win win_ = MPI_WIN_NULL;
   std::unique_ptr<internal::ShmSegment> segment_;  // shm protocol
   uint64_t segment_generation_ = 0;
+  bool shm_failed_ = false;  // the segment could not be made: two-sided from then on
   uint64_t session_ = 0;
   int rank_ = 0;
   char host_name_[64] = {0};  // this node's name (fan-out by node, CUDA IPC)

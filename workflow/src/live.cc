@@ -413,6 +413,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.mode = transports::ToString(o.mode);
   s.notify = transports::ToString(o.notify);
   s.fanout = transports::ToString(o.fanout);
+  s.host_protocol = transports::ToString(o.host_protocol);
   s.strategy = schedulers::ToString(o.strategy);
   s.consumers = size - 1;
   auto log = [&](const std::string& line) {
@@ -447,6 +448,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   po.mode = o.mode;
   po.notify = o.notify;
   po.fanout = o.fanout;
+  po.host_protocol = o.host_protocol;
   po.peer_timeout_s = o.consumer_timeout_s;
   po.pfs_dir = o.pfs_dir;
   po.staging_bytes = ExpectedModelBytes(o) + (1 << 20);
@@ -735,6 +737,9 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     return Fail(error, "pfs_dir: required with tier pfs");
   if (fanout == transports::Fanout::kTree && tier != transports::Tier::kHost) {
     return Fail(error, "fanout: tree needs tier host (consumers relay MPI messages)");
+  }
+  if (host_protocol == transports::HostProtocol::kOneSided) {
+    return Fail(error, "host_protocol: a live run takes shm or two-sided");
   }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");

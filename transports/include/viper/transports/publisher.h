@@ -32,7 +32,12 @@ class Publisher {
     Tier tier = Tier::kHost;                 // gpu | host | pfs
     Mode mode = Mode::kAsync;                // sync | async
     Notify notify = Notify::kPush;           // push | poll (poll needs tier pfs)
-    HostProtocol host_protocol = HostProtocol::kTwoSided;  // must match the Subscribers'
+    // host tier: shm (default; consumers on this node copy each version out
+    // of shared memory, the others get it over MPI as with two-sided),
+    // two-sided or one-sided (the Subscribers must say one-sided too). See
+    // HostProtocol in types.h. Where the shared segment cannot be made (e.g.
+    // /dev/shm too small) shm warns once and sends two-sided.
+    HostProtocol host_protocol = HostProtocol::kShm;
     // MPI: bytes per message or MPI_Put; keeps each under the 2 GiB int count.
     uint64_t chunk_bytes = 64ull << 20;
     // MPI: chunks in flight per consumer.
@@ -56,8 +61,10 @@ class Publisher {
     int snapshot_threads = 0;
     // Ranks of the consumers; empty = every other rank of MPI_COMM_WORLD.
     std::vector<int> subscriber_ranks;
-    // host tier, two-sided: how a version reaches several consumers (see
-    // Fanout in types.h): node (default; direct on one node), direct, tree.
+    // host tier, two-sided and shm: how a version reaches the consumers
+    // that receive it over MPI (see Fanout in types.h): node (default;
+    // direct on one node), direct, tree. With shm, consumers on this node
+    // copy from shared memory whatever the plan.
     Fanout fanout = Fanout::kNode;
     // fanout tree: ranks each consumer forwards to, in [1, 32].
     int tree_arity = 2;
@@ -65,7 +72,8 @@ class Publisher {
     // before it is dropped as lost.
     double peer_timeout_s = 30;
     // sync + push: also wait for each consumer's acknowledgement that the
-    // version is servable (its report then has servable times).
+    // version is servable (its report then has servable times). The shm
+    // protocol always waits for the consumers that copy from shared memory.
     bool wait_for_servable = true;
     // pfs tier: directory, O_DIRECT, writer threads, versions kept.
     std::string pfs_dir;
@@ -101,7 +109,9 @@ class Publisher {
     // checksum). Sync two-sided: 0, there is no copy: the chunks go out
     // straight from the tensors and are hashed while in flight (in transfer_s).
     double snapshot_s = 0;
-    double transfer_s = 0;  // send to all consumers (two-sided: with the overlapped hashing) / write the file
+    // Send to all consumers (two-sided: with the overlapped hashing; shm and
+    // gpu: until every consumer acknowledged its copy) / write the file.
+    double transfer_s = 0;
     double notify_s = 0;           // push messages after a pfs write
     bool superseded = false;       // async: replaced by a newer snapshot before it was sent
     bool sent = false;             // the background send finished (sync: always)

@@ -54,6 +54,10 @@ class LiveRun {
     transports::Notify notify = transports::Notify::kPush;
     // host tier: how a version reaches several consumers (node, direct, tree).
     transports::Fanout fanout = transports::Fanout::kNode;
+    // host tier: shm (consumers on the producer's node copy from shared
+    // memory; the others over MPI) or two-sided (all over MPI). one-sided is
+    // refused here (its windows need sizing on every consumer).
+    transports::HostProtocol host_protocol = transports::HostProtocol::kShm;
     // Schedule strategy (oracle is refused: it needs the future).
     schedulers::StrategyKind strategy = schedulers::StrategyKind::kOptimal;
     // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
@@ -125,7 +129,7 @@ class LiveRun {
   struct Summary {
     std::string termination;  // "completed", "interrupted", "failed"
     std::string message;      // why, when not completed; lost consumers
-    std::string workload, tier, mode, notify, fanout, strategy;
+    std::string workload, tier, mode, notify, fanout, host_protocol, strategy;
     int consumers = 0;                // ranks started as consumers
     std::vector<int> lost_consumers;  // dropped mid-run (no records from them)
     // Some rank was lost (producer: any consumer; consumers: as the producer
