@@ -146,6 +146,10 @@ class Publisher::Impl {
     uses_mpi_ = options_.tier != Tier::kPfs || options_.notify == Notify::kPush;
     if (uses_mpi_) VIPER_RETURN_IF_ERROR(InitMpi());
     if (options_.tier == Tier::kGpu) VIPER_RETURN_IF_ERROR(InitGpu());  // after MPI: needs the node name
+#if VIPER_HAVE_MPI
+    // The shared segment now, mapped and touched, not in the first publish.
+    if (options_.staging_bytes > 0) (void)EnsureSegment(options_.staging_bytes, options_.staging_bytes);
+#endif
     if (options_.staging_bytes > 0 && !(options_.mode == Mode::kSync && Streams())) {
       // Pre-allocate and pre-touch both staging buffers now, not in the first stall.
       for (auto& s : staging_) {
@@ -490,29 +494,12 @@ class Publisher::Impl {
     chunks.push_back({nullptr, src.header_bytes});  // set once the data is hashed
 
     // shm: the segment the consumers on this node copy the version out of.
-    bool offer_shm = options_.host_protocol == HostProtocol::kShm && !shm_failed_;
+    const uint64_t image_bytes = src.header_bytes + src.data_bytes;
+    // Room for 1/8 more, so that a slowly growing model does not need a new
+    // segment every version.
+    const bool offer_shm = EnsureSegment(image_bytes, image_bytes + image_bytes / 8);
     std::optional<internal::ShmWriter> shm;
-    if (offer_shm) {
-      const uint64_t image_bytes = src.header_bytes + src.data_bytes;
-      if (!segment_ || segment_->payload_bytes() < image_bytes) {
-        segment_.reset();
-        char name[64];
-        std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(session_),
-                      rank_, static_cast<unsigned long long>(++segment_generation_));
-        // Room for 1/8 more, so that a slowly growing model does not need a
-        // new segment every version.
-        auto created = internal::ShmSegment::Create(name, image_bytes + image_bytes / 8);
-        if (created.ok()) {
-          segment_ = std::move(*created);
-        } else {
-          shm_failed_ = true;
-          offer_shm = false;
-          std::fprintf(stderr, "viper transports: no shared memory for the shm protocol (%s); sending over MPI "
-                       "(two-sided) from now on\n", created.status().ToString().c_str());
-        }
-      }
-      if (offer_shm) shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
-    }
+    if (offer_shm) shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
 
     internal::Announce a;
     a.session = session_;
@@ -622,6 +609,29 @@ class Publisher::Impl {
   }
 
 #if VIPER_HAVE_MPI
+  // shm protocol: whether a segment of at least `image_bytes` is ready,
+  // making one of `reserve_bytes` when there is none that large. When none
+  // can be made, warns once and returns false from then on (two-sided).
+  bool EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes) {
+    if (options_.tier != Tier::kHost || options_.host_protocol != HostProtocol::kShm || shm_failed_) return false;
+    if (segment_ && segment_->payload_bytes() >= image_bytes) return true;
+    segment_.reset();
+    char name[64];
+    std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(session_), rank_,
+                  static_cast<unsigned long long>(++segment_generation_));
+    auto created = internal::ShmSegment::Create(name, reserve_bytes);
+    if (!created.ok()) {
+      shm_failed_ = true;
+      std::fprintf(stderr,
+                   "viper transports: no shared memory for the shm protocol (%s); sending over MPI (two-sided) "
+                   "from now on\n",
+                   created.status().ToString().c_str());
+      return false;
+    }
+    segment_ = std::move(*created);
+    return true;
+  }
+
 #if VIPER_HAVE_CUDA
   // gpu tier: announce the staged device image with its IPC handles; IPC
   // consumers copy it themselves, the others ask for it through pinned host

@@ -45,7 +45,8 @@ constexpr uint64_t kShmControlBytes = 4096;
 class ShmSegment {
  public:
   // Creates `name` (e.g. "/viper-..."; must not exist) with room for
-  // `payload_bytes` after the control page, reserved and mapped read-write.
+  // `payload_bytes` after the control page, reserved and mapped read-write
+  // (page tables filled at once, as in Open).
   static StatusOr<std::unique_ptr<ShmSegment>> Create(const std::string& name, uint64_t payload_bytes);
   // Maps an existing segment read-only; it must hold `payload_bytes`.
   static StatusOr<std::unique_ptr<ShmSegment>> Open(const std::string& name, uint64_t payload_bytes);

@@ -44,8 +44,9 @@ class Publisher {
     int max_inflight_chunks = 8;
     // Staging buffer capacity reserved up front (header + data); grown on the
     // first larger publish. 0 = size it on the first publish. Unused (not
-    // allocated) in sync mode with tier host and the two-sided protocol,
-    // which sends straight from the tensors.
+    // allocated) in sync mode with tier host and the two-sided or shm
+    // protocol, which send straight from the tensors. With shm the shared
+    // segment is also made in Create, of this size.
     uint64_t staging_bytes = 0;
     // Async mode, host and pfs tiers: threads that copy the tensors into the
     // staging buffer (the stall), each a large contiguous piece (at least
