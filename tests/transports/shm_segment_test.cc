@@ -63,6 +63,16 @@ TEST(ShmSegment, ProducerThatGoesAwayTakesItsNameWithIt) {
   EXPECT_NE(::access(("/dev/shm" + name).c_str(), F_OK), 0);
 }
 
+TEST(ShmSegment, SegmentLargerThanDevShmIsAnErrorNotACrash) {
+  // 1 PiB cannot be reserved: Create says so (naming /dev/shm) and leaves
+  // no name behind, instead of a SIGBUS on the first store past the room.
+  const std::string name = UniqueName("huge");
+  auto huge = ShmSegment::Create(name, 1ull << 50);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("/dev/shm"), std::string::npos) << huge.status().ToString();
+  EXPECT_NE(::access(("/dev/shm" + name).c_str(), F_OK), 0);
+}
+
 TEST(ShmSegment, ForeignSegmentIsRefused) {
   const std::string name = UniqueName("foreign");
   auto producer = ShmSegment::Create(name, 4096);
