@@ -379,6 +379,64 @@ TEST(MpiHost, TensorsOfOneArenaAreSentAcrossTheirBoundaries) {
   }
 }
 
+// A version image made by hand, for the tests that speak the wire protocol
+// themselves: header with the checksum, then the data (1 MB, MakeModel's
+// pattern with `seed`); with `corrupt`, one data byte flipped after the
+// checksum was taken.
+struct HandMadeImage {
+  Status status;
+  std::vector<std::byte> bytes;
+  uint64_t header_bytes = 0;
+  uint64_t data_bytes = 0;
+};
+HandMadeImage MakeImage(uint64_t version, uint32_t seed, bool corrupt) {
+  HandMadeImage out;
+  ModelState m = MakeModel(1 << 20, seed);
+  m.metadata.version = version;
+  m.metadata.iteration = static_cast<int64_t>(version);
+  auto image = safetensors::Serialize(m);
+  if (!image.ok()) {
+    out.status = image.status();
+    return out;
+  }
+  out.bytes = std::move(*image);
+  uint64_t json_bytes = 0;
+  for (int i = 0; i < 8; ++i) json_bytes |= std::to_integer<uint64_t>(out.bytes[i]) << (8 * i);
+  out.header_bytes = 8 + json_bytes;
+  out.data_bytes = out.bytes.size() - out.header_bytes;
+  if (corrupt) out.bytes[out.header_bytes + out.data_bytes / 2] ^= std::byte{1};
+  return out;
+}
+
+// Receives every consumer's acknowledgement of hand-made version `version`:
+// rejected as DataLoss when it was `corrupt`, else servable.
+void ExpectAcks(MPI_Comm comm, uint64_t version, bool corrupt) {
+  for (int r = 1; r < Size(); ++r) {
+    internal::Ack ack;
+    MPI_Recv(&ack, sizeof(ack), MPI_BYTE, r, internal::kTagAck, comm, MPI_STATUS_IGNORE);
+    EXPECT_EQ(ack.version, version);
+    EXPECT_EQ(ack.ok, corrupt ? 0 : 1);
+    if (corrupt) {
+      EXPECT_EQ(static_cast<StatusCode>(ack.code), StatusCode::kDataLoss);
+    }
+  }
+}
+
+// The announcement of hand-made version `version` over `protocol`.
+internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_t version,
+                                const HandMadeImage& made) {
+  internal::Announce a;
+  a.session = session;
+  a.kind = internal::kAnnounceHost;
+  a.protocol = static_cast<uint32_t>(protocol);
+  a.version = version;
+  a.iteration = static_cast<int64_t>(version);
+  a.image_bytes = made.bytes.size();
+  a.header_bytes = made.header_bytes;
+  a.sent_wtime = MonotonicSeconds();
+  return a;
+}
+
 TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
   // Rank 0 speaks the two-sided wire protocol (mpi_link.h) itself: version 0
   // has one data byte flipped after its checksum was taken, version 1 is
@@ -392,32 +450,18 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     auto session = internal::AgreeOnSession(comm, 0);
     ASSERT_TRUE(session.ok());
     for (uint64_t v = 0; v < 2; ++v) {
-      ModelState m = MakeModel(1 << 20, static_cast<uint32_t>(40 + v));
-      m.metadata.version = v;
-      m.metadata.iteration = static_cast<int64_t>(v);
-      auto image = safetensors::Serialize(m);  // header with the checksum, then the data
-      ASSERT_TRUE(image.ok());
-      uint64_t json_bytes = 0;
-      for (int i = 0; i < 8; ++i) json_bytes |= std::to_integer<uint64_t>((*image)[i]) << (8 * i);
-      const uint64_t header_bytes = 8 + json_bytes;
-      const uint64_t data_bytes = image->size() - header_bytes;
-      if (v == 0) (*image)[header_bytes + data_bytes / 2] ^= std::byte{1};
+      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0);
+      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
+      std::vector<std::byte>* image = &made.bytes;
+      const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
       std::vector<internal::Chunk> chunks(1);
       internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
       std::vector<uint64_t> plan;
       for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
       chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
       chunks.push_back({image->data(), header_bytes});
-      internal::Announce a;
-      a.session = *session;
-      a.kind = internal::kAnnounceHost;
-      a.protocol = static_cast<uint32_t>(HostProtocol::kTwoSided);
-      a.version = v;
-      a.iteration = static_cast<int64_t>(v);
-      a.image_bytes = image->size();
-      a.header_bytes = header_bytes;
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made);
       a.data_chunks = plan.size();
-      a.sent_wtime = MonotonicSeconds();
       std::vector<internal::ChunkedTransfer> transfers;
       for (int r = 1; r < Size(); ++r) {
         ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a).ok());
@@ -432,15 +476,7 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
       }
       internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
       for (const auto& t : transfers) ASSERT_FALSE(t.failed);
-      for (int r = 1; r < Size(); ++r) {
-        internal::Ack ack;
-        MPI_Recv(&ack, sizeof(ack), MPI_BYTE, r, internal::kTagAck, comm, MPI_STATUS_IGNORE);
-        EXPECT_EQ(ack.version, v);
-        EXPECT_EQ(ack.ok, v == 0 ? 0 : 1);
-        if (v == 0) {
-          EXPECT_EQ(static_cast<StatusCode>(ack.code), StatusCode::kDataLoss);
-        }
-      }
+      ExpectAcks(comm, v, /*corrupt=*/v == 0);
     }
     internal::Announce bye;
     bye.session = *session;
@@ -486,27 +522,14 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
     ASSERT_TRUE(segment.ok()) << segment.status().ToString();
     internal::ShmControl* control = (*segment)->control();
     for (uint64_t v = 0; v < 3; ++v) {
-      ModelState m = MakeModel(1 << 20, static_cast<uint32_t>(50 + v));
-      m.metadata.version = v;
-      m.metadata.iteration = static_cast<int64_t>(v);
-      auto image = safetensors::Serialize(m);  // header with the checksum, then the data
-      ASSERT_TRUE(image.ok());
-      uint64_t json_bytes = 0;
-      for (int i = 0; i < 8; ++i) json_bytes |= std::to_integer<uint64_t>((*image)[i]) << (8 * i);
-      const uint64_t header_bytes = 8 + json_bytes;
-      const uint64_t data_bytes = image->size() - header_bytes;
-      if (v == 0) (*image)[header_bytes + data_bytes / 2] ^= std::byte{1};
+      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(50 + v), /*corrupt=*/v == 0);
+      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
+      std::vector<std::byte>* image = &made.bytes;
+      const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
       control->complete.store(0);
       control->data_bytes.store(0);
       control->version.store(v);
-      internal::Announce a;
-      a.session = *session;
-      a.kind = internal::kAnnounceHost;
-      a.protocol = static_cast<uint32_t>(HostProtocol::kShm);
-      a.version = v;
-      a.iteration = static_cast<int64_t>(v);
-      a.image_bytes = image->size();
-      a.header_bytes = header_bytes;
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kShm, v, made);
       std::memcpy(a.host, host, sizeof(a.host));
       std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", name.c_str());
       a.shm_payload_bytes = (*segment)->payload_bytes();
@@ -527,15 +550,7 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
       control->data_bytes.store(data_bytes);
       std::memcpy((*segment)->payload(), image->data(), header_bytes);
       control->complete.store(v + 1);
-      for (int r = 1; r < Size(); ++r) {
-        internal::Ack ack;
-        MPI_Recv(&ack, sizeof(ack), MPI_BYTE, r, internal::kTagAck, comm, MPI_STATUS_IGNORE);
-        EXPECT_EQ(ack.version, v);
-        EXPECT_EQ(ack.ok, v == 0 ? 0 : 1);
-        if (v == 0) {
-          EXPECT_EQ(static_cast<StatusCode>(ack.code), StatusCode::kDataLoss);
-        }
-      }
+      ExpectAcks(comm, v, /*corrupt=*/v == 0);
     }
     MPI_Barrier(MPI_COMM_WORLD);  // the consumers have given up on version 2
     MPI_Comm_free(&comm);

@@ -416,13 +416,33 @@ class Subscriber::Impl {
     Finish(false, false, "stopped");
   }
 
-  Status ReceiveHost(const internal::Announce& a, const std::string& source) {
-    const int producer = options_.producer_rank;
-    const double t0 = MonotonicSeconds();
+  // The answer to announcement `a`, not yet accepted.
+  internal::Ready ReadyFor(const internal::Announce& a) const {
     internal::Ready ready;
     ready.session = session_;
     ready.version = a.version;
+    std::memcpy(ready.host, host_name_, sizeof(ready.host));
+    return ready;
+  }
+
+  // Answers announcement `a` with `ready`, accepting it when it is
+  // `plausible` and a landing buffer of its size can be had. Returns that
+  // buffer, or why the version was refused (the refusal has been sent).
+  StatusOr<std::shared_ptr<AlignedBuffer>> Answer(const internal::Announce& a, bool plausible,
+                                                  internal::Ready ready) {
+    auto buffer = plausible ? AcquireBuffer(a.image_bytes)
+                            : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
+                                  "announcement of version " + std::to_string(a.version) + " is inconsistent"));
+    ready.accept = buffer.ok() ? 1 : 0;
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, options_.producer_rank, internal::kTagReady, ready));
+    return buffer;
+  }
+
+  Status ReceiveHost(const internal::Announce& a, const std::string& source) {
+    const int producer = options_.producer_rank;
+    const double t0 = MonotonicSeconds();
     if (a.shm_name[0] != '\0' && MapShm(a)) return ReceiveShm(a, source);
+    internal::Ready ready = ReadyFor(a);
     if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
       VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
@@ -456,14 +476,7 @@ class Subscriber::Impl {
     // it is hashed, header last.
     const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
                            a.data_chunks <= a.image_bytes - a.header_bytes;
-    auto buffer = plausible
-                      ? AcquireBuffer(a.image_bytes)
-                      : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
-                            "announcement of version " + std::to_string(a.version) + " is inconsistent"));
-    ready.accept = buffer.ok() ? 1 : 0;
-    std::memcpy(ready.host, host_name_, sizeof(ready.host));
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
-    if (!buffer.ok()) return buffer.status();
+    VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer, Answer(a, plausible, ready));
     double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
     // Where the bytes come from and whom this rank forwards them to.
     internal::Route route;
@@ -497,7 +510,7 @@ class Subscriber::Impl {
       return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + std::string(in_time));
     }
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
-    std::byte* base = (*buffer)->data();
+    std::byte* base = buffer->data();
     std::vector<internal::Chunk> chunks;
     std::vector<uint64_t> ends;  // end of each data chunk within the data section
     uint64_t off = 0;
@@ -554,13 +567,13 @@ class Subscriber::Impl {
       hasher.reset();  // reads only what had landed
       // Receives may still land in this buffer: take it out of the pool and
       // never free it.
-      auto leaked = new std::shared_ptr<AlignedBuffer>(*buffer);
+      auto leaked = new std::shared_ptr<AlignedBuffer>(buffer);
       (void)leaked;
-      pool_.erase(std::remove(pool_.begin(), pool_.end(), *buffer), pool_.end());
+      pool_.erase(std::remove(pool_.begin(), pool_.end(), buffer), pool_.end());
       return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + std::string(in_time));
     }
     const StreamedData streamed{a.header_bytes, hasher->Finish()};
-    return VerifyAndSwap(*buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
+    return VerifyAndSwap(buffer, a.image_bytes, source, MonotonicSeconds() - t0, a.version, &streamed);
   }
 
   // shm protocol: whether this rank can copy version `a` out of the
@@ -585,24 +598,16 @@ class Subscriber::Impl {
   // as the producer publishes its progress, hashing each block from cache,
   // then the header once the version is complete.
   Status ReceiveShm(const internal::Announce& a, const std::string& source) {
-    const int producer = options_.producer_rank;
     const double t0 = MonotonicSeconds();
-    internal::Ready ready;
-    ready.session = session_;
-    ready.version = a.version;
+    internal::Ready ready = ReadyFor(a);
     ready.via_shm = 1;
-    std::memcpy(ready.host, host_name_, sizeof(ready.host));
-    auto buffer = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes()
-                      ? AcquireBuffer(a.image_bytes)
-                      : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
-                            "announcement of version " + std::to_string(a.version) + " is inconsistent"));
-    ready.accept = buffer.ok() ? 1 : 0;
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
-    if (!buffer.ok()) return buffer.status();
+    const bool plausible =
+        a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes();
+    VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer, Answer(a, plausible, ready));
 
     const internal::ShmControl* control = shm_->control();
     const std::byte* image = shm_->payload();
-    std::byte* base = (*buffer)->data();
+    std::byte* base = buffer->data();
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
     const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
     auto moved_on = [&] {
@@ -637,7 +642,7 @@ class Subscriber::Impl {
     // (unless it has dropped this rank): a newer version now means torn bytes.
     if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
     const StreamedData streamed{a.header_bytes, hasher.Digest()};
-    return VerifyAndSwap(*buffer, a.image_bytes, source + " (shm)", MonotonicSeconds() - t0, a.version,
+    return VerifyAndSwap(buffer, a.image_bytes, source + " (shm)", MonotonicSeconds() - t0, a.version,
                          &streamed);
   }
 
@@ -673,9 +678,7 @@ class Subscriber::Impl {
       return DataLossError(source + ": announced header of " + std::to_string(a.header_bytes) +
                            " bytes in an image of " + std::to_string(a.image_bytes));
     }
-    internal::Ready ready;
-    ready.session = session_;
-    ready.version = a.version;
+    internal::Ready ready = ReadyFor(a);
     const void* peer = nullptr;
     cudaEvent_t peer_event = nullptr;
     bool ipc = options_.allow_ipc && std::strncmp(a.host, host_name_, sizeof(a.host)) == 0;
