@@ -832,9 +832,10 @@ std::string LiveRun::Summary::BriefReport() const {
   char buf[512];
   std::snprintf(
       buf, sizeof(buf),
-      "%s over %s/%s/%s (%s): %zu versions to %d consumer(s), CIL %.1f (%.1f per consumer) over %lld "
+      "%s over %s%s%s/%s/%s (%s): %zu versions to %d consumer(s), CIL %.1f (%.1f per consumer) over %lld "
       "requests, update latency %.2f ms, stall %.3f s (%.2f%% slowdown), %s",
-      strategy.c_str(), tier.c_str(), mode.c_str(), notify.c_str(), workload.c_str(), versions.size(),
+      strategy.c_str(), tier.c_str(), tier == "host" ? " " : "", tier == "host" ? host_protocol.c_str() : "",
+      mode.c_str(), notify.c_str(), workload.c_str(), versions.size(),
       consumers, cil, cil_per_consumer, static_cast<long long>(requests),
       mean_update_latency_s.value_or(0) * 1e3, total_stall_s, slowdown_fraction * 100, termination.c_str());
   return buf;
