@@ -803,6 +803,68 @@ TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
   }
 }
 
+TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
+  // The last rank speaks the shm protocol itself: it maps the segment,
+  // accepts version 0 from shared memory, then neither copies nor
+  // acknowledges (as a hung consumer would). The producer drops it after
+  // peer_timeout_s, the other consumers have version 0, and version 1
+  // (written into the same segment) reaches them without it.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kShm);
+  s.pub.peer_timeout_s = 4.0;
+  const int hung = Size() - 1;
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    auto r0 = (*pub)->Publish(MakeModel(2 << 20, 60), 0);
+    ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+    auto r1 = (*pub)->Publish(MakeModel(2 << 20, 61), 1);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    ASSERT_EQ(r0->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r0->BriefReport();
+    for (const auto& c : r0->consumers) {
+      if (c.rank == hung) {
+        EXPECT_TRUE(c.lost) << r0->BriefReport();
+        EXPECT_NE(c.message.find("acknowledgement"), std::string::npos) << r0->BriefReport();
+      } else {
+        EXPECT_TRUE(c.delivered) << r0->BriefReport();
+      }
+    }
+    ASSERT_EQ(r1->consumers.size(), static_cast<std::size_t>(Size() - 2)) << r1->BriefReport();
+    for (const auto& c : r1->consumers) EXPECT_TRUE(c.delivered) << r1->BriefReport();
+    EXPECT_EQ((*pub)->summary().lost_consumers, std::vector<int>{hung});
+    ASSERT_TRUE((*pub)->Close().ok());
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else if (Rank() == hung) {
+    MPI_Comm comm = MPI_COMM_NULL;  // as Subscriber::Create does
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    auto session = internal::AgreeOnSession(comm, 0);
+    ASSERT_TRUE(session.ok());
+    internal::Announce a;
+    MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
+    ASSERT_NE(a.shm_name[0], '\0') << "version 0 was not offered through shared memory";
+    auto segment = internal::ShmSegment::Open(a.shm_name, a.shm_payload_bytes);
+    ASSERT_TRUE(segment.ok()) << segment.status().ToString();
+    EXPECT_EQ((*segment)->control()->version.load(), a.version);
+    internal::Ready ready;
+    ready.session = *session;
+    ready.version = a.version;
+    ready.accept = 1;
+    ready.via_shm = 1;
+    internal::NodeName(ready.host, sizeof(ready.host));
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready).ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto v = (*sub)->WaitForVersion(1, 30);
+    ASSERT_TRUE(v.ok()) << v.status().ToString() << "; " << (*sub)->summary().BriefReport();
+    EXPECT_TRUE(HasPattern((*v)->state, 61));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 // A consumer process that really dies (_exit) while a version is on its way.
 // Open MPI 4.1 ends the whole job when a rank exits without MPI_Finalize,
 // unless mpirun runs with orte_enable_recovery=1: this test only runs when
