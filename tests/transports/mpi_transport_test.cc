@@ -760,13 +760,18 @@ TEST(MpiFaults, SilentProducerLeavesLastGoodVersion) {
   }
 }
 
-TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
+class MpiFaultsByProtocol : public ::testing::TestWithParam<HostProtocol> {};
+
+TEST_P(MpiFaultsByProtocol, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
   // The last rank stops receiving (as a dead or hung consumer would). The
   // producer gives up on it after peer_timeout_s, keeps serving the others,
-  // and never waits on it again.
-  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  // and never waits on it again. The live consumers wait for the bytes
+  // longer than their own transfer_timeout_s, since the producer first
+  // waits up to peer_timeout_s for every consumer's answer.
+  Scenario s = HostScenario(Mode::kSync, GetParam());
   // Long enough that a live consumer on a loaded 2-core VM always answers.
   s.pub.peer_timeout_s = 4.0;
+  s.sub.transfer_timeout_s = 2.0;
   const int dead = Size() - 1;
   if (Rank() == 0) {
     auto pub = Publisher::Create(s.pub);
@@ -802,6 +807,12 @@ TEST(MpiFaults, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, MpiFaultsByProtocol,
+                         ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
+                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
+                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
+                         });
 
 TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
   // The last rank speaks the shm protocol itself: it maps the segment,

@@ -75,6 +75,11 @@ struct Announce {
   uint64_t routed = 0;        // two-sided: 1 = a Route follows the consumer's Ready
   uint64_t checksum = 0;      // one-sided and pfs; two-sided: 0, the header carries it
   double sent_wtime = 0;      // MonotonicSeconds() at the producer when sent
+  // The producer's peer_timeout_s: how long it may wait for the other
+  // consumers' answers before any byte moves. A consumer's transfer
+  // deadline counts from the end of that wait, so one silent consumer does
+  // not make the others give up on the producer.
+  double handshake_s = 0;
   // gpu tier (header_bytes above is the padded header there too): the
   // image's offset in the staging allocation, that allocation's
   // cudaIpcMemHandle_t and the interprocess event recorded once the image was

@@ -512,6 +512,7 @@ class Publisher::Impl {
     a.header_bytes = src.header_bytes;
     a.data_chunks = plan->size();
     a.routed = options_.fanout == Fanout::kDirect ? 0 : 1;
+    a.handshake_s = options_.peer_timeout_s;
     std::memcpy(a.host, host_name_, sizeof(a.host));
     if (offer_shm) {
       std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", segment_->name().c_str());
@@ -854,6 +855,7 @@ class Publisher::Impl {
     a.image_bytes = s.image_bytes();
     a.chunk_bytes = options_.chunk_bytes;
     a.checksum = s.checksum();
+    a.handshake_s = options_.peer_timeout_s;
     a.sent_wtime = MonotonicSeconds();
     return a;
   }

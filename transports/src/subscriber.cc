@@ -416,6 +416,18 @@ class Subscriber::Impl {
     Finish(false, false, "stopped");
   }
 
+  // When a transfer announced by `a` is given up: transfer_timeout_s after
+  // the producer's longest wait for the other consumers' answers.
+  double TransferDeadline(const internal::Announce& a) const {
+    return MonotonicSeconds() + std::max(0.0, a.handshake_s) + options_.transfer_timeout_s;
+  }
+  // That wait in seconds, for messages.
+  std::string Seconds(const internal::Announce& a) const {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", std::max(0.0, a.handshake_s) + options_.transfer_timeout_s);
+    return buf;
+  }
+
   // The answer to announcement `a`, not yet accepted.
   internal::Ready ReadyFor(const internal::Announce& a) const {
     internal::Ready ready;
@@ -452,13 +464,13 @@ class Subscriber::Impl {
                                std::to_string(options_.window_slot_bytes));
       }
       internal::Announce done;
-      const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+      const double deadline = TransferDeadline(a);
       internal::Backoff backoff(options_.idle_sleep_us);
       for (;;) {
         VIPER_ASSIGN_OR_RETURN(bool got, internal::TryRecvPod(comm_, producer, internal::kTagDone, &done));
         if (got && done.session == session_ && done.version == a.version) break;
         if (MonotonicSeconds() > deadline)
-          return AbortedError("no completion message within transfer_timeout_s");
+          return AbortedError("no completion message within " + Seconds(a) + " s");
         backoff.Pause();
       }
       // Make the puts visible to this process's loads, then copy out of the
@@ -477,7 +489,7 @@ class Subscriber::Impl {
     const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
                            a.data_chunks <= a.image_bytes - a.header_bytes;
     VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer, Answer(a, plausible, ready));
-    double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    double deadline = TransferDeadline(a);
     // Where the bytes come from and whom this rank forwards them to.
     internal::Route route;
     route.parent = producer;
@@ -609,7 +621,7 @@ class Subscriber::Impl {
     const std::byte* image = shm_->payload();
     std::byte* base = buffer->data();
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
-    const double deadline = MonotonicSeconds() + options_.transfer_timeout_s;
+    const double deadline = TransferDeadline(a);
     auto moved_on = [&] {
       return UnavailableError("the producer started version " +
                               std::to_string(control->version.load(std::memory_order_acquire)) +
@@ -632,8 +644,8 @@ class Subscriber::Impl {
       if (copied == data_bytes && control->complete.load(std::memory_order_acquire) == a.version + 1) break;
       if (MonotonicSeconds() > deadline) {
         return AbortedError("version " + std::to_string(a.version) + " stopped at " + std::to_string(copied) +
-                            " of " + std::to_string(data_bytes) + " data bytes in the shared segment for " +
-                            std::to_string(options_.transfer_timeout_s) + " s");
+                            " of " + std::to_string(data_bytes) + " data bytes in the shared segment " +
+                            Seconds(a) + " s after its announcement");
       }
       backoff.Pause();
     }
@@ -655,7 +667,8 @@ class Subscriber::Impl {
       if (got && route->session == session_ && route->version == version) break;
       if (got) continue;  // stale
       if (MonotonicSeconds() > deadline) {
-        return AbortedError("no route for version " + std::to_string(version) + " within transfer_timeout_s");
+        return AbortedError("no route for version " + std::to_string(version) + " in time (transfer_timeout_s " +
+                            "after the producer's handshake wait)");
       }
       backoff.Pause();
     }
@@ -726,13 +739,13 @@ class Subscriber::Impl {
             cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, gpu_stream_);
         if (e != cudaSuccess && copy_status.ok()) copy_status = internal::CudaStatus("cudaMemcpyAsync", e);
       };
-      internal::RunChunked(comm_, 8, &transfers, MonotonicSeconds() + options_.transfer_timeout_s, hooks);
+      internal::RunChunked(comm_, 8, &transfers, TransferDeadline(a), hooks);
       if (transfers[0].failed) {
         // Receives may still land in the pinned buffer: never free it.
         pinned_ = nullptr;
         pinned_bytes_ = 0;
         return AbortedError("transfer of " + std::to_string(a.image_bytes) +
-                            " bytes did not complete within " + std::to_string(options_.transfer_timeout_s) +
+                            " bytes did not complete within " + Seconds(a) +
                             " s");
       }
       VIPER_RETURN_IF_ERROR(copy_status);

@@ -38,7 +38,10 @@ class Subscriber {
     // Seconds without any message from the producer after which it is
     // declared lost (Current() keeps the last good version); 0 = wait forever.
     double producer_timeout_s = 0;
-    // Seconds a started transfer may take before it is abandoned.
+    // Seconds a started transfer may take before it is abandoned, counted
+    // from the end of the producer's longest wait for the other consumers'
+    // answers (its peer_timeout_s, carried by each announcement): a silent
+    // consumer delays the bytes of the others by up to that much.
     double transfer_timeout_s = 30;
     // poll: directory and period in seconds (TF Serving's default is 1 s).
     std::string pfs_dir;
