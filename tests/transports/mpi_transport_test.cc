@@ -168,7 +168,7 @@ std::vector<std::string> ViperSegments() {
   std::vector<std::string> out;
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
-      if (std::strncmp(e->d_name, "viper-", 6) == 0 && std::strstr(e->d_name, "-r0-g")) out.push_back(e->d_name);
+      if (std::strncmp(e->d_name, "viper-", 6) == 0 && std::strstr(e->d_name, "-r0-")) out.push_back(e->d_name);
     }
     closedir(d);
   }
@@ -176,36 +176,44 @@ std::vector<std::string> ViperSegments() {
 }
 
 TEST(MpiHost, ShmModelThatGrowsGetsANewSegmentAndNoneIsLeftBehind) {
-  // 1 MB, then 3 MB (more than the first segment's 1/8 headroom), then 1 MB
-  // again: the consumers map the second segment and keep serving; after each
-  // handshake the segment's name is gone from /dev/shm.
-  Scenario s = HostScenario(Mode::kSync, HostProtocol::kShm);
+  // 1 MB, then 3 MB (more than the first segment's 1/8 headroom; async: than
+  // the staging segment), then 1 MB again: the consumers map the new segment
+  // and keep serving; once each version is through, no segment's name is
+  // left in /dev/shm. Sync copies into one segment; async stages in two.
   const uint64_t sizes[] = {1 << 20, 3 << 20, 1 << 20};
-  if (Rank() == 0) {
-    const std::vector<std::string> before = ViperSegments();
-    auto pub = Publisher::Create(s.pub);
-    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-    for (int v = 0; v < 3; ++v) {
-      auto r = (*pub)->Publish(MakeModel(sizes[v], 20 + v), v);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-      for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
-      EXPECT_EQ(ViperSegments(), before) << "a segment is still linked after version " << v;
-    }
-    ASSERT_TRUE((*pub)->Close().ok());
-  } else {
-    auto sub = Subscriber::Create(s.sub);
-    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-    for (int v = 0; v < 3; ++v) {
-      auto got = (*sub)->WaitForVersion(v, 60);
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
-      if ((*got)->state.metadata.version == static_cast<uint64_t>(v)) {
-        EXPECT_TRUE(HasPattern((*got)->state, 20 + v));
-        EXPECT_NE((*got)->source.find("(shm)"), std::string::npos) << (*got)->source;
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    Scenario s = HostScenario(mode, HostProtocol::kShm);
+    if (Rank() == 0) {
+      const std::vector<std::string> before = ViperSegments();
+      auto pub = Publisher::Create(s.pub);
+      ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+      for (int v = 0; v < 3; ++v) {
+        auto r = (*pub)->Publish(MakeModel(sizes[v], 20 + v), v);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_TRUE((*pub)->Flush().ok());
+        EXPECT_EQ(ViperSegments(), before) << "a segment is still linked after version " << v;
       }
+      ASSERT_TRUE((*pub)->Close().ok());
+      const auto reports = (*pub)->Reports();
+      ASSERT_EQ(reports.size(), 3u);
+      for (const auto& r : reports) {
+        ASSERT_EQ(r.consumers.size(), static_cast<std::size_t>(Size() - 1)) << r.BriefReport();
+        for (const auto& c : r.consumers) EXPECT_TRUE(c.delivered) << r.BriefReport();
+      }
+    } else {
+      auto sub = Subscriber::Create(s.sub);
+      ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+      for (int v = 0; v < 3; ++v) {
+        auto got = (*sub)->WaitForVersion(v, 60);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        if ((*got)->state.metadata.version == static_cast<uint64_t>(v)) {
+          EXPECT_TRUE(HasPattern((*got)->state, 20 + v));
+          EXPECT_NE((*got)->source.find("(shm)"), std::string::npos) << (*got)->source;
+        }
+      }
+      EXPECT_TRUE((*sub)->WaitUntilDone(30));
+      EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
     }
-    EXPECT_TRUE((*sub)->WaitUntilDone(30));
-    EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
   }
 }
 
