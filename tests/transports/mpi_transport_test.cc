@@ -255,6 +255,15 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(Fanout::kDirect, 2, Mode::kSync),
                       std::make_tuple(Fanout::kNode, 2, Mode::kAsync)));
 
+// For a rank that speaks the wire protocol itself: its private
+// communicator and the session id, as Publisher/Subscriber::Create get
+// them (collective with the other ranks' Create).
+StatusOr<uint64_t> JoinByHand(MPI_Comm* comm) {
+  if (MPI_Comm_dup(MPI_COMM_WORLD, comm) != MPI_SUCCESS) return AbortedError("MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+  return internal::AgreeOnSession(*comm, 0);
+}
+
 TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
   // np 3, a chain 0 -> 1 -> 2. Rank 1 speaks the wire protocol itself: it
   // accepts version 0, takes its route, then never receives or forwards.
@@ -289,11 +298,9 @@ TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
     MPI_Barrier(MPI_COMM_WORLD);  // closed
     MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has drained
   } else if (Rank() == 1) {
-    MPI_Comm comm = MPI_COMM_NULL;  // as Subscriber::Create does
-    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    auto session = internal::AgreeOnSession(comm, 0);
-    ASSERT_TRUE(session.ok());
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
     EXPECT_EQ(a.routed, 1u);
@@ -453,10 +460,8 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
   Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
   if (Rank() == 0) {
     MPI_Comm comm = MPI_COMM_NULL;
-    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    auto session = internal::AgreeOnSession(comm, 0);
-    ASSERT_TRUE(session.ok());
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
     for (uint64_t v = 0; v < 2; ++v) {
       HandMadeImage made = MakeImage(v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0);
       ASSERT_TRUE(made.status.ok()) << made.status.ToString();
@@ -519,10 +524,8 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
   s.sub.transfer_timeout_s = 2;
   if (Rank() == 0) {
     MPI_Comm comm = MPI_COMM_NULL;
-    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    auto session = internal::AgreeOnSession(comm, 0);
-    ASSERT_TRUE(session.ok());
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
     char host[64] = {0};
     internal::NodeName(host, sizeof(host));
     const std::string name = "/viper-test-" + std::to_string(getpid()) + "-r0-g1";
@@ -853,11 +856,9 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
     ASSERT_TRUE((*pub)->Close().ok());
     MPI_Barrier(MPI_COMM_WORLD);
   } else if (Rank() == hung) {
-    MPI_Comm comm = MPI_COMM_NULL;  // as Subscriber::Create does
-    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    auto session = internal::AgreeOnSession(comm, 0);
-    ASSERT_TRUE(session.ok());
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
     ASSERT_NE(a.shm_name[0], '\0') << "version 0 was not offered through shared memory";
