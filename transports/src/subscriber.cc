@@ -416,15 +416,16 @@ class Subscriber::Impl {
     Finish(false, false, "stopped");
   }
 
-  // When a transfer announced by `a` is given up: transfer_timeout_s after
+  // Seconds a transfer announced by `a` may take: transfer_timeout_s after
   // the producer's longest wait for the other consumers' answers.
-  double TransferDeadline(const internal::Announce& a) const {
-    return MonotonicSeconds() + std::max(0.0, a.handshake_s) + options_.transfer_timeout_s;
+  double TransferWindow(const internal::Announce& a) const {
+    return std::max(0.0, a.handshake_s) + options_.transfer_timeout_s;
   }
-  // That wait in seconds, for messages.
+  double TransferDeadline(const internal::Announce& a) const { return MonotonicSeconds() + TransferWindow(a); }
+  // TransferWindow for messages.
   std::string Seconds(const internal::Announce& a) const {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f", std::max(0.0, a.handshake_s) + options_.transfer_timeout_s);
+    std::snprintf(buf, sizeof(buf), "%.1f", TransferWindow(a));
     return buf;
   }
 
