@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <vector>
 
 #include "test_util.h"
@@ -210,6 +211,27 @@ TEST(PfsPublisher, WritesValidSafetensorsFiles) {
   auto samples = (*pub)->CostSamples();
   ASSERT_GE(samples.size(), 2u);  // a stall and a transfer sample
   EXPECT_EQ(samples[0].phase, "stall");
+}
+
+TEST(PfsPublisher, CallbackGivenToCreateSeesAVersionThatIsThereAtOnce) {
+  // Version 0 is in the directory before the consumer starts, so its first
+  // scan swaps it in at once: a callback passed to Create sees it (one set
+  // afterwards may not).
+  const std::string dir = MakeTempDir();
+  auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
+  ASSERT_TRUE(pub.ok());
+  ASSERT_TRUE((*pub)->Publish(MakeModel(200000, 4), 10).ok());
+  std::mutex mu;
+  std::vector<uint64_t> seen;
+  auto sub = Subscriber::Create(PollSubscriberOptions(dir), [&](std::shared_ptr<const ModelVersion> v) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(v->state.metadata.version);
+  });
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ASSERT_TRUE((*sub)->WaitForVersion(0, 10).ok());
+  (*sub)->Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen, std::vector<uint64_t>{0});
 }
 
 TEST(PfsPublisher, PollingConsumerServesNewestAndRejectsCorruptAndTruncated) {

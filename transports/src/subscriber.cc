@@ -922,10 +922,11 @@ class Subscriber::Impl {
 Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Subscriber::~Subscriber() = default;
 
-StatusOr<std::unique_ptr<Subscriber>> Subscriber::Create(const Options& options) {
+StatusOr<std::unique_ptr<Subscriber>> Subscriber::Create(const Options& options, Callback callback) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError("Subscriber::Options::" + error);
   auto impl = std::make_unique<Impl>(options);
+  if (callback) impl->SetCallback(std::move(callback));
   VIPER_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 }

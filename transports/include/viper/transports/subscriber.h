@@ -86,7 +86,10 @@ class Subscriber {
   using Callback = std::function<void(std::shared_ptr<const ModelVersion>)>;
 
   // Starts the receiving thread. MPI tiers: collective with the Publisher.
-  static StatusOr<std::unique_ptr<Subscriber>> Create(const Options& options);
+  // `callback` (optional) is installed before the thread starts, so it sees
+  // every swap, the first included (SetCallback after Create may miss
+  // versions that arrive in between).
+  static StatusOr<std::unique_ptr<Subscriber>> Create(const Options& options, Callback callback = nullptr);
   ~Subscriber();  // stops the thread
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
