@@ -711,11 +711,10 @@ TEST_P(MpiGpuTier, DeviceModelReachesEveryConsumer) {
     so.tier = Tier::kGpu;
     so.allow_ipc = allow_ipc;
     so.transfer_timeout_s = 30;
-    auto sub = Subscriber::Create(so);
+    std::vector<uint64_t> seen;  // from the first version on: the callback is set in Create
+    auto sub = Subscriber::Create(
+        so, [&](std::shared_ptr<const ModelVersion> v) { seen.push_back(v->state.metadata.version); });
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-    std::vector<uint64_t> seen;
-    (*sub)->SetCallback(
-        [&](std::shared_ptr<const ModelVersion> v) { seen.push_back(v->state.metadata.version); });
     auto last = (*sub)->WaitForVersion(versions - 1, 60);
     ASSERT_TRUE(last.ok()) << last.status().ToString() << " " << (*sub)->summary().BriefReport();
     EXPECT_EQ((*last)->memory, MemoryKind::kDevice);
