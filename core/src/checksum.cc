@@ -1,27 +1,76 @@
 #include "viper/core/checksum.h"
 
-#include <xxhash.h>
-
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "viper/core/status.h"
+#include "xxh3_isa.h"
 
 namespace viper {
+namespace {
 
-uint64_t Xxh3_64(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
+using internal::Xxh3Isa;
 
-Xxh3Hasher::Xxh3Hasher() : state_(XXH3_createState()) {
-  VIPER_CHECK(state_ != nullptr);
-  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+// The implementations this CPU runs, widest last.
+std::vector<const Xxh3Isa*> Runnable() {
+  std::vector<const Xxh3Isa*> isas = {&internal::kXxh3Baseline};
+#if VIPER_XXH3_X86_VARIANTS
+  // __builtin_cpu_supports also checks that the OS saves the wider registers.
+  if (__builtin_cpu_supports("avx2")) isas.push_back(&internal::kXxh3Avx2);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f")) isas.push_back(&internal::kXxh3Avx512);
+#endif
+  return isas;
 }
 
-Xxh3Hasher::~Xxh3Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+const Xxh3Isa* Find(const std::string& name) {
+  for (const Xxh3Isa* isa : Runnable()) {
+    if (name == isa->name) return isa;
+  }
+  return nullptr;
+}
+
+const Xxh3Isa& InUse() {
+  static const Xxh3Isa* const isa = [] {
+    const char* wanted = std::getenv("VIPER_XXH3");
+    if (wanted == nullptr || *wanted == '\0') return Runnable().back();
+    if (const Xxh3Isa* found = Find(wanted)) return found;
+    std::string names;
+    for (const Xxh3Isa* i : Runnable()) names += std::string(names.empty() ? "" : ", ") + i->name;
+    std::fprintf(stderr, "viper: VIPER_XXH3=%s is not an XXH3 implementation this CPU runs (%s); using %s\n",
+                 wanted, names.c_str(), Runnable().back()->name);
+    return Runnable().back();
+  }();
+  return *isa;
+}
+
+}  // namespace
+
+uint64_t Xxh3_64(const void* data, std::size_t size) { return InUse().oneshot(data, size); }
+
+const char* Xxh3Implementation() { return InUse().name; }
+
+std::vector<std::string> Xxh3Implementations() {
+  std::vector<std::string> names;
+  for (const Xxh3Isa* isa : Runnable()) names.emplace_back(isa->name);
+  return names;
+}
+
+Xxh3Hasher::Xxh3Hasher() : isa_(&InUse()), state_(InUse().create()) { VIPER_CHECK(state_ != nullptr); }
+
+Xxh3Hasher::Xxh3Hasher(const std::string& implementation) : isa_(Find(implementation)), state_(nullptr) {
+  VIPER_CHECK(isa_ != nullptr);
+  state_ = static_cast<const Xxh3Isa*>(isa_)->create();
+  VIPER_CHECK(state_ != nullptr);
+}
+
+Xxh3Hasher::~Xxh3Hasher() { static_cast<const Xxh3Isa*>(isa_)->destroy(state_); }
 
 void Xxh3Hasher::Update(const void* data, std::size_t size) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+  static_cast<const Xxh3Isa*>(isa_)->update(state_, data, size);
 }
 
-uint64_t Xxh3Hasher::Digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+uint64_t Xxh3Hasher::Digest() const { return static_cast<const Xxh3Isa*>(isa_)->digest(state_); }
 
 std::string ChecksumToHex(uint64_t value) {
   char buf[17];
