@@ -86,12 +86,17 @@ TEST(StagedVersion, SmallSnapshotWithManyThreads) {
 
 TEST(StreamCopy, EveryAlignmentAndLengthCopiesExactly) {
   // Head (to a 64-byte boundary of dst), streamed body and tail: every
-  // alignment of both ends, lengths across the 64- and 128-byte body steps.
-  std::vector<std::byte> src(4096 + 64), dst(4096 + 128);
+  // alignment of both ends, lengths across the 64- and 128-byte body steps
+  // and the 32 KiB interleaved groups (8 spans of 4 KiB).
+  constexpr std::size_t kGroup = 32768;
+  std::vector<std::byte> src(3 * kGroup + 4096 + 64), dst(3 * kGroup + 4096 + 128);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
   for (std::size_t dst_off = 0; dst_off < 64; dst_off += 3) {
     for (std::size_t src_off = 0; src_off < 64; src_off += 5) {
-      for (std::size_t n : {0, 1, 15, 63, 64, 65, 127, 128, 129, 255, 1000, 4096}) {
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{63}, std::size_t{64},
+                            std::size_t{65}, std::size_t{127}, std::size_t{128}, std::size_t{129}, std::size_t{255},
+                            std::size_t{1000}, std::size_t{4096}, kGroup - 1, kGroup, kGroup + 129,
+                            3 * kGroup + 4000}) {
         std::fill(dst.begin(), dst.end(), std::byte{0xee});
         internal::StreamCopy(dst.data() + dst_off, src.data() + src_off, n);
         ASSERT_EQ(0, std::memcmp(dst.data() + dst_off, src.data() + src_off, n))

@@ -28,24 +28,58 @@ std::size_t HeadBytes(const std::byte* dst, std::size_t bytes) {
   return std::min<std::size_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63, bytes);
 }
 
+// The streamed body goes in groups of kInterleavePages 4 KiB spans, one
+// 128-byte step of each span in turn (glibc's large-copy scheme, which uses
+// 4 pages). Measured on 600 MB in 8 tensors (bench/README.md): on the H100
+// machine's Xeon a plain sequential streaming loop took 1.3x one glibc
+// memcpy of 600 MB, this one 0.9-1.0x; on the AMD EPYC development VM the
+// sequential loop was 0.85x and this one 1.0x.
+constexpr std::size_t kSpanBytes = 4096, kInterleavePages = 8, kStepBytes = 128;
+
+// Copies 128 bytes with streaming (non-temporal) stores; dst 64-byte aligned.
+__attribute__((target("avx2"), always_inline)) inline void StreamStepAvx2(std::byte* dst, const std::byte* src) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
+  const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 64));
+  const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 96));
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), a);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 32), b);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 64), c);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 96), d);
+}
+
+__attribute__((always_inline)) inline void StreamStepSse2(std::byte* dst, const std::byte* src) {
+  for (std::size_t k = 0; k < kStepBytes; k += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 48), d);
+  }
+}
+
+// Both copies: head by memcpy up to dst's next cache line, then the body in
+// interleaved groups, then whole steps, then the tail by memcpy. (Written out
+// for each instruction set: a shared template would not inline the AVX2 step.)
+constexpr std::size_t kGroupBytes = kSpanBytes * kInterleavePages;
+
 __attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::byte* src, std::size_t bytes) {
   const std::size_t head = HeadBytes(dst, bytes);
   std::memcpy(dst, src, head);
   dst += head;
   src += head;
   bytes -= head;
-  const std::size_t body = bytes & ~std::size_t{127};
-  for (std::size_t i = 0; i < body; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
-    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  std::size_t i = 0;
+  for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
+    for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
+      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes) StreamStepAvx2(dst + off + page, src + off + page);
+    }
   }
-  std::memcpy(dst + body, src + body, bytes - body);
+  for (; i + kStepBytes <= bytes; i += kStepBytes) StreamStepAvx2(dst + i, src + i);
+  std::memcpy(dst + i, src + i, bytes - i);
   _mm_sfence();  // streaming stores are weakly ordered
 }
 
@@ -55,18 +89,14 @@ void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
   dst += head;
   src += head;
   bytes -= head;
-  const std::size_t body = bytes & ~std::size_t{63};
-  for (std::size_t i = 0; i < body; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  std::size_t i = 0;
+  for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
+    for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
+      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes) StreamStepSse2(dst + off + page, src + off + page);
+    }
   }
-  std::memcpy(dst + body, src + body, bytes - body);
+  for (; i + kStepBytes <= bytes; i += kStepBytes) StreamStepSse2(dst + i, src + i);
+  std::memcpy(dst + i, src + i, bytes - i);
   _mm_sfence();
 }
 #endif
