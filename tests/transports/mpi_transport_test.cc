@@ -308,7 +308,7 @@ TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
     ready.session = *session;
     ready.version = a.version;
     ready.accept = 1;
-    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready).ok());
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready, 30).ok());
     internal::Route route;
     MPI_Recv(&route, sizeof(route), MPI_BYTE, 0, internal::kTagRoute, comm, MPI_STATUS_IGNORE);
     EXPECT_EQ(route.parent, 0);
@@ -477,7 +477,7 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
       a.data_chunks = plan.size();
       std::vector<internal::ChunkedTransfer> transfers;
       for (int r = 1; r < Size(); ++r) {
-        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a).ok());
+        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
         internal::Ready ready;
         MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
         ASSERT_EQ(ready.accept, 1);
@@ -495,7 +495,7 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     bye.session = *session;
     bye.kind = internal::kAnnounceBye;
     for (int r = 1; r < Size(); ++r)
-      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye).ok());
+      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye, 30).ok());
     MPI_Comm_free(&comm);
   } else {
     auto sub = Subscriber::Create(s.sub);
@@ -546,7 +546,7 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
       a.shm_payload_bytes = (*segment)->payload_bytes();
       a.sent_wtime = MonotonicSeconds();
       for (int r = 1; r < Size(); ++r) {
-        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a).ok());
+        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
         internal::Ready ready;
         MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
         ASSERT_EQ(ready.accept, 1);
@@ -870,7 +870,7 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
     ready.accept = 1;
     ready.via_shm = 1;
     internal::NodeName(ready.host, sizeof(ready.host));
-    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready).ok());
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready, 30).ok());
     MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
   } else {
     auto sub = Subscriber::Create(s.sub);
@@ -884,53 +884,111 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
   }
 }
 
-// A consumer process that really dies (_exit) while a version is on its way.
-// Open MPI 4.1 ends the whole job when a rank exits without MPI_Finalize,
-// unless mpirun runs with orte_enable_recovery=1: this test only runs when
-// VIPER_TEST_KILL_RANK=1 is set (CTest sets both for transports.mpi_kill_np3).
-TEST(MpiFaults, ConsumerKilledDuringPublishIsDropped) {
+// The control page of the viper shared-memory segment this process has
+// mapped (a Subscriber maps its producer's segment on the first shm
+// announcement), or nullptr if none is mapped yet.
+const internal::ShmControl* MappedShmControl() {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return nullptr;
+  char line[1024];
+  const internal::ShmControl* control = nullptr;
+  while (control == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
+    if (std::strstr(line, "/dev/shm/viper-") == nullptr) continue;
+    control = reinterpret_cast<const internal::ShmControl*>(std::strtoull(line, nullptr, 16));
+  }
+  std::fclose(maps);
+  return control;
+}
+
+// A consumer process that really dies (_exit, no MPI_Finalize) while a
+// version is on its way. Open MPI 4.1 ends the whole job when a rank exits
+// that way unless mpirun runs with orte_enable_recovery=1, so this runs only
+// when VIPER_TEST_KILL_RANK=1 is set: CTest's transports.mpi_kill_np3_*
+// set both, one job per protocol (the killed rank stays dead). Two-sided: the rank dies 250 ms into a transfer slowed to one 64 KiB
+// chunk in flight. shm: it dies as soon as the producer's progress in the
+// segment it has mapped is past zero, i.e. while both are copying (if it is
+// descheduled past the end of the copy and acknowledges version 1, it dies
+// before version 2 instead). Either way the producer drops it once, goes on
+// with the others, and never sends to it again.
+class MpiKillByProtocol : public ::testing::TestWithParam<HostProtocol> {};
+
+TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
   if (std::getenv("VIPER_TEST_KILL_RANK") == nullptr) {
     GTEST_SKIP() << "needs VIPER_TEST_KILL_RANK=1 and mpirun with orte_enable_recovery=1";
   }
   if (Size() < 3) GTEST_SKIP() << "needs a surviving consumer besides the killed one (np >= 3)";
-  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  const bool shm = GetParam() == HostProtocol::kShm;
+  Scenario s = HostScenario(Mode::kSync, GetParam());
   s.pub.peer_timeout_s = 2.0;
-  s.pub.chunk_bytes = 64 << 10;  // many small chunks: the transfer takes a while
+  s.pub.chunk_bytes = 64 << 10;  // two-sided: many small chunks, the transfer takes a while
   s.pub.max_inflight_chunks = 1;
   const int dead = Size() - 1;
   if (Rank() == 0) {
     auto pub = Publisher::Create(s.pub);
     ASSERT_TRUE(pub.ok());
-    const ModelState big = MakeModel(128 << 20, 30);
+    const std::vector<ModelState> models = {MakeModel(128 << 20, 31), MakeModel(1 << 20, 32), MakeModel(1 << 20, 33)};
     MPI_Barrier(MPI_COMM_WORLD);
-    auto r = (*pub)->Publish(big, 1);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    for (const auto& c : r->consumers) {
-      if (c.rank == dead) {
-        EXPECT_TRUE(c.lost) << r->BriefReport();
-      } else {
-        EXPECT_TRUE(c.delivered) << r->BriefReport();
+    std::vector<Publisher::VersionReport> reports;
+    for (int v = 1; v <= 3; ++v) {
+      auto r = (*pub)->Publish(models[v - 1], 10 * v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      reports.push_back(*r);
+    }
+    int lost_in = 0;  // the version whose report has the dead rank lost
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      for (const auto& c : reports[i].consumers) {
+        if (c.rank != dead) {
+          EXPECT_TRUE(c.delivered) << reports[i].BriefReport();
+        } else if (c.lost) {
+          EXPECT_EQ(lost_in, 0) << "lost twice: " << reports[i].BriefReport();
+          lost_in = static_cast<int>(i) + 1;
+        } else {
+          EXPECT_EQ(lost_in, 0) << "sent to after it was lost: " << reports[i].BriefReport();
+        }
       }
     }
-    auto r2 = (*pub)->Publish(MakeModel(1 << 20, 31), 2);
-    ASSERT_TRUE(r2.ok());
-    EXPECT_EQ(r2->consumers.size(), static_cast<std::size_t>(Size() - 2)) << r2->BriefReport();
+    // Two-sided: always during version 1. shm: version 1 unless the rank
+    // missed the copy (then it acknowledged it and was lost in version 2).
+    if (shm && lost_in == 2) {
+      std::printf("note: the killed rank acknowledged version 1 before dying (descheduled past the copy); "
+                  "it was lost in version 2\n");
+    } else {
+      EXPECT_EQ(lost_in, 1);
+    }
+    EXPECT_EQ(reports[2].consumers.size(), static_cast<std::size_t>(Size() - 2)) << reports[2].BriefReport();
+    EXPECT_EQ((*pub)->summary().lost_consumers, std::vector<int>{dead});
     ASSERT_TRUE((*pub)->Close().ok());
   } else {
     auto sub = Subscriber::Create(s.sub);
     ASSERT_TRUE(sub.ok());
     MPI_Barrier(MPI_COMM_WORLD);
     if (Rank() == dead) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      if (shm) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        const internal::ShmControl* control = nullptr;
+        while (std::chrono::steady_clock::now() < deadline &&
+               (control == nullptr || control->data_bytes.load(std::memory_order_acquire) == 0)) {
+          if (control == nullptr) control = MappedShmControl();
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
       std::fflush(nullptr);
-      _exit(0);  // dies without MPI_Finalize, mid-transfer or just before it
+      _exit(0);  // dies without MPI_Finalize, mid-transfer
     }
-    auto v = (*sub)->WaitForVersion(1, 60);
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
-    EXPECT_TRUE(HasPattern((*v)->state, 31));
+    auto v = (*sub)->WaitForVersion(2, 60);  // versions 0, 1, 2
+    ASSERT_TRUE(v.ok()) << v.status().ToString() << "; " << (*sub)->summary().BriefReport();
+    EXPECT_TRUE(HasPattern((*v)->state, 33));
     EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, MpiKillByProtocol,
+                         ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
+                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
+                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
+                         });
 
 }  // namespace
 }  // namespace transports
@@ -948,6 +1006,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rc = RUN_ALL_TESTS();
+  if (std::getenv("VIPER_TEST_KILL_RANK") != nullptr) {
+    // A job that has lost a rank ends without MPI_Finalize: Open MPI 4.1's
+    // finalize waited for ever on the dead rank in 2 of 6 runs at np 3.
+    std::fflush(nullptr);
+    _exit(rc);
+  }
   session->reset();
   return rc;
 }

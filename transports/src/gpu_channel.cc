@@ -156,9 +156,9 @@ class GpuChannel::Impl {
     if (path_ == Path::kCudaIpc) {
       VIPER_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDeviceToDevice, stream_));
       VIPER_CUDA(cudaEventRecord(event_, stream_));
-      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg));
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg, o_.timeout_s));
     } else {
-      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg));
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuVersion, msg, o_.timeout_s));
       // Chunk i: D2H into pinned[i % depth] -> MPI_Isend. A pinned buffer is
       // refilled only after its previous send completed.
       const int depth = o_.pipeline_depth;
@@ -240,7 +240,7 @@ class GpuChannel::Impl {
       }
       VIPER_CUDA(cudaStreamSynchronize(stream_));
     }
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuAck, msg));
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, peer_, kTagGpuAck, msg, o_.timeout_s));
     *version = msg.version;
     return msg.bytes;
   }

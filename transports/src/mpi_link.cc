@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "viper/transports/types.h"
 
@@ -35,6 +39,60 @@ StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root) {
     return AbortedError("MPI_Bcast of the session id failed");
   }
   return session;
+}
+
+namespace {
+
+// Sends that did not complete in time and could not be cancelled: MPI may
+// still read their buffers, so neither is ever freed.
+struct ParkedSend {
+  std::unique_ptr<std::byte[]> bytes;
+  MPI_Request request;
+};
+std::mutex parked_mu;
+std::vector<ParkedSend>* parked = new std::vector<ParkedSend>;  // never destroyed (see above)
+
+}  // namespace
+
+Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::size_t size, double timeout_s) {
+  auto copy = std::make_unique<std::byte[]>(size);
+  std::memcpy(copy.get(), data, size);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Isend(copy.get(), static_cast<int>(size), MPI_BYTE, dest, tag, comm, &request) != MPI_SUCCESS) {
+    return AbortedError("MPI_Isend to rank " + std::to_string(dest) + " failed");
+  }
+  const double deadline = MonotonicSeconds() + timeout_s;
+  Backoff backoff(20);
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      return AbortedError("MPI_Test of a send to rank " + std::to_string(dest) + " failed");
+    }
+    if (done) return Status::Ok();
+    if (MonotonicSeconds() > deadline) break;
+    backoff.Pause();
+  }
+  MPI_Cancel(&request);
+  for (int i = 0; i < 100; ++i) {  // a cancelled send completes at once, if at all
+    int done = 0;
+    MPI_Status status;
+    if (MPI_Test(&request, &done, &status) == MPI_SUCCESS && done) {
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      if (!cancelled) return Status::Ok();  // it went out after all
+      request = MPI_REQUEST_NULL;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (request != MPI_REQUEST_NULL) {
+    std::lock_guard<std::mutex> lock(parked_mu);
+    parked->push_back({std::move(copy), request});
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", timeout_s);
+  return AbortedError("a message to rank " + std::to_string(dest) + " was not taken within " + seconds +
+                               " s (the rank is gone or stalled)");
 }
 
 void Backoff::Pause() {

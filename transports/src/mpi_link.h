@@ -134,13 +134,19 @@ struct Ack {
   double notify_s = 0;  // consumer: receipt time - sent_wtime
 };
 
+// Sends `size` bytes to `dest` and waits at most `timeout_s` for the send to
+// complete. A blocking MPI_Send can wait for ever: Open MPI left even a
+// small eager send to a rank that had died (mpirun with recovery on)
+// incomplete. On timeout the send is cancelled if MPI still can; otherwise
+// its request and a copy of the bytes are kept for the life of the process
+// (a few hundred bytes per message to a dead rank). Returns Aborted naming
+// the rank when the time is up or MPI fails.
+Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::size_t size, double timeout_s);
+
 // Small POD messages.
 template <typename T>
-Status SendPod(MPI_Comm comm, int dest, int tag, const T& msg) {
-  if (MPI_Send(&msg, sizeof(T), MPI_BYTE, dest, tag, comm) != MPI_SUCCESS) {
-    return AbortedError("MPI_Send to rank " + std::to_string(dest) + " failed");
-  }
-  return Status::Ok();
+Status SendPod(MPI_Comm comm, int dest, int tag, const T& msg, double timeout_s) {
+  return SendBytesWithin(comm, dest, tag, &msg, sizeof(T), timeout_s);
 }
 // Receives one T from `source` (or MPI_ANY_SOURCE) if one is waiting; sets
 // *from. Returns false when none is waiting.

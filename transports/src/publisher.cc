@@ -266,7 +266,7 @@ class Publisher::Impl {
       internal::Announce bye;
       bye.session = session_;
       bye.kind = internal::kAnnounceBye;
-      for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye);
+      for (int r : live_) (void)internal::SendPod(comm_, r, internal::kTagAnnounce, bye, options_.peer_timeout_s);
       if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
       segment_.reset();
       // Not freed (Open MPI frees it at MPI_Finalize): a message still in
@@ -392,10 +392,10 @@ class Publisher::Impl {
       internal::Announce a = MakeAnnounce(s, internal::kAnnouncePfs);
       std::vector<int> told;
       for (int r : live_) {
-        if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+        if (internal::SendPod(comm_, r, internal::kTagAnnounce, a, options_.peer_timeout_s).ok()) {
           told.push_back(r);
         } else {
-          DropConsumer(r, "MPI_Send of the notification failed", report);
+          DropConsumer(r, "the notification was not taken within peer_timeout_s", report);
         }
       }
       report->notify_s = MonotonicSeconds() - t1;
@@ -422,7 +422,7 @@ class Publisher::Impl {
       }
       ok = (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
       internal::Announce done = a;
-      ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done).ok();
+      ok = ok && internal::SendPod(comm_, rank, internal::kTagDone, done, options_.peer_timeout_s).ok();
       if (ok) {
         sent_to.push_back(rank);
       } else {
@@ -766,10 +766,10 @@ class Publisher::Impl {
                                                                    VersionReport* report) {
     std::vector<int> told;
     for (int r : live_) {
-      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a).ok()) {
+      if (internal::SendPod(comm_, r, internal::kTagAnnounce, a, options_.peer_timeout_s).ok()) {
         told.push_back(r);
       } else {
-        DropConsumer(r, "MPI_Send of the announcement failed", report);
+        DropConsumer(r, "the announcement was not taken within peer_timeout_s", report);
       }
     }
     std::vector<std::pair<int, internal::Ready>> ready;
@@ -837,8 +837,8 @@ class Publisher::Impl {
       // Below the producer's own wait for acknowledgements, so that a
       // consumer behind a relay that died says so before it would be dropped.
       route.relay_timeout_s = 0.75 * options_.peer_timeout_s;
-      if (!internal::SendPod(comm_, rank, internal::kTagRoute, route).ok()) {
-        DropConsumer(rank, "MPI_Send of the route failed", report);
+      if (!internal::SendPod(comm_, rank, internal::kTagRoute, route, options_.peer_timeout_s).ok()) {
+        DropConsumer(rank, "the route was not taken within peer_timeout_s", report);
         acking->erase(std::remove(acking->begin(), acking->end(), rank), acking->end());
       }
     }

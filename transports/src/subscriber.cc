@@ -410,7 +410,7 @@ class Subscriber::Impl {
                    (cur ? "version " + std::to_string(cur->state.metadata.version) : "no version"));
         return;
       }
-      (void)internal::SendPod(comm_, producer, internal::kTagAck, ack);
+      (void)internal::SendPod(comm_, producer, internal::kTagAck, ack, TransferWindow(a));
       last_heard = MonotonicSeconds();
     }
     Finish(false, false, "stopped");
@@ -447,7 +447,7 @@ class Subscriber::Impl {
                             : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
                                   "announcement of version " + std::to_string(a.version) + " is inconsistent"));
     ready.accept = buffer.ok() ? 1 : 0;
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, options_.producer_rank, internal::kTagReady, ready));
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, options_.producer_rank, internal::kTagReady, ready, TransferWindow(a)));
     return buffer;
   }
 
@@ -458,7 +458,7 @@ class Subscriber::Impl {
     internal::Ready ready = ReadyFor(a);
     if (a.protocol == static_cast<uint32_t>(HostProtocol::kOneSided)) {
       ready.accept = (win_ != MPI_WIN_NULL && a.image_bytes <= options_.window_slot_bytes) ? 1 : 0;
-      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+      VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready, TransferWindow(a)));
       if (!ready.accept) {
         return OutOfRangeError("version of " + std::to_string(a.image_bytes) +
                                " bytes exceeds window_slot_bytes " +
@@ -707,7 +707,7 @@ class Subscriber::Impl {
     ready.via_host = ipc ? 0 : 1;
     auto buffer = AcquireDeviceBuffer(a.image_bytes);
     ready.accept = buffer.ok() ? 1 : 0;
-    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready));
+    VIPER_RETURN_IF_ERROR(internal::SendPod(comm_, producer, internal::kTagReady, ready, TransferWindow(a)));
     if (!buffer.ok()) return buffer.status();
     std::byte* dst = (*buffer)->data();
     const double t0 = MonotonicSeconds();  // receive_s: from here until the bytes are in `dst`
