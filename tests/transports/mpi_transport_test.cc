@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <dirent.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -173,6 +174,48 @@ std::vector<std::string> ViperSegments() {
     closedir(d);
   }
   return out;
+}
+
+// /dev/shm smaller than the segment (as in a container with Docker's
+// default 64 MB): the producer cannot reserve the segment, warns, and sends
+// every version two-sided; nothing is left in /dev/shm. Runs only under
+// small_dev_shm.sh (CTest transports.mpi_small_dev_shm), which gives the job
+// its own 16 MiB /dev/shm and sets VIPER_TEST_SMALL_DEV_SHM.
+TEST(MpiHost, ShmWithoutRoomInDevShmFallsBackToTwoSided) {
+  if (std::getenv("VIPER_TEST_SMALL_DEV_SHM") == nullptr) {
+    GTEST_SKIP() << "needs a small /dev/shm: run under tests/transports/small_dev_shm.sh";
+  }
+  constexpr uint64_t kModelBytes = 24 << 20;
+  struct statvfs fs;
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  ASSERT_LT(static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize, kModelBytes) << "/dev/shm is not small here";
+  for (bool staged : {true, false}) {  // segment asked for in Create / at the first publish
+    SCOPED_TRACE(staged ? "staging_bytes set" : "no staging_bytes");
+    Scenario s = HostScenario(Mode::kSync, HostProtocol::kShm);
+    if (staged) s.pub.staging_bytes = kModelBytes + (1 << 20);
+    if (Rank() == 0) {
+      auto pub = Publisher::Create(s.pub);
+      ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+      for (int v = 0; v < 2; ++v) {
+        auto r = (*pub)->Publish(MakeModel(kModelBytes, 40 + v), v);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+      }
+      ASSERT_TRUE((*pub)->Close().ok());
+      EXPECT_TRUE(ViperSegments().empty()) << "a segment was left in /dev/shm";
+    } else {
+      auto sub = Subscriber::Create(s.sub);
+      ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+      auto last = (*sub)->WaitForVersion(1, 60);
+      ASSERT_TRUE(last.ok()) << last.status().ToString();
+      EXPECT_TRUE(HasPattern((*last)->state, 41));
+      EXPECT_EQ((*last)->source.find("(shm)"), std::string::npos) << (*last)->source;
+      EXPECT_TRUE((*sub)->WaitUntilDone(30));
+      EXPECT_EQ((*sub)->summary().rejected, 0u) << (*sub)->summary().BriefReport();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 TEST(MpiHost, ShmModelThatGrowsGetsANewSegmentAndNoneIsLeftBehind) {
