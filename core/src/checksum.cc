@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "viper/core/status.h"
 #include "xxh3_isa.h"
@@ -36,7 +35,7 @@ const Xxh3Isa& InUse() {
     if (wanted == nullptr || *wanted == '\0') return Runnable().back();
     if (const Xxh3Isa* found = Find(wanted)) return found;
     std::string names;
-    for (const Xxh3Isa* i : Runnable()) names += std::string(names.empty() ? "" : ", ") + i->name;
+    for (const std::string& n : Xxh3Implementations()) names += (names.empty() ? "" : ", ") + n;
     std::fprintf(stderr, "viper: VIPER_XXH3=%s is not an XXH3 implementation this CPU runs (%s); using %s\n",
                  wanted, names.c_str(), Runnable().back()->name);
     return Runnable().back();
@@ -56,21 +55,19 @@ std::vector<std::string> Xxh3Implementations() {
   return names;
 }
 
-Xxh3Hasher::Xxh3Hasher() : isa_(&InUse()), state_(InUse().create()) { VIPER_CHECK(state_ != nullptr); }
+Xxh3Hasher::Xxh3Hasher() : isa_(&InUse()), state_(isa_->create()) { VIPER_CHECK(state_ != nullptr); }
 
 Xxh3Hasher::Xxh3Hasher(const std::string& implementation) : isa_(Find(implementation)), state_(nullptr) {
   VIPER_CHECK(isa_ != nullptr);
-  state_ = static_cast<const Xxh3Isa*>(isa_)->create();
+  state_ = isa_->create();
   VIPER_CHECK(state_ != nullptr);
 }
 
-Xxh3Hasher::~Xxh3Hasher() { static_cast<const Xxh3Isa*>(isa_)->destroy(state_); }
+Xxh3Hasher::~Xxh3Hasher() { isa_->destroy(state_); }
 
-void Xxh3Hasher::Update(const void* data, std::size_t size) {
-  static_cast<const Xxh3Isa*>(isa_)->update(state_, data, size);
-}
+void Xxh3Hasher::Update(const void* data, std::size_t size) { isa_->update(state_, data, size); }
 
-uint64_t Xxh3Hasher::Digest() const { return static_cast<const Xxh3Isa*>(isa_)->digest(state_); }
+uint64_t Xxh3Hasher::Digest() const { return isa_->digest(state_); }
 
 std::string ChecksumToHex(uint64_t value) {
   char buf[17];

@@ -92,7 +92,7 @@ Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f", timeout_s);
   return AbortedError("a message to rank " + std::to_string(dest) + " was not taken within " + seconds +
-                               " s (the rank is gone or stalled)");
+                      " s (the rank is gone or stalled)");
 }
 
 void Backoff::Pause() {

@@ -9,6 +9,9 @@
 #include <vector>
 
 namespace viper {
+namespace internal {
+struct Xxh3Isa;  // core/src/xxh3_isa.h
+}  // namespace internal
 
 uint64_t Xxh3_64(const void* data, std::size_t size);
 
@@ -34,8 +37,8 @@ class Xxh3Hasher {
   uint64_t Digest() const;
 
  private:
-  const void* isa_;  // internal::Xxh3Isa, kept out of this header
-  void* state_;      // XXH3_state_t of that implementation
+  const internal::Xxh3Isa* isa_;  // the implementation (core/src/xxh3_isa.h)
+  void* state_;                   // its XXH3_state_t, kept out of this header
 };
 
 // 16 lowercase hex digits, and back.
