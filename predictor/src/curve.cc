@@ -225,13 +225,19 @@ double FittedCurve::Evaluate(double iteration) const {
 }
 
 const char* ToString(LossMetric metric) {
-  return metric == LossMetric::kTrainLoss ? "train_loss" : "val_loss";
+  switch (metric) {
+    case LossMetric::kTrainLoss: return "train_loss";
+    case LossMetric::kValLoss: return "val_loss";
+    case LossMetric::kTestLoss: return "test_loss";
+  }
+  return "?";
 }
 
 StatusOr<LossMetric> LossMetricFromString(const std::string& name) {
   if (name == "train_loss" || name == "loss") return LossMetric::kTrainLoss;
-  if (name == "val_loss") return LossMetric::kValLoss;
-  return InvalidArgumentError("unknown loss metric '" + name + "' (known: train_loss, val_loss)");
+  if (name == "val_loss" || name == "eval_loss") return LossMetric::kValLoss;
+  if (name == "test_loss") return LossMetric::kTestLoss;
+  return InvalidArgumentError("unknown loss metric '" + name + "' (known: train_loss, val_loss, test_loss)");
 }
 
 CurveData CurveData::Prefix(double last_iteration) const {
@@ -257,7 +263,9 @@ StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric) {
   CurveData out;
   for (size_t row = 0; row < log.records.size(); ++row) {
     const LogRecord& r = log.records[row];
-    const std::optional<double>& v = metric == LossMetric::kTrainLoss ? r.train_loss : r.val_loss;
+    const std::optional<double>& v = metric == LossMetric::kTrainLoss ? r.train_loss
+                                     : metric == LossMetric::kValLoss ? r.val_loss
+                                                                      : r.test_loss;
     if (!v) continue;
     if (!std::isfinite(*v)) {
       return InvalidArgumentError(log.source + ": row " + std::to_string(row + 1) + " (iteration " +

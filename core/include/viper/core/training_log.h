@@ -16,6 +16,10 @@ struct LogRecord {
   std::optional<double> train_loss;     // training loss at this iteration
   std::optional<double> val_loss;       // validation loss, where evaluated
   std::optional<double> val_accuracy;   // validation accuracy in [0, 1], where evaluated
+  // The same model measured on a sample disjoint from the validation sample,
+  // standing for the inference traffic (the judge's truth; planners never read it).
+  std::optional<double> test_loss;      // test loss, where evaluated
+  std::optional<double> test_accuracy;  // test accuracy in [0, 1], where evaluated
 };
 
 // A whole log, in iteration order.

@@ -64,8 +64,9 @@ struct FittedCurve {
   double Evaluate(double iteration) const;
 };
 
-// What the loss is read from in a training log.
-enum class LossMetric { kTrainLoss, kValLoss };
+// What the loss is read from in a training log. kTestLoss is the served
+// truth (a sample disjoint from validation): judges read it, planners never.
+enum class LossMetric { kTrainLoss, kValLoss, kTestLoss };
 const char* ToString(LossMetric metric);
 StatusOr<LossMetric> LossMetricFromString(const std::string& name);
 

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "viper/core/status.h"
@@ -56,6 +57,14 @@ struct PlanStart {
   int64_t checkpoints_taken = 0;
   // Iteration of the last one (> W when checkpoints_taken > 0).
   int64_t last_checkpoint = 0;
+  // First iteration a new checkpoint may take, for planning from "now"
+  // (0 = no limit: the first one min spacing allows after the last one).
+  // Schedules start at max(earliest_iteration, the spacing limit).
+  int64_t earliest_iteration = 0;
+  // Loss of the version being served, replacing curve.at(last checkpoint)
+  // (curve.at(W) with none taken) in its cost: the closed loop passes the
+  // measured value instead of the forecast's. Finite and >= 0.
+  std::optional<double> served_loss;
 };
 
 struct Solution {
