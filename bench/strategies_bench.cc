@@ -16,7 +16,9 @@
 
 #include "bench_registry.h"
 #include "viper/datasets/log_reader.h"
-#include "viper/simulator/scenario.h"
+#include "viper/schedulers/scenario.h"
+#include "viper/simulator/compare.h"
+#include "viper/simulator/presets.h"
 
 namespace viper {
 namespace bench {
@@ -42,11 +44,11 @@ void Compute(Case* c) {
     c->comparison = log.status();
     return;
   }
-  sim::ScenarioOptions o;
+  sch::ScenarioOptions o;
   o.warmup_fraction = c->warmup_fraction;
   // The paper's NT3.B size (1.7 GB), asynchronous, push notification.
   o.tier = sim::PresetTierCost(c->tier, 1.7e9, false, sch::Notification::kPush);
-  auto scenario = sim::MakeScenario(*log, o);
+  auto scenario = sch::MakeScenario(*log, o);
   if (!scenario.ok()) {
     c->comparison = scenario.status();
     return;

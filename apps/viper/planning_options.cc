@@ -116,7 +116,7 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   PlanningContext ctx;
   VIPER_ASSIGN_OR_RETURN(ctx.log, ReadLog(log_options));
 
-  simulator::ScenarioOptions so;
+  schedulers::ScenarioOptions so;
   so.warmup_iterations = o.warmup;
   so.warmup_fraction = o.warmup_fraction;
   so.total_iterations = o.total_iterations;
@@ -178,13 +178,13 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
   p.min_spacing_iterations = o.min_spacing;
 
-  VIPER_ASSIGN_OR_RETURN(simulator::Scenario sc, simulator::MakeScenario(ctx.log, so));
-  static_cast<simulator::Scenario&>(ctx) = std::move(sc);
+  VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(ctx.log, so));
+  static_cast<schedulers::Scenario&>(ctx) = std::move(sc);
   return ctx;
 }
 
 StatusOr<schedulers::Plan> PlanWith(const PlanningContext& ctx, schedulers::StrategyKind kind) {
-  return simulator::PlanStrategy(ctx, kind);
+  return schedulers::PlanStrategy(ctx, kind);
 }
 
 }  // namespace cli

@@ -14,7 +14,9 @@
 #include "viper/predictor/learning_curve.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/strategy.h"
-#include "viper/simulator/scenario.h"
+#include "viper/schedulers/scenario.h"
+#include "viper/simulator/compare.h"
+#include "viper/simulator/presets.h"
 
 namespace viper {
 namespace cli {
@@ -50,7 +52,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* options)
 // Everything a strategy needs, built from a log and the options: the
 // simulator's Scenario (problem, tier, true and predicted curves, ...) plus
 // the log itself and where the cost came from.
-struct PlanningContext : simulator::Scenario {
+struct PlanningContext : schedulers::Scenario {
   TrainingLog log;
   std::string cost_source;  // "gpu preset", "measured (FILE)", "direct (--stall-s/--delay-s)"
   double model_bytes = 0;

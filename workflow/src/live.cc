@@ -17,7 +17,8 @@
 #include "viper/datasets/log_reader.h"
 #include "viper/predictor/curve.h"
 #include "viper/schedulers/solvers.h"
-#include "viper/simulator/scenario.h"
+#include "viper/schedulers/scenario.h"
+#include "viper/simulator/compare.h"
 #include "viper/transports/device_memory.h"
 #include "viper/transports/publisher.h"
 #include "viper/transports/subscriber.h"
@@ -504,7 +505,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
 
   // Plan from the warm-up.
   const double t_plan0 = MonotonicSeconds();
-  simulator::ScenarioOptions sco;
+  schedulers::ScenarioOptions sco;
   sco.warmup_iterations = W;
   sco.total_iterations = N;
   sco.seconds_per_iteration = s.seconds_per_iteration;
@@ -520,7 +521,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   sco.tier.synchronous = false;
   TrainingLog warm = s.log;
   warm.source = "live warm-up";
-  VIPER_ASSIGN_OR_RETURN(simulator::Scenario sc, simulator::MakeScenario(warm, sco));
+  VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(warm, sco));
   sc.iterations_per_epoch = work->iterations_per_epoch();
   s.metric = predictor::ToString(sc.metric);
   schedulers::Schedule plan;
@@ -532,7 +533,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     VIPER_ASSIGN_OR_RETURN(next, online->NextCheckpoint(sc.observed));
     s.plan_report = "online: first plan " + std::to_string(online->last_plan().size()) + " checkpoints";
   } else {
-    VIPER_ASSIGN_OR_RETURN(auto p, simulator::PlanStrategy(sc, o.strategy));
+    VIPER_ASSIGN_OR_RETURN(auto p, schedulers::PlanStrategy(sc, o.strategy));
     plan = p.schedule;
     s.plan_report = p.summary.BriefReport();
     if (!plan.empty()) next = plan.front();
@@ -920,7 +921,7 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
                                                          const LiveRun::Options& o) {
   if (s.log.records.empty() || s.versions.empty())
     return FailedPreconditionError("no producer results to compare");
-  simulator::ScenarioOptions sco;
+  schedulers::ScenarioOptions sco;
   sco.warmup_iterations = s.warmup_iterations;
   sco.total_iterations = s.iterations_done;
   sco.log_iteration_times = true;
@@ -955,7 +956,7 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
     if (r.wall_time_s) r.wall_time_s = *r.wall_time_s - removed;
   }
   log.source = "live run log";
-  VIPER_ASSIGN_OR_RETURN(simulator::Scenario sc, simulator::MakeScenario(log, sco));
+  VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(log, sco));
   if (!sc.truth) return FailedPreconditionError("the live log does not cover N");
   auto so = simulator::SimulatorOptionsFor(sc);
   simulator::Simulator sim(so);

@@ -1,9 +1,9 @@
-#include "viper/simulator/scenario.h"
+#include "viper/schedulers/scenario.h"
 
 #include <cmath>
 
 namespace viper {
-namespace simulator {
+namespace schedulers {
 
 bool ScenarioOptions::IsValid(std::string* error) const {
   auto fail = [&](const std::string& m) {
@@ -104,7 +104,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   }
 
   sc.tier = o.tier;
-  schedulers::Problem& p = sc.problem;
+  Problem& p = sc.problem;
   p = o.problem_template;
   p.warmup_iterations = W;
   p.total_iterations = N;
@@ -114,7 +114,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   VIPER_RETURN_IF_ERROR(p.Validate());
 
   if (N <= last) {
-    VIPER_ASSIGN_OR_RETURN(sc.truth, schedulers::InterpolateCurve(sc.points, W, N));
+    VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(sc.points, W, N));
   }
   VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(sc.observed, o.predictor));
   sc.predictor_report = fit.summary().BriefReport();
@@ -122,19 +122,19 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   for (double& v : pred) {
     if (!std::isfinite(v) || v < 0) v = 0;
   }
-  sc.predicted = schedulers::LossCurve(W, std::move(pred));
+  sc.predicted = LossCurve(W, std::move(pred));
   return sc;
 }
 
-StatusOr<schedulers::Plan> PlanStrategy(const Scenario& sc, schedulers::StrategyKind kind) {
-  schedulers::StrategyOptions so;
+StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
+  StrategyOptions so;
   so.iterations_per_epoch = sc.iterations_per_epoch;
-  if (kind == schedulers::StrategyKind::kOnline) so.forecaster = schedulers::MakePredictorForecaster(sc.predictor_options);
-  if (kind == schedulers::StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
+  if (kind == StrategyKind::kOnline) so.forecaster = MakePredictorForecaster(sc.predictor_options);
+  if (kind == StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
     return InvalidArgumentError("the epoch strategy needs epochs in the log (" + sc.source + " has no epoch column)");
   }
-  VIPER_ASSIGN_OR_RETURN(auto strategy, schedulers::MakeStrategy(kind, so));
-  schedulers::PlanningInput input;
+  VIPER_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(kind, so));
+  PlanningInput input;
   input.problem = sc.problem;
   input.predicted = sc.predicted;
   input.observed = sc.points;
@@ -142,43 +142,5 @@ StatusOr<schedulers::Plan> PlanStrategy(const Scenario& sc, schedulers::Strategy
   return strategy->MakePlan(input);
 }
 
-Simulator::Options SimulatorOptionsFor(const Scenario& sc) {
-  Simulator::Options so;
-  so.problem = sc.problem;
-  so.tier = sc.tier;
-  so.iteration_times_s = sc.iteration_times_s;
-  return so;
-}
-
-StatusOr<Comparison> CompareStrategies(const Scenario& sc, const std::vector<schedulers::StrategyKind>& kinds,
-                                       const Simulator::Options& base_options) {
-  if (!sc.truth) {
-    return InvalidArgumentError("the log ends before N = " + std::to_string(sc.problem.total_iterations) +
-                                ": the simulator needs the true curve up to N");
-  }
-  Comparison c;
-  for (auto kind : kinds) {
-    auto plan = PlanStrategy(sc, kind);
-    if (!plan.ok()) {
-      c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
-      continue;
-    }
-    Simulator sim(base_options);
-    auto result = sim.Run(*sc.truth, plan->schedule);
-    if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
-    c.outcomes.push_back(StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});
-  }
-  std::optional<double> oracle, epoch;
-  for (const auto& o : c.outcomes) {
-    if (o.kind == schedulers::StrategyKind::kOracle) oracle = o.sim.cil;
-    if (o.kind == schedulers::StrategyKind::kEpoch) epoch = o.sim.cil;
-  }
-  for (auto& o : c.outcomes) {
-    if (oracle && *oracle > 0) o.regret_vs_oracle = o.sim.cil / *oracle - 1;
-    if (epoch && *epoch > 0) o.change_vs_epoch = o.sim.cil / *epoch - 1;
-  }
-  return c;
-}
-
-}  // namespace simulator
+}  // namespace schedulers
 }  // namespace viper

@@ -1,7 +1,9 @@
-// A scenario: a real training log turned into the planning problem, the true
-// curve and the predictor's curve (fitted on the warm-up only), and the
-// comparison of strategies on it. Shared by `viper simulate`, `viper plan`
-// and viper-bench. Pure computation: the caller reads files.
+// The planning context: a real training log turned into the planning
+// problem, the true curve and the predictor's curve (fitted on the warm-up
+// only), and the one path every caller plans through (PlanStrategy). Shared by
+// `viper simulate`, `viper plan`, `viper run` (the live producer) and
+// viper-bench; the simulator only judges the plans. Pure computation: the
+// caller reads files.
 #pragma once
 
 #include <optional>
@@ -14,11 +16,9 @@
 #include "viper/predictor/learning_curve.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/strategy.h"
-#include "viper/simulator/presets.h"
-#include "viper/simulator/simulator.h"
 
 namespace viper {
-namespace simulator {
+namespace schedulers {
 
 struct ScenarioOptions {
   // Warm-up W in iterations; 0 = warmup_fraction of the log's iteration range.
@@ -41,10 +41,10 @@ struct ScenarioOptions {
   // training iteration. Overrides problem_template.requests.interval_s.
   double request_interval_s = 0;
   // Arrivals, window, drift, price, budget and spacing as in
-  // schedulers::Problem. Its W, N, tau, cost and request interval are ignored.
-  schedulers::Problem problem_template;
+  // Problem. Its W, N, tau, cost and request interval are ignored.
+  Problem problem_template;
   // The transport: phases for the simulator and sigma/delta for the planners.
-  schedulers::TierCost tier;
+  TierCost tier;
 
   bool IsValid(std::string* error) const;
 };
@@ -54,10 +54,10 @@ struct Scenario {
   predictor::LossMetric metric = predictor::LossMetric::kTrainLoss;
   predictor::CurveData points;        // the metric over the whole log
   predictor::CurveData observed;      // points with iteration <= W
-  schedulers::Problem problem;        // with cost = tier.ToCheckpointCost()
-  schedulers::TierCost tier;
-  std::optional<schedulers::LossCurve> truth;  // [W, N] when the log covers N
-  schedulers::LossCurve predicted;    // [W, N] from the warm-up only
+  Problem problem;        // with cost = tier.ToCheckpointCost()
+  TierCost tier;
+  std::optional<LossCurve> truth;  // [W, N] when the log covers N
+  LossCurve predicted;    // [W, N] from the warm-up only
   std::string predictor_report;
   predictor::LearningCurvePredictor::Options predictor_options;
   int64_t iterations_per_epoch = 0;   // 0 when the log has no epochs
@@ -67,29 +67,7 @@ struct Scenario {
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
 
 // Plans with one strategy (online gets a predictor-backed forecaster).
-StatusOr<schedulers::Plan> PlanStrategy(const Scenario& scenario, schedulers::StrategyKind kind);
+StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
 
-// One strategy judged on the truth.
-struct StrategyOutcome {
-  schedulers::StrategyKind kind = schedulers::StrategyKind::kOptimal;
-  schedulers::Plan plan;
-  SimulationResult sim;
-  std::optional<double> regret_vs_oracle;  // cil / oracle cil - 1
-  std::optional<double> change_vs_epoch;   // cil / epoch cil - 1
-};
-
-struct Comparison {
-  std::vector<StrategyOutcome> outcomes;  // in the order asked; failed strategies are in `skipped`
-  std::vector<std::string> skipped;       // "epoch: the log has no epochs", ...
-};
-
-// Plans and simulates each strategy on the true curve with `base_options`
-// (normally SimulatorOptionsFor(scenario)). Needs scenario.truth.
-StatusOr<Comparison> CompareStrategies(const Scenario& scenario, const std::vector<schedulers::StrategyKind>& kinds,
-                                       const Simulator::Options& base_options);
-
-// The simulator options of a scenario (problem, tier, iteration times).
-Simulator::Options SimulatorOptionsFor(const Scenario& scenario);
-
-}  // namespace simulator
+}  // namespace schedulers
 }  // namespace viper

@@ -1,0 +1,47 @@
+#include "viper/simulator/compare.h"
+
+#include <cmath>
+
+namespace viper {
+namespace simulator {
+
+Simulator::Options SimulatorOptionsFor(const schedulers::Scenario& sc) {
+  Simulator::Options so;
+  so.problem = sc.problem;
+  so.tier = sc.tier;
+  so.iteration_times_s = sc.iteration_times_s;
+  return so;
+}
+
+StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std::vector<schedulers::StrategyKind>& kinds,
+                                       const Simulator::Options& base_options) {
+  if (!sc.truth) {
+    return InvalidArgumentError("the log ends before N = " + std::to_string(sc.problem.total_iterations) +
+                                ": the simulator needs the true curve up to N");
+  }
+  Comparison c;
+  for (auto kind : kinds) {
+    auto plan = schedulers::PlanStrategy(sc, kind);
+    if (!plan.ok()) {
+      c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
+      continue;
+    }
+    Simulator sim(base_options);
+    auto result = sim.Run(*sc.truth, plan->schedule);
+    if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
+    c.outcomes.push_back(StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});
+  }
+  std::optional<double> oracle, epoch;
+  for (const auto& o : c.outcomes) {
+    if (o.kind == schedulers::StrategyKind::kOracle) oracle = o.sim.cil;
+    if (o.kind == schedulers::StrategyKind::kEpoch) epoch = o.sim.cil;
+  }
+  for (auto& o : c.outcomes) {
+    if (oracle && *oracle > 0) o.regret_vs_oracle = o.sim.cil / *oracle - 1;
+    if (epoch && *epoch > 0) o.change_vs_epoch = o.sim.cil / *epoch - 1;
+  }
+  return c;
+}
+
+}  // namespace simulator
+}  // namespace viper
