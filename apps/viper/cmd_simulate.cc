@@ -181,7 +181,15 @@ int RunSimulate(const std::vector<std::string>& args) {
               p.requests.window == schedulers::WindowKind::kRequestCount
                   ? (std::to_string(p.requests.request_count) + " requests").c_str()
                   : "served while training runs");
-  std::printf("predictor: %s\n\n", ctx.predictor_report.c_str());
+  std::printf("predictor: %s\n", ctx.predictor_report.c_str());
+  if (ctx.separate_truth) {
+    std::printf("judged on %s (a sample the planners never see); planners observe %s\n\n",
+                predictor::ToString(ctx.truth_metric), predictor::ToString(ctx.metric));
+  } else {
+    std::printf("judged on %s, the series the planners observe: the log has no separate truth column (test_loss),\n"
+                "so a rule that selects on measured noise is rewarded for it\n\n",
+                predictor::ToString(ctx.truth_metric));
+  }
   std::printf("%-13s %12s %12s %10s %9s %6s %11s %11s %11s\n", "strategy", "CIL", "predicted", "regret", "vs epoch",
               "ckpts", "slowdown", "staleness", "plan time");
   for (const auto& r : rows) {
@@ -200,6 +208,8 @@ int RunSimulate(const std::vector<std::string>& args) {
     nlohmann::json j;
     j["log"] = ctx.log.source;
     j["metric"] = predictor::ToString(ctx.metric);
+    j["truth_metric"] = predictor::ToString(ctx.truth_metric);
+    j["separate_truth"] = ctx.separate_truth;
     j["warmup_iterations"] = p.warmup_iterations;
     j["total_iterations"] = p.total_iterations;
     j["seconds_per_iteration"] = p.seconds_per_iteration;

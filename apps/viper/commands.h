@@ -30,6 +30,7 @@ int RunBenchSummary(const std::vector<std::string>& args);
 int RunFit(const std::vector<std::string>& args);
 int RunModelDir(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
+int RunEvaluate(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

@@ -17,6 +17,7 @@ constexpr Command kCommands[] = {
     {"train", "train an MLP on Fashion-MNIST for real and write its log", viper::cli::RunTrain},
     {"plan", "plan checkpoint schedules (epoch, viper-fixed/greedy, fixed, optimal, online, oracle)", viper::cli::RunPlan},
     {"simulate", "fit, plan every strategy, judge each in the simulator on the log's true curve", viper::cli::RunSimulate},
+    {"evaluate", "every strategy over logs x tiers x warm-ups x windows, judged on the truth: median/worst regret", viper::cli::RunEvaluate},
     {"bench-summary", "tables and a chart from viper-bench's JSON output", viper::cli::RunBenchSummary},
     {"fit", "fit learning-curve families to a log's warm-up, select/ensemble, extrapolate; --evaluate scores them", viper::cli::RunFit},
     {"model-dir", "list and verify the versions in a PFS model directory; name the one a consumer serves", viper::cli::RunModelDir},

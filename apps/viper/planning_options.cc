@@ -17,9 +17,10 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("warmup", po::value(&o->warmup)->default_value(o->warmup), "warm-up W in iterations: the predictor and the planners see only the log up to W (0 = use --warmup-fraction)")
       ("warmup-fraction", po::value(&o->warmup_fraction)->default_value(o->warmup_fraction), "warm-up as a fraction of the log's iterations, when --warmup is 0")
       ("total-iterations", po::value(&o->total_iterations)->default_value(o->total_iterations), "N, the last training iteration (0 = the log's last)")
-      ("metric", po::value(&o->metric)->default_value(o->metric), "inference-loss proxy: auto (val_loss when the warm-up has enough validation points, else train_loss), train_loss, val_loss")
+      ("metric", po::value(&o->metric)->default_value(o->metric), "what the planners observe: auto (val_loss when the warm-up has enough validation points, else train_loss), train_loss, val_loss (never test_loss)")
+      ("truth-metric", po::value(&o->truth_metric)->default_value(o->truth_metric), "what the schedules are judged on: auto (test_loss when the log has it: a sample disjoint from validation, standing for the inference traffic; else the planning metric, and the output says so), test_loss, val_loss, train_loss")
       ("select", po::value(&o->select)->default_value(o->select)->notifier(CheckEnum<predictor::SelectionFromString>("select")), "predictor model selection: best-mse|validation|ensemble")
-      ("seconds-per-iteration", po::value(&o->seconds_per_iteration)->default_value(o->seconds_per_iteration), "tau in seconds (0 = median from the log's wall times)")
+      ("seconds-per-iteration", po::value(&o->seconds_per_iteration)->default_value(o->seconds_per_iteration), "tau in seconds as the planners see it (0 = the mean over the warm-up's wall times; the simulator replays the log's own times)")
       ("min-spacing", po::value(&o->min_spacing)->default_value(o->min_spacing), "minimum iterations between checkpoints");
   po::options_description req("Requests");
   req.add_options()
@@ -122,6 +123,9 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   so.total_iterations = o.total_iterations;
   if (o.metric != "auto") {
     VIPER_ASSIGN_OR_RETURN(so.metric, predictor::LossMetricFromString(o.metric));
+  }
+  if (o.truth_metric != "auto") {
+    VIPER_ASSIGN_OR_RETURN(so.truth_metric, predictor::LossMetricFromString(o.truth_metric));
   }
   VIPER_ASSIGN_OR_RETURN(so.predictor.selection, predictor::SelectionFromString(o.select));
   so.seconds_per_iteration = o.seconds_per_iteration;

@@ -25,7 +25,8 @@ struct PlanningOptions {
   int64_t warmup = 0;                 // W in iterations; 0 = use warmup_fraction
   double warmup_fraction = 0.2;       // of the log's iteration range
   int64_t total_iterations = 0;       // N; 0 = the log's last iteration
-  std::string metric = "auto";        // auto|train_loss|val_loss
+  std::string metric = "auto";        // auto|train_loss|val_loss: what the planners observe
+  std::string truth_metric = "auto";  // auto|test_loss|val_loss|train_loss: what the schedules are judged on
   std::string select = "ensemble";    // predictor selection
   double seconds_per_iteration = 0;   // 0 = measured from the log
   std::string arrivals = "fixed";     // fixed|poisson|trace

@@ -59,7 +59,20 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
         val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >= o.predictor.min_points;
     sc.metric = enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
   }
+  if (sc.metric == predictor::LossMetric::kTestLoss) {
+    return InvalidArgumentError("the planning metric cannot be test_loss: that is the served truth the schedules "
+                                "are judged on (planners observe train_loss or val_loss)");
+  }
   VIPER_ASSIGN_OR_RETURN(sc.points, predictor::ExtractCurve(log, sc.metric));
+  // The truth: test_loss when the log has it, else the planning metric.
+  if (o.truth_metric) {
+    sc.truth_metric = *o.truth_metric;
+  } else {
+    sc.truth_metric = predictor::ExtractCurve(log, predictor::LossMetric::kTestLoss).ok()
+                          ? predictor::LossMetric::kTestLoss
+                          : sc.metric;
+  }
+  sc.separate_truth = sc.truth_metric != sc.metric;
   sc.observed = sc.points.Prefix(static_cast<double>(W));
   if (static_cast<int>(sc.observed.size()) < o.predictor.min_points) {
     return InvalidArgumentError("the warm-up up to iteration " + std::to_string(W) + " of " + log.source + " holds " +
@@ -68,17 +81,25 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
                                 " (use a longer warm-up)");
   }
 
-  // Iteration time: the MEAN over the log, not the median: validation and
+  // Iteration time: the MEAN over the warm-up, not the median: validation and
   // epoch-boundary pauses are part of the training time the serving window
-  // and the checkpoint times see.
+  // and the checkpoint times see. Only the warm-up: the planners must not
+  // learn from later rows.
   const LogSummary summary = Summarize(log);
   double tau = o.seconds_per_iteration;
   if (tau <= 0) {
-    if (!summary.seconds_per_iteration || !(*summary.seconds_per_iteration > 0)) {
-      return InvalidArgumentError("cannot measure seconds per iteration from " + log.source +
-                                  " (no wall-time column); give seconds_per_iteration");
+    TrainingLog warm;
+    for (const auto& r : log.records) {
+      if (r.iteration > W) break;
+      warm.records.push_back(r);
     }
-    tau = *summary.seconds_per_iteration;
+    const LogSummary ws = Summarize(warm);
+    if (!ws.seconds_per_iteration || !(*ws.seconds_per_iteration > 0)) {
+      return InvalidArgumentError("cannot measure seconds per iteration from the warm-up of " + log.source +
+                                  " (no wall-time column, or fewer than two timed rows up to iteration " +
+                                  std::to_string(W) + "); give seconds_per_iteration");
+    }
+    tau = *ws.seconds_per_iteration;
   }
   sc.iterations_per_epoch = summary.iterations_per_epoch ? static_cast<int64_t>(*summary.iterations_per_epoch) : 0;
 
@@ -114,7 +135,12 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   VIPER_RETURN_IF_ERROR(p.Validate());
 
   if (N <= last) {
-    VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(sc.points, W, N));
+    if (sc.separate_truth) {
+      VIPER_ASSIGN_OR_RETURN(auto truth_points, predictor::ExtractCurve(log, sc.truth_metric));
+      VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(truth_points, W, N));
+    } else {
+      VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(sc.points, W, N));
+    }
   }
   VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(sc.observed, o.predictor));
   sc.predictor_report = fit.summary().BriefReport();
@@ -129,7 +155,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
 StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   StrategyOptions so;
   so.iterations_per_epoch = sc.iterations_per_epoch;
-  if (kind == StrategyKind::kOnline) so.forecaster = MakePredictorForecaster(sc.predictor_options);
+  if (kind == StrategyKind::kOnline) so.forecasters = PredictorForecasterFactory(sc.predictor_options);
   if (kind == StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
     return InvalidArgumentError("the epoch strategy needs epochs in the log (" + sc.source + " has no epoch column)");
   }
@@ -138,6 +164,8 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   input.problem = sc.problem;
   input.predicted = sc.predicted;
   input.observed = sc.points;
+  input.observed_kind =
+      sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
   input.truth = sc.truth;
   return strategy->MakePlan(input);
 }

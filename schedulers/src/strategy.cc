@@ -87,76 +87,6 @@ StatusOr<LossCurve> InterpolateCurve(const predictor::CurveData& points, int64_t
 
 namespace {
 
-class PredictorForecaster : public Forecaster {
- public:
-  explicit PredictorForecaster(predictor::LearningCurvePredictor::Options options) : options_(std::move(options)) {}
-
-  StatusOr<LossCurve> Forecast(const predictor::CurveData& observed, int64_t first, int64_t last) override {
-    if (!predictor_) {
-      VIPER_ASSIGN_OR_RETURN(auto p, predictor::LearningCurvePredictor::Fit(observed, options_));
-      predictor_.emplace(std::move(p));
-      fitted_points_ = observed.size();
-    } else if (observed.size() > fitted_points_) {
-      // On failure the predictor keeps its previous fit: forecasting goes on with it.
-      if (predictor_->Refit(observed).ok()) fitted_points_ = observed.size();
-    }
-    std::vector<double> v = predictor_->PredictRange(first, last);
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!std::isfinite(v[i])) {
-        return FailedPreconditionError("the fitted learning curve is not finite at iteration " +
-                                       std::to_string(first + static_cast<int64_t>(i)));
-      }
-      v[i] = std::max(0.0, v[i]);
-    }
-    return LossCurve(first, std::move(v));
-  }
-
- private:
-  predictor::LearningCurvePredictor::Options options_;
-  std::optional<predictor::LearningCurvePredictor> predictor_;
-  size_t fitted_points_ = 0;
-};
-
-}  // namespace
-
-std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options) {
-  return std::make_unique<PredictorForecaster>(options);
-}
-
-OnlinePlanner::OnlinePlanner(Problem problem, std::shared_ptr<Forecaster> forecaster)
-    : problem_(std::move(problem)), forecaster_(std::move(forecaster)) {}
-
-StatusOr<std::optional<int64_t>> OnlinePlanner::NextCheckpoint(const predictor::CurveData& observed) {
-  VIPER_RETURN_IF_ERROR(problem_.Validate());
-  if (!forecaster_) return FailedPreconditionError("the online planner has no forecaster");
-  ++replans_;
-  VIPER_ASSIGN_OR_RETURN(LossCurve curve,
-                         forecaster_->Forecast(observed, problem_.warmup_iterations, problem_.total_iterations));
-  PlanStart start;
-  start.checkpoints_taken = static_cast<int64_t>(taken_.size());
-  start.last_checkpoint = taken_.empty() ? problem_.warmup_iterations : taken_.back();
-  if (start.checkpoints_taken >= problem_.MaxCheckpoints()) {
-    last_plan_.clear();
-    return std::optional<int64_t>();
-  }
-  VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, curve, start));
-  last_plan_ = sol.schedule;
-  if (sol.schedule.empty()) return std::optional<int64_t>();
-  return std::optional<int64_t>(sol.schedule.front());
-}
-
-Status OnlinePlanner::Commit(int64_t iteration) {
-  const int64_t last = taken_.empty() ? problem_.warmup_iterations : taken_.back();
-  if (iteration <= last || iteration > problem_.total_iterations) {
-    return InvalidArgumentError("checkpoint at iteration " + std::to_string(iteration) + " is not in (" +
-                                std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
-  }
-  taken_.push_back(iteration);
-  return Status::Ok();
-}
-
-namespace {
-
 predictor::CurveData PointsUpTo(const predictor::CurveData& d, int64_t last) {
   return d.Prefix(static_cast<double>(last));
 }
@@ -216,18 +146,22 @@ class StrategyImpl : public Strategy {
         break;
       }
       case StrategyKind::kOnline: {
-        if (!options_.forecaster) return InvalidArgumentError("online needs StrategyOptions::forecaster");
-        OnlinePlanner planner(p, options_.forecaster);
-        int64_t now = p.warmup_iterations;
-        while (true) {
-          VIPER_ASSIGN_OR_RETURN(std::optional<int64_t> next, planner.NextCheckpoint(PointsUpTo(in.observed, now)));
-          if (!next) break;
-          VIPER_RETURN_IF_ERROR(planner.Commit(*next));
-          now = *next;
+        if (!options_.forecasters) return InvalidArgumentError("online needs StrategyOptions::forecasters");
+        OnlinePlanner::Options oo = options_.online;
+        oo.metric = in.observed_kind;
+        OnlinePlanner planner(p, options_.forecasters, oo);
+        const auto& obs = in.observed;
+        for (size_t i = 0; i < obs.size(); ++i) {
+          const int64_t it = static_cast<int64_t>(obs.iterations[i]);
+          if (it > p.total_iterations) break;
+          VIPER_RETURN_IF_ERROR(planner.Observe(it, obs.losses[i], in.observed_kind));
+          VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
+          if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
         }
         sol.schedule = planner.taken();
-        s.replans = planner.replans();
-        s.message = "receding horizon: re-fit and re-plan exactly at every checkpoint";
+        s.replans = planner.summary().replans;
+        s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size())) +
+                    ": re-plans exactly at every measurement, gates on measured quality";
         break;
       }
     }
@@ -252,7 +186,7 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const Strate
   if (kind == StrategyKind::kEpoch && options.iterations_per_epoch <= 0) {
     return InvalidArgumentError("epoch needs iterations_per_epoch > 0");
   }
-  if (kind == StrategyKind::kOnline && !options.forecaster) {
+  if (kind == StrategyKind::kOnline && !options.forecasters) {
     return InvalidArgumentError("online needs a forecaster");
   }
   return std::unique_ptr<Strategy>(new StrategyImpl(kind, options));

@@ -527,11 +527,22 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   schedulers::Schedule plan;
   std::unique_ptr<schedulers::OnlinePlanner> online;
   std::optional<int64_t> next;
+  // What the closed loop observes: every training loss and, as its planning
+  // metric, the validation loss when the warm-up has enough of it.
+  const auto metric_kind = sc.metric == predictor::LossMetric::kValLoss ? schedulers::ObservationKind::kValidation
+                                                                         : schedulers::ObservationKind::kTraining;
+  auto observe = [&](const LogRecord& r) -> Status {
+    if (r.train_loss) VIPER_RETURN_IF_ERROR(online->Observe(r.iteration, *r.train_loss, schedulers::ObservationKind::kTraining));
+    if (r.val_loss) VIPER_RETURN_IF_ERROR(online->Observe(r.iteration, *r.val_loss, schedulers::ObservationKind::kValidation));
+    return Status::Ok();
+  };
   if (o.strategy == schedulers::StrategyKind::kOnline) {
+    schedulers::OnlinePlanner::Options oo;
+    oo.metric = metric_kind;
     online = std::make_unique<schedulers::OnlinePlanner>(
-        sc.problem, schedulers::MakePredictorForecaster(sc.predictor_options));
-    VIPER_ASSIGN_OR_RETURN(next, online->NextCheckpoint(sc.observed));
-    s.plan_report = "online: first plan " + std::to_string(online->last_plan().size()) + " checkpoints";
+        sc.problem, schedulers::PredictorForecasterFactory(sc.predictor_options), oo);
+    for (const auto& r : s.log.records) VIPER_RETURN_IF_ERROR(observe(r));
+    s.plan_report = "online: closed loop from iteration " + std::to_string(W);
   } else {
     VIPER_ASSIGN_OR_RETURN(auto p, schedulers::PlanStrategy(sc, o.strategy));
     plan = p.schedule;
@@ -548,16 +559,19 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     VIPER_RETURN_IF_ERROR(work->Step(&rec));
     it = rec.iteration;
     s.log.records.push_back(rec);
-    if (next && it >= *next) {
+    bool checkpoint = next && it >= *next;
+    if (online) {
+      const double t0 = MonotonicSeconds();
+      VIPER_RETURN_IF_ERROR(observe(rec));
+      VIPER_ASSIGN_OR_RETURN(checkpoint, online->ShouldCheckpoint(it));
+      s.planning_s += MonotonicSeconds() - t0;
+      work->Paused(MonotonicSeconds() - t0);
+    }
+    if (checkpoint) {
       VIPER_RETURN_IF_ERROR(publish(it));
       s.schedule.push_back(it);
       if (online) {
-        const double t0 = MonotonicSeconds();
         VIPER_RETURN_IF_ERROR(online->Commit(it));
-        VIPER_ASSIGN_OR_RETURN(auto pts, predictor::ExtractCurve(s.log, sc.metric));
-        VIPER_ASSIGN_OR_RETURN(next, online->NextCheckpoint(pts));
-        s.planning_s += MonotonicSeconds() - t0;
-        work->Paused(MonotonicSeconds() - t0);
       } else {
         while (plan_index < plan.size() && plan[plan_index] <= it) ++plan_index;
         next = plan_index < plan.size() ? std::optional<int64_t>(plan[plan_index]) : std::nullopt;
@@ -568,7 +582,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
       }
     }
   }
-  if (online) s.plan_report = "online: " + std::to_string(online->replans()) + " re-plans";
+  if (online) s.plan_report = online->summary().BriefReport(static_cast<int64_t>(online->taken().size()));
   s.iterations_done = it;
   s.training_end_s = MonotonicSeconds() - base - t_warm;
   s.termination = stop() ? "interrupted" : "completed";

@@ -27,13 +27,20 @@ struct ScenarioOptions {
   double warmup_fraction = 0.2;
   // N, the last training iteration; 0 = the log's last.
   int64_t total_iterations = 0;
-  // Inference-loss proxy; absent = val_loss when the warm-up holds enough
-  // validation points for the predictor, else train_loss.
+  // What the planners observe; absent = val_loss when the warm-up holds
+  // enough validation points for the predictor, else train_loss. Never
+  // test_loss: that is the judge's truth.
   std::optional<predictor::LossMetric> metric;
+  // What the schedules are judged on (the served truth); absent = test_loss
+  // when the log has it (a sample disjoint from validation, standing for the
+  // inference traffic), else the planning metric itself (the output says so).
+  std::optional<predictor::LossMetric> truth_metric;
   // Predictor options (selection, families, ...).
   predictor::LearningCurvePredictor::Options predictor;
-  // tau in seconds; 0 = the log's mean (wall-time span / iteration span),
-  // which includes validation and epoch-boundary pauses.
+  // tau in seconds as the planners see it; 0 = the mean over the warm-up
+  // (wall-time span / iteration span, validation and epoch-boundary pauses
+  // included): a producer knows nothing of later rows. The simulator still
+  // replays the log's own per-iteration times (log_iteration_times).
   double seconds_per_iteration = 0;
   // Simulate with the log's per-iteration wall times (true) or constant tau.
   bool log_iteration_times = true;
@@ -53,6 +60,11 @@ struct Scenario {
   std::string source;                 // the log's file
   predictor::LossMetric metric = predictor::LossMetric::kTrainLoss;
   predictor::CurveData points;        // the metric over the whole log
+  // What the truth curve is read from; separate_truth = it is not the
+  // planning metric (a disjoint sample), so no rule can be rewarded for
+  // selecting the noise it observed.
+  predictor::LossMetric truth_metric = predictor::LossMetric::kTrainLoss;
+  bool separate_truth = false;
   predictor::CurveData observed;      // points with iteration <= W
   Problem problem;        // with cost = tier.ToCheckpointCost()
   TierCost tier;

@@ -1,5 +1,6 @@
-// The strategies of DESIGN.md §2 behind one interface, the forecaster the
-// online strategy re-fits, and the step API the live producer drives.
+// The strategies of DESIGN.md §2 behind one interface. `online` plays the
+// closed-loop planner (online.h) over the log's observations in iteration
+// order, exactly as the live producer drives it.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
 #include "viper/schedulers/cil_model.h"
+#include "viper/schedulers/online.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/solvers.h"
 
@@ -25,48 +27,9 @@ std::vector<StrategyKind> AllStrategyKinds();
 // "all" or "epoch,optimal,..." -> kinds; errors name the bad entry.
 StatusOr<std::vector<StrategyKind>> ParseStrategyKinds(const std::string& list);
 
-// Forecasts the loss curve from the losses observed so far.
-class Forecaster {
- public:
-  virtual ~Forecaster() = default;
-  // Predicted losses for every iteration in [first, last] (finite, >= 0),
-  // from the points of `observed` (iterations increasing).
-  virtual StatusOr<LossCurve> Forecast(const predictor::CurveData& observed, int64_t first, int64_t last) = 0;
-};
-
-// A Forecaster backed by predictor::LearningCurvePredictor: Fit on the first
-// call, Refit (warm-started) when more points are observed.
-std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options);
-
 // Dense per-iteration curve on [first, last] from sparse points: linear
 // interpolation, constant beyond the ends. Fails without points.
 StatusOr<LossCurve> InterpolateCurve(const predictor::CurveData& points, int64_t first, int64_t last);
-
-// Receding-horizon planner: forecast from what has been seen, plan the rest
-// exactly (SolveOptimal from the checkpoints taken), take the first planned
-// checkpoint, repeat. The live producer calls the same two methods.
-class OnlinePlanner {
- public:
-  OnlinePlanner(Problem problem, std::shared_ptr<Forecaster> forecaster);
-
-  // The next checkpoint iteration (> the last taken one), given the losses
-  // observed so far; nullopt when the plan takes no more checkpoints.
-  StatusOr<std::optional<int64_t>> NextCheckpoint(const predictor::CurveData& observed);
-  // Records a checkpoint taken at `iteration` (after the last, inside (W, N]).
-  Status Commit(int64_t iteration);
-
-  const Schedule& taken() const { return taken_; }
-  int64_t replans() const { return replans_; }
-  // The remaining plan of the last NextCheckpoint call.
-  const Schedule& last_plan() const { return last_plan_; }
-
- private:
-  Problem problem_;
-  std::shared_ptr<Forecaster> forecaster_;
-  Schedule taken_;
-  Schedule last_plan_;
-  int64_t replans_ = 0;
-};
 
 // What a strategy plans from.
 struct PlanningInput {
@@ -74,10 +37,13 @@ struct PlanningInput {
   // The planner's belief about the loss at every iteration of [W, N]
   // (normally the predictor's extrapolation of the warm-up).
   LossCurve predicted;
-  // The logged (iteration, loss) points. Strategies other than `oracle` read
-  // only those with iteration <= W, except `online`, which reads those up to
-  // its latest checkpoint (what a live producer would have seen).
+  // The logged (iteration, loss) points of the planning metric. Strategies
+  // other than `oracle` read only those with iteration <= W, except
+  // `online`, which consumes them one by one in iteration order and decides
+  // at each from what it has seen so far (what a live producer would see).
   predictor::CurveData observed;
+  // What `observed` is: validation losses, or training losses.
+  ObservationKind observed_kind = ObservationKind::kValidation;
   // The true curve on [W, N] (for `oracle`); absent = oracle unavailable.
   std::optional<LossCurve> truth;
 };
@@ -85,8 +51,10 @@ struct PlanningInput {
 struct StrategyOptions {
   // epoch: iterations per epoch (> 0).
   int64_t iterations_per_epoch = 0;
-  // online: forecaster re-fitted at every checkpoint (required for online).
-  std::shared_ptr<Forecaster> forecaster;
+  // online: makes the forecaster of each regime (required for online).
+  ForecasterFactory forecasters;
+  // online: the closed loop's settings (its metric is PlanningInput::observed_kind).
+  OnlinePlanner::Options online;
 };
 
 struct PlanSummary {
@@ -104,7 +72,7 @@ struct PlanSummary {
   // The solver's own figure (see Solution::objective).
   double solver_objective = 0.0;
   int64_t dp_layers = 0;
-  // online: NextCheckpoint calls (each a re-fit and a re-plan).
+  // online: exact re-plans (one per measurement after the warm-up).
   int64_t replans = 0;
   // Wall time of MakePlan, seconds (informational; never asserted).
   double plan_time_s = 0.0;

@@ -1,0 +1,237 @@
+// viper evaluate: every strategy over a grid of logs x tiers x warm-ups x
+// window semantics, judged on each log's truth (test_loss where logged).
+// Prints one line per case and the summary a planner is held to: median and
+// worst regret vs the oracle, and how often a strategy is worse than epoch.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "log_options.h"
+#include "planning_options.h"
+#include "viper/datasets/log_reader.h"
+
+namespace viper {
+namespace cli {
+namespace {
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<std::string> ShippedLogs() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> logs;
+  const fs::path dir = datasets::ShippedLogDirectory();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".csv") != std::string::npos || name.find(".jsonl") != std::string::npos) {
+      logs.push_back(e.path().string());
+    }
+  }
+  std::sort(logs.begin(), logs.end());
+  return logs;
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+std::string Stem(const std::string& path) {
+  std::string s = std::filesystem::path(path).filename().string();
+  return s.substr(0, s.find('.'));
+}
+
+}  // namespace
+
+int RunEvaluate(const std::vector<std::string>& args) {
+  po::options_description desc("Options");
+  LogOptions log_options;
+  PlanningOptions options;
+  std::string logs_text, tiers_text = "gpu,host,pfs", warmups_text = "0.1,0.2,0.4",
+                         windows_text = "while-training,requests", strategies = "all", json_path;
+  double window_scale = 1.0;
+  bool quiet = false;
+  desc.add_options()("help,h", "print this help")
+      ("logs", po::value(&logs_text), "comma-separated training logs (default: every shipped log in datasets/logs)")
+      ("tiers", po::value(&tiers_text)->default_value(tiers_text), "tier presets to sweep: gpu,host,pfs")
+      ("warmups", po::value(&warmups_text)->default_value(warmups_text), "warm-up fractions to sweep, each in (0, 1)")
+      ("windows", po::value(&windows_text)->default_value(windows_text), "window semantics to sweep: while-training (serve while training runs), requests (a fixed number of requests, the Viper paper's setting)")
+      ("window-scale", po::value(&window_scale)->default_value(window_scale), "requests window: the request count is this times the requests that fit in the training time after warm-up (planning tau)")
+      ("strategies", po::value(&strategies)->default_value(strategies), "comma-separated list or 'all' (oracle is always added: regret needs it)")
+      ("json", po::value(&json_path), "write every case and the summary as JSON to this path ('-' = stdout)")
+      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
+  AddPlanningOptions(&desc, &options);
+  po::variables_map vm;
+  const int rc = ParseOrHelp(
+      args, desc, &vm, "viper evaluate [--logs A,B] [--tiers gpu,host,pfs] [--warmups 0.1,0.2,0.4] [options]",
+      "Runs `viper simulate` over a grid: every log x tier preset x warm-up fraction x window semantics.\n"
+      "Each schedule is planned from what a live producer would have seen and judged on the log's truth\n"
+      "(test_loss where logged: a sample the planners never see). Prints one line per case (regret of each\n"
+      "strategy vs the oracle, in %) and per strategy the median, 90th percentile and worst regret, the\n"
+      "median change vs epoch-boundary updates and how many cases are more than 1% worse than epoch.\n"
+      "The planning options below apply to every case (--transport, --warmup-fraction and --requests are\n"
+      "set by the grid).");
+  if (rc != 0) return rc < 0 ? kExitOk : rc;
+  auto kinds = schedulers::ParseStrategyKinds(strategies);
+  if (!kinds.ok()) {
+    std::cerr << "viper evaluate: --strategies: " << kinds.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (std::find(kinds->begin(), kinds->end(), schedulers::StrategyKind::kOracle) == kinds->end()) {
+    kinds->push_back(schedulers::StrategyKind::kOracle);
+  }
+  std::vector<std::string> logs = logs_text.empty() ? ShippedLogs() : SplitList(logs_text);
+  if (logs.empty()) return Fail("evaluate", NotFoundError("no logs: give --logs"));
+  std::vector<double> warmups;
+  for (const auto& w : SplitList(warmups_text)) {
+    char* end = nullptr;
+    const double v = std::strtod(w.c_str(), &end);
+    if (end == w.c_str() || *end != '\0' || !(v > 0 && v < 1)) {
+      std::cerr << "viper evaluate: --warmups: '" << w << "' is not a fraction in (0, 1)\n";
+      return kExitUsage;
+    }
+    warmups.push_back(v);
+  }
+  const std::vector<std::string> tiers = SplitList(tiers_text), windows = SplitList(windows_text);
+  for (const auto& w : windows) {
+    if (w != "while-training" && w != "requests") {
+      std::cerr << "viper evaluate: --windows: '" << w << "' (expected while-training or requests)\n";
+      return kExitUsage;
+    }
+  }
+  if (!(window_scale > 0)) {
+    std::cerr << "viper evaluate: --window-scale must be > 0\n";
+    return kExitUsage;
+  }
+
+  std::map<schedulers::StrategyKind, std::vector<double>> regrets, vs_epoch;
+  std::map<schedulers::StrategyKind, std::vector<std::string>> worse_than_epoch;
+  std::map<schedulers::StrategyKind, double> plan_time;
+  nlohmann::json cases = nlohmann::json::array();
+  const size_t total = logs.size() * tiers.size() * warmups.size() * windows.size();
+  size_t done = 0;
+  std::printf("%-34s", "case (log/tier/warm-up/window)");
+  for (auto k : *kinds) std::printf(" %12s", schedulers::ToString(k));
+  std::printf("   truth\n");
+  for (const auto& log : logs) {
+    for (const auto& tier : tiers) {
+      for (double w : warmups) {
+        for (const auto& window : windows) {
+          ++done;
+          const std::string name = Stem(log) + "/" + tier + "/w" + std::to_string(static_cast<int>(w * 100 + 0.5)) +
+                                   "/" + (window == "requests" ? "req" : "train");
+          if (!quiet) std::cerr << "viper evaluate: [" << done << "/" << total << "] " << name << "\n";
+          LogOptions lo = log_options;
+          lo.path = log;
+          PlanningOptions o = options;
+          o.transport = tier;
+          o.warmup = 0;
+          o.warmup_fraction = w;
+          o.requests = 0;
+          auto ctx = BuildPlanningContext(lo, o);
+          if (!ctx.ok()) return Fail("evaluate", ctx.status().WithContext(name));
+          if (window == "requests") {
+            auto& p = ctx->problem;
+            const double fit = static_cast<double>(p.total_iterations - p.warmup_iterations) *
+                               p.seconds_per_iteration / p.requests.interval_s;
+            p.requests.window = schedulers::WindowKind::kRequestCount;
+            p.requests.request_count = std::max<int64_t>(1, static_cast<int64_t>(window_scale * fit));
+          }
+          auto comparison = simulator::CompareStrategies(*ctx, *kinds, simulator::SimulatorOptionsFor(*ctx));
+          if (!comparison.ok()) return Fail("evaluate", comparison.status().WithContext(name));
+          for (const auto& s : comparison->skipped) std::cerr << "viper evaluate: " << name << ": skipped " << s << "\n";
+          nlohmann::json c;
+          c["case"] = name;
+          c["log"] = log;
+          c["tier"] = tier;
+          c["warmup_fraction"] = w;
+          c["window"] = window;
+          c["request_count"] = ctx->problem.requests.request_count;
+          c["metric"] = predictor::ToString(ctx->metric);
+          c["truth_metric"] = predictor::ToString(ctx->truth_metric);
+          c["separate_truth"] = ctx->separate_truth;
+          nlohmann::json rows = nlohmann::json::object();
+          std::printf("%-34s", name.c_str());
+          for (auto k : *kinds) {
+            const simulator::StrategyOutcome* r = nullptr;
+            for (const auto& x : comparison->outcomes) {
+              if (x.kind == k) r = &x;
+            }
+            if (!r || !r->regret_vs_oracle) {
+              std::printf(" %12s", "-");
+              continue;
+            }
+            std::printf(" %+11.2f%%", 100 * *r->regret_vs_oracle);
+            regrets[k].push_back(*r->regret_vs_oracle);
+            plan_time[k] += r->plan.summary.plan_time_s;
+            if (r->change_vs_epoch) {
+              vs_epoch[k].push_back(*r->change_vs_epoch);
+              if (*r->change_vs_epoch > 0.01) worse_than_epoch[k].push_back(name);
+            }
+            rows[schedulers::ToString(k)] = {
+                {"cil", r->sim.cil},
+                {"regret_vs_oracle", *r->regret_vs_oracle},
+                {"change_vs_epoch", r->change_vs_epoch ? nlohmann::json(*r->change_vs_epoch) : nlohmann::json()},
+                {"checkpoints", r->sim.checkpoints},
+                {"plan_time_s", r->plan.summary.plan_time_s},
+                {"message", r->plan.summary.message}};
+          }
+          std::printf("   %s\n", ctx->separate_truth ? predictor::ToString(ctx->truth_metric) : "same as observed");
+          std::fflush(stdout);
+          c["strategies"] = rows;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  std::printf("\n%-13s %9s %9s %9s %11s %16s %12s\n", "strategy", "median", "p90", "worst", "vs epoch", "worse than epoch",
+              "plan time");
+  nlohmann::json summary = nlohmann::json::object();
+  for (auto k : *kinds) {
+    const auto& r = regrets[k];
+    if (r.empty()) continue;
+    const auto& e = vs_epoch[k];
+    char ve[32] = "-";
+    if (!e.empty()) std::snprintf(ve, sizeof ve, "%+.2f%%", 100 * Quantile(e, 0.5));
+    std::printf("%-13s %+8.2f%% %+8.2f%% %+8.2f%% %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
+                100 * Quantile(r, 0.5), 100 * Quantile(r, 0.9), 100 * Quantile(r, 1.0), ve, worse_than_epoch[k].size(),
+                e.size(), plan_time[k]);
+    summary[schedulers::ToString(k)] = {{"median_regret", Quantile(r, 0.5)},
+                                        {"p90_regret", Quantile(r, 0.9)},
+                                        {"worst_regret", Quantile(r, 1.0)},
+                                        {"median_change_vs_epoch", e.empty() ? nlohmann::json() : nlohmann::json(Quantile(e, 0.5))},
+                                        {"cases", r.size()},
+                                        {"worse_than_epoch_by_1pct", worse_than_epoch[k]},
+                                        {"plan_time_s", plan_time[k]}};
+  }
+  std::printf("\nregret: CIL / oracle CIL - 1 on the truth; vs epoch: median CIL / epoch CIL - 1; worse than epoch: cases\n"
+              "more than 1%% worse than checkpointing at every epoch boundary; plan time: summed over the cases.\n");
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["cases"] = cases;
+    j["summary"] = summary;
+    Status st = WriteJson(j, json_path);
+    if (!st.ok()) return Fail("evaluate", st);
+  }
+  return kExitOk;
+}
+
+}  // namespace cli
+}  // namespace viper

@@ -1,0 +1,174 @@
+// The closed-loop planner (DESIGN.md §1 "Closed loop"): it consumes every
+// observation as it arrives, re-plans exactly from "now" at every measurement
+// of the planning metric, detects regime changes and re-fits on the points
+// since the change, and publishes a candidate only when its measured loss is
+// better than the served version's by more than the measurement noise.
+//
+// It reads nothing but what it is given through Observe(), in iteration
+// order, so it cannot peek: the simulator and the live producer drive the
+// same object the same way (Observe ... ShouldCheckpoint ... Commit).
+//
+// One decision, at a measurement point t with measured loss v:
+//  1. noise: sigma = 1.4826 x MAD of the differences between consecutive
+//     measurements of the current regime, / sqrt(2) (the spread of one
+//     measurement around a slowly moving level); with fewer than
+//     min_noise_points of them, the previous regime's relative noise times
+//     the current level.
+//  2. change detection: a two-sided Page-Hinkley test on the standardised
+//     residual (v - forecast(t)) / sigma; an alarm starts a new regime at the
+//     point where the alarming cumulative sum last left zero, and the
+//     forecaster is re-fitted on that regime's points only. With fewer than
+//     min_fit_points of them the forecast is flat at their median, so a curve
+//     that turned flat or upward is never extrapolated downward.
+//  3. re-plan: SolveOptimal on the forecast from PlanStart{checkpoints taken,
+//     last checkpoint, earliest = t, served_loss = the served version's
+//     measured loss}, with the candidate's own measured v at t. The plan wants
+//     a checkpoint now when its first one falls before the next measurement.
+//  4. gate: it publishes only if v < served - gate_z x sigma x sqrt(2).
+// Re-fitting is geometric (when the regime's points have grown by
+// refit_growth since the last fit), so a regime of n points costs O(log n)
+// fits; the forecast curve is computed once per fit and reused by every
+// re-plan.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viper/core/status.h"
+#include "viper/predictor/curve.h"
+#include "viper/predictor/learning_curve.h"
+#include "viper/schedulers/problem.h"
+#include "viper/schedulers/solvers.h"
+
+namespace viper {
+namespace schedulers {
+
+// Forecasts the loss curve from the losses observed so far.
+class Forecaster {
+ public:
+  virtual ~Forecaster() = default;
+  // Predicted losses for every iteration in [first, last] (finite, >= 0),
+  // from the points of `observed` (iterations increasing).
+  virtual StatusOr<LossCurve> Forecast(const predictor::CurveData& observed, int64_t first, int64_t last) = 0;
+};
+
+// Makes a fresh forecaster (one per regime: a fit must not carry over a change).
+using ForecasterFactory = std::function<std::unique_ptr<Forecaster>()>;
+
+// A Forecaster backed by predictor::LearningCurvePredictor: Fit on the first
+// call, Refit (warm-started) when more points are observed.
+std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options);
+ForecasterFactory PredictorForecasterFactory(const predictor::LearningCurvePredictor::Options& options);
+
+// What an observation is.
+enum class ObservationKind {
+  kTraining,    // the training loss of one iteration's batch
+  kValidation,  // the loss of the current model on the producer's validation sample
+};
+
+class OnlinePlanner {
+ public:
+  struct Options {
+    // The planning metric: which observations are forecast, gated and
+    // planned on. kValidation when validation losses are logged.
+    ObservationKind metric = ObservationKind::kValidation;
+    // Quality gate: a candidate is published only when its measured loss is
+    // below the served version's by more than gate_z noise standard
+    // deviations of a difference of two measurements; 0 = no gate.
+    double gate_z = 1.0;
+    // Page-Hinkley alarm threshold and per-point allowance, in noise
+    // standard deviations (> 0).
+    double change_threshold = 6.0;
+    double change_allowance = 0.5;
+    // Fewest points of a regime before the forecaster is fitted (>= 3);
+    // fewer give a flat forecast at their median.
+    int min_fit_points = 8;
+    // Re-fit when the regime's points have grown by this factor since the
+    // last fit (> 1).
+    double refit_growth = 1.5;
+    // Latest measurements used for the noise estimate (>= 3), and fewest
+    // before the regime's own estimate is trusted (>= 2).
+    int noise_window = 32;
+    int min_noise_points = 4;
+    // Measurements averaged into one when the metric is the training loss
+    // (one noisy batch per iteration); >= 1.
+    int training_smoothing = 25;
+
+    bool IsValid(std::string* error) const;
+  };
+
+  // What the planner has done, for reports.
+  struct Summary {
+    int64_t observations = 0;  // Observe() calls
+    int64_t replans = 0;       // exact re-plans (SolveOptimal)
+    int64_t refits = 0;        // forecaster fits
+    int64_t changes = 0;       // regime changes detected
+    int64_t gated = 0;         // candidates refused by the quality gate
+    std::vector<int64_t> change_points;  // first iteration of each new regime
+    double plan_time_s = 0;    // wall time spent re-planning and fitting (informational)
+
+    // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
+    std::string BriefReport(int64_t checkpoints) const;
+  };
+
+  // `forecasters` makes one forecaster per regime.
+  OnlinePlanner(Problem problem, ForecasterFactory forecasters, Options options);
+  OnlinePlanner(Problem problem, ForecasterFactory forecasters) : OnlinePlanner(std::move(problem), std::move(forecasters), Options()) {}
+
+  // One observation, in iteration order (several per iteration allowed:
+  // the training loss, then the validation loss). InvalidArgument when the
+  // iteration goes back or the loss is not finite.
+  Status Observe(int64_t iteration, double loss, ObservationKind kind);
+  // Whether to checkpoint after `iteration` (called once per iteration after
+  // its observations, iterations increasing). False during the warm-up.
+  StatusOr<bool> ShouldCheckpoint(int64_t iteration);
+  // Records a checkpoint taken after `iteration` (after the last one, inside
+  // (W, N]); its measured loss becomes the served version's.
+  Status Commit(int64_t iteration);
+  // The served version re-measured now on the current validation sample (a
+  // live producer that re-validates it after its data changed).
+  Status ObserveServed(double loss);
+
+  const Problem& problem() const { return problem_; }
+  const Options& options() const { return options_; }
+  const Schedule& taken() const { return taken_; }
+  const Summary& summary() const { return summary_; }
+  // The remaining plan of the last re-plan (iterations after its "now").
+  const Schedule& last_plan() const { return last_plan_; }
+  // The served version's measured loss (absent before any measurement).
+  std::optional<double> served_loss() const { return served_loss_; }
+
+ private:
+  struct PageHinkley {
+    double up = 0, down = 0;
+    int64_t up_start = 0, down_start = 0;
+  };
+  double Noise() const;
+  Status EnsureForecast(int64_t now);
+  StatusOr<bool> Decide(int64_t now, double measured);
+
+  Problem problem_;
+  ForecasterFactory forecasters_;
+  Options options_;
+  Summary summary_;
+  Schedule taken_, last_plan_;
+  int64_t last_iteration_ = 0;
+  // Measurements of the planning metric (smoothed when it is the training loss).
+  predictor::CurveData measured_;
+  std::optional<int64_t> measured_now_;  // iteration of a measurement taken at the current iteration
+  std::vector<double> smoothing_;        // training losses not yet averaged into a measurement
+  size_t regime_begin_ = 0;              // index in measured_ of the current regime's first point
+  double previous_relative_noise_ = 0;   // noise / level of the regime before
+  PageHinkley ph_;
+  std::unique_ptr<Forecaster> forecaster_;
+  std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
+  size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
+  std::optional<double> served_loss_;
+};
+
+}  // namespace schedulers
+}  // namespace viper

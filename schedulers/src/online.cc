@@ -1,0 +1,290 @@
+#include "viper/schedulers/online.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const size_t h = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
+  double m = v[h];
+  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)));
+  return m;
+}
+
+class PredictorForecaster : public Forecaster {
+ public:
+  explicit PredictorForecaster(predictor::LearningCurvePredictor::Options options) : options_(std::move(options)) {}
+
+  StatusOr<LossCurve> Forecast(const predictor::CurveData& observed, int64_t first, int64_t last) override {
+    if (!predictor_) {
+      VIPER_ASSIGN_OR_RETURN(auto p, predictor::LearningCurvePredictor::Fit(observed, options_));
+      predictor_.emplace(std::move(p));
+      fitted_points_ = observed.size();
+    } else if (observed.size() > fitted_points_) {
+      // On failure the predictor keeps its previous fit: forecasting goes on with it.
+      if (predictor_->Refit(observed).ok()) fitted_points_ = observed.size();
+    }
+    std::vector<double> v = predictor_->PredictRange(first, last);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) {
+        return FailedPreconditionError("the fitted learning curve is not finite at iteration " +
+                                       std::to_string(first + static_cast<int64_t>(i)));
+      }
+      v[i] = std::max(0.0, v[i]);
+    }
+    return LossCurve(first, std::move(v));
+  }
+
+ private:
+  predictor::LearningCurvePredictor::Options options_;
+  std::optional<predictor::LearningCurvePredictor> predictor_;
+  size_t fitted_points_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options) {
+  return std::make_unique<PredictorForecaster>(options);
+}
+
+ForecasterFactory PredictorForecasterFactory(const predictor::LearningCurvePredictor::Options& options) {
+  return [options]() { return MakePredictorForecaster(options); };
+}
+
+bool OnlinePlanner::Options::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (!(gate_z >= 0) || !std::isfinite(gate_z)) return fail("gate_z must be >= 0, got " + std::to_string(gate_z));
+  if (!(change_threshold > 0) || !std::isfinite(change_threshold)) {
+    return fail("change_threshold must be > 0, got " + std::to_string(change_threshold));
+  }
+  if (!(change_allowance >= 0) || !std::isfinite(change_allowance)) {
+    return fail("change_allowance must be >= 0, got " + std::to_string(change_allowance));
+  }
+  if (min_fit_points < 3) return fail("min_fit_points must be >= 3, got " + std::to_string(min_fit_points));
+  if (!(refit_growth > 1) || !std::isfinite(refit_growth)) {
+    return fail("refit_growth must be > 1, got " + std::to_string(refit_growth));
+  }
+  if (noise_window < 3) return fail("noise_window must be >= 3, got " + std::to_string(noise_window));
+  if (min_noise_points < 2) return fail("min_noise_points must be >= 2, got " + std::to_string(min_noise_points));
+  if (training_smoothing < 1) return fail("training_smoothing must be >= 1, got " + std::to_string(training_smoothing));
+  return true;
+}
+
+std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
+  std::string s = "online: " + std::to_string(checkpoints) + " checkpoints, " + std::to_string(replans) +
+                  " re-plans, " + std::to_string(refits) + (refits == 1 ? " fit, " : " fits, ") +
+                  std::to_string(changes) + (changes == 1 ? " change" : " changes");
+  if (!change_points.empty()) {
+    s += " (at";
+    for (size_t i = 0; i < change_points.size() && i < 6; ++i) s += " " + std::to_string(change_points[i]);
+    if (change_points.size() > 6) s += " ...";
+    s += ")";
+  }
+  return s + ", " + std::to_string(gated) + " gated";
+}
+
+OnlinePlanner::OnlinePlanner(Problem problem, ForecasterFactory forecasters, Options options)
+    : problem_(std::move(problem)), forecasters_(std::move(forecasters)), options_(std::move(options)) {}
+
+Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind kind) {
+  if (iteration < last_iteration_) {
+    return InvalidArgumentError("observation at iteration " + std::to_string(iteration) + " after iteration " +
+                                std::to_string(last_iteration_) + ": observations must come in iteration order");
+  }
+  if (!std::isfinite(loss)) {
+    return InvalidArgumentError("observation at iteration " + std::to_string(iteration) + " is not finite");
+  }
+  last_iteration_ = iteration;
+  ++summary_.observations;
+  if (kind != options_.metric) return Status::Ok();  // training losses next to a validation metric: counted only
+  double value = loss;
+  if (kind == ObservationKind::kTraining) {
+    smoothing_.push_back(loss);
+    if (static_cast<int>(smoothing_.size()) < options_.training_smoothing) return Status::Ok();
+    value = 0;
+    for (double x : smoothing_) value += x;
+    value /= static_cast<double>(smoothing_.size());
+    smoothing_.clear();
+  }
+  const double x = static_cast<double>(iteration);
+  if (!measured_.iterations.empty() && measured_.iterations.back() == x) {
+    measured_.losses.back() = value;  // a repeated measurement replaces the earlier one
+  } else {
+    measured_.iterations.push_back(x);
+    measured_.losses.push_back(value);
+  }
+  measured_now_ = iteration;
+  if (iteration <= problem_.warmup_iterations) served_loss_ = value;  // version 0 is the warm-up model
+  return Status::Ok();
+}
+
+double OnlinePlanner::Noise() const {
+  const size_t n = measured_.size();
+  const size_t from = std::max(regime_begin_, n > static_cast<size_t>(options_.noise_window)
+                                                  ? n - static_cast<size_t>(options_.noise_window)
+                                                  : size_t{0});
+  std::vector<double> level(measured_.losses.begin() + static_cast<std::ptrdiff_t>(from), measured_.losses.end());
+  const double mid = std::max(std::fabs(Median(level)), 1e-12);
+  if (n - from >= static_cast<size_t>(options_.min_noise_points)) {
+    std::vector<double> d;
+    for (size_t i = from + 1; i < n; ++i) d.push_back(measured_.losses[i] - measured_.losses[i - 1]);
+    const double md = Median(d);
+    for (double& x : d) x = std::fabs(x - md);
+    const double sigma = 1.4826 * Median(d) / std::sqrt(2.0);
+    return std::max(sigma, 1e-9 * mid);
+  }
+  if (previous_relative_noise_ > 0) return previous_relative_noise_ * mid;
+  return 0.05 * mid;  // nothing to go by yet: 5% of the level
+}
+
+Status OnlinePlanner::EnsureForecast(int64_t now) {
+  const int64_t W = problem_.warmup_iterations, N = problem_.total_iterations;
+  const size_t begin = regime_begin_, count = measured_.size() - regime_begin_;
+  if (count < static_cast<size_t>(options_.min_fit_points)) {
+    // Too few points since the change: flat at their median (never a decrease that is not there).
+    std::vector<double> pts(measured_.losses.begin() + static_cast<std::ptrdiff_t>(begin), measured_.losses.end());
+    forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, Median(pts))));
+    fitted_points_ = 0;
+    return Status::Ok();
+  }
+  if (forecast_ && fitted_points_ > 0 &&
+      static_cast<double>(count) < options_.refit_growth * static_cast<double>(fitted_points_)) {
+    return Status::Ok();
+  }
+  if (!forecaster_) {
+    if (!forecasters_) return FailedPreconditionError("the online planner has no forecaster");
+    forecaster_ = forecasters_();
+  }
+  // A regime after a change is fitted in its own coordinates: its first point
+  // sits one measurement gap after the origin, as a run's first point does.
+  int64_t shift = 0;
+  if (begin > 0) {
+    const double gap = measured_.iterations[begin] - measured_.iterations[begin - 1];
+    shift = static_cast<int64_t>(measured_.iterations[begin] - std::max(1.0, gap));
+  }
+  predictor::CurveData pts;
+  for (size_t i = begin; i < measured_.size(); ++i) {
+    pts.iterations.push_back(measured_.iterations[i] - static_cast<double>(shift));
+    pts.losses.push_back(measured_.losses[i]);
+  }
+  ++summary_.refits;
+  fitted_points_ = count;
+  auto curve = forecaster_->Forecast(pts, W - shift, N - shift);
+  if (!curve.ok() || curve->size() != static_cast<size_t>(N - W + 1)) {
+    // No usable fit: flat at the latest points' median until the next fit.
+    std::vector<double> last(measured_.losses.end() - std::min<std::ptrdiff_t>(5, static_cast<std::ptrdiff_t>(count)),
+                             measured_.losses.end());
+    forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, Median(last))));
+    return Status::Ok();
+  }
+  forecast_ = LossCurve(W, curve->losses());
+  (void)now;
+  return Status::Ok();
+}
+
+StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t W = problem_.warmup_iterations;
+  const size_t idx = measured_.size() - 1;
+  // 2. Change detection on the standardised residual against the forecast.
+  if (forecast_ && idx > regime_begin_) {
+    const double sigma = Noise();
+    const double r = (v - forecast_->at(now)) / sigma;
+    const double up0 = ph_.up, down0 = ph_.down;
+    ph_.up = std::max(0.0, ph_.up + r - options_.change_allowance);
+    ph_.down = std::max(0.0, ph_.down - r - options_.change_allowance);
+    if (up0 == 0 && ph_.up > 0) ph_.up_start = static_cast<int64_t>(idx);
+    if (down0 == 0 && ph_.down > 0) ph_.down_start = static_cast<int64_t>(idx);
+    const bool up = ph_.up > options_.change_threshold, down = ph_.down > options_.change_threshold;
+    if (up || down) {
+      std::vector<double> old(measured_.losses.begin() + static_cast<std::ptrdiff_t>(regime_begin_),
+                              measured_.losses.begin() + static_cast<std::ptrdiff_t>(idx));
+      previous_relative_noise_ = sigma / std::max(std::fabs(Median(old)), 1e-12);
+      regime_begin_ = static_cast<size_t>(std::max<int64_t>(static_cast<int64_t>(regime_begin_) + 1,
+                                                            up ? ph_.up_start : ph_.down_start));
+      ph_ = PageHinkley();
+      forecaster_.reset();
+      forecast_.reset();
+      fitted_points_ = 0;
+      ++summary_.changes;
+      summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
+    }
+  }
+  // 1. Noise of the current regime (after a change: of the new one).
+  const double sigma = Noise();
+  VIPER_RETURN_IF_ERROR(EnsureForecast(now));
+  // 3. Re-plan exactly from now, the candidate at its measured loss.
+  std::vector<double> curve = forecast_->losses();
+  curve[static_cast<size_t>(now - W)] = v;
+  PlanStart start;
+  start.checkpoints_taken = static_cast<int64_t>(taken_.size());
+  start.last_checkpoint = taken_.empty() ? W : taken_.back();
+  start.earliest_iteration = now;
+  start.served_loss = served_loss_;
+  ++summary_.replans;
+  bool want = false;
+  if (start.checkpoints_taken < problem_.MaxCheckpoints()) {
+    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, LossCurve(W, std::move(curve)), start));
+    last_plan_ = std::move(sol.schedule);
+    const int64_t gap = idx > 0 ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] -
+                                                                             measured_.iterations[idx - 1]))
+                                : 1;
+    want = !last_plan_.empty() && last_plan_.front() < now + gap;
+  } else {
+    last_plan_.clear();
+  }
+  // 4. Quality gate: better than the served version by more than the noise.
+  if (want && options_.gate_z > 0 && served_loss_ &&
+      !(v < *served_loss_ - options_.gate_z * sigma * std::sqrt(2.0))) {
+    ++summary_.gated;
+    want = false;
+  }
+  summary_.plan_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return want;
+}
+
+StatusOr<bool> OnlinePlanner::ShouldCheckpoint(int64_t iteration) {
+  std::string error;
+  if (!options_.IsValid(&error)) return InvalidArgumentError("online planner options: " + error);
+  VIPER_RETURN_IF_ERROR(problem_.Validate());
+  if (iteration <= problem_.warmup_iterations || iteration > problem_.total_iterations) return false;
+  if (!measured_now_ || *measured_now_ != iteration) return false;  // decisions are taken where the metric is measured
+  return Decide(iteration, measured_.losses.back());
+}
+
+Status OnlinePlanner::Commit(int64_t iteration) {
+  const int64_t last = taken_.empty() ? problem_.warmup_iterations : taken_.back();
+  if (iteration <= last || iteration > problem_.total_iterations) {
+    return InvalidArgumentError("checkpoint at iteration " + std::to_string(iteration) + " is not in (" +
+                                std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
+  }
+  taken_.push_back(iteration);
+  if (measured_now_ && *measured_now_ == iteration) {
+    served_loss_ = measured_.losses.back();
+  } else if (forecast_) {
+    served_loss_ = forecast_->at(iteration);
+  }
+  return Status::Ok();
+}
+
+Status OnlinePlanner::ObserveServed(double loss) {
+  if (!std::isfinite(loss) || loss < 0) {
+    return InvalidArgumentError("the served version's loss must be finite and >= 0, got " + std::to_string(loss));
+  }
+  served_loss_ = loss;
+  return Status::Ok();
+}
+
+}  // namespace schedulers
+}  // namespace viper
