@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 namespace viper {
@@ -17,6 +18,30 @@ double Median(std::vector<double> v) {
   double m = v[h];
   if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)));
   return m;
+}
+
+// The j in (from, to] that splits v[from..to] into two runs of least total
+// squared deviation from their means: the first index of the second level.
+size_t BestSplit(const std::vector<double>& v, size_t from, size_t to) {
+  size_t best = to;
+  double best_cost = std::numeric_limits<double>::infinity();
+  double s_all = 0, q_all = 0;
+  for (size_t i = from; i <= to; ++i) {
+    s_all += v[i];
+    q_all += v[i] * v[i];
+  }
+  double s = 0, q = 0;
+  for (size_t j = from + 1; j <= to; ++j) {
+    s += v[j - 1];
+    q += v[j - 1] * v[j - 1];
+    const double n1 = static_cast<double>(j - from), n2 = static_cast<double>(to - j + 1);
+    const double cost = (q - s * s / n1) + ((q_all - q) - (s_all - s) * (s_all - s) / n2);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = j;
+    }
+  }
+  return best;
 }
 
 class PredictorForecaster : public Forecaster {
@@ -211,8 +236,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       std::vector<double> old(measured_.losses.begin() + static_cast<std::ptrdiff_t>(regime_begin_),
                               measured_.losses.begin() + static_cast<std::ptrdiff_t>(idx));
       previous_relative_noise_ = sigma / std::max(std::fabs(Median(old)), 1e-12);
-      regime_begin_ = static_cast<size_t>(std::max<int64_t>(static_cast<int64_t>(regime_begin_) + 1,
-                                                            up ? ph_.up_start : ph_.down_start));
+      // The change point: where the alarming sum left zero is only a bound;
+      // the best two-level split of the values from there on places it.
+      const size_t from = static_cast<size_t>(
+          std::max<int64_t>(static_cast<int64_t>(regime_begin_) + 1, up ? ph_.up_start : ph_.down_start));
+      regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
       ph_ = PageHinkley();
       forecaster_.reset();
       forecast_.reset();

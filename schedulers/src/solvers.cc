@@ -30,7 +30,9 @@ class Model {
         rate_(p.requests.RatePerSecond()),
         price_(p.price_per_slowdown_s * p.cost.stall_s),
         k0_(start.checkpoints_taken),
-        a_(start.checkpoints_taken > 0 ? start.last_checkpoint : p.warmup_iterations) {}
+        a_(start.checkpoints_taken > 0 ? start.last_checkpoint : p.warmup_iterations),
+        earliest_(start.earliest_iteration),
+        start_loss_(start.served_loss ? *start.served_loss : l.at(a_)) {}
 
   int64_t W() const { return W_; }
   int64_t N() const { return N_; }
@@ -38,7 +40,7 @@ class Model {
   int64_t k0() const { return k0_; }
   int64_t a() const { return a_; }
   // First iteration a new checkpoint may take.
-  int64_t lo() const { return k0_ == 0 ? W_ + 1 : a_ + g_; }
+  int64_t lo() const { return std::max(k0_ == 0 ? W_ + 1 : a_ + g_, earliest_); }
   double rate() const { return rate_; }
   double loss(int64_t i) const { return l_.at(i); }
   bool CountFree() const { return p_.requests.window == WindowKind::kWhileTraining; }
@@ -48,9 +50,10 @@ class Model {
   double StartCost(int64_t j) const {
     if (k0_ == 0) {
       const double a1 = U(j) + delta_;
-      return FluidVersionCost(rate_, loss(W_), rho_, 0.0, 0.0, a1) + price_;
+      return FluidVersionCost(rate_, start_loss_, rho_, 0.0, 0.0, a1) + price_;
     }
-    return Seg(a_, j) + price_;
+    const double L = static_cast<double>(j - a_) * tau_ + sigma_;
+    return FluidVersionCost(rate_, start_loss_, rho_, 0.0, delta_, L + delta_) + price_;
   }
   // Cost of the version of checkpoint i, served until checkpoint j is servable (count-free).
   double Seg(int64_t i, int64_t j) const {
@@ -75,11 +78,12 @@ class Model {
     return p_.CheckpointStart(j, K) + delta_ <= p_.WindowEnd(K);
   }
   // Cost of the last version (checkpoint j, K-th overall) until the window ends.
-  std::optional<double> Terminal(int64_t j, int64_t K) const {
+  std::optional<double> Terminal(int64_t j, int64_t K) const { return TerminalWithLoss(j, K, loss(j)); }
+  std::optional<double> TerminalWithLoss(int64_t j, int64_t K, double l) const {
     const double T = p_.CheckpointStart(j, K);
     const double R = p_.WindowEnd(K);
     if (T + delta_ > R) return std::nullopt;
-    return FluidVersionCost(rate_, loss(j), rho_, T, T + delta_, R);
+    return FluidVersionCost(rate_, l, rho_, T, T + delta_, R);
   }
   // Lower bound on the cost to complete from state (checkpoint j, K-th overall).
   double RemainingLowerBound(int64_t j, int64_t K, double suffix_min_loss) const {
@@ -88,8 +92,8 @@ class Model {
   }
   // Cost with no new checkpoint; nullopt when the start's version is not servable.
   std::optional<double> Empty() const {
-    if (k0_ == 0) return FluidVersionCost(rate_, loss(W_), rho_, 0.0, 0.0, p_.WindowEnd(0));
-    return Terminal(a_, k0_);
+    if (k0_ == 0) return FluidVersionCost(rate_, start_loss_, rho_, 0.0, 0.0, p_.WindowEnd(0));
+    return TerminalWithLoss(a_, k0_, start_loss_);
   }
   // Largest j whose state as the K-th checkpoint is servable (lo() - 1 if none).
   int64_t LastServable(int64_t K) const {
@@ -113,7 +117,8 @@ class Model {
   const LossCurve& l_;
   int64_t W_, N_, g_;
   double tau_, sigma_, delta_, rho_, rate_, price_;
-  int64_t k0_, a_;
+  int64_t k0_, a_, earliest_;
+  double start_loss_;  // loss of the version served at the start (measured, or the curve's)
 };
 
 // Li Chao tree: lower envelope of lines y = m*x + b over the points
@@ -197,6 +202,13 @@ Status CheckInputs(const Problem& problem, const LossCurve& curve, const PlanSta
   VIPER_RETURN_IF_ERROR(problem.Validate());
   VIPER_RETURN_IF_ERROR(curve.CheckCovers(problem));
   if (start.checkpoints_taken < 0) return InvalidArgumentError("start.checkpoints_taken must be >= 0");
+  if (start.earliest_iteration < 0 || start.earliest_iteration > problem.total_iterations + 1) {
+    return InvalidArgumentError("start.earliest_iteration " + std::to_string(start.earliest_iteration) +
+                                " is outside [0, N + 1]");
+  }
+  if (start.served_loss && !(std::isfinite(*start.served_loss) && *start.served_loss >= 0)) {
+    return InvalidArgumentError("start.served_loss must be finite and >= 0");
+  }
   if (start.checkpoints_taken > 0 &&
       (start.last_checkpoint <= problem.warmup_iterations || start.last_checkpoint > problem.total_iterations)) {
     return InvalidArgumentError("start.last_checkpoint " + std::to_string(start.last_checkpoint) +

@@ -1,0 +1,201 @@
+#include "viper/schedulers/online.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+// W = 100, N = 2000, validation every 20 iterations, cheap checkpoints
+// (stall 0.01 s, delay 0.1 s at 0.05 s per iteration): the plan wants a
+// checkpoint whenever the loss improves, so the gate and the change detector
+// decide.
+Problem CheapProblem() {
+  Problem p;
+  p.warmup_iterations = 100;
+  p.total_iterations = 2000;
+  p.seconds_per_iteration = 0.05;
+  p.cost.stall_s = 0.01;
+  p.cost.delay_s = 0.1;
+  p.requests.interval_s = 0.05;
+  return p;
+}
+
+ForecasterFactory Forecasters() {
+  predictor::LearningCurvePredictor::Options o;
+  o.families = {predictor::CurveFamily::kExp3, predictor::CurveFamily::kPow3};
+  o.selection = predictor::Selection::kBestMse;
+  return PredictorForecasterFactory(o);
+}
+
+struct LoopRun {
+  Schedule taken;
+  std::vector<double> published;  // measured loss of each published version
+  OnlinePlanner::Summary summary;
+};
+
+// Plays `curve(i)` + Gaussian noise of `noise` at every 20th iteration.
+template <typename Curve>
+LoopRun Play(const Problem& p, Curve curve, double noise, uint64_t seed = 7) {
+  OnlinePlanner planner(p, Forecasters());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> e(0.0, noise);
+  LoopRun run;
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    const double v = std::max(0.0, curve(static_cast<double>(i)) + e(rng));
+    EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+    auto now = planner.ShouldCheckpoint(i);
+    EXPECT_TRUE(now.ok()) << now.status().ToString();
+    if (*now) {
+      EXPECT_TRUE(planner.Commit(i).ok());
+      run.published.push_back(v);
+    }
+  }
+  run.taken = planner.taken();
+  run.summary = planner.summary();
+  return run;
+}
+
+TEST(OnlinePlannerTest, DefaultOptionsAreValidAndBadOnesAreNamed) {
+  std::string error;
+  EXPECT_TRUE(OnlinePlanner::Options().IsValid(&error)) << error;
+  OnlinePlanner::Options o;
+  o.refit_growth = 1.0;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("refit_growth"), std::string::npos);
+  o = OnlinePlanner::Options();
+  o.gate_z = -1;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("gate_z"), std::string::npos);
+}
+
+TEST(OnlinePlannerTest, ObservationsMustBeOrderedAndFinite) {
+  OnlinePlanner planner(CheapProblem(), Forecasters());
+  EXPECT_TRUE(planner.Observe(50, 1.0, ObservationKind::kValidation).ok());
+  EXPECT_FALSE(planner.Observe(40, 1.0, ObservationKind::kValidation).ok());
+  EXPECT_FALSE(planner.Observe(60, std::nan(""), ObservationKind::kValidation).ok());
+  EXPECT_FALSE(planner.ObserveServed(-1).ok());
+  EXPECT_FALSE(*planner.ShouldCheckpoint(50));  // the warm-up: never
+}
+
+// A decreasing curve with little noise: the loop publishes as the loss falls,
+// and every published version measured better than the one it replaced.
+TEST(OnlinePlannerTest, FollowsADecreasingCurveAndPublishesOnlyImprovements) {
+  const LoopRun r = Play(CheapProblem(), [](double i) { return 0.3 + 2.0 * std::exp(-i / 400.0); }, 0.005);
+  EXPECT_GE(r.taken.size(), 5u);
+  for (size_t k = 1; k < r.published.size(); ++k) EXPECT_LT(r.published[k], r.published[k - 1]);
+  EXPECT_GT(r.summary.replans, 80);  // one per measurement after the warm-up
+}
+
+// Flat and noisy: most candidates are noise, and the gate refuses them.
+TEST(OnlinePlannerTest, GateRefusesNoiseOnAFlatCurve) {
+  const LoopRun r = Play(CheapProblem(), [](double) { return 0.4; }, 0.02);
+  EXPECT_GT(r.summary.gated, 0);
+  // Ungated, every dip below the served value would be published.
+  Problem p = CheapProblem();
+  OnlinePlanner::Options loose;
+  loose.gate_z = 0;
+  OnlinePlanner planner(p, Forecasters(), loose);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> e(0.0, 0.02);
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    ASSERT_TRUE(planner.Observe(i, 0.4 + e(rng), ObservationKind::kValidation).ok());
+    if (*planner.ShouldCheckpoint(i)) ASSERT_TRUE(planner.Commit(i).ok());
+  }
+  EXPECT_LT(r.taken.size(), planner.taken().size());
+}
+
+// Class-incremental drift: the loss sits at 3 until 1000, then falls to 0.5.
+// The detector starts a new regime right after the step, and the loop
+// publishes within two measurements of it.
+TEST(OnlinePlannerTest, DetectsAStepAndPublishesAfterIt) {
+  const LoopRun r = Play(CheapProblem(),
+                     [](double i) { return i <= 1000 ? 3.0 : 0.5 + 0.5 * std::exp(-(i - 1000) / 200.0); }, 0.05);
+  ASSERT_GE(r.summary.changes, 1) << r.summary.BriefReport(static_cast<int64_t>(r.taken.size()));
+  EXPECT_GE(r.summary.change_points.front(), 1000);
+  EXPECT_LE(r.summary.change_points.front(), 1060);
+  bool after = false;
+  for (int64_t s : r.taken) after |= s > 1000 && s <= 1040;
+  EXPECT_TRUE(after) << "no checkpoint within two measurements of the step";
+}
+
+// Overfitting: the loss falls to 0.4 at 800 and then rises. Nothing measured
+// worse than the served version is published, so no version after the turn
+// is worse than the best before it.
+TEST(OnlinePlannerTest, DoesNotPublishWhileTheCurveRises) {
+  const LoopRun r = Play(CheapProblem(),
+                     [](double i) { return i <= 800 ? 0.4 + 1.6 * (1 - i / 800.0) : 0.4 + (i - 800) / 2000.0; },
+                     0.01);
+  for (int64_t s : r.taken) EXPECT_LE(s, 880) << "published at " << s << " while the loss rises";
+}
+
+// With the training loss as the metric, measurements are averages of
+// training_smoothing batch losses, so decisions come every 25 iterations.
+TEST(OnlinePlannerTest, TrainingMetricIsSmoothed) {
+  OnlinePlanner::Options o;
+  o.metric = ObservationKind::kTraining;
+  OnlinePlanner planner(CheapProblem(), Forecasters(), o);
+  for (int64_t i = 1; i <= 2000; ++i) {
+    ASSERT_TRUE(planner.Observe(i, 0.3 + 2.0 * std::exp(-i / 400.0), ObservationKind::kTraining).ok());
+    auto now = planner.ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok());
+    if (*now) {
+      EXPECT_EQ(i % 25, 0) << "decision between measurements";
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
+  }
+  EXPECT_GT(planner.taken().size(), 3u);
+}
+
+}  // namespace
+}  // namespace schedulers
+}  // namespace viper
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+// The start fields the closed loop re-plans with: the Li Chao solver and the
+// O(N^2) reference agree on random noisy curves, windows and start states.
+TEST(OnlinePlannerTest, PlanStartFieldsAreExactAgainstTheReference) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int c = 0; c < 200; ++c) {
+    Problem p;
+    p.warmup_iterations = 5;
+    p.total_iterations = 5 + 20 + static_cast<int64_t>(u(rng) * 40);
+    p.seconds_per_iteration = 0.5 + u(rng);
+    p.cost.stall_s = u(rng);
+    p.cost.delay_s = p.cost.stall_s + 2 * u(rng);
+    p.requests.interval_s = 0.3;
+    if (c % 2) {
+      p.requests.window = WindowKind::kRequestCount;
+      p.requests.request_count = 20 + static_cast<int64_t>(u(rng) * 150);
+    }
+    p.drift_per_s = c % 3 == 0 ? 0.01 * u(rng) : 0.0;
+    p.min_spacing_iterations = 1 + static_cast<int64_t>(u(rng) * 3);
+    std::vector<double> l;
+    for (int64_t i = 0; i <= p.total_iterations; ++i) l.push_back(0.2 + u(rng));
+    const LossCurve curve(0, l);
+    PlanStart st;
+    st.checkpoints_taken = c % 4 == 0 ? 0 : 1 + c % 3;
+    st.last_checkpoint = p.warmup_iterations + 1 + static_cast<int64_t>(u(rng) * 8);
+    st.earliest_iteration = st.last_checkpoint + static_cast<int64_t>(u(rng) * 10);
+    if (c % 5 != 0) st.served_loss = 0.2 + u(rng);
+    auto fast = SolveOptimal(p, curve, st);
+    auto ref = SolveOptimalQuadratic(p, curve, st);
+    ASSERT_TRUE(fast.ok() && ref.ok()) << fast.status().ToString() << " / " << ref.status().ToString();
+    EXPECT_NEAR(fast->objective, ref->objective, 1e-9 * std::max(1.0, std::fabs(ref->objective))) << "case " << c;
+    for (int64_t s : fast->schedule) EXPECT_GE(s, st.earliest_iteration);
+  }
+  PlanStart bad;
+  bad.served_loss = -1.0;
+  EXPECT_FALSE(SolveOptimal(CheapProblem(), LossCurve(0, std::vector<double>(2001, 1.0)), bad).ok());
+}
+
+}  // namespace
+}  // namespace schedulers
+}  // namespace viper

@@ -1,0 +1,122 @@
+// The planning context on the shipped real logs: no strategy but the oracle
+// may read a log row before a live producer would have seen it.
+#include "viper/schedulers/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "viper/datasets/log_reader.h"
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+std::vector<std::string> ShippedLogs() {
+  std::vector<std::string> logs;
+  for (const auto& e : std::filesystem::directory_iterator(datasets::ShippedLogDirectory())) {
+    if (e.path().filename().string().find(".csv") != std::string::npos) logs.push_back(e.path().string());
+  }
+  std::sort(logs.begin(), logs.end());
+  return logs;
+}
+
+// Every row after iteration s changed: losses scaled by random factors in
+// [0.3, 3] (train, validation, test), later rows taking longer.
+TrainingLog AlterAfter(TrainingLog log, int64_t s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> factor(0.3, 3.0);
+  double extra_s = 0;
+  for (LogRecord& r : log.records) {
+    if (r.iteration <= s) continue;
+    for (std::optional<double>* v : {&r.train_loss, &r.val_loss, &r.test_loss}) {
+      if (*v) **v *= factor(rng);
+    }
+    extra_s += 0.01 * factor(rng);
+    if (r.wall_time_s) *r.wall_time_s += extra_s;
+  }
+  return log;
+}
+
+Schedule UpTo(const Schedule& s, int64_t last) {
+  Schedule out;
+  for (int64_t x : s) {
+    if (x <= last) out.push_back(x);
+  }
+  return out;
+}
+
+// For every shipped log, every strategy but the oracle and two cut points s:
+// the decisions at or before s are the same whatever the log says after s.
+TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
+  const auto logs = ShippedLogs();
+  ASSERT_GE(logs.size(), 7u) << "shipped logs missing in " << datasets::ShippedLogDirectory();
+  for (const std::string& path : logs) {
+    auto log = datasets::LogReader::ReadFile(path, {});
+    ASSERT_TRUE(log.ok()) << log.status().ToString();
+    ScenarioOptions o;
+    o.warmup_fraction = 0.2;
+    o.tier.model_size_bytes = 600e6;
+    o.tier.snapshot_bandwidth_bytes_per_s = 75e9;  // ~8 ms stall: many checkpoints, so cut points matter
+    o.tier.transfer_bandwidth_bytes_per_s = 5e9;
+    o.tier.synchronous = false;
+    auto base = MakeScenario(*log, o);
+    ASSERT_TRUE(base.ok()) << path << ": " << base.status().ToString();
+    const int64_t W = base->problem.warmup_iterations, N = base->problem.total_iterations;
+    for (int64_t s : {W + (N - W) / 3, W + 2 * (N - W) / 3}) {
+      auto altered = MakeScenario(AlterAfter(*log, s, static_cast<uint64_t>(s)), o);
+      ASSERT_TRUE(altered.ok()) << altered.status().ToString();
+      for (StrategyKind k : AllStrategyKinds()) {
+        if (k == StrategyKind::kOracle) continue;
+        auto a = PlanStrategy(*base, k);
+        auto b = PlanStrategy(*altered, k);
+        ASSERT_TRUE(a.ok() && b.ok()) << path << " " << ToString(k) << ": " << a.status().ToString() << " / "
+                                      << b.status().ToString();
+        EXPECT_EQ(UpTo(a->schedule, s), UpTo(b->schedule, s))
+            << path << ", " << ToString(k) << ": decisions up to iteration " << s << " changed with later rows";
+      }
+      // The oracle does read the future: the check above would catch a peek.
+      auto a = PlanStrategy(*base, StrategyKind::kOracle);
+      auto b = PlanStrategy(*altered, StrategyKind::kOracle);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_NE(a->schedule, b->schedule) << path << ": the oracle should see the altered future";
+    }
+  }
+}
+
+// The judge reads test_loss where the log has it, and never lets a planner observe it.
+TEST(ScenarioTest, TruthIsTheTestColumnAndPlannersCannotObserveIt) {
+  TrainingLog log;
+  log.source = "made-up";
+  for (int i = 1; i <= 200; ++i) {
+    LogRecord r;
+    r.iteration = i;
+    r.wall_time_s = 0.1 * i;
+    r.train_loss = 2.0 / (1 + 0.05 * i);
+    if (i % 10 == 0) {
+      r.val_loss = 1.0 / (1 + 0.02 * i);
+      r.test_loss = 1.1 / (1 + 0.02 * i);
+    }
+    log.records.push_back(r);
+  }
+  ScenarioOptions o;
+  o.warmup_fraction = 0.5;
+  auto sc = MakeScenario(log, o);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->metric, predictor::LossMetric::kValLoss);
+  EXPECT_EQ(sc->truth_metric, predictor::LossMetric::kTestLoss);
+  EXPECT_TRUE(sc->separate_truth);
+  EXPECT_NEAR(sc->truth->at(200), 1.1 / 5.0, 1e-12);  // the test column, not validation's 0.2
+  o.metric = predictor::LossMetric::kTestLoss;
+  auto bad = MakeScenario(log, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("test_loss"), std::string::npos);
+  // tau comes from the warm-up rows only (0.1 s each), whatever follows.
+  EXPECT_NEAR(sc->problem.seconds_per_iteration, 0.1, 1e-9);
+}
+
+}  // namespace
+}  // namespace schedulers
+}  // namespace viper
