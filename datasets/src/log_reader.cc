@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 #include <sys/stat.h>
+#include <tuple>
 
 namespace viper {
 namespace datasets {
@@ -21,10 +22,16 @@ namespace {
 const std::vector<std::string> kIterationNames = {"iteration", "iter", "step", "global_step"};
 const std::vector<std::string> kEpochNames = {"epoch"};
 const std::vector<std::string> kLossNames = {"train_loss", "loss", "training_loss", "train_loss_step", "train/loss"};
+// HuggingFace Trainer's eval_* names come last: they are the validation
+// series only where no val_* column exists.
 const std::vector<std::string> kValLossNames = {"val_loss", "validation_loss", "valid_loss", "val/loss",
-                                                "val_loss_epoch"};
-const std::vector<std::string> kValAccNames = {"val_accuracy", "val_acc", "validation_accuracy", "valid_acc",
-                                               "val/acc", "val_acc_epoch"};
+                                                "val_loss_epoch", "eval_loss", "eval/loss"};
+const std::vector<std::string> kValAccNames = {"val_accuracy", "val_acc",   "validation_accuracy", "valid_acc",
+                                               "val/acc",      "val/accuracy", "val_acc_epoch", "eval_accuracy",
+                                               "eval_acc",     "eval/accuracy", "eval/acc"};
+const std::vector<std::string> kTestLossNames = {"test_loss", "test/loss", "test_loss_epoch"};
+const std::vector<std::string> kTestAccNames = {"test_accuracy", "test_acc",           "test/acc",
+                                                "test/accuracy", "test_accuracy_epoch", "test_acc_epoch"};
 const std::vector<std::string> kWallTimeNames = {"wall_time", "wall_time_s", "time", "elapsed_s", "elapsed"};
 
 std::string Where(const std::string& source, int64_t line) { return source + ":" + std::to_string(line); }
@@ -130,40 +137,78 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 }
 
 struct Columns {
-  int iteration = -1, epoch = -1, loss = -1, val_loss = -1, val_acc = -1, wall_time = -1;
+  int iteration = -1, epoch = -1, loss = -1, val_loss = -1, val_acc = -1, test_loss = -1, test_acc = -1,
+      wall_time = -1;
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The column (CSV) or key (JSON) each checked field was read from; empty
+// where the log has none.
+struct FieldNames {
+  std::string train_loss, val_loss, val_accuracy, test_loss, test_accuracy, wall_time;
+};
+
 // Applies the NaN/inf policy to one record. Returns false if it is dropped.
-StatusOr<bool> CheckFinite(LogRecord* r, const std::string& where, const LogReader::Options& options) {
-  const std::pair<std::optional<double>*, const char*> fields[] = {
-      {&r->train_loss, "training loss"}, {&r->val_loss, "validation loss"}, {&r->val_accuracy, "validation accuracy"},
-      {&r->wall_time_s, "wall time"}};
-  for (const auto& [value, name] : fields) {
+StatusOr<bool> CheckFinite(LogRecord* r, const FieldNames& names, const std::string& where,
+                           const LogReader::Options& options) {
+  const std::tuple<std::optional<double>*, const char*, const std::string*> fields[] = {
+      {&r->train_loss, "training loss", &names.train_loss},
+      {&r->val_loss, "validation loss", &names.val_loss},
+      {&r->val_accuracy, "validation accuracy", &names.val_accuracy},
+      {&r->test_loss, "test loss", &names.test_loss},
+      {&r->test_accuracy, "test accuracy", &names.test_accuracy},
+      {&r->wall_time_s, "wall time", &names.wall_time}};
+  for (const auto& [value, what, column] : fields) {
     if (!*value || std::isfinite(**value)) continue;
     if (options.non_finite == NonFinitePolicy::kDrop) return false;
-    return InvalidArgumentError(where + ": " + name + " is not finite (" + std::to_string(**value) +
+    return InvalidArgumentError(where + ": " + (column->empty() ? "" : "column '" + *column + "': ") + what +
+                                " is not finite (" + std::to_string(**value) +
                                 "); pass --non-finite drop to skip such rows");
   }
   return true;
 }
 
+// How rows that repeat the previous row's iteration are treated.
+enum class SameStep {
+  kReject,    // an error: iterations must strictly increase
+  kMerge,     // Lightning: train and val metrics of one step on separate rows; later values win
+  kDisjoint,  // JSON lines (HuggingFace Trainer): merged when no metric appears in both rows
+};
+
+// The metrics `r` carries, for messages and for SameStep::kDisjoint.
+std::vector<std::pair<std::optional<double>*, const char*>> Metrics(LogRecord* r) {
+  return {{&r->train_loss, "training loss"}, {&r->val_loss, "validation loss"},
+          {&r->val_accuracy, "validation accuracy"}, {&r->test_loss, "test loss"},
+          {&r->test_accuracy, "test accuracy"}};
+}
+
 // Adds `r` to `log`, enforcing strictly increasing iterations (or merging
-// rows of the same step when `merge_same_step`).
-Status Append(TrainingLog* log, LogRecord r, const std::string& where, bool merge_same_step,
+// rows of the same step as `same_step` says).
+Status Append(TrainingLog* log, LogRecord r, const std::string& where, SameStep same_step,
               std::vector<int64_t>* lines, int64_t line) {
   if (!log->records.empty()) {
     LogRecord& last = log->records.back();
-    if (r.iteration == last.iteration && merge_same_step) {
-      // Lightning writes train and val metrics of one step on separate rows.
+    bool merge = r.iteration == last.iteration && same_step != SameStep::kReject;
+    if (merge && same_step == SameStep::kDisjoint) {
+      const auto mine = Metrics(&r), theirs = Metrics(&last);
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        if (mine[k].first->has_value() && theirs[k].first->has_value()) {
+          return InvalidArgumentError(where + ": iteration " + std::to_string(r.iteration) + " repeats the " +
+                                      mine[k].second + " of line " + std::to_string(lines->back()) +
+                                      " (rows of one step may only add metrics the other lacks)");
+        }
+      }
+    }
+    if (merge) {
       if (r.epoch && !last.epoch) last.epoch = r.epoch;
       if (r.wall_time_s && !last.wall_time_s) last.wall_time_s = r.wall_time_s;
-      if (r.train_loss) last.train_loss = r.train_loss;
-      if (r.val_loss) last.val_loss = r.val_loss;
-      if (r.val_accuracy) last.val_accuracy = r.val_accuracy;
+      const auto mine = Metrics(&r), theirs = Metrics(&last);
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        if (mine[k].first->has_value()) *theirs[k].first = *mine[k].first;
+      }
       return Status::Ok();
     }
     if (r.iteration <= last.iteration) {
@@ -233,6 +278,10 @@ StatusOr<TrainingLog> ParseCsv(const std::string& text, const std::string& sourc
                          FindColumn(header, options.val_loss_column, kValLossNames, source, "--val-loss-column"));
   VIPER_ASSIGN_OR_RETURN(c.val_acc, FindColumn(header, options.val_accuracy_column, kValAccNames, source,
                                                "--val-accuracy-column"));
+  VIPER_ASSIGN_OR_RETURN(c.test_loss, FindColumn(header, options.test_loss_column, kTestLossNames, source,
+                                                 "--test-loss-column"));
+  VIPER_ASSIGN_OR_RETURN(c.test_acc, FindColumn(header, options.test_accuracy_column, kTestAccNames, source,
+                                                "--test-accuracy-column"));
   VIPER_ASSIGN_OR_RETURN(c.wall_time, FindColumn(header, options.wall_time_column, kWallTimeNames, source,
                                                  "--wall-time-column"));
 
@@ -252,6 +301,10 @@ StatusOr<TrainingLog> ParseCsv(const std::string& text, const std::string& sourc
                                 " or " + Join(kValLossNames) + ", or name it with --loss-column); the header has: " +
                                 Join(header));
   }
+
+  auto column_name = [&](int col) { return col < 0 ? std::string() : header[static_cast<size_t>(col)]; };
+  const FieldNames names{column_name(c.loss),      column_name(c.val_loss),  column_name(c.val_acc),
+                         column_name(c.test_loss), column_name(c.test_acc), column_name(c.wall_time)};
 
   TrainingLog log;
   log.source = source;
@@ -292,14 +345,21 @@ StatusOr<TrainingLog> ParseCsv(const std::string& text, const std::string& sourc
     VIPER_ASSIGN_OR_RETURN(r.train_loss, number(c.loss));
     VIPER_ASSIGN_OR_RETURN(r.val_loss, number(c.val_loss));
     VIPER_ASSIGN_OR_RETURN(r.val_accuracy, number(c.val_acc));
+    VIPER_ASSIGN_OR_RETURN(r.test_loss, number(c.test_loss));
+    VIPER_ASSIGN_OR_RETURN(r.test_accuracy, number(c.test_acc));
     VIPER_ASSIGN_OR_RETURN(r.wall_time_s, number(c.wall_time));
-    if (!r.train_loss && !r.val_loss && !r.val_accuracy && format == LogFormat::kLightning) continue;
-    VIPER_ASSIGN_OR_RETURN(bool keep, CheckFinite(&r, where, options));
+    if (!r.train_loss && !r.val_loss && !r.val_accuracy && !r.test_loss && !r.test_accuracy &&
+        format == LogFormat::kLightning) {
+      continue;
+    }
+    VIPER_ASSIGN_OR_RETURN(bool keep, CheckFinite(&r, names, where, options));
     if (!keep) {
       ++log.dropped_non_finite;
       continue;
     }
-    VIPER_RETURN_IF_ERROR(Append(&log, std::move(r), where, format == LogFormat::kLightning, &record_lines, line_no));
+    VIPER_RETURN_IF_ERROR(Append(&log, std::move(r), where,
+                                 format == LogFormat::kLightning ? SameStep::kMerge : SameStep::kReject, &record_lines,
+                                 line_no));
   }
   VIPER_RETURN_IF_ERROR(CheckHasLoss(log, source));
   return log;
@@ -321,13 +381,20 @@ StatusOr<TrainingLog> ParseJsonLines(const std::string& text, const std::string&
     nlohmann::json j = nlohmann::json::parse(trimmed, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return InvalidArgumentError(where + ": not valid JSON (expected one object per line)");
     if (!j.is_object()) return InvalidArgumentError(where + ": expected a JSON object, got " + std::string(j.type_name()));
-    auto field = [&](const std::string& override_name, const std::vector<std::string>& names,
-                     const char* option) -> StatusOr<std::optional<double>> {
-      std::vector<std::string> keys = names;
+    // HuggingFace Trainer ends with a summary of the whole run, not a step:
+    // its train_loss is the mean over the run.
+    if (j.contains("train_runtime")) continue;
+    FieldNames names;
+    // The first of `candidates` (or the override) present on this line;
+    // `key` (when non-null) receives its name.
+    auto field = [&](const std::string& override_name, const std::vector<std::string>& candidates,
+                     std::string* key = nullptr) -> StatusOr<std::optional<double>> {
+      std::vector<std::string> keys = candidates;
       if (!override_name.empty()) keys = {override_name};
       for (const auto& k : keys) {
         auto it = j.find(k);
         if (it == j.end()) continue;
+        if (key != nullptr) *key = k;
         if (it->is_null()) return std::optional<double>();
         if (it->is_number()) return std::optional<double>(it->get<double>());
         if (it->is_string()) {
@@ -336,11 +403,10 @@ StatusOr<TrainingLog> ParseJsonLines(const std::string& text, const std::string&
         }
         return InvalidArgumentError(where + ": key '" + k + "': expected a number, got " + it->type_name());
       }
-      (void)option;
       return std::optional<double>();
     };
     LogRecord r;
-    VIPER_ASSIGN_OR_RETURN(auto it, field(options.iteration_column, kIterationNames, "--iteration-column"));
+    VIPER_ASSIGN_OR_RETURN(auto it, field(options.iteration_column, kIterationNames));
     if (!it) {
       return InvalidArgumentError(where + ": no iteration (expected one of the keys " + Join(kIterationNames) + ")");
     }
@@ -348,18 +414,23 @@ StatusOr<TrainingLog> ParseJsonLines(const std::string& text, const std::string&
       return InvalidArgumentError(where + ": expected a non-negative integer iteration, got " + std::to_string(*it));
     }
     r.iteration = static_cast<int64_t>(*it);
-    VIPER_ASSIGN_OR_RETURN(auto epoch, field(options.epoch_column, kEpochNames, "--epoch-column"));
-    if (epoch) r.epoch = static_cast<int64_t>(*epoch);
-    VIPER_ASSIGN_OR_RETURN(r.train_loss, field(options.loss_column, kLossNames, "--loss-column"));
-    VIPER_ASSIGN_OR_RETURN(r.val_loss, field(options.val_loss_column, kValLossNames, "--val-loss-column"));
-    VIPER_ASSIGN_OR_RETURN(r.val_accuracy, field(options.val_accuracy_column, kValAccNames, "--val-accuracy-column"));
-    VIPER_ASSIGN_OR_RETURN(r.wall_time_s, field(options.wall_time_column, kWallTimeNames, "--wall-time-column"));
-    VIPER_ASSIGN_OR_RETURN(bool keep, CheckFinite(&r, where, options));
+    // HuggingFace writes fractional epochs (0.53): the epoch is its integer part.
+    VIPER_ASSIGN_OR_RETURN(auto epoch, field(options.epoch_column, kEpochNames));
+    if (epoch) r.epoch = static_cast<int64_t>(std::floor(*epoch));
+    VIPER_ASSIGN_OR_RETURN(r.train_loss, field(options.loss_column, kLossNames, &names.train_loss));
+    VIPER_ASSIGN_OR_RETURN(r.val_loss, field(options.val_loss_column, kValLossNames, &names.val_loss));
+    VIPER_ASSIGN_OR_RETURN(r.val_accuracy,
+                           field(options.val_accuracy_column, kValAccNames, &names.val_accuracy));
+    VIPER_ASSIGN_OR_RETURN(r.test_loss, field(options.test_loss_column, kTestLossNames, &names.test_loss));
+    VIPER_ASSIGN_OR_RETURN(r.test_accuracy,
+                           field(options.test_accuracy_column, kTestAccNames, &names.test_accuracy));
+    VIPER_ASSIGN_OR_RETURN(r.wall_time_s, field(options.wall_time_column, kWallTimeNames, &names.wall_time));
+    VIPER_ASSIGN_OR_RETURN(bool keep, CheckFinite(&r, names, where, options));
     if (!keep) {
       ++log.dropped_non_finite;
       continue;
     }
-    VIPER_RETURN_IF_ERROR(Append(&log, std::move(r), where, false, &record_lines, line_no));
+    VIPER_RETURN_IF_ERROR(Append(&log, std::move(r), where, SameStep::kDisjoint, &record_lines, line_no));
   }
   if (!any) return InvalidArgumentError(source + ": the file is empty (expected one JSON object per line)");
   VIPER_RETURN_IF_ERROR(CheckHasLoss(log, source));
@@ -429,7 +500,8 @@ bool LogReader::Options::IsValid(std::string* error) const {
   const std::pair<const std::string*, const char*> overrides[] = {
       {&iteration_column, "iteration_column"}, {&epoch_column, "epoch_column"},
       {&loss_column, "loss_column"},           {&val_loss_column, "val_loss_column"},
-      {&val_accuracy_column, "val_accuracy_column"}, {&wall_time_column, "wall_time_column"}};
+      {&val_accuracy_column, "val_accuracy_column"}, {&test_loss_column, "test_loss_column"},
+      {&test_accuracy_column, "test_accuracy_column"}, {&wall_time_column, "wall_time_column"}};
   for (const auto& [value, name] : overrides) {
     if (value->find_first_of(",\n\"") != std::string::npos) {
       if (error) *error = std::string(name) + " must be a plain column name (no comma, quote or newline)";

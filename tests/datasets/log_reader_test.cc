@@ -122,6 +122,139 @@ TEST(LogReaderTest, JsonLines) {
   EXPECT_FALSE(r->records[1].val_loss.has_value());
 }
 
+// The test columns (a sample disjoint from validation, the traffic's truth)
+// in every format, under their common names.
+TEST(LogReaderTest, PlainCsvReadsTestColumns) {
+  auto r = ParseText(
+      "iteration,train_loss,val_loss,val_accuracy,test_loss,test_accuracy\n"
+      "1,2.3,,,,\n"
+      "2,2.1,2.2,0.31,2.25,0.29\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->records[0].test_loss.has_value());  // empty = not evaluated
+  EXPECT_DOUBLE_EQ(*r->records[1].test_loss, 2.25);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_accuracy, 0.29);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_loss, 2.2);  // not confused with the test column
+  r = ParseText("step,loss,test/loss,test_acc\n10,1.5,1.7,0.6\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].test_loss, 1.7);
+  EXPECT_DOUBLE_EQ(*r->records[0].test_accuracy, 0.6);
+}
+
+TEST(LogReaderTest, KerasReadsTestColumns) {
+  auto r = ParseText("epoch,loss,val_loss,test_loss,test_accuracy\n0,0.8,0.7,0.72,0.74\n1,0.5,0.55,0.58,0.8\n",
+                     "training.log");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_loss, 0.58);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_accuracy, 0.8);
+}
+
+TEST(LogReaderTest, LightningMergesTestRowsOfOneStep) {
+  // Lightning's trainer.test() logs test_loss_epoch/test_acc_epoch on a row
+  // of its own; a row with only test metrics is kept and merged.
+  auto r = ParseText(
+      "epoch,step,train_loss_step,val_loss,test_loss_epoch,test_acc_epoch\n"
+      "0,49,1.9,,,\n"
+      "0,99,1.5,,,\n"
+      "0,99,,1.6,,\n"
+      "0,99,,,1.65,0.52\n",
+      "lightning_logs/version_0/metrics.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 1.5);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_loss, 1.6);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_loss, 1.65);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_accuracy, 0.52);
+  EXPECT_FALSE(r->records[0].test_loss.has_value());
+}
+
+TEST(LogReaderTest, JsonLinesReadsTestKeys) {
+  auto r = ParseText("{\"step\": 1, \"loss\": 2.5, \"test_loss\": 2.6, \"test_accuracy\": 0.1}\n"
+                     "{\"step\": 2, \"loss\": 2.0, \"test/loss\": 2.1, \"test/acc\": 0.2}\n",
+                     "run.jsonl");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].test_loss, 2.6);
+  EXPECT_DOUBLE_EQ(*r->records[0].test_accuracy, 0.1);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_loss, 2.1);
+  EXPECT_DOUBLE_EQ(*r->records[1].test_accuracy, 0.2);
+}
+
+// HuggingFace Trainer's log history as JSON lines: the training loss and the
+// eval_* metrics of one step on separate lines, fractional epochs, and a
+// final summary line whose train_loss is the mean over the run.
+TEST(LogReaderTest, HuggingFaceJsonLinesWithEvalLoss) {
+  auto r = ParseText(
+      "{\"loss\": 1.9, \"grad_norm\": 3.1, \"learning_rate\": 5e-05, \"epoch\": 0.25, \"step\": 50}\n"
+      "{\"loss\": 1.2, \"grad_norm\": 2.4, \"learning_rate\": 4e-05, \"epoch\": 0.5, \"step\": 100}\n"
+      "{\"eval_loss\": 1.35, \"eval_accuracy\": 0.61, \"eval_runtime\": 2.1, \"epoch\": 0.5, \"step\": 100}\n"
+      "{\"loss\": 0.9, \"grad_norm\": 2.0, \"learning_rate\": 3e-05, \"epoch\": 1.0, \"step\": 200}\n"
+      "{\"eval_loss\": 1.05, \"eval_accuracy\": 0.7, \"epoch\": 1.0, \"step\": 200}\n"
+      "{\"train_runtime\": 80.5, \"train_loss\": 1.3, \"epoch\": 1.0, \"step\": 200}\n",
+      "trainer_state.jsonl");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 3u);
+  EXPECT_EQ(r->records[0].iteration, 50);
+  EXPECT_EQ(*r->records[0].epoch, 0);  // 0.25 -> epoch 0
+  EXPECT_FALSE(r->records[0].val_loss.has_value());
+  EXPECT_EQ(r->records[1].iteration, 100);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 1.2);
+  EXPECT_DOUBLE_EQ(*r->records[1].val_loss, 1.35);  // eval_loss is the validation loss
+  EXPECT_DOUBLE_EQ(*r->records[1].val_accuracy, 0.61);
+  EXPECT_EQ(*r->records[2].epoch, 1);
+  EXPECT_DOUBLE_EQ(*r->records[2].train_loss, 0.9);  // not the summary's mean 1.3
+  EXPECT_DOUBLE_EQ(*r->records[2].val_loss, 1.05);
+  // Two lines of one step that both carry a loss are an error naming both lines.
+  ExpectError(ParseText("{\"step\": 1, \"loss\": 2.5}\n{\"step\": 1, \"loss\": 2.4}\n", "r.jsonl"),
+              {"r.jsonl:2", "repeats the training loss", "line 1"});
+}
+
+TEST(LogReaderTest, EvalLossOnlyWhereNoValLossColumn) {
+  auto r = ParseText("iteration,loss,eval_loss,eval_accuracy\n1,2.0,2.1,0.3\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].val_loss, 2.1);
+  EXPECT_DOUBLE_EQ(*r->records[0].val_accuracy, 0.3);
+  r = ParseText("iteration,loss,eval_loss,val_loss\n1,2.0,2.1,2.2\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].val_loss, 2.2);  // val_loss wins
+  r = ParseText("{\"step\": 1, \"eval/loss\": 0.7}\n", "run.jsonl");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].val_loss, 0.7);
+}
+
+TEST(LogReaderTest, TestColumnOverrides) {
+  Options o;
+  o.test_loss_column = "traffic_loss";
+  o.test_accuracy_column = "traffic_acc";
+  auto r = ParseText("iteration,loss,test_loss,traffic_loss,traffic_acc\n1,2.0,9.0,1.8,0.4\n", "x.csv", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].test_loss, 1.8);  // the override wins over 'test_loss'
+  EXPECT_DOUBLE_EQ(*r->records[0].test_accuracy, 0.4);
+  r = ParseText("{\"step\": 1, \"loss\": 2.0, \"traffic_loss\": 1.7}\n", "x.jsonl", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(*r->records[0].test_loss, 1.7);
+  o.test_loss_column.clear();
+  o.test_accuracy_column = "nope";
+  ExpectError(ParseText("iteration,loss\n1,2\n", "x.csv", o),
+              {"x.csv:1", "unknown column 'nope'", "--test-accuracy-column"});
+  o.test_loss_column = "a,b";
+  std::string error;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("test_loss_column"), std::string::npos) << error;
+}
+
+TEST(LogReaderTest, NonFiniteTestLossFollowsThePolicy) {
+  ExpectError(ParseText("iteration,loss,test_loss\n1,2.0,1.0\n2,1.9,nan\n", "a.csv"),
+              {"a.csv:3", "column 'test_loss'", "test loss is not finite", "--non-finite drop"});
+  ExpectError(ParseText("{\"step\": 1, \"loss\": 2.0, \"test_accuracy\": \"Infinity\"}\n", "a.jsonl"),
+              {"a.jsonl:1", "'test_accuracy'", "not finite"});
+  Options o;
+  o.non_finite = NonFinitePolicy::kDrop;
+  auto r = ParseText("iteration,loss,test_loss\n1,2.0,1.0\n2,1.9,inf\n3,1.8,0.9\n", "a.csv", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records.size(), 2u);
+  EXPECT_EQ(r->dropped_non_finite, 1);
+}
+
 TEST(LogReaderTest, JsonLinesErrorsNameTheLine) {
   ExpectError(ParseText("{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": [1]}\n", "r.jsonl"),
               {"r.jsonl:2", "'loss'", "expected a number"});

@@ -1,6 +1,13 @@
 // Training-log readers: plain CSV with a header, Keras CSVLogger, PyTorch
-// Lightning metrics.csv, and JSON lines; gzip-compressed files (.gz) are read
-// directly. Errors name the file, the line and what was expected.
+// Lightning metrics.csv, and JSON lines (HuggingFace Trainer's log history
+// among them); gzip-compressed files (.gz) are read directly. Errors name the
+// file, the line, the column and what was expected.
+//
+// Rows of one step: Lightning writes train, val and test metrics of one step
+// on separate rows, which are merged. In JSON lines two consecutive lines of
+// the same step are merged when no metric appears in both (HuggingFace logs
+// the training loss and the eval_* metrics on separate lines); otherwise
+// iterations must strictly increase.
 #pragma once
 
 #include <string>
@@ -30,14 +37,20 @@ class LogReader {
   struct Options {
     // Input format; kAuto decides from the extension and the header.
     LogFormat format = LogFormat::kAuto;
-    // Column-name overrides; empty = recognise the common names
+    // Column-name (JSON: key) overrides; empty = recognise the common names
     // (iteration|step|global_step, epoch, loss|train_loss, val_loss,
-    // val_accuracy|val_acc, wall_time|time).
+    // val_accuracy|val_acc, test_loss|test/loss, test_accuracy|test_acc,
+    // wall_time|time). HuggingFace Trainer's eval_loss / eval_accuracy are the
+    // validation series where no val_* column exists.
     std::string iteration_column;
     std::string epoch_column;
     std::string loss_column;
     std::string val_loss_column;
     std::string val_accuracy_column;
+    // The loss and accuracy on a sample disjoint from the validation sample
+    // (the inference traffic's truth; LogRecord::test_loss / test_accuracy).
+    std::string test_loss_column;
+    std::string test_accuracy_column;
     std::string wall_time_column;
     // What to do with a NaN or infinite loss: reject the file, or drop the
     // row and count it in TrainingLog::dropped_non_finite.
