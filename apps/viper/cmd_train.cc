@@ -33,6 +33,19 @@ StatusOr<std::vector<int64_t>> ParseWidths(const std::string& text) {
   return widths;
 }
 
+// "a,b": the two classes a label swap exchanges.
+Status ParseSwapClasses(const std::string& text, Trainer::Options* o) {
+  int a = -1, b = -1;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%d,%d%c", &a, &b, &tail) != 2) {
+    return InvalidArgumentError("--drift-swap-classes: expected two classes as 'a,b' (e.g. 0,6), got '" + text +
+                                "'");
+  }
+  o->drift_swap_class_a = a;
+  o->drift_swap_class_b = b;
+  return Status::Ok();
+}
+
 std::string JoinWidths(const std::vector<int64_t>& widths) {
   std::string s;
   for (std::size_t i = 0; i < widths.size(); ++i) s += (i ? "," : "") + std::to_string(widths[i]);
@@ -44,6 +57,7 @@ std::string JoinWidths(const std::vector<int64_t>& widths) {
 int RunTrain(const std::vector<std::string>& args) {
   Trainer::Options o;
   std::string dataset = "fashion-mnist", hidden = JoinWidths(o.hidden_widths), optimizer = "sgd", drift = "none";
+  std::string swap_classes = std::to_string(o.drift_swap_class_a) + "," + std::to_string(o.drift_swap_class_b);
   std::string log_out, save_model, json_path;
   double progress_every_s = 2.0;
   po::options_description desc("Options");
@@ -69,16 +83,28 @@ int RunTrain(const std::vector<std::string>& args) {
       ("cosine", po::bool_switch(&o.cosine_schedule),
        "cosine learning-rate decay from --lr to 0 over the planned iterations")
       ("drift", po::value(&drift)->default_value(drift),
-       "training stream: none, or class-incremental (classes 0..k-1 first, then all 10)")
+       "data stream: none; class-incremental (classes 0..k-1 first, then all 10); label-swap (the labels of two "
+       "classes exchanged from --drift-at-iteration on, in training, validation and test); rotation (inputs "
+       "rotated by an angle growing from 0 to --drift-rotation-degrees over --drift-duration iterations, in "
+       "training, validation and test)")
       ("drift-at-iteration", po::value(&o.drift_at_iteration)->default_value(o.drift_at_iteration),
-       "first iteration that draws from all classes (required with --drift class-incremental)")
+       "first iteration of the drift (>= 2; required with any --drift)")
       ("drift-initial-classes", po::value(&o.drift_initial_classes)->default_value(o.drift_initial_classes),
-       "k: classes 0..k-1 are seen before the drift (1..9)")
+       "class-incremental: k, classes 0..k-1 are seen before the drift (1..9)")
+      ("drift-swap-classes", po::value(&swap_classes)->default_value(swap_classes),
+       "label-swap: the two classes whose labels are exchanged, 'a,b' (0 = T-shirt/top, 6 = Shirt)")
+      ("drift-rotation-degrees", po::value(&o.drift_rotation_degrees)->default_value(o.drift_rotation_degrees),
+       "rotation: final angle, degrees counter-clockwise (|angle| <= 360)")
+      ("drift-duration", po::value(&o.drift_duration_iterations)->default_value(o.drift_duration_iterations),
+       "rotation: iterations over which the angle grows from 0 to its final value (0 = at once)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the initialisation and the shuffling")
       ("val-every", po::value(&o.val_every_iterations)->default_value(o.val_every_iterations),
-       "validate every N iterations and at the last one (0 = never)")
+       "validate and test every N iterations and at the last one (0 = never)")
       ("val-samples", po::value(&o.val_samples)->default_value(o.val_samples),
-       "held-out validation images: the first N of the test split")
+       "validation images (what the producer sees): the first N of the Fashion-MNIST test split")
+      ("test-samples", po::value(&o.test_samples)->default_value(o.test_samples),
+       "test images (the inference traffic's truth): the next N of the test split, disjoint from validation "
+       "(val + test <= 10000; 0 = no test columns)")
       ("log-out", po::value(&log_out), "write the per-iteration log (CSV; gzip when it ends in .gz)")
       ("save-model", po::value(&save_model), "write the final parameters as a .safetensors file")
       ("progress-every", po::value(&progress_every_s)->default_value(progress_every_s),
@@ -89,8 +115,10 @@ int RunTrain(const std::vector<std::string>& args) {
       args, desc, &vm, "viper train [--hidden 256] [--optimizer sgd|adam] [--log-out run.csv.gz] [options]",
       "Trains a multilayer perceptron (ReLU, softmax cross-entropy) on Fashion-MNIST for real, on the CPU with "
       "Eigen, deterministically for a given seed. Logs every iteration (iteration, epoch, wall_time in seconds, "
-      "train_loss) and, every --val-every iterations, val_loss and val_accuracy on a fixed held-out subset; "
-      "the columns are iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,lr.");
+      "train_loss) and, every --val-every iterations, val_loss and val_accuracy on the validation subset and "
+      "test_loss and test_accuracy on the disjoint test subset (the inference traffic's truth; its evaluation "
+      "time is not counted in wall_time); the columns are "
+      "iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,test_loss,test_accuracy,lr.");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
 
   auto usage_error = [](const std::string& m) {
@@ -107,6 +135,8 @@ int RunTrain(const std::vector<std::string>& args) {
   auto dr = Trainer::DriftFromString(drift);
   if (!dr.ok()) return usage_error("--drift: " + dr.status().message());
   o.drift = *dr;
+  Status swap = ParseSwapClasses(swap_classes, &o);
+  if (!swap.ok()) return usage_error(swap.message());
   std::string error;
   if (!o.IsValid(&error)) return usage_error(error);
 
@@ -126,18 +156,20 @@ int RunTrain(const std::vector<std::string>& args) {
   const bool tty = isatty(STDERR_FILENO);
   double next_progress_s = progress_every_s, last_wall = 0;
   int64_t last_iteration = 0;
-  std::optional<double> val_loss, val_acc;
+  std::optional<double> val_loss, val_acc, test_loss;
   auto progress = [&](const LogRecord& r, const Trainer& tr) {
     if (r.val_loss) {
       val_loss = r.val_loss;
       val_acc = r.val_accuracy;
     }
+    if (r.test_loss) test_loss = r.test_loss;
     if (progress_every_s > 0 && (*r.wall_time_s >= next_progress_s || tr.done())) {
       const double rate = static_cast<double>(r.iteration - last_iteration) / std::max(1e-9, *r.wall_time_s - last_wall);
       std::fprintf(stderr, "%siteration %lld/%lld  epoch %lld  loss %.4f", tty ? "\r" : "",
                    static_cast<long long>(r.iteration), static_cast<long long>(tr.planned_iterations()),
                    static_cast<long long>(*r.epoch), *r.train_loss);
       if (val_loss) std::fprintf(stderr, "  val loss %.4f  val acc %.3f", *val_loss, *val_acc);
+      if (test_loss) std::fprintf(stderr, "  test loss %.4f", *test_loss);
       std::fprintf(stderr, "  %.1f it/s%s", rate, tty ? "   " : "\n");
       next_progress_s = *r.wall_time_s + progress_every_s;
       last_wall = *r.wall_time_s;
@@ -170,6 +202,15 @@ int RunTrain(const std::vector<std::string>& args) {
     j["cosine_schedule"] = o.cosine_schedule;
     j["drift"] = Trainer::ToString(o.drift);
     if (o.drift != Trainer::Drift::kNone) j["drift_at_iteration"] = o.drift_at_iteration;
+    if (o.drift == Trainer::Drift::kClassIncremental) j["drift_initial_classes"] = o.drift_initial_classes;
+    if (o.drift == Trainer::Drift::kLabelSwap) j["drift_swap_classes"] = {o.drift_swap_class_a, o.drift_swap_class_b};
+    if (o.drift == Trainer::Drift::kRotation) {
+      j["drift_rotation_degrees"] = o.drift_rotation_degrees;
+      j["drift_duration_iterations"] = o.drift_duration_iterations;
+    }
+    j["val_every_iterations"] = o.val_every_iterations;
+    j["val_samples"] = o.val_samples;
+    j["test_samples"] = o.test_samples;
     j["seed"] = o.seed;
     const auto& s = *summary;
     j["termination"] = s.termination;
@@ -185,6 +226,9 @@ int RunTrain(const std::vector<std::string>& args) {
     j["last_train_loss"] = s.last_train_loss ? nlohmann::json(*s.last_train_loss) : nlohmann::json();
     j["last_val_loss"] = s.last_val_loss ? nlohmann::json(*s.last_val_loss) : nlohmann::json();
     j["last_val_accuracy"] = s.last_val_accuracy ? nlohmann::json(*s.last_val_accuracy) : nlohmann::json();
+    j["last_test_loss"] = s.last_test_loss ? nlohmann::json(*s.last_test_loss) : nlohmann::json();
+    j["last_test_accuracy"] = s.last_test_accuracy ? nlohmann::json(*s.last_test_accuracy) : nlohmann::json();
+    j["test_seconds"] = s.test_seconds;
     if (!log_out.empty()) j["log"] = log_out;
     if (!save_model.empty()) j["model"] = save_model;
     Status st = WriteJson(j, json_path);

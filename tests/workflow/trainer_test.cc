@@ -72,6 +72,35 @@ TEST(TrainerTest, InvalidOptionsNameTheField) {
   o.drift = Trainer::Drift::kClassIncremental;  // drift_at_iteration left 0
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("drift_at_iteration"), std::string::npos) << error;
+  o.drift = Trainer::Drift::kRotation;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_at_iteration"), std::string::npos) << error;
+  o.drift_at_iteration = 10;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.drift_rotation_degrees = std::nan("");
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_rotation_degrees"), std::string::npos) << error;
+  o.drift_rotation_degrees = 45;
+  o.drift_duration_iterations = -1;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_duration_iterations"), std::string::npos) << error;
+  o = Trainer::Options();
+  o.drift = Trainer::Drift::kLabelSwap;
+  o.drift_at_iteration = 10;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.drift_swap_class_b = 10;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_swap_class_b"), std::string::npos) << error;
+  o.drift_swap_class_b = o.drift_swap_class_a;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_swap_class_b must differ"), std::string::npos) << error;
+  o = Trainer::Options();
+  o.val_samples = 6000;  // + 5000 test > the 10,000 images of the test split
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("val_samples + test_samples"), std::string::npos) << error;
+  o.test_samples = -1;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("test_samples"), std::string::npos) << error;
   Mlp::Options m;
   m.hidden_widths = {8, 0};
   EXPECT_FALSE(m.IsValid(&error));
@@ -82,9 +111,12 @@ TEST(TrainerTest, EnumsRoundTrip) {
   for (auto o : {Trainer::Optimizer::kSgd, Trainer::Optimizer::kAdam}) {
     EXPECT_EQ(*Trainer::OptimizerFromString(Trainer::ToString(o)), o);
   }
-  for (auto d : {Trainer::Drift::kNone, Trainer::Drift::kClassIncremental}) {
+  for (auto d : {Trainer::Drift::kNone, Trainer::Drift::kClassIncremental, Trainer::Drift::kLabelSwap,
+                 Trainer::Drift::kRotation}) {
     EXPECT_EQ(*Trainer::DriftFromString(Trainer::ToString(d)), d);
   }
+  EXPECT_EQ(std::string(Trainer::ToString(Trainer::Drift::kLabelSwap)), "label-swap");
+  EXPECT_FALSE(Trainer::DriftFromString("shuffle").ok());
   EXPECT_FALSE(Trainer::OptimizerFromString("rmsprop").ok());
   EXPECT_EQ(*FashionMnistSplitFromString("t10k"), FashionMnistSplit::kTest);
 }
@@ -324,12 +356,127 @@ TEST(TrainerTest, StopsWhenTheCallbackSaysSo) {
   EXPECT_TRUE((*t)->Step(&r).ok());  // training can go on
 }
 
+TEST(TrainerTest, DriftStateFollowsTheIteration) {
+  Trainer::Options o;
+  o.drift = Trainer::Drift::kRotation;
+  o.drift_at_iteration = 10;
+  o.drift_duration_iterations = 20;
+  o.drift_rotation_degrees = 90;
+  // Linear from 0 at the drift point to 90 twenty iterations later, then flat.
+  EXPECT_EQ(DriftRotationDegrees(o, 9), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 10), 0.0);
+  EXPECT_DOUBLE_EQ(DriftRotationDegrees(o, 20), 45.0);
+  EXPECT_DOUBLE_EQ(DriftRotationDegrees(o, 30), 90.0);
+  EXPECT_DOUBLE_EQ(DriftRotationDegrees(o, 5000), 90.0);
+  EXPECT_FALSE(DriftSwapsLabels(o, 5000));
+  o.drift_duration_iterations = 0;  // at once
+  EXPECT_DOUBLE_EQ(DriftRotationDegrees(o, 10), 90.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 9), 0.0);
+
+  Samples s;
+  s.features = 4;
+  s.labels = {0, 6, 2};
+  s.pixels = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  o.drift = Trainer::Drift::kLabelSwap;  // default pair: 0 and 6
+  EXPECT_FALSE(DriftSwapsLabels(o, 9));
+  EXPECT_TRUE(DriftSwapsLabels(o, 10));
+  EXPECT_EQ(DriftRotationDegrees(o, 100), 0.0);
+  EXPECT_EQ(DriftedSamples(o, s, 9).labels, s.labels);
+  EXPECT_EQ(DriftedSamples(o, s, 10).labels, (std::vector<uint8_t>{6, 0, 2}));
+  EXPECT_EQ(DriftedSamples(o, s, 10).pixels, s.pixels);
+  // New classes in training do not change the traffic's truth.
+  o.drift = Trainer::Drift::kClassIncremental;
+  EXPECT_EQ(DriftedSamples(o, s, 100).labels, s.labels);
+}
+
+// Losses of the first `n` iterations.
+std::vector<float> FirstLosses(Trainer* t, int n) {
+  std::vector<float> losses;
+  LogRecord r;
+  for (int i = 0; i < n; ++i) {
+    VIPER_CHECK(t->Step(&r).ok());
+    losses.push_back(static_cast<float>(*r.train_loss));
+  }
+  return losses;
+}
+
+// From the drift point on, the stream's labels 0 and 6 are exchanged: the
+// model learns the swapped mapping, and validation and test are judged on it.
+TEST(TrainerTest, LabelSwapSwapsTheStreamAndTheEvaluations) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(200, 12, 10, 6), test = Synthetic(200, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.epochs = 10;
+  o.val_every_iterations = 25;
+  auto plain = Trainer::Create(o, train, val, test);
+  o.drift = Trainer::Drift::kLabelSwap;
+  o.drift_at_iteration = 30;
+  auto swapped = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(plain.ok() && swapped.ok()) << swapped.status().ToString();
+  // The same stream before the drift, bit for bit; another one after it.
+  EXPECT_EQ(FirstLosses(plain->get(), 29), FirstLosses(swapped->get(), 29));
+  EXPECT_NE(FirstLosses(plain->get(), 20), FirstLosses(swapped->get(), 20));
+  Trainer& t = **swapped;
+  std::optional<LogRecord> last;
+  auto s = t.Run(nullptr, [&](const LogRecord& r, const Trainer&) {
+    last = r;
+    return true;
+  });
+  ASSERT_TRUE(s.ok());
+  // The logged evaluations are those of the swapped subsets, exactly.
+  auto val_now = Evaluate(t.model().state(), t.DriftedView(t.validation(), t.iterations_done()));
+  auto test_now = Evaluate(t.model().state(), DriftedSamples(o, t.test(), t.iterations_done()));
+  ASSERT_TRUE(val_now.ok() && test_now.ok());
+  EXPECT_EQ(*last->val_loss, val_now->mean_loss);
+  EXPECT_EQ(*last->test_loss, test_now->mean_loss);
+  EXPECT_EQ(*last->test_accuracy, test_now->accuracy);
+  EXPECT_EQ(t.Test().mean_loss, test_now->mean_loss);
+  EXPECT_GT(test_now->accuracy, 0.8) << s->BriefReport();
+  // Judged on the old labels, the model gets classes 0 and 6 wrong: it learnt
+  // the swap from the stream.
+  auto old_truth = Evaluate(t.model().state(), t.test().FilterClasses({0, 6}));
+  auto new_truth = Evaluate(t.model().state(), t.test().FilterClasses({0, 6}).WithLabelsSwapped(0, 6));
+  ASSERT_TRUE(old_truth.ok() && new_truth.ok());
+  EXPECT_LT(old_truth->accuracy, 0.2);
+  EXPECT_GT(new_truth->accuracy, 0.8);
+}
+
+// Synthetic 4x4 images (16 features).
+TEST(TrainerTest, RotationDriftRotatesTheStreamAndTheEvaluations) {
+  const Samples train = Synthetic(400, 16, 10, 5), val = Synthetic(100, 16, 10, 6), test = Synthetic(100, 16, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.val_every_iterations = 20;
+  auto plain = Trainer::Create(o, train, val, test);
+  o.drift = Trainer::Drift::kRotation;
+  o.drift_at_iteration = 10;  // angle 0 at 10, 45 at 20, 90 from 30 on
+  o.drift_duration_iterations = 20;
+  o.drift_rotation_degrees = 90;
+  auto rotated = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(plain.ok() && rotated.ok()) << rotated.status().ToString();
+  EXPECT_EQ(FirstLosses(plain->get(), 10), FirstLosses(rotated->get(), 10));  // angle 0 through 10
+  EXPECT_NE(FirstLosses(plain->get(), 9), FirstLosses(rotated->get(), 9));    // 4.5 to 40.5 degrees
+  Trainer& t = **rotated;
+  LogRecord r;
+  ASSERT_TRUE(t.Step(&r).ok());  // 45 degrees, validated and tested
+  ASSERT_EQ(r.iteration, 20);
+  ASSERT_TRUE(r.val_loss && r.test_loss);
+  auto val45 = Evaluate(t.model().state(), t.validation().Rotated(45.0));
+  auto test45 = Evaluate(t.model().state(), t.test().Rotated(45.0));
+  ASSERT_TRUE(val45.ok() && test45.ok());
+  EXPECT_EQ(*r.val_loss, val45->mean_loss);
+  EXPECT_EQ(*r.test_loss, test45->mean_loss);
+  EXPECT_EQ(t.DriftedView(t.test(), 40).pixels, t.test().Rotated(90.0).pixels);
+  // Images that are not square cannot rotate.
+  auto flat = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(flat.status().message().find("square"), std::string::npos) << flat.status().message();
+}
+
 TEST(TrainerTest, LogWriterWritesGzipCsvTheReaderAccepts) {
   const std::string path = TempPath("log.csv.gz");
   {
     Trainer::Options o = SyntheticOptions();
     o.max_iterations = 30;
-    auto t = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+    auto t = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6), Synthetic(30, 12, 10, 7));
     ASSERT_TRUE(t.ok());
     auto log = TrainingLogWriter::Open(path);
     ASSERT_TRUE(log.ok()) << log.status().ToString();
@@ -351,7 +498,82 @@ TEST(TrainerTest, LogWriterWritesGzipCsvTheReaderAccepts) {
   EXPECT_TRUE(log->records[9].val_loss.has_value());
   EXPECT_TRUE(log->records[29].val_accuracy.has_value());
   EXPECT_TRUE(log->records[29].wall_time_s.has_value());
+  // The test columns sit next to the validation ones, filled at the same rows.
+  EXPECT_FALSE(log->records[0].test_loss.has_value());
+  EXPECT_TRUE(log->records[9].test_loss.has_value());
+  EXPECT_TRUE(log->records[29].test_accuracy.has_value());
+  EXPECT_NE(*log->records[29].test_loss, *log->records[29].val_loss);  // another sample
   fs::remove(path);
+}
+
+// A 28x28 image with distinct values everywhere (no symmetry hides a wrong map).
+Samples Gradient28(int count) {
+  Samples s;
+  s.labels.assign(static_cast<std::size_t>(count), 3);
+  for (int i = 0; i < count; ++i) {
+    for (int64_t p = 0; p < kFashionMnistFeatures; ++p) s.pixels.push_back(static_cast<uint8_t>((p * 7 + i * 13) % 251));
+  }
+  return s;
+}
+
+TEST(FashionMnistTest, RotationByZeroIsTheIdentity) {
+  const Samples s = Gradient28(2);
+  EXPECT_EQ(s.Rotated(0.0).pixels, s.pixels);
+  Eigen::MatrixXf in, out;
+  std::vector<int32_t> labels;
+  s.GatherAll(&in, &labels);
+  out = in;
+  RotateImages(&out, 0.0);
+  EXPECT_EQ(out, in);
+  // 360 degrees lands on the same pixels up to sin/cos rounding.
+  const Samples back = s.Rotated(360.0);
+  for (std::size_t k = 0; k < s.pixels.size(); ++k) EXPECT_NEAR(back.pixels[k], s.pixels[k], 1) << k;
+}
+
+// 90 degrees counter-clockwise as displayed: out[r][c] = in[c][27 - r]
+// (transpose of the image flipped left-right; numpy's rot90); 180 degrees
+// flips both axes.
+TEST(FashionMnistTest, RotationBy90IsATransposeAndFlip) {
+  const Samples s = Gradient28(2);
+  const int64_t n = kFashionMnistImageSide;
+  const Samples r90 = s.Rotated(90.0), r180 = s.Rotated(180.0), rm90 = s.Rotated(-90.0);
+  Eigen::MatrixXf floats;
+  std::vector<int32_t> labels;
+  s.GatherAll(&floats, &labels);
+  RotateImages(&floats, 90.0);
+  for (int i = 0; i < 2; ++i) {
+    const uint8_t* in = s.pixels.data() + i * kFashionMnistFeatures;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        const std::size_t at = static_cast<std::size_t>(i * kFashionMnistFeatures + r * n + c);
+        EXPECT_NEAR(r90.pixels[at], in[c * n + (n - 1 - r)], 1) << "image " << i << " (" << r << ", " << c << ")";
+        EXPECT_NEAR(rm90.pixels[at], in[(n - 1 - c) * n + r], 1) << "image " << i << " (" << r << ", " << c << ")";
+        EXPECT_NEAR(r180.pixels[at], in[(n - 1 - r) * n + (n - 1 - c)], 1);
+        EXPECT_NEAR(floats(r * n + c, i), in[c * n + (n - 1 - r)] / 255.0f, 1e-4f);
+      }
+    }
+  }
+  EXPECT_EQ(r90.labels, s.labels);  // rotation leaves labels alone
+}
+
+TEST(FashionMnistTest, RotationBy45KeepsTheCentreAndBlanksTheCorners) {
+  Samples s;
+  s.labels = {0};
+  s.pixels.assign(static_cast<std::size_t>(kFashionMnistFeatures), 200);
+  const Samples r = s.Rotated(45.0);
+  EXPECT_EQ(r.pixels[14 * 28 + 14], 200);  // inside the rotated square
+  EXPECT_EQ(r.pixels[0], 0);                // the corner comes from outside the image
+  EXPECT_EQ(r.pixels[27 * 28 + 27], 0);
+}
+
+TEST(FashionMnistTest, WithLabelsSwappedExchangesTwoClasses) {
+  Samples s;
+  s.features = 1;
+  s.labels = {0, 6, 3, 6, 0, 9};
+  s.pixels = {1, 2, 3, 4, 5, 6};
+  const Samples w = s.WithLabelsSwapped(0, 6);
+  EXPECT_EQ(w.labels, (std::vector<uint8_t>{6, 0, 3, 0, 6, 9}));
+  EXPECT_EQ(w.pixels, s.pixels);
 }
 
 TEST(FashionMnistTest, MissingDirectoryGivesAClearError) {
@@ -443,6 +665,51 @@ TEST(TrainerTest, LearnsOnARealSubset) {
   EXPECT_LT(before.accuracy, 0.3);
   EXPECT_GT(*s->last_val_accuracy, 0.65) << s->BriefReport();
   EXPECT_LT(*s->last_val_loss, 0.5 * before.mean_loss) << s->BriefReport();
+}
+
+// Validation and test are disjoint slices of the test split: the first
+// val_samples images, then the next test_samples.
+TEST(TrainerTest, EvaluationSetsAreDisjointSlicesOfTheTestSplit) {
+  SKIP_WITHOUT_DATASET();
+  Trainer::Options o;
+  o.val_samples = 300;
+  o.test_samples = 500;
+  auto sets = Trainer::LoadEvaluationSets(o);
+  ASSERT_TRUE(sets.ok()) << sets.status().ToString();
+  auto split = LoadFashionMnist(DefaultFashionMnistDir(), FashionMnistSplit::kTest, 800);
+  ASSERT_TRUE(split.ok());
+  ASSERT_EQ(sets->validation.size(), 300);
+  ASSERT_EQ(sets->test.size(), 500);
+  std::vector<int64_t> first(300), next(500);
+  for (int64_t i = 0; i < 300; ++i) first[static_cast<std::size_t>(i)] = i;
+  for (int64_t i = 0; i < 500; ++i) next[static_cast<std::size_t>(i)] = 300 + i;
+  EXPECT_EQ(sets->validation.pixels, split->Subset(first).pixels);
+  EXPECT_EQ(sets->test.pixels, split->Subset(next).pixels);
+  EXPECT_EQ(sets->test.labels, split->Subset(next).labels);
+  // The trainer holds the same subsets and evaluates both when it validates.
+  o.train_samples = 640;
+  o.hidden_widths = {16};
+  o.epochs = 1;
+  o.val_every_iterations = 5;
+  auto t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->test().pixels, sets->test.pixels);
+  EXPECT_EQ((*t)->validation().pixels, sets->validation.pixels);
+  auto s = (*t)->Run(nullptr);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s->last_test_loss.has_value());
+  EXPECT_EQ(*s->last_test_loss, (*t)->Test().mean_loss);
+  EXPECT_NE(*s->last_test_loss, *s->last_val_loss);
+  EXPECT_GT(s->test_seconds, 0.0);
+  // Without log_test the subset stays available but the records leave it out.
+  o.log_test = false;
+  t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok());
+  s = (*t)->Run(nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->last_test_loss.has_value());
+  EXPECT_TRUE(s->last_val_loss.has_value());
+  EXPECT_EQ((*t)->test().size(), 500);
 }
 
 // Before the drift the stream holds classes 0-4 only, so the model cannot

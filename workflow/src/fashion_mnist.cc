@@ -2,7 +2,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "viper/config.h"
@@ -42,6 +44,59 @@ StatusOr<std::vector<uint8_t>> ReadMaybeGzip(const std::string& path) {
   }
   gzclose(file);
   return bytes;
+}
+
+int64_t SquareSide(int64_t features) {
+  const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(features))));
+  VIPER_CHECK(side * side == features);
+  return side;
+}
+
+// Bilinear rotation as four (source pixel, weight) pairs per output pixel;
+// source -1 = outside the image (contributes 0).
+struct RotationMap {
+  std::vector<int32_t> source;
+  std::vector<float> weight;
+};
+
+RotationMap MakeRotationMap(int64_t side, double degrees) {
+  const double radians = degrees * 3.14159265358979323846 / 180.0;
+  const double c = std::cos(radians), s = std::sin(radians), centre = 0.5 * static_cast<double>(side - 1);
+  RotationMap map;
+  map.source.assign(static_cast<std::size_t>(4 * side * side), -1);
+  map.weight.assign(static_cast<std::size_t>(4 * side * side), 0.0f);
+  for (int64_t r = 0; r < side; ++r) {
+    for (int64_t col = 0; col < side; ++col) {
+      // Displayed counter-clockwise with rows growing downwards: the output
+      // point (u, v) comes from (u cos - v sin, u sin + v cos).
+      const double u = static_cast<double>(col) - centre, v = static_cast<double>(r) - centre;
+      const double sc = centre + u * c - v * s, sr = centre + u * s + v * c;
+      const double r0 = std::floor(sr), c0 = std::floor(sc);
+      const double fr = sr - r0, fc = sc - c0;
+      const std::size_t out = static_cast<std::size_t>(4 * (r * side + col));
+      const double w[4] = {(1 - fr) * (1 - fc), (1 - fr) * fc, fr * (1 - fc), fr * fc};
+      const double rr[4] = {r0, r0, r0 + 1, r0 + 1}, cc[4] = {c0, c0 + 1, c0, c0 + 1};
+      for (int k = 0; k < 4; ++k) {
+        if (rr[k] < 0 || cc[k] < 0 || rr[k] >= static_cast<double>(side) || cc[k] >= static_cast<double>(side)) {
+          continue;
+        }
+        map.source[out + static_cast<std::size_t>(k)] =
+            static_cast<int32_t>(static_cast<int64_t>(rr[k]) * side + static_cast<int64_t>(cc[k]));
+        map.weight[out + static_cast<std::size_t>(k)] = static_cast<float>(w[k]);
+      }
+    }
+  }
+  return map;
+}
+
+// out[p] = sum of the four weighted sources of pixel p.
+template <typename In>
+float RotatedPixel(const RotationMap& map, const In* in, std::size_t p) {
+  float value = 0.0f;
+  for (std::size_t k = 4 * p; k < 4 * p + 4; ++k) {
+    if (map.source[k] >= 0) value += map.weight[k] * static_cast<float>(in[map.source[k]]);
+  }
+  return value;
 }
 
 uint32_t BigEndian32(const uint8_t* p) {
@@ -106,6 +161,52 @@ void Samples::GatherAll(Eigen::MatrixXf* inputs, std::vector<int32_t>* out_label
   std::vector<int64_t> all(static_cast<std::size_t>(size()));
   for (int64_t i = 0; i < size(); ++i) all[static_cast<std::size_t>(i)] = i;
   GatherBatch(all.data(), size(), inputs, out_labels);
+}
+
+Samples Samples::Rotated(double degrees) const {
+  const int64_t side = SquareSide(features);
+  if (degrees == 0.0) return *this;
+  const RotationMap map = MakeRotationMap(side, degrees);
+  Samples out = *this;
+  for (int64_t i = 0; i < size(); ++i) {
+    const uint8_t* in = pixels.data() + i * features;
+    uint8_t* o = out.pixels.data() + i * features;
+    for (int64_t p = 0; p < features; ++p) {
+      const float v = std::round(RotatedPixel(map, in, static_cast<std::size_t>(p)));
+      o[p] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
+    }
+  }
+  return out;
+}
+
+Samples Samples::WithLabelsSwapped(int a, int b) const {
+  Samples out = *this;
+  for (uint8_t& label : out.labels) {
+    if (label == a) {
+      label = static_cast<uint8_t>(b);
+    } else if (label == b) {
+      label = static_cast<uint8_t>(a);
+    }
+  }
+  return out;
+}
+
+bool IsSquareImage(int64_t features) {
+  if (features <= 0) return false;
+  const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(features))));
+  return side * side == features;
+}
+
+void RotateImages(Eigen::MatrixXf* images, double degrees) {
+  if (degrees == 0.0 || images->cols() == 0) return;
+  const int64_t features = images->rows();
+  const RotationMap map = MakeRotationMap(SquareSide(features), degrees);
+  std::vector<float> in(static_cast<std::size_t>(features));
+  for (Eigen::Index j = 0; j < images->cols(); ++j) {
+    float* column = images->col(j).data();
+    std::copy(column, column + features, in.begin());
+    for (int64_t p = 0; p < features; ++p) column[p] = RotatedPixel(map, in.data(), static_cast<std::size_t>(p));
+  }
 }
 
 StatusOr<Samples> LoadIdxPair(const std::string& images_path, const std::string& labels_path,

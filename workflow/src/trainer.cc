@@ -1,5 +1,6 @@
 #include "viper/workflow/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -22,12 +23,41 @@ StatusOr<Trainer::Optimizer> Trainer::OptimizerFromString(const std::string& nam
   return InvalidArgumentError("unknown optimizer '" + name + "' (expected sgd or adam)");
 }
 
-const char* Trainer::ToString(Drift drift) { return drift == Drift::kNone ? "none" : "class-incremental"; }
+const char* Trainer::ToString(Drift drift) {
+  switch (drift) {
+    case Drift::kNone: return "none";
+    case Drift::kClassIncremental: return "class-incremental";
+    case Drift::kLabelSwap: return "label-swap";
+    case Drift::kRotation: return "rotation";
+  }
+  return "?";
+}
 
 StatusOr<Trainer::Drift> Trainer::DriftFromString(const std::string& name) {
-  if (name == "none") return Drift::kNone;
-  if (name == "class-incremental") return Drift::kClassIncremental;
-  return InvalidArgumentError("unknown drift '" + name + "' (expected none or class-incremental)");
+  for (Drift d : {Drift::kNone, Drift::kClassIncremental, Drift::kLabelSwap, Drift::kRotation}) {
+    if (name == ToString(d)) return d;
+  }
+  return InvalidArgumentError("unknown drift '" + name +
+                              "' (expected none, class-incremental, label-swap or rotation)");
+}
+
+double DriftRotationDegrees(const Trainer::Options& o, int64_t iteration) {
+  if (o.drift != Trainer::Drift::kRotation || iteration < o.drift_at_iteration) return 0.0;
+  if (o.drift_duration_iterations <= 0) return o.drift_rotation_degrees;
+  const double progress = static_cast<double>(iteration - o.drift_at_iteration) /
+                          static_cast<double>(o.drift_duration_iterations);
+  return o.drift_rotation_degrees * std::min(1.0, progress);
+}
+
+bool DriftSwapsLabels(const Trainer::Options& o, int64_t iteration) {
+  return o.drift == Trainer::Drift::kLabelSwap && iteration >= o.drift_at_iteration;
+}
+
+Samples DriftedSamples(const Trainer::Options& o, const Samples& samples, int64_t iteration) {
+  if (DriftSwapsLabels(o, iteration)) return samples.WithLabelsSwapped(o.drift_swap_class_a, o.drift_swap_class_b);
+  const double degrees = DriftRotationDegrees(o, iteration);
+  if (degrees != 0.0) return samples.Rotated(degrees);
+  return samples;
 }
 
 bool Trainer::Options::IsValid(std::string* error) const {
@@ -48,14 +78,36 @@ bool Trainer::Options::IsValid(std::string* error) const {
   if (batch_size <= 0) return fail("batch_size must be positive");
   if (epochs <= 0) return fail("epochs must be positive");
   if (max_iterations < 0) return fail("max_iterations must be >= 0 (0 = no cap)");
-  if (drift == Drift::kClassIncremental) {
-    if (drift_initial_classes < 1 || drift_initial_classes >= kFashionMnistClasses) {
-      return fail("drift_initial_classes must be in [1, 9]");
+  if (drift != Drift::kNone && drift_at_iteration < 2) {
+    return fail(std::string("drift_at_iteration must be >= 2 with ") + ToString(drift) + " drift");
+  }
+  if (drift == Drift::kClassIncremental &&
+      (drift_initial_classes < 1 || drift_initial_classes >= kFashionMnistClasses)) {
+    return fail("drift_initial_classes must be in [1, 9]");
+  }
+  if (drift == Drift::kLabelSwap) {
+    auto is_class = [](int c) { return c >= 0 && c < kFashionMnistClasses; };
+    if (!is_class(drift_swap_class_a)) return fail("drift_swap_class_a must be a class in [0, 9]");
+    if (!is_class(drift_swap_class_b)) return fail("drift_swap_class_b must be a class in [0, 9]");
+    if (drift_swap_class_a == drift_swap_class_b) {
+      return fail("drift_swap_class_b must differ from drift_swap_class_a (swapping a class with itself changes nothing)");
     }
-    if (drift_at_iteration < 2) return fail("drift_at_iteration must be >= 2 with class-incremental drift");
+  }
+  if (drift == Drift::kRotation) {
+    if (!(std::isfinite(drift_rotation_degrees) && std::abs(drift_rotation_degrees) <= 360.0)) {
+      return fail("drift_rotation_degrees must be finite and in [-360, 360]");
+    }
+    if (drift_duration_iterations < 0) return fail("drift_duration_iterations must be >= 0 (0 = at once)");
   }
   if (val_every_iterations < 0) return fail("val_every_iterations must be >= 0 (0 = never)");
   if (val_every_iterations > 0 && val_samples <= 0) return fail("val_samples must be positive when validating");
+  if (val_samples < 0) return fail("val_samples must be >= 0");
+  if (test_samples < 0) return fail("test_samples must be >= 0 (0 = no test subset)");
+  if (val_samples + test_samples > kFashionMnistTestImages) {
+    return fail("val_samples + test_samples must be <= " + std::to_string(kFashionMnistTestImages) +
+                " (both are taken from the Fashion-MNIST test split, disjoint), got " + std::to_string(val_samples) +
+                " + " + std::to_string(test_samples));
+  }
   return true;
 }
 
@@ -63,30 +115,49 @@ std::string Trainer::Summary::BriefReport() const {
   char line[512];
   auto opt = [](const auto& v) { return v ? static_cast<double>(*v) : std::nan(""); };
   std::snprintf(line, sizeof line,
-                "%s: %lld iterations in %.2f s (%.3f ms/iteration, %.0f samples/s), train loss %.4f -> %.4f, "
-                "val loss %.4f, val accuracy %.4f, model %zu bytes",
+                "%s: %lld iterations in %.2f s (%.3f ms/iteration, %.0f samples/s; test evaluations %.2f s "
+                "more), train loss %.4f -> %.4f, val loss %.4f, val accuracy %.4f, test loss %.4f, "
+                "test accuracy %.4f, model %zu bytes",
                 termination.c_str(), static_cast<long long>(iterations), seconds, 1e3 * seconds_per_iteration,
-                samples_per_second, opt(first_train_loss), opt(last_train_loss), opt(last_val_loss),
-                opt(last_val_accuracy), model_bytes);
+                samples_per_second, test_seconds, opt(first_train_loss), opt(last_train_loss), opt(last_val_loss),
+                opt(last_val_accuracy), opt(last_test_loss), opt(last_test_accuracy), model_bytes);
   return line;
 }
 
 Trainer::Trainer(const Options& options, Mlp model) : options_(options), model_(std::move(model)) {}
+
+StatusOr<Trainer::EvaluationSets> Trainer::LoadEvaluationSets(const Options& options) {
+  std::string error;
+  if (!options.IsValid(&error)) return InvalidArgumentError("Trainer::Options: " + error);
+  EvaluationSets sets;
+  const int64_t total = options.val_samples + options.test_samples;
+  if (total == 0) return sets;
+  VIPER_ASSIGN_OR_RETURN(Samples split, LoadFashionMnist(options.dataset_dir, FashionMnistSplit::kTest, total));
+  if (split.size() < total) {
+    return DataLossError("the Fashion-MNIST test split in '" + options.dataset_dir + "' holds " +
+                         std::to_string(split.size()) + " images, fewer than val_samples + test_samples = " +
+                         std::to_string(total));
+  }
+  std::vector<int64_t> indices(static_cast<std::size_t>(options.val_samples));
+  for (int64_t i = 0; i < options.val_samples; ++i) indices[static_cast<std::size_t>(i)] = i;
+  sets.validation = split.Subset(indices);
+  indices.resize(static_cast<std::size_t>(options.test_samples));
+  for (int64_t i = 0; i < options.test_samples; ++i) indices[static_cast<std::size_t>(i)] = options.val_samples + i;
+  sets.test = split.Subset(indices);
+  return sets;
+}
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError("Trainer::Options: " + error);
   VIPER_ASSIGN_OR_RETURN(Samples train,
                          LoadFashionMnist(options.dataset_dir, FashionMnistSplit::kTrain, options.train_samples));
-  Samples validation;
-  if (options.val_every_iterations > 0) {
-    VIPER_ASSIGN_OR_RETURN(validation,
-                           LoadFashionMnist(options.dataset_dir, FashionMnistSplit::kTest, options.val_samples));
-  }
-  return Create(options, std::move(train), std::move(validation));
+  VIPER_ASSIGN_OR_RETURN(EvaluationSets sets, LoadEvaluationSets(options));
+  return Create(options, std::move(train), std::move(sets.validation), std::move(sets.test));
 }
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Samples train, Samples validation) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Samples train, Samples validation,
+                                                   Samples test) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError("Trainer::Options: " + error);
   if (train.size() < options.batch_size) {
@@ -98,6 +169,17 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
     return InvalidArgumentError("validation set is empty but val_every_iterations is " +
                                 std::to_string(options.val_every_iterations));
   }
+  if (options.drift == Drift::kRotation && !IsSquareImage(train.features)) {
+    return InvalidArgumentError("rotation drift needs square images, but the samples have " +
+                                std::to_string(train.features) + " features");
+  }
+  for (const Samples* s : {&validation, &test}) {
+    if (!s->empty() && s->features != train.features) {
+      return InvalidArgumentError(std::string(s == &test ? "test" : "validation") + " samples have " +
+                                  std::to_string(s->features) + " features, the training samples " +
+                                  std::to_string(train.features));
+    }
+  }
   Mlp::Options mlp_options;
   mlp_options.input_features = train.features;
   mlp_options.hidden_widths = options.hidden_widths;
@@ -106,7 +188,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(model)));
   t->train_ = std::move(train);
   t->validation_ = std::move(validation);
+  t->test_ = std::move(test);
   if (!t->validation_.empty()) t->validation_.GatherAll(&t->val_inputs_, &t->val_labels_);
+  if (!t->test_.empty()) t->test_.GatherAll(&t->test_inputs_, &t->test_labels_);
   if (options.drift == Drift::kClassIncremental) {
     for (int64_t i = 0; i < t->train_.size(); ++i) {
       if (t->train_.labels[static_cast<std::size_t>(i)] < options.drift_initial_classes) t->initial_pool_.push_back(i);
@@ -189,10 +273,26 @@ void Trainer::ApplyUpdate(double learning_rate) {
   }
 }
 
-Evaluation Trainer::Validate() const {
-  if (val_inputs_.cols() == 0) return Evaluation{};
-  return Evaluate(model_, val_inputs_, val_labels_);
+Evaluation Trainer::EvaluateAt(const Samples& samples, const Eigen::MatrixXf& inputs,
+                               const std::vector<int32_t>& labels, int64_t iteration) const {
+  if (inputs.cols() == 0) return Evaluation{};
+  if (DriftSwapsLabels(options_, iteration) || DriftRotationDegrees(options_, iteration) != 0.0) {
+    // Exactly what a consumer evaluating DriftedSamples sees.
+    Eigen::MatrixXf drifted_inputs;
+    std::vector<int32_t> drifted_labels;
+    DriftedSamples(options_, samples, iteration).GatherAll(&drifted_inputs, &drifted_labels);
+    return Evaluate(model_, drifted_inputs, drifted_labels);
+  }
+  return Evaluate(model_, inputs, labels);
 }
+
+Samples Trainer::DriftedView(const Samples& samples, int64_t iteration) const {
+  return DriftedSamples(options_, samples, iteration);
+}
+
+Evaluation Trainer::Validate() const { return EvaluateAt(validation_, val_inputs_, val_labels_, iteration_); }
+
+Evaluation Trainer::Test() const { return EvaluateAt(test_, test_inputs_, test_labels_, iteration_); }
 
 Status Trainer::Step(LogRecord* record) {
   if (done()) {
@@ -201,13 +301,23 @@ Status Trainer::Step(LogRecord* record) {
   const int64_t iteration = iteration_ + 1;
   if (iteration == 1) start_ = std::chrono::steady_clock::now();
   const bool all_classes =
-      options_.drift == Drift::kNone || iteration >= options_.drift_at_iteration;
+      options_.drift != Drift::kClassIncremental || iteration >= options_.drift_at_iteration;
   if (epoch_ < 0 || all_classes != all_classes_ ||
       pool_position_ + options_.batch_size > static_cast<int64_t>(pool_.size())) {
     StartEpoch(all_classes);
   }
   train_.GatherBatch(pool_.data() + pool_position_, options_.batch_size, &batch_inputs_, &batch_labels_);
   pool_position_ += options_.batch_size;
+  if (DriftSwapsLabels(options_, iteration)) {
+    for (int32_t& label : batch_labels_) {
+      if (label == options_.drift_swap_class_a) {
+        label = options_.drift_swap_class_b;
+      } else if (label == options_.drift_swap_class_b) {
+        label = options_.drift_swap_class_a;
+      }
+    }
+  }
+  RotateImages(&batch_inputs_, DriftRotationDegrees(options_, iteration));
   const float loss = model_.LossAndGradient(batch_inputs_, batch_labels_, &gradients_, &workspace_);
   if (!std::isfinite(loss)) {
     return AbortedError("training diverged at iteration " + std::to_string(iteration) + " (loss " +
@@ -221,13 +331,23 @@ Status Trainer::Step(LogRecord* record) {
   LogRecord r;
   r.iteration = iteration;
   r.epoch = epoch_;
-  r.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   r.train_loss = loss;
   const int64_t every = options_.val_every_iterations;
   if (every > 0 && (iteration % every == 0 || iteration == planned_iterations_)) {
     const Evaluation e = Validate();
     r.val_loss = e.mean_loss;
     r.val_accuracy = e.accuracy;
+  }
+  // The wall time is the producer's: training and validation, not the test
+  // evaluation (the stand-in for the consumers' traffic).
+  const auto now = std::chrono::steady_clock::now();
+  r.wall_time_s = std::chrono::duration<double>(now - start_).count() - test_seconds_;
+  if (every > 0 && options_.log_test && !test_.empty() &&
+      (iteration % every == 0 || iteration == planned_iterations_)) {
+    const Evaluation e = Test();
+    r.test_loss = e.mean_loss;
+    r.test_accuracy = e.accuracy;
+    test_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
   }
   *record = r;
   return Status::Ok();
@@ -246,6 +366,10 @@ StatusOr<Trainer::Summary> Trainer::Run(TrainingLogWriter* log, const IterationC
       s.last_val_loss = record.val_loss;
       s.last_val_accuracy = record.val_accuracy;
     }
+    if (record.test_loss) {
+      s.last_test_loss = record.test_loss;
+      s.last_test_accuracy = record.test_accuracy;
+    }
     if (callback && !callback(record, *this)) {
       if (!done()) s.termination = "stopped by callback";
       break;
@@ -261,7 +385,8 @@ StatusOr<Trainer::Summary> Trainer::Run(TrainingLogWriter* log, const IterationC
   s.parameters = model_.NumParameters();
   s.model_bytes = model_.SizeBytes();
   if (iteration_ > 0) {
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.test_seconds = test_seconds_;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() - test_seconds_;
     s.seconds_per_iteration = s.seconds / static_cast<double>(iteration_);
     s.samples_per_second = static_cast<double>(iteration_ * options_.batch_size) / s.seconds;
   }

@@ -27,7 +27,8 @@ StatusOr<std::unique_ptr<TrainingLogWriter>> TrainingLogWriter::Open(const std::
   std::unique_ptr<TrainingLogWriter> writer(new TrainingLogWriter());
   writer->path_ = path;
   writer->file_ = file;
-  static const char kHeader[] = "iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,lr\n";
+  static const char kHeader[] =
+      "iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,test_loss,test_accuracy,lr\n";
   if (gzputs(file, kHeader) < 0) return IoError("cannot write the header of log '" + path + "'");
   return writer;
 }
@@ -36,15 +37,19 @@ TrainingLogWriter::~TrainingLogWriter() { (void)Close(); }
 
 Status TrainingLogWriter::Append(const LogRecord& r, double learning_rate) {
   if (file_ == nullptr) return FailedPreconditionError("log '" + path_ + "' is closed");
-  char line[256];
-  int n = std::snprintf(line, sizeof line, "%lld,%lld,%.6f,%.9g,", static_cast<long long>(r.iteration),
+  char line[320];
+  int n = std::snprintf(line, sizeof line, "%lld,%lld,%.6f,%.9g", static_cast<long long>(r.iteration),
                         static_cast<long long>(r.epoch.value_or(0)), r.wall_time_s.value_or(0.0),
                         r.train_loss.value_or(0.0));
-  if (r.val_loss) n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), "%.9g", *r.val_loss);
-  line[n++] = ',';
-  if (r.val_accuracy) {
-    n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), "%.6g", *r.val_accuracy);
-  }
+  // Losses with 9 significant digits, accuracies with 6; empty where absent.
+  auto field = [&](const std::optional<double>& value, const char* format) {
+    line[n++] = ',';
+    if (value) n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), format, *value);
+  };
+  field(r.val_loss, "%.9g");
+  field(r.val_accuracy, "%.6g");
+  field(r.test_loss, "%.9g");
+  field(r.test_accuracy, "%.6g");
   n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), ",%.9g\n", learning_rate);
   if (gzwrite(static_cast<gzFile>(file_), line, static_cast<unsigned>(n)) != n) {
     return IoError("cannot append to log '" + path_ + "' (disk full?)");

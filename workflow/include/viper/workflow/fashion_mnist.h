@@ -18,6 +18,8 @@ namespace workflow {
 constexpr int kFashionMnistClasses = 10;
 constexpr int64_t kFashionMnistImageSide = 28;
 constexpr int64_t kFashionMnistFeatures = kFashionMnistImageSide * kFashionMnistImageSide;  // 784
+constexpr int64_t kFashionMnistTrainImages = 60000;
+constexpr int64_t kFashionMnistTestImages = 10000;
 
 // "T-shirt/top", "Trouser", ... for labels 0..9; "?" otherwise.
 const char* FashionMnistClassName(int label);
@@ -45,7 +47,22 @@ struct Samples {
                    std::vector<int32_t>* labels) const;
   // All samples in order (same layout as GatherBatch).
   void GatherAll(Eigen::MatrixXf* inputs, std::vector<int32_t>* labels) const;
+  // Every image rotated as RotateImages does, pixels rounded back to bytes
+  // (square images only: features = side * side).
+  Samples Rotated(double degrees) const;
+  // The same images with labels a and b exchanged.
+  Samples WithLabelsSwapped(int a, int b) const;
 };
+
+// True when `features` values make a square image (side * side).
+bool IsSquareImage(int64_t features);
+
+// Rotates every column of `images` (a side x side image, row-major, so
+// side * side rows) counter-clockwise as displayed (row 0 at the top) by
+// `degrees` about the image centre: bilinear interpolation, 0 where the
+// source falls outside. 0 degrees is the identity; 90 degrees maps
+// out[r][c] = in[c][side - 1 - r] (numpy's rot90). Deterministic.
+void RotateImages(Eigen::MatrixXf* images, double degrees);
 
 // Reads `<dir>/<prefix>-images-idx3-ubyte.gz` and `<prefix>-labels-idx1-ubyte.gz`
 // (prefix "train" or "t10k"). Validates the magic numbers (2051 for images,

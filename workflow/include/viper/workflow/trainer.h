@@ -1,12 +1,20 @@
 // The real training workload: an MLP (mlp.h) trained on Fashion-MNIST with
 // mini-batch SGD with momentum or Adam, optionally on a cosine learning-rate
-// schedule and on a class-incremental stream (drift). Deterministic given a
-// seed: the same options give the same losses, iteration by iteration.
+// schedule and on a drifting stream (classes arriving, two labels swapped, or
+// inputs rotating). Deterministic given a seed: the same options give the
+// same losses, iteration by iteration.
 //
 // Iterations are numbered from 1. An epoch is one pass over the current
 // training pool (the remainder that does not fill a batch is skipped); the
-// pool is reshuffled at each epoch. The held-out validation set is a fixed
-// subset (the first `val_samples` images of the test split, all 10 classes).
+// pool is reshuffled at each epoch.
+//
+// Observed versus truth (DESIGN.md §1): two disjoint fixed subsets of the
+// Fashion-MNIST test split are evaluated. Validation = the first
+// `val_samples` images: what the producer sees. Test = the next
+// `test_samples` images: what the inference traffic costs (consumers answer
+// requests from it). Both see the drift of the iteration they are evaluated
+// at (a label swap or a rotation changes the traffic's truth too; classes
+// arriving do not change it: both always hold all 10 classes).
 #pragma once
 
 #include <Eigen/Core>
@@ -37,9 +45,15 @@ class Trainer {
   enum class Drift {
     kNone,              // every iteration draws from all classes
     kClassIncremental,  // classes 0..drift_initial_classes-1 first, all classes from drift_at_iteration on
+    kLabelSwap,         // from drift_at_iteration on, the labels of drift_swap_classes are exchanged
+                        // (training stream, validation and test alike)
+    kRotation,          // inputs rotated counter-clockwise by an angle growing linearly from 0 at
+                        // drift_at_iteration to drift_rotation_degrees drift_duration_iterations later
+                        // (training stream, validation and test alike)
   };
   static const char* ToString(Drift drift);
-  static StatusOr<Drift> DriftFromString(const std::string& name);  // "none", "class-incremental"
+  // "none", "class-incremental", "label-swap", "rotation".
+  static StatusOr<Drift> DriftFromString(const std::string& name);
 
   struct Options {
     // Directory with the Fashion-MNIST idx.gz files.
@@ -70,16 +84,35 @@ class Trainer {
     bool cosine_schedule = false;
     // Stream of training data.
     Drift drift = Drift::kNone;
-    // Classes 0..drift_initial_classes-1 are seen before the drift (1..9).
-    int64_t drift_initial_classes = 5;
-    // First iteration that draws from all classes (> 1; required with drift).
+    // First iteration of the drift (>= 2; required with any drift): the first
+    // that draws from all classes, that sees the swapped labels, or that
+    // starts rotating.
     int64_t drift_at_iteration = 0;
+    // Class-incremental: classes 0..drift_initial_classes-1 are seen before
+    // the drift (1..9).
+    int64_t drift_initial_classes = 5;
+    // Label swap: the two classes whose labels are exchanged (0..9, distinct).
+    // Default T-shirt/top (0) and Shirt (6).
+    int drift_swap_class_a = 0;
+    int drift_swap_class_b = 6;
+    // Rotation: final angle in degrees, counter-clockwise (finite, |angle| <= 360),
+    // reached drift_duration_iterations after drift_at_iteration (>= 0; 0 =
+    // at once). Bilinear interpolation about the image centre, 0 outside.
+    double drift_rotation_degrees = 90.0;
+    int64_t drift_duration_iterations = 1000;
     // Seed of the weight initialisation and of the shuffling.
     uint64_t seed = 1;
-    // Validate every this many iterations (and at the last one); 0 = never.
+    // Validate (and test) every this many iterations and at the last one; 0 = never.
     int64_t val_every_iterations = 50;
-    // Size of the fixed held-out subset (first images of the test split).
-    int64_t val_samples = 1000;
+    // Validation subset: the first val_samples images of the test split.
+    int64_t val_samples = 2000;
+    // Test subset: the next test_samples images of the test split (disjoint
+    // from validation; val_samples + test_samples <= 10,000). 0 = none.
+    int64_t test_samples = 5000;
+    // Evaluate the test subset whenever validating and log it (test_loss,
+    // test_accuracy). False keeps the subset (test(), Test()) but leaves the
+    // log's test fields empty, e.g. where the consumers measure the truth.
+    bool log_test = true;
 
     // False (and a message naming the field) when a value is out of range.
     bool IsValid(std::string* error) const;
@@ -92,11 +125,16 @@ class Trainer {
     int64_t iterations_per_epoch = 0;     // over the full training pool
     int64_t parameters = 0;               // number of parameters
     std::size_t model_bytes = 0;          // parameter bytes (float32)
-    double seconds = 0.0;                 // wall time of the run
+    double seconds = 0.0;                 // wall time of the run, less test_seconds
     double seconds_per_iteration = 0.0;   // seconds / iterations
     double samples_per_second = 0.0;      // training samples per second
     std::optional<float> first_train_loss, last_train_loss;
     std::optional<double> last_val_loss, last_val_accuracy;
+    std::optional<double> last_test_loss, last_test_accuracy;
+    // Seconds spent evaluating the test subset. They stand for the
+    // consumers' traffic, not for the producer's work: `seconds` and the
+    // records' wall_time_s exclude them (validation is included).
+    double test_seconds = 0.0;
 
     // One line: iterations, time, losses, accuracy.
     std::string BriefReport() const;
@@ -105,11 +143,23 @@ class Trainer {
   // Called after every iteration with its record; return false to stop.
   using IterationCallback = std::function<bool(const LogRecord& record, const Trainer& trainer)>;
 
+  // The validation and test subsets Create(options) uses: images
+  // [0, val_samples) and [val_samples, val_samples + test_samples) of the
+  // Fashion-MNIST test split, undrifted. Consumers that answer requests load
+  // the test subset with this.
+  struct EvaluationSets {
+    Samples validation;
+    Samples test;
+  };
+  static StatusOr<EvaluationSets> LoadEvaluationSets(const Options& options);
+
   // Loads Fashion-MNIST from options.dataset_dir.
   static StatusOr<std::unique_ptr<Trainer>> Create(const Options& options);
-  // Trains on `train` and validates on `validation` (options.dataset_dir,
-  // train_samples and val_samples are ignored). Tests pass small sets.
-  static StatusOr<std::unique_ptr<Trainer>> Create(const Options& options, Samples train, Samples validation);
+  // Trains on `train`, validates on `validation` and tests on `test`
+  // (options.dataset_dir, train_samples, val_samples and test_samples are
+  // ignored; `test` may be empty). Tests pass small sets.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const Options& options, Samples train, Samples validation,
+                                                   Samples test = Samples());
 
   // One iteration: next mini-batch, forward, backward, update; validation
   // when due. Fills `record` (wall time since the first Step). Fails when
@@ -129,13 +179,21 @@ class Trainer {
   double learning_rate() const { return last_learning_rate_; }
   // Classes the stream draws from at iteration `iteration` (1-based).
   std::vector<int> ActiveClasses(int64_t iteration) const;
-  // The held-out validation samples.
+  // The held-out validation and test samples, undrifted.
   const Samples& validation() const { return validation_; }
-  // Loss and accuracy of the current parameters on the validation subset.
+  const Samples& test() const { return test_; }
+  // Loss and accuracy of the current parameters on the validation / test
+  // subset as the drift has it at iterations_done() (empty Evaluation when
+  // the subset is empty).
   Evaluation Validate() const;
+  Evaluation Test() const;
+  // `samples` as the drift has it at `iteration`: see DriftedSamples.
+  Samples DriftedView(const Samples& samples, int64_t iteration) const;
 
  private:
   Trainer(const Options& options, Mlp model);
+  Evaluation EvaluateAt(const Samples& samples, const Eigen::MatrixXf& inputs, const std::vector<int32_t>& labels,
+                        int64_t iteration) const;
   void StartEpoch(bool all_classes);
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
@@ -144,8 +202,10 @@ class Trainer {
   Mlp model_;
   Samples train_;
   Samples validation_;
-  Eigen::MatrixXf val_inputs_;
-  std::vector<int32_t> val_labels_;
+  Samples test_;
+  Eigen::MatrixXf val_inputs_, test_inputs_;  // undrifted, gathered once
+  std::vector<int32_t> val_labels_, test_labels_;
+  double test_seconds_ = 0.0;
   std::vector<int64_t> initial_pool_;  // indices of the pre-drift classes
   std::vector<int64_t> pool_;          // indices of the current epoch, shuffled
   int64_t pool_position_ = 0;
@@ -161,6 +221,18 @@ class Trainer {
   std::vector<int32_t> batch_labels_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// The drift of `options` at `iteration` (1-based) applied to a set of samples:
+// label swap exchanges the two labels from drift_at_iteration on; rotation
+// rotates every image by DriftRotationDegrees (pixels rounded back to bytes);
+// none and class-incremental return `samples` unchanged (the traffic's truth
+// does not change when new classes arrive in training). Rotation needs square
+// images (features = side * side).
+Samples DriftedSamples(const Trainer::Options& options, const Samples& samples, int64_t iteration);
+// The rotation angle in degrees at `iteration` (0 unless Drift::kRotation).
+double DriftRotationDegrees(const Trainer::Options& options, int64_t iteration);
+// True from drift_at_iteration on with Drift::kLabelSwap.
+bool DriftSwapsLabels(const Trainer::Options& options, int64_t iteration);
 
 }  // namespace workflow
 }  // namespace viper

@@ -1,7 +1,7 @@
 // Writes a trainer's per-iteration log as CSV with the header
-//   iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,lr
-// (validation fields empty where not evaluated), gzip-compressed when the path
-// ends in ".gz". datasets::LogReader reads both forms.
+//   iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,test_loss,test_accuracy,lr
+// (validation and test fields empty where not evaluated), gzip-compressed
+// when the path ends in ".gz". datasets::LogReader reads both forms.
 #pragma once
 
 #include <memory>
