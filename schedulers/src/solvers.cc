@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "viper/schedulers/cil_model.h"
+#include "solver_envelope.h"
 
 namespace viper {
 namespace schedulers {
@@ -42,6 +43,13 @@ class Model {
   // First iteration a new checkpoint may take.
   int64_t lo() const { return std::max(k0_ == 0 ? W_ + 1 : a_ + g_, earliest_); }
   double rate() const { return rate_; }
+  double sigma() const { return sigma_; }
+  double rho() const { return rho_; }
+  double delta() const { return delta_; }
+  // End of a fixed window (kRequestCount, kEndTime): R, independent of the count.
+  double WindowEnd() const { return p_.WindowEnd(0); }
+  // Price of one checkpoint (price_per_slowdown_s x sigma).
+  double price() const { return price_; }
   double loss(int64_t i) const { return l_.at(i); }
   bool CountFree() const { return p_.requests.window == WindowKind::kWhileTraining; }
   double U(int64_t j) const { return static_cast<double>(j - W_) * tau_; }
@@ -121,82 +129,8 @@ class Model {
   double start_loss_;  // loss of the version served at the start (measured, or the curve's)
 };
 
-// Li Chao tree: lower envelope of lines y = m*x + b over the points
-// x(idx) = xs[idx], idx in [0, n). Nodes use the compact (l + r) | (l != r)
-// numbering, so 2n slots suffice.
-class LiChao {
- public:
-  explicit LiChao(std::vector<double> xs)
-      : xs_(std::move(xs)),
-        n_(static_cast<int64_t>(xs_.size())),
-        m_(2 * xs_.size() + 1),
-        b_(2 * xs_.size() + 1),
-        id_(2 * xs_.size() + 1, -1) {}
-
-  void Reset(int64_t n) {
-    n_ = n;
-    std::fill(id_.begin(), id_.begin() + std::min<size_t>(id_.size(), 2 * static_cast<size_t>(n) + 1), -1);
-  }
-
-  void Insert(double m, double b, int64_t id) {
-    int64_t l = 0, r = n_ - 1;
-    while (true) {
-      const int64_t node = (l + r) | (l != r ? 1 : 0);
-      if (id_[node] < 0) {
-        m_[node] = m;
-        b_[node] = b;
-        id_[node] = id;
-        return;
-      }
-      const int64_t mid = (l + r) / 2;
-      const bool left_better = m * xs_[l] + b < m_[node] * xs_[l] + b_[node];
-      const bool mid_better = m * xs_[mid] + b < m_[node] * xs_[mid] + b_[node];
-      if (mid_better) {
-        std::swap(m, m_[node]);
-        std::swap(b, b_[node]);
-        std::swap(id, id_[node]);
-      }
-      if (l == r) return;
-      if (left_better != mid_better) {
-        r = mid;
-      } else {
-        l = mid + 1;
-      }
-    }
-  }
-
-  // (min value, line id) at idx; id -1 when empty.
-  std::pair<double, int64_t> Query(int64_t idx) const {
-    double best = kInf;
-    int64_t best_id = -1;
-    int64_t l = 0, r = n_ - 1;
-    const double x = xs_[idx];
-    while (true) {
-      const int64_t node = (l + r) | (l != r ? 1 : 0);
-      if (id_[node] >= 0) {
-        const double y = m_[node] * x + b_[node];
-        if (y < best) {
-          best = y;
-          best_id = id_[node];
-        }
-      }
-      if (l == r) break;
-      const int64_t mid = (l + r) / 2;
-      if (idx <= mid) {
-        r = mid;
-      } else {
-        l = mid + 1;
-      }
-    }
-    return {best, best_id};
-  }
-
- private:
-  std::vector<double> xs_;
-  int64_t n_;
-  std::vector<double> m_, b_;
-  std::vector<int64_t> id_;
-};
+using internal::LiChao;
+using internal::QueryHull;
 
 Status CheckInputs(const Problem& problem, const LossCurve& curve, const PlanStart& start) {
   VIPER_RETURN_IF_ERROR(problem.Validate());
@@ -268,52 +202,12 @@ Schedule IntervalSchedule(int64_t W, int64_t N, int64_t d) {
   return s;
 }
 
-// One count-free pass (serve while training): dp over the last checkpoint.
-Solution SinglePass(const Model& M) {
-  Solution sol;
-  sol.layers = 1;
-  const int64_t lo = M.lo(), N = M.N();
-  std::optional<double> empty = M.Empty();
-  sol.objective = empty ? *empty : 0.0;
-  if (!empty || lo > N) return sol;  // nothing servable can follow
-  const int64_t n = N - lo + 1;
-  std::vector<double> xs(n);
-  for (int64_t j = lo; j <= N; ++j) xs[j - lo] = M.U(j);
-  LiChao tree(std::move(xs));
-  std::vector<double> dp(n);
-  std::vector<int64_t> parent(n, -1);
-  int64_t best_j = -1;
-  double best = *empty;
-  for (int64_t j = lo; j <= N; ++j) {
-    const int64_t i = j - M.g();
-    if (i >= lo) {
-      tree.Insert(M.Slope(i), dp[i - lo] + M.Icpt(i), i);
-      ++sol.candidates;
-    }
-    double v = M.StartCost(j);
-    int64_t par = -1;
-    auto q = tree.Query(j - lo);
-    if (q.second >= 0 && q.first + M.Quad(j) < v) {
-      v = q.first + M.Quad(j);
-      par = q.second;
-    }
-    dp[j - lo] = v;
-    parent[j - lo] = par;
-    // The terminal's condition and cost do not depend on the count here.
-    if (auto t = M.Terminal(j, M.k0() + 1); t && v + *t < best) {
-      best = v + *t;
-      best_j = j;
-    }
-  }
-  sol.objective = best;
-  for (int64_t j = best_j; j >= 0; j = parent[j - lo]) sol.schedule.push_back(j);
-  std::reverse(sol.schedule.begin(), sol.schedule.end());
-  return sol;
-}
-
 // One Li Chao pass per checkpoint count, with exact pruning (see solvers.h).
-StatusOr<Solution> Layered(const Model& M, int64_t max_layers) {
+// `seed` (objective, schedule) is a known feasible value to beat: states that
+// cannot beat it are pruned from the start; it is returned when nothing does.
+StatusOr<Solution> Layered(const Model& M, int64_t max_layers, const Solution* seed = nullptr) {
   Solution sol;
+  sol.method = SolveMethod::kLayered;
   const int64_t lo = M.lo(), N = M.N();
   std::optional<double> empty = M.Empty();
   sol.objective = empty ? *empty : 0.0;
@@ -325,11 +219,12 @@ StatusOr<Solution> Layered(const Model& M, int64_t max_layers) {
   }
   std::vector<double> xs(n);
   for (int64_t j = lo; j <= N; ++j) xs[j - lo] = M.U(j);
-  LiChao tree(std::move(xs));
+  LiChao tree;
   std::vector<double> prev(n, kInf), cur(n, kInf);
   std::vector<std::vector<int32_t>> parents;  // per layer, for j in [lo, lo + size)
   double best = *empty;
   int64_t best_layer = 0, best_j = -1;
+  if (seed && seed->objective < best) best = seed->objective;
   int64_t prev_hi = N;
   for (int64_t k = 1; k <= max_layers; ++k) {
     const int64_t K = M.k0() + k;
@@ -343,7 +238,7 @@ StatusOr<Solution> Layered(const Model& M, int64_t max_layers) {
     }
     parents.emplace_back(width, -1);
     std::vector<int32_t>& par = parents.back();
-    tree.Reset(width);
+    tree.Reset(xs.data(), width);
     bool alive = false;
     for (int64_t j = lo; j <= hi; ++j) {
       double v = kInf;
@@ -388,6 +283,10 @@ StatusOr<Solution> Layered(const Model& M, int64_t max_layers) {
     if (!alive) break;
   }
   sol.objective = best;
+  if (best_j < 0 && seed && seed->objective <= best) {
+    sol.schedule = seed->schedule;
+    return sol;
+  }
   int64_t j = best_j;
   for (int64_t k = best_layer; k >= 1; --k) {
     sol.schedule.push_back(j);
@@ -397,25 +296,393 @@ StatusOr<Solution> Layered(const Model& M, int64_t max_layers) {
   return sol;
 }
 
+// The objective of `s` (new checkpoints after the start) by the Model's
+// pieces, in the order the O(N^2) reference adds them.
+double PathObjective(const Model& M, const Schedule& s) {
+  if (s.empty()) return *M.Empty();
+  double v = M.StartCost(s[0]);
+  for (size_t t = 1; t < s.size(); ++t) v += M.Seg(s[t - 1], s[t]) + M.price();
+  return v + *M.Terminal(s.back(), M.k0() + static_cast<int64_t>(s.size()));
+}
+
+// One pass's answer for state j, as a line in the count k of earlier new
+// checkpoints: D_k(j) >= phi + lambda * k for every k, with equality at k.
+struct Probe {
+  double lambda = 0.0;
+  double phi = 0.0;
+  int64_t k = -1;  // -1: none
+  double D() const { return phi + lambda * static_cast<double>(k); }
+};
+
+// max(a(k), b(k)) + t0 - c k + q k^2 (a line is skipped when its k is -1).
+double BoundAt(const Probe& a, const Probe& b, double t0, double c, double q, int64_t k) {
+  const double kd = static_cast<double>(k);
+  double env = -kInf;
+  if (a.k >= 0) env = std::max(env, a.phi + a.lambda * kd);
+  if (b.k >= 0) env = std::max(env, b.phi + b.lambda * kd);
+  return env + t0 - c * kd + q * kd * kd;
+}
+
+// min over integer k in [0, kmax] of max(a(k), b(k)) + t0 - c k + q k^2
+// (a line is skipped when its k is -1): a convex function of k, so the
+// minimum is at the floor or ceiling of one of its real stationary points
+// or breakpoints, all of which are tried. Returns (value, argmin).
+std::pair<double, int64_t> LowerBound(const Probe& a, const Probe& b, double t0, double c, double q, int64_t kmax) {
+  auto f = [&](int64_t k) { return BoundAt(a, b, t0, c, q, k); };
+  double cand[8];
+  int nc = 0;
+  cand[nc++] = 0.0;
+  cand[nc++] = static_cast<double>(kmax);
+  if (q > 0.0) {
+    if (a.k >= 0) cand[nc++] = (c - a.lambda) / (2.0 * q);
+    if (b.k >= 0) cand[nc++] = (c - b.lambda) / (2.0 * q);
+  }
+  if (a.k >= 0 && b.k >= 0 && a.lambda != b.lambda) cand[nc++] = (a.phi - b.phi) / (b.lambda - a.lambda);
+  double best = kInf;
+  int64_t best_k = 0;
+  for (int t = 0; t < nc; ++t) {
+    const double x = cand[t];
+    if (!(x == x)) continue;  // NaN
+    const double lo = std::floor(std::min(std::max(x, 0.0), static_cast<double>(kmax)));
+    for (double kd : {lo, lo + 1.0}) {
+      if (kd > static_cast<double>(kmax)) continue;
+      const int64_t k = static_cast<int64_t>(kd);
+      const double v = f(k);
+      if (v < best) {
+        best = v;
+        best_k = k;
+      }
+    }
+  }
+  return {best, best_k};
+}
+
+// Per-call tables and buffers for the count-free passes, kept per thread so
+// that a re-plan (one call per validation point) allocates nothing once
+// warm. Nothing in it carries meaning from one call to the next.
+struct Workspace {
+  // Per state j (index j - lo): the query point U(j), the line of j as a
+  // predecessor (slope, intercept), the count-free part of entering j
+  // (quad, includes the price), the cost of j as the first new checkpoint,
+  // and the last-version cost T_j(k) = t0 - c k + q k^2 for k <= kmax (kmax
+  // -1: j can never be the last checkpoint).
+  std::vector<double> x, slope, icpt, quad, start, t0, c;
+  std::vector<int64_t> kmax;
+  // One pass: value, count of earlier new checkpoints, predecessor (-1: none).
+  std::vector<double> dp;
+  std::vector<int64_t> cnt, par;
+  // The two probes kept per state, and the states not yet ruled out.
+  std::vector<Probe> pa, pb;
+  std::vector<int64_t> open;
+  QueryHull hull;
+  LiChao tree;
+};
+
+Workspace& ThreadWorkspace() {
+  thread_local Workspace w;
+  return w;
+}
+
+// Fills the per-state tables of w for states lo..N.
+void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
+  const int64_t lo = M.lo(), N = M.N();
+  const size_t n = static_cast<size_t>(N - lo + 1);
+  for (auto* v : {&w.x, &w.slope, &w.icpt, &w.quad, &w.start, &w.t0, &w.c, &w.dp}) v->resize(n);
+  w.kmax.resize(n);
+  w.cnt.resize(n);
+  w.par.resize(n);
+  w.pa.resize(n);
+  w.pb.resize(n);
+  const double rate = M.rate(), sigma = M.sigma(), rho = M.rho(), delta = M.delta();
+  const bool count_free = M.CountFree() || sigma == 0.0;
+  *q_out = count_free ? 0.0 : rate * rho * sigma * sigma * 0.5;
+  const int64_t budget_k = max_new == std::numeric_limits<int64_t>::max() ? max_new : max_new - 1;
+  for (int64_t j = lo; j <= N; ++j) {
+    const size_t t = static_cast<size_t>(j - lo);
+    w.x[t] = M.U(j);
+    w.slope[t] = M.Slope(j);
+    w.icpt[t] = M.Icpt(j);
+    w.quad[t] = M.Quad(j);
+    w.start[t] = M.StartCost(j);
+    int64_t kmax = std::min(budget_k, (j - lo) / M.g());
+    if (count_free) {
+      // The last version's cost does not depend on the count.
+      const auto term = M.Terminal(j, M.k0() + 1);
+      w.t0[t] = term ? *term : 0.0;
+      w.c[t] = 0.0;
+      if (!term) kmax = -1;
+    } else if (!M.Servable(j, M.k0() + 1)) {
+      kmax = -1;
+    } else {
+      // x = R - A = x0 - k sigma; T = rate (l x + rho/2 x^2 + rho delta x).
+      const double x0 = M.WindowEnd() - delta - M.U(j) - static_cast<double>(M.k0()) * sigma;
+      const double l = M.loss(j);
+      w.t0[t] = rate * (l * x0 + 0.5 * rho * x0 * x0 + rho * delta * x0);
+      w.c[t] = rate * sigma * (l + rho * delta + rho * x0);
+      // The most earlier checkpoints that keep j servable, by the same test
+      // as the references (Servable), starting from the real-valued bound.
+      const double kf = std::floor(x0 / sigma);
+      int64_t ks = kf > static_cast<double>(kmax) ? kmax + 1 : static_cast<int64_t>(std::max(kf, 0.0));
+      while (ks >= 0 && !M.Servable(j, M.k0() + ks + 1)) --ks;
+      while (ks < kmax && M.Servable(j, M.k0() + ks + 2)) ++ks;
+      kmax = std::min(kmax, ks);
+    }
+    w.kmax[t] = kmax;
+  }
+}
+
+// One count-free DP pass with every transition (earlier checkpoint) rewarded
+// by lambda: dp(j) = min(start(j), min_{i <= j-g} dp(i) + Seg(i,j) + price -
+// lambda), i.e. dp(j) = phi_j(lambda) = min_k D_k(j) - lambda k, with the
+// minimiser's count and predecessor. Uses the hull (amortised O(1) when
+// slopes are monotone) and hands over to a Li Chao tree when in-place
+// insertions have moved more than ~8 lines per state.
+int64_t Pass(Workspace& w, int64_t n, int64_t g, double lambda) {
+  QueryHull& hull = w.hull;
+  hull.Reset(n);
+  bool tree_mode = false;
+  int64_t base = 0;
+  const int64_t move_budget = 8 * n + 4096;
+  int64_t lines = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t i = t - g;
+    if (i >= 0) {
+      const double b = w.dp[i] + w.icpt[i] - lambda;
+      ++lines;
+      if (tree_mode) {
+        w.tree.Insert(w.slope[i], b, i);
+      } else {
+        hull.Insert(w.slope[i], b, i, w.x[t]);
+        if (hull.moved() > move_budget) {
+          tree_mode = true;
+          base = t;
+          w.tree.Reset(w.x.data() + base, n - base);
+          hull.ForEach([&](double m, double bb, int64_t id) { w.tree.Insert(m, bb, id); });
+        }
+      }
+    }
+    double v = w.start[t];
+    int64_t k = 0, p = -1;
+    const auto q = tree_mode ? w.tree.Query(t - base) : hull.Query(w.x[t]);
+    if (q.second >= 0 && q.first + w.quad[t] < v) {
+      v = q.first + w.quad[t];
+      p = q.second;
+      k = w.cnt[p] + 1;
+    }
+    w.dp[t] = v;
+    w.cnt[t] = k;
+    w.par[t] = p;
+  }
+  return lines;
+}
+
+// The count-coupled optimum by Lagrangian passes with a certificate (see
+// solvers.h), falling back to the layered DP seeded with the best schedule
+// found when the certificate does not close within the pass cap.
+StatusOr<Solution> SolveByPasses(const Model& M) {
+  Solution sol;
+  sol.method = SolveMethod::kSinglePass;
+  const int64_t lo = M.lo(), N = M.N();
+  const std::optional<double> empty = M.Empty();
+  sol.objective = empty ? *empty : 0.0;
+  if (!empty || lo > N) return sol;  // nothing servable can follow
+  const int64_t max_new = M.MaxNewCheckpoints();
+  if (max_new <= 0) return sol;
+  const int64_t n = N - lo + 1;
+  Workspace& w = ThreadWorkspace();
+  double q = 0.0;
+  BuildTables(M, max_new, w, &q);
+
+  double ub = *empty;
+  int64_t ub_j = -1;
+  Schedule ub_schedule;
+  w.open.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    if (w.kmax[t] >= 0) w.open.push_back(t);
+    w.pa[t] = Probe{};
+    w.pb[t] = Probe{};
+  }
+  const auto tol = [](double v) { return 1e-11 * std::max(1.0, std::fabs(v)); };
+
+  // The first lambda: c_j of the lowest-loss state that can end a schedule
+  // (0 when the count only meets the budget).
+  double lambda = 0.0;
+  {
+    double best_l = kInf;
+    for (int64_t t : w.open) {
+      if (M.loss(lo + t) < best_l) {
+        best_l = M.loss(lo + t);
+        lambda = w.c[t];
+      }
+    }
+  }
+  constexpr int64_t kMaxPasses = 40;
+  std::vector<double> used;
+  bool certified = false;
+  while (true) {
+    sol.candidates += Pass(w, n, M.g(), lambda);
+    ++sol.passes;
+    used.push_back(lambda);
+    // Upper bound: every state whose minimiser is a servable, budget-feasible path.
+    ub_j = -1;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t k = w.cnt[t];
+      if (k > w.kmax[t]) continue;
+      const double kd = static_cast<double>(k);
+      const double v = w.dp[t] + lambda * kd + w.t0[t] - w.c[t] * kd + q * kd * kd;
+      if (v < ub) {
+        ub = v;
+        ub_j = t;
+      }
+    }
+    if (ub_j >= 0) {
+      ub_schedule.clear();
+      for (int64_t t = ub_j; t >= 0; t = w.par[t]) ub_schedule.push_back(lo + t);
+      std::reverse(ub_schedule.begin(), ub_schedule.end());
+    }
+    // Lower bounds: keep the pair of probes that bounds each open state best.
+    int64_t focus = -1;
+    double focus_lb = kInf;
+    int64_t focus_k = 0;
+    size_t kept = 0;
+    for (int64_t t : w.open) {
+      const Probe p{lambda, w.dp[t], w.cnt[t]};
+      Probe& a = w.pa[t];
+      Probe& b = w.pb[t];
+      auto best = LowerBound(a, b, w.t0[t], w.c[t], q, w.kmax[t]);
+      int which = 0;  // 0: keep (a, b); 1: (p, b); 2: (a, p)
+      if (a.k < 0) {
+        best = LowerBound(p, b, w.t0[t], w.c[t], q, w.kmax[t]);
+        which = 1;
+      } else {
+        const auto pb = LowerBound(p, b.k < 0 ? a : b, w.t0[t], w.c[t], q, w.kmax[t]);
+        const auto ap = LowerBound(a, p, w.t0[t], w.c[t], q, w.kmax[t]);
+        if (b.k < 0) {
+          best = ap;
+          which = 2;
+        } else {
+          if (pb.first > best.first) {
+            best = pb;
+            which = 1;
+          }
+          if (ap.first > best.first) {
+            best = ap;
+            which = 2;
+          }
+        }
+      }
+      if (which == 1) {
+        if (a.k >= 0 && b.k < 0) b = a;
+        a = p;
+      } else if (which == 2) {
+        b = p;
+      }
+      if (best.first >= ub - tol(ub)) continue;  // ruled out
+      w.open[kept++] = t;
+      if (best.first < focus_lb) {
+        focus_lb = best.first;
+        focus = t;
+        focus_k = best.second;
+      }
+    }
+    w.open.resize(kept);
+    if (w.open.empty()) {
+      certified = true;
+      break;
+    }
+    if (sol.passes >= kMaxPasses) break;
+    // The next lambda, from the open state with the smallest bound: known
+    // points of its D_k are (0, start) and its probes; aim between the two
+    // that bracket the bound's minimiser k^ (the chord slope finds a hull
+    // vertex between them or proves there is none), or at c - 2 q k^ when
+    // that lies strictly inside (one pass then settles a drift-free state).
+    const int64_t t = focus;
+    struct Point {
+      int64_t k;
+      double D, lambda;
+    };
+    Point left{0, w.start[t], -kInf};
+    std::optional<Point> right;
+    for (const Probe* pr : {&w.pa[t], &w.pb[t]}) {
+      if (pr->k < 0) continue;
+      if (pr->k <= focus_k && pr->k >= left.k) left = {pr->k, pr->D(), pr->lambda};
+      if (pr->k >= focus_k && (!right || pr->k < right->k)) right = Point{pr->k, pr->D(), pr->lambda};
+    }
+    const double aim = w.c[t] - 2.0 * q * static_cast<double>(focus_k);
+    double next;
+    if (right && right->k > left.k) {
+      next = (right->D - left.D) / static_cast<double>(right->k - left.k);
+      if (aim > left.lambda && aim < right->lambda) next = aim;
+      if (!(next > left.lambda && next < right->lambda)) break;  // a hull edge: no vertex between
+    } else {
+      next = aim;
+      if (!(next > left.lambda)) break;
+    }
+    if (std::find(used.begin(), used.end(), next) != used.end()) break;
+    lambda = next;
+  }
+  sol.layers = sol.passes;
+  if (certified) {
+    sol.method = sol.passes == 1 ? SolveMethod::kSinglePass : SolveMethod::kLagrangian;
+    sol.schedule = ub_schedule;
+    sol.objective = PathObjective(M, sol.schedule);
+    return sol;
+  }
+  // Fallback: the layered DP, up to the largest count an open state could still use.
+  // The bound of state t is convex in k: binary search for the largest k
+  // (earlier checkpoints) at which it is still below the best value found.
+  int64_t max_layers = 0;
+  for (int64_t t : w.open) {
+    const Probe& a = w.pa[t];
+    const Probe& b = w.pb[t];
+    int64_t k_lo = LowerBound(a, b, w.t0[t], w.c[t], q, w.kmax[t]).second, k_hi = w.kmax[t];
+    while (k_lo < k_hi) {
+      const int64_t mid = k_lo + (k_hi - k_lo + 1) / 2;
+      if (BoundAt(a, b, w.t0[t], w.c[t], q, mid) < ub - tol(ub)) {
+        k_lo = mid;
+      } else {
+        k_hi = mid - 1;
+      }
+    }
+    max_layers = std::max(max_layers, k_lo + 1);
+  }
+  const int64_t cap = 1 + (n - 1) / M.g();
+  Solution seed;
+  seed.schedule = ub_schedule;
+  seed.objective = ub;
+  auto layered = Layered(M, std::min({max_new, cap, max_layers}), &seed);
+  if (!layered.ok()) return layered.status();
+  layered->passes = sol.passes;
+  layered->candidates += sol.candidates;
+  layered->layers += sol.passes;
+  if (layered->schedule == ub_schedule) layered->objective = PathObjective(M, ub_schedule);
+  return layered;
+}
+
 }  // namespace
+
+const char* ToString(SolveMethod method) {
+  switch (method) {
+    case SolveMethod::kOther: return "other";
+    case SolveMethod::kSinglePass: return "single-pass";
+    case SolveMethod::kLagrangian: return "lagrangian";
+    case SolveMethod::kLayered: return "layered";
+    case SolveMethod::kQuadratic: return "quadratic";
+  }
+  return "?";
+}
 
 StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start) {
   VIPER_RETURN_IF_ERROR(CheckInputs(problem, curve, start));
   const Model M(problem, curve, start);
-  const int64_t max_new = M.MaxNewCheckpoints();
-  if (M.CountFree()) {
-    Solution sol = SinglePass(M);
-    if (static_cast<int64_t>(sol.schedule.size()) <= max_new) return sol;
-  }
-  const int64_t span = M.N() - M.lo() + 1;
-  const int64_t cap = span <= 0 ? 0 : 1 + (span - 1) / M.g();  // most checkpoints that fit with spacing
-  return Layered(M, std::min(max_new, cap));
+  return SolveByPasses(M);
 }
 
 StatusOr<Solution> SolveOptimalQuadratic(const Problem& problem, const LossCurve& curve, const PlanStart& start) {
   VIPER_RETURN_IF_ERROR(CheckInputs(problem, curve, start));
   const Model M(problem, curve, start);
   Solution sol;
+  sol.method = SolveMethod::kQuadratic;
   const int64_t lo = M.lo(), N = M.N();
   std::optional<double> empty = M.Empty();
   sol.objective = empty ? *empty : 0.0;

@@ -67,6 +67,16 @@ struct PlanStart {
   std::optional<double> served_loss;
 };
 
+// How a solver reached its answer.
+enum class SolveMethod {
+  kOther,       // not one of the DPs below (enumeration, intervals, Viper's algorithms, epoch)
+  kSinglePass,  // one count-free pass was exact (the window does not couple the count, or it did not matter)
+  kLagrangian,  // count-coupled: Lagrangian passes closed the certificate
+  kLayered,     // count-coupled: the certificate did not close; the layered DP (seeded) decided
+  kQuadratic,   // the O(N^2) reference
+};
+const char* ToString(SolveMethod method);
+
 struct Solution {
   // New checkpoints (after the start), strictly increasing.
   Schedule schedule;
@@ -74,8 +84,13 @@ struct Solution {
   // the versions served from the start on (the whole objective when starting
   // at W); for Viper's algorithms, their Algorithm 1 CIL estimate.
   double objective = 0.0;
-  // DP layers run (1 = a single count-free pass; 0 for non-DP solvers).
+  // DP passes run in all: count-free passes plus layers of the layered DP
+  // (1 = a single count-free pass; 0 for non-DP solvers).
   int64_t layers = 0;
+  // Count-free (Lagrangian) passes among them.
+  int64_t passes = 0;
+  // Which method decided.
+  SolveMethod method = SolveMethod::kOther;
   // Candidates examined (intervals, or lines inserted in the DP).
   int64_t candidates = 0;
 };
