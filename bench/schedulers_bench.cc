@@ -1,14 +1,21 @@
 // Schedulers: optimal and fixed at N = 1e6 (goal < 1 s each), and the
 // near-linear DP against the O(N^2) DP and viper-fixed, side by side in the
-// same run (compare the reported times; nothing is asserted here). The
-// fixed-window (request-count) optimal is layered by count and runs at N = 2e4
-// only: at N = 1e6 it needs hundreds of O(N log N) layers (see README).
+// same run (compare the reported times; nothing is asserted here).
+// BM_OptimalFixedWindow: the fixed-window optimum (Lagrangian passes with a
+// certificate, layered fallback) at N = 2e4 and 1e6 for the tier presets'
+// stalls and a stall of one iteration (goals: < 10 ms and < 1 s).
+// BM_Replan: the closed loop's re-plan from random points of a run (goal:
+// median < 5 ms at 1e5 iterations), median and p99 as counters.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "viper/schedulers/solvers.h"
+#include "viper/simulator/presets.h"
 
 namespace {
 
@@ -72,5 +79,95 @@ void BM_ViperFixed(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(viper::schedulers::ViperFixedInterval(s.p, s.c));
 }
 BENCHMARK(BM_ViperFixed)->Arg(20000)->Arg(1000000)->Unit(benchmark::kMillisecond);
+
+// Stall levels: the async tier presets at the paper's NT3.B size (1.7 GB,
+// push: sigma/delta = gpu 0.023/0.32 s, host 0.50/0.91 s, pfs 1.36/2.71 s),
+// and one iteration's time (0.1 s) with the host tier's delay.
+viper::schedulers::CheckpointCost StallLevel(int64_t level) {
+  namespace sim = viper::simulator;
+  const sim::Tier tier = level == 0 ? sim::Tier::kGpu : level == 2 ? sim::Tier::kPfs : sim::Tier::kHost;
+  auto cost = sim::PresetTierCost(tier, 1.7e9, false, viper::schedulers::Notification::kPush).ToCheckpointCost();
+  if (level == 3) cost.stall_s = 0.1;
+  return cost;
+}
+const char* const kStallNames[] = {"gpu", "host", "pfs", "iteration"};
+
+// The bench curve: 0 = Make's noisy curve with a step, 1 = the smooth
+// decreasing curve a forecaster produces (same trend, no noise, no step).
+Setup MakeCurve(int64_t n, WindowKind window, int64_t stall_level, int64_t smooth) {
+  Setup s = Make(n, window);
+  s.p.cost = StallLevel(stall_level);
+  if (smooth) {
+    std::vector<double> l;
+    for (int64_t i = 0; i <= n; ++i) l.push_back(2.0 * std::exp(-4.0 * static_cast<double>(i) / n) + 0.2);
+    s.c = LossCurve(0, l);
+  }
+  return s;
+}
+
+void BM_OptimalFixedWindow(benchmark::State& state) {
+  const Setup s = MakeCurve(state.range(0), WindowKind::kRequestCount, state.range(1), state.range(2));
+  state.SetLabel(std::string(kStallNames[state.range(1)]) + (state.range(2) ? "/smooth" : "/noisy"));
+  for (auto _ : state) {
+    auto sol = viper::schedulers::SolveOptimal(s.p, s.c);
+    if (!sol.ok()) {
+      state.SkipWithError(sol.status().ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(sol);
+    state.counters["checkpoints"] = static_cast<double>(sol->schedule.size());
+    state.counters["passes"] = static_cast<double>(sol->passes);
+    state.counters["layers"] = static_cast<double>(sol->layers - sol->passes);
+    state.counters["certified"] = sol->method == viper::schedulers::SolveMethod::kLayered ? 0.0 : 1.0;
+  }
+}
+BENCHMARK(BM_OptimalFixedWindow)
+    ->ArgsProduct({{20000, 1000000}, {0, 1, 2, 3}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// Re-planning as the closed loop does it: from a random iteration `now` of a
+// run of N iterations, with the checkpoints the full-run plan took before
+// now, a measured served loss 1% off the forecast, and earliest = now + 1.
+// Each call is timed alone (manual time); median and p99 are counters.
+void BM_Replan(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto window = static_cast<WindowKind>(state.range(1));
+  const Setup s = MakeCurve(n, window, 1, 1);
+  state.SetLabel(std::string(viper::schedulers::ToString(window)) + "/host/smooth");
+  const auto full = viper::schedulers::SolveOptimal(s.p, s.c);
+  if (!full.ok()) {
+    state.SkipWithError(full.status().ToString().c_str());
+    return;
+  }
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int64_t> at(s.p.warmup_iterations, n - 1);
+  std::vector<double> times_ms;
+  for (auto _ : state) {
+    const int64_t now = at(rng);
+    viper::schedulers::PlanStart start;
+    const auto& plan = full->schedule;
+    start.checkpoints_taken = std::lower_bound(plan.begin(), plan.end(), now + 1) - plan.begin();
+    if (start.checkpoints_taken > 0) start.last_checkpoint = plan[start.checkpoints_taken - 1];
+    start.earliest_iteration = now + 1;
+    start.served_loss =
+        1.01 * s.c.at(start.checkpoints_taken > 0 ? start.last_checkpoint : s.p.warmup_iterations);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto sol = viper::schedulers::SolveOptimal(s.p, s.c, start);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(sol);
+    state.SetIterationTime(dt);
+    times_ms.push_back(dt * 1e3);
+  }
+  std::sort(times_ms.begin(), times_ms.end());
+  if (!times_ms.empty()) {
+    state.counters["median_ms"] = times_ms[times_ms.size() / 2];
+    state.counters["p99_ms"] = times_ms[std::min(times_ms.size() - 1, times_ms.size() * 99 / 100)];
+  }
+}
+BENCHMARK(BM_Replan)
+    ->ArgsProduct({{10000, 100000, 1000000}, {0, 1}})
+    ->UseManualTime()
+    ->Iterations(200)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

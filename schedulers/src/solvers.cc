@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -549,34 +551,28 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       const Probe p{lambda, w.dp[t], w.cnt[t]};
       Probe& a = w.pa[t];
       Probe& b = w.pb[t];
-      auto best = LowerBound(a, b, w.t0[t], w.c[t], q, w.kmax[t]);
-      int which = 0;  // 0: keep (a, b); 1: (p, b); 2: (a, p)
-      if (a.k < 0) {
-        best = LowerBound(p, b, w.t0[t], w.c[t], q, w.kmax[t]);
-        which = 1;
-      } else {
-        const auto pb = LowerBound(p, b.k < 0 ? a : b, w.t0[t], w.c[t], q, w.kmax[t]);
-        const auto ap = LowerBound(a, p, w.t0[t], w.c[t], q, w.kmax[t]);
-        if (b.k < 0) {
-          best = ap;
-          which = 2;
-        } else {
-          if (pb.first > best.first) {
-            best = pb;
-            which = 1;
-          }
-          if (ap.first > best.first) {
-            best = ap;
-            which = 2;
-          }
+      // Of the pairs among {a, b, p}, keep the one with the highest bound;
+      // on a tie the one whose counts are closest (the tighter bracket for
+      // the next aim).
+      std::pair<double, int64_t> best{-kInf, 0};
+      Probe keep_a = a, keep_b = b;
+      auto consider = [&](const Probe& x, const Probe& y) {
+        if (x.k < 0 && y.k < 0) return;
+        const auto lb = LowerBound(x, y, w.t0[t], w.c[t], q, w.kmax[t]);
+        const auto gap = [](const Probe& u, const Probe& v) {
+          return u.k < 0 || v.k < 0 ? std::numeric_limits<int64_t>::max() : std::abs(u.k - v.k);
+        };
+        if (lb.first > best.first || (lb.first == best.first && gap(x, y) < gap(keep_a, keep_b))) {
+          best = lb;
+          keep_a = x;
+          keep_b = y;
         }
-      }
-      if (which == 1) {
-        if (a.k >= 0 && b.k < 0) b = a;
-        a = p;
-      } else if (which == 2) {
-        b = p;
-      }
+      };
+      consider(a, b);
+      consider(p, b);
+      consider(a, p);
+      a = keep_a;
+      b = keep_b;
       if (best.first >= ub - tol(ub)) continue;  // ruled out
       w.open[kept++] = t;
       if (best.first < focus_lb) {
@@ -586,6 +582,13 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       }
     }
     w.open.resize(kept);
+    if (std::getenv("VIPER_TRACE")) {
+      std::fprintf(stderr, "pass %lld lambda %.9g ub %.12g open %zu focus %lld lb %.12g k^ %lld c %.9g kmax %lld pa(%.9g,%lld) pb(%.9g,%lld)\n",
+                   (long long)sol.passes, lambda, ub, w.open.size(), (long long)focus, focus_lb, (long long)focus_k,
+                   focus >= 0 ? w.c[focus] : 0.0, focus >= 0 ? (long long)w.kmax[focus] : 0LL,
+                   focus >= 0 ? w.pa[focus].lambda : 0.0, focus >= 0 ? (long long)w.pa[focus].k : 0LL,
+                   focus >= 0 ? w.pb[focus].lambda : 0.0, focus >= 0 ? (long long)w.pb[focus].k : 0LL);
+    }
     if (w.open.empty()) {
       certified = true;
       break;
