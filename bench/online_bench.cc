@@ -1,0 +1,93 @@
+// The closed loop's cost per observation: a run of N iterations with a
+// validation point every 50, the training loss at every iteration, all fed
+// through OnlinePlanner::Observe and ShouldCheckpoint as the live producer
+// does. Each call is timed alone; the counters are the median and the p99 per
+// observation (microseconds), split into all observations and the validation
+// points (where the exact re-plan, and sometimes a fit, happen). A step in
+// the curve halfway makes the detector start a new regime. Second argument:
+// 1 = a fixed request window (re-plans then go through the count-coupled
+// solver; at N = 10^5 a mid-run re-plan still falls back to the layered DP
+// and takes seconds, so that case is not registered).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "viper/schedulers/online.h"
+
+namespace viper {
+namespace bench {
+namespace {
+
+namespace sch = schedulers;
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+void BM_OnlineObservation(benchmark::State& state) {
+  const int64_t N = state.range(0);
+  const bool fixed_window = state.range(1) != 0;
+  sch::Problem p;
+  p.warmup_iterations = N / 10;
+  p.total_iterations = N;
+  p.seconds_per_iteration = 0.01;
+  p.cost.stall_s = 0.008;  // the GPU preset at 600 MB
+  p.cost.delay_s = 0.123;
+  p.requests.interval_s = 0.01;
+  if (fixed_window) {
+    p.requests.window = sch::WindowKind::kRequestCount;
+    p.requests.request_count = N - p.warmup_iterations;
+  }
+  predictor::LearningCurvePredictor::Options po;  // the default ensemble of 15 families
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  auto loss = [&](int64_t i) {
+    const double x = static_cast<double>(i);
+    return i < N / 2 ? 0.4 + 2.0 * std::exp(-x / (0.1 * N)) : 0.3 + 0.3 * std::exp(-(x - N / 2) / (0.05 * N));
+  };
+  std::vector<double> all_us, validation_us;
+  int64_t checkpoints = 0, replans = 0, refits = 0;
+  for (auto _ : state) {
+    sch::OnlinePlanner planner(p, sch::PredictorForecasterFactory(po));
+    all_us.clear();
+    validation_us.clear();
+    for (int64_t i = 1; i <= N; ++i) {
+      const bool validation = i % 50 == 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(planner.Observe(i, loss(i) + 5 * noise(rng), sch::ObservationKind::kTraining));
+      if (validation) benchmark::DoNotOptimize(planner.Observe(i, loss(i) + noise(rng), sch::ObservationKind::kValidation));
+      auto now = planner.ShouldCheckpoint(i);
+      if (now.ok() && *now) benchmark::DoNotOptimize(planner.Commit(i));
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      all_us.push_back(us);
+      if (validation && i > p.warmup_iterations) validation_us.push_back(us);
+    }
+    checkpoints = static_cast<int64_t>(planner.taken().size());
+    replans = planner.summary().replans;
+    refits = planner.summary().refits;
+  }
+  state.counters["obs_median_us"] = Quantile(all_us, 0.5);
+  state.counters["obs_p99_us"] = Quantile(all_us, 0.99);
+  state.counters["val_median_us"] = Quantile(validation_us, 0.5);
+  state.counters["val_p99_us"] = Quantile(validation_us, 0.99);
+  state.counters["val_max_us"] = Quantile(validation_us, 1.0);
+  state.counters["checkpoints"] = static_cast<double>(checkpoints);
+  state.counters["replans"] = static_cast<double>(replans);
+  state.counters["fits"] = static_cast<double>(refits);
+}
+BENCHMARK(BM_OnlineObservation)
+    ->Args({10000, 0})
+    ->Args({10000, 1})
+    ->Args({100000, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+}  // namespace
+}  // namespace bench
+}  // namespace viper
