@@ -50,6 +50,9 @@ class Model {
   double delta() const { return delta_; }
   // End of a fixed window (kRequestCount, kEndTime): R, independent of the count.
   double WindowEnd() const { return p_.WindowEnd(0); }
+  // Loss of the start's version, and when it is servable (seconds).
+  double StartLoss() const { return start_loss_; }
+  double StartServable() const { return k0_ == 0 ? 0.0 : p_.CheckpointStart(a_, k0_) + delta_; }
   // Price of one checkpoint (price_per_slowdown_s x sigma).
   double price() const { return price_; }
   double loss(int64_t i) const { return l_.at(i); }
@@ -316,30 +319,38 @@ struct Probe {
   double D() const { return phi + lambda * static_cast<double>(k); }
 };
 
-// max(a(k), b(k)) + t0 - c k + q k^2 (a line is skipped when its k is -1).
-double BoundAt(const Probe& a, const Probe& b, double t0, double c, double q, int64_t k) {
+// max(a(k), b(k), base(k)) + t0 - c k + q k^2: the lower bound of a state
+// with k earlier new checkpoints (a line is skipped when its k is -1).
+double BoundAt(const Probe& a, const Probe& b, const Probe& base, double t0, double c, double q, int64_t k) {
   const double kd = static_cast<double>(k);
-  double env = -kInf;
+  double env = base.phi + base.lambda * kd;
   if (a.k >= 0) env = std::max(env, a.phi + a.lambda * kd);
   if (b.k >= 0) env = std::max(env, b.phi + b.lambda * kd);
   return env + t0 - c * kd + q * kd * kd;
 }
 
-// min over integer k in [0, kmax] of max(a(k), b(k)) + t0 - c k + q k^2
-// (a line is skipped when its k is -1): a convex function of k, so the
-// minimum is at the floor or ceiling of one of its real stationary points
-// or breakpoints, all of which are tried. Returns (value, argmin).
-std::pair<double, int64_t> LowerBound(const Probe& a, const Probe& b, double t0, double c, double q, int64_t kmax) {
-  auto f = [&](int64_t k) { return BoundAt(a, b, t0, c, q, k); };
+// min over integer k in [0, kmax] of BoundAt(k): a convex function of k, so
+// the minimum is at the floor or ceiling of one of its real stationary
+// points or breakpoints, all of which are tried. Returns (value, argmin).
+std::pair<double, int64_t> LowerBound(const Probe& a, const Probe& b, const Probe& base, double t0, double c,
+                                      double q, int64_t kmax) {
+  const Probe* lines[3];
+  int nl = 0;
+  lines[nl++] = &base;
+  if (a.k >= 0) lines[nl++] = &a;
+  if (b.k >= 0) lines[nl++] = &b;
   double cand[8];
   int nc = 0;
   cand[nc++] = 0.0;
   cand[nc++] = static_cast<double>(kmax);
-  if (q > 0.0) {
-    if (a.k >= 0) cand[nc++] = (c - a.lambda) / (2.0 * q);
-    if (b.k >= 0) cand[nc++] = (c - b.lambda) / (2.0 * q);
+  for (int x = 0; x < nl; ++x) {
+    if (q > 0.0) cand[nc++] = (c - lines[x]->lambda) / (2.0 * q);
+    for (int y = x + 1; y < nl; ++y) {
+      if (lines[x]->lambda != lines[y]->lambda) {
+        cand[nc++] = (lines[x]->phi - lines[y]->phi) / (lines[y]->lambda - lines[x]->lambda);
+      }
+    }
   }
-  if (a.k >= 0 && b.k >= 0 && a.lambda != b.lambda) cand[nc++] = (a.phi - b.phi) / (b.lambda - a.lambda);
   double best = kInf;
   int64_t best_k = 0;
   for (int t = 0; t < nc; ++t) {
@@ -349,7 +360,7 @@ std::pair<double, int64_t> LowerBound(const Probe& a, const Probe& b, double t0,
     for (double kd : {lo, lo + 1.0}) {
       if (kd > static_cast<double>(kmax)) continue;
       const int64_t k = static_cast<int64_t>(kd);
-      const double v = f(k);
+      const double v = BoundAt(a, b, base, t0, c, q, k);
       if (v < best) {
         best = v;
         best_k = k;
@@ -375,6 +386,8 @@ struct Workspace {
   std::vector<int64_t> cnt, par;
   // The two probes kept per state, and the states not yet ruled out.
   std::vector<Probe> pa, pb;
+  // A line below D_k(j) for every k, known before any pass (see BuildTables).
+  std::vector<Probe> base;
   std::vector<int64_t> open;
   QueryHull hull;
   LiChao tree;
@@ -395,12 +408,29 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   w.par.resize(n);
   w.pa.resize(n);
   w.pb.resize(n);
+  w.base.resize(n);
   const double rate = M.rate(), sigma = M.sigma(), rho = M.rho(), delta = M.delta();
   const bool count_free = M.CountFree() || sigma == 0.0;
   *q_out = count_free ? 0.0 : rate * rho * sigma * sigma * 0.5;
   const int64_t budget_k = max_new == std::numeric_limits<int64_t>::max() ? max_new : max_new - 1;
+  // The base line. Until A_j, every request is served by the start's version
+  // or by a new checkpoint i < j that exists by then (i <= W + t/tau), each
+  // with loss >= m(t) = min(start loss, losses of those i); drift only adds.
+  // So D_k(j) >= rate * (G(j) + m_j * (A_j(k) - max(U_j, A_s))) + (k+1) price,
+  // G(j) = integral of m over [A_s, U_j], m_j = min(start loss, l over [lo, j)),
+  // A_j(k) = U_j + (k0 + k) sigma + delta: a line in k.
+  const double a_s = M.StartServable();
+  double run_min = M.StartLoss();  // min(start loss, l over [lo, j))
+  double G = run_min * std::max(0.0, M.U(lo) - a_s);
   for (int64_t j = lo; j <= N; ++j) {
     const size_t t = static_cast<size_t>(j - lo);
+    {
+      const double a0 = M.U(j) + static_cast<double>(M.k0()) * sigma + delta;
+      const double beta = rate * (G + run_min * (a0 - std::max(M.U(j), a_s))) + M.price();
+      w.base[t] = Probe{rate * run_min * sigma + M.price(), beta * (1.0 - 1e-12), 0};
+      run_min = std::min(run_min, M.loss(j));
+      if (j < N) G += run_min * std::max(0.0, M.U(j + 1) - std::max(M.U(j), a_s));
+    }
     w.x[t] = M.U(j);
     w.slope[t] = M.Slope(j);
     w.icpt[t] = M.Icpt(j);
@@ -498,6 +528,21 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
   double ub = *empty;
   int64_t ub_j = -1;
   Schedule ub_schedule;
+  if ((M.CountFree() || M.sigma() == 0.0) && max_new == std::numeric_limits<int64_t>::max()) {
+    // Count-free and no budget: one pass at lambda = 0 is exact.
+    sol.candidates += Pass(w, n, M.g(), 0.0);
+    sol.passes = sol.layers = 1;
+    for (int64_t t = 0; t < n; ++t) {
+      if (w.kmax[t] >= 0 && w.dp[t] + w.t0[t] < ub) {
+        ub = w.dp[t] + w.t0[t];
+        ub_j = t;
+      }
+    }
+    for (int64_t t = ub_j; t >= 0; t = w.par[t]) sol.schedule.push_back(lo + t);
+    std::reverse(sol.schedule.begin(), sol.schedule.end());
+    sol.objective = ub;
+    return sol;
+  }
   w.open.clear();
   for (int64_t t = 0; t < n; ++t) {
     if (w.kmax[t] >= 0) w.open.push_back(t);
@@ -552,17 +597,20 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       Probe& a = w.pa[t];
       Probe& b = w.pb[t];
       // Of the pairs among {a, b, p}, keep the one with the highest bound;
-      // on a tie the one whose counts are closest (the tighter bracket for
-      // the next aim).
+      // on a tie the one that brackets the bound's minimiser k^ with the
+      // closest counts (the points the next aim needs).
       std::pair<double, int64_t> best{-kInf, 0};
       Probe keep_a = a, keep_b = b;
+      auto rank = [](const Probe& u, const Probe& v, int64_t k_hat) {
+        if (u.k < 0 || v.k < 0) return std::numeric_limits<int64_t>::max();
+        const int64_t gap = std::abs(u.k - v.k);
+        const bool brackets = std::min(u.k, v.k) <= k_hat && std::max(u.k, v.k) >= k_hat;
+        return brackets ? gap : std::numeric_limits<int64_t>::max() / 2 + gap;
+      };
       auto consider = [&](const Probe& x, const Probe& y) {
-        if (x.k < 0 && y.k < 0) return;
-        const auto lb = LowerBound(x, y, w.t0[t], w.c[t], q, w.kmax[t]);
-        const auto gap = [](const Probe& u, const Probe& v) {
-          return u.k < 0 || v.k < 0 ? std::numeric_limits<int64_t>::max() : std::abs(u.k - v.k);
-        };
-        if (lb.first > best.first || (lb.first == best.first && gap(x, y) < gap(keep_a, keep_b))) {
+        const auto lb = LowerBound(x, y, w.base[t], w.t0[t], w.c[t], q, w.kmax[t]);
+        if (lb.first > best.first ||
+            (lb.first == best.first && rank(x, y, lb.second) < rank(keep_a, keep_b, best.second))) {
           best = lb;
           keep_a = x;
           keep_b = y;
@@ -638,10 +686,10 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
   for (int64_t t : w.open) {
     const Probe& a = w.pa[t];
     const Probe& b = w.pb[t];
-    int64_t k_lo = LowerBound(a, b, w.t0[t], w.c[t], q, w.kmax[t]).second, k_hi = w.kmax[t];
+    int64_t k_lo = LowerBound(a, b, w.base[t], w.t0[t], w.c[t], q, w.kmax[t]).second, k_hi = w.kmax[t];
     while (k_lo < k_hi) {
       const int64_t mid = k_lo + (k_hi - k_lo + 1) / 2;
-      if (BoundAt(a, b, w.t0[t], w.c[t], q, mid) < ub - tol(ub)) {
+      if (BoundAt(a, b, w.base[t], w.t0[t], w.c[t], q, mid) < ub - tol(ub)) {
         k_lo = mid;
       } else {
         k_hi = mid - 1;
