@@ -388,9 +388,17 @@ struct Workspace {
   std::vector<Probe> pa, pb;
   // A line below D_k(j) for every k, known before any pass (see BuildTables).
   std::vector<Probe> base;
+  // The bound of the kept pair, and its minimiser.
+  std::vector<double> lb;
+  std::vector<int64_t> lb_k;
+  // Whether the predecessor lines' slopes never increase (set per call).
+  bool monotone = false;
   std::vector<int64_t> open;
   QueryHull hull;
   LiChao tree;
+  // The monotone pass's hull.
+  std::vector<double> hm, hb;
+  std::vector<int64_t> hid;
 };
 
 Workspace& ThreadWorkspace() {
@@ -409,6 +417,8 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   w.pa.resize(n);
   w.pb.resize(n);
   w.base.resize(n);
+  w.lb.resize(n);
+  w.lb_k.resize(n);
   const double rate = M.rate(), sigma = M.sigma(), rho = M.rho(), delta = M.delta();
   const bool count_free = M.CountFree() || sigma == 0.0;
   *q_out = count_free ? 0.0 : rate * rho * sigma * sigma * 0.5;
@@ -463,6 +473,65 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   }
 }
 
+// Pass() when the slopes never increase: the monotone convex hull trick,
+// lines appended at the back, the head advancing with the queries.
+int64_t MonotonePass(Workspace& w, int64_t n, int64_t g, double lambda) {
+  w.hm.resize(static_cast<size_t>(n) + 1);
+  w.hb.resize(static_cast<size_t>(n) + 1);
+  w.hid.resize(static_cast<size_t>(n) + 1);
+  double* hm = w.hm.data();
+  double* hb = w.hb.data();
+  int64_t* hid = w.hid.data();
+  const double* slope = w.slope.data();
+  const double* icpt = w.icpt.data();
+  const double* x = w.x.data();
+  double* dp = w.dp.data();
+  int64_t* cnt = w.cnt.data();
+  int64_t* par = w.par.data();
+  int64_t head = 0, tail = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t i = t - g;
+    if (i >= 0) {
+      const double m = slope[i], b = dp[i] + icpt[i] - lambda;
+      bool add = true;
+      if (tail > head && hm[tail - 1] == m) {
+        if (hb[tail - 1] <= b) {
+          add = false;
+        } else {
+          --tail;
+        }
+      }
+      if (add) {
+        // The back line is needed iff it crosses its predecessor before the new line crosses it.
+        while (tail - head >= 2 && !((hb[tail - 1] - hb[tail - 2]) * (hm[tail - 1] - m) <
+                                     (b - hb[tail - 1]) * (hm[tail - 2] - hm[tail - 1]))) {
+          --tail;
+        }
+        hm[tail] = m;
+        hb[tail] = b;
+        hid[tail] = i;
+        ++tail;
+      }
+    }
+    const double xt = x[t];
+    while (tail - head >= 2 && hm[head + 1] * xt + hb[head + 1] <= hm[head] * xt + hb[head]) ++head;
+    double v = w.start[t];
+    int64_t k = 0, p = -1;
+    if (tail > head) {
+      const double y = hm[head] * xt + hb[head] + w.quad[t];
+      if (y < v) {
+        v = y;
+        p = hid[head];
+        k = cnt[p] + 1;
+      }
+    }
+    dp[t] = v;
+    cnt[t] = k;
+    par[t] = p;
+  }
+  return std::max<int64_t>(0, n - g);
+}
+
 // One count-free DP pass with every transition (earlier checkpoint) rewarded
 // by lambda: dp(j) = min(start(j), min_{i <= j-g} dp(i) + Seg(i,j) + price -
 // lambda), i.e. dp(j) = phi_j(lambda) = min_k D_k(j) - lambda k, with the
@@ -470,6 +539,7 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
 // slopes are monotone) and hands over to a Li Chao tree when in-place
 // insertions have moved more than ~8 lines per state.
 int64_t Pass(Workspace& w, int64_t n, int64_t g, double lambda) {
+  if (w.monotone) return MonotonePass(w, n, g, lambda);
   QueryHull& hull = w.hull;
   hull.Reset(n);
   bool tree_mode = false;
@@ -524,6 +594,8 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
   Workspace& w = ThreadWorkspace();
   double q = 0.0;
   BuildTables(M, max_new, w, &q);
+  w.monotone = true;
+  for (int64_t t = 1; t < n && w.monotone; ++t) w.monotone = w.slope[t] <= w.slope[t - 1];
 
   double ub = *empty;
   int64_t ub_j = -1;
@@ -567,12 +639,19 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
   std::vector<double> used;
   bool certified = false;
   while (true) {
-    sol.candidates += Pass(w, n, M.g(), lambda);
+    // States after the last open one matter neither as predecessors of an
+    // open state nor as an improvement (their bound is >= the best already).
+    if (w.open.empty()) {  // no state can end a schedule
+      certified = true;
+      break;
+    }
+    const int64_t span = w.open.back() + 1;
+    sol.candidates += Pass(w, span, M.g(), lambda);
     ++sol.passes;
     used.push_back(lambda);
     // Upper bound: every state whose minimiser is a servable, budget-feasible path.
     ub_j = -1;
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < span; ++t) {
       const int64_t k = w.cnt[t];
       if (k > w.kmax[t]) continue;
       const double kd = static_cast<double>(k);
@@ -616,9 +695,15 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
           keep_b = y;
         }
       };
-      consider(a, b);
-      consider(p, b);
-      consider(a, p);
+      if (a.k >= 0) {
+        best = {w.lb[t], w.lb_k[t]};  // the kept pair's bound, from the previous pass
+        consider(p, b);
+        consider(a, p);
+      } else {
+        consider(p, b);
+      }
+      w.lb[t] = best.first;
+      w.lb_k[t] = best.second;
       a = keep_a;
       b = keep_b;
       if (best.first >= ub - tol(ub)) continue;  // ruled out
