@@ -7,7 +7,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 viper="${1:-$here/../../build/apps/viper}"
 out="${OUT_DIR:-$here}"
-common=(--dataset fashion-mnist --batch 64 --seed 1 --val-samples 1000 --progress-every 10)
+# Validation = test-split images 0-1999 (what the producer sees); test = images
+# 2000-6999 (disjoint; the inference traffic's truth).
+common=(--dataset fashion-mnist --batch 64 --seed 1 --val-samples 2000 --test-samples 5000 --progress-every 10)
 run() {
   local name="$1"; shift
   echo "== $name: viper train $* ${common[*]}" >&2
@@ -21,3 +23,7 @@ run sgd-h256-cosine   --hidden 256       --optimizer sgd  --lr 0.1   --momentum 
 run drift-sgd-h256    --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
                       --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 1500
 run long-sgd-h32      --hidden 32        --optimizer sgd  --lr 0.02  --momentum 0.9 --epochs 50 --val-every 250
+run swap-sgd-h256     --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift label-swap --drift-swap-classes 0,6 --drift-at-iteration 2500
+run rotate-sgd-h256   --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift rotation --drift-rotation-degrees 90 --drift-at-iteration 1500 --drift-duration 1500

@@ -394,9 +394,19 @@ TEST(ShippedLogsTest, EveryShippedLogReads) {
     auto r = LogReader::ReadFile(entry.path().string(), {});
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
     EXPECT_GT(r->records.size(), 100u) << name;
+    // Observed (validation) and truth (test, a disjoint sample) at the same rows.
+    int64_t val_points = 0, test_points = 0;
+    for (const auto& record : r->records) {
+      val_points += record.val_loss.has_value();
+      test_points += record.test_loss.has_value() && record.test_accuracy.has_value();
+      if (record.test_loss) EXPECT_TRUE(record.val_loss.has_value()) << name << " at " << record.iteration;
+    }
+    EXPECT_GT(val_points, 10) << name;
+    EXPECT_EQ(test_points, val_points) << name << " lacks test_loss/test_accuracy where it validated";
     ++count;
   }
   if (count == 0) GTEST_SKIP() << "no shipped logs in " << dir;
+  EXPECT_GE(count, 9) << "datasets/README.md lists nine shipped logs";
 }
 
 }  // namespace

@@ -766,7 +766,8 @@ TEST(TrainerTest, ModelStateSurvivesSafetensorsAndEvaluatesTheSame) {
 
 // The shipped main log was made with (datasets/README.md, logs/make_logs.sh):
 //   viper train --hidden 256 --optimizer sgd --lr 0.05 --momentum 0.9
-//     --batch 64 --epochs 5 --seed 1 --val-every 50 --val-samples 1000
+//     --batch 64 --epochs 5 --seed 1 --val-every 50 --val-samples 2000
+//     --test-samples 5000
 // Re-running its first 50 iterations must give the same losses: float32
 // rounding differences between compilers/CPUs are far below 1e-4.
 TEST(TrainerTest, ReproducesTheShippedMainLog) {
@@ -785,7 +786,8 @@ TEST(TrainerTest, ReproducesTheShippedMainLog) {
   o.epochs = 5;
   o.seed = 1;
   o.val_every_iterations = 50;
-  o.val_samples = 1000;
+  o.val_samples = 2000;
+  o.test_samples = 5000;
   auto t = Trainer::Create(o);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   LogRecord r;
@@ -797,10 +799,15 @@ TEST(TrainerTest, ReproducesTheShippedMainLog) {
     EXPECT_NEAR(*r.train_loss, *shipped.train_loss, 1e-4 * std::abs(*shipped.train_loss))
         << "iteration " << r.iteration;
     EXPECT_EQ(r.val_loss.has_value(), shipped.val_loss.has_value()) << "iteration " << r.iteration;
+    EXPECT_EQ(r.test_loss.has_value(), shipped.test_loss.has_value()) << "iteration " << r.iteration;
   }
-  ASSERT_TRUE(r.val_loss && log->records[49].val_loss);
-  EXPECT_NEAR(*r.val_loss, *log->records[49].val_loss, 1e-4);
-  EXPECT_NEAR(*r.val_accuracy, *log->records[49].val_accuracy, 1.5e-3);  // at most one sample of 1000 flips
+  const LogRecord& at50 = log->records[49];
+  ASSERT_TRUE(r.val_loss && at50.val_loss);
+  EXPECT_NEAR(*r.val_loss, *at50.val_loss, 1e-4);
+  EXPECT_NEAR(*r.val_accuracy, *at50.val_accuracy, 1.5e-3);  // at most 3 samples of 2000 flip
+  ASSERT_TRUE(r.test_loss && at50.test_loss) << "the shipped log lacks the test column";
+  EXPECT_NEAR(*r.test_loss, *at50.test_loss, 1e-4);
+  EXPECT_NEAR(*r.test_accuracy, *at50.test_accuracy, 1e-3);  // at most 5 samples of 5000 flip
 }
 
 }  // namespace
