@@ -16,6 +16,9 @@ namespace schedulers {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A state is ruled out when its lower bound is within this relative slack of
+// the best value found: the certified schedule is optimal to 1e-10 relative.
+constexpr double kCertificateSlack = 1e-10;
 
 // The problem's numbers, and the pieces of the fluid objective.
 class Model {
@@ -332,13 +335,29 @@ double BoundAt(const Probe& a, const Probe& b, const Probe& base, double t0, dou
 // min over integer k in [0, kmax] of BoundAt(k): a convex function of k, so
 // the minimum is at the floor or ceiling of one of its real stationary
 // points or breakpoints, all of which are tried. Returns (value, argmin).
+// When some single line already keeps the bound at or above `cutoff`, that
+// line's minimum is returned instead (a weaker bound, enough to rule the
+// state out).
 std::pair<double, int64_t> LowerBound(const Probe& a, const Probe& b, const Probe& base, double t0, double c,
-                                      double q, int64_t kmax) {
+                                      double q, int64_t kmax, double cutoff = kInf) {
   const Probe* lines[3];
   int nl = 0;
   lines[nl++] = &base;
   if (a.k >= 0) lines[nl++] = &a;
   if (b.k >= 0) lines[nl++] = &b;
+  if (cutoff < kInf) {
+    // One line plus the convex terminal: its minimum is at an end or at the vertex.
+    const double kmd = static_cast<double>(kmax);
+    for (int x = 0; x < nl; ++x) {
+      const double s = lines[x]->lambda - c, a0 = lines[x]->phi + t0;
+      double v = std::min(a0, a0 + s * kmd + q * kmd * kmd);
+      if (q > 0.0) {
+        const double kv = std::floor(std::min(std::max(-s / (2.0 * q), 0.0), kmd));
+        for (double kd : {kv, std::min(kv + 1.0, kmd)}) v = std::min(v, a0 + s * kd + q * kd * kd);
+      }
+      if (v >= cutoff) return {v, 0};
+    }
+  }
   double cand[8];
   int nc = 0;
   cand[nc++] = 0.0;
@@ -423,23 +442,24 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   const bool count_free = M.CountFree() || sigma == 0.0;
   *q_out = count_free ? 0.0 : rate * rho * sigma * sigma * 0.5;
   const int64_t budget_k = max_new == std::numeric_limits<int64_t>::max() ? max_new : max_new - 1;
-  // The base line. Until A_j, every request is served by the start's version
-  // or by a new checkpoint i < j that exists by then (i <= W + t/tau), each
-  // with loss >= m(t) = min(start loss, losses of those i); drift only adds.
-  // So D_k(j) >= rate * (G(j) + m_j * (A_j(k) - max(U_j, A_s))) + (k+1) price,
-  // G(j) = integral of m over [A_s, U_j], m_j = min(start loss, l over [lo, j)),
-  // A_j(k) = U_j + (k0 + k) sigma + delta: a line in k.
+  // The base line. Until A_j every request is served by the start's version
+  // or by a new checkpoint i < j servable by then, and checkpoint i is
+  // servable no earlier than U_i + k0 sigma + delta; each has loss >= m(t) =
+  // min(start loss, l_i over those i); drift and later ranks only add. So
+  // D_k(j) >= rate (G(j) + m_j k sigma) + (k + 1) price, with G(j) the
+  // integral of m over [A_s, A_j(0)], m_j = min(start loss, l over [lo, j))
+  // and A_j(k) = U_j + (k0 + k) sigma + delta: a line in k.
   const double a_s = M.StartServable();
+  const double shift = static_cast<double>(M.k0()) * sigma + delta;
   double run_min = M.StartLoss();  // min(start loss, l over [lo, j))
-  double G = run_min * std::max(0.0, M.U(lo) - a_s);
+  double G = run_min * std::max(0.0, M.U(lo) + shift - a_s);
   for (int64_t j = lo; j <= N; ++j) {
     const size_t t = static_cast<size_t>(j - lo);
     {
-      const double a0 = M.U(j) + static_cast<double>(M.k0()) * sigma + delta;
-      const double beta = rate * (G + run_min * (a0 - std::max(M.U(j), a_s))) + M.price();
+      const double beta = rate * G + M.price();
       w.base[t] = Probe{rate * run_min * sigma + M.price(), beta * (1.0 - 1e-12), 0};
       run_min = std::min(run_min, M.loss(j));
-      if (j < N) G += run_min * std::max(0.0, M.U(j + 1) - std::max(M.U(j), a_s));
+      if (j < N) G += run_min * std::max(0.0, M.U(j + 1) + shift - std::max(M.U(j) + shift, a_s));
     }
     w.x[t] = M.U(j);
     w.slope[t] = M.Slope(j);
@@ -621,7 +641,7 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
     w.pa[t] = Probe{};
     w.pb[t] = Probe{};
   }
-  const auto tol = [](double v) { return 1e-11 * std::max(1.0, std::fabs(v)); };
+  const auto tol = [](double v) { return kCertificateSlack * std::max(1.0, std::fabs(v)); };
 
   // The first lambda: c_j of the lowest-loss state that can end a schedule
   // (0 when the count only meets the budget).
@@ -649,9 +669,10 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
     sol.candidates += Pass(w, span, M.g(), lambda);
     ++sol.passes;
     used.push_back(lambda);
-    // Upper bound: every state whose minimiser is a servable, budget-feasible path.
+    // Upper bound: every open state whose minimiser is a servable,
+    // budget-feasible path (the others cannot improve on it beyond the slack).
     ub_j = -1;
-    for (int64_t t = 0; t < span; ++t) {
+    for (int64_t t : w.open) {
       const int64_t k = w.cnt[t];
       if (k > w.kmax[t]) continue;
       const double kd = static_cast<double>(k);
@@ -687,7 +708,7 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
         return brackets ? gap : std::numeric_limits<int64_t>::max() / 2 + gap;
       };
       auto consider = [&](const Probe& x, const Probe& y) {
-        const auto lb = LowerBound(x, y, w.base[t], w.t0[t], w.c[t], q, w.kmax[t]);
+        const auto lb = LowerBound(x, y, w.base[t], w.t0[t], w.c[t], q, w.kmax[t], ub - tol(ub));
         if (lb.first > best.first ||
             (lb.first == best.first && rank(x, y, lb.second) < rank(keep_a, keep_b, best.second))) {
           best = lb;
