@@ -42,7 +42,13 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("drift", po::value(&o->drift)->default_value(o->drift), "loss added per second a version has been served (rho)")
       ("price-per-slowdown-s", po::value(&o->price_per_slowdown_s)->default_value(o->price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective")
       ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (< 0 = none)");
-  desc->add(plan).add(req).add(cost);
+  po::options_description loop("Closed loop (the online strategy)");
+  loop.add_options()
+      ("gate-z", po::value(&o->online.gate_z)->default_value(o->online.gate_z), "publish only when the candidate's measured loss beats the served version's by more than this many noise sd (of a difference of two measurements); 0 = no gate")
+      ("change-threshold", po::value(&o->online.change_threshold)->default_value(o->online.change_threshold), "Page-Hinkley alarm threshold, in noise sd: lower reacts faster to drift and re-fits more often")
+      ("change-allowance", po::value(&o->online.change_allowance)->default_value(o->online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd")
+      ("min-fit-points", po::value(&o->online.min_fit_points)->default_value(o->online.min_fit_points), "measurements of a regime before its curve is fitted (fewer: a flat forecast at their median)");
+  desc->add(plan).add(req).add(cost).add(loop);
 }
 
 namespace {
@@ -181,6 +187,7 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   p.price_per_slowdown_s = o.price_per_slowdown_s;
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
   p.min_spacing_iterations = o.min_spacing;
+  so.online = o.online;
 
   VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(ctx.log, so));
   static_cast<schedulers::Scenario&>(ctx) = std::move(sc);

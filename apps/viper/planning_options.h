@@ -46,6 +46,7 @@ struct PlanningOptions {
   double price_per_slowdown_s = 0;    // objective units per second of slowdown
   double slowdown_budget_s = -1;      // < 0 = unlimited
   int64_t min_spacing = 1;            // iterations between checkpoints
+  schedulers::OnlinePlanner::Options online;  // the closed loop's gate and change detector
 };
 
 void AddPlanningOptions(po::options_description* desc, PlanningOptions* options);

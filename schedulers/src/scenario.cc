@@ -24,6 +24,7 @@ bool ScenarioOptions::IsValid(std::string* error) const {
   }
   if (!predictor.IsValid(error)) return false;
   if (!tier.IsValid(error)) return false;
+  if (!online.IsValid(error)) return false;
   return true;
 }
 
@@ -34,6 +35,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   Scenario sc;
   sc.source = log.source;
   sc.predictor_options = o.predictor;
+  sc.online = o.online;
   const int64_t first = log.records.front().iteration;
   const int64_t last = log.records.back().iteration;
 
@@ -156,6 +158,7 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   StrategyOptions so;
   so.iterations_per_epoch = sc.iterations_per_epoch;
   if (kind == StrategyKind::kOnline) so.forecasters = PredictorForecasterFactory(sc.predictor_options);
+  so.online = sc.online;
   if (kind == StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
     return InvalidArgumentError("the epoch strategy needs epochs in the log (" + sc.source + " has no epoch column)");
   }

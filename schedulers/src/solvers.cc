@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -736,13 +734,6 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       }
     }
     w.open.resize(kept);
-    if (std::getenv("VIPER_TRACE")) {
-      std::fprintf(stderr, "pass %lld lambda %.9g ub %.12g open %zu focus %lld lb %.12g k^ %lld c %.9g kmax %lld pa(%.9g,%lld) pb(%.9g,%lld)\n",
-                   (long long)sol.passes, lambda, ub, w.open.size(), (long long)focus, focus_lb, (long long)focus_k,
-                   focus >= 0 ? w.c[focus] : 0.0, focus >= 0 ? (long long)w.kmax[focus] : 0LL,
-                   focus >= 0 ? w.pa[focus].lambda : 0.0, focus >= 0 ? (long long)w.pa[focus].k : 0LL,
-                   focus >= 0 ? w.pb[focus].lambda : 0.0, focus >= 0 ? (long long)w.pb[focus].k : 0LL);
-    }
     if (w.open.empty()) {
       certified = true;
       break;

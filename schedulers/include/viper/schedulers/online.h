@@ -79,7 +79,7 @@ class OnlinePlanner {
     // Quality gate: a candidate is published only when its measured loss is
     // below the served version's by more than gate_z noise standard
     // deviations of a difference of two measurements; 0 = no gate.
-    double gate_z = 1.0;
+    double gate_z = 0.5;
     // Page-Hinkley alarm threshold and per-point allowance, in noise
     // standard deviations (> 0).
     double change_threshold = 6.0;

@@ -52,6 +52,8 @@ struct ScenarioOptions {
   Problem problem_template;
   // The transport: phases for the simulator and sigma/delta for the planners.
   TierCost tier;
+  // The closed loop's settings for `online` (its metric follows `metric`).
+  OnlinePlanner::Options online;
 
   bool IsValid(std::string* error) const;
 };
@@ -72,6 +74,7 @@ struct Scenario {
   LossCurve predicted;    // [W, N] from the warm-up only
   std::string predictor_report;
   predictor::LearningCurvePredictor::Options predictor_options;
+  OnlinePlanner::Options online;      // the closed loop's settings
   int64_t iterations_per_epoch = 0;   // 0 when the log has no epochs
   std::vector<double> iteration_times_s;  // W+1..N (empty = constant tau)
 };
