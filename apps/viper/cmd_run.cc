@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -66,6 +67,9 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   j["cil_per_consumer"] = s.cil_per_consumer;
   j["requests"] = s.requests;
   j["mean_staleness_s"] = s.mean_staleness_s ? nlohmann::json(*s.mean_staleness_s) : nlohmann::json();
+  j["traffic_iteration_bias"] =
+      s.traffic_iteration_bias ? nlohmann::json(*s.traffic_iteration_bias) : nlohmann::json();
+  j["traffic_iteration_mae"] = s.traffic_iteration_mae ? nlohmann::json(*s.traffic_iteration_mae) : nlohmann::json();
   j["mean_update_latency_s"] =
       s.mean_update_latency_s ? nlohmann::json(*s.mean_update_latency_s) : nlohmann::json();
   j["every_version_delivered"] = s.every_version_delivered;
@@ -112,6 +116,11 @@ void PrintTable(const workflow::LiveRun::Summary& s) {
       "training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
       s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
   std::printf("every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
+  if (s.traffic_iteration_mae) {
+    std::printf("drifting traffic: consumers' estimate of the producer's iteration off by %.1f on average "
+                "(bias %+.1f iterations)\n",
+                *s.traffic_iteration_mae, *s.traffic_iteration_bias);
+  }
   if (!s.message.empty()) std::printf("%s\n", s.message.c_str());
 }
 
@@ -123,6 +132,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string fanout = "node", host_protocol = "shm";
   std::string model_bytes = "64MiB", json_path, csv_path, trace_path;
   std::string hidden;
+  std::string drift = "none", swap_classes = "0,6";
   bool compare = false, quiet = false;
   po::options_description desc("Options");
   desc.add_options()("help,h", "show this help")(
@@ -168,7 +178,27 @@ int RunRun(const std::vector<std::string>& args) {
       "val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations),
       "trainer: validate every N iterations (the planner's curve)")(
       "val-samples", po::value(&o.trainer.val_samples)->default_value(o.trainer.val_samples),
-      "trainer: validation images; consumers' requests cycle over the same test images")(
+      "trainer: validation subset the producer observes (images, the first of the Fashion-MNIST test split)")(
+      "test-samples", po::value(&o.trainer.test_samples)->default_value(o.trainer.test_samples),
+      "trainer: test subset the consumers' requests cycle over (images, the next ones after the validation "
+      "subset, disjoint from it; > 0, val + test <= 10000)")(
+      "drift", po::value(&drift)->default_value(drift),
+      "trainer: none | class-incremental (training sees classes 0..K-1 first; the traffic always holds all "
+      "10) | label-swap (two labels exchanged in training and traffic) | rotation (inputs of training and "
+      "traffic rotate)")(
+      "drift-at-iteration", po::value(&o.trainer.drift_at_iteration)->default_value(0),
+      "trainer: first drifted iteration (iterations, >= 2 and <= the run's last; required with --drift)")(
+      "drift-initial-classes", po::value(&o.trainer.drift_initial_classes)->default_value(o.trainer.drift_initial_classes),
+      "class-incremental: classes seen before the drift (count, 1..9)")(
+      "drift-swap-classes", po::value(&swap_classes)->default_value(swap_classes),
+      "label-swap: the two classes whose labels are exchanged, A,B (0..9, distinct; default T-shirt/top and "
+      "Shirt)")(
+      "drift-rotation-degrees",
+      po::value(&o.trainer.drift_rotation_degrees)->default_value(o.trainer.drift_rotation_degrees),
+      "rotation: final angle (degrees counter-clockwise, |angle| <= 360)")(
+      "drift-duration",
+      po::value(&o.trainer.drift_duration_iterations)->default_value(o.trainer.drift_duration_iterations),
+      "rotation: iterations from --drift-at-iteration until the final angle (0 = at once)")(
       "seed", po::value(&o.trainer.seed)->default_value(o.trainer.seed),
       "trainer: seed of weights and shuffling")(
       "log", po::value(&o.log_path),
@@ -198,7 +228,9 @@ int RunRun(const std::vector<std::string>& args) {
       "with\n"
       "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with "
       "the\n"
-      "version they hold, charging each the real loss of that version (trainer: evaluated on a test image).\n"
+      "version they hold, charging each the real loss of that version (trainer: evaluated on an image of the\n"
+      "test subset, disjoint from the validation subset the planner sees; with --drift label-swap or rotation\n"
+      "the image is drifted as at the producer's current iteration, estimated by the consumer).\n"
       "Times are seconds since the end of warm-up. Exit 0 ok, 1 failure (a lost producer), 2 bad usage.");
   if (parsed == -1) return kExitOk;
   if (parsed != 0) return parsed;
@@ -244,13 +276,73 @@ int RunRun(const std::vector<std::string>& args) {
       }
     }
   }
+  {
+    auto dk = workflow::Trainer::DriftFromString(drift);
+    if (!dk.ok()) return usage("--drift: " + dk.status().message());
+    o.trainer.drift = *dk;
+    using D = workflow::Trainer::Drift;
+    auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
+    if (o.trainer.drift != D::kNone && o.workload != workflow::LiveRun::Workload::kTrainer) {
+      return usage("--drift: needs --workload trainer (a replay's losses are replayed as recorded)");
+    }
+    if (o.trainer.drift != D::kNone && !given("drift-at-iteration")) {
+      return usage("--drift-at-iteration: required with --drift " + drift + " (the first drifted iteration, >= 2)");
+    }
+    if (o.trainer.drift == D::kNone && given("drift-at-iteration")) {
+      return usage("--drift-at-iteration: given without --drift");
+    }
+    const struct {
+      const char* option;
+      D applies_to;
+    } specific[] = {{"drift-initial-classes", D::kClassIncremental},
+                    {"drift-swap-classes", D::kLabelSwap},
+                    {"drift-rotation-degrees", D::kRotation},
+                    {"drift-duration", D::kRotation}};
+    for (const auto& f : specific) {
+      if (given(f.option) && o.trainer.drift != f.applies_to) {
+        return usage(std::string("--") + f.option + ": applies to --drift " + workflow::Trainer::ToString(f.applies_to) +
+                     " only (got --drift " + drift + ")");
+      }
+    }
+    const auto comma = swap_classes.find(',');
+    try {
+      if (comma == std::string::npos) throw std::invalid_argument("no comma");
+      size_t used_a = 0, used_b = 0;
+      const std::string a = swap_classes.substr(0, comma), b = swap_classes.substr(comma + 1);
+      o.trainer.drift_swap_class_a = std::stoi(a, &used_a);
+      o.trainer.drift_swap_class_b = std::stoi(b, &used_b);
+      if (used_a != a.size() || used_b != b.size()) throw std::invalid_argument("trailing characters");
+    } catch (...) {
+      return usage("--drift-swap-classes: expected two classes A,B (e.g. 0,6), got '" + swap_classes + "'");
+    }
+  }
   if (o.tier == transports::Tier::kPfs && o.pfs_dir.empty()) {
     o.pfs_dir =
         (std::filesystem::temp_directory_path() / ("viper-run-" + std::to_string(::getuid()))).string();
   }
   o.verbose = !quiet;
   std::string error;
-  if (!o.IsValid(&error)) return usage(error);
+  if (!o.IsValid(&error)) {
+    // Name the command-line option rather than the field.
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"trainer.drift_at_iteration", "--drift-at-iteration"},
+        {"trainer.drift_initial_classes", "--drift-initial-classes"},
+        {"trainer.drift_swap_class_a", "--drift-swap-classes (A)"},
+        {"trainer.drift_swap_class_b", "--drift-swap-classes (B)"},
+        {"trainer.drift_rotation_degrees", "--drift-rotation-degrees"},
+        {"trainer.drift_duration_iterations", "--drift-duration"},
+        {"trainer.val_samples + test_samples", "--val-samples + --test-samples"},
+        {"trainer.val_samples", "--val-samples"},
+        {"trainer.test_samples", "--test-samples"},
+        {"trainer.drift", "--drift"}};
+    for (const auto& [field, flag] : kFlags) {
+      if (error.rfind(field, 0) == 0) {
+        error = std::string(flag) + error.substr(std::strlen(field));
+        break;
+      }
+    }
+    return usage(error);
+  }
 
   auto session = transports::MpiSession::Init(nullptr, nullptr);
   if (!session.ok()) return Fail("run", session.status());

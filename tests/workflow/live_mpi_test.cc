@@ -111,6 +111,8 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
     return;
   }
   CheckProducerSummary(*r);
+  for (const auto& q : r->request_log) EXPECT_EQ(q.traffic_iteration, -1) << "no drift: undrifted traffic";
+  EXPECT_FALSE(r->traffic_iteration_mae.has_value());
   EXPECT_EQ(r->host_protocol, "shm");  // the default: the consumers copy from shared memory
   EXPECT_GE(r->schedule.size(), 1u) << r->plan_report;
   // Requests from every consumer were collected.
@@ -147,6 +149,33 @@ TEST(LiveMpi, TrainerOnlineReplans) {
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) return;
   CheckProducerSummary(*r);
+}
+
+TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  // N = 93, W = 19; labels 0 and 6 swap from iteration 50 on, in training and traffic.
+  LiveRun::Options o = SmallTrainer();
+  o.strategy = schedulers::StrategyKind::kFixed;
+  o.trainer.drift = Trainer::Drift::kLabelSwap;
+  o.trainer.drift_at_iteration = 50;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  // Every request carries the consumer's estimate of the producer's
+  // iteration (never behind the version it served, never past N) and the
+  // producer's own count at that time.
+  for (const auto& q : r->request_log) {
+    EXPECT_GE(q.traffic_iteration, q.iteration);
+    EXPECT_LE(q.traffic_iteration, r->total_iterations);
+    EXPECT_GE(q.true_iteration, r->warmup_iterations);
+    EXPECT_LE(q.true_iteration, r->total_iterations);
+  }
+  ASSERT_TRUE(r->traffic_iteration_mae.has_value());
+  ASSERT_TRUE(r->traffic_iteration_bias.has_value());
+  EXPECT_TRUE(std::isfinite(*r->traffic_iteration_mae));
+  EXPECT_LE(*r->traffic_iteration_mae, static_cast<double>(r->total_iterations));
 }
 
 TEST(LiveMpi, ReplayPrefixOverPfs) {

@@ -48,6 +48,72 @@ TEST(LiveOptions, InvalidFieldsAreNamed) {
   EXPECT_NE(error.find("trainer."), std::string::npos) << error;
 }
 
+TEST(LiveOptions, DriftAndSubsetsAreValidated) {
+  std::string error;
+  // A label swap in the middle of a 3-epoch run on 2,000 images (93 iterations).
+  LiveRun::Options o;
+  o.trainer.train_samples = 2000;
+  o.trainer.epochs = 3;
+  o.trainer.drift = Trainer::Drift::kLabelSwap;
+  o.trainer.drift_at_iteration = 50;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+
+  LiveRun::Options bad = o;
+  bad.trainer.drift_at_iteration = 0;  // required with a drift
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_at_iteration"), std::string::npos) << error;
+
+  bad = o;
+  bad.trainer.drift_at_iteration = 94;  // after N = 93: the drift would never happen
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_at_iteration"), std::string::npos) << error;
+  EXPECT_NE(error.find("93"), std::string::npos) << error;
+  bad.trainer.max_iterations = 0;
+  bad.trainer.drift_at_iteration = 93;  // the last iteration is allowed
+  EXPECT_TRUE(bad.IsValid(&error)) << error;
+  bad.trainer.max_iterations = 60;  // a cap shortens the run
+  EXPECT_FALSE(bad.IsValid(&error));
+
+  bad = o;
+  bad.trainer.drift_swap_class_b = bad.trainer.drift_swap_class_a;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_swap_class_b"), std::string::npos) << error;
+
+  bad = o;
+  bad.trainer.drift = Trainer::Drift::kRotation;
+  bad.trainer.drift_rotation_degrees = 400;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_rotation_degrees"), std::string::npos) << error;
+  bad.trainer.drift_rotation_degrees = 90;
+  bad.trainer.drift_duration_iterations = -1;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_duration_iterations"), std::string::npos) << error;
+
+  bad = o;
+  bad.trainer.drift = Trainer::Drift::kClassIncremental;
+  bad.trainer.drift_initial_classes = 10;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_initial_classes"), std::string::npos) << error;
+
+  // The consumers need a test subset, disjoint from validation and within the split.
+  bad = o;
+  bad.trainer.test_samples = 0;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.test_samples"), std::string::npos) << error;
+  bad.trainer.test_samples = 9000;  // 2,000 + 9,000 > 10,000
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("val_samples + test_samples"), std::string::npos) << error;
+
+  // A replay has no trainer to drift.
+  bad = o;
+  bad.workload = LiveRun::Workload::kReplay;
+  bad.log_path = "some.csv";
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift"), std::string::npos) << error;
+  bad.trainer.drift = Trainer::Drift::kNone;
+  EXPECT_TRUE(bad.IsValid(&error)) << error;
+}
+
 TEST(LiveOptions, WorkloadRoundTrips) {
   for (auto w : {LiveRun::Workload::kTrainer, LiveRun::Workload::kReplay}) {
     auto back = LiveRun::WorkloadFromString(LiveRun::ToString(w));

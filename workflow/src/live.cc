@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,16 @@ constexpr int kTagRequests = 2;    // consumer -> producer: request records
 constexpr int kTagVersions = 3;    // consumer -> producer: swap records
 constexpr int kTagEnd = 4;         // producer -> consumer: training over, last version number
 constexpr int kTagClock = 5;       // clock-alignment ping-pong
-constexpr int kRequestFields = 4;  // time, version, iteration, loss
+constexpr int kTagPace = 6;        // producer -> consumer (drifting traffic): warm-up tau, N
+constexpr int kRequestFields = 5;  // time, version, iteration, loss, traffic iteration
 constexpr int kVersionFields = 4;  // version, servable time, receive_s, verify_s
+
+// True when the trainer's drift changes what the inference traffic costs
+// (label swap, rotation); classes arriving in training do not.
+bool DriftChangesTraffic(const LiveRun::Options& o) {
+  return o.workload == LiveRun::Workload::kTrainer &&
+         (o.trainer.drift == Trainer::Drift::kLabelSwap || o.trainer.drift == Trainer::Drift::kRotation);
+}
 
 bool Fail(std::string* error, const std::string& message) {
   if (error) *error = message;
@@ -207,14 +216,21 @@ class ReplayWorkload : public ProducerWorkload {
 class LossOracle {
  public:
   virtual ~LossOracle() = default;
-  virtual double Loss(const transports::ModelVersion& version, int64_t request) = 0;
+  // `traffic_iteration`: the producer iteration whose drift the request's
+  // input carries (< 0: undrifted).
+  virtual double Loss(const transports::ModelVersion& version, int64_t request, int64_t traffic_iteration) = 0;
 };
 
+// Requests cycle over the trainer's test subset; drifting traffic drifts the
+// one image of each request (a rotation of one image is cheap; the whole
+// subset per request is not).
 class TrainerLoss : public LossOracle {
  public:
-  TrainerLoss(Eigen::MatrixXf inputs, std::vector<int32_t> labels, int64_t offset)
-      : inputs_(std::move(inputs)), labels_(std::move(labels)), offset_(offset) {}
-  double Loss(const transports::ModelVersion& version, int64_t request) override {
+  TrainerLoss(Trainer::Options trainer, Samples test, int64_t offset)
+      : trainer_(std::move(trainer)), test_(std::move(test)), offset_(offset) {
+    test_.GatherAll(&inputs_, &labels_);
+  }
+  double Loss(const transports::ModelVersion& version, int64_t request, int64_t traffic_iteration) override {
     if (!model_ || cached_version_ != version.state.metadata.version) {
       // gpu tier: the served version is in device memory; evaluate a host copy.
       StatusOr<ModelState> host = ModelState();
@@ -227,12 +243,21 @@ class TrainerLoss : public LossOracle {
     }
     const int64_t n = static_cast<int64_t>(labels_.size());
     const int64_t j = (request + offset_) % n;
-    Eigen::MatrixXf x = inputs_.col(j);
-    std::vector<int32_t> y = {labels_[static_cast<size_t>(j)]};
+    Eigen::MatrixXf x;
+    std::vector<int32_t> y;
+    if (traffic_iteration >= 0) {
+      const Samples one = DriftedSamples(trainer_, test_.Subset({j}), traffic_iteration);
+      one.GatherAll(&x, &y);
+    } else {
+      x = inputs_.col(j);
+      y = {labels_[static_cast<size_t>(j)]};
+    }
     return Evaluate(*model_, x, y, 1).mean_loss;
   }
 
  private:
+  Trainer::Options trainer_;
+  Samples test_;
   Eigen::MatrixXf inputs_;
   std::vector<int32_t> labels_;
   int64_t offset_ = 0;
@@ -243,7 +268,7 @@ class TrainerLoss : public LossOracle {
 class ReplayLoss : public LossOracle {
  public:
   explicit ReplayLoss(schedulers::LossCurve curve) : curve_(std::move(curve)) {}
-  double Loss(const transports::ModelVersion& version, int64_t) override {
+  double Loss(const transports::ModelVersion& version, int64_t, int64_t) override {
     const int64_t it = version.state.metadata.iteration;
     const int64_t c = std::clamp(it, curve_.first_iteration(), curve_.last_iteration());
     return curve_.at(c);
@@ -273,13 +298,11 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
   // The loss of a served version.
   std::unique_ptr<LossOracle> oracle;
   if (o.workload == LiveRun::Workload::kTrainer) {
-    VIPER_ASSIGN_OR_RETURN(Samples test, LoadFashionMnist(o.trainer.dataset_dir, FashionMnistSplit::kTest,
-                                                          o.trainer.val_samples));
-    Eigen::MatrixXf inputs;
-    std::vector<int32_t> labels;
-    test.GatherAll(&inputs, &labels);
-    const int64_t offset = (static_cast<int64_t>(rank) - 1) * 997 % std::max<int64_t>(1, test.size());
-    oracle = std::make_unique<TrainerLoss>(std::move(inputs), std::move(labels), offset);
+    // The test subset only: disjoint from the validation subset the producer plans on.
+    VIPER_ASSIGN_OR_RETURN(Trainer::EvaluationSets sets, Trainer::LoadEvaluationSets(o.trainer));
+    if (sets.test.empty()) return InvalidArgumentError("consumer: the trainer's test subset is empty");
+    const int64_t offset = (static_cast<int64_t>(rank) - 1) * 997 % sets.test.size();
+    oracle = std::make_unique<TrainerLoss>(o.trainer, std::move(sets.test), offset);
   } else {
     VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
     predictor::LearningCurvePredictor::Options po;
@@ -338,6 +361,56 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     return (cur && static_cast<double>(cur->state.metadata.version) >= last_version) ||
            MonotonicSeconds() > end_deadline;
   };
+  // Drifting traffic: the producer's current iteration, estimated as the
+  // served (newest) version's iteration plus the time since it became
+  // servable here over tau. tau: the mean seconds per iteration between
+  // version 0 and the newest version (stalls and planning included), or
+  // before a second version the producer's warm-up tau (kTagPace).
+  const bool drifting = DriftChangesTraffic(o);
+  double pace[2] = {0, 0};  // warm-up tau, N
+  bool pace_received = false;
+  auto receive_pace = [&] {
+    if (!drifting || pace_received) return;
+    int flag = 0;
+    MPI_Iprobe(0, kTagPace, comm, &flag, MPI_STATUS_IGNORE);
+    if (!flag) return;
+    MPI_Recv(pace, 2, MPI_DOUBLE, 0, kTagPace, comm, MPI_STATUS_IGNORE);
+    pace_received = true;
+  };
+  auto servable_at = [&](uint64_t version, double fallback) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i + kVersionFields <= swaps.size(); i += kVersionFields) {
+      if (static_cast<uint64_t>(swaps[i]) == version) return swaps[i + 1];
+    }
+    return fallback;
+  };
+  int64_t it0 = -1;
+  double a0 = 0;
+  uint64_t seen_version = ~0ull;
+  double a_k = 0;
+  auto traffic_iteration = [&](const transports::ModelVersion& v, double t) -> int64_t {
+    if (!drifting) return -1;
+    receive_pace();
+    const int64_t ik = v.state.metadata.iteration;
+    if (v.state.metadata.version != seen_version) {
+      seen_version = v.state.metadata.version;
+      a_k = servable_at(seen_version, t);
+      if (it0 < 0) {
+        it0 = ik;
+        a0 = a_k;
+      }
+    }
+    double tau = 0;
+    if (ik > it0 && a_k > a0) {
+      tau = (a_k - a0) / static_cast<double>(ik - it0);
+    } else if (pace_received) {
+      tau = pace[0];
+    }
+    double est = static_cast<double>(ik);
+    if (tau > 0) est += std::floor(std::max(0.0, t - a_k) / tau);
+    if (pace_received && pace[1] > 0) est = std::min(est, pace[1]);
+    return static_cast<int64_t>(est);
+  };
   if (first.ok()) {
     const double start = MonotonicSeconds();
     const double interval = 1.0 / o.requests_per_s;
@@ -346,11 +419,14 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
       if (finished()) break;
       auto cur = sub->Current();
       const double t = MonotonicSeconds() - base;
-      const double loss = oracle->Loss(*cur, q);
+      const int64_t ti = traffic_iteration(*cur, t);
+      const double loss = oracle->Loss(*cur, q, ti);
       reqs.insert(reqs.end(), {t, static_cast<double>(cur->state.metadata.version),
-                               static_cast<double>(cur->state.metadata.iteration), loss});
+                               static_cast<double>(cur->state.metadata.iteration), loss,
+                               static_cast<double>(ti)});
     }
   }
+  receive_pace();  // a pace message still queued is taken (not left unmatched)
   const auto ss = sub->summary();
   sub->Stop();
   if (!end_received && !ss.producer_lost) {
@@ -396,6 +472,7 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     q.version = static_cast<uint64_t>(reqs[i + 1]);
     q.iteration = static_cast<int64_t>(reqs[i + 2]);
     q.loss = reqs[i + 3];
+    q.traffic_iteration = static_cast<int64_t>(reqs[i + 4]);
     s.cil += q.loss;
     s.request_log.push_back(q);
   }
@@ -429,7 +506,9 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   std::unique_ptr<ProducerWorkload> work;
   int64_t first_iteration = 1;
   if (o.workload == LiveRun::Workload::kTrainer) {
-    VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o.trainer));
+    Trainer::Options to = o.trainer;
+    to.log_test = false;  // the consumers measure the truth on the test subset
+    VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
     work = std::make_unique<TrainerWorkload>(std::move(trainer));
   } else {
     VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
@@ -463,10 +542,15 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   LogRecord rec;
   double t_step0 = MonotonicSeconds();
   int64_t it = 0;
+  // Drifting traffic: when each iteration ended (seconds since base), to
+  // judge the consumers' estimates of the producer's iteration.
+  const bool drifting = DriftChangesTraffic(o);
+  std::vector<std::pair<double, int64_t>> timeline;
   while (it < W && !stop()) {
     VIPER_RETURN_IF_ERROR(work->Step(&rec));
     it = rec.iteration;
     s.log.records.push_back(rec);
+    if (drifting) timeline.emplace_back(MonotonicSeconds() - base, it);
   }
   const double t_warm = MonotonicSeconds() - base;  // the time origin of the Summary
   s.seconds_per_iteration =
@@ -497,6 +581,17 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     if (o.notify == transports::Notify::kPoll) delta += 0.5 * o.poll_period_s;
     s.planned_stall_s = r0.stall_s;
     s.planned_delay_s = std::max(delta, r0.stall_s);
+  }
+  if (drifting) {
+    // The consumers' first pace estimate (warm-up tau) and the cap N.
+    const double pace[2] = {s.seconds_per_iteration, static_cast<double>(N)};
+    for (int r = 1; r < size; ++r) {
+      MPI_Request pr;
+      MPI_Isend(pace, 2, MPI_DOUBLE, r, kTagPace, comm, &pr);
+      if (!WaitRequest(&pr, MonotonicSeconds() + o.consumer_timeout_s)) {
+        log("consumer rank " + std::to_string(r) + " did not take the pace message");
+      }
+    }
   }
   log("warm-up done: W=" + std::to_string(W) + " of N=" + std::to_string(N) + ", tau " +
       std::to_string(s.seconds_per_iteration * 1e3) + " ms, version 0 stall " +
@@ -559,6 +654,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     VIPER_RETURN_IF_ERROR(work->Step(&rec));
     it = rec.iteration;
     s.log.records.push_back(rec);
+    if (drifting) timeline.emplace_back(MonotonicSeconds() - base, it);
     bool checkpoint = next && it >= *next;
     if (online) {
       const double t0 = MonotonicSeconds();
@@ -690,7 +786,8 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   if (lat_n > 0) s.mean_update_latency_s = lat_sum / lat_n;
 
   // Requests in the window [0, training end].
-  double stale_sum = 0;
+  double stale_sum = 0, bias_sum = 0, abs_sum = 0;
+  int64_t judged = 0;
   for (auto& [rank, rq] : reqs) {
     for (size_t i = 0; i + kRequestFields <= rq.size(); i += kRequestFields) {
       LiveRun::Request q;
@@ -700,6 +797,16 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
       q.version = static_cast<uint64_t>(rq[i + 1]);
       q.iteration = static_cast<int64_t>(rq[i + 2]);
       q.loss = rq[i + 3];
+      q.traffic_iteration = static_cast<int64_t>(rq[i + 4]);
+      if (q.traffic_iteration >= 0 && !timeline.empty()) {
+        // Iterations done at the request's time (base-relative: rq[i]).
+        auto e = std::upper_bound(timeline.begin(), timeline.end(), std::make_pair(rq[i], std::numeric_limits<int64_t>::max()));
+        q.true_iteration = e == timeline.begin() ? first_iteration - 1 : std::prev(e)->second;
+        const double d = static_cast<double>(q.traffic_iteration - q.true_iteration);
+        bias_sum += d;
+        abs_sum += std::fabs(d);
+        ++judged;
+      }
       auto f = index.find(q.version);
       const double tk = f == index.end() ? 0.0 : s.versions[f->second].checkpoint_s;
       q.staleness_s = q.time_s - tk;
@@ -714,6 +821,10 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   }
   s.requests = static_cast<int64_t>(s.request_log.size());
   if (s.requests > 0) s.mean_staleness_s = stale_sum / static_cast<double>(s.requests);
+  if (judged > 0) {
+    s.traffic_iteration_bias = bias_sum / static_cast<double>(judged);
+    s.traffic_iteration_mae = abs_sum / static_cast<double>(judged);
+  }
   s.cil_per_consumer = reporting > 0 ? s.cil / reporting : 0;
   s.no_checkpoint_training_s = s.training_end_s - s.total_stall_s - s.planning_s;
   s.slowdown_fraction = s.no_checkpoint_training_s > 0 ? s.total_stall_s / s.no_checkpoint_training_s : 0;
@@ -769,9 +880,28 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     if (model_bytes < 4) return Fail(error, "model_bytes must be >= 4");
     if (!(replay_time_scale > 0)) return Fail(error, "replay_time_scale must be > 0");
     if (replay_max_iterations < 0) return Fail(error, "replay_max_iterations must be >= 0");
-  } else if (!trainer.IsValid(error)) {
-    if (error) *error = "trainer." + *error;
-    return false;
+  } else {
+    if (!trainer.IsValid(error)) {
+      if (error) *error = "trainer." + *error;
+      return false;
+    }
+    if (trainer.test_samples <= 0) {
+      return Fail(error, "trainer.test_samples must be > 0: the consumers answer requests from the test subset");
+    }
+    if (trainer.drift != Trainer::Drift::kNone) {
+      // N as Trainer::Create will plan it (train_samples 0 = all 60,000 images).
+      const int64_t pool = trainer.train_samples > 0 ? trainer.train_samples : kFashionMnistTrainImages;
+      int64_t n = trainer.epochs * (pool / trainer.batch_size);
+      if (trainer.max_iterations > 0) n = std::min(n, trainer.max_iterations);
+      if (trainer.drift_at_iteration > n) {
+        return Fail(error, "trainer.drift_at_iteration (" + std::to_string(trainer.drift_at_iteration) +
+                               ") is after the run's last iteration (" + std::to_string(n) +
+                               "): the drift would never happen");
+      }
+    }
+  }
+  if (workload == Workload::kReplay && trainer.drift != Trainer::Drift::kNone) {
+    return Fail(error, "trainer.drift: a replay has no trainer to drift (the log's losses are replayed as recorded)");
   }
   if (!(producer_timeout_s > 0)) return Fail(error, "producer_timeout_s must be > 0");
   if (!(consumer_timeout_s > 0)) return Fail(error, "consumer_timeout_s must be > 0");

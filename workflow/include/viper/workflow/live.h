@@ -6,7 +6,9 @@
 // transports::Publisher. Consumers serve requests at a fixed rate from the
 // moment the warm-up model (version 0) arrives; each request is charged the
 // real loss of the version it was served by (trainer: the served version
-// evaluated on a test image; replay: the logged loss of the served version's
+// evaluated on one image of the trainer's TEST subset, disjoint from the
+// validation subset the producer plans on, drifted as the producer's stream
+// is at the request's time; replay: the logged loss of the served version's
 // iteration). At the end the consumers send their request records to the
 // producer, which assembles the Summary.
 //
@@ -71,8 +73,14 @@ class LiveRun {
     // Warm-up as a fraction of the run, in (0, 1), when warmup_iterations is 0.
     double warmup_fraction = 0.2;
     // Trainer workload: the trainer (N = its planned iterations). The
-    // consumers' requests cycle over the first trainer.val_samples test
-    // images (the trainer's validation subset), each consumer from its own offset.
+    // consumers' requests cycle over the trainer's test subset (test images
+    // [val_samples, val_samples + test_samples), disjoint from the validation
+    // subset the producer observes), each consumer from its own offset. With
+    // a drift that changes the traffic (label-swap, rotation) each request's
+    // image is drifted as at the producer's estimated current iteration (see
+    // Request::traffic_iteration); class-incremental does not change it.
+    // The producer does not evaluate the test subset itself (log_test is
+    // ignored: the consumers measure the truth).
     Trainer::Options trainer = DefaultTrainerOptions();
     // Replay workload: the log (CSV/JSON lines, .gz ok; needs wall times).
     std::string log_path;
@@ -124,6 +132,14 @@ class LiveRun {
     int64_t iteration = 0;   // that version's iteration
     double loss = 0;         // real loss charged
     double staleness_s = 0;  // time_s - checkpoint_s of the version
+    // Trainer with label-swap or rotation drift: the producer iteration whose
+    // drift state the request's image was given, as the consumer estimated it
+    // (newest version's iteration + time since it became servable / tau, tau
+    // from the versions seen, before that from the producer's warm-up). -1
+    // when the traffic does not drift.
+    int64_t traffic_iteration = -1;
+    // Producer's iterations done at time_s (from its own timeline; -1 as above).
+    int64_t true_iteration = -1;
   };
 
   struct Summary {
@@ -154,6 +170,9 @@ class LiveRun {
     double cil_per_consumer = 0;          // cil / consumers that reported
     int64_t requests = 0;
     std::optional<double> mean_staleness_s;
+    // Drifting traffic: mean (estimated - true) and mean |estimated - true|
+    // producer iteration over the in-window requests.
+    std::optional<double> traffic_iteration_bias, traffic_iteration_mae;
     std::optional<double> mean_update_latency_s;  // versions >= 1
     bool every_version_delivered = false;         // every sent version reached every live consumer
     std::vector<VersionStats> versions;
