@@ -6,33 +6,80 @@
 // price_per_slowdown_s x m x sigma) over every schedule in (W, N] that
 // respects min_spacing_iterations and slowdown_budget_s; the result equals the
 // O(K N^2) dynamic programme and exhaustive enumeration up to floating-point
-// rounding (tests: 1e-9 relative). Counted per request (kDiscrete) the same
-// schedule's CIL differs from the fluid value by less than the cost of one
-// request per served version (fixed rate), i.e. at most (m + 1) x the largest
-// per-request cost. Planning with a trace uses its mean rate.
+// rounding (tests: 1e-9 relative). When SolveOptimal decides by its
+// certificate (below) the schedule is optimal to within kCertificateSlack =
+// 1e-10 relative, the level of the DP's own rounding at N = 1e6. Counted per
+// request (kDiscrete) the same schedule's CIL differs from the fluid value by
+// less than the cost of one request per served version (fixed rate), i.e. at
+// most (m + 1) x the largest per-request cost. Planning with a trace uses its
+// mean rate.
 //
-// Why the DP is near-linear. Version k (k >= 1) is served from A_k to
+// Why one DP pass is near-linear. Version k (k >= 1) is served from A_k to
 // A_{k+1} = A_k + (s_{k+1} - s_k)*tau + sigma: its cost
 //   rate*(l(s_k)*L + rho/2*L^2 + rho*delta*L),  L = (s_{k+1} - s_k)*tau + sigma,
 // does not depend on how many checkpoints came before, and as a function of
 // u = (s_{k+1} - W)*tau it is (a term in u alone) + (a line in u whose slope
 // and intercept depend on s_k only). So
 //   dp(j) = c(u_j) + min_i [slope_i*u_j + intercept_i(dp(i))]
-// is a minimum over lines, answered by a Li Chao tree in O(log N). Min
-// spacing g only delays a line's insertion until j = i + g.
+// is a minimum over lines queried at increasing u. When the slopes never
+// increase (a decreasing curve, or enough drift) the monotone convex hull
+// trick answers it in amortised O(1); otherwise a hull sorted by slope with
+// in-place insertion (a line not below the envelope at the current u and
+// steeper than it is never needed again, since queries only move right),
+// handed over to a Li Chao tree (O(log N)) if insertions move too many
+// lines. Min spacing g only delays a line's insertion until j = i + g.
 //
 // The window. Serving while training ends at R = (N-W)*tau + m*sigma; the last
 // version then serves (N - s_m)*tau + sigma - delta, independent of m: one DP
-// pass is exact. A fixed window (request count or end time) has a fixed R, and
-// the last version's share R - A_m shrinks by sigma per checkpoint: the cost
-// couples to m through that term only. SolveOptimal then runs one Li Chao pass
-// per count m = 1, 2, ... (layer m extends layer m-1), and stops exactly when
-// no state of the current layer can still beat the best complete schedule:
-// state (m, j) costs at least dp_m(j) + rate*min_{i>=j} l(i)*(R - A_m(j)) to
-// complete (losses and drift are >= 0), so it is dropped when that is >= the
-// best found; when none survives, no larger m can win. A slowdown budget caps
-// the layers at floor(budget / sigma); with serve-while-training the one-pass
-// answer is used when it is within budget, else the layered DP.
+// pass is exact when no budget binds. A fixed window (request count or end
+// time) has a fixed R, and the count couples through the last version only:
+// with last checkpoint j preceded by k new ones (k0 taken before the start),
+// x = R - A_j = x0_j - k*sigma, x0_j = R - U_j - delta - k0*sigma, and its cost
+//   T_j(k) = rate*(l_j*x + rho/2*x^2 + rho*delta*x) = T_j(0) - c_j*k + q*k^2,
+//   c_j = rate*sigma*(l_j + rho*delta + rho*x0_j),  q = rate*rho*sigma^2/2,
+// for 0 <= k <= kmax_j (servable: x >= 0; the budget; spacing allows at most
+// (j - first)/g earlier ones). A binding budget is the same with c = q = 0.
+// Let D_k(j) be the least cost of the versions served up to A_j over paths
+// with exactly k earlier new checkpoints (count-free segment costs, prices
+// included). The optimum is min(no new checkpoint, min_j min_k D_k(j) + T_j(k)).
+//
+// Lagrangian passes. Rewarding every transition by lambda, one count-free pass
+// computes, exactly and for every j at once, phi_j(lambda) = min_k D_k(j) -
+// lambda*k, together with the count k_j of the minimising path. Hence
+//   (a) D_k(j) >= phi_j(lambda) + lambda*k for every k (a line in k), and
+//   (b) that path costs exactly D_{k_j}(j) = phi_j(lambda) + lambda*k_j, so when
+//       k_j <= kmax_j it is a feasible schedule worth D + T_j(k_j): an upper
+//       bound UB on the optimum.
+// Neither needs convexity of D_k(j) in k. A third line holds before any pass:
+// until A_j every request is served by the start's version or by a new
+// checkpoint i < j, servable no earlier than U_i + k0*sigma + delta, so its
+// loss is at least m(t) = min(start loss, l_i over those i), and the k stalls
+// before j add k*sigma of time served at >= min(start loss, l over [first, j));
+// this gives D_k(j) >= rate*(G_j + m_j*sigma*k) + (k+1)*price (drift only adds).
+// For each j two probe lines are kept (of the pairs, the one with the highest
+// bound) and LB_j = min over integer k in [0, kmax_j] of max(lines)(k) +
+// T_j(k): the function is convex in k (a maximum of lines plus q*k^2, q >= 0),
+// so its integer minimum is at the floor or ceiling of a breakpoint, a
+// stationary point or an end, all of which are tried. Every schedule with a
+// new checkpoint has a last one j with some k <= kmax_j and costs at least
+// LB_j; so once LB_j >= UB - slack for every j, the schedule behind UB is
+// optimal (the certificate). The next lambda comes from the open j with the
+// smallest LB: c_j - 2*q*k^ when it lies strictly between the lambdas of the
+// known points of D_.(j) that bracket the bound's minimiser k^ (for q = 0 that
+// pass settles j), else the chord slope between them (which finds a vertex of
+// D's lower hull between them or proves there is none). This choice only
+// affects speed. Passes span states up to the last open one, and states whose
+// bound already exceeds UB stay ruled out (UB only decreases).
+//
+// Fallback. When the certificate has not closed after 40 passes (or no lambda
+// can make progress: a hull edge, a duality gap of a non-monotone curve), the
+// layered DP decides: one Li Chao pass per count m = 1, 2, ..., seeded with UB
+// and its schedule, and capped at the largest count at which some open state's
+// bound is still below UB. It stops exactly when no state of the current layer
+// can still beat the best complete schedule: state (m, j) costs at least
+// dp_m(j) + rate*min_{i>=j} l(i)*(R - A_m(j)) to complete (losses and drift
+// are >= 0), so it is dropped when that is >= the best found; when none
+// survives, no larger m can win.
 //
 // Checkpoints never servable inside the window (A_m > R) are excluded: with
 // non-negative losses, drift and price, dropping them never raises the
@@ -95,8 +142,12 @@ struct Solution {
   int64_t candidates = 0;
 };
 
-// Exact optimal irregular schedule (fluid objective), O(K N log N) with K
-// layers (K = 1 when serving while training without a binding budget).
+// Exact optimal irregular schedule (fluid objective): one count-free pass
+// when serving while training without a budget; otherwise Lagrangian passes
+// with a certificate, and the layered DP only when that does not close
+// (Solution::method says which). A pass is O(N) for monotone slopes, else
+// O(N log N) at worst. Buffers are kept per thread between calls (re-plans
+// allocate nothing once warm); results never depend on them.
 StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start = {});
 // The same optimum by the plain dynamic programme, evaluating every
 // predecessor directly: O(N^2) per layer. The reference for tests and bench.
