@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +40,8 @@ constexpr int kTagRequests = 2;    // consumer -> producer: request records
 constexpr int kTagVersions = 3;    // consumer -> producer: swap records
 constexpr int kTagEnd = 4;         // producer -> consumer: training over, last version number
 constexpr int kTagClock = 5;       // clock-alignment ping-pong
-constexpr int kTagPace = 6;        // producer -> consumer (drifting traffic): warm-up tau, N
+constexpr int kTagPace = 6;        // producer -> consumer (drifting traffic): iteration, time, warm-up tau, N
+constexpr double kPacePeriodS = 0.01;  // drifting traffic: seconds between pace announcements
 constexpr int kRequestFields = 5;  // time, version, iteration, loss, traffic iteration
 constexpr int kVersionFields = 4;  // version, servable time, receive_s, verify_s
 
@@ -361,54 +364,38 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
     return (cur && static_cast<double>(cur->state.metadata.version) >= last_version) ||
            MonotonicSeconds() > end_deadline;
   };
-  // Drifting traffic: the producer's current iteration, estimated as the
-  // served (newest) version's iteration plus the time since it became
-  // servable here over tau. tau: the mean seconds per iteration between
-  // version 0 and the newest version (stalls and planning included), or
-  // before a second version the producer's warm-up tau (kTagPace).
+  // Drifting traffic: the producer's current iteration, estimated from its
+  // pace announcements (kTagPace: iteration, its time, warm-up tau, N; one
+  // every kPacePeriodS after warm-up): the last announced iteration plus the
+  // time since then over tau (between the last two announcements; the
+  // warm-up tau after the first), never behind the served version, never past N.
   const bool drifting = DriftChangesTraffic(o);
-  double pace[2] = {0, 0};  // warm-up tau, N
-  bool pace_received = false;
+  double pace[4] = {0, 0, 0, 0}, previous[4] = {0, 0, 0, 0};
+  int paces = 0;
   auto receive_pace = [&] {
-    if (!drifting || pace_received) return;
-    int flag = 0;
-    MPI_Iprobe(0, kTagPace, comm, &flag, MPI_STATUS_IGNORE);
-    if (!flag) return;
-    MPI_Recv(pace, 2, MPI_DOUBLE, 0, kTagPace, comm, MPI_STATUS_IGNORE);
-    pace_received = true;
-  };
-  auto servable_at = [&](uint64_t version, double fallback) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (size_t i = 0; i + kVersionFields <= swaps.size(); i += kVersionFields) {
-      if (static_cast<uint64_t>(swaps[i]) == version) return swaps[i + 1];
+    if (!drifting) return;
+    while (true) {
+      int flag = 0;
+      MPI_Iprobe(0, kTagPace, comm, &flag, MPI_STATUS_IGNORE);
+      if (!flag) return;
+      std::copy(pace, pace + 4, previous);
+      MPI_Recv(pace, 4, MPI_DOUBLE, 0, kTagPace, comm, MPI_STATUS_IGNORE);
+      ++paces;
     }
-    return fallback;
   };
-  int64_t it0 = -1;
-  double a0 = 0;
-  uint64_t seen_version = ~0ull;
-  double a_k = 0;
   auto traffic_iteration = [&](const transports::ModelVersion& v, double t) -> int64_t {
     if (!drifting) return -1;
     receive_pace();
-    const int64_t ik = v.state.metadata.iteration;
-    if (v.state.metadata.version != seen_version) {
-      seen_version = v.state.metadata.version;
-      a_k = servable_at(seen_version, t);
-      if (it0 < 0) {
-        it0 = ik;
-        a0 = a_k;
-      }
+    const double ik = static_cast<double>(v.state.metadata.iteration);
+    if (paces == 0) return static_cast<int64_t>(ik);
+    double tau = pace[2];
+    if (paces >= 2 && pace[0] > previous[0] && pace[1] > previous[1]) {
+      tau = (pace[1] - previous[1]) / (pace[0] - previous[0]);
     }
-    double tau = 0;
-    if (ik > it0 && a_k > a0) {
-      tau = (a_k - a0) / static_cast<double>(ik - it0);
-    } else if (pace_received) {
-      tau = pace[0];
-    }
-    double est = static_cast<double>(ik);
-    if (tau > 0) est += std::floor(std::max(0.0, t - a_k) / tau);
-    if (pace_received && pace[1] > 0) est = std::min(est, pace[1]);
+    double est = pace[0];
+    if (tau > 0) est += std::floor(std::max(0.0, t - pace[1]) / tau);
+    est = std::max(est, ik);
+    if (pace[3] > 0) est = std::min(est, pace[3]);
     return static_cast<int64_t>(est);
   };
   if (first.ok()) {
@@ -426,7 +413,7 @@ StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm,
                                static_cast<double>(ti)});
     }
   }
-  receive_pace();  // a pace message still queued is taken (not left unmatched)
+  receive_pace();  // pace messages still queued are taken (not left unmatched)
   const auto ss = sub->summary();
   sub->Stop();
   if (!end_received && !ss.producer_lost) {
@@ -582,17 +569,22 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     s.planned_stall_s = r0.stall_s;
     s.planned_delay_s = std::max(delta, r0.stall_s);
   }
-  if (drifting) {
-    // The consumers' first pace estimate (warm-up tau) and the cap N.
-    const double pace[2] = {s.seconds_per_iteration, static_cast<double>(N)};
+  // Drifting traffic: the producer announces its iteration to the consumers
+  // (kTagPace) at the end of warm-up and every kPacePeriodS after.
+  std::deque<std::array<double, 4>> pace_sent;
+  std::vector<MPI_Request> pace_requests;
+  double last_pace = -1e300;
+  auto announce = [&](int64_t iteration) {
+    const double now = MonotonicSeconds();
+    if (!drifting || now - last_pace < kPacePeriodS) return;
+    last_pace = now;
+    pace_sent.push_back({static_cast<double>(iteration), now - base, s.seconds_per_iteration, static_cast<double>(N)});
     for (int r = 1; r < size; ++r) {
-      MPI_Request pr;
-      MPI_Isend(pace, 2, MPI_DOUBLE, r, kTagPace, comm, &pr);
-      if (!WaitRequest(&pr, MonotonicSeconds() + o.consumer_timeout_s)) {
-        log("consumer rank " + std::to_string(r) + " did not take the pace message");
-      }
+      pace_requests.emplace_back();
+      MPI_Isend(pace_sent.back().data(), 4, MPI_DOUBLE, r, kTagPace, comm, &pace_requests.back());
     }
-  }
+  };
+  announce(W);
   log("warm-up done: W=" + std::to_string(W) + " of N=" + std::to_string(N) + ", tau " +
       std::to_string(s.seconds_per_iteration * 1e3) + " ms, version 0 stall " +
       std::to_string(s.planned_stall_s * 1e3) + " ms, delay " + std::to_string(s.planned_delay_s * 1e3) +
@@ -654,7 +646,10 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
     VIPER_RETURN_IF_ERROR(work->Step(&rec));
     it = rec.iteration;
     s.log.records.push_back(rec);
-    if (drifting) timeline.emplace_back(MonotonicSeconds() - base, it);
+    if (drifting) {
+      timeline.emplace_back(MonotonicSeconds() - base, it);
+      announce(it);
+    }
     bool checkpoint = next && it >= *next;
     if (online) {
       const double t0 = MonotonicSeconds();
@@ -688,6 +683,10 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.lost_consumers = psum.lost_consumers;
   log("training done at " + std::to_string(s.training_end_s) + " s; " + psum.BriefReport());
 
+  // Pace announcements: small (sent eagerly); one a lost consumer never
+  // took is cancelled.
+  const double pace_deadline = MonotonicSeconds() + 1.0;
+  for (auto& pr : pace_requests) WaitRequest(&pr, pace_deadline);
   // Tell the consumers training is over and which version is the last.
   const double end_msg[2] = {published.empty() ? 0.0 : static_cast<double>(published.back().version),
                              static_cast<double>(s.lost_consumers.size())};

@@ -134,9 +134,9 @@ class LiveRun {
     double staleness_s = 0;  // time_s - checkpoint_s of the version
     // Trainer with label-swap or rotation drift: the producer iteration whose
     // drift state the request's image was given, as the consumer estimated it
-    // (newest version's iteration + time since it became servable / tau, tau
-    // from the versions seen, before that from the producer's warm-up). -1
-    // when the traffic does not drift.
+    // (the producer announces its iteration and time every 10 ms after
+    // warm-up; the consumer adds the time since the last announcement over
+    // tau between the last two). -1 when the traffic does not drift.
     int64_t traffic_iteration = -1;
     // Producer's iterations done at time_s (from its own timeline; -1 as above).
     int64_t true_iteration = -1;
