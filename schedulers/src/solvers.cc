@@ -47,6 +47,7 @@ class Model {
   int64_t lo() const { return std::max(k0_ == 0 ? W_ + 1 : a_ + g_, earliest_); }
   double rate() const { return rate_; }
   double sigma() const { return sigma_; }
+  double tau() const { return tau_; }
   double rho() const { return rho_; }
   double delta() const { return delta_; }
   // End of a fixed window (kRequestCount, kEndTime): R, independent of the count.
@@ -451,40 +452,55 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   const double shift = static_cast<double>(M.k0()) * sigma + delta;
   double run_min = M.StartLoss();  // min(start loss, l over [lo, j))
   double G = run_min * std::max(0.0, M.U(lo) + shift - a_s);
+  // The window's end when fixed (the same double Problem::WindowEnd returns
+  // for every count), and the references' servability test, inlined.
+  const double R = count_free ? 0.0 : M.WindowEnd();
+  const double tau = M.tau(), price = M.price(), start_loss = M.StartLoss();
+  const int64_t W = M.W(), k0 = M.k0(), g = M.g();
   for (int64_t j = lo; j <= N; ++j) {
     const size_t t = static_cast<size_t>(j - lo);
+    const double u = static_cast<double>(j - W) * tau;  // U(j)
+    const double l = M.loss(j);
+    const auto servable = [&](int64_t K) { return u + static_cast<double>(K - 1) * sigma + delta <= R; };
     {
-      const double beta = rate * G + M.price();
-      w.base[t] = Probe{rate * run_min * sigma + M.price(), beta * (1.0 - 1e-12), 0};
-      run_min = std::min(run_min, M.loss(j));
-      if (j < N) G += run_min * std::max(0.0, M.U(j + 1) + shift - std::max(M.U(j) + shift, a_s));
+      const double beta = rate * G + price;
+      w.base[t] = Probe{rate * run_min * sigma + price, beta * (1.0 - 1e-12), 0};
+      run_min = std::min(run_min, l);
+      if (j < N) G += run_min * std::max(0.0, u + tau + shift - std::max(u + shift, a_s));
     }
-    w.x[t] = M.U(j);
-    w.slope[t] = M.Slope(j);
-    w.icpt[t] = M.Icpt(j);
-    w.quad[t] = M.Quad(j);
-    w.start[t] = M.StartCost(j);
-    int64_t kmax = std::min(budget_k, (j - lo) / M.g());
+    // Model::Slope, Icpt, Quad and StartCost, inlined.
+    const double v = sigma - u;
+    w.x[t] = u;
+    w.slope[t] = rate * (l + rho * (v + delta));
+    w.icpt[t] = rate * (l * v + 0.5 * rho * v * v + rho * delta * v);
+    w.quad[t] = rate * 0.5 * rho * u * u + price;
+    if (k0 == 0) {
+      const double a1 = u + delta;
+      w.start[t] = rate * (start_loss * a1 + 0.5 * rho * a1 * a1) + price;
+    } else {
+      const double L = static_cast<double>(j - M.a()) * tau + sigma;
+      w.start[t] = rate * (start_loss * L + 0.5 * rho * ((L + delta) * (L + delta) - delta * delta)) + price;
+    }
+    int64_t kmax = std::min(budget_k, (j - lo) / g);
     if (count_free) {
       // The last version's cost does not depend on the count.
       const auto term = M.Terminal(j, M.k0() + 1);
       w.t0[t] = term ? *term : 0.0;
       w.c[t] = 0.0;
       if (!term) kmax = -1;
-    } else if (!M.Servable(j, M.k0() + 1)) {
+    } else if (!servable(k0 + 1)) {
       kmax = -1;
     } else {
       // x = R - A = x0 - k sigma; T = rate (l x + rho/2 x^2 + rho delta x).
-      const double x0 = M.WindowEnd() - delta - M.U(j) - static_cast<double>(M.k0()) * sigma;
-      const double l = M.loss(j);
+      const double x0 = R - delta - u - static_cast<double>(k0) * sigma;
       w.t0[t] = rate * (l * x0 + 0.5 * rho * x0 * x0 + rho * delta * x0);
       w.c[t] = rate * sigma * (l + rho * delta + rho * x0);
       // The most earlier checkpoints that keep j servable, by the same test
       // as the references (Servable), starting from the real-valued bound.
       const double kf = std::floor(x0 / sigma);
       int64_t ks = kf > static_cast<double>(kmax) ? kmax + 1 : static_cast<int64_t>(std::max(kf, 0.0));
-      while (ks >= 0 && !M.Servable(j, M.k0() + ks + 1)) --ks;
-      while (ks < kmax && M.Servable(j, M.k0() + ks + 2)) ++ks;
+      while (ks >= 0 && !servable(k0 + ks + 1)) --ks;
+      while (ks < kmax && servable(k0 + ks + 2)) ++ks;
       kmax = std::min(kmax, ks);
     }
     w.kmax[t] = kmax;
