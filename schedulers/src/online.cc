@@ -173,7 +173,17 @@ double OnlinePlanner::Noise() const {
   return 0.05 * mid;  // nothing to go by yet: 5% of the level
 }
 
-Status OnlinePlanner::EnsureForecast(int64_t now) {
+Status OnlinePlanner::EnsureForecast() {
+  const size_t count = measured_.size() - regime_begin_;
+  if (count < static_cast<size_t>(options_.min_fit_points)) return Fit();  // the flat placeholder
+  if (forecast_ && fitted_points_ > 0 &&
+      static_cast<double>(count) < options_.refit_growth * static_cast<double>(fitted_points_)) {
+    return Status::Ok();
+  }
+  return Fit();
+}
+
+Status OnlinePlanner::Fit() {
   const int64_t W = problem_.warmup_iterations, N = problem_.total_iterations;
   const size_t begin = regime_begin_, count = measured_.size() - regime_begin_;
   if (count < static_cast<size_t>(options_.min_fit_points)) {
@@ -181,10 +191,6 @@ Status OnlinePlanner::EnsureForecast(int64_t now) {
     std::vector<double> pts(measured_.losses.begin() + static_cast<std::ptrdiff_t>(begin), measured_.losses.end());
     forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, Median(pts))));
     fitted_points_ = 0;
-    return Status::Ok();
-  }
-  if (forecast_ && fitted_points_ > 0 &&
-      static_cast<double>(count) < options_.refit_growth * static_cast<double>(fitted_points_)) {
     return Status::Ok();
   }
   if (!forecaster_) {
@@ -214,7 +220,6 @@ Status OnlinePlanner::EnsureForecast(int64_t now) {
     return Status::Ok();
   }
   forecast_ = LossCurve(W, curve->losses());
-  (void)now;
   return Status::Ok();
 }
 
@@ -222,36 +227,55 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t W = problem_.warmup_iterations;
   const size_t idx = measured_.size() - 1;
-  // 2. Change detection on the standardised residual against the forecast.
-  if (forecast_ && idx > regime_begin_) {
+  // 2. Change detection on the standardised residual against the fitted
+  // forecast (not against a young regime's flat placeholder).
+  if (forecast_ && fitted_points_ > 0 && idx > regime_begin_) {
     const double sigma = Noise();
-    const double r = (v - forecast_->at(now)) / sigma;
-    const double up0 = ph_.up, down0 = ph_.down;
-    ph_.up = std::max(0.0, ph_.up + r - options_.change_allowance);
-    ph_.down = std::max(0.0, ph_.down - r - options_.change_allowance);
-    if (up0 == 0 && ph_.up > 0) ph_.up_start = static_cast<int64_t>(idx);
-    if (down0 == 0 && ph_.down > 0) ph_.down_start = static_cast<int64_t>(idx);
-    const bool up = ph_.up > options_.change_threshold, down = ph_.down > options_.change_threshold;
-    if (up || down) {
-      std::vector<double> old(measured_.losses.begin() + static_cast<std::ptrdiff_t>(regime_begin_),
-                              measured_.losses.begin() + static_cast<std::ptrdiff_t>(idx));
-      previous_relative_noise_ = sigma / std::max(std::fabs(Median(old)), 1e-12);
-      // The change point: where the alarming sum left zero is only a bound;
-      // the best two-level split of the values from there on places it.
+    auto step = [&](PageHinkley* ph, size_t i) {
+      const double r = (measured_.losses[i] - forecast_->at(static_cast<int64_t>(measured_.iterations[i]))) / sigma;
+      const double up0 = ph->up, down0 = ph->down;
+      ph->up = std::max(0.0, ph->up + r - options_.change_allowance);
+      ph->down = std::max(0.0, ph->down - r - options_.change_allowance);
+      if (up0 == 0 && ph->up > 0) ph->up_start = static_cast<int64_t>(i);
+      if (down0 == 0 && ph->down > 0) ph->down_start = static_cast<int64_t>(i);
+      return ph->up > options_.change_threshold || ph->down > options_.change_threshold;
+    };
+    if (step(&ph_, idx)) {
+      const bool up = ph_.up > options_.change_threshold;
       const size_t from = static_cast<size_t>(
           std::max<int64_t>(static_cast<int64_t>(regime_begin_) + 1, up ? ph_.up_start : ph_.down_start));
-      regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
-      ph_ = PageHinkley();
-      forecaster_.reset();
-      forecast_.reset();
-      fitted_points_ = 0;
-      ++summary_.changes;
-      summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
+      // A fit made on fewer points may just be stale: re-fit on the whole
+      // regime and replay the test from where the alarm began. Only data
+      // that the re-fitted curve cannot explain is a change.
+      bool change = true;
+      if (fitted_points_ < measured_.size() - regime_begin_) {
+        VIPER_RETURN_IF_ERROR(Fit());
+        if (fitted_points_ > 0) {
+          PageHinkley replay;
+          change = false;
+          for (size_t i = from; i <= idx && !change; ++i) change = step(&replay, i);
+          if (!change) ph_ = replay;
+        }
+      }
+      if (change) {
+        std::vector<double> old(measured_.losses.begin() + static_cast<std::ptrdiff_t>(regime_begin_),
+                                measured_.losses.begin() + static_cast<std::ptrdiff_t>(idx));
+        previous_relative_noise_ = sigma / std::max(std::fabs(Median(old)), 1e-12);
+        // The change point: where the alarming sum left zero is only a bound;
+        // the best two-level split of the values from there on places it.
+        regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
+        ph_ = PageHinkley();
+        forecaster_.reset();
+        forecast_.reset();
+        fitted_points_ = 0;
+        ++summary_.changes;
+        summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
+      }
     }
   }
   // 1. Noise of the current regime (after a change: of the new one).
   const double sigma = Noise();
-  VIPER_RETURN_IF_ERROR(EnsureForecast(now));
+  VIPER_RETURN_IF_ERROR(EnsureForecast());
   // 3. Re-plan exactly from now, the candidate at its measured loss.
   std::vector<double> curve = forecast_->losses();
   curve[static_cast<size_t>(now - W)] = v;

@@ -15,9 +15,12 @@
 //     min_noise_points of them, the previous regime's relative noise times
 //     the current level.
 //  2. change detection: a two-sided Page-Hinkley test on the standardised
-//     residual (v - forecast(t)) / sigma; an alarm starts a new regime at the
-//     point where the alarming cumulative sum last left zero, and the
-//     forecaster is re-fitted on that regime's points only. With fewer than
+//     residual (v - forecast(t)) / sigma against the regime's fitted curve.
+//     On an alarm the curve is first re-fitted on all the regime's points and
+//     the test replayed from where the alarm began: a stale fit is not a
+//     change. If the re-fitted curve still alarms, a new regime starts at the
+//     best two-level split of the values since, and the forecaster is
+//     re-fitted on that regime's points only. With fewer than
 //     min_fit_points of them the forecast is flat at their median, so a curve
 //     that turned flat or upward is never extrapolated downward.
 //  3. re-plan: SolveOptimal on the forecast from PlanStart{checkpoints taken,
@@ -148,7 +151,10 @@ class OnlinePlanner {
     int64_t up_start = 0, down_start = 0;
   };
   double Noise() const;
-  Status EnsureForecast(int64_t now);
+  // Fits when the regime's points have grown enough (flat below min_fit_points).
+  Status EnsureForecast();
+  // Fits the current regime now (flat below min_fit_points).
+  Status Fit();
   StatusOr<bool> Decide(int64_t now, double measured);
 
   Problem problem_;
