@@ -298,7 +298,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   }
   // 4. Quality gate: better than the served version by more than the noise.
   if (want && options_.gate_z > 0 && served_loss_ &&
-      !(v < *served_loss_ - options_.gate_z * sigma * std::sqrt(2.0))) {
+      !(v < *served_loss_ - GateMargin())) {
     ++summary_.gated;
     want = false;
   }
@@ -328,6 +328,11 @@ Status OnlinePlanner::Commit(int64_t iteration) {
     served_loss_ = forecast_->at(iteration);
   }
   return Status::Ok();
+}
+
+double OnlinePlanner::GateMargin() const {
+  if (options_.gate_z <= 0 || measured_.size() == 0) return 0.0;
+  return options_.gate_z * Noise() * std::sqrt(2.0);
 }
 
 Status OnlinePlanner::ObserveServed(double loss) {

@@ -144,6 +144,9 @@ class OnlinePlanner {
   const Schedule& last_plan() const { return last_plan_; }
   // The served version's measured loss (absent before any measurement).
   std::optional<double> served_loss() const { return served_loss_; }
+  // How much better than served_loss() a candidate must measure to pass the
+  // gate now (gate_z x noise x sqrt 2; 0 without a gate).
+  double GateMargin() const;
 
  private:
   struct PageHinkley {
