@@ -80,6 +80,18 @@ if [ -f "$log" ]; then
   expect_rc 2 "plan with an unknown strategy" "$viper" plan --log "$log" --strategy clairvoyant
   expect_rc 1 "simulate with a warm-up past the end" "$viper" simulate --log "$log" -q --warmup 999999
   expect_in "$tmp/err" "warm-up" "the error explains the warm-up"
+  expect_rc 0 "simulate one strategy" "$viper" simulate --log "$log" -q --strategies epoch,oracle
+  expect_in "$tmp/out" "judged on test_loss (a sample the planners never see)" "simulate says what it judges on"
+  expect_in "$tmp/sim.json" '"truth_metric": "test_loss"' "simulate JSON names the truth"
+  expect_rc 1 "simulate refuses test_loss as a planning metric" "$viper" simulate --log "$log" -q --metric test_loss
+  expect_in "$tmp/err" "test_loss" "the refusal names test_loss"
+  expect_rc 0 "evaluate on one log, one tier, both windows" "$viper" evaluate --logs "$log" --tiers gpu --warmups 0.2 -q --strategies epoch,online --json "$tmp/eval.json"
+  expect_in "$tmp/out" "sgd-h256/gpu/w20/req" "evaluate lists the fixed-window case"
+  expect_in "$tmp/eval.json" '"worst_regret"' "evaluate JSON has the summary"
+  expect_rc 2 "evaluate with a warm-up outside (0, 1)" "$viper" evaluate --logs "$log" --warmups 1.5
+  expect_rc 2 "evaluate with an unknown window" "$viper" evaluate --logs "$log" --windows forever
+  expect_rc 1 "simulate with a negative gate" "$viper" simulate --log "$log" -q --gate-z -1
+  expect_rc 1 "evaluate on a missing log" "$viper" evaluate --logs "$tmp/missing.csv" -q --tiers gpu --warmups 0.2 --windows while-training
   expect_rc 2 "simulate with an unknown tier" "$viper" simulate --log "$log" -q --transport tape
   expect_rc 1 "simulate with a negative request interval" "$viper" simulate --log "$log" -q --request-interval-s -1
 else
