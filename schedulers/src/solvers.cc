@@ -218,7 +218,13 @@ StatusOr<Solution> Layered(const Model& M, int64_t max_layers, const Solution* s
   const int64_t lo = M.lo(), N = M.N();
   std::optional<double> empty = M.Empty();
   sol.objective = empty ? *empty : 0.0;
-  if (!empty || lo > N || max_layers <= 0) return sol;
+  if (!empty || lo > N || max_layers <= 0) {
+    if (empty && seed && seed->objective < sol.objective) {
+      sol.objective = seed->objective;
+      sol.schedule = seed->schedule;
+    }
+    return sol;
+  }
   const int64_t n = N - lo + 1;
   std::vector<double> suffix_min(n);
   for (int64_t j = N; j >= lo; --j) {
@@ -615,7 +621,9 @@ int64_t Pass(Workspace& w, int64_t n, int64_t g, double lambda) {
 // The count-coupled optimum by Lagrangian passes with a certificate (see
 // solvers.h), falling back to the layered DP seeded with the best schedule
 // found when the certificate does not close within the pass cap.
-StatusOr<Solution> SolveByPasses(const Model& M) {
+// With `force_layered` (the reference SolveOptimalLayered) it stops after one
+// pass and always hands over to the layered DP.
+StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
   Solution sol;
   sol.method = SolveMethod::kSinglePass;
   const int64_t lo = M.lo(), N = M.N();
@@ -669,7 +677,7 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       }
     }
   }
-  constexpr int64_t kMaxPasses = 40;
+  const int64_t kMaxPasses = force_layered ? 1 : 40;
   std::vector<double> used;
   bool certified = false;
   while (true) {
@@ -773,20 +781,28 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
       if (pr->k >= focus_k && (!right || pr->k < right->k)) right = Point{pr->k, pr->D(), pr->lambda};
     }
     const double aim = w.c[t] - 2.0 * q * static_cast<double>(focus_k);
-    double next;
-    if (right && right->k > left.k) {
-      next = (right->D - left.D) / static_cast<double>(right->k - left.k);
-      if (aim > left.lambda && aim < right->lambda) next = aim;
-      if (!(next > left.lambda && next < right->lambda)) break;  // a hull edge: no vertex between
-    } else {
-      next = aim;
-      if (!(next > left.lambda)) break;
+    // Candidates in order of preference; the first strictly between the two
+    // points' multipliers and not tried before is taken. With drift the aim
+    // of a single line is that line's own multiplier (k^ is where its slope
+    // meets the terminal's); c_j, the aim without drift, brackets from above.
+    const double hi = right ? right->lambda : kInf;
+    double cands[4];
+    int nc = 0;
+    cands[nc++] = aim;
+    if (right && right->k > left.k) cands[nc++] = (right->D - left.D) / static_cast<double>(right->k - left.k);
+    if (!right) cands[nc++] = w.c[t];
+    if (right && left.lambda > -kInf) cands[nc++] = 0.5 * (left.lambda + right->lambda);
+    std::optional<double> next;
+    for (int x = 0; x < nc && !next; ++x) {
+      if (cands[x] > left.lambda && cands[x] < hi && std::find(used.begin(), used.end(), cands[x]) == used.end()) {
+        next = cands[x];
+      }
     }
-    if (std::find(used.begin(), used.end(), next) != used.end()) break;
-    lambda = next;
+    if (!next) break;  // a hull edge between the points: no multiplier makes progress
+    lambda = *next;
   }
   sol.layers = sol.passes;
-  if (certified) {
+  if (certified && !force_layered) {
     sol.method = sol.passes == 1 ? SolveMethod::kSinglePass : SolveMethod::kLagrangian;
     sol.schedule = ub_schedule;
     sol.objective = PathObjective(M, sol.schedule);
@@ -811,6 +827,7 @@ StatusOr<Solution> SolveByPasses(const Model& M) {
     max_layers = std::max(max_layers, k_lo + 1);
   }
   const int64_t cap = 1 + (n - 1) / M.g();
+  if (force_layered && w.open.empty()) max_layers = cap;  // run it even when nothing is open
   Solution seed;
   seed.schedule = ub_schedule;
   seed.objective = ub;
@@ -840,6 +857,12 @@ StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, 
   VIPER_RETURN_IF_ERROR(CheckInputs(problem, curve, start));
   const Model M(problem, curve, start);
   return SolveByPasses(M);
+}
+
+StatusOr<Solution> SolveOptimalLayered(const Problem& problem, const LossCurve& curve, const PlanStart& start) {
+  VIPER_RETURN_IF_ERROR(CheckInputs(problem, curve, start));
+  const Model M(problem, curve, start);
+  return SolveByPasses(M, /*force_layered=*/true);
 }
 
 StatusOr<Solution> SolveOptimalQuadratic(const Problem& problem, const LossCurve& curve, const PlanStart& start) {

@@ -268,7 +268,8 @@ TEST(SolversTest, PlanStartIsValidated) {
 // after the end of training, drift, price, budget, spacing, PlanStart and the
 // five curve shapes: optimal == the O(N^2) DP. Also counts how often the
 // certificate closed without the layered DP, so the fast path is known to be
-// the one tested (it closes on most; the rest exercise the seeded fallback).
+// the one tested (it closes on all 400 at the time of writing; the fallback
+// has its own test below).
 TEST(SolversTest, FixedWindowCertificateMatchesQuadraticDp) {
   std::mt19937_64 rng(77);
   std::uniform_real_distribution<double> U(0.0, 1.0);
@@ -304,6 +305,32 @@ TEST(SolversTest, FixedWindowCertificateMatchesQuadraticDp) {
   std::cout << "fixed windows: " << fast << " certified by passes, " << fallback << " by the layered fallback, "
             << coupled << " count-coupled\n";
   EXPECT_GT(fast, 3 * fallback);
+}
+
+// The layered DP that SolveOptimal falls back to (seeded with one pass's best
+// schedule, capped by the bounds) is exact on its own: == the O(N^2) DP on
+// the fixed-window, budget and PlanStart cases of the suites above.
+TEST(SolversTest, LayeredFallbackMatchesQuadraticDp) {
+  std::mt19937_64 rng(404);
+  int layered = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = RandomProblem(rng, trial % 2 == 0 ? 12 : 120);
+    if (trial % 3 == 0) {
+      p.requests.window = WindowKind::kWhileTraining;
+      if (p.cost.stall_s == 0.0) p.cost.stall_s = 0.5;
+      p.slowdown_budget_s = p.cost.stall_s * static_cast<double>(1 + trial % 5);
+    }
+    const LossCurve c = DriftingCurve(rng, p.total_iterations, trial % 5);
+    const PlanStart st = trial % 4 == 0 ? RandomStart(rng, p, c) : PlanStart{};
+    auto lay = SolveOptimalLayered(p, c, st);
+    auto quad = SolveOptimalQuadratic(p, c, st);
+    ASSERT_TRUE(lay.ok() && quad.ok()) << lay.status().ToString();
+    const std::string what = "trial " + std::to_string(trial);
+    ExpectRelNear(lay->objective, quad->objective, what);
+    ExpectRelNear(ObjectiveFrom(p, c, st, lay->schedule), quad->objective, what + " schedule's value");
+    if (lay->method == SolveMethod::kLayered) ++layered;
+  }
+  EXPECT_GT(layered, 150);
 }
 
 // Serving while training under a binding budget: the budget couples the

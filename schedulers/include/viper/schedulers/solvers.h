@@ -64,11 +64,13 @@
 // new checkpoint has a last one j with some k <= kmax_j and costs at least
 // LB_j; so once LB_j >= UB - slack for every j, the schedule behind UB is
 // optimal (the certificate). The next lambda comes from the open j with the
-// smallest LB: c_j - 2*q*k^ when it lies strictly between the lambdas of the
-// known points of D_.(j) that bracket the bound's minimiser k^ (for q = 0 that
-// pass settles j), else the chord slope between them (which finds a vertex of
-// D's lower hull between them or proves there is none). This choice only
-// affects speed. Passes span states up to the last open one, and states whose
+// smallest LB, the first of these strictly between the lambdas of the known
+// points of D_.(j) that bracket the bound's minimiser k^ and not tried
+// before: c_j - 2*q*k^ (for q = 0 that pass settles j); the chord slope
+// between the points (it finds a vertex of D's lower hull between them or
+// proves there is none); c_j when no point lies above k^ (with drift the
+// first aim is then the line's own multiplier); the midpoint. None: stop.
+// This choice only affects speed. Passes span states up to the last open one, and states whose
 // bound already exceeds UB stay ruled out (UB only decreases).
 //
 // Fallback. When the certificate has not closed after 40 passes (or no lambda
@@ -149,6 +151,11 @@ struct Solution {
 // O(N log N) at worst. Buffers are kept per thread between calls (re-plans
 // allocate nothing once warm); results never depend on them.
 StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start = {});
+// The same optimum by the layered DP alone: what SolveOptimal falls back to
+// when its certificate does not close, seeded with one Lagrangian pass's
+// best schedule (a single pass when the window is count-free without a
+// budget). A reference for tests and bench.
+StatusOr<Solution> SolveOptimalLayered(const Problem& problem, const LossCurve& curve, const PlanStart& start = {});
 // The same optimum by the plain dynamic programme, evaluating every
 // predecessor directly: O(N^2) per layer. The reference for tests and bench.
 StatusOr<Solution> SolveOptimalQuadratic(const Problem& problem, const LossCurve& curve,
