@@ -58,12 +58,13 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   std::string script =
       "set terminal pngcairo noenhanced size 1200,1100 font 'DejaVu Sans,10'\n"
       "set output '" + png + "'\n"
-      "set multiplot layout 3,1 title '" + ctx.log.source + " (" + predictor::ToString(ctx.metric) + ", warm-up " +
-      std::to_string(p.warmup_iterations) + " of " + std::to_string(p.total_iterations) + ")'\n"
+      "set multiplot layout 3,1 title '" + ctx.log.source + " (planners observe " + predictor::ToString(ctx.metric) +
+      ", judged on " + predictor::ToString(ctx.truth_metric) + "; warm-up " + std::to_string(p.warmup_iterations) +
+      " of " + std::to_string(p.total_iterations) + ")'\n"
       "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key top right\n"
-      "plot '" + d + "/curves.dat' u 1:2 w l lw 2 lc rgb '#222222' t 'true curve (log)', "
+      "plot '" + d + "/curves.dat' u 1:2 w l lw 2 lc rgb '#222222' t 'truth: " + std::string(predictor::ToString(ctx.truth_metric)) + " (log)', "
       "'" + d + "/curves.dat' u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
-      "'" + d + "/warm.dat' u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t 'warm-up points'\n"
+      "'" + d + "/warm.dat' u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t 'warm-up " + std::string(predictor::ToString(ctx.metric)) + "'\n"
       "set ylabel ''; set ytics (" + ytics + "); set yrange [-0.5:" + std::to_string(rows.size() - 0.5) + "]\n"
       "set title 'checkpoints per strategy'; unset key\n"
       "plot '" + d + "/marks.dat' u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
