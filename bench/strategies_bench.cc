@@ -92,17 +92,7 @@ std::vector<std::unique_ptr<Case>>& Cases() {
 
 void RegisterStrategyBenchmarks(const std::vector<std::string>& extra_logs) {
   namespace fs = std::filesystem;
-  std::vector<std::string> logs;
-  const fs::path dir = datasets::ShippedLogDirectory();
-  if (fs::exists(dir)) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (name.find(".csv") != std::string::npos || name.find(".jsonl") != std::string::npos) {
-        logs.push_back(e.path().string());
-      }
-    }
-  }
-  std::sort(logs.begin(), logs.end());
+  std::vector<std::string> logs = datasets::ShippedLogFiles();
   logs.insert(logs.end(), extra_logs.begin(), extra_logs.end());
   for (const std::string& path : logs) {
     std::string stem = fs::path(path).filename().string();

@@ -29,21 +29,6 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
-std::vector<std::string> ShippedLogs() {
-  namespace fs = std::filesystem;
-  std::vector<std::string> logs;
-  const fs::path dir = datasets::ShippedLogDirectory();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find(".csv") != std::string::npos || name.find(".jsonl") != std::string::npos) {
-      logs.push_back(e.path().string());
-    }
-  }
-  std::sort(logs.begin(), logs.end());
-  return logs;
-}
-
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -97,7 +82,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
   if (std::find(kinds->begin(), kinds->end(), schedulers::StrategyKind::kOracle) == kinds->end()) {
     kinds->push_back(schedulers::StrategyKind::kOracle);
   }
-  std::vector<std::string> logs = logs_text.empty() ? ShippedLogs() : SplitList(logs_text);
+  std::vector<std::string> logs = logs_text.empty() ? datasets::ShippedLogFiles() : SplitList(logs_text);
   if (logs.empty()) return Fail("evaluate", NotFoundError("no logs: give --logs"));
   std::vector<double> warmups;
   for (const auto& w : SplitList(warmups_text)) {

@@ -140,14 +140,8 @@ int Evaluate(const std::vector<std::string>& logs_in, const std::string& fractio
              const pr::LearningCurvePredictor::Options& base, const std::string& json_path) {
   std::vector<std::string> logs = logs_in;
   if (logs.empty()) {
-    const std::string dir = datasets::ShippedLogDirectory();
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      const std::string p = e.path().string();
-      if (p.size() > 4 && (p.substr(p.size() - 4) == ".csv" || p.substr(p.size() - 7) == ".csv.gz")) logs.push_back(p);
-    }
-    std::sort(logs.begin(), logs.end());
-    if (logs.empty()) return Fail("fit", NotFoundError("no logs given and none shipped in " + dir));
+    logs = datasets::ShippedLogFiles();
+    if (logs.empty()) return Fail("fit", NotFoundError("no logs given and none shipped in " + datasets::ShippedLogDirectory()));
   }
   auto fractions = ParseNumberList(fractions_text, "warmup-fractions");
   if (!fractions.ok()) return Fail("fit", fractions.status());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -531,6 +532,19 @@ StatusOr<TrainingLog> LogReader::ReadFile(const std::string& path, const Options
 std::string ShippedLogDirectory() {
   if (const char* env = std::getenv("VIPER_LOG_DIR")) return env;
   return std::string(VIPER_DATASETS_DIR) + "/logs";
+}
+
+std::vector<std::string> ShippedLogFiles() {
+  std::vector<std::string> logs;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ShippedLogDirectory(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".csv") != std::string::npos || name.find(".jsonl") != std::string::npos) {
+      logs.push_back(e.path().string());
+    }
+  }
+  std::sort(logs.begin(), logs.end());
+  return logs;
 }
 
 }  // namespace datasets

@@ -183,13 +183,18 @@ Status OnlinePlanner::EnsureForecast() {
   return Fit();
 }
 
+void OnlinePlanner::SetFlatForecast(double level) {
+  const int64_t W = problem_.warmup_iterations, N = problem_.total_iterations;
+  forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, level)));
+}
+
 Status OnlinePlanner::Fit() {
   const int64_t W = problem_.warmup_iterations, N = problem_.total_iterations;
   const size_t begin = regime_begin_, count = measured_.size() - regime_begin_;
   if (count < static_cast<size_t>(options_.min_fit_points)) {
     // Too few points since the change: flat at their median (never a decrease that is not there).
-    std::vector<double> pts(measured_.losses.begin() + static_cast<std::ptrdiff_t>(begin), measured_.losses.end());
-    forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, Median(pts))));
+    SetFlatForecast(Median(std::vector<double>(measured_.losses.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               measured_.losses.end())));
     fitted_points_ = 0;
     return Status::Ok();
   }
@@ -214,9 +219,8 @@ Status OnlinePlanner::Fit() {
   auto curve = forecaster_->Forecast(pts, W - shift, N - shift);
   if (!curve.ok() || curve->size() != static_cast<size_t>(N - W + 1)) {
     // No usable fit: flat at the latest points' median until the next fit.
-    std::vector<double> last(measured_.losses.end() - std::min<std::ptrdiff_t>(5, static_cast<std::ptrdiff_t>(count)),
-                             measured_.losses.end());
-    forecast_ = LossCurve(W, std::vector<double>(static_cast<size_t>(N - W + 1), std::max(0.0, Median(last))));
+    SetFlatForecast(Median(std::vector<double>(
+        measured_.losses.end() - std::min<std::ptrdiff_t>(5, static_cast<std::ptrdiff_t>(count)), measured_.losses.end())));
     return Status::Ok();
   }
   forecast_ = LossCurve(W, curve->losses());
@@ -227,10 +231,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t W = problem_.warmup_iterations;
   const size_t idx = measured_.size() - 1;
+  // 1. Noise of the current regime (recomputed below if a change starts a new one).
+  double sigma = Noise();
   // 2. Change detection on the standardised residual against the fitted
   // forecast (not against a young regime's flat placeholder).
   if (forecast_ && fitted_points_ > 0 && idx > regime_begin_) {
-    const double sigma = Noise();
     auto step = [&](PageHinkley* ph, size_t i) {
       const double r = (measured_.losses[i] - forecast_->at(static_cast<int64_t>(measured_.iterations[i]))) / sigma;
       const double up0 = ph->up, down0 = ph->down;
@@ -270,11 +275,10 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
         fitted_points_ = 0;
         ++summary_.changes;
         summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
+        sigma = Noise();  // of the new regime
       }
     }
   }
-  // 1. Noise of the current regime (after a change: of the new one).
-  const double sigma = Noise();
   VIPER_RETURN_IF_ERROR(EnsureForecast());
   // 3. Re-plan exactly from now, the candidate at its measured loss.
   std::vector<double> curve = forecast_->losses();
@@ -297,8 +301,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     last_plan_.clear();
   }
   // 4. Quality gate: better than the served version by more than the noise.
-  if (want && options_.gate_z > 0 && served_loss_ &&
-      !(v < *served_loss_ - GateMargin())) {
+  if (want && options_.gate_z > 0 && served_loss_ && !(v < *served_loss_ - MarginFor(sigma))) {
     ++summary_.gated;
     want = false;
   }
@@ -330,9 +333,11 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   return Status::Ok();
 }
 
+double OnlinePlanner::MarginFor(double sigma) const { return options_.gate_z * sigma * std::sqrt(2.0); }
+
 double OnlinePlanner::GateMargin() const {
   if (options_.gate_z <= 0 || measured_.size() == 0) return 0.0;
-  return options_.gate_z * Noise() * std::sqrt(2.0);
+  return MarginFor(Noise());
 }
 
 Status OnlinePlanner::ObserveServed(double loss) {

@@ -399,7 +399,9 @@ TEST(ShippedLogsTest, EveryShippedLogReads) {
     for (const auto& record : r->records) {
       val_points += record.val_loss.has_value();
       test_points += record.test_loss.has_value() && record.test_accuracy.has_value();
-      if (record.test_loss) EXPECT_TRUE(record.val_loss.has_value()) << name << " at " << record.iteration;
+      if (record.test_loss) {
+        EXPECT_TRUE(record.val_loss.has_value()) << name << " at " << record.iteration;
+      }
     }
     EXPECT_GT(val_points, 10) << name;
     EXPECT_EQ(test_points, val_points) << name << " lacks test_loss/test_accuracy where it validated";

@@ -103,7 +103,9 @@ TEST(OnlinePlannerTest, GateRefusesNoiseOnAFlatCurve) {
   std::normal_distribution<double> e(0.0, 0.02);
   for (int64_t i = 20; i <= p.total_iterations; i += 20) {
     ASSERT_TRUE(planner.Observe(i, 0.4 + e(rng), ObservationKind::kValidation).ok());
-    if (*planner.ShouldCheckpoint(i)) ASSERT_TRUE(planner.Commit(i).ok());
+    if (*planner.ShouldCheckpoint(i)) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
   }
   EXPECT_LT(r.taken.size(), planner.taken().size());
 }

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 
 #include "viper/datasets/log_reader.h"
@@ -13,15 +12,6 @@
 namespace viper {
 namespace schedulers {
 namespace {
-
-std::vector<std::string> ShippedLogs() {
-  std::vector<std::string> logs;
-  for (const auto& e : std::filesystem::directory_iterator(datasets::ShippedLogDirectory())) {
-    if (e.path().filename().string().find(".csv") != std::string::npos) logs.push_back(e.path().string());
-  }
-  std::sort(logs.begin(), logs.end());
-  return logs;
-}
 
 // Every row after iteration s changed: losses scaled by random factors in
 // [0.3, 3] (train, validation, test), later rows taking longer.
@@ -51,7 +41,7 @@ Schedule UpTo(const Schedule& s, int64_t last) {
 // For every shipped log, every strategy but the oracle and two cut points s:
 // the decisions at or before s are the same whatever the log says after s.
 TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
-  const auto logs = ShippedLogs();
+  const auto logs = datasets::ShippedLogFiles();
   ASSERT_GE(logs.size(), 7u) << "shipped logs missing in " << datasets::ShippedLogDirectory();
   for (const std::string& path : logs) {
     auto log = datasets::LogReader::ReadFile(path, {});

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "viper/core/status.h"
 #include "viper/core/training_log.h"
@@ -67,6 +68,9 @@ class LogReader {
 
 // Directory of the logs shipped in the source tree (datasets/logs).
 std::string ShippedLogDirectory();
+// The shipped logs (.csv, .csv.gz, .jsonl files in ShippedLogDirectory()),
+// full paths, sorted; empty when the directory has none.
+std::vector<std::string> ShippedLogFiles();
 
 }  // namespace datasets
 }  // namespace viper

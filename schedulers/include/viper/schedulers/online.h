@@ -158,6 +158,10 @@ class OnlinePlanner {
   Status EnsureForecast();
   // Fits the current regime now (flat below min_fit_points).
   Status Fit();
+  // A forecast that stays at `level` (>= 0) over [W, N].
+  void SetFlatForecast(double level);
+  // The gate's margin for a noise sd `sigma`: gate_z x sigma x sqrt 2.
+  double MarginFor(double sigma) const;
   StatusOr<bool> Decide(int64_t now, double measured);
 
   Problem problem_;
