@@ -227,7 +227,9 @@ TEST(SolversTest, PlanStartMatchesBruteForceAndQuadraticDp) {
     if (!opt->schedule.empty()) {
       const int64_t first = opt->schedule.front();
       EXPECT_GE(first, st.earliest_iteration) << what;
-      if (st.checkpoints_taken > 0) EXPECT_GE(first, st.last_checkpoint + p.min_spacing_iterations) << what;
+      if (st.checkpoints_taken > 0) {
+        EXPECT_GE(first, st.last_checkpoint + p.min_spacing_iterations) << what;
+      }
       EXPECT_LE(st.checkpoints_taken + static_cast<int64_t>(opt->schedule.size()), p.MaxCheckpoints()) << what;
     }
   }
