@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -758,6 +759,138 @@ TEST(SafetensorsTest, PlainSafetensorsFilesAreValidButUnverified) {
   Status s = ParseStatus(file, ParseOptions{true, true});
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("unverified"));
+}
+
+// ---------------------------------------------------------- seed corpus
+
+// The seed corpus in fuzz/corpus/safetensors/: files the codec writes and one
+// of each hostile class, each at most 1 MB. Set
+// VIPER_WRITE_SAFETENSORS_CORPUS=1 to (re)write them from here; the test then
+// checks every checked-in file keeps its verdict: valid-v2-* verify data and
+// header, valid-legacy-* data only, valid-plain-* are unverified, bad-* are
+// refused with a short message.
+std::string CorpusDir() { return std::string(VIPER_TEST_SOURCE_DIR) + "/fuzz/corpus/safetensors"; }
+
+std::string AsString(const std::vector<std::byte>& bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+std::map<std::string, std::string> CorpusFiles() {
+  std::map<std::string, std::string> files;
+  auto serialized = [](const ModelState& state) {
+    auto bytes = Serialize(state);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    return bytes.ok() ? AsString(*bytes) : std::string();
+  };
+  ModelState all;
+  for (DType d : kAllDTypes) {
+    EXPECT_TRUE(all.Add(Patterned(std::string("t_") + ToString(d), d, {2, 3}, static_cast<int>(d))).ok());
+  }
+  all.metadata = {1, 100, 0};
+  files["valid-v2-all-dtypes.safetensors"] = serialized(all);
+  files["valid-v2-spec.safetensors"] = serialized(SpecModel());
+  ModelState empty;
+  empty.metadata = {2, 0, 0};
+  files["valid-v2-empty.safetensors"] = serialized(empty);
+  files["valid-v2-table.safetensors"] = serialized(TableModel());
+  files["valid-legacy-v4.safetensors"] =
+      AsString(RawFile(R"({"__metadata__":{"viper.version":"4","viper.iteration":"9","viper.producer":"0",)"
+                       R"("viper.checksum":"cc7f2639a71cf7b4"},)"
+                       R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})",
+                       std::string(kSpecData, kSpecDataBytes)));
+  files["valid-plain-pt.safetensors"] = AsString(
+      RawFile(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"));
+  files["valid-plain-10k-tensors.safetensors"] = AsString(ManyTensors(10'000));
+
+  const std::string table = files["valid-v2-table.safetensors"];
+  auto edited = [&](const std::string& from, const std::string& to) {
+    return AsString(Replaced(ToBytes(table), from, to));
+  };
+  files["bad-nested-600k.safetensors"] = AsString(RawFile(std::string(600'000, '['), ""));
+  files["bad-nested-closed.safetensors"] = AsString(RawFile(R"({"a":)" + Nested(300'000) + "}", ""));
+  files["bad-nested-shape.safetensors"] = AsString(
+      RawFile(R"({"w":{"dtype":"F32","shape":)" + Nested(300'000) + R"(,"data_offsets":[0,4]}})", "abcd"));
+  files["bad-nested-metadata.safetensors"] =
+      AsString(RawFile(R"({"__metadata__":{"k":)" + Nested(300'000) + "}}", ""));
+  files["bad-nested-extra-field.safetensors"] = AsString(RawFile(
+      R"({"w":{"extra":)" + Nested(300'000) + R"(,"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"));
+  // 100,001 metadata entries with 3-character keys: over the cap, under 1 MB.
+  std::string many = R"({"__metadata__":{)";
+  const std::string alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  for (std::size_t i = 0; i <= kMaxMetadataEntries; ++i) {
+    const std::string key = {alphabet[i % 62], alphabet[i / 62 % 62], alphabet[i / 3844 % 62]};
+    many += (i ? ",\"" : "\"") + key + "\":\"\"";
+  }
+  files["bad-metadata-over-cap.safetensors"] = AsString(RawFile(many + "}}", ""));
+  files["bad-duplicate-tensor.safetensors"] =
+      AsString(RawFile(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                       R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                       "x"));
+  files["bad-duplicate-metadata.safetensors"] =
+      AsString(RawFile(R"({"__metadata__":{"viper.version":"3"},"__metadata__":{},)"
+                       R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                       "x"));
+  files["bad-duplicate-field.safetensors"] =
+      AsString(RawFile(R"({"a":{"dtype":"U8","dtype":"I8","shape":[1],"data_offsets":[0,1]}})", "x"));
+  files["bad-checksum-key-case.safetensors"] = edited("\"viper.checksum\"", "\"Viper.checksum\"");
+  files["bad-legacy-no-checksum.safetensors"] = AsString(
+      RawFile(R"({"__metadata__":{"viper.version":"3"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+              "x"));
+  files["bad-header-transposed.safetensors"] = edited(R"("shape":[2,3])", R"("shape":[3,2])");
+  files["bad-header-f32-to-i32.safetensors"] = edited(R"("dtype":"F32")", R"("dtype":"I32")");
+  files["bad-header-renamed.safetensors"] = edited(R"("w":{)", R"("v":{)");
+  files["bad-header-iteration.safetensors"] = edited(R"("viper.iteration":"1200")", R"("viper.iteration":"1300")");
+  std::string flipped = table;
+  flipped.back() = static_cast<char>(flipped.back() ^ 1);
+  files["bad-data-bit-flip.safetensors"] = flipped;
+  files["bad-truncated.safetensors"] = table.substr(0, table.size() - 5);
+  files["bad-long-name.safetensors"] = AsString(RawFile(
+      R"({")" + std::string(900'000, 'n') + R"(":{"dtype":"F128","shape":[1],"data_offsets":[0,1]}})", "x"));
+  files["bad-unterminated-string.safetensors"] = AsString(RawFile(R"({"w":")" + std::string(900'000, 's'), ""));
+  files["bad-length-prefix-huge.safetensors"] = LengthPrefix(~0ull) + "{}";
+  return files;
+}
+
+TEST(SafetensorsCorpusTest, SeedCorpusKeepsItsVerdicts) {
+  const std::string dir = CorpusDir();
+  const char* write = std::getenv("VIPER_WRITE_SAFETENSORS_CORPUS");
+  if (write && *write == '1') {
+    for (const auto& [name, bytes] : CorpusFiles()) {
+      ASSERT_LE(bytes.size(), 1u << 20) << name;
+      std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    }
+  }
+  int valid = 0, bad = 0;
+  for (const auto& [name, expected] : CorpusFiles()) {
+    SCOPED_TRACE(name);
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    ASSERT_TRUE(in.good()) << "missing from the corpus; write it with VIPER_WRITE_SAFETENSORS_CORPUS=1";
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_LE(bytes.size(), 1u << 20);
+    ParseInfo info;
+    auto file = ToBytes(bytes);
+    auto parsed = Parse(nullptr, file.data(), file.size(), ParseOptions{}, &info);
+    if (name.rfind("valid-", 0) == 0) {
+      ++valid;
+      ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+      const ChecksumKind kind = name.rfind("valid-v2-", 0) == 0       ? ChecksumKind::kDataAndHeader
+                                : name.rfind("valid-legacy-", 0) == 0 ? ChecksumKind::kDataOnly
+                                                                      : ChecksumKind::kNone;
+      EXPECT_EQ(info.checksum, kind);
+      EXPECT_EQ(info.data_verified, kind != ChecksumKind::kNone);
+      // Files written by the codec are still byte-identical to what it writes now.
+      if (kind == ChecksumKind::kDataAndHeader) {
+        EXPECT_EQ(bytes, expected);
+      }
+    } else {
+      ++bad;
+      ASSERT_FALSE(parsed.ok());
+      EXPECT_LT(parsed.status().message().size(), 500u) << parsed.status().ToString().substr(0, 500);
+    }
+  }
+  EXPECT_EQ(valid, 7);
+  EXPECT_EQ(bad, 20);
 }
 
 // -------------------------------------------------------------------- metadata
