@@ -95,12 +95,13 @@ TEST(PfsStore, FileNames) {
   EXPECT_EQ(PfsStore(o).PathFor(3), "/d/model-v3.safetensors");
 }
 
-class PfsStoreRoundTrip : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+class PfsStoreRoundTrip : public ::testing::TestWithParam<std::tuple<bool, int, PfsStore::Layout>> {};
 
 TEST_P(PfsStoreRoundTrip, WritesCompleteFilesAndReadsThemBack) {
-  const auto [o_direct, threads] = GetParam();
+  const auto [o_direct, threads, layout] = GetParam();
   PfsStore::Options o;
   o.dir = MakeTempDir();
+  o.layout = layout;
   o.o_direct = o_direct;
   o.writer_threads = threads;
   o.io_chunk_bytes = 64 * 1024;  // several calls per writer
@@ -127,6 +128,10 @@ TEST_P(PfsStoreRoundTrip, WritesCompleteFilesAndReadsThemBack) {
   ASSERT_TRUE(versions.ok());
   EXPECT_EQ(*versions, (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(DirEntries(o.dir).size(), 2u);
+  if (layout == PfsStore::Layout::kTfServing) {
+    EXPECT_EQ(store.PathFor(3), o.dir + "/3/model.safetensors");
+    EXPECT_EQ(DirEntries(o.dir + "/3"), std::vector<std::string>{"model.safetensors"});
+  }
   AlignedBuffer back;
   auto n = store.Read(3, &back);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
@@ -135,8 +140,110 @@ TEST_P(PfsStoreRoundTrip, WritesCompleteFilesAndReadsThemBack) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PfsStoreRoundTrip,
-                         ::testing::Values(std::make_tuple(false, 1), std::make_tuple(false, 4),
-                                           std::make_tuple(true, 1), std::make_tuple(true, 3)));
+                         ::testing::Values(std::make_tuple(false, 1, PfsStore::Layout::kFlat),
+                                           std::make_tuple(false, 4, PfsStore::Layout::kFlat),
+                                           std::make_tuple(true, 1, PfsStore::Layout::kFlat),
+                                           std::make_tuple(true, 3, PfsStore::Layout::kFlat),
+                                           std::make_tuple(false, 1, PfsStore::Layout::kTfServing),
+                                           std::make_tuple(true, 3, PfsStore::Layout::kTfServing)));
+
+// Writes `bytes` to `path` as they are (hostile and foreign files).
+void WriteRaw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A safetensors file of `json` (length prefix, no padding) and `data`.
+std::string RawSafetensors(const std::string& json, const std::string& data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  return out + json + data;
+}
+
+// What the reference safetensors library writes: no viper.* key at all.
+const std::string kPlainFile =
+    RawSafetensors(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "xy");
+
+std::string Serialized(uint64_t version, uint32_t seed) {
+  ModelState m = MakeModel(4096, seed);
+  m.metadata.version = version;
+  m.metadata.iteration = static_cast<int64_t>(10 * version);
+  auto bytes = safetensors::Serialize(m);
+  EXPECT_TRUE(bytes.ok());
+  return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+}
+
+TEST(PfsStore, LayoutNamesRoundTrip) {
+  for (auto l : {PfsStore::Layout::kFlat, PfsStore::Layout::kTfServing}) {
+    EXPECT_EQ(PfsStore::LayoutFromString(PfsStore::ToString(l)), l);
+  }
+  EXPECT_FALSE(PfsStore::LayoutFromString("tfserving").has_value());
+  EXPECT_EQ(PfsStore::VersionFromDirName("12"), 12u);
+  EXPECT_FALSE(PfsStore::VersionFromDirName(".12.tmp-1-0").has_value());
+  EXPECT_FALSE(PfsStore::VersionFromDirName("").has_value());
+  EXPECT_FALSE(PfsStore::VersionFromDirName("12345678901234567890").has_value());  // 20 digits
+}
+
+TEST(PfsStore, ReadCheckedSaysHowFarAVersionIsTrusted) {
+  for (auto layout : {PfsStore::Layout::kFlat, PfsStore::Layout::kTfServing}) {
+    SCOPED_TRACE(PfsStore::ToString(layout));
+    PfsStore::Options o;
+    o.dir = MakeTempDir();
+    o.layout = layout;
+    o.keep_versions = 0;
+    PfsStore store(o);
+    auto put = [&](uint64_t v, const std::string& bytes) {
+      ASSERT_TRUE(store.Write(v, reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()).ok());
+    };
+    put(1, Serialized(1, 3));
+    put(2, kPlainFile);
+    put(3, Serialized(4, 5));  // viper.version 4 in the file of version 3
+    put(4, "\x08\0\0\0\0\0\0\0" + std::string(8, '['));
+    AlignedBuffer buffer;
+    auto v1 = store.ReadChecked(1, &buffer);
+    ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+    EXPECT_TRUE(v1->verified());
+    EXPECT_EQ(v1->TrustText(), "verified (data+header)");
+    EXPECT_EQ(v1->state.metadata.iteration, 10);
+    EXPECT_TRUE(HasPattern(v1->state, 3));
+    auto v2 = store.ReadChecked(2, &buffer);
+    ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+    EXPECT_FALSE(v2->verified());
+    EXPECT_EQ(v2->TrustText(), "unverified (no Viper checksum)");
+    EXPECT_EQ(v2->state.metadata.version, 2u);  // from the name
+    auto v3 = store.ReadChecked(3, &buffer);
+    EXPECT_EQ(v3.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(v3.status().message().find("the file name says version 3, its metadata (viper.version) 4"),
+              std::string::npos)
+        << v3.status().ToString();
+    auto v4 = store.ReadChecked(4, &buffer);
+    EXPECT_EQ(v4.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(v4.status().message().find(store.PathFor(4)), std::string::npos) << v4.status().ToString();
+
+    PfsStore::Options strict = o;
+    strict.require_checksum = true;
+    auto refused = PfsStore(strict).ReadChecked(2, &buffer);
+    EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(refused.status().message().find("unverified"), std::string::npos) << refused.status().ToString();
+  }
+}
+
+TEST(PfsStore, PruneKeepsTheNewestAndTheProtected) {
+  PfsStore::Options o;
+  o.dir = MakeTempDir();
+  o.layout = PfsStore::Layout::kTfServing;
+  o.keep_versions = 0;  // keep everything on write
+  PfsStore store(o);
+  const std::string bytes = Serialized(0, 1);
+  for (uint64_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(store.Write(v, reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()).ok());
+  }
+  auto removed = store.Prune(2, {1});
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(*store.ListVersions(), (std::vector<uint64_t>{1, 4, 5}));
+  EXPECT_EQ(DirEntries(o.dir).size(), 3u);  // the version directories went too
+  EXPECT_TRUE(store.Prune(0)->empty());     // 0 removes nothing
+}
 
 TEST(PfsStore, MissingDirectoryIsAnErrorNotACrash) {
   PfsStore::Options o;
@@ -282,6 +389,50 @@ TEST(PfsPublisher, PollingConsumerServesNewestAndRejectsCorruptAndTruncated) {
   auto v3 = (*sub2)->WaitForVersion(3, 10);
   ASSERT_TRUE(v3.ok()) << v3.status().ToString();
   EXPECT_TRUE(HasPattern((*v3)->state, 4));
+}
+
+TEST(PfsPublisher, PollingConsumerSkipsHostileFilesWithAReason) {
+  // Each hostile class in the model directory, newer than the good version 0:
+  // the consumer refuses every one with a reason and keeps serving version 0
+  // (no crash, no stall, nothing corrupt served).
+  const std::string dir = MakeTempDir();
+  auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
+  ASSERT_TRUE(pub.ok());
+  ASSERT_TRUE((*pub)->Publish(MakeModel(100000, 6), 10).ok());  // version 0
+  std::string many_tensors = "{";
+  for (int i = 0; i <= 1000; ++i) {
+    many_tensors += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})";
+  }
+  std::string damaged = Serialized(5, 9);
+  damaged.replace(damaged.find("\"viper.checksum\""), 16, "\"Viper.checksum\"");
+  std::string edited = Serialized(6, 9);
+  edited.replace(edited.find("\"viper.iteration\":\"60\""), 22, "\"viper.iteration\":\"70\"");
+  WriteRaw(dir + "/model-v1.safetensors", RawSafetensors(std::string(600000, '['), ""));
+  WriteRaw(dir + "/model-v2.safetensors", RawSafetensors(R"({"a":)" + std::string(300000, '[') +
+                                                             std::string(300000, ']') + "}", ""));
+  WriteRaw(dir + "/model-v3.safetensors",
+           RawSafetensors(R"({"__metadata__":{"viper.version":"3"},"__metadata__":{}})", ""));
+  WriteRaw(dir + "/model-v4.safetensors", kPlainFile);  // unverified: Viper's consumer requires a checksum
+  WriteRaw(dir + "/model-v5.safetensors", damaged);
+  WriteRaw(dir + "/model-v6.safetensors", edited);
+  auto sub = Subscriber::Create(PollSubscriberOptions(dir));
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  auto got = (*sub)->WaitForVersion(0, 10);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)->state.metadata.version, 0u);
+  EXPECT_TRUE(HasPattern((*got)->state, 6));
+  (*sub)->Stop();
+  auto rejections = (*sub)->Rejections();
+  ASSERT_EQ(rejections.size(), 6u) << (*sub)->summary().BriefReport();
+  const std::vector<std::string> reasons = {"header checksum mismatch", "'Viper.checksum' is not a key Viper writes",
+                                            "unverified", "duplicate key '__metadata__'",
+                                            "entry must be an object", "header must be a JSON object"};
+  for (std::size_t i = 0; i < rejections.size(); ++i) {
+    EXPECT_EQ(rejections[i].version, 6u - i);
+    EXPECT_NE(rejections[i].status.message().find(reasons[i]), std::string::npos)
+        << rejections[i].status.ToString();
+    EXPECT_LT(rejections[i].status.message().size(), 600u);
+  }
 }
 
 TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {
