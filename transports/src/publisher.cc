@@ -138,6 +138,7 @@ class Publisher::Impl {
       po.o_direct = options_.o_direct;
       po.writer_threads = options_.pfs_writer_threads;
       po.keep_versions = options_.pfs_keep_versions;
+      po.layout = options_.pfs_layout;
       std::string error;
       if (!po.IsValid(&error)) return InvalidArgumentError("pfs options: " + error);
       store_ = std::make_unique<PfsStore>(po);

@@ -89,6 +89,7 @@ class Subscriber::Impl {
       PfsStore::Options po;
       po.dir = options_.pfs_dir;
       po.o_direct = options_.o_direct;
+      po.layout = options_.pfs_layout;
       store_ = std::make_unique<PfsStore>(po);
     }
     if (options_.notify == Notify::kPush) VIPER_RETURN_IF_ERROR(InitMpi());
@@ -180,11 +181,14 @@ class Subscriber::Impl {
     const double t0 = MonotonicSeconds();
     safetensors::ParseOptions po;
     po.verify_checksum = streamed == nullptr;
-    po.require_checksum = true;
+    po.require_checksum = options_.tier != Tier::kPfs || options_.pfs_require_checksum;
     const std::byte* bytes = buffer->data();
     std::shared_ptr<const void> owner(buffer, bytes);
-    auto state = safetensors::Parse(owner, bytes, size, po);
+    safetensors::ParseInfo info;
+    auto state = safetensors::Parse(owner, bytes, size, po, &info);
     if (!state.ok()) return state.status().WithContext(source);
+    const bool verified = info.checksum != safetensors::ChecksumKind::kNone;
+    if (!verified) state->metadata.version = expected_version;  // another writer's file: versioned by its name
     if (state->metadata.version != expected_version) {
       return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
                            ", expected " + std::to_string(expected_version));
@@ -218,6 +222,7 @@ class Subscriber::Impl {
       auto it = meta->find("viper.checksum");
       if (it != meta->end()) version->checksum = ChecksumFromHex(it->second).value_or(0);
     }
+    version->verified = verified;
     version->tier = options_.tier;
     version->source = source;
     version->receive_s = receive_s;

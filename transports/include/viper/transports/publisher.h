@@ -21,6 +21,7 @@
 
 #include "viper/core/model_state.h"
 #include "viper/core/status.h"
+#include "viper/transports/pfs_store.h"
 #include "viper/transports/types.h"
 
 namespace viper {
@@ -81,6 +82,7 @@ class Publisher {
     bool o_direct = false;
     int pfs_writer_threads = 1;
     int pfs_keep_versions = 2;
+    PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;  // file naming in pfs_dir
     // Written as viper.producer in each version's metadata.
     int32_t producer_id = 0;
     // gpu tier: CUDA device of the staging buffers (the model's tensors may

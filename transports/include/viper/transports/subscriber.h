@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "viper/core/status.h"
+#include "viper/transports/pfs_store.h"
 #include "viper/transports/types.h"
 
 namespace viper {
@@ -48,6 +49,11 @@ class Subscriber {
     double poll_period_s = 1.0;
     // pfs: read with O_DIRECT.
     bool o_direct = false;
+    // pfs: file naming in pfs_dir (flat or TF Serving's <version>/model.safetensors).
+    PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;
+    // pfs: refuse files without Viper's checksum (another writer's); false
+    // serves them with ModelVersion::verified false, versioned by file name.
+    bool pfs_require_checksum = true;
     // Landing buffers allocated and pre-touched at Create (front + back; device memory on the gpu tier), each
     // of this many bytes (the expected version size, header included); 0 =
     // allocate on first use. First touch of fresh pages costs far more than

@@ -76,6 +76,7 @@ struct ModelVersion {
   const std::byte* bytes = nullptr;         // the whole safetensors image
   uint64_t size_bytes = 0;                  // header + data
   uint64_t checksum = 0;  // of the data section (verified): XXH3-64, or sum64 for the gpu tier
+  bool verified = true;   // false: a pfs file without Viper's checksum (Subscriber::Options::pfs_require_checksum)
   MemoryKind memory = MemoryKind::kHost;  // where `bytes` and the tensors live (kDevice: gpu tier)
   Tier tier = Tier::kHost;                // how it arrived
   std::string source;                     // "rank 0" or the file path
