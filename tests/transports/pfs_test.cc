@@ -435,6 +435,42 @@ TEST(PfsPublisher, PollingConsumerSkipsHostileFilesWithAReason) {
   }
 }
 
+TEST(PfsPublisher, UnverifiedFilesAreServedOnlyWhenAllowedAndSaySo) {
+  // A TF Serving layout directory: Viper's version 0, then another writer's
+  // plain file as version 1.
+  const std::string dir = MakeTempDir();
+  auto popts = PfsPublisherOptions(dir, Mode::kSync);
+  popts.pfs_layout = PfsStore::Layout::kTfServing;
+  auto pub = Publisher::Create(popts);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  ASSERT_TRUE((*pub)->Publish(MakeModel(100000, 8), 10).ok());
+  ASSERT_EQ(DirEntries(dir + "/0"), std::vector<std::string>{"model.safetensors"});
+  ASSERT_EQ(mkdir((dir + "/1").c_str(), 0755), 0);
+  WriteRaw(dir + "/1/model.safetensors", kPlainFile);
+
+  auto sopts = PollSubscriberOptions(dir);
+  sopts.pfs_layout = PfsStore::Layout::kTfServing;
+  auto strict = Subscriber::Create(sopts);  // the default: a checksum is required
+  ASSERT_TRUE(strict.ok());
+  auto v0 = (*strict)->WaitForVersion(0, 10);
+  ASSERT_TRUE(v0.ok()) << v0.status().ToString();
+  EXPECT_TRUE((*v0)->verified);
+  EXPECT_EQ((*v0)->state.metadata.version, 0u);
+  (*strict)->Stop();
+  ASSERT_EQ((*strict)->Rejections().size(), 1u);
+  EXPECT_NE((*strict)->Rejections()[0].status.message().find("unverified"), std::string::npos);
+
+  sopts.pfs_require_checksum = false;
+  auto lenient = Subscriber::Create(sopts);
+  ASSERT_TRUE(lenient.ok());
+  auto v1 = (*lenient)->WaitForVersion(1, 10);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_FALSE((*v1)->verified);
+  EXPECT_EQ((*v1)->state.metadata.version, 1u);  // from the directory name
+  ASSERT_EQ((*v1)->state.size(), 1u);
+  EXPECT_EQ((*v1)->state.tensors()[0].name, "a");
+}
+
 TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {
   const std::string dir = MakeTempDir();
   auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
