@@ -410,7 +410,7 @@ Status ParseMetadataInt(const std::map<std::string, std::string>& metadata, cons
   errno = 0;
   char* end = nullptr;
   T value{};
-  bool ok = !text.empty() && text.size() < 32 && text.find('\0') == std::string::npos;
+  bool ok = !text.empty() && text.size() <= 64 && text.find('\0') == std::string::npos;
   if (ok && std::numeric_limits<T>::is_signed) {
     const long long v = std::strtoll(text.c_str(), &end, 10);
     ok = errno == 0 && *end == '\0' && v >= static_cast<long long>(std::numeric_limits<T>::min()) &&

@@ -727,6 +727,24 @@ TEST(SafetensorsHostileTest, FormatKeysAreChecked) {
   EXPECT_THAT(clash.status().message(), HasSubstr("reserved for Viper's own keys"));
 }
 
+TEST(SafetensorsTest, DeviceImagesCarryTheirOwnDataChecksumAndTheHeaderChecksum) {
+  // The gpu tier's header: viper.device_checksum (checked by transports on
+  // the device) instead of viper.checksum. Core accepts it as the data
+  // checksum and still verifies the header checksum, which covers it.
+  const std::string device_sum = "0123456789abcdef";
+  auto header = BuildHeader(SpecModel(), nullptr, {{"viper.device_checksum", device_sum}});
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  std::vector<std::byte> h = ToBytes(header->bytes);
+  std::vector<std::byte> data = ToBytes(std::string(kSpecData, kSpecDataBytes));
+  auto parsed = ParseExternalData(nullptr, h.data(), h.size(), data.data(), data.size(), MemoryKind::kDevice);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto edited = Replaced(h, device_sum, "0123456789abcdee");
+  EXPECT_EQ(ParseExternalData(nullptr, edited.data(), edited.size(), data.data(), data.size(), MemoryKind::kDevice)
+                .status()
+                .code(),
+            StatusCode::kDataLoss);
+}
+
 TEST(SafetensorsTest, LegacyFilesVerifyTheirDataOnly) {
   // As Viper wrote files before format 2: viper.checksum, no viper.format.
   // 0x2d06800538d394c2 is XXH3-64 of the empty data section.
