@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -128,7 +127,6 @@ struct RawHeader {
   uint64_t header_bytes = 0;            // N
   std::vector<RawEntry> entries;        // header order
   std::map<std::string, std::string> metadata;
-  bool has_metadata = false;
 };
 
 // A SAX handler that reads a safetensors header straight into RawHeader: no
@@ -193,7 +191,6 @@ class HeaderReader : public nlohmann::json_sax<Json> {
         return Push(Kind::kRoot);
       case Kind::kRoot:
         if (frames_.back().key == kMetadataKey) {
-          out_->has_metadata = true;
           return Push(Kind::kMetadata);
         }
         entry_ = RawEntry();

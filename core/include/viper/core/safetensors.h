@@ -98,18 +98,20 @@ struct ParseInfo {
   bool data_verified = false;    // the data section was hashed and matched viper.checksum
 };
 
-// XXH3-64 over the meaning of a header (format 2's viper.header_checksum):
-// tensors ordered by (begin, end, name), each as str(name), str(dtype),
-// u64(rank), u64(dim)..., u64(begin), u64(end); then u64(count) and the
-// __metadata__ entries but viper.header_checksum in byte order of their
-// keys, each as str(key), str(value); all after the 15 ASCII bytes
-// "viper.header.v2". u64 is 8 bytes little-endian, str(s) = u64(size) + bytes.
+// One row of a header's tensor table, as the JSON states it.
 struct TableEntry {
   std::string name;
-  std::string dtype;
+  std::string dtype;  // "F32", ...
   std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;
+  uint64_t begin = 0, end = 0;  // data_offsets
 };
+// XXH3-64 over the meaning of a header (format 2's viper.header_checksum):
+// after the 15 ASCII bytes "viper.header.v2", the tensors ordered by (begin,
+// end, name), each as str(name), str(dtype), u64(rank), u64(dim)...,
+// u64(begin), u64(end); then u64(count) and the __metadata__ entries but
+// viper.header_checksum in byte order of their keys, each as str(key),
+// str(value). u64 is 8 bytes little-endian, str(s) = u64(size) + bytes.
+// JSON spelling (spacing, key order, escapes) does not change it.
 uint64_t HeaderChecksum(std::vector<TableEntry> tensors, const std::map<std::string, std::string>& metadata);
 
 // The serialized header: the 8 length bytes plus padded JSON. Tensor data
