@@ -16,7 +16,8 @@ struct LogOptions {
   datasets::LogReader::Options reader;
 };
 
-// Adds --log, --format, --non-finite and the column overrides.
+// Adds --log, --format, --non-finite, the column and tag overrides,
+// --iterations-per-epoch, --time-is-duration and the reading limits.
 void AddLogOptions(po::options_description* desc, LogOptions* options);
 // Reads the log the options name.
 StatusOr<TrainingLog> ReadLog(LogOptions options);

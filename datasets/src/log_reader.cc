@@ -339,6 +339,8 @@ struct BuildSpec {
   bool rebase_wall_time = false;     // wall times are Unix times: subtract the first
   bool skip_rows_without_metrics = false;  // Lightning's rows of other metrics
   std::array<std::string, kNumFields> column;  // the selected column names ("" = none)
+  // How a row number reads in messages: "line N" (text) or "record N" etc.
+  const char* row_word = nullptr;  // nullptr = "file:N" (a line)
 };
 
 class Builder {
@@ -464,7 +466,7 @@ class Builder {
           for (size_t k = 0; k < mine.size(); ++k) {
             if (mine[k].first->has_value() && theirs[k].first->has_value()) {
               return InvalidArgumentError(where + ": iteration " + std::to_string(r.iteration) + " repeats the " +
-                                          mine[k].second + " of line " + std::to_string(lines_.back()) +
+                                          mine[k].second + " of " + Ref(lines_.back()) +
                                           " (entries of one step may only add metrics the other lacks)");
             }
           }
@@ -482,7 +484,7 @@ class Builder {
       if (r.iteration <= last.iteration) {
         return InvalidArgumentError(where + ": iterations must be strictly increasing, but " +
                                     std::to_string(r.iteration) + " follows " + std::to_string(last.iteration) +
-                                    " (line " + std::to_string(lines_.back()) + ")");
+                                    " (" + Ref(lines_.back()) + ")");
       }
     }
     log_.records.push_back(std::move(r));
@@ -494,7 +496,7 @@ class Builder {
   // the clock checked (>= 0, never going back).
   Status CheckWallTimes() {
     const std::string col = "column '" + spec_.column[kWallTime] + "'";
-    auto where = [&](size_t k) { return Where(source_, lines_[k]); };
+    auto where = [&](size_t k) { return Locate(lines_[k]); };
     if (spec_.durations) {
       // Row k's value is the seconds per iteration over the iterations since
       // the previous row: the clock advances by value x iterations.
@@ -526,22 +528,30 @@ class Builder {
         if (!base) base = *r.wall_time_s;
         r.wall_time_s = *r.wall_time_s - *base;
       }
-      if (*r.wall_time_s < 0) {
-        return InvalidArgumentError(where(k) + ": " + col + ": wall time " + Num(*r.wall_time_s) +
-                                    " is negative (expected seconds since the start of training)");
-      }
       if (have_prev && *r.wall_time_s < *log_.records[prev].wall_time_s) {
         return InvalidArgumentError(
-            where(k) + ": " + col + " goes back from " + Num(*log_.records[prev].wall_time_s) + " (line " +
-            std::to_string(lines_[prev]) + ") to " + Num(*r.wall_time_s) +
+            where(k) + ": " + col + " goes back from " + Num(*log_.records[prev].wall_time_s) + " (" +
+            Ref(lines_[prev]) + ") to " + Num(*r.wall_time_s) +
             ": it is not a clock (expected seconds since the start, never decreasing). If it holds seconds per "
             "iteration (as detectron2's 'time' does), pass --time-is-duration; to ignore it, name another column "
             "with --wall-time-column");
+      }
+      if (*r.wall_time_s < 0) {
+        return InvalidArgumentError(where(k) + ": " + col + ": wall time " + Num(*r.wall_time_s) +
+                                    " is negative (expected seconds since the start of training)");
       }
       prev = k;
       have_prev = true;
     }
     return Status::Ok();
+  }
+
+  // Where row `n` is, and how another row is referred to in a message.
+  std::string Locate(int64_t n) const {
+    return spec_.row_word ? source_ + ": " + spec_.row_word + " " + std::to_string(n) : Where(source_, n);
+  }
+  std::string Ref(int64_t n) const {
+    return std::string(spec_.row_word ? spec_.row_word : "line") + " " + std::to_string(n);
   }
 
   const std::string& source_;
@@ -806,7 +816,9 @@ class JsonCollector {
         if (!taken) order[f].push_back(c);
       }
     }
-    Builder builder(source, options, MakeSpec(format, sel, cols_, options));
+    BuildSpec spec = MakeSpec(format, sel, cols_, options);
+    if (format == LogFormat::kHuggingFace) spec.row_word = "log_history entry";
+    Builder builder(source, options, std::move(spec));
     for (int64_t i = 0; i < summaries_; ++i) builder.CountSummary();
     for (const JsonRow& row : rows_) {
       Values v;
@@ -897,7 +909,9 @@ StatusOr<TrainingLog> ParseTensorBoardJson(std::string_view text, const std::str
   VIPER_ASSIGN_OR_RETURN(Selection sel, Select(cols, names, Overrides(options, LogFormat::kTensorBoardJson), source,
                                                LogFormat::kTensorBoardJson));
   VIPER_RETURN_IF_ERROR(CheckSelection(sel, cols, names, source, LogFormat::kTensorBoardJson));
-  Builder builder(source, options, MakeSpec(LogFormat::kTensorBoardJson, sel, cols, options));
+  BuildSpec spec = MakeSpec(LogFormat::kTensorBoardJson, sel, cols, options);
+  spec.row_word = "entry";
+  Builder builder(source, options, std::move(spec));
   for (size_t i = 0; i < doc.size(); ++i) {
     const std::string where = source + ": entry " + std::to_string(i + 1);
     const auto& e = doc[i];
@@ -997,7 +1011,9 @@ StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& so
   Columns spec_cols = cols;
   spec_sel[kWallTime] = spec_cols.Add("wall_time");
   spec_sel[kIteration] = spec_cols.Add("step");
-  Builder builder(source, options, MakeSpec(LogFormat::kTfEvents, spec_sel, spec_cols, options));
+  BuildSpec spec = MakeSpec(LogFormat::kTfEvents, spec_sel, spec_cols, options);
+  spec.row_word = "record";
+  Builder builder(source, options, std::move(spec));
   for (auto& [step, st] : steps) {
     st.v[kIteration] = static_cast<double>(step);
     VIPER_RETURN_IF_ERROR(builder.Add(st.v, source + ": record " + std::to_string(st.record), st.record));
