@@ -326,7 +326,7 @@ def seed_corpus():
         for name in files:
             if name.endswith(".py"):
                 continue
-            rel = os.path.relpath(os.path.join(root, name), OUT).replace(os.sep, "-")
+            rel = "testdata-" + os.path.relpath(os.path.join(root, name), OUT).replace(os.sep, "-")
             shutil.copyfile(os.path.join(root, name), os.path.join(CORPUS, rel))
 
 
