@@ -260,8 +260,8 @@ struct Columns {
   const char* kind = "column";                  // column | key | tag
 
   int Add(const std::string& name) {
-    const std::string low = Lower(name);
-    auto [it, inserted] = index.emplace(low, static_cast<int>(names.size()));
+    std::string low = Lower(name);
+    auto [it, inserted] = index.emplace(std::move(low), static_cast<int>(names.size()));
     if (inserted) names.push_back(name);
     return it->second;
   }
@@ -671,8 +671,10 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
     }
   }
   Columns cols;
+  std::vector<int> first_of(header.size());  // column -> first column of the same (lower-case) name
   for (size_t i = 0; i < header.size(); ++i) {
-    if (cols.Add(header[i]) != static_cast<int>(i)) {
+    first_of[i] = cols.Add(header[i]);
+    if (first_of[i] != static_cast<int>(i)) {
       // A repeated name (case-insensitive): only an error if it is read.
       cols.names.push_back(header[i]);
     }
@@ -683,7 +685,7 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
   for (int f = 0; f < kNumFields; ++f) {
     if (sel[f] < 0) continue;
     for (size_t i = 0; i < header.size(); ++i) {
-      if (static_cast<int>(i) != sel[f] && Lower(header[i]) == Lower(header[static_cast<size_t>(sel[f])])) {
+      if (static_cast<int>(i) != sel[f] && first_of[i] == sel[f]) {
         return InvalidArgumentError(where_header + ": column " + Excerpt(header[i], 40) + " appears twice (columns " +
                                     std::to_string(sel[f] + 1) + " and " + std::to_string(i + 1) +
                                     "); which one is the " + kFieldInfo[f].what + "?");
