@@ -1229,9 +1229,42 @@ StatusOr<TrainingLog> LogReader::Parse(const std::string& text_in, const std::st
   }
 }
 
-StatusOr<TrainingLog> LogReader::ReadFile(const std::string& path, const Options& options) {
+namespace {
+
+// A run directory (TensorBoard's log dir, Lightning's version_N, a Hugging
+// Face checkpoint, a detectron2 output dir): the one log file it holds.
+StatusOr<std::string> LogInDirectory(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec)) continue;
+    if (name.rfind("events.out.tfevents", 0) == 0 || name == "metrics.csv" || name == "trainer_state.json" ||
+        name == "metrics.json") {
+      found.push_back(e.path().string());
+    }
+  }
+  if (ec) return ErrnoError("'" + dir + "'", ec.value());
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found[0];
+  if (found.empty()) {
+    return InvalidArgumentError("'" + dir + "' is a directory, expected a log file (a run directory must hold one "
+                                "events.out.tfevents.*, metrics.csv, trainer_state.json or metrics.json)");
+  }
+  return InvalidArgumentError("'" + dir + "' is a directory with " + std::to_string(found.size()) +
+                              " log files; give one: " + JoinNames(found));
+}
+
+}  // namespace
+
+StatusOr<TrainingLog> LogReader::ReadFile(const std::string& path_in, const Options& options) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError("log reader options: " + error);
+  std::string path = path_in;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    VIPER_ASSIGN_OR_RETURN(path, LogInDirectory(path));
+  }
   const bool binary = options.format == LogFormat::kTfEvents ||
                       (options.format == LogFormat::kAuto && Lower(BaseName(path)).find("tfevents") != std::string::npos);
   VIPER_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, options, binary));

@@ -215,6 +215,17 @@ TEST(LogFormatsTest, TfEventsFromPyTorchSimpleValues) {
               {"unknown tag 'Loss/Train'", "--loss-tag", "train/loss", "lr", "val/loss"});
 }
 
+TEST(LogFormatsTest, RunDirectoryWithOneLogIsRead) {
+  auto r = LogReader::ReadFile(Data("tb-pytorch"), {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->format, "tfevents");
+  EXPECT_NE(r->source.find("events.out.tfevents.1700000000.host.4242.0"), std::string::npos);
+  r = LogReader::ReadFile(Data("hf"), {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->format, "hf-trainer-state");
+  ExpectError(LogReader::ReadFile(TestDataDirectory(), {}), {"is a directory", "expected a log file"});
+}
+
 TEST(LogFormatsTest, TfEventsFromTf2TensorScalars) {
   auto r = Read("tb-tf2/events.out.tfevents.1700000000.tf2host.777.0.v2");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
