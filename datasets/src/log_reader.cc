@@ -512,6 +512,10 @@ class Builder {
                                       " seconds per iteration is negative (expected a duration >= 0)");
         }
         if (started) clock += d * static_cast<double>(r.iteration - prev_iteration);
+        if (!std::isfinite(clock)) {
+          return InvalidArgumentError(where(k) + ": " + col + ": " + Num(d) +
+                                      " seconds per iteration make the accumulated time overflow");
+        }
         started = true;
         prev_iteration = r.iteration;
         r.wall_time_s = clock;

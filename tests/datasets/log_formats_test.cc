@@ -369,6 +369,10 @@ TEST(LogHostileTest, WallTimesNegativeOrGoingBackAreNamed) {
   EXPECT_NEAR(*r->records[2].wall_time_s, 7.0, 1e-12);
   ExpectError(ParseText("iteration,loss,time\n10,2.0,0.35\n20,1.9,-0.01\n", "w.csv", o),
               {"w.csv:3", "-0.01 seconds per iteration is negative"});
+  ExpectError(ParseText("iteration,loss,time\n10,2.0,0.35\n20,1.9,1e308\n", "w.csv", o),
+              {"w.csv:3", "overflow"});
+  // A JSON value of the wrong type names the key and the type.
+  ExpectError(ParseText("{\"step\": 1, \"loss\": true}\n", "b.jsonl"), {"b.jsonl:1", "'loss'", "got boolean"});
 }
 
 TEST(LogHostileTest, MessagesQuoteABoundedExcerpt) {
