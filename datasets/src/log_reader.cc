@@ -726,10 +726,15 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
 
 // One JSON entry's values of the recognised keys (by Columns position).
 struct JsonRow {
-  int64_t line = 0;
-  std::string where;
+  int64_t line = 0;  // line (JSON lines) or log_history index (trainer_state.json)
   std::vector<std::pair<int, double>> values;
 };
+
+// Where a JSON entry is, for messages.
+std::string JsonWhere(const std::string& source, LogFormat format, int64_t line) {
+  return format == LogFormat::kHuggingFace ? source + ": log_history[" + std::to_string(line) + "]"
+                                           : Where(source, line);
+}
 
 // Collects the numeric values of recognised keys (and every key's name).
 class JsonCollector {
@@ -763,7 +768,6 @@ class JsonCollector {
     }
     JsonRow row;
     row.line = line;
-    row.where = where;
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string low = Lower(it.key());
       if (cols_.names.size() < 100000) cols_.Add(it.key());
@@ -801,7 +805,7 @@ class JsonCollector {
     if (rows_.empty() && summaries_ == 0) {
       return InvalidArgumentError(source + ": no entries (expected JSON objects with a step and a loss)");
     }
-    const std::string where = rows_.empty() ? source : rows_.front().where;
+    const std::string where = rows_.empty() ? source : JsonWhere(source, format, rows_.front().line);
     const auto overrides = Overrides(options, format);
     VIPER_ASSIGN_OR_RETURN(Selection sel, Select(cols_, names, overrides, where, format));
     VIPER_RETURN_IF_ERROR(CheckSelection(sel, cols_, names, where, format));
@@ -842,7 +846,7 @@ class JsonCollector {
         for (int f = kLoss; f < kNumFields; ++f) any = any || (f != kWallTime && v[f]);
         if (!any) continue;
       }
-      VIPER_RETURN_IF_ERROR(builder.Add(v, row.where, row.line));
+      VIPER_RETURN_IF_ERROR(builder.Add(v, JsonWhere(source, format, row.line), row.line));
     }
     return builder.Finish();
   }
