@@ -19,9 +19,14 @@ auto InRange(const char* option, int64_t lo, int64_t hi, const char* meaning) {
 }  // namespace
 
 void AddLogOptions(po::options_description* desc, LogOptions* o) {
+  desc->add_options()
+      ("log", po::value(&o->path)->required(), "training log: CSV, Keras CSVLogger, Lightning metrics.csv, JSON lines, Hugging Face trainer_state.json, TensorBoard scalar export (CSV/JSON) or event file (events.out.tfevents.*), detectron2 metrics.json (.gz read directly; a run directory holding one of these)");
+  AddLogReaderOptions(desc, o);
+}
+
+void AddLogReaderOptions(po::options_description* desc, LogOptions* o) {
   datasets::LogReader::Options& r = o->reader;
   desc->add_options()
-      ("log", po::value(&o->path)->required(), "training log: CSV, Keras CSVLogger, Lightning metrics.csv, JSON lines, Hugging Face trainer_state.json, TensorBoard scalar export (CSV/JSON) or event file (events.out.tfevents.*), detectron2 metrics.json (.gz read directly)")
       ("format", po::value(&o->format)->default_value(o->format)->notifier(CheckEnum<datasets::LogFormatFromString>("format")), ("log format: " + datasets::LogFormatNames() + " (auto: from the file name and content)").c_str())
       ("non-finite", po::value(&o->non_finite)->default_value(o->non_finite)->notifier(CheckEnum<datasets::NonFinitePolicyFromString>("non-finite")), "NaN/inf losses: reject (error naming the line) or drop (skip the row, count it)")
       ("iteration-column", po::value(&r.iteration_column), "name of the iteration column (default: iteration|iter|step|global_step; names match case-insensitively)")
@@ -41,10 +46,12 @@ void AddLogOptions(po::options_description* desc, LogOptions* o) {
       ("max-log-bytes", po::value(&r.max_bytes)->default_value(r.max_bytes)->notifier(InRange("max-log-bytes", 1, std::numeric_limits<int64_t>::max(), "bytes")), "stop with an error after reading this many bytes (after decompression)");
 }
 
-StatusOr<TrainingLog> ReadLog(LogOptions o) {
+StatusOr<TrainingLog> ReadLog(LogOptions o) { return ReadLog(o, o.path); }
+
+StatusOr<TrainingLog> ReadLog(LogOptions o, const std::string& path) {
   VIPER_ASSIGN_OR_RETURN(o.reader.format, datasets::LogFormatFromString(o.format));
   VIPER_ASSIGN_OR_RETURN(o.reader.non_finite, datasets::NonFinitePolicyFromString(o.non_finite));
-  return datasets::LogReader::ReadFile(o.path, o.reader);
+  return datasets::LogReader::ReadFile(path, o.reader);
 }
 
 }  // namespace cli
