@@ -111,6 +111,11 @@ expect_in "$tmp/err" "longer than the limit of 1048576 bytes" "/dev/zero: the li
 expect_rc 1 "--max-rows" "$viper" log-info --log "$data/bom.csv" --max-rows 10
 expect_in "$tmp/err" "more than 10 rows" "--max-rows: the limit in the message"
 
+expect_rc 0 "log-info --json -" "$viper" log-info --log "$data/hf/trainer_state.json" --json -
+if [ "$(head -c 1 "$tmp/out")" = "{" ] && ! grep -q "^format " "$tmp/out"; then passes=$((passes + 1)); else
+  echo "FAIL: log-info --json - must write only JSON to stdout"; fails=$((fails + 1)); fi
+expect_in "$tmp/err" "format                 hf-trainer-state" "log-info --json -: the table on stderr"
+
 # Every hostile seed: exit 1, one short message, never a crash or a hang.
 n=0
 for f in "$corpus"/hostile-*; do
