@@ -16,10 +16,15 @@ struct LogOptions {
   datasets::LogReader::Options reader;
 };
 
-// Adds --log, --format, --non-finite and the column overrides.
+// Adds --log, --format, --non-finite, the column and tag overrides,
+// --iterations-per-epoch, --time-is-duration and the reading limits.
 void AddLogOptions(po::options_description* desc, LogOptions* options);
-// Reads the log the options name.
+// The same without --log, for a command that names its logs itself (fit's
+// --log takes several with --evaluate).
+void AddLogReaderOptions(po::options_description* desc, LogOptions* options);
+// Reads the log the options name, or `path` with the options' reader settings.
 StatusOr<TrainingLog> ReadLog(LogOptions options);
+StatusOr<TrainingLog> ReadLog(LogOptions options, const std::string& path);
 
 }  // namespace cli
 }  // namespace viper

@@ -260,8 +260,8 @@ struct Columns {
   const char* kind = "column";                  // column | key | tag
 
   int Add(const std::string& name) {
-    const std::string low = Lower(name);
-    auto [it, inserted] = index.emplace(low, static_cast<int>(names.size()));
+    std::string low = Lower(name);
+    auto [it, inserted] = index.emplace(std::move(low), static_cast<int>(names.size()));
     if (inserted) names.push_back(name);
     return it->second;
   }
@@ -339,6 +339,8 @@ struct BuildSpec {
   bool rebase_wall_time = false;     // wall times are Unix times: subtract the first
   bool skip_rows_without_metrics = false;  // Lightning's rows of other metrics
   std::array<std::string, kNumFields> column;  // the selected column names ("" = none)
+  // How a row number reads in messages: "line N" (text) or "record N" etc.
+  const char* row_word = nullptr;  // nullptr = "file:N" (a line)
 };
 
 class Builder {
@@ -464,7 +466,7 @@ class Builder {
           for (size_t k = 0; k < mine.size(); ++k) {
             if (mine[k].first->has_value() && theirs[k].first->has_value()) {
               return InvalidArgumentError(where + ": iteration " + std::to_string(r.iteration) + " repeats the " +
-                                          mine[k].second + " of line " + std::to_string(lines_.back()) +
+                                          mine[k].second + " of " + Ref(lines_.back()) +
                                           " (entries of one step may only add metrics the other lacks)");
             }
           }
@@ -482,7 +484,7 @@ class Builder {
       if (r.iteration <= last.iteration) {
         return InvalidArgumentError(where + ": iterations must be strictly increasing, but " +
                                     std::to_string(r.iteration) + " follows " + std::to_string(last.iteration) +
-                                    " (line " + std::to_string(lines_.back()) + ")");
+                                    " (" + Ref(lines_.back()) + ")");
       }
     }
     log_.records.push_back(std::move(r));
@@ -494,7 +496,7 @@ class Builder {
   // the clock checked (>= 0, never going back).
   Status CheckWallTimes() {
     const std::string col = "column '" + spec_.column[kWallTime] + "'";
-    auto where = [&](size_t k) { return Where(source_, lines_[k]); };
+    auto where = [&](size_t k) { return Locate(lines_[k]); };
     if (spec_.durations) {
       // Row k's value is the seconds per iteration over the iterations since
       // the previous row: the clock advances by value x iterations.
@@ -510,6 +512,10 @@ class Builder {
                                       " seconds per iteration is negative (expected a duration >= 0)");
         }
         if (started) clock += d * static_cast<double>(r.iteration - prev_iteration);
+        if (!std::isfinite(clock)) {
+          return InvalidArgumentError(where(k) + ": " + col + ": " + Num(d) +
+                                      " seconds per iteration make the accumulated time overflow");
+        }
         started = true;
         prev_iteration = r.iteration;
         r.wall_time_s = clock;
@@ -526,22 +532,30 @@ class Builder {
         if (!base) base = *r.wall_time_s;
         r.wall_time_s = *r.wall_time_s - *base;
       }
-      if (*r.wall_time_s < 0) {
-        return InvalidArgumentError(where(k) + ": " + col + ": wall time " + Num(*r.wall_time_s) +
-                                    " is negative (expected seconds since the start of training)");
-      }
       if (have_prev && *r.wall_time_s < *log_.records[prev].wall_time_s) {
         return InvalidArgumentError(
-            where(k) + ": " + col + " goes back from " + Num(*log_.records[prev].wall_time_s) + " (line " +
-            std::to_string(lines_[prev]) + ") to " + Num(*r.wall_time_s) +
+            where(k) + ": " + col + " goes back from " + Num(*log_.records[prev].wall_time_s) + " (" +
+            Ref(lines_[prev]) + ") to " + Num(*r.wall_time_s) +
             ": it is not a clock (expected seconds since the start, never decreasing). If it holds seconds per "
             "iteration (as detectron2's 'time' does), pass --time-is-duration; to ignore it, name another column "
             "with --wall-time-column");
+      }
+      if (*r.wall_time_s < 0) {
+        return InvalidArgumentError(where(k) + ": " + col + ": wall time " + Num(*r.wall_time_s) +
+                                    " is negative (expected seconds since the start of training)");
       }
       prev = k;
       have_prev = true;
     }
     return Status::Ok();
+  }
+
+  // Where row `n` is, and how another row is referred to in a message.
+  std::string Locate(int64_t n) const {
+    return spec_.row_word ? source_ + ": " + spec_.row_word + " " + std::to_string(n) : Where(source_, n);
+  }
+  std::string Ref(int64_t n) const {
+    return std::string(spec_.row_word ? spec_.row_word : "line") + " " + std::to_string(n);
   }
 
   const std::string& source_;
@@ -661,8 +675,10 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
     }
   }
   Columns cols;
+  std::vector<int> first_of(header.size());  // column -> first column of the same (lower-case) name
   for (size_t i = 0; i < header.size(); ++i) {
-    if (cols.Add(header[i]) != static_cast<int>(i)) {
+    first_of[i] = cols.Add(header[i]);
+    if (first_of[i] != static_cast<int>(i)) {
       // A repeated name (case-insensitive): only an error if it is read.
       cols.names.push_back(header[i]);
     }
@@ -673,7 +689,7 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
   for (int f = 0; f < kNumFields; ++f) {
     if (sel[f] < 0) continue;
     for (size_t i = 0; i < header.size(); ++i) {
-      if (static_cast<int>(i) != sel[f] && Lower(header[i]) == Lower(header[static_cast<size_t>(sel[f])])) {
+      if (static_cast<int>(i) != sel[f] && first_of[i] == sel[f]) {
         return InvalidArgumentError(where_header + ": column " + Excerpt(header[i], 40) + " appears twice (columns " +
                                     std::to_string(sel[f] + 1) + " and " + std::to_string(i + 1) +
                                     "); which one is the " + kFieldInfo[f].what + "?");
@@ -710,10 +726,15 @@ StatusOr<TrainingLog> ParseCsv(std::string_view text, const std::string& source,
 
 // One JSON entry's values of the recognised keys (by Columns position).
 struct JsonRow {
-  int64_t line = 0;
-  std::string where;
+  int64_t line = 0;  // line (JSON lines) or log_history index (trainer_state.json)
   std::vector<std::pair<int, double>> values;
 };
+
+// Where a JSON entry is, for messages.
+std::string JsonWhere(const std::string& source, LogFormat format, int64_t line) {
+  return format == LogFormat::kHuggingFace ? source + ": log_history[" + std::to_string(line) + "]"
+                                           : Where(source, line);
+}
 
 // Collects the numeric values of recognised keys (and every key's name).
 class JsonCollector {
@@ -747,7 +768,6 @@ class JsonCollector {
     }
     JsonRow row;
     row.line = line;
-    row.where = where;
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string low = Lower(it.key());
       if (cols_.names.size() < 100000) cols_.Add(it.key());
@@ -785,7 +805,7 @@ class JsonCollector {
     if (rows_.empty() && summaries_ == 0) {
       return InvalidArgumentError(source + ": no entries (expected JSON objects with a step and a loss)");
     }
-    const std::string where = rows_.empty() ? source : rows_.front().where;
+    const std::string where = rows_.empty() ? source : JsonWhere(source, format, rows_.front().line);
     const auto overrides = Overrides(options, format);
     VIPER_ASSIGN_OR_RETURN(Selection sel, Select(cols_, names, overrides, where, format));
     VIPER_RETURN_IF_ERROR(CheckSelection(sel, cols_, names, where, format));
@@ -806,7 +826,9 @@ class JsonCollector {
         if (!taken) order[f].push_back(c);
       }
     }
-    Builder builder(source, options, MakeSpec(format, sel, cols_, options));
+    BuildSpec spec = MakeSpec(format, sel, cols_, options);
+    if (format == LogFormat::kHuggingFace) spec.row_word = "log_history entry";
+    Builder builder(source, options, std::move(spec));
     for (int64_t i = 0; i < summaries_; ++i) builder.CountSummary();
     for (const JsonRow& row : rows_) {
       Values v;
@@ -824,7 +846,7 @@ class JsonCollector {
         for (int f = kLoss; f < kNumFields; ++f) any = any || (f != kWallTime && v[f]);
         if (!any) continue;
       }
-      VIPER_RETURN_IF_ERROR(builder.Add(v, row.where, row.line));
+      VIPER_RETURN_IF_ERROR(builder.Add(v, JsonWhere(source, format, row.line), row.line));
     }
     return builder.Finish();
   }
@@ -897,7 +919,9 @@ StatusOr<TrainingLog> ParseTensorBoardJson(std::string_view text, const std::str
   VIPER_ASSIGN_OR_RETURN(Selection sel, Select(cols, names, Overrides(options, LogFormat::kTensorBoardJson), source,
                                                LogFormat::kTensorBoardJson));
   VIPER_RETURN_IF_ERROR(CheckSelection(sel, cols, names, source, LogFormat::kTensorBoardJson));
-  Builder builder(source, options, MakeSpec(LogFormat::kTensorBoardJson, sel, cols, options));
+  BuildSpec spec = MakeSpec(LogFormat::kTensorBoardJson, sel, cols, options);
+  spec.row_word = "entry";
+  Builder builder(source, options, std::move(spec));
   for (size_t i = 0; i < doc.size(); ++i) {
     const std::string where = source + ": entry " + std::to_string(i + 1);
     const auto& e = doc[i];
@@ -997,7 +1021,9 @@ StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& so
   Columns spec_cols = cols;
   spec_sel[kWallTime] = spec_cols.Add("wall_time");
   spec_sel[kIteration] = spec_cols.Add("step");
-  Builder builder(source, options, MakeSpec(LogFormat::kTfEvents, spec_sel, spec_cols, options));
+  BuildSpec spec = MakeSpec(LogFormat::kTfEvents, spec_sel, spec_cols, options);
+  spec.row_word = "record";
+  Builder builder(source, options, std::move(spec));
   for (auto& [step, st] : steps) {
     st.v[kIteration] = static_cast<double>(step);
     VIPER_RETURN_IF_ERROR(builder.Add(st.v, source + ": record " + std::to_string(st.record), st.record));
@@ -1211,9 +1237,42 @@ StatusOr<TrainingLog> LogReader::Parse(const std::string& text_in, const std::st
   }
 }
 
-StatusOr<TrainingLog> LogReader::ReadFile(const std::string& path, const Options& options) {
+namespace {
+
+// A run directory (TensorBoard's log dir, Lightning's version_N, a Hugging
+// Face checkpoint, a detectron2 output dir): the one log file it holds.
+StatusOr<std::string> LogInDirectory(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec)) continue;
+    if (name.rfind("events.out.tfevents", 0) == 0 || name == "metrics.csv" || name == "trainer_state.json" ||
+        name == "metrics.json") {
+      found.push_back(e.path().string());
+    }
+  }
+  if (ec) return ErrnoError("'" + dir + "'", ec.value());
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found[0];
+  if (found.empty()) {
+    return InvalidArgumentError("'" + dir + "' is a directory, expected a log file (a run directory must hold one "
+                                "events.out.tfevents.*, metrics.csv, trainer_state.json or metrics.json)");
+  }
+  return InvalidArgumentError("'" + dir + "' is a directory with " + std::to_string(found.size()) +
+                              " log files; give one: " + JoinNames(found));
+}
+
+}  // namespace
+
+StatusOr<TrainingLog> LogReader::ReadFile(const std::string& path_in, const Options& options) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError("log reader options: " + error);
+  std::string path = path_in;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    VIPER_ASSIGN_OR_RETURN(path, LogInDirectory(path));
+  }
   const bool binary = options.format == LogFormat::kTfEvents ||
                       (options.format == LogFormat::kAuto && Lower(BaseName(path)).find("tfevents") != std::string::npos);
   VIPER_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, options, binary));

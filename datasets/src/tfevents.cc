@@ -143,7 +143,12 @@ bool DecodeTensor(std::string_view msg, std::optional<double>* out) {
   Wire w(msg);
   uint64_t dtype = 0;
   bool shape_ok = true;
-  std::vector<double> values;
+  // Only the first value and the count are kept (a big tensor costs no memory).
+  double first_value = 0;
+  uint64_t count = 0;
+  auto push = [&](double v) {
+    if (count++ == 0) first_value = v;
+  };
   std::string_view content;
   bool have_content = false;
   while (!w.done()) {
@@ -191,20 +196,20 @@ bool DecodeTensor(std::string_view msg, std::optional<double>* out) {
         if (t == 5) {
           uint32_t b;
           if (!src->Fixed32(&b)) return false;
-          values.push_back(BitsToFloat(b));
+          push(BitsToFloat(b));
         } else if (t == 1) {
           uint64_t b;
           if (!src->Fixed64(&b)) return false;
-          values.push_back(BitsToDouble(b));
+          push(BitsToDouble(b));
         } else {
           uint64_t v;
           if (!src->Varint(&v)) return false;
           if (field == 13) {
-            values.push_back(HalfToDouble(static_cast<uint32_t>(v & 0xFFFF)));
+            push(HalfToDouble(static_cast<uint32_t>(v & 0xFFFF)));
           } else if (field == 7) {
-            values.push_back(static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(v))));
+            push(static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(v))));
           } else {
-            values.push_back(static_cast<double>(static_cast<int64_t>(v)));
+            push(static_cast<double>(static_cast<int64_t>(v)));
           }
         }
         return true;
@@ -236,9 +241,9 @@ bool DecodeTensor(std::string_view msg, std::optional<double>* out) {
     }
     return true;
   }
-  if (values.size() == 1 && (dtype == kFloat || dtype == kDouble || dtype == kInt32 || dtype == kInt64 ||
+  if (count == 1 && (dtype == kFloat || dtype == kDouble || dtype == kInt32 || dtype == kInt64 ||
                              dtype == kHalf)) {
-    *out = values[0];
+    *out = first_value;
   }
   return true;
 }

@@ -279,7 +279,12 @@ StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric) {
     out.losses.push_back(*v);
   }
   if (out.iterations.empty()) {
-    return NotFoundError(log.source + ": no row has a " + std::string(ToString(metric)) + " value");
+    const int64_t val = log.ValLossPoints();
+    return NotFoundError(log.source + ": no row has a " + std::string(ToString(metric)) + " value" +
+                         (metric == LossMetric::kTrainLoss && val > 0
+                              ? " (an evaluation-only log: its " + std::to_string(val) +
+                                    " val_loss points are the series to use, e.g. --metric val_loss)"
+                              : ""));
   }
   return out;
 }

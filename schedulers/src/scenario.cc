@@ -59,7 +59,9 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
     auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
     const bool enough =
         val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >= o.predictor.min_points;
-    sc.metric = enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
+    // An evaluation-only log (no training loss at all) plans on its validation series.
+    sc.metric = enough || log.TrainLossPoints() == 0 ? predictor::LossMetric::kValLoss
+                                                     : predictor::LossMetric::kTrainLoss;
   }
   if (sc.metric == predictor::LossMetric::kTestLoss) {
     return InvalidArgumentError("the planning metric cannot be test_loss: that is the served truth the schedules "

@@ -108,5 +108,31 @@ TEST(SummarizeTest, MedianEpochLengthIgnoresAnOddEpoch) {
   EXPECT_DOUBLE_EQ(*s.iterations_per_epoch, 100.0);
 }
 
+TEST(TrainingLogTest, CountsTimedRowsAndSeries) {
+  TrainingLog log;
+  EXPECT_FALSE(log.HasWallTime());
+  EXPECT_FALSE(log.EvaluationOnly());
+  LogRecord a;
+  a.iteration = 10;
+  a.val_loss = 2.0;
+  a.wall_time_s = 1.0;
+  LogRecord b = a;
+  b.iteration = 20;
+  b.wall_time_s.reset();
+  log.records = {a, b};
+  EXPECT_EQ(log.TimedRows(), 1);
+  EXPECT_FALSE(log.HasWallTime());  // one timed row is no time span
+  EXPECT_TRUE(log.EvaluationOnly());
+  EXPECT_EQ(log.ValLossPoints(), 2);
+  log.records[1].wall_time_s = 3.0;
+  log.records[1].train_loss = 1.5;
+  EXPECT_TRUE(log.HasWallTime());
+  EXPECT_FALSE(log.EvaluationOnly());
+  const LogSummary s = Summarize(log);
+  EXPECT_EQ(s.train_points, 1);
+  EXPECT_EQ(s.timed_rows, 2);
+  EXPECT_DOUBLE_EQ(*s.seconds_per_iteration, 0.2);
+}
+
 }  // namespace
 }  // namespace viper
