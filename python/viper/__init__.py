@@ -22,6 +22,7 @@ tier needs it, and cooperates with mpi4py).
 """
 import atexit
 import json
+import warnings
 
 import torch
 
@@ -101,7 +102,7 @@ class Version:
     referenced (the Subscriber meanwhile receives the next version elsewhere).
     Treat the tensors as read-only: every reader shares them."""
 
-    __slots__ = ("_v", "_state_dict", "_metadata")
+    __slots__ = ("_v", "_state_dict", "_metadata", "__weakref__")
 
     def __init__(self, v):
         self._v = v
@@ -123,11 +124,12 @@ class Version:
             return {name: _CudaView(self._v, dtype, shape, ptr, nbytes).tensor(dev)
                     for name, dtype, shape, ptr, nbytes, dev in self._v.device_tensors(torch.cuda.current_device())}
         out = {}
-        import warnings
+        from_viper, from_buffer = _torch.FROM_VIPER, _torch.from_buffer
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given buffer is not writable")
             for name, dtype, shape, buffer in self._v.host_tensors():
-                out[name] = _torch.from_buffer(buffer, _torch._torch_dtype(name, dtype), shape)
+                d = from_viper.get(dtype)
+                out[name] = from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype), shape)
         return out
 
     def state_dict(self, device=None):
