@@ -115,7 +115,7 @@ def produce(a, comm, t_base):
     pub = viper.Publisher(tier=a.tier, mode=a.mode, notify=a.notify, pfs_dir=a.pfs_dir,
                           staging_bytes=model_bytes(model) + (1 << 20), peer_timeout_s=30)
     planner = viper.Planner(a.strategy, total_iterations=a.iterations, warmup=a.warmup,
-                            requests_per_s=a.requests_per_s, poll_period_s=a.poll_period if a.notify == "poll" else 0)
+                            requests=a.requests_per_s, poll_period_s=a.poll_period if a.notify == "poll" else 0)
 
     def validation_loss():
         with torch.no_grad():
