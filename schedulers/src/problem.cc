@@ -51,16 +51,6 @@ StatusOr<WindowKind> WindowKindFromString(const std::string& name) {
                               "' (expected while-training, request-count or end-time)");
 }
 
-const char* ToString(Notification notification) {
-  return notification == Notification::kPush ? "push" : "poll";
-}
-
-StatusOr<Notification> NotificationFromString(const std::string& name) {
-  if (name == "push") return Notification::kPush;
-  if (name == "poll") return Notification::kPoll;
-  return InvalidArgumentError("unknown notification '" + name + "' (expected push or poll)");
-}
-
 double RequestModel::RatePerSecond() const {
   if (arrivals == ArrivalProcess::kTrace) {
     if (trace_s.empty() || !(trace_s.back() > 0.0)) return 0.0;

@@ -21,22 +21,6 @@ Calibration For(Tier tier) {
 
 }  // namespace
 
-const char* ToString(Tier tier) {
-  switch (tier) {
-    case Tier::kGpu: return "gpu";
-    case Tier::kHost: return "host";
-    case Tier::kPfs: return "pfs";
-  }
-  return "?";
-}
-
-StatusOr<Tier> TierFromString(const std::string& name) {
-  for (Tier t : {Tier::kGpu, Tier::kHost, Tier::kPfs}) {
-    if (name == ToString(t)) return t;
-  }
-  return InvalidArgumentError("unknown transport tier '" + name + "' (expected gpu, host or pfs)");
-}
-
 schedulers::TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous,
                                     schedulers::Notification notification, double poll_period_s) {
   const Calibration c = For(tier);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "test_util.h"
@@ -83,6 +84,20 @@ TEST(TransportEnums, RoundTrip) {
     EXPECT_EQ(HostProtocolFromString(ToString(p)), p);
   }
   EXPECT_FALSE(TierFromString("nvme").has_value());
+}
+
+// One vocabulary (viper/core/transfer.h): the transports', the simulator's
+// and the planners' names are the same types, parsed in one place.
+TEST(TransportEnums, OneDefinitionInCore) {
+  static_assert(std::is_same_v<Tier, viper::Tier>);
+  static_assert(std::is_same_v<Mode, viper::TransferMode>);
+  static_assert(std::is_same_v<Notify, viper::Notify>);
+  auto bad = viper::TierFromString("nvme");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'nvme' (expected gpu, host or pfs)"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_FALSE(viper::TransferModeFromString("lazy").ok());
+  EXPECT_EQ(*viper::NotifyFromString("poll"), Notify::kPoll);
 }
 
 TEST(PfsStore, FileNames) {

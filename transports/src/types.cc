@@ -25,10 +25,6 @@ const char* Name(const std::pair<E, const char*> (&table)[N], E value) {
   return "?";
 }
 
-const std::pair<Tier, const char*> kTiers[] = {
-    {Tier::kGpu, "gpu"}, {Tier::kHost, "host"}, {Tier::kPfs, "pfs"}};
-const std::pair<Mode, const char*> kModes[] = {{Mode::kSync, "sync"}, {Mode::kAsync, "async"}};
-const std::pair<Notify, const char*> kNotifies[] = {{Notify::kPush, "push"}, {Notify::kPoll, "poll"}};
 const std::pair<HostProtocol, const char*> kProtocols[] = {{HostProtocol::kTwoSided, "two-sided"},
                                                            {HostProtocol::kOneSided, "one-sided"},
                                                            {HostProtocol::kShm, "shm"}};
@@ -37,12 +33,6 @@ const std::pair<Fanout, const char*> kFanouts[] = {
 
 }  // namespace
 
-const char* ToString(Tier tier) { return Name(kTiers, tier); }
-std::optional<Tier> TierFromString(const std::string& name) { return Lookup(kTiers, name); }
-const char* ToString(Mode mode) { return Name(kModes, mode); }
-std::optional<Mode> ModeFromString(const std::string& name) { return Lookup(kModes, name); }
-const char* ToString(Notify notify) { return Name(kNotifies, notify); }
-std::optional<Notify> NotifyFromString(const std::string& name) { return Lookup(kNotifies, name); }
 const char* ToString(HostProtocol protocol) { return Name(kProtocols, protocol); }
 std::optional<HostProtocol> HostProtocolFromString(const std::string& name) {
   return Lookup(kProtocols, name);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "viper/core/status.h"
+#include "viper/core/transfer.h"
 
 namespace viper {
 namespace schedulers {
@@ -40,10 +41,13 @@ enum class WindowKind {
 const char* ToString(WindowKind kind);
 StatusOr<WindowKind> WindowKindFromString(const std::string& name);
 
-// How a new version is discovered by the consumer.
-enum class Notification { kPush, kPoll };
-const char* ToString(Notification notification);
-StatusOr<Notification> NotificationFromString(const std::string& name);
+// How a new version is discovered by the consumer: viper::Notify of
+// viper/core/transfer.h (push | poll), under the name the planners use.
+using Notification = viper::Notify;
+using viper::ToString;
+inline StatusOr<Notification> NotificationFromString(const std::string& name) {
+  return viper::NotifyFromString(name);
+}
 
 // The request model: arrivals and window.
 struct RequestModel {

@@ -16,14 +16,16 @@
 #include <vector>
 
 #include "viper/core/status.h"
+#include "viper/core/transfer.h"
 #include "viper/schedulers/problem.h"
 
 namespace viper {
 namespace simulator {
 
-enum class Tier { kGpu, kHost, kPfs };
-const char* ToString(Tier tier);
-StatusOr<Tier> TierFromString(const std::string& name);
+// The tier of viper/core/transfer.h (also transports::Tier).
+using viper::Tier;
+using viper::TierFromString;
+using viper::ToString;
 
 // The TierCost of `tier` for a model of `model_size_bytes`, in `synchronous`
 // or async mode, with the given notification (poll period in seconds).

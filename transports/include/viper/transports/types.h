@@ -11,26 +11,33 @@
 
 #include "viper/core/model_state.h"
 #include "viper/core/status.h"
+#include "viper/core/transfer.h"
 
 namespace viper {
 namespace transports {
 
-// Where a published version travels through (DESIGN.md §3).
-enum class Tier { kGpu, kHost, kPfs };
-const char* ToString(Tier tier);  // "gpu", "host", "pfs"
-std::optional<Tier> TierFromString(const std::string& name);
+// Tier, mode and notification are the shared vocabulary of
+// viper/core/transfer.h (one definition, one ToString/FromString); these
+// names keep transports::Tier, transports::Mode, ... working.
+using viper::Notify;
+using viper::Tier;
+using viper::ToString;
+using Mode = viper::TransferMode;
 
-// sync: Publish returns once every consumer can serve the version.
-// async: Publish returns once the snapshot is taken; a thread sends it.
-enum class Mode { kSync, kAsync };
-const char* ToString(Mode mode);  // "sync", "async"
-std::optional<Mode> ModeFromString(const std::string& name);
-
-// push: a small MPI message tells each consumer the moment a version is
-// servable. poll: consumers scan the PFS directory every poll period.
-enum class Notify { kPush, kPoll };
-const char* ToString(Notify notify);  // "push", "poll"
-std::optional<Notify> NotifyFromString(const std::string& name);
+// Parsers kept for existing callers: nullopt for an unknown name (the
+// core's FromString says which names it accepts).
+inline std::optional<Tier> TierFromString(const std::string& name) {
+  auto t = viper::TierFromString(name);
+  return t.ok() ? std::optional<Tier>(*t) : std::nullopt;
+}
+inline std::optional<Mode> ModeFromString(const std::string& name) {
+  auto m = viper::TransferModeFromString(name);
+  return m.ok() ? std::optional<Mode>(*m) : std::nullopt;
+}
+inline std::optional<Notify> NotifyFromString(const std::string& name) {
+  auto n = viper::NotifyFromString(name);
+  return n.ok() ? std::optional<Notify>(*n) : std::nullopt;
+}
 
 // How the host tier moves bytes.
 //   two-sided: chunked MPI_Isend/MPI_Irecv straight from the tensors (and
