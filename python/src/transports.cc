@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -121,6 +122,12 @@ struct PyVersion {
   }
 };
 
+// A ModelState made and owned by C++ (pre-touched F32 tensors): the
+// benchmark publishes it to time the engine without Python in the way.
+struct NativeState {
+  ModelState state;
+};
+
 class PySubscriber {
  public:
   PySubscriber(const Subscriber::Options& o, py::object callback) : callback_(std::move(callback)) {
@@ -228,6 +235,16 @@ class PyPublisher {
     {
       py::gil_scoped_release release;
       r = pub_->Publish(state, iteration);
+    }
+    return ValueOrRaise(std::move(r));
+  }
+  // Publishes a C++-owned state: no Python objects, no spec conversion.
+  Publisher::VersionReport PublishNative(const NativeState& native, int64_t iteration) {
+    if (closed_) throw py::value_error("publish: the Publisher is closed");
+    StatusOr<Publisher::VersionReport> r = InternalError("not published");
+    {
+      py::gil_scoped_release release;
+      r = pub_->Publish(native.state, iteration);
     }
     return ValueOrRaise(std::move(r));
   }
@@ -363,6 +380,7 @@ void BindTransports(py::module_& m) {
            py::arg("peer_timeout_s"), py::arg("wait_for_servable"), py::arg("o_direct"), py::arg("pfs_keep_versions"),
            py::arg("producer_id"), py::arg("gpu_device"), py::arg("chunk_bytes"))
       .def("publish", &PyPublisher::Publish, py::arg("specs"), py::arg("iteration"))
+      .def("_publish_native", &PyPublisher::PublishNative, py::arg("state"), py::arg("iteration"))
       .def("flush", &PyPublisher::Flush)
       .def("close", &PyPublisher::Close)
       .def("reports", &PyPublisher::Reports)
@@ -408,6 +426,20 @@ void BindTransports(py::module_& m) {
       .def("stop", &PySubscriber::Stop)
       .def("summary", &PySubscriber::Summary);
 
+  py::class_<NativeState>(m, "_NativeState", "A model made in C++ (for the benchmark's C++ baseline).")
+      .def_property_readonly("nbytes", [](const NativeState& n) { return n.state.TotalBytes(); });
+  m.def(
+      "_native_state",
+      [](const std::vector<uint64_t>& tensor_bytes) {
+        NativeState n;
+        for (size_t k = 0; k < tensor_bytes.size(); ++k) {
+          Tensor t = Tensor::Allocate("t" + std::to_string(k), DType::kF32, {static_cast<int64_t>(tensor_bytes[k] / 4)});
+          std::memset(t.data, static_cast<int>(0x3c + k), t.size_bytes);
+          OkOrRaise(n.state.Add(std::move(t)));
+        }
+        return n;
+      },
+      py::arg("tensor_bytes"), "F32 tensors of these sizes (rounded down to 4 bytes), allocated and touched in C++.");
   m.def(
       "mpi_init",
       []() {

@@ -3,7 +3,7 @@ consumers as it trains, serve the newest version, decide when to publish.
 
     import viper
     pub = viper.Publisher(tier="host", mode="async")          # rank 0 (mpirun)
-    planner = viper.Planner("online", total_iterations=N, warmup=W)
+    planner = viper.Planner("online", total_iterations=N, warmup=W, requests=100)
     ...
     planner.observe(it, train_loss=loss, val_loss=val)
     if planner.should_checkpoint(it):
@@ -22,6 +22,7 @@ tier needs it, and cooperates with mpi4py).
 """
 import atexit
 import json
+import warnings
 
 import torch
 
@@ -101,7 +102,7 @@ class Version:
     referenced (the Subscriber meanwhile receives the next version elsewhere).
     Treat the tensors as read-only: every reader shares them."""
 
-    __slots__ = ("_v", "_state_dict", "_metadata")
+    __slots__ = ("_v", "_state_dict", "_metadata", "__weakref__")
 
     def __init__(self, v):
         self._v = v
@@ -123,23 +124,29 @@ class Version:
             return {name: _CudaView(self._v, dtype, shape, ptr, nbytes).tensor(dev)
                     for name, dtype, shape, ptr, nbytes, dev in self._v.device_tensors(torch.cuda.current_device())}
         out = {}
-        import warnings
+        from_viper, from_buffer = _torch.FROM_VIPER, _torch.from_buffer
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given buffer is not writable")
             for name, dtype, shape, buffer in self._v.host_tensors():
-                out[name] = _torch.from_buffer(buffer, _torch._torch_dtype(name, dtype), shape)
+                d = from_viper.get(dtype)
+                out[name] = from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype), shape)
         return out
 
     def state_dict(self, device=None):
-        """name -> torch.Tensor viewing the received bytes (host tiers; a
-        gpu-tier version gives CUDA views where torch has CUDA, else a host
-        copy). The same tensors on every call."""
+        """name -> torch.Tensor viewing the received bytes, no copy (host and
+        pfs tiers). A gpu-tier version gives CUDA views with device="cuda"
+        where torch has CUDA, else a host copy. The same tensors on every
+        call with the same device."""
+        key = "cpu" if device is None else str(device)
         if self._state_dict is None:
-            tensors = self._tensors("cpu" if device is None else str(device))
+            self._state_dict = {}
+        if key not in self._state_dict:
+            tensors = self._tensors(key)
             meta = tensors.pop(METADATA_TENSOR, None)
-            self._metadata = {} if meta is None else json.loads(bytes(meta.numpy()).decode("utf-8"))
-            self._state_dict = tensors
-        return dict(self._state_dict)
+            if self._metadata is None:
+                self._metadata = {} if meta is None else json.loads(bytes(meta.cpu().numpy()).decode("utf-8"))
+            self._state_dict[key] = tensors
+        return dict(self._state_dict[key])
 
     @property
     def metadata(self):
@@ -338,6 +345,29 @@ def _cost_of(cost, poll_period_s=0.0):
         raise ValueError(f"cost must be (stall_s, delay_s), a dict with stall_s/delay_s or a VersionReport, got {cost!r}")
 
 
+def _request_interval(requests):
+    """Seconds between requests (0 = one per iteration) from `requests`."""
+    if requests is None:
+        return 0.0
+    if isinstance(requests, dict):
+        if set(requests) == {"per_s"}:
+            requests = requests["per_s"]
+        elif set(requests) == {"interval_s"}:
+            t = float(requests["interval_s"])
+            if not t > 0:
+                raise ValueError(f"Planner: requests interval_s must be > 0, got {t}")
+            return t
+        else:
+            raise ValueError(f"Planner: requests must be a rate or {{'per_s': r}} or {{'interval_s': t}}, got {requests!r}")
+    try:
+        rate = float(requests)
+    except (TypeError, ValueError):
+        raise ValueError(f"Planner: requests must be requests per second, got {requests!r}")
+    if not rate > 0:
+        raise ValueError(f"Planner: requests must be > 0 per second, got {rate}")
+    return 1.0 / rate
+
+
 class Planner:
     """When to publish. strategy "online" (the closed loop: re-plans at every
     measurement, detects regime changes, publishes a candidate only when its
@@ -350,10 +380,11 @@ class Planner:
     the first should_checkpoint() after `warmup`, from the warm-up's
     observations: tau is their measured pace unless `seconds_per_iteration` is
     given, and the checkpoint cost is `cost` or set_cost(report) (the report
-    of the version published at the warm-up). `requests_per_s`: the
-    consumers' request rate (None = one per iteration)."""
+    of the version published at the warm-up). `requests`: each consumer's
+    request rate, requests per second (a number, or {"per_s": r} or
+    {"interval_s": t}); None = one request per training iteration."""
 
-    def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests_per_s=None, *,
+    def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
                  slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0):
         if total_iterations is None or warmup is None:
@@ -361,11 +392,10 @@ class Planner:
         stall = delay = None
         if cost is not None:
             stall, delay = _cost_of(cost, poll_period_s)
-        if requests_per_s is not None and not requests_per_s > 0:
-            raise ValueError(f"Planner: requests_per_s must be > 0, got {requests_per_s}")
+        interval_s = _request_interval(requests)
         self._poll_period_s = poll_period_s
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
-                                 stall, delay, 0.0 if requests_per_s is None else 1.0 / requests_per_s, metric,
+                                 stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
                                  int(min_spacing))
 

@@ -65,6 +65,9 @@ def _torch_dtype(name, dtype):
     return d
 
 
+_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in FROM_VIPER.values()}
+
+
 def from_buffer(buffer, dtype, shape, offset=0, nbytes=None):
     """A torch tensor viewing `nbytes` bytes of `buffer` at `offset` (no copy).
 
@@ -74,5 +77,4 @@ def from_buffer(buffer, dtype, shape, offset=0, nbytes=None):
         nbytes = len(buffer)
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    count = nbytes // torch.empty((), dtype=dtype).element_size()
-    return torch.frombuffer(buffer, dtype=dtype, count=count, offset=offset).view(shape)
+    return torch.frombuffer(buffer, dtype=dtype, count=nbytes // _ITEMSIZE[dtype], offset=offset).view(shape)

@@ -24,7 +24,8 @@ def drive(planner, n, val_every=10, publish=None):
 
 def test_online_publishes_while_the_loss_falls():
     n, w = 800, 200
-    p = viper.Planner("online", total_iterations=n, warmup=w, cost=(0.001, 0.002), seconds_per_iteration=0.01)
+    p = viper.Planner("online", total_iterations=n, warmup=w, cost=(0.001, 0.002), seconds_per_iteration=0.01,
+                      requests={"interval_s": 0.01})
     taken = drive(p, n)
     r = p.report()
     assert r["strategy"] == "online" and r["built"]
@@ -93,6 +94,10 @@ def test_bad_input():
         viper.Planner("online", total_iterations=10, warmup=2, cost="cheap")
     with pytest.raises(ValueError, match="stall_s"):
         viper.Planner("online", total_iterations=10, warmup=2, cost=(-1, 0))
+    with pytest.raises(ValueError, match="requests"):
+        viper.Planner("online", total_iterations=10, warmup=2, requests=0)
+    with pytest.raises(ValueError, match="requests"):
+        viper.Planner("online", total_iterations=10, warmup=2, requests={"rate": 3})
     p = viper.Planner("online", total_iterations=100, warmup=20, cost=(0, 0))
     p.observe(5, train_loss=1.0)
     with pytest.raises(ValueError, match="goes back"):

@@ -2,7 +2,7 @@
 a real nn.Module's state_dict travels and load_into reproduces the
 producer's outputs bit for bit; views keep their version alive; bad input."""
 import gc
-import threading
+import time
 import weakref
 
 import pytest
@@ -10,6 +10,15 @@ import torch
 
 import viper
 from conftest import mpi_launched
+
+
+def wait_until(condition, timeout_s=10.0):
+    """The callback runs on the receiving thread after the swap that wakes
+    wait_for_version: give it time to have run."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return condition()
 
 
 def make_model(seed):
@@ -60,6 +69,7 @@ def test_module_round_trip_bit_for_bit(pfs):
         assert torch.equal(outputs(consumer), outputs(producer))
         for name, t in producer.state_dict().items():
             assert torch.equal(v.state_dict()[name], t), name
+    assert wait_until(lambda: len(received) == 3)
     assert received == [(0, 10), (1, 20), (2, 30)]
     assert sub.load_into(consumer).version == 2
     assert [r.version for r in pub.reports()] == [0, 1, 2]
@@ -141,6 +151,7 @@ def test_callback_errors_do_not_stop_receiving(tmp_path):
         pub.publish({"x": torch.ones(4) * 2}, 2)
         pub.flush()
         assert torch.equal(sub.wait_for_version(1, timeout_s=30).state_dict()["x"], torch.full((4,), 2.0))
+        assert wait_until(lambda: len(seen) >= 2)
     pub.close()
     assert seen[:2] == [0, 1]
 

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""A PyTorch training job publishes with Viper; PyTorch servers consume.
+
+    mpirun -np 3 python3 examples/pytorch/train_and_serve.py [--drift class-incremental]
+
+Rank 0 trains an MLP on Fashion-MNIST (Debian's dataset-fashion-mnist) and
+asks Viper's online planner after every iteration whether to publish; when it
+says so, the state_dict goes to the consumers (host tier over MPI by
+default). Ranks 1.. serve requests at a fixed rate from a test subset (the
+t10k images, disjoint from the producer's validation subset, which comes
+from the training images), each with the version they hold, computing its
+real cross-entropy loss. Rank 0 prints the result as JSON in the shape of
+`viper run --json`: CIL (the sum of the served losses), staleness, update
+latency per version.
+
+--drift class-incremental: training sees only the first --initial-classes
+classes until --drift-at, then all ten; requests cover all ten classes from
+the start, so the versions trained after the drift are worth far more than
+the ones before it, and a stale server pays for every request.
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+
+from mpi4py import MPI  # initialises MPI first (MPI_THREAD_MULTIPLE, mpi4py's default); viper uses it as is
+
+import numpy as np
+import torch
+from torch.nn.utils.stateless import functional_call
+
+import viper
+
+TAG_END = 77  # producer -> consumer: training is over, the last version number
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--iterations", type=int, default=1500, help="training iterations N")
+    p.add_argument("--warmup", type=int, default=300, help="warm-up iterations W (version 0 is published at W)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden width of the MLP 784-H-10")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--train-samples", type=int, default=0, help="training pool size (0 = all not in validation)")
+    p.add_argument("--val-samples", type=int, default=1000, help="the producer's validation subset (training images)")
+    p.add_argument("--val-every", type=int, default=20, help="iterations between validation losses")
+    p.add_argument("--test-samples", type=int, default=2000, help="the consumers' request pool (t10k images)")
+    p.add_argument("--requests-per-s", type=float, default=100.0, help="requests per second per consumer")
+    p.add_argument("--strategy", default="online", help="online, optimal, fixed, viper-greedy, viper-fixed, epoch")
+    p.add_argument("--tier", default="host", choices=["host", "pfs", "gpu"])
+    p.add_argument("--mode", default="async", choices=["async", "sync"])
+    p.add_argument("--notify", default="push", choices=["push", "poll"])
+    p.add_argument("--pfs-dir", default="", help="pfs tier: a directory all ranks see")
+    p.add_argument("--poll-period", type=float, default=0.1, help="notify poll: seconds between scans")
+    p.add_argument("--drift", default="none", choices=["none", "class-incremental"])
+    p.add_argument("--drift-at", type=int, default=0, help="iteration the other classes arrive (0 = N/2)")
+    p.add_argument("--initial-classes", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", default="-", help="where rank 0 writes the result ('-' = stdout)")
+    p.add_argument("--check", action="store_true", help="exit 1 unless the run is sound (for the CTest)")
+    a = p.parse_args(argv)
+    if not 0 < a.warmup < a.iterations:
+        p.error(f"--warmup must be in (0, --iterations), got {a.warmup}")
+    if a.tier == "pfs" and not a.pfs_dir:
+        p.error("--tier pfs needs --pfs-dir")
+    if a.notify == "poll" and a.tier != "pfs":
+        p.error("--notify poll needs --tier pfs")
+    if a.drift_at == 0:
+        a.drift_at = a.iterations // 2
+    return a
+
+
+def read_idx(path, header_bytes):
+    try:
+        with gzip.open(path, "rb") as f:
+            return np.frombuffer(f.read(), dtype=np.uint8, offset=header_bytes)
+    except OSError as e:
+        sys.exit(f"train_and_serve: cannot read {path}: {e} (install dataset-fashion-mnist or give --data-dir)")
+
+
+def load(data_dir, prefix):
+    x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), 16).reshape(-1, 784)
+    y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), 8)
+    return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
+
+
+def make_model(hidden, seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(784, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+
+
+def model_bytes(model):
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+# ---------------------------------------------------------------------------
+# Producer (rank 0).
+
+def produce(a, comm, t_base):
+    consumers = comm.Get_size() - 1
+    x, y = load(a.data_dir, "train")
+    g = torch.Generator().manual_seed(a.seed)
+    perm = torch.randperm(len(y), generator=g)
+    val = perm[:a.val_samples]  # the producer's validation subset
+    pool = perm[a.val_samples:] if a.train_samples <= 0 else perm[a.val_samples:a.val_samples + a.train_samples]
+    early = pool[y[pool] < a.initial_classes] if a.drift == "class-incremental" else pool
+
+    model = make_model(a.hidden, a.seed)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    pub = viper.Publisher(tier=a.tier, mode=a.mode, notify=a.notify, pfs_dir=a.pfs_dir,
+                          staging_bytes=model_bytes(model) + (1 << 20), peer_timeout_s=30)
+    planner = viper.Planner(a.strategy, total_iterations=a.iterations, warmup=a.warmup,
+                            requests=a.requests_per_s, poll_period_s=a.poll_period if a.notify == "poll" else 0)
+
+    def validation_loss():
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(model(x[val]), y[val]).item()
+
+    published = []  # (version, iteration, start relative to t_warm, report)
+    t_warm = None
+    planning_s = 0.0
+    cursor, order = 0, None
+    t_start = time.monotonic()
+    for it in range(1, a.iterations + 1):
+        source = early if a.drift == "class-incremental" and it < a.drift_at else pool
+        if order is None or order[1] is not source or cursor + a.batch > len(source):
+            order, cursor = (source[torch.randperm(len(source), generator=g)], source), 0
+        idx = order[0][cursor:cursor + a.batch]
+        cursor += a.batch
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        v = validation_loss() if it % a.val_every == 0 else None
+        t0 = time.monotonic()
+        planner.observe(it, train_loss=loss.item(), val_loss=v)
+        publish = it > a.warmup and planner.should_checkpoint(it)
+        if it > a.warmup:
+            planning_s += time.monotonic() - t0
+        if it == a.warmup:  # version 0, the warm-up model; its cost is what the planner plans with
+            t_warm = time.monotonic()
+            tau = (t_warm - t_start) / a.warmup
+            report = pub.publish(model.state_dict(), it)
+            published.append((report.version, it, 0.0, report))
+            pub.flush()
+            r0 = pub.reports()[0]
+            planner.set_cost(r0)  # sigma, delta measured on version 0, as `viper run` does
+        elif publish:
+            start = time.monotonic()
+            report = pub.publish(model.state_dict(), it)
+            published.append((report.version, it, start - t_warm, report))
+            planner.commit(it)
+    training_end = time.monotonic() - t_warm
+    pub.close()
+    reports = {r.version: r for r in pub.reports()}
+    last = published[-1][0]
+    for r in range(1, consumers + 1):
+        comm.send(last, dest=r, tag=TAG_END)
+    results = comm.gather(None, root=0)[1:]
+    return summarise(a, planner, published, reports, results, t_warm - t_base, training_end, tau, planning_s, r0)
+
+
+def summarise(a, planner, published, reports, results, t_warm, training_end, tau, planning_s, r0):
+    versions, index = [], {}
+    for version, iteration, start, rep in published:
+        r = reports[version]
+        index[version] = len(versions)
+        versions.append({"version": version, "iteration": iteration, "checkpoint_s": 0.0 if version == 0 else start,
+                         "stall_s": rep.stall_s, "snapshot_s": r.snapshot_s, "transfer_s": r.transfer_s,
+                         "notify_s": r.notify_s, "discovery_s": 0.0, "load_s": 0.0, "update_latency_s": 0.0,
+                         "max_update_latency_s": 0.0, "delivered_to": 0, "superseded": r.superseded,
+                         "requests": 0, "loss_sum": 0.0, "bytes": r.bytes})
+    starts = {v: s for v, _, s, _ in published}
+    for res in results:
+        for version, servable, receive_s, verify_s in res["swaps"]:
+            if version not in index:
+                continue
+            v = versions[index[version]]
+            lat = servable - t_warm - starts[version]
+            v["delivered_to"] += 1
+            v["update_latency_s"] += lat
+            v["max_update_latency_s"] = max(v["max_update_latency_s"], lat)
+            v["load_s"] += receive_s + verify_s
+            sent = v["stall_s"] if a.mode == "sync" else v["snapshot_s"] + v["transfer_s"]
+            v["discovery_s"] += max(0.0, lat - sent - receive_s - verify_s)
+    for v in versions:
+        if v["delivered_to"]:
+            for k in ("update_latency_s", "load_s", "discovery_s"):
+                v[k] /= v["delivered_to"]
+    cil, stale, n = 0.0, 0.0, 0
+    for res in results:
+        for t, version, iteration, loss in res["requests"]:
+            t -= t_warm
+            if t > training_end:
+                continue
+            v = versions[index[version]]
+            v["requests"] += 1
+            v["loss_sum"] += loss
+            cil += loss
+            stale += t - v["checkpoint_s"]
+            n += 1
+    later = [v["update_latency_s"] for v in versions if v["version"] > 0 and v["delivered_to"]]
+    total_stall = sum(v["stall_s"] for v in versions if v["version"] > 0)
+    rep = planner.report()
+    servable = max([c.servable_s for c in r0.consumers if c.delivered] or [0.0])
+    delay = servable if servable > 0 else r0.snapshot_s + r0.transfer_s + r0.notify_s
+    return {
+        "termination": "completed", "message": "", "workload": "pytorch", "tier": a.tier, "mode": a.mode,
+        "notify": a.notify, "fanout": "node", "host_protocol": "shm", "strategy": a.strategy,
+        "consumers": len(results), "lost_consumers": [], "warmup_iterations": a.warmup,
+        "total_iterations": a.iterations, "iterations_done": a.iterations, "seconds_per_iteration": tau,
+        "planned_stall_s": r0.stall_s, "planned_delay_s": max(delay, r0.stall_s), "metric": rep.get("metric"),
+        "plan_report": rep.get("summary", ""), "planning_s": planning_s, "schedule": rep["checkpoints"],
+        "training_end_s": training_end, "total_stall_s": total_stall,
+        "no_checkpoint_training_s": training_end - total_stall - planning_s,
+        "slowdown_fraction": total_stall / max(1e-12, training_end - total_stall - planning_s),
+        "cil": cil, "cil_per_consumer": cil / max(1, len(results)), "requests": n,
+        "mean_staleness_s": stale / n if n else None, "traffic_iteration_bias": None, "traffic_iteration_mae": None,
+        "mean_update_latency_s": sum(later) / len(later) if later else None,
+        "every_version_delivered": all(v["delivered_to"] == len(results) for v in versions if not v["superseded"]),
+        "versions": versions,
+        "drift": a.drift,
+        "state_dict_s": max([s for res in results for s in res["state_dict_s"]] or [0.0]),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Consumer (ranks 1..).
+
+def consume(a, comm, t_base):
+    rank = comm.Get_rank()
+    x, y = load(a.data_dir, "t10k")
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(a.seed + 1))[:a.test_samples]
+    x, y = x[perm], y[perm]
+    offset = (rank - 1) * 997 % len(y)
+    swaps = []  # (version, servable time, receive_s, verify_s): on the receiving thread
+    model = make_model(a.hidden, 0)  # the architecture; each version's tensors are used in place
+    sub = viper.Subscriber(tier=a.tier, notify=a.notify, pfs_dir=a.pfs_dir, poll_period_s=a.poll_period,
+                           producer_timeout_s=300, preallocate_bytes=model_bytes(model) + (1 << 20),
+                           callback=lambda v: swaps.append((v.version, time.monotonic() - t_base, v.receive_s,
+                                                            v.verify_s)))
+    sub.wait_for_version(0, timeout_s=600)
+    requests, state_dict_s = [], []
+    last, deadline = None, None
+    held, params = None, None
+    interval = 1.0 / a.requests_per_s
+    start = time.monotonic()
+    q = 0
+    while True:
+        wake = start + q * interval
+        while time.monotonic() < wake:
+            time.sleep(min(0.005, max(0.0, wake - time.monotonic())))
+        if last is None and comm.Iprobe(source=0, tag=TAG_END):
+            last = comm.recv(source=0, tag=TAG_END)
+            deadline = time.monotonic() + a.poll_period + 30
+        cur = sub.current()
+        if last is not None and (cur.version >= last or time.monotonic() > deadline):
+            break
+        if held is None or cur.version != held.version:
+            t0 = time.monotonic()
+            params = cur.state_dict()  # views of the received bytes: no copy
+            state_dict_s.append(time.monotonic() - t0)
+            held = cur
+        j = (q + offset) % len(y)
+        with torch.no_grad():
+            logits = functional_call(model, params, (x[j:j + 1],))
+            loss = torch.nn.functional.cross_entropy(logits, y[j:j + 1]).item()
+        requests.append((time.monotonic() - t_base, held.version, held.iteration, loss))
+        q += 1
+    sub.stop()
+    comm.gather({"requests": requests, "swaps": swaps, "state_dict_s": state_dict_s}, root=0)
+
+
+def main(argv):
+    a = parse_args(argv)
+    torch.set_num_threads(1)  # ranks share the cores
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() < 2:
+        sys.exit("train_and_serve: needs at least 2 ranks: mpirun -np 3 python3 train_and_serve.py")
+    comm.Barrier()
+    t_base = time.monotonic()  # CLOCK_MONOTONIC: one clock for every rank of this node
+    t_base = comm.bcast(t_base, root=0)
+    if comm.Get_rank() != 0:
+        consume(a, comm, t_base)
+        return 0
+    s = produce(a, comm, t_base)
+    text = json.dumps(s, indent=1)
+    if a.json == "-":
+        print(text)
+    else:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(f"{s['strategy']} over {a.tier}/{a.mode}/{a.notify} (pytorch, drift {a.drift}): {len(s['versions'])} "
+          f"versions to {s['consumers']} consumer(s), CIL {s['cil']:.1f} ({s['cil_per_consumer']:.1f} per consumer) "
+          f"over {s['requests']} requests, staleness {s['mean_staleness_s'] or 0:.2f} s, update latency "
+          f"{(s['mean_update_latency_s'] or 0) * 1e3:.2f} ms, stall {s['total_stall_s']:.3f} s "
+          f"({s['slowdown_fraction'] * 100:.2f}% slowdown); state_dict() in hand after at most "
+          f"{s['state_dict_s'] * 1e3:.3f} ms", file=sys.stderr)
+    if a.check:
+        problems = []
+        if len(s["versions"]) < 2:
+            problems.append("fewer than 2 versions published")
+        if not s["every_version_delivered"]:
+            problems.append("a version was not delivered to every consumer")
+        if not s["requests"] or not math.isfinite(s["cil"]):
+            problems.append("no requests served, or a non-finite CIL")
+        v0, later = s["versions"][0], s["versions"][1:]
+        n_later = sum(v["requests"] for v in later)
+        if v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
+            if not sum(v["loss_sum"] for v in later) / n_later < v0["loss_sum"] / v0["requests"]:
+                problems.append("the versions after the warm-up serve no better than version 0")
+        if problems:
+            print("train_and_serve --check: " + "; ".join(problems), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
