@@ -11,10 +11,13 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <chrono>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "test_util.h"
+#include "viper/core/log.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/gpu_channel.h"
 #include "viper/transports/pfs_store.h"
@@ -297,6 +300,37 @@ TEST(PfsPublisher, PollingConsumerServesNewestAndRejectsCorruptAndTruncated) {
   auto v3 = (*sub2)->WaitForVersion(3, 10);
   ASSERT_TRUE(v3.ok()) << v3.status().ToString();
   EXPECT_TRUE(HasPattern((*v3)->state, 4));
+}
+
+// The library reports through the installed log sink (viper/core/log.h),
+// not by printing: a rejected version reaches it as a warning.
+TEST(PfsPublisher, RejectionIsReportedToTheInstalledLogSink) {
+  const std::string dir = MakeTempDir();
+  auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
+  ASSERT_TRUE(pub.ok());
+  ASSERT_TRUE((*pub)->Publish(MakeModel(20000, 1), 10).ok());
+  const std::string p = dir + "/model-v0.safetensors";
+  struct stat st;
+  ASSERT_EQ(stat(p.c_str(), &st), 0);
+  ASSERT_EQ(truncate(p.c_str(), st.st_size - 100), 0);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  LogSink previous = SetLogSink([&](LogLevel level, const std::string& component, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(std::string(ToString(level)) + " " + component + ": " + message);
+  });
+  {
+    auto sub = Subscriber::Create(PollSubscriberOptions(dir));
+    ASSERT_TRUE(sub.ok());
+    for (int i = 0; i < 200 && (*sub)->Rejections().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE((*sub)->Rejections().empty());
+  }
+  SetLogSink(previous);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("warning transports: rejected version 0 from " + p, 0), 0u) << lines[0];
 }
 
 TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {

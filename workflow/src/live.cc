@@ -10,13 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "viper/core/log.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/predictor/curve.h"
 #include "viper/schedulers/solvers.h"
@@ -499,7 +499,7 @@ StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm,
   s.strategy = schedulers::ToString(o.strategy);
   s.consumers = size - 1;
   auto log = [&](const std::string& line) {
-    if (o.verbose) std::cerr << "[producer] " << line << std::endl;
+    if (o.verbose) Log(LogLevel::kInfo, "producer", line);
   };
   auto stop = [&] { return o.should_stop && o.should_stop(); };
 
