@@ -50,7 +50,11 @@ void Log(LogLevel level, const std::string& component, const std::string& messag
     Sink()(level, component, message);
     return;
   }
-  std::fprintf(stderr, "viper %s: %s\n", component.c_str(), message.c_str());
+  if (level <= LogLevel::kInfo) {
+    std::fprintf(stderr, "[%s] %s\n", component.c_str(), message.c_str());
+  } else {
+    std::fprintf(stderr, "viper %s: %s\n", component.c_str(), message.c_str());
+  }
 }
 
 }  // namespace viper

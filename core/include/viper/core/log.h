@@ -1,7 +1,8 @@
 // Diagnostics from library code go through one sink, which the application
 // may replace (a CLI, a service's own logger, a test that checks them).
-// Library code never prints itself. The default sink writes
-// "viper <component>: <message>" to stderr, one line per message.
+// Library code never prints itself. The default sink writes one line per
+// message to stderr: "viper <component>: <message>" for warnings and errors,
+// "[<component>] <message>" for progress (info, debug).
 //
 //   viper::Log(viper::LogLevel::kWarning, "transports", "consumer rank 2 dropped: ...");
 //   viper::SetLogLevel(viper::LogLevel::kError);         // quieter
