@@ -141,7 +141,12 @@ void BM_Replan(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto window = static_cast<WindowKind>(state.range(1));
   const Setup s = MakeCurve(n, window, 1, 1);
-  state.SetLabel(std::string(viper::schedulers::ToString(window)) + "/host/smooth");
+  // Third argument: the certified gap as -log10 (0 = exact; 6 = 1e-6, the
+  // closed loop's default replan_gap).
+  const viper::schedulers::SolveOptions options{state.range(2) > 0 ? std::pow(10.0, -static_cast<double>(state.range(2)))
+                                                                   : 0.0};
+  state.SetLabel(std::string(viper::schedulers::ToString(window)) + "/host/smooth" +
+                 (state.range(2) > 0 ? "/gap 1e-" + std::to_string(state.range(2)) : "/exact"));
   const auto full = viper::schedulers::SolveOptimal(s.p, s.c);
   if (!full.ok()) {
     state.SkipWithError(full.status().ToString().c_str());
@@ -149,7 +154,7 @@ void BM_Replan(benchmark::State& state) {
   }
   std::mt19937_64 rng(3);
   std::uniform_int_distribution<int64_t> at(s.p.warmup_iterations, n - 1);
-  std::vector<double> times_ms, cpu_ms;
+  std::vector<double> times_ms, cpu_ms, passes;
   const auto thread_cpu_s = [] {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -166,12 +171,13 @@ void BM_Replan(benchmark::State& state) {
         1.01 * s.c.at(start.checkpoints_taken > 0 ? start.last_checkpoint : s.p.warmup_iterations);
     const double c0 = thread_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
-    auto sol = viper::schedulers::SolveOptimal(s.p, s.c, start);
+    auto sol = viper::schedulers::SolveOptimal(s.p, s.c, start, options);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cpu_ms.push_back((thread_cpu_s() - c0) * 1e3);
     benchmark::DoNotOptimize(sol);
     state.SetIterationTime(dt);
     times_ms.push_back(dt * 1e3);
+    if (sol.ok()) passes.push_back(static_cast<double>(sol->layers));
   }
   const auto publish = [&](std::vector<double>& v, const std::string& prefix) {
     if (v.empty()) return;
@@ -181,9 +187,14 @@ void BM_Replan(benchmark::State& state) {
   };
   publish(times_ms, "");
   publish(cpu_ms, "cpu_");
+  if (!passes.empty()) {
+    std::sort(passes.begin(), passes.end());
+    state.counters["passes_median"] = passes[passes.size() / 2];
+    state.counters["passes_p99"] = passes[std::min(passes.size() - 1, passes.size() * 99 / 100)];
+  }
 }
 BENCHMARK(BM_Replan)
-    ->ArgsProduct({{10000, 100000, 1000000}, {0, 1}})
+    ->ArgsProduct({{10000, 100000, 1000000}, {0, 1}, {0, 6}})
     ->UseManualTime()
     ->Iterations(200)
     ->Unit(benchmark::kMillisecond);

@@ -13,6 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev libxxhash-dev liburing-dev zlib1g-dev
   libfmt-dev libspdlog-dev
   gnuplot-nox dataset-fashion-mnist
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-mpi4py
 )
 
 missing=()

@@ -1,5 +1,5 @@
 // viper inspect: list the tensors and metadata of a .safetensors file and
-// verify its checksum.
+// verify its checksums (data, and header in format 2).
 #include <cstdio>
 #include <iostream>
 
@@ -26,21 +26,30 @@ int RunInspect(const std::vector<std::string>& args) {
   std::string file;
   std::string json_path;
   bool no_verify = false;
+  bool require_checksum = false;
   desc.add_options()("help,h", "print this help")("file", po::value(&file)->required(),
                                                   "the .safetensors file to inspect (required)")(
       "json", po::value(&json_path),
-      "also write the listing as JSON to this path ('-' = stdout); keys: file, size_bytes, header_bytes, "
-      "data_bytes, checksum {value, status: verified|skipped|absent}, metadata {key: value}, tensors [{name, "
-      "dtype, shape, bytes, offset}] (offset = bytes from the start of the data section)")(
+      "also write the listing as JSON to this path ('-' = stdout); keys: file, size_bytes, header_bytes "
+      "(N: the JSON header's length, as the specification counts it), data_offset (8 + N), data_bytes, "
+      "checksum {value, header_value, kind: none|data only (legacy)|data+header, status: "
+      "verified|skipped|unverified}, metadata {key: value}, tensors [{name, dtype, shape, bytes, offset}] "
+      "(offset = bytes from the start of the data section)")(
       "no-verify", po::bool_switch(&no_verify),
-      "do not hash the data section against viper.checksum (default: verify when the file has one)");
+      "do not hash the data section against viper.checksum (default: verify when the file has one; the "
+      "header checksum is always checked)")(
+      "require-checksum", po::bool_switch(&require_checksum),
+      "refuse (exit 1) a file without Viper's checksum, e.g. one written by the safetensors library "
+      "(default: list it as unverified, exit 0)");
   po::variables_map vm;
-  const int rc =
-      ParseOrHelp(args, desc, &vm, "viper inspect --file X.safetensors [--json PATH] [--no-verify]",
-                  "Parses a safetensors file (the layout Viper sends and stores), checks every "
-                  "header field, lists its tensors (name, dtype, shape, bytes) and __metadata__, and "
-                  "verifies the XXH3-64 checksum of the data section when the file carries one. "
-                  "Exit 1 with the parser's message on a malformed or corrupt file.");
+  const int rc = ParseOrHelp(
+      args, desc, &vm, "viper inspect --file X.safetensors [--json PATH] [--no-verify] [--require-checksum]",
+      "Parses a safetensors file (the layout Viper sends and stores), checks every header field, lists "
+      "its tensors (name, dtype, shape, bytes) and __metadata__, and verifies Viper's checksums: "
+      "viper.checksum (XXH3-64 of the data section) and, in format 2, viper.header_checksum (the tensor "
+      "table and metadata). A file without any viper.* key is valid but listed as unverified. Exit 1 with "
+      "the parser's message on a malformed or corrupt file, including one whose viper.* keys are damaged "
+      "(e.g. a checksum key that no longer reads viper.checksum).");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
 
   auto buffer = safetensors::ReadFileBuffer(file);
@@ -48,31 +57,43 @@ int RunInspect(const std::vector<std::string>& args) {
   const std::byte* data = buffer->bytes.get();
   safetensors::ParseOptions options;
   options.verify_checksum = !no_verify;
-  auto state =
-      safetensors::Parse(std::shared_ptr<const void>(buffer->bytes, data), data, buffer->size, options);
+  options.require_checksum = require_checksum;
+  safetensors::ParseInfo info;
+  auto state = safetensors::Parse(std::shared_ptr<const void>(buffer->bytes, data), data, buffer->size,
+                                  options, &info);
   if (!state.ok()) return Fail("inspect", state.status().WithContext(file));
-  auto metadata = safetensors::ParseMetadata(data, buffer->size);
-  if (!metadata.ok()) return Fail("inspect", metadata.status().WithContext(file));
+  const std::map<std::string, std::string>& metadata = info.metadata;
 
-  const uint64_t data_bytes = state->TotalBytes();  // the parser checked full coverage
-  const uint64_t header_bytes = buffer->size - data_bytes;
-  auto checksum_it = metadata->find("viper.checksum");
-  const char* checksum_status = checksum_it == metadata->end() ? "absent"
-                                : no_verify                    ? "skipped"
-                                                               : "verified";
+  const uint64_t data_bytes = buffer->size - info.data_offset;  // the parser checked full coverage
+  auto checksum_it = metadata.find(safetensors::kChecksumKey);
+  auto header_it = metadata.find(safetensors::kHeaderChecksumKey);
+  const bool has_checksum = info.checksum != safetensors::ChecksumKind::kNone;
+  const char* checksum_status = !has_checksum ? "unverified" : info.data_verified ? "verified" : "skipped";
+  std::string checksum_line;
+  if (!has_checksum) {
+    checksum_line = "unverified (no viper.* keys: not written by Viper, nothing to verify against)";
+  } else {
+    const std::string value = checksum_it != metadata.end() ? checksum_it->second : "(device checksum)";
+    const std::string what = info.checksum == safetensors::ChecksumKind::kDataAndHeader
+                                 ? "data+header: XXH3-64 of the data section and of the tensor table and "
+                                   "metadata match"
+                                 : "data only (legacy file without viper.header_checksum): XXH3-64 of the "
+                                   "data section matches";
+    if (info.data_verified) {
+      checksum_line = value + " (verified, " + what + ")";
+    } else {
+      checksum_line = value + " (data not verified: --no-verify" +
+                      (info.header_verified ? "; header checksum verified)" : ")");
+    }
+  }
 
   std::printf("file          %s\n", file.c_str());
-  std::printf("size          %s (%llu bytes: header %llu, data %llu)\n", FormatBytes(buffer->size).c_str(),
-              static_cast<unsigned long long>(buffer->size), static_cast<unsigned long long>(header_bytes),
-              static_cast<unsigned long long>(data_bytes));
-  if (checksum_it == metadata->end()) {
-    std::printf("checksum      absent (no viper.checksum in __metadata__)\n");
-  } else {
-    std::printf("checksum      %s (%s)\n", checksum_it->second.c_str(),
-                no_verify ? "not verified: --no-verify" : "verified: XXH3-64 of the data section matches");
-  }
-  std::printf("metadata      %zu entries\n", metadata->size());
-  for (const auto& [key, value] : *metadata) std::printf("  %s = %s\n", key.c_str(), value.c_str());
+  std::printf("size          %s (%llu bytes: 8-byte length prefix, header %llu, data %llu)\n",
+              FormatBytes(buffer->size).c_str(), static_cast<unsigned long long>(buffer->size),
+              static_cast<unsigned long long>(info.json_header_bytes), static_cast<unsigned long long>(data_bytes));
+  std::printf("checksum      %s\n", checksum_line.c_str());
+  std::printf("metadata      %zu entries\n", metadata.size());
+  for (const auto& [key, value] : metadata) std::printf("  %s = %s\n", key.c_str(), value.c_str());
   std::printf("tensors       %zu\n", state->size());
   std::size_t name_width = 4;
   for (const Tensor& t : state->tensors()) name_width = std::max(name_width, t.name.size());
@@ -86,12 +107,15 @@ int RunInspect(const std::vector<std::string>& args) {
     nlohmann::json j;
     j["file"] = file;
     j["size_bytes"] = buffer->size;
-    j["header_bytes"] = header_bytes;
+    j["header_bytes"] = info.json_header_bytes;
+    j["data_offset"] = info.data_offset;
     j["data_bytes"] = data_bytes;
-    j["checksum"] = {{"value", checksum_it == metadata->end() ? nlohmann::json(nullptr)
-                                                              : nlohmann::json(checksum_it->second)},
-                     {"status", checksum_status}};
-    j["metadata"] = *metadata;
+    j["checksum"] = {
+        {"value", checksum_it == metadata.end() ? nlohmann::json(nullptr) : nlohmann::json(checksum_it->second)},
+        {"header_value", header_it == metadata.end() ? nlohmann::json(nullptr) : nlohmann::json(header_it->second)},
+        {"kind", safetensors::ToString(info.checksum)},
+        {"status", checksum_status}};
+    j["metadata"] = metadata;
     j["tensors"] = nlohmann::json::array();
     uint64_t offset = 0;
     for (const Tensor& t : state->tensors()) {

@@ -5,6 +5,24 @@
 
 namespace viper {
 
+int64_t TrainingLog::TimedRows() const {
+  int64_t n = 0;
+  for (const auto& r : records) n += r.wall_time_s.has_value() ? 1 : 0;
+  return n;
+}
+
+int64_t TrainingLog::TrainLossPoints() const {
+  int64_t n = 0;
+  for (const auto& r : records) n += r.train_loss.has_value() ? 1 : 0;
+  return n;
+}
+
+int64_t TrainingLog::ValLossPoints() const {
+  int64_t n = 0;
+  for (const auto& r : records) n += r.val_loss.has_value() ? 1 : 0;
+  return n;
+}
+
 LogSummary Summarize(const TrainingLog& log) {
   LogSummary s;
   s.rows = static_cast<int64_t>(log.records.size());
@@ -61,7 +79,9 @@ LogSummary Summarize(const TrainingLog& log) {
 
   for (const auto& r : log.records) {
     if (r.val_loss) ++s.val_points;
+    if (r.wall_time_s) ++s.timed_rows;
     if (!r.train_loss) continue;
+    ++s.train_points;
     if (!s.first_loss) s.first_loss = r.train_loss;
     s.last_loss = r.train_loss;
     if (!s.min_loss || *r.train_loss < *s.min_loss) {

@@ -103,6 +103,9 @@ bool OnlinePlanner::Options::IsValid(std::string* error) const {
   if (noise_window < 3) return fail("noise_window must be >= 3, got " + std::to_string(noise_window));
   if (min_noise_points < 2) return fail("min_noise_points must be >= 2, got " + std::to_string(min_noise_points));
   if (training_smoothing < 1) return fail("training_smoothing must be >= 1, got " + std::to_string(training_smoothing));
+  if (!(replan_gap >= 0 && replan_gap <= 1e-2)) {
+    return fail("replan_gap must be in [0, 0.01], got " + std::to_string(replan_gap));
+  }
   return true;
 }
 
@@ -280,7 +283,8 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     }
   }
   VIPER_RETURN_IF_ERROR(EnsureForecast());
-  // 3. Re-plan exactly from now, the candidate at its measured loss.
+  // 3. Re-plan from now (certified within replan_gap of the optimum), the
+  // candidate at its measured loss.
   std::vector<double> curve = forecast_->losses();
   curve[static_cast<size_t>(now - W)] = v;
   PlanStart start;
@@ -291,7 +295,9 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   ++summary_.replans;
   bool want = false;
   if (start.checkpoints_taken < problem_.MaxCheckpoints()) {
-    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, LossCurve(W, std::move(curve)), start));
+    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, LossCurve(W, std::move(curve)), start,
+                                                      SolveOptions{options_.replan_gap}));
+    summary_.max_certified_gap = std::max(summary_.max_certified_gap, sol.certified_gap);
     last_plan_ = std::move(sol.schedule);
     const int64_t gap = idx > 0 ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] -
                                                                              measured_.iterations[idx - 1]))

@@ -441,7 +441,7 @@ int64_t Pass(Workspace& w, int64_t n, int64_t g, double lambda) {
 // found when the certificate does not close within the pass cap.
 // With `force_layered` (the reference SolveOptimalLayered) it stops after one
 // pass and always hands over to the layered DP.
-StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
+StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false, double max_relative_gap = 0.0) {
   Solution sol;
   sol.method = SolveMethod::kSinglePass;
   const int64_t lo = M.lo(), N = M.N();
@@ -481,7 +481,12 @@ StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
     w.pa[t] = Probe{};
     w.pb[t] = Probe{};
   }
-  const auto tol = [](double v) { return kCertificateSlack * std::max(1.0, std::fabs(v)); };
+  const bool loose = max_relative_gap > kCertificateSlack;
+  const double slack = std::max(kCertificateSlack, max_relative_gap);
+  const auto tol = [slack](double v) { return slack * std::max(1.0, std::fabs(v)); };
+  // The smallest bound of a ruled-out state: the optimum is at least
+  // min(it, the final UB), which certifies the gap.
+  double ruled_lb = kInf;
 
   // The first lambda: c_j of the lowest-loss state that can end a schedule
   // (0 when the count only meets the budget).
@@ -567,7 +572,13 @@ StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
       w.lb_k[t] = best.second;
       a = keep_a;
       b = keep_b;
-      if (best.first >= ub - tol(ub)) continue;  // ruled out
+      // Ruled out. With a requested gap the slack is taken relative to the
+      // bound (<= the optimum <= the final UB), so the final objective is
+      // within max_relative_gap * max(1, objective) of the optimum.
+      if (best.first >= ub - (loose ? tol(best.first) : tol(ub))) {
+        ruled_lb = std::min(ruled_lb, best.first);
+        continue;
+      }
       w.open[kept++] = t;
       if (best.first < focus_lb) {
         focus_lb = best.first;
@@ -624,6 +635,7 @@ StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
     sol.method = sol.passes == 1 ? SolveMethod::kSinglePass : SolveMethod::kLagrangian;
     sol.schedule = ub_schedule;
     sol.objective = PathObjective(M, sol.schedule);
+    sol.certified_gap = ruled_lb < kInf ? std::max(0.0, sol.objective - ruled_lb) / std::max(1.0, std::fabs(sol.objective)) : 0.0;
     return sol;
   }
   // Fallback: the layered DP, up to the largest count an open state could still use.
@@ -655,6 +667,12 @@ StatusOr<Solution> SolveByPasses(const Model& M, bool force_layered = false) {
   layered->candidates += sol.candidates;
   layered->layers += sol.passes;
   if (layered->schedule == ub_schedule) layered->objective = PathObjective(M, ub_schedule);
+  // States ruled out within a requested gap capped the layers: the same gap holds.
+  if (max_relative_gap > kCertificateSlack) {
+    layered->certified_gap = ruled_lb < kInf ? std::max(0.0, layered->objective - ruled_lb) /
+                                                   std::max(1.0, std::fabs(layered->objective))
+                                             : 0.0;
+  }
   return layered;
 }
 
@@ -671,10 +689,15 @@ const char* ToString(SolveMethod method) {
   return "?";
 }
 
-StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start) {
+StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start,
+                                const SolveOptions& options) {
+  if (!(options.max_relative_gap >= 0.0 && options.max_relative_gap <= 1e-2)) {
+    return InvalidArgumentError("SolveOptions::max_relative_gap must be in [0, 1e-2], got " +
+                                std::to_string(options.max_relative_gap));
+  }
   VIPER_RETURN_IF_ERROR(CheckInputs(problem, curve, start));
   const Model M(problem, curve, start);
-  return SolveByPasses(M);
+  return SolveByPasses(M, /*force_layered=*/false, options.max_relative_gap);
 }
 
 StatusOr<Solution> SolveOptimalLayered(const Problem& problem, const LossCurve& curve, const PlanStart& start) {

@@ -21,6 +21,7 @@ namespace viper {
 namespace safetensors {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 constexpr DType kAllDTypes[] = {DType::kBool, DType::kU8,  DType::kI8,  DType::kF8E4M3, DType::kF8E5M2,
@@ -204,53 +205,89 @@ TEST(SafetensorsTest, ChecksumMatchesIndependentXxh3) {
   EXPECT_FALSE(ChecksumFromHex("cc7f2639a71cf7bg").has_value());  // not hex
 }
 
+// The canonical bytes viper.header_checksum hashes for SpecModel(), written
+// out from the definition in safetensors.h (u64 = 8 bytes little-endian,
+// str = u64 length + bytes): the tag, "w" then "b" in data order, then the
+// metadata entries in key order. `data_checksum` empty: no viper.checksum.
+std::string SpecCanonicalHeader(const std::string& data_checksum) {
+  auto u64 = [](uint64_t v) { return LengthPrefix(v); };  // the same 8-byte LE encoding
+  auto str = [&](const std::string& s) { return u64(s.size()) + s; };
+  std::string out = "viper.header.v2";
+  out += str("w") + str("F32") + u64(1) + u64(2) + u64(0) + u64(8);
+  out += str("b") + str("I8") + u64(0) + u64(8) + u64(9);
+  out += u64(data_checksum.empty() ? 4 : 5);
+  if (!data_checksum.empty()) out += str("viper.checksum") + str(data_checksum);
+  out += str("viper.format") + str("2");
+  out += str("viper.iteration") + str("1200");
+  out += str("viper.producer") + str("1");
+  out += str("viper.version") + str("3");
+  return out;
+}
+
+std::string HeaderChecksumHex(const std::string& canonical) {
+  return ChecksumToHex(Xxh3_64(canonical.data(), canonical.size()));
+}
+
 TEST(SafetensorsTest, SerializeMatchesHandWrittenFileByteForByte) {
   // Metadata first, then tensors in ModelState order, compact JSON. The JSON
-  // is 224 characters: 119 for '{"__metadata__":{...}' with the four viper
-  // keys (the checksum is 16 hex digits), a comma, 52 for
+  // is 286 characters: 181 for '{"__metadata__":{...}' with the six viper
+  // keys (both checksums are 16 hex digits), a comma, 52 for
   // '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}', a comma, 50 for
   // '"b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}' and the closing
-  // brace: 119 + 1 + 52 + 1 + 50 + 1 = 224. 8 + 224 = 232 is a multiple of
-  // 8, so there is no padding; the length prefix is 224 = 0xe0.
+  // brace: 181 + 1 + 52 + 1 + 50 + 1 = 286. 8 + 286 = 294: two spaces pad it
+  // to 296, a multiple of 8, and the length prefix says 288 = 0x120.
+  const std::string header_checksum = HeaderChecksumHex(SpecCanonicalHeader("cc7f2639a71cf7b4"));
   const std::string json =
       R"({"__metadata__":{"viper.version":"3","viper.iteration":"1200","viper.producer":"1",)"
-      R"("viper.checksum":"cc7f2639a71cf7b4"},)"
-      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
-  ASSERT_EQ(json.size(), 224u);
-  const std::string expected =
-      std::string("\xe0\x00\x00\x00\x00\x00\x00\x00", 8) + json + std::string(kSpecData, kSpecDataBytes);
+      R"("viper.checksum":"cc7f2639a71cf7b4","viper.format":"2","viper.header_checksum":")" +
+      header_checksum + R"("},)"
+                        R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
+  ASSERT_EQ(json.size(), 286u);
+  const std::string expected = std::string("\x20\x01\x00\x00\x00\x00\x00\x00", 8) + json + "  " +
+                               std::string(kSpecData, kSpecDataBytes);
 
   auto bytes = Serialize(SpecModel());
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  ASSERT_EQ(bytes->size(), 8u + 224u + 9u);
+  ASSERT_EQ(bytes->size(), 8u + 288u + 9u);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()), expected);
 
-  // And the hand-written bytes parse back to the same model.
+  // And the hand-written bytes parse back to the same model, both checksums verified.
+  ParseInfo info;
   auto parsed = Parse(ToBytes(expected), ParseOptions{true, true});
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ExpectSameTensors(SpecModel(), *parsed);
   EXPECT_EQ(parsed->tensors()[0].As<float>()[1], -2.0f);
   EXPECT_EQ(parsed->metadata.iteration, 1200);
+  auto file = ToBytes(expected);
+  ASSERT_TRUE(Parse(nullptr, file.data(), file.size(), ParseOptions{}, &info).ok());
+  EXPECT_EQ(info.checksum, ChecksumKind::kDataAndHeader);
+  EXPECT_TRUE(info.header_verified);
+  EXPECT_TRUE(info.data_verified);
+  EXPECT_EQ(info.json_header_bytes, 288u);  // the specification's N
+  EXPECT_EQ(info.data_offset, 296u);
+  EXPECT_EQ(info.metadata.at("viper.header_checksum"), header_checksum);
 }
 
 TEST(SafetensorsTest, HeaderWithoutChecksumIsPaddedWithSpaces) {
-  // Without the checksum entry the JSON is 224 - 36 = 188 characters
-  // (',"viper.checksum":"<16 digits>"' is 36). 8 + 188 = 196 is not a
-  // multiple of 8: four spaces pad the JSON to 192 (8 + 192 = 200 = 25 * 8),
-  // and the length prefix says 192 = 0xc0.
+  // Without the data checksum entry the JSON is 286 - 36 = 250 characters
+  // (',"viper.checksum":"<16 digits>"' is 36). 8 + 250 = 258 is not a
+  // multiple of 8: six spaces pad the JSON to 256 (8 + 256 = 264 = 33 * 8),
+  // and the length prefix says 256 = 0x100.
   const std::string json =
-      R"({"__metadata__":{"viper.version":"3","viper.iteration":"1200","viper.producer":"1"},)"
-      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
-  ASSERT_EQ(json.size(), 188u);
-  const std::string expected = std::string("\xc0\x00\x00\x00\x00\x00\x00\x00", 8) + json + "    ";
+      R"({"__metadata__":{"viper.version":"3","viper.iteration":"1200","viper.producer":"1",)"
+      R"("viper.format":"2","viper.header_checksum":")" +
+      HeaderChecksumHex(SpecCanonicalHeader("")) + R"("},)"
+                                                   R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                                   R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
+  ASSERT_EQ(json.size(), 250u);
+  const std::string expected = std::string("\x00\x01\x00\x00\x00\x00\x00\x00", 8) + json + "      ";
 
   auto header = BuildHeader(SpecModel());
   ASSERT_TRUE(header.ok()) << header.status().ToString();
   EXPECT_EQ(header->bytes, expected);
   EXPECT_EQ(header->data_bytes, 9u);
-  EXPECT_EQ(header->TotalBytes(), 200u + 9u);
+  EXPECT_EQ(header->TotalBytes(), 264u + 9u);
 }
 
 TEST(SafetensorsTest, ParsesForeignFileInDataOrder) {
@@ -427,14 +464,22 @@ TEST(SafetensorsRejectTest, ChecksumMismatch) {
   EXPECT_TRUE(ParseStatus(*bytes, ParseOptions{false, false}).ok());
 }
 
-TEST(SafetensorsRejectTest, MissingChecksumWhenRequired) {
-  auto header = BuildHeader(SpecModel());  // no checksum
+TEST(SafetensorsRejectTest, ViperKeysWithoutChecksumAreNeverClean) {
+  // A header naming viper.version but carrying no viper.checksum cannot come
+  // from Viper: it is damaged, and is refused even when no checksum is required.
+  auto header = BuildHeader(SpecModel());  // no data checksum
   ASSERT_TRUE(header.ok());
   auto file = ToBytes(header->bytes + std::string(kSpecData, kSpecDataBytes));
-  EXPECT_TRUE(ParseStatus(file).ok());  // not required by default
-  Status s = ParseStatus(file, ParseOptions{true, true});
+  for (bool required : {false, true}) {
+    Status s = ParseStatus(file, ParseOptions{true, required});
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), HasSubstr("has viper.* keys but no 'viper.checksum'"));
+  }
+  // The same in a legacy (format 1) header.
+  Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.version":"3"},)"
+                                 R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                                 "x"));
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_THAT(s.message(), HasSubstr("no 'viper.checksum'"));
 }
 
 TEST(SafetensorsRejectTest, MalformedChecksum) {
@@ -466,6 +511,253 @@ TEST(SafetensorsRejectTest, MalformedViperVersion) {
 TEST(SafetensorsRejectTest, EmptyTensorName) {
   Status s = ParseStatus(RawFile(R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", ""));
   EXPECT_THAT(s.message(), HasSubstr("empty name"));
+}
+
+// ------------------------------------------------------------ hostile headers
+
+// Nested arrays `depth` deep: "[[...]]".
+std::string Nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+TEST(SafetensorsHostileTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  // About 600 KB of brackets, wherever they sit: the whole header, a tensor
+  // entry, its shape, a metadata value, an unknown field, or left unclosed.
+  // Each is refused before any value is built, with a short message.
+  const std::size_t kDepth = 300'000;
+  const std::vector<std::string> headers = {
+      Nested(kDepth),
+      std::string(2 * kDepth, '['),
+      R"({"a":)" + Nested(kDepth) + "}",
+      R"({"w":{"dtype":"F32","shape":)" + Nested(kDepth) + R"(,"data_offsets":[0,4]}})",
+      R"({"__metadata__":{"k":)" + Nested(kDepth) + "}}",
+      R"({"w":{"extra":)" + Nested(kDepth) + R"(,"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+  };
+  EXPECT_THAT(ParseStatus(RawFile(headers.back(), "abcd")).message(), HasSubstr("nests deeper than 64 levels"));
+  for (const std::string& json : headers) {
+    Status s = ParseStatus(RawFile(json, "abcd"));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << json.substr(0, 40);
+    // Where a scalar is due, the first bracket is already wrong ("got
+    // array"); where any value may sit, the depth limit stops the parse.
+    if (json.find("extra") != std::string::npos || json[0] == '[') {
+      EXPECT_THAT(s.message(), AnyOf(HasSubstr("nests deeper than 64 levels"),
+                                     HasSubstr("header must be a JSON object, got array")));
+    }
+    EXPECT_LT(s.message().size(), 300u);
+    auto metadata = ParseMetadata(RawFile(json, "abcd").data(), json.size() + 12);
+    EXPECT_FALSE(metadata.ok());
+  }
+}
+
+TEST(SafetensorsHostileTest, NestingUpToTheLimitIsRead) {
+  // Header object (1) and tensor entry (2) hold an unknown field nested 62
+  // deep: 64 levels, accepted (the field is ignored); 63 deep is one too many.
+  const auto file = [](std::size_t depth) {
+    return RawFile(R"({"w":{"extra":)" + Nested(depth) + R"(,"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                   "x");
+  };
+  EXPECT_TRUE(ParseStatus(file(62)).ok()) << ParseStatus(file(62)).ToString();
+  EXPECT_THAT(ParseStatus(file(63)).message(), HasSubstr("nests deeper than 64 levels"));
+}
+
+TEST(SafetensorsHostileTest, MessagesQuoteBoundedExcerpts) {
+  // A 1 MB tensor name, a 1 MB dtype, a 1 MB number and an unterminated 1 MB
+  // string: each message stays short and says how long the value was.
+  const std::string big(1'000'000, 'n');
+  Status s = ParseStatus(RawFile(R"({")" + big + R"(":{"dtype":"F128","shape":[1],"data_offsets":[0,1]}})", "x"));
+  EXPECT_THAT(s.message(), HasSubstr("(1000000 bytes)"));
+  EXPECT_LT(s.message().size(), 400u);
+  s = ParseStatus(RawFile(R"({"w":{"dtype":")" + big + R"(","shape":[1],"data_offsets":[0,1]}})", "x"));
+  EXPECT_THAT(s.message(), HasSubstr("unknown dtype"));
+  EXPECT_LT(s.message().size(), 400u);
+  s = ParseStatus(RawFile(R"({"w":{"dtype":"U8","shape":[)" + std::string(1'000'000, '7') + "]}}", "x"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 400u);
+  s = ParseStatus(RawFile(R"({"w":")" + big, ""));
+  EXPECT_THAT(s.message(), HasSubstr("header is not valid JSON"));
+  EXPECT_LT(s.message().size(), 400u);
+  s = ParseStatus(RawFile(R"({"__metadata__":{"k":)" + std::string(1'000'000, '1') + "}}", ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);  // a number too large for any type
+  EXPECT_LT(s.message().size(), 400u);
+  s = ParseStatus(RawFile(R"({"__metadata__":{"k":0.)" + std::string(1'000'000, '1') + "}}", ""));
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ value for key 'k' must be a string, got number 0.111"));
+  EXPECT_LT(s.message().size(), 400u);
+}
+
+// A header of `n` one-byte U8 tensors "t<i>" and its data.
+std::vector<std::byte> ManyTensors(std::size_t n) {
+  std::string json = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    json += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
+            std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  return RawFile(json + "}", std::string(n, 'x'));
+}
+
+// A header with `n` metadata entries "k<i>" and one tensor.
+std::vector<std::byte> ManyMetadataEntries(std::size_t n) {
+  std::string json = R"({"__metadata__":{)";
+  for (std::size_t i = 0; i < n; ++i) json += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":\"v\"";
+  return RawFile(json + R"(},"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x");
+}
+
+TEST(SafetensorsHostileTest, TensorAndMetadataCountsAreCapped) {
+  ParseOptions small;
+  small.max_tensors = 10;
+  small.max_metadata_entries = 5;
+  EXPECT_TRUE(ParseStatus(ManyTensors(10), small).ok());
+  Status s = ParseStatus(ManyTensors(11), small);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("header has more than 10 tensors (the limit"));
+  EXPECT_TRUE(ParseStatus(ManyMetadataEntries(5), small).ok());
+  s = ParseStatus(ManyMetadataEntries(6), small);
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ has more than 5 entries (the limit"));
+  // The default cap on metadata, and a header of many tensors under it
+  // (parsed in one linear pass; see the figures in core/README.md).
+  s = ParseStatus(ManyMetadataEntries(kMaxMetadataEntries + 1));
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ has more than 100000 entries"));
+  auto parsed = Parse(ManyTensors(20'000));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->size(), 20'000u);
+  EXPECT_EQ(parsed->tensors()[19'999].name, "t19999");
+}
+
+TEST(SafetensorsHostileTest, DuplicateKeysAreRejectedAtEveryLevel) {
+  const std::string entry = R"({"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"a":)" + entry + R"(,"a":)" + entry + "}", "duplicate key 'a' in the header"},
+      {R"({"__metadata__":{},"__metadata__":{"x":"y"},"a":)" + entry + "}",
+       "duplicate key '__metadata__' in the header"},
+      {R"({"__metadata__":{"k":"1","k":"2"},"a":)" + entry + "}", "duplicate key 'k' in __metadata__"},
+      {R"({"a":{"dtype":"U8","dtype":"I8","shape":[1],"data_offsets":[0,1]}})",
+       "duplicate key 'dtype' in tensor 'a'"},
+      {R"({"a":{"x":{"y":1,"y":2},"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "duplicate key 'y'"},
+  };
+  for (const auto& [json, message] : cases) {
+    Status s = ParseStatus(RawFile(json, "x"));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << json;
+    EXPECT_THAT(s.message(), HasSubstr(message)) << json;
+  }
+}
+
+// `file` with the first occurrence of `from` replaced by `to` (same length).
+std::vector<std::byte> Replaced(std::vector<std::byte> file, const std::string& from, const std::string& to) {
+  std::string text(reinterpret_cast<const char*>(file.data()), file.size());
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(from.size(), to.size());
+  if (at != std::string::npos) std::memcpy(file.data() + at, to.data(), to.size());
+  return file;
+}
+
+// A model with a 2 x 3 F32 "w" and a 6-byte U8 "c", version 7 iteration 1200.
+ModelState TableModel() {
+  ModelState state;
+  EXPECT_TRUE(state.Add(Patterned("w", DType::kF32, {2, 3}, 1)).ok());
+  EXPECT_TRUE(state.Add(Patterned("c", DType::kU8, {6}, 2)).ok());
+  state.metadata = {7, 1200, 0};
+  return state;
+}
+
+TEST(SafetensorsHostileTest, HeaderChecksumCoversTheTensorTableAndMetadata) {
+  auto bytes = Serialize(TableModel());
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(ParseStatus(*bytes).ok());
+  // Each edit keeps the JSON valid, the data section covered and its
+  // checksum right: only viper.header_checksum can tell.
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {R"("shape":[2,3])", R"("shape":[3,2])"},        // transposed
+      {R"("dtype":"F32")", R"("dtype":"I32")"},        // F32 -> I32
+      {R"("w":{)", R"("v":{)"},                        // renamed
+      {R"("viper.iteration":"1200")", R"("viper.iteration":"1300")"},  // iteration
+      {R"("viper.version":"7")", R"("viper.version":"8")"},            // version
+      {R"("viper.producer":"0")", R"("viper.producer":"1")"},          // producer
+  };
+  for (const auto& [from, to] : edits) {
+    Status s = ParseStatus(Replaced(*bytes, from, to));
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << from << " -> " << to;
+    EXPECT_THAT(s.message(), HasSubstr("header checksum mismatch")) << from << " -> " << to;
+    // Even without hashing the data (inspect --no-verify, streamed versions).
+    EXPECT_EQ(ParseStatus(Replaced(*bytes, from, to), ParseOptions{false, false}).code(), StatusCode::kDataLoss);
+  }
+  // Swapped offsets move bytes between tensors: the data checksum still
+  // matches (same bytes), the header checksum does not.
+  auto swapped = Replaced(Replaced(*bytes, R"("data_offsets":[0,24])", R"("data_offsets":[6,30])"),
+                          R"("data_offsets":[24,30])", R"("data_offsets":[ 0, 6])");
+  EXPECT_EQ(ParseStatus(swapped, ParseOptions{false, false}).code(), StatusCode::kDataLoss);
+}
+
+TEST(SafetensorsHostileTest, DamagedViperKeysSwitchNothingOff) {
+  auto bytes = Serialize(TableModel());
+  ASSERT_TRUE(bytes.ok());
+  // One flipped bit in a key name ('v' 0x76 -> 'V' 0x56): never "absent".
+  for (const std::string key : {"viper.checksum", "viper.format", "viper.header_checksum", "viper.version"}) {
+    std::string damaged = key;
+    damaged[0] = 'V';
+    Status s = ParseStatus(Replaced(*bytes, "\"" + key + "\"", "\"" + damaged + "\""));
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("'" + damaged + "' is not a key Viper writes")) << damaged;
+  }
+  // Other flips of a key: a lost checksum key, or a format without its checksum.
+  Status s = ParseStatus(Replaced(*bytes, "\"viper.checksum\"", "\"viper.chucksum\""));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  s = ParseStatus(Replaced(*bytes, "\"viper.header_checksum\"", "\"xiper.header_checksum\""));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("says viper.format 2 but has no 'viper.header_checksum'"));
+  s = ParseStatus(Replaced(*bytes, "\"viper.format\"", "\"xiper.format\""));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  // A tensor key flipped into a second __metadata__ is a duplicate key.
+  auto two = Serialize(SpecModel());
+  ASSERT_TRUE(two.ok());
+  std::string json = R"({"__metadata__":{"viper.version":"3"},"__metadata__":{},)"
+                     R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  EXPECT_THAT(ParseStatus(RawFile(json, "x")).message(), HasSubstr("duplicate key '__metadata__'"));
+}
+
+TEST(SafetensorsHostileTest, FormatKeysAreChecked) {
+  Status s = ParseStatus(RawFile(R"({"__metadata__":{"viper.checksum":"2d06800538d394c2","viper.format":"3",)"
+                                 R"("viper.header_checksum":"0000000000000000"}})",
+                                 ""));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'viper.format' is '3'; this build reads format 2"));
+  s = ParseStatus(
+      RawFile(R"({"__metadata__":{"viper.checksum":"2d06800538d394c2","viper.header_checksum":"0000000000000000"}})",
+              ""));
+  EXPECT_THAT(s.message(), HasSubstr("has 'viper.header_checksum' but no 'viper.format'"));
+  auto clash = BuildHeader(SpecModel(), nullptr, {{"viper.note", "x"}});
+  EXPECT_THAT(clash.status().message(), HasSubstr("reserved for Viper's own keys"));
+}
+
+TEST(SafetensorsTest, LegacyFilesVerifyTheirDataOnly) {
+  // As Viper wrote files before format 2: viper.checksum, no viper.format.
+  // 0x2d06800538d394c2 is XXH3-64 of the empty data section.
+  const std::string json = R"({"__metadata__":{"viper.version":"4","viper.iteration":"9","viper.producer":"0",)"
+                           R"("viper.checksum":"cc7f2639a71cf7b4"},)"
+                           R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"I8","shape":[],"data_offsets":[8,9]}})";
+  auto file = RawFile(json, std::string(kSpecData, kSpecDataBytes));
+  ParseInfo info;
+  auto parsed = Parse(nullptr, file.data(), file.size(), ParseOptions{true, true}, &info);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(info.checksum, ChecksumKind::kDataOnly);
+  EXPECT_STREQ(ToString(info.checksum), "data only (legacy)");
+  EXPECT_TRUE(info.data_verified);
+  EXPECT_FALSE(info.header_verified);
+  EXPECT_EQ(parsed->metadata.version, 4u);
+  file.back() ^= std::byte{1};
+  EXPECT_EQ(ParseStatus(file).code(), StatusCode::kDataLoss);
+}
+
+TEST(SafetensorsTest, PlainSafetensorsFilesAreValidButUnverified) {
+  // What the reference library writes: no viper.* key (here with its usual
+  // "format": "pt"). Valid; required checksums refuse it.
+  auto file = RawFile(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                      "x");
+  ParseInfo info;
+  ASSERT_TRUE(Parse(nullptr, file.data(), file.size(), ParseOptions{}, &info).ok());
+  EXPECT_EQ(info.checksum, ChecksumKind::kNone);
+  EXPECT_FALSE(info.data_verified);
+  Status s = ParseStatus(file, ParseOptions{true, true});
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("unverified"));
 }
 
 // -------------------------------------------------------------------- metadata
@@ -526,10 +818,10 @@ TEST(SafetensorsTest, ParseReturnsViewsIntoTheBuffer) {
   {
     auto parsed = Parse(std::shared_ptr<const void>(buffer, begin), begin, buffer->size());
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-    // The data section starts after 8 + 224 header bytes; "w" is its first
+    // The data section starts after 8 + 288 header bytes; "w" is its first
     // 8 bytes and "b" the ninth.
-    EXPECT_EQ(parsed->tensors()[0].data, begin + 232);
-    EXPECT_EQ(parsed->tensors()[1].data, begin + 240);
+    EXPECT_EQ(parsed->tensors()[0].data, begin + 296);
+    EXPECT_EQ(parsed->tensors()[1].data, begin + 304);
     for (const Tensor& t : parsed->tensors()) {
       EXPECT_GE(t.data, begin);
       EXPECT_LE(t.data + t.size_bytes, end);
@@ -587,7 +879,7 @@ TEST(SafetensorsTest, SerializeToRejectsSmallBuffer) {
   std::vector<std::byte> out(100);
   auto written = SerializeTo(SpecModel(), out.data(), out.size());
   EXPECT_EQ(written.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(written.status().message(), HasSubstr("output buffer holds 100 bytes but the model needs 241"));
+  EXPECT_THAT(written.status().message(), HasSubstr("output buffer holds 100 bytes but the model needs 305"));
 }
 
 TEST(SafetensorsTest, BuildHeaderRejectsInconsistentTensor) {
@@ -696,7 +988,7 @@ TEST_F(SafetensorsFileTest, ReadMissingFileIsNotFoundNamingThePath) {
 TEST_F(SafetensorsFileTest, TruncatedFileIsDataLossNamingThePath) {
   const std::string path = dir_ + "/model.safetensors";
   ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
-  ASSERT_EQ(::truncate(path.c_str(), 8 + 224 + 4), 0);  // cut "w" in half, lose "b"
+  ASSERT_EQ(::truncate(path.c_str(), 8 + 288 + 4), 0);  // cut "w" in half, lose "b"
   auto read = ReadFile(path);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(read.status().message(),

@@ -309,6 +309,43 @@ TEST(SolversTest, FixedWindowCertificateMatchesQuadraticDp) {
   EXPECT_GT(fast, 3 * fallback);
 }
 
+// A requested certified gap (what re-plans on a forecast use) keeps its
+// promise: the schedule's true value is within the reported gap of the O(N^2)
+// optimum, the reported gap is within the requested one, and the default
+// reports (almost) none. A gap out of range is refused.
+TEST(SolversTest, CertifiedGapIsKeptAndReported) {
+  std::mt19937_64 rng(91);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  int loosened = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = RandomProblem(rng, 400);
+    const double train_s = static_cast<double>(p.total_iterations - p.warmup_iterations) * p.seconds_per_iteration;
+    p.requests.window = WindowKind::kRequestCount;
+    p.requests.request_count = 1 + static_cast<int64_t>(train_s * (0.4 + U(rng)) / p.requests.interval_s);
+    const LossCurve c = DriftingCurve(rng, p.total_iterations, trial % 5);
+    const PlanStart st = trial % 2 == 0 ? RandomStart(rng, p, c) : PlanStart{};
+    const double gap = trial % 3 == 0 ? 1e-3 : 1e-6;
+    const std::string what = "trial " + std::to_string(trial);
+    auto quad = SolveOptimalQuadratic(p, c, st);
+    auto exact = SolveOptimal(p, c, st);
+    auto approx = SolveOptimal(p, c, st, SolveOptions{gap});
+    ASSERT_TRUE(quad.ok() && exact.ok() && approx.ok()) << what << ": " << approx.status().ToString();
+    EXPECT_LE(exact->certified_gap, 1e-10) << what;
+    EXPECT_LE(approx->certified_gap, gap) << what;
+    const double value = ObjectiveFrom(p, c, st, approx->schedule);
+    const double scale = std::max(1.0, std::fabs(quad->objective));
+    EXPECT_LE(value, quad->objective + (approx->certified_gap + 1e-9) * scale) << what;
+    EXPECT_GE(value, quad->objective - 1e-9 * scale) << what;
+    if (approx->passes < exact->passes) ++loosened;
+  }
+  std::cout << "certified gap: " << loosened << " of 300 cases needed fewer passes\n";
+  Problem p = RandomProblem(rng, 100);
+  const LossCurve c = DriftingCurve(rng, p.total_iterations, 0);
+  for (double bad : {-1e-9, 0.02, std::nan("")}) {
+    EXPECT_EQ(SolveOptimal(p, c, {}, SolveOptions{bad}).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 // The layered DP that SolveOptimal falls back to (seeded with one pass's best
 // schedule, capped by the bounds) is exact on its own: == the O(N^2) DP on
 // the fixed-window, budget and PlanStart cases of the suites above.

@@ -129,9 +129,9 @@ TEST(MlpTest, TensorsAreNamedAndShapedLikePyTorch) {
   const ModelState& s = mlp->state();
   ASSERT_EQ(s.size(), 6u);
   // nn.Linear(784, 32).weight is [out, in] = [32, 784].
-  EXPECT_EQ(s.tensors()[0].name, "layers.0.weight");
+  EXPECT_EQ(s.tensors()[0].name, "0.weight");
   EXPECT_EQ(s.tensors()[0].shape, (std::vector<int64_t>{32, 784}));
-  EXPECT_EQ(s.tensors()[1].name, "layers.0.bias");
+  EXPECT_EQ(s.tensors()[1].name, "0.bias");
   EXPECT_EQ(s.tensors()[1].shape, (std::vector<int64_t>{32}));
   EXPECT_EQ(s.tensors()[4].shape, (std::vector<int64_t>{10, 16}));
   for (const auto& t : s.tensors()) EXPECT_EQ(t.dtype, DType::kF32);
@@ -245,23 +245,23 @@ TEST(MlpTest, FromModelStateRejectsWhatIsNotAnMlp) {
   ASSERT_TRUE(missing.Add(Tensor::Allocate("other", DType::kF32, {1})).ok());
   auto r = Mlp::FromModelState(missing);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("layers.1.weight"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("2.weight"), std::string::npos) << r.status().message();
 
   ModelState wrong_dtype;
-  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("layers.0.weight", DType::kF64, {10, 784})).ok());
-  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("layers.0.bias", DType::kF32, {10})).ok());
+  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("0.weight", DType::kF64, {10, 784})).ok());
+  ASSERT_TRUE(wrong_dtype.Add(Tensor::Allocate("0.bias", DType::kF32, {10})).ok());
   r = Mlp::FromModelState(wrong_dtype);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("F64, expected F32"), std::string::npos) << r.status().message();
 
   ModelState mismatch;
-  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.0.weight", DType::kF32, {8, 784})).ok());
-  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.0.bias", DType::kF32, {8})).ok());
-  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.1.weight", DType::kF32, {10, 9})).ok());
-  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("layers.1.bias", DType::kF32, {10})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("0.weight", DType::kF32, {8, 784})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("0.bias", DType::kF32, {8})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("2.weight", DType::kF32, {10, 9})).ok());
+  ASSERT_TRUE(mismatch.Add(Tensor::Allocate("2.bias", DType::kF32, {10})).ok());
   r = Mlp::FromModelState(mismatch);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("layers.1.weight' takes 9 inputs"), std::string::npos)
+  EXPECT_NE(r.status().message().find("2.weight' takes 9 inputs"), std::string::npos)
       << r.status().message();
 
   // Evaluate on samples of the wrong size names both sizes.

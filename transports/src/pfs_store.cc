@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kPrefix[] = "model-v";
 constexpr char kSuffix[] = ".safetensors";
+constexpr char kTfFileName[] = "model.safetensors";
 
 // Closes a file descriptor on scope exit.
 class Fd {
@@ -53,7 +54,36 @@ Status WriteRange(int fd, const std::byte* data, uint64_t begin, uint64_t end, u
   return Status::Ok();
 }
 
+// fsyncs directory `dir` so that renames and unlinks in it are durable.
+Status SyncDir(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0 || ::fsync(fd.get()) != 0) return ErrnoError("fsync of directory " + dir, errno);
+  return Status::Ok();
+}
+
 }  // namespace
+
+const char* PfsStore::ToString(Layout layout) {
+  return layout == Layout::kTfServing ? "tf-serving" : "flat";
+}
+
+std::optional<PfsStore::Layout> PfsStore::LayoutFromString(const std::string& name) {
+  if (name == "flat") return Layout::kFlat;
+  if (name == "tf-serving") return Layout::kTfServing;
+  return std::nullopt;
+}
+
+std::string PfsStore::Checked::TrustText() const {
+  switch (info.checksum) {
+    case safetensors::ChecksumKind::kDataAndHeader:
+      return "verified (data+header)";
+    case safetensors::ChecksumKind::kDataOnly:
+      return "verified (data only, legacy)";
+    case safetensors::ChecksumKind::kNone:
+      break;
+  }
+  return "unverified (no Viper checksum)";
+}
 
 bool PfsStore::Options::IsValid(std::string* error) const {
   auto fail = [&](const std::string& m) {
@@ -73,7 +103,18 @@ bool PfsStore::Options::IsValid(std::string* error) const {
 PfsStore::PfsStore(Options options) : options_(std::move(options)) {}
 
 std::string PfsStore::PathFor(uint64_t version) const {
+  if (options_.layout == Layout::kTfServing) return options_.dir + "/" + std::to_string(version) + "/" + kTfFileName;
   return options_.dir + "/" + kPrefix + std::to_string(version) + kSuffix;
+}
+
+std::optional<uint64_t> PfsStore::VersionFromDirName(const std::string& name) {
+  if (name.empty() || name.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : name) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
 }
 
 std::optional<uint64_t> PfsStore::VersionFromFileName(const std::string& name) {
@@ -103,13 +144,22 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
   stats.path = PathFor(version);
   stats.bytes = size;
   static std::atomic<uint64_t> counter{0};  // unique temporaries within a process
-  const std::string tmp = options_.dir + "/." + kPrefix + std::to_string(version) + kSuffix + ".tmp-" +
-                          std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  const std::string unique = ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  const bool tf = options_.layout == Layout::kTfServing;
+  // tf-serving: the file is written inside a hidden version directory that
+  // is renamed into place whole.
+  const std::string tmp_dir = options_.dir + "/." + std::to_string(version) + unique;
+  const std::string tmp = tf ? tmp_dir + "/" + kTfFileName
+                             : options_.dir + "/." + kPrefix + std::to_string(version) + kSuffix + unique;
+  if (tf && ::mkdir(tmp_dir.c_str(), 0755) != 0) {
+    return ErrnoError("cannot create " + tmp_dir + " (does the directory " + options_.dir + " exist?)", errno);
+  }
   int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
   if (options_.o_direct) flags |= O_DIRECT;
   Fd fd(::open(tmp.c_str(), flags, 0644));
   if (fd.get() < 0) {
     const int e = errno;
+    if (tf) ::rmdir(tmp_dir.c_str());
     if (e == EINVAL && options_.o_direct) {
       return UnavailableError("O_DIRECT is not supported on " + options_.dir);
     }
@@ -117,6 +167,7 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
   }
   auto fail = [&](Status s) {
     ::unlink(tmp.c_str());
+    if (tf) ::rmdir(tmp_dir.c_str());
     return s;
   };
 
@@ -148,17 +199,29 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
   const double t1 = MonotonicSeconds();
   if (::fsync(fd.get()) != 0) return fail(ErrnoError("fsync " + tmp, errno));
   if (::close(fd.Release()) != 0) return fail(ErrnoError("close " + tmp, errno));
-  if (::rename(tmp.c_str(), stats.path.c_str()) != 0) {
+  if (tf) {
+    const std::string final_dir = options_.dir + "/" + std::to_string(version);
+    Status synced = SyncDir(tmp_dir);
+    if (!synced.ok()) return fail(synced);
+    // Rewriting a version: the old directory goes first (rename() does not
+    // replace a non-empty directory).
+    if (::access(final_dir.c_str(), F_OK) == 0) {
+      Status removed = Remove(version);
+      if (!removed.ok()) return fail(removed);
+    }
+    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
+      return fail(ErrnoError("rename " + tmp_dir + " -> " + final_dir, errno));
+    }
+  } else if (::rename(tmp.c_str(), stats.path.c_str()) != 0) {
     return fail(ErrnoError("rename " + tmp + " -> " + stats.path, errno));
   }
-  Fd dir(::open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0 || ::fsync(dir.get()) != 0) {
-    return ErrnoError("fsync of directory " + options_.dir, errno);
-  }
+  VIPER_RETURN_IF_ERROR(SyncDir(options_.dir));
   stats.write_s = t1 - t0;
   stats.sync_s = MonotonicSeconds() - t1;
 
   if (options_.keep_versions > 0) {
+    // Keeps this version and the keep_versions - 1 newest older ones; newer
+    // versions (another writer's) are left alone.
     auto versions = ListVersions();
     if (versions.ok()) {
       std::vector<uint64_t> older;
@@ -166,10 +229,36 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
         if (v < version) older.push_back(v);
       }
       const std::size_t keep = static_cast<std::size_t>(options_.keep_versions - 1);
-      for (std::size_t i = 0; i + keep < older.size(); ++i) ::unlink(PathFor(older[i]).c_str());
+      for (std::size_t i = 0; i + keep < older.size(); ++i) (void)Remove(older[i]);
     }
   }
   return stats;
+}
+
+Status PfsStore::Remove(uint64_t version) const {
+  const std::string path = PathFor(version);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("cannot remove " + path, errno);
+  if (options_.layout == Layout::kTfServing) {
+    const std::string dir = options_.dir + "/" + std::to_string(version);
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError("cannot remove version directory " + dir + " (other files in it?)", errno);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<uint64_t>> PfsStore::Prune(int keep, const std::vector<uint64_t>& protect) const {
+  std::vector<uint64_t> removed;
+  if (keep <= 0) return removed;
+  VIPER_ASSIGN_OR_RETURN(std::vector<uint64_t> versions, ListVersions());
+  const std::size_t kept = std::min(versions.size(), static_cast<std::size_t>(keep));
+  for (std::size_t i = 0; i + kept < versions.size(); ++i) {
+    if (std::find(protect.begin(), protect.end(), versions[i]) != protect.end()) continue;
+    VIPER_RETURN_IF_ERROR(Remove(versions[i]));
+    removed.push_back(versions[i]);
+  }
+  if (!removed.empty()) VIPER_RETURN_IF_ERROR(SyncDir(options_.dir));
+  return removed;
 }
 
 StatusOr<std::vector<uint64_t>> PfsStore::ListVersions() const {
@@ -177,7 +266,13 @@ StatusOr<std::vector<uint64_t>> PfsStore::ListVersions() const {
   if (d == nullptr) return ErrnoError("cannot open directory " + options_.dir, errno);
   std::vector<uint64_t> versions;
   while (dirent* entry = ::readdir(d)) {
-    if (auto v = VersionFromFileName(entry->d_name)) versions.push_back(*v);
+    if (options_.layout == Layout::kFlat) {
+      if (auto v = VersionFromFileName(entry->d_name)) versions.push_back(*v);
+    } else if (auto v = VersionFromDirName(entry->d_name)) {
+      // A numbered directory is a version once its file is there.
+      struct stat st;
+      if (::stat(PathFor(*v).c_str(), &st) == 0 && S_ISREG(st.st_mode)) versions.push_back(*v);
+    }
   }
   ::closedir(d);
   std::sort(versions.begin(), versions.end());
@@ -214,6 +309,25 @@ StatusOr<uint64_t> PfsStore::Read(uint64_t version, AlignedBuffer* buffer) const
     off += static_cast<uint64_t>(r);
   }
   return size;
+}
+
+StatusOr<PfsStore::Checked> PfsStore::ReadChecked(uint64_t version, AlignedBuffer* buffer) const {
+  const std::string path = PathFor(version);
+  VIPER_ASSIGN_OR_RETURN(uint64_t size, Read(version, buffer));
+  Checked out;
+  out.bytes = size;
+  safetensors::ParseOptions po;
+  po.require_checksum = options_.require_checksum;
+  auto state = safetensors::Parse(nullptr, buffer->data(), size, po, &out.info);
+  if (!state.ok()) return state.status().WithContext(path);
+  out.state = std::move(*state);
+  if (!out.verified()) {
+    out.state.metadata.version = version;  // another writer's file: the name is all there is
+  } else if (out.state.metadata.version != version) {
+    return DataLossError(path + ": the file name says version " + std::to_string(version) +
+                         ", its metadata (viper.version) " + std::to_string(out.state.metadata.version));
+  }
+  return out;
 }
 
 }  // namespace transports

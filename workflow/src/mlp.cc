@@ -30,8 +30,9 @@ double SoftmaxColumn(const In& logits, Out&& probs, int label) {
 
 }  // namespace
 
-std::string MlpWeightName(int k) { return "layers." + std::to_string(k) + ".weight"; }
-std::string MlpBiasName(int k) { return "layers." + std::to_string(k) + ".bias"; }
+// Layer k is module 2k of torch.nn.Sequential(Linear, ReLU, Linear, ...).
+std::string MlpWeightName(int k) { return std::to_string(2 * k) + ".weight"; }
+std::string MlpBiasName(int k) { return std::to_string(2 * k) + ".bias"; }
 
 bool Mlp::Options::IsValid(std::string* error) const {
   auto fail = [&](const std::string& m) {
@@ -77,7 +78,7 @@ StatusOr<Mlp> Mlp::Create(const Options& options, uint64_t seed) {
 
 StatusOr<Mlp> Mlp::FromModelState(const ModelState& state) {
   if (state.size() == 0 || state.size() % 2 != 0) {
-    return InvalidArgumentError("not an MLP: expected pairs of layers.<k>.weight/bias tensors, got " +
+    return InvalidArgumentError("not an MLP: expected pairs of <2k>.weight/<2k>.bias tensors (torch.nn.Sequential keys), got " +
                                 std::to_string(state.size()) + " tensors");
   }
   Mlp mlp;

@@ -6,9 +6,31 @@
 // spaces to a multiple of 8), then the raw little-endian row-major tensor
 // data. The JSON maps each tensor name to {"dtype", "shape", "data_offsets":
 // [begin, end)} (offsets relative to the start of the data section) and may
-// hold "__metadata__", a string-to-string map. Viper writes the keys
-// "viper.version", "viper.iteration", "viper.producer" and "viper.checksum"
-// (XXH3-64 of the whole data section, 16 hex digits).
+// hold "__metadata__", a string-to-string map. Keys are unique at every level
+// (the specification's rule; a duplicate is rejected, never last-one-wins).
+//
+// Viper's integrity keys in __metadata__ (format 2):
+//   viper.version, viper.iteration, viper.producer  decimal integers
+//   viper.checksum         XXH3-64 of the whole data section, 16 hex digits
+//                          (an image in device memory carries
+//                          viper.device_checksum instead, checked by transports)
+//   viper.format           "2"
+//   viper.header_checksum  XXH3-64 of the header's meaning (HeaderChecksum):
+//                          every tensor's name, dtype, shape and offsets and
+//                          every __metadata__ entry but itself, so a changed
+//                          shape, dtype, name, offset, iteration or data
+//                          checksum is detected.
+// Files without viper.format (written before format 2) are read as legacy:
+// only the data section is covered ("data only (legacy)"). Files without any
+// viper.* key (another writer's) are valid but unverified. A file with some
+// viper.* key but no data checksum, a case-damaged or unknown viper.* key, or
+// viper.format without viper.header_checksum is corrupt (DataLoss): a flipped
+// byte must not switch verification off.
+//
+// Hostile input is bounded: the JSON nests at most kMaxJsonDepth levels (a
+// valid header needs 3), holds at most ParseOptions::max_tensors tensors and
+// max_metadata_entries metadata entries, and is parsed in one linear SAX pass
+// (no DOM); messages quote names and values as bounded excerpts.
 #pragma once
 
 #include <cstddef>
@@ -27,13 +49,68 @@ namespace safetensors {
 
 // Largest header accepted by the parser (the reference implementation's limit).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Deepest nesting of JSON objects/arrays accepted (a valid header needs 3:
+// header object, tensor entry, shape array).
+constexpr int kMaxJsonDepth = 64;
+// Default caps on the entries of one header.
+constexpr uint64_t kMaxTensors = 1'000'000;
+constexpr uint64_t kMaxMetadataEntries = 100'000;
+
+// Viper's metadata keys (see the top of this file).
+constexpr const char* kVersionKey = "viper.version";
+constexpr const char* kIterationKey = "viper.iteration";
+constexpr const char* kProducerKey = "viper.producer";
+constexpr const char* kChecksumKey = "viper.checksum";
+constexpr const char* kDeviceChecksumKey = "viper.device_checksum";
+constexpr const char* kFormatKey = "viper.format";
+constexpr const char* kHeaderChecksumKey = "viper.header_checksum";
+// The value of viper.format this build writes.
+constexpr const char* kFormatVersion = "2";
+
+// Which Viper checksums a header carries.
+enum class ChecksumKind {
+  kNone,           // no viper.* key: a plain safetensors file, unverified
+  kDataOnly,       // viper.checksum without viper.format: a legacy file
+  kDataAndHeader,  // format 2: viper.checksum and viper.header_checksum
+};
+// "none", "data only (legacy)", "data+header".
+const char* ToString(ChecksumKind kind);
 
 struct ParseOptions {
-  // Verify viper.checksum when present (a mismatch is DataLoss).
+  // Hash the data section against viper.checksum when present (a mismatch is
+  // DataLoss). viper.header_checksum is always verified when present.
   bool verify_checksum = true;
-  // Reject a file without viper.checksum (consumers of Viper's own stream set this).
+  // Reject a file without Viper's checksum (kNone): consumers of Viper's own
+  // stream and `--require-checksum` set this.
   bool require_checksum = false;
+  // Caps on the header's entries; more is InvalidArgument naming the cap.
+  uint64_t max_tensors = kMaxTensors;
+  uint64_t max_metadata_entries = kMaxMetadataEntries;
 };
+
+// What a successful parse found out about the file, for reports.
+struct ParseInfo {
+  uint64_t json_header_bytes = 0;  // N, the specification's header size (JSON incl. padding)
+  uint64_t data_offset = 0;        // 8 + N: where the data section starts
+  std::map<std::string, std::string> metadata;  // all of __metadata__
+  ChecksumKind checksum = ChecksumKind::kNone;   // which checksums the header carries
+  bool header_verified = false;  // viper.header_checksum matched
+  bool data_verified = false;    // the data section was hashed and matched viper.checksum
+};
+
+// XXH3-64 over the meaning of a header (format 2's viper.header_checksum):
+// tensors ordered by (begin, end, name), each as str(name), str(dtype),
+// u64(rank), u64(dim)..., u64(begin), u64(end); then u64(count) and the
+// __metadata__ entries but viper.header_checksum in byte order of their
+// keys, each as str(key), str(value); all after the 15 ASCII bytes
+// "viper.header.v2". u64 is 8 bytes little-endian, str(s) = u64(size) + bytes.
+struct TableEntry {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+uint64_t HeaderChecksum(std::vector<TableEntry> tensors, const std::map<std::string, std::string>& metadata);
 
 // The serialized header: the 8 length bytes plus padded JSON. Tensor data
 // follows it in ModelState order. Host and device tensors alike only need
@@ -45,7 +122,9 @@ struct Header {
 };
 
 // Builds the header for `state`; `data_checksum` (XXH3-64 of the data section)
-// goes in __metadata__ when given. Extra metadata entries are added as given.
+// goes in __metadata__ when given. Extra metadata entries are added as given
+// (keys starting with "viper." other than viper.device_checksum are
+// reserved). viper.format and viper.header_checksum are always written.
 StatusOr<Header> BuildHeader(const ModelState& state, const uint64_t* data_checksum = nullptr,
                              const std::map<std::string, std::string>& extra_metadata = {});
 
@@ -63,14 +142,17 @@ StatusOr<uint64_t> SerializeTo(const ModelState& state, std::byte* out, uint64_t
 StatusOr<std::vector<std::byte>> Serialize(const ModelState& state);
 
 // Parses `size` bytes at `data` without copying: the returned tensors are
-// views into the buffer and share `owner`, which must keep it alive. Tensors
+// views into the buffer and share `owner`, which must keep it alive (an empty
+// owner is fine when the caller keeps the buffer alive itself). Tensors
 // come back in data-offset order; ModelState::metadata is filled from the
 // viper.* keys present. Corrupt input is DataLoss (truncation, checksum) or
 // InvalidArgument (malformed header), the message naming the tensor/field.
+// `info`, when given, is filled on success. This is also the in-memory entry
+// point for fuzzing: no filesystem, any bytes.
 // The views are writable pointers: do not write through them into a buffer
 // the caller meant to stay const.
 StatusOr<ModelState> Parse(std::shared_ptr<const void> owner, const std::byte* data, uint64_t size,
-                           const ParseOptions& options = {});
+                           const ParseOptions& options = {}, ParseInfo* info = nullptr);
 // Parses an image whose data section does not follow its header in host
 // memory (a GPU-tier version: the data stays in device memory). `header`
 // holds at least the image's length prefix and JSON (`header_size` bytes),
@@ -83,14 +165,15 @@ StatusOr<ModelState> ParseExternalData(std::shared_ptr<const void> owner, const 
 // Parses a copy-free view of a vector the caller moves in.
 StatusOr<ModelState> Parse(std::vector<std::byte> bytes, const ParseOptions& options = {});
 
-// Reads only the metadata map (no data validation beyond the header); empty
-// when the header has no __metadata__.
+// Reads only the metadata map (the header's JSON is fully checked, the data
+// section and checksums are not); empty when the header has no __metadata__.
 StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data, uint64_t size);
 
 // Whole-file helpers (the PFS tier has its own fsync'd, O_DIRECT path).
 // ReadFile reads the whole file into one buffer the tensors then view;
 // errors name the path (NotFound when it does not exist).
-StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options = {});
+StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options = {},
+                              ParseInfo* info = nullptr);
 // The whole file in one uninitialised-then-filled buffer: what ReadFile
 // parses, for callers that also want ParseMetadata or the raw bytes.
 struct FileBuffer {

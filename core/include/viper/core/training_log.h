@@ -25,10 +25,30 @@ struct LogRecord {
 // A whole log, in iteration order.
 struct TrainingLog {
   std::string source;               // file it was read from (for messages)
+  std::string format;               // the format it was read as ("csv", "tfevents", ...; empty = unknown)
   std::vector<LogRecord> records;
   int64_t dropped_non_finite = 0;   // rows dropped for NaN/inf losses (when allowed)
+  // Entries that summarise the run rather than log a step (Hugging Face's
+  // final train_loss/train_runtime entry): skipped, never a loss point.
+  int64_t skipped_summary_rows = 0;
+  // The column, key or tag the wall times came from; empty = the log has no
+  // wall time (a caller that needs seconds per iteration must ask the user).
+  std::string wall_time_column;
+  // The wall-time column held seconds per iteration and was accumulated.
+  bool wall_time_from_durations = false;
+  // > 0: the log's rows were epochs, mapped to iterations with this many
+  // iterations per epoch (epoch e -> iteration (e + 1) * iterations_per_epoch).
+  int64_t epoch_level_iterations_per_epoch = 0;
 
   bool empty() const { return records.empty(); }
+  // Rows with a wall time; HasWallTime() = at least two (a time span).
+  int64_t TimedRows() const;
+  bool HasWallTime() const { return TimedRows() >= 2; }
+  // Rows with a training loss / a validation loss.
+  int64_t TrainLossPoints() const;
+  int64_t ValLossPoints() const;
+  // Evaluation-only: validation points and no training loss at all.
+  bool EvaluationOnly() const { return TrainLossPoints() == 0 && ValLossPoints() > 0; }
 };
 
 // What `viper log-info` prints.
@@ -42,6 +62,8 @@ struct LogSummary {
   std::optional<double> first_loss, last_loss, min_loss;  // training loss
   std::optional<int64_t> min_loss_iteration;
   int64_t val_points = 0;                       // rows with a validation loss
+  int64_t train_points = 0;                     // rows with a training loss
+  int64_t timed_rows = 0;                       // rows with a wall time
   int64_t dropped_non_finite = 0;
 };
 

@@ -100,6 +100,9 @@ class OnlinePlanner {
     // Measurements averaged into one when the metric is the training loss
     // (one noisy batch per iteration); >= 1.
     int training_smoothing = 25;
+    // Relative gap each re-plan may be certified at (SolveOptions): in
+    // [0, 1e-2]; 0 = the exact certificate. A forecast is never that exact.
+    double replan_gap = 1e-6;
 
     bool IsValid(std::string* error) const;
   };
@@ -107,12 +110,13 @@ class OnlinePlanner {
   // What the planner has done, for reports.
   struct Summary {
     int64_t observations = 0;  // Observe() calls
-    int64_t replans = 0;       // exact re-plans (SolveOptimal)
+    int64_t replans = 0;       // re-plans (SolveOptimal, certified within replan_gap)
     int64_t refits = 0;        // forecaster fits
     int64_t changes = 0;       // regime changes detected
     int64_t gated = 0;         // candidates refused by the quality gate
     std::vector<int64_t> change_points;  // first iteration of each new regime
     double plan_time_s = 0;    // wall time spent re-planning and fitting (informational)
+    double max_certified_gap = 0;  // largest relative gap a re-plan was certified at (<= replan_gap)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;

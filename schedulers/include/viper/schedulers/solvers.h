@@ -116,6 +116,17 @@ struct PlanStart {
   std::optional<double> served_loss;
 };
 
+// How exact SolveOptimal must be. The default is the certificate at 1e-10
+// relative (exact for every purpose). A re-plan on a forecast may accept a
+// larger certified gap: the passes then stop once no open state's bound is
+// more than max_relative_gap * max(1, |UB|) below UB, and the schedule
+// returned is within that of the optimum, which Solution::certified_gap
+// reports. The layered fallback, when it runs, is capped by the same bounds,
+// so the same gap holds for it.
+struct SolveOptions {
+  double max_relative_gap = 0.0;  // in [0, 1e-2]; <= 1e-10 means the default certificate
+};
+
 // How a solver reached its answer.
 enum class SolveMethod {
   kOther,       // not one of the DPs below (enumeration, intervals, Viper's algorithms, epoch)
@@ -142,6 +153,9 @@ struct Solution {
   SolveMethod method = SolveMethod::kOther;
   // Candidates examined (intervals, or lines inserted in the DP).
   int64_t candidates = 0;
+  // Relative gap the certificate proved: objective <= optimum + gap *
+  // max(1, |objective|). At most 1e-10 unless SolveOptions allowed more.
+  double certified_gap = 0.0;
 };
 
 // Exact optimal irregular schedule (fluid objective): one count-free pass
@@ -150,7 +164,8 @@ struct Solution {
 // (Solution::method says which). A pass is O(N) for monotone slopes, else
 // O(N log N) at worst. Buffers are kept per thread between calls (re-plans
 // allocate nothing once warm); results never depend on them.
-StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start = {});
+StatusOr<Solution> SolveOptimal(const Problem& problem, const LossCurve& curve, const PlanStart& start = {},
+                                const SolveOptions& options = {});
 // The same optimum by the layered DP alone: what SolveOptimal falls back to
 // when its certificate does not close, seeded with one Lagrangian pass's
 // best schedule (a single pass when the window is count-free without a

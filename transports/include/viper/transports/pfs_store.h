@@ -1,8 +1,18 @@
-// The PFS tier: one safetensors file per version in a shared directory,
-// `<dir>/model-v<version>.safetensors`. A version is written under a hidden
-// temporary name, fsync'd, renamed and the directory fsync'd, so a reader
-// only ever sees complete files under final names. Optional O_DIRECT with
-// page-aligned buffers and several writer threads on disjoint ranges.
+// The PFS tier: one safetensors file per version in a shared directory, in
+// one of two layouts:
+//   flat        <dir>/model-v<version>.safetensors
+//   tf-serving  <dir>/<version>/model.safetensors (TensorFlow Serving's
+//               numbered version directories)
+// A version is written under a hidden temporary name, fsync'd, renamed and
+// the directory fsync'd, so a reader only ever sees complete versions under
+// final names (tf-serving renames the whole version directory). Optional
+// O_DIRECT with page-aligned buffers and several writer threads on disjoint
+// ranges.
+//
+// ReadChecked reads a version and says how far it can be trusted: verified
+// by Viper's checksums (data+header, or data only for legacy files), or a
+// valid safetensors file without Viper's checksum (another writer's), served
+// as "unverified" unless Options::require_checksum.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "viper/core/safetensors.h"
 #include "viper/core/status.h"
 #include "viper/transports/aligned_buffer.h"
 
@@ -18,9 +29,19 @@ namespace transports {
 
 class PfsStore {
  public:
+  // Where each version's file lives.
+  enum class Layout {
+    kFlat,       // <dir>/model-v<version>.safetensors
+    kTfServing,  // <dir>/<version>/model.safetensors
+  };
+  static const char* ToString(Layout layout);  // "flat", "tf-serving"
+  static std::optional<Layout> LayoutFromString(const std::string& name);
+
   struct Options {
     // Directory holding the versions; must exist (it is never created here).
     std::string dir;
+    // File naming (see the top of this file).
+    Layout layout = Layout::kFlat;
     // Open files with O_DIRECT (bypass the page cache). Buffers and sizes are
     // padded to AlignedBuffer::kAlignmentBytes; the file is truncated to its
     // real size before the fsync.
@@ -29,8 +50,11 @@ class PfsStore {
     int writer_threads = 1;
     // Bytes per pwrite()/pread() call.
     uint64_t io_chunk_bytes = 64ull << 20;
-    // Versions kept after a write (older files are unlinked); 0 = keep all.
+    // Versions kept after a write (older ones are removed); 0 = keep all.
     int keep_versions = 2;
+    // ReadChecked refuses a file without Viper's checksum (DataLoss) instead
+    // of returning it as unverified.
+    bool require_checksum = false;
 
     bool IsValid(std::string* error) const;
   };
@@ -42,19 +66,34 @@ class PfsStore {
     double sync_s = 0;   // fsync of the file, rename, fsync of the directory
   };
 
+  // A version read and checked by ReadChecked.
+  struct Checked {
+    ModelState state;               // tensors are views into the buffer given to ReadChecked
+    safetensors::ParseInfo info;    // header size, metadata, which checksums were verified
+    uint64_t bytes = 0;             // file size
+    bool verified() const { return info.checksum != safetensors::ChecksumKind::kNone; }
+    // "verified (data+header)", "verified (data only, legacy)" or "unverified
+    // (no Viper checksum)".
+    std::string TrustText() const;
+  };
+
   explicit PfsStore(Options options);
   const Options& options() const { return options_; }
 
-  // "<dir>/model-v<version>.safetensors".
+  // The final path of version `version` in the configured layout.
   std::string PathFor(uint64_t version) const;
-  // Parses a file name ("model-v12.safetensors" -> 12); nullopt for anything
-  // else, temporaries included.
+  // Parses a flat-layout file name ("model-v12.safetensors" -> 12); nullopt
+  // for anything else, temporaries included.
   static std::optional<uint64_t> VersionFromFileName(const std::string& name);
+  // Parses a tf-serving version directory name ("12" -> 12); nullopt for
+  // anything but 1 to 19 decimal digits.
+  static std::optional<uint64_t> VersionFromDirName(const std::string& name);
 
   // Writes `size` bytes at `data` as version `version`. With o_direct,
   // `data` must be aligned to kAlignmentBytes and readable up to
   // RoundUp(size, kAlignmentBytes). On any failure (missing directory, full
   // disk) the temporary is removed and no file appears under the final name.
+  // Afterwards keeps `version` and the keep_versions - 1 newest older ones.
   StatusOr<WriteStats> Write(uint64_t version, const std::byte* data, uint64_t size) const;
 
   // Versions with a complete file under a final name, ascending.
@@ -65,7 +104,23 @@ class PfsStore {
   // verifies them).
   StatusOr<uint64_t> Read(uint64_t version, AlignedBuffer* buffer) const;
 
+  // Reads version `version` into `buffer` and checks it: a well-formed
+  // safetensors file, Viper's checksums when it carries any (a damaged
+  // viper.* key is DataLoss), and viper.version equal to the version in its
+  // name. A file without Viper's checksum is returned unverified, with the
+  // version taken from its name, unless options().require_checksum. Errors
+  // name the path. The returned tensors view `buffer`: keep it alive and
+  // unchanged while using them.
+  StatusOr<Checked> ReadChecked(uint64_t version, AlignedBuffer* buffer) const;
+
+  // Removes every version but the `keep` newest and those in `protect`
+  // (keep 0 removes nothing); returns the versions removed, ascending.
+  StatusOr<std::vector<uint64_t>> Prune(int keep, const std::vector<uint64_t>& protect = {}) const;
+
  private:
+  // Removes version `version` (its file; in tf-serving, then its directory).
+  Status Remove(uint64_t version) const;
+
   Options options_;
 };
 

@@ -1,9 +1,11 @@
 // A multilayer perceptron for classification: Linear -> ReLU -> ... ->
 // Linear, trained with softmax cross-entropy. Its parameters live in a
-// ModelState, one float32 tensor per weight and bias, named as PyTorch names
-// an nn.Sequential of Linear layers: "layers.<k>.weight" [out, in] (row-major)
-// and "layers.<k>.bias" [out], k = 0, 1, ... So a snapshot serialises to a
-// valid .safetensors file that torch.nn.Linear layers can load.
+// ModelState, one float32 tensor per weight and bias, named exactly as the
+// state_dict keys of the equivalent torch.nn.Sequential(Linear, ReLU, Linear,
+// ..., Linear): layer k is module 2k, so "<2k>.weight" [out, in] (row-major)
+// and "<2k>.bias" [out] ("0.weight", "0.bias", "2.weight", ...). A snapshot
+// serialises to a .safetensors file that the Sequential loads with
+// load_state_dict(strict=True), no renaming (tests/python/test_mlp_names.py).
 //
 // Batches are column-major matrices with one sample per column (features x
 // batch); every product is an Eigen matrix product.
@@ -21,7 +23,7 @@
 namespace viper {
 namespace workflow {
 
-// Name of the tensors of layer `k`.
+// Name of the tensors of layer `k` (module 2k of the nn.Sequential).
 std::string MlpWeightName(int k);
 std::string MlpBiasName(int k);
 
@@ -58,7 +60,7 @@ class Mlp {
   // same bits on every platform).
   static StatusOr<Mlp> Create(const Options& options, uint64_t seed);
   // Wraps the tensors of `state` (shares their bytes, no copy) after checking
-  // that they form an MLP: layers.0..L-1 weight/bias pairs, F32, host memory,
+  // that they form an MLP: weight/bias pairs of layers 0..L-1 ("0.", "2.", ...), F32, host memory,
   // consistent shapes. Errors name the offending tensor.
   static StatusOr<Mlp> FromModelState(const ModelState& state);
 

@@ -1,0 +1,110 @@
+// The `viper._viper` extension module: exceptions, the Buffer type and the
+// tensor-spec conversion shared by the files, planner and transport bindings.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "bindings.h"
+#include "viper/config.h"
+
+namespace viper {
+namespace python {
+namespace {
+
+// Module-owned exception types (created in PYBIND11_MODULE, never freed).
+PyObject* g_data_loss_error = nullptr;
+PyObject* g_unavailable_error = nullptr;
+
+[[noreturn]] void SetAndThrow(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
+}  // namespace
+
+void Raise(const Status& status) {
+  const std::string& m = status.message();
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      throw py::value_error(m);
+    case StatusCode::kDataLoss:
+      SetAndThrow(g_data_loss_error, m);
+    case StatusCode::kNotFound:
+      SetAndThrow(PyExc_FileNotFoundError, m);
+    case StatusCode::kIoError:
+      SetAndThrow(PyExc_OSError, m);
+    case StatusCode::kUnavailable:
+      SetAndThrow(g_unavailable_error, m);
+    default:
+      throw std::runtime_error(status.ToString());
+  }
+}
+
+ModelState StateFromSpecs(const py::list& specs) {
+  ModelState state;
+  for (const py::handle item : specs) {
+    const auto spec = item.cast<py::tuple>();
+    if (spec.size() != 6) throw py::value_error("a tensor spec has 6 fields (name, dtype, shape, data_ptr, nbytes, device)");
+    Tensor t;
+    t.name = spec[0].cast<std::string>();
+    const auto dtype_name = spec[1].cast<std::string>();
+    const auto dtype = DTypeFromString(dtype_name);
+    if (!dtype) throw py::value_error("tensor '" + t.name + "': unknown dtype " + dtype_name);
+    t.dtype = *dtype;
+    t.shape = spec[2].cast<std::vector<int64_t>>();
+    t.data = reinterpret_cast<std::byte*>(spec[3].cast<uintptr_t>());
+    t.size_bytes = spec[4].cast<std::size_t>();
+    const int device = spec[5].cast<int>();
+    t.memory = device < 0 ? MemoryKind::kHost : MemoryKind::kDevice;
+    for (int64_t d : t.shape) {
+      if (d < 0) throw py::value_error("tensor '" + t.name + "': negative dimension in its shape");
+    }
+    if (t.size_bytes != t.ExpectedBytes()) {
+      throw py::value_error("tensor '" + t.name + "': " + std::to_string(t.size_bytes) + " bytes, expected " +
+                            std::to_string(t.ExpectedBytes()) + " for its shape and dtype " + dtype_name);
+    }
+    if (t.data == nullptr && t.size_bytes > 0) throw py::value_error("tensor '" + t.name + "': null data pointer");
+    OkOrRaise(state.Add(std::move(t)));
+  }
+  return state;
+}
+
+py::list DescribeTensors(const ModelState& state, const std::byte* base) {
+  py::list out;
+  for (const Tensor& t : state.tensors()) {
+    out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
+                              static_cast<uint64_t>(t.data - base), static_cast<uint64_t>(t.size_bytes)));
+  }
+  return out;
+}
+
+}  // namespace python
+}  // namespace viper
+
+PYBIND11_MODULE(_viper, m) {
+  namespace py = pybind11;
+  using viper::python::Buffer;
+  m.doc() = "Viper's C++ core (pybind11). Use the `viper` package, not this module.";
+  m.attr("__version__") = VIPER_VERSION;
+  m.attr("HAVE_MPI") = static_cast<bool>(VIPER_HAVE_MPI);
+  m.attr("HAVE_CUDA") = static_cast<bool>(VIPER_HAVE_CUDA);
+
+  static py::exception<void> data_loss(m, "DataLossError", PyExc_ValueError);
+  static py::exception<void> unavailable(m, "UnavailableError", PyExc_RuntimeError);
+  viper::python::g_data_loss_error = data_loss.ptr();
+  viper::python::g_unavailable_error = unavailable.ptr();
+
+  py::class_<Buffer>(m, "Buffer", py::buffer_protocol(),
+                     "Read-only bytes that keep their owner (a received version, a file) alive.")
+      .def_buffer([](Buffer& b) {
+        return py::buffer_info(const_cast<std::byte*>(b.data), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size)}, {1}, /*readonly=*/!b.writable);
+      })
+      .def("__len__", [](const Buffer& b) { return b.size; })
+      .def_property_readonly("address", [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.data); });
+
+  viper::python::BindFiles(m);
+  viper::python::BindPlanner(m);
+  viper::python::BindTransports(m);
+}

@@ -1,0 +1,396 @@
+"""Viper from Python: publish a PyTorch model's state_dict to inference
+consumers as it trains, serve the newest version, decide when to publish.
+
+    import viper
+    pub = viper.Publisher(tier="host", mode="async")          # rank 0 (mpirun)
+    planner = viper.Planner("online", total_iterations=N, warmup=W)
+    ...
+    planner.observe(it, train_loss=loss, val_loss=val)
+    if planner.should_checkpoint(it):
+        report = pub.publish(model.state_dict(), it)
+        planner.commit(it)
+
+    sub = viper.Subscriber(tier="host")                       # ranks 1..
+    sub.wait_for_version(0, timeout_s=60)
+    sub.load_into(model)                                      # or sub.current().state_dict()
+
+    viper.save_file(model.state_dict(), "m.safetensors")     # safetensors' shapes
+    tensors = viper.load_file("m.safetensors")
+
+MPI: see viper.mpi (the module initialises it with MPI_THREAD_MULTIPLE when a
+tier needs it, and cooperates with mpi4py).
+"""
+import atexit
+import json
+
+import torch
+
+from . import _torch, _viper, mpi
+
+__all__ = ["save_file", "load_file", "load_metadata", "Publisher", "Subscriber", "Version", "Planner",
+           "VersionReport", "DataLossError", "UnavailableError", "mpi", "cuda_device_available", "__version__"]
+
+__version__ = _viper.__version__
+DataLossError = _viper.DataLossError
+UnavailableError = _viper.UnavailableError
+VersionReport = _viper.VersionReport
+
+# Name of the U8 tensor that carries publish(..., metadata=...) as JSON: the
+# C++ Publisher has no per-version user metadata, so it travels as a tensor
+# that Version.state_dict() leaves out and Version.metadata decodes.
+METADATA_TENSOR = "__viper_metadata__"
+
+atexit.register(_viper.finalize)
+
+
+def cuda_device_available():
+    """(available, reason): whether Viper's GPU tier can run here."""
+    return _viper.cuda_device_available()
+
+
+def _check_metadata(metadata, what):
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ValueError(f"{what}: metadata must be a dict of str -> str (as in safetensors), got {metadata!r}")
+    return metadata
+
+
+# ---- Files ------------------------------------------------------------------
+
+def save_file(tensors, filename, metadata=None):
+    """Writes `tensors` (name -> contiguous CPU torch.Tensor) as a .safetensors
+    file, byte-compatible with the safetensors library, plus Viper's checksum
+    (viper.checksum in __metadata__). Written to a temporary name, fsync'd and
+    renamed: `filename` is never left half-written. Same arguments as
+    safetensors.torch.save_file."""
+    metadata = _check_metadata(metadata, "save_file")
+    _viper.save_file(_torch.specs(tensors, "save_file"), str(filename), metadata)
+
+
+def _load(filename, verify_checksum, require_checksum):
+    buffer, described, metadata = _viper.load_file(str(filename), verify_checksum, require_checksum)
+    out = {}
+    for name, dtype, shape, offset, nbytes in described:
+        out[name] = _torch.from_buffer(buffer, _torch._torch_dtype(name, dtype), shape, offset, nbytes)
+    return out, metadata
+
+
+def load_file(filename, device="cpu", verify_checksum=True, require_checksum=False):
+    """Reads a .safetensors file into a dict of name -> torch.Tensor (views
+    into one buffer read from the file; no further copy on the CPU). Viper's
+    checksum is verified when the file has one (a mismatch raises
+    viper.DataLossError); `require_checksum` refuses a file without one. Same
+    shape as safetensors.torch.load_file."""
+    tensors, _ = _load(filename, verify_checksum, require_checksum)
+    if str(device) != "cpu":
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+    return tensors
+
+
+def load_metadata(filename):
+    """The file's __metadata__ (str -> str), Viper's keys included."""
+    return _load(filename, True, False)[1]
+
+
+# ---- Consumer ---------------------------------------------------------------
+
+class Version:
+    """One served, verified, immutable version. Its tensors view the received
+    bytes; the bytes stay alive while this object or any of its tensors is
+    referenced (the Subscriber meanwhile receives the next version elsewhere).
+    Treat the tensors as read-only: every reader shares them."""
+
+    __slots__ = ("_v", "_state_dict", "_metadata")
+
+    def __init__(self, v):
+        self._v = v
+        self._state_dict = None
+        self._metadata = None
+
+    version = property(lambda self: self._v.version, doc="0 = the warm-up model, +1 per publish")
+    iteration = property(lambda self: self._v.iteration, doc="training iteration of the snapshot")
+    producer = property(lambda self: self._v.producer)
+    nbytes = property(lambda self: self._v.nbytes, doc="size of the safetensors image (header + data)")
+    checksum = property(lambda self: self._v.checksum)
+    tier = property(lambda self: self._v.tier)
+    source = property(lambda self: self._v.source)
+    receive_s = property(lambda self: self._v.receive_s)
+    verify_s = property(lambda self: self._v.verify_s)
+
+    def _tensors(self, device):
+        if self._v.memory == "device" and device != "cpu" and torch.cuda.is_available():
+            return {name: _CudaView(self._v, dtype, shape, ptr, nbytes).tensor(dev)
+                    for name, dtype, shape, ptr, nbytes, dev in self._v.device_tensors(torch.cuda.current_device())}
+        out = {}
+        import warnings
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            for name, dtype, shape, buffer in self._v.host_tensors():
+                out[name] = _torch.from_buffer(buffer, _torch._torch_dtype(name, dtype), shape)
+        return out
+
+    def state_dict(self, device=None):
+        """name -> torch.Tensor viewing the received bytes (host tiers; a
+        gpu-tier version gives CUDA views where torch has CUDA, else a host
+        copy). The same tensors on every call."""
+        if self._state_dict is None:
+            tensors = self._tensors("cpu" if device is None else str(device))
+            meta = tensors.pop(METADATA_TENSOR, None)
+            self._metadata = {} if meta is None else json.loads(bytes(meta.numpy()).decode("utf-8"))
+            self._state_dict = tensors
+        return dict(self._state_dict)
+
+    @property
+    def metadata(self):
+        """The metadata given to publish() (str -> str)."""
+        if self._metadata is None:
+            self.state_dict()
+        return dict(self._metadata)
+
+    def load_into(self, module, strict=True):
+        """module.load_state_dict(self.state_dict(), strict): copies the
+        version into the module's parameters and buffers."""
+        return module.load_state_dict(self.state_dict(), strict=strict)
+
+    def __repr__(self):
+        return f"Version(version={self.version}, iteration={self.iteration}, nbytes={self.nbytes}, tier={self.tier})"
+
+
+class _CudaView:
+    """__cuda_array_interface__ over a gpu-tier version's tensor (keeps it alive)."""
+
+    _TYPESTR = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "F16": "<f2", "I32": "<i4", "F32": "<f4",
+                "I64": "<i8", "F64": "<f8", "U16": "<u2", "U32": "<u4", "U64": "<u8"}
+
+    def __init__(self, owner, dtype, shape, ptr, nbytes):
+        self.owner, self.dtype, self.shape = owner, dtype, shape
+        if dtype not in self._TYPESTR:
+            raise ValueError(f"dtype {dtype} cannot be viewed on the GPU through __cuda_array_interface__")
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": self._TYPESTR[dtype],
+                                         "data": (ptr, True), "version": 2}
+
+    def tensor(self, device):
+        return torch.as_tensor(self, device=f"cuda:{device}")
+
+
+class Subscriber:
+    """The consumer side: receives each new version on a background thread,
+    verifies it and swaps it in atomically. Collective with the Publisher on
+    the MPI tiers (every rank creates its Publisher or Subscriber).
+
+    tier: "host" | "gpu" | "pfs" (as the Publisher's); notify: "push" | "poll"
+    (poll: scan `pfs_dir` every `poll_period_s`, no MPI). `callback(version)`
+    runs on the receiving thread after each swap, the first included; keep it
+    short (it holds the GIL)."""
+
+    def __init__(self, tier="host", notify="push", pfs_dir="", poll_period_s=1.0, callback=None, *,
+                 host_protocol="two-sided", producer_rank=0, window_slot_bytes=64 << 20, producer_timeout_s=0.0,
+                 transfer_timeout_s=30.0, preallocate_bytes=0, idle_sleep_us=20, o_direct=False, gpu_device=0,
+                 allow_ipc=True, allow_shm=True):
+        if callback is not None and not callable(callback):
+            raise ValueError("Subscriber: callback must be callable")
+        wrapped = None if callback is None else (lambda v: callback(Version(v)))
+        self._sub = _viper.Subscriber(tier, notify, str(pfs_dir), poll_period_s, host_protocol, producer_rank,
+                                      window_slot_bytes, producer_timeout_s, transfer_timeout_s, preallocate_bytes,
+                                      idle_sleep_us, o_direct, gpu_device, allow_ipc, allow_shm, wrapped)
+
+    def current(self):
+        """The newest verified version, or None before the first."""
+        v = self._sub.current()
+        return None if v is None else Version(v)
+
+    def wait_for_version(self, version, timeout_s=60.0):
+        """Waits until a version >= `version` is current and returns it.
+        TimeoutError after `timeout_s`; RuntimeError when the producer finished
+        or was lost before that."""
+        return Version(self._sub.wait_for_version(int(version), float(timeout_s)))
+
+    def wait_until_done(self, timeout_s):
+        """True once the producer closed (or was lost) and receiving ended."""
+        return self._sub.wait_until_done(float(timeout_s))
+
+    def load_into(self, module, strict=True):
+        """Loads the current version into `module` (load_state_dict) and returns it."""
+        v = self.current()
+        if v is None:
+            raise RuntimeError("load_into: no version received yet (wait_for_version(0) first)")
+        v.load_into(module, strict=strict)
+        return v
+
+    def summary(self):
+        return self._sub.summary()
+
+    def stop(self):
+        """Stops receiving; the current version stays available."""
+        self._sub.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---- Producer ---------------------------------------------------------------
+
+def _layout(specs):
+    return [(name, dtype, tuple(shape)) for name, dtype, shape, _, _, _ in specs]
+
+
+def _layout_change(before, now):
+    b, n = dict((x[0], x[1:]) for x in before), dict((x[0], x[1:]) for x in now)
+    for name in b:
+        if name not in n:
+            return f"'{name}' is missing"
+    for name in n:
+        if name not in b:
+            return f"'{name}' is new"
+        if b[name] != n[name]:
+            return f"'{name}' was {b[name][0]} {list(b[name][1])}, now {n[name][0]} {list(n[name][1])}"
+    return "the tensors come in a different order"
+
+
+class Publisher:
+    """The producer side. Each publish() sends the state_dict as the next
+    version to the Subscribers (host/gpu tiers, over MPI) or writes it to
+    `pfs_dir` (pfs tier), and tells them (push) or lets them find it (poll).
+
+    mode "async": publish() returns once the snapshot is taken (the only
+    stall); a background thread sends it. "sync": returns once delivered.
+    Contiguous CPU tensors are read in place (no copy beyond the engine's own
+    snapshot); CUDA tensors go through the gpu tier from their device
+    pointers. Every version must have the layout (names, dtypes, shapes) of
+    the first."""
+
+    def __init__(self, tier="host", mode="async", notify="push", pfs_dir="", *, host_protocol="shm", fanout="node",
+                 staging_bytes=0, snapshot_threads=0, subscriber_ranks=None, peer_timeout_s=30.0,
+                 wait_for_servable=True, o_direct=False, pfs_keep_versions=2, producer_id=0, gpu_device=0,
+                 chunk_bytes=64 << 20):
+        self._tier = tier
+        self._layout = None
+        self._pub = _viper.Publisher(tier, mode, notify, str(pfs_dir), host_protocol, fanout, staging_bytes,
+                                     snapshot_threads, list(subscriber_ranks or []), peer_timeout_s,
+                                     wait_for_servable, o_direct, pfs_keep_versions, producer_id, gpu_device,
+                                     chunk_bytes)
+
+    def publish(self, state_dict, iteration, metadata=None):
+        """Publishes `state_dict` as the next version, taken after training
+        iteration `iteration`; returns its VersionReport (stall_s,
+        snapshot_s, transfer_s, consumers[i].servable_s; async: the stall
+        now, the rest in reports() once sent). ValueError for a non-contiguous
+        tensor, an unsupported dtype or a layout that differs from the first
+        version's."""
+        specs = _torch.specs(state_dict, "publish", allow_cuda=self._tier == "gpu")
+        layout = _layout(specs)
+        if self._layout is None:
+            self._layout = layout
+        elif layout != self._layout:
+            raise ValueError("publish: the state_dict's layout changed since the first version: " +
+                             _layout_change(self._layout, layout) + " (consumers load every version into one model)")
+        meta = _check_metadata(metadata, "publish")
+        keep = None
+        if meta:
+            if METADATA_TENSOR in state_dict:
+                raise ValueError(f"publish: the name {METADATA_TENSOR} is reserved for the metadata")
+            keep = torch.frombuffer(bytearray(json.dumps(meta).encode("utf-8")), dtype=torch.uint8)
+            specs.append((METADATA_TENSOR, "U8", [keep.numel()], keep.data_ptr(), keep.numel(), -1))
+        return self._pub.publish(specs, int(iteration))
+
+    def flush(self):
+        """Waits until the background sender is idle (async)."""
+        self._pub.flush()
+
+    def close(self):
+        """Flushes, tells the consumers no more versions come. Idempotent."""
+        self._pub.close()
+
+    def reports(self):
+        """VersionReport of every version so far (async ones completed)."""
+        return self._pub.reports()
+
+    def summary(self):
+        return self._pub.summary()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---- Planner ----------------------------------------------------------------
+
+def _cost_of(cost, poll_period_s=0.0):
+    """(stall_s, delay_s) from a tuple, a dict or a VersionReport (as the live
+    producer does: delay = the slowest consumer's servable time when
+    acknowledged, else snapshot + transfer + notify; + half a poll period)."""
+    if isinstance(cost, VersionReport):
+        servable = max([c.servable_s for c in cost.consumers if c.delivered] or [0.0])
+        delay = servable if servable > 0 else cost.snapshot_s + cost.transfer_s + cost.notify_s
+        return cost.stall_s, max(cost.stall_s, delay + 0.5 * poll_period_s)
+    if isinstance(cost, dict):
+        return float(cost["stall_s"]), float(cost.get("delay_s", cost["stall_s"]))
+    try:
+        stall, delay = cost
+        return float(stall), float(delay)
+    except (TypeError, ValueError):
+        raise ValueError(f"cost must be (stall_s, delay_s), a dict with stall_s/delay_s or a VersionReport, got {cost!r}")
+
+
+class Planner:
+    """When to publish. strategy "online" (the closed loop: re-plans at every
+    measurement, detects regime changes, publishes a candidate only when its
+    validation loss beats the served version's by more than the noise), or
+    one of the offline strategies ("optimal", "fixed", "viper-greedy",
+    "viper-fixed", "epoch"), planned once at the end of the warm-up.
+
+    Call observe() every iteration (train_loss, and val_loss where measured),
+    then should_checkpoint(); after publishing, commit(). The plan is made at
+    the first should_checkpoint() after `warmup`, from the warm-up's
+    observations: tau is their measured pace unless `seconds_per_iteration` is
+    given, and the checkpoint cost is `cost` or set_cost(report) (the report
+    of the version published at the warm-up). `requests_per_s`: the
+    consumers' request rate (None = one per iteration)."""
+
+    def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests_per_s=None, *,
+                 seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
+                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0):
+        if total_iterations is None or warmup is None:
+            raise ValueError("Planner: total_iterations and warmup are required")
+        stall = delay = None
+        if cost is not None:
+            stall, delay = _cost_of(cost, poll_period_s)
+        if requests_per_s is not None and not requests_per_s > 0:
+            raise ValueError(f"Planner: requests_per_s must be > 0, got {requests_per_s}")
+        self._poll_period_s = poll_period_s
+        self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
+                                 stall, delay, 0.0 if requests_per_s is None else 1.0 / requests_per_s, metric,
+                                 float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
+                                 int(min_spacing))
+
+    def set_cost(self, cost):
+        """The checkpoint cost, before the warm-up ends: (stall_s, delay_s),
+        a dict, or a VersionReport."""
+        self._p.set_cost(*_cost_of(cost, self._poll_period_s))
+
+    def observe(self, iteration, train_loss=None, val_loss=None):
+        """What the producer measured at `iteration` (floats or 0-dim tensors)."""
+        as_float = lambda x: None if x is None else float(x)
+        self._p.observe(int(iteration), as_float(train_loss), as_float(val_loss))
+
+    def should_checkpoint(self, iteration):
+        """Whether to publish after `iteration` (False during the warm-up)."""
+        return self._p.should_checkpoint(int(iteration))
+
+    def commit(self, iteration):
+        """Records a publish after `iteration`."""
+        self._p.commit(int(iteration))
+
+    def observe_served(self, loss):
+        """online: the served version re-measured on today's validation data."""
+        self._p.observe_served(float(loss))
+
+    def report(self):
+        """What the planner did: strategy, checkpoints, tau, cost, summary..."""
+        return self._p.report()

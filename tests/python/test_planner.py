@@ -1,0 +1,101 @@
+"""viper.Planner: the closed-loop (online) and offline planners driven from
+Python as the live producer drives them."""
+import math
+
+import pytest
+
+import viper
+
+
+def curve(i):
+    """A noiseless decaying loss, 2.3 -> 0.3."""
+    return 0.3 + 2.0 * math.exp(-i / 150.0)
+
+
+def drive(planner, n, val_every=10, publish=None):
+    taken = []
+    for i in range(1, n + 1):
+        planner.observe(i, train_loss=curve(i), val_loss=curve(i) if i % val_every == 0 else None)
+        if planner.should_checkpoint(i):
+            planner.commit(i)
+            taken.append(i)
+    return taken
+
+
+def test_online_publishes_while_the_loss_falls():
+    n, w = 800, 200
+    p = viper.Planner("online", total_iterations=n, warmup=w, cost=(0.001, 0.002), seconds_per_iteration=0.01)
+    taken = drive(p, n)
+    r = p.report()
+    assert r["strategy"] == "online" and r["built"]
+    assert r["metric"] == "val_loss"  # 20 validation points in the warm-up
+    assert taken, r
+    assert all(w < t <= n for t in taken)
+    assert taken == sorted(set(taken)) and r["checkpoints"] == taken
+    # Only at measurement points: the gate needs a measured loss.
+    assert all(t % 10 == 0 for t in taken), taken
+    assert r["replans"] > 0 and "online:" in r["summary"]
+
+
+def test_nothing_during_the_warm_up():
+    p = viper.Planner("online", total_iterations=400, warmup=100, cost=(0.001, 0.001), seconds_per_iteration=0.01)
+    for i in range(1, 101):
+        p.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+        assert p.should_checkpoint(i) is False
+    assert p.report()["built"] is False
+    with pytest.raises(ValueError, match="warm-up"):
+        p.commit(50)
+
+
+def test_offline_optimal_follows_its_plan():
+    n, w = 600, 150
+    p = viper.Planner("optimal", total_iterations=n, warmup=w, cost={"stall_s": 0.001, "delay_s": 0.002},
+                      seconds_per_iteration=0.01)
+    taken = drive(p, n)
+    r = p.report()
+    assert r["plan"], r
+    assert taken == r["plan"], (taken, r["plan"])
+
+
+def test_cost_from_a_report_or_set_later():
+    p = viper.Planner("online", total_iterations=300, warmup=100, seconds_per_iteration=0.01)
+    for i in range(1, 101):
+        p.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+    with pytest.raises(ValueError, match="set_cost"):
+        p.should_checkpoint(101)
+    p.set_cost((0.002, 0.005))
+    p.observe(101, train_loss=curve(101))
+    p.should_checkpoint(101)
+    r = p.report()
+    assert r["stall_s"] == pytest.approx(0.002) and r["delay_s"] == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="before"):
+        p.set_cost((0.1, 0.1))
+
+
+def test_tau_is_measured_when_not_given():
+    p = viper.Planner("online", total_iterations=300, warmup=100, cost=(0, 0))
+    for i in range(1, 101):
+        p.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+    p.should_checkpoint(101)
+    assert p.report()["seconds_per_iteration"] > 0
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="oracle"):
+        viper.Planner("oracle", total_iterations=10, warmup=2)
+    with pytest.raises(ValueError, match="unknown"):
+        viper.Planner("sometimes", total_iterations=10, warmup=2)
+    with pytest.raises(ValueError, match="warmup"):
+        viper.Planner("online", total_iterations=10, warmup=10)
+    with pytest.raises(ValueError, match="required"):
+        viper.Planner("online")
+    with pytest.raises(ValueError, match="cost"):
+        viper.Planner("online", total_iterations=10, warmup=2, cost="cheap")
+    with pytest.raises(ValueError, match="stall_s"):
+        viper.Planner("online", total_iterations=10, warmup=2, cost=(-1, 0))
+    p = viper.Planner("online", total_iterations=100, warmup=20, cost=(0, 0))
+    p.observe(5, train_loss=1.0)
+    with pytest.raises(ValueError, match="goes back"):
+        p.observe(4, train_loss=1.0)
+    with pytest.raises(ValueError, match="not finite"):
+        p.observe(6, train_loss=float("nan"))

@@ -1,0 +1,166 @@
+"""Publisher/Subscriber in one process on the PFS tier with polling (no MPI):
+a real nn.Module's state_dict travels and load_into reproduces the
+producer's outputs bit for bit; views keep their version alive; bad input."""
+import gc
+import threading
+import weakref
+
+import pytest
+import torch
+
+import viper
+from conftest import mpi_launched
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.BatchNorm1d(32),
+                               torch.nn.Linear(32, 5))
+
+
+def train_steps(model, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    for _ in range(steps):
+        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 5, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def outputs(model):
+    model.eval()
+    with torch.no_grad():
+        return model(torch.randn(64, 20, generator=torch.Generator().manual_seed(7)))
+
+
+@pytest.fixture
+def pfs(tmp_path):
+    received = []
+    pub = viper.Publisher(tier="pfs", notify="poll", mode="sync", pfs_dir=tmp_path, pfs_keep_versions=2)
+    sub = viper.Subscriber(tier="pfs", notify="poll", pfs_dir=tmp_path, poll_period_s=0.005,
+                           callback=lambda v: received.append((v.version, v.iteration)))
+    yield pub, sub, received
+    pub.close()
+    sub.stop()
+
+
+def test_module_round_trip_bit_for_bit(pfs):
+    pub, sub, received = pfs
+    producer, consumer = make_model(1), make_model(2)
+    for version, it in enumerate((10, 20, 30)):
+        train_steps(producer, 3, seed=it)
+        report = pub.publish(producer.state_dict(), it, metadata={"step": str(it)})
+        assert report.version == version and report.iteration == it and report.sent
+        assert report.stall_s > 0 and report.bytes > 0
+        v = sub.wait_for_version(version, timeout_s=30)
+        assert (v.version, v.iteration, v.metadata) == (version, it, {"step": str(it)})
+        v.load_into(consumer, strict=True)
+        assert torch.equal(outputs(consumer), outputs(producer))
+        for name, t in producer.state_dict().items():
+            assert torch.equal(v.state_dict()[name], t), name
+    assert received == [(0, 10), (1, 20), (2, 30)]
+    assert sub.load_into(consumer).version == 2
+    assert [r.version for r in pub.reports()] == [0, 1, 2]
+    assert pub.summary()["published"] == 3
+
+
+def test_state_dict_views_keep_the_version_alive(pfs):
+    pub, sub, _ = pfs
+    pub.publish({"w": torch.arange(1000, dtype=torch.float32)}, 1)
+    v = sub.wait_for_version(0, timeout_s=30)
+    w = v.state_dict()["w"]
+    # A view: the same address on every call, inside the received image.
+    assert v.state_dict()["w"].data_ptr() == w.data_ptr()
+    ref = weakref.ref(v)
+    del v
+    gc.collect()
+    assert ref() is None  # the Python wrapper is gone, the bytes are not
+    for k in range(1, 4):  # later versions land while `w` is held
+        pub.publish({"w": torch.full((1000,), float(k))}, 1 + k)
+        sub.wait_for_version(k, timeout_s=30)
+    sub.stop()
+    assert torch.equal(w, torch.arange(1000, dtype=torch.float32))
+
+
+def test_wait_for_version_times_out(pfs):
+    _, sub, _ = pfs
+    with pytest.raises(TimeoutError):
+        sub.wait_for_version(0, timeout_s=0.05)
+    assert sub.current() is None
+    with pytest.raises(RuntimeError, match="no version"):
+        sub.load_into(make_model(1))
+
+
+def test_layout_change_and_bad_tensors(pfs):
+    pub, _, _ = pfs
+    model = make_model(1)
+    pub.publish(model.state_dict(), 1)
+    sd = model.state_dict()
+    sd["3.weight"] = torch.zeros(6, 32)
+    with pytest.raises(ValueError, match=r"'3.weight' was F32 \[5, 32\], now F32 \[6, 32\]"):
+        pub.publish(sd, 2)
+    sd = model.state_dict()
+    del sd["3.bias"]
+    with pytest.raises(ValueError, match="'3.bias' is missing"):
+        pub.publish(sd, 2)
+    sd = model.state_dict()
+    sd["0.weight"] = sd["0.weight"].t()
+    with pytest.raises(ValueError, match="not contiguous"):
+        pub.publish(sd, 2)
+    sd = model.state_dict()
+    sd["0.weight"] = sd["0.weight"].to(torch.complex64)
+    with pytest.raises(ValueError, match="complex64"):
+        pub.publish(sd, 2)
+    assert pub.summary()["published"] == 1
+
+
+def test_consumer_strict_load_refuses_another_architecture(pfs):
+    pub, sub, _ = pfs
+    pub.publish(make_model(1).state_dict(), 1)
+    v = sub.wait_for_version(0, timeout_s=30)
+    other = torch.nn.Sequential(torch.nn.Linear(20, 5))
+    with pytest.raises(RuntimeError, match="state_dict"):
+        v.load_into(other, strict=True)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_callback_errors_do_not_stop_receiving(tmp_path):
+    seen = []
+
+    def callback(v):
+        seen.append(v.version)
+        raise KeyError("from the callback")
+
+    pub = viper.Publisher(tier="pfs", notify="poll", mode="async", pfs_dir=tmp_path)
+    with viper.Subscriber(tier="pfs", notify="poll", pfs_dir=tmp_path, poll_period_s=0.005, callback=callback) as sub:
+        pub.publish({"x": torch.ones(4)}, 1)
+        pub.flush()
+        sub.wait_for_version(0, timeout_s=30)
+        pub.publish({"x": torch.ones(4) * 2}, 2)
+        pub.flush()
+        assert torch.equal(sub.wait_for_version(1, timeout_s=30).state_dict()["x"], torch.full((4,), 2.0))
+    pub.close()
+    assert seen[:2] == [0, 1]
+
+
+def test_options_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="tier"):
+        viper.Publisher(tier="disk", pfs_dir=tmp_path)
+    with pytest.raises(ValueError, match="mode"):
+        viper.Publisher(tier="pfs", mode="eventually", notify="poll", pfs_dir=tmp_path)
+    with pytest.raises(ValueError, match="pfs_dir"):
+        viper.Publisher(tier="pfs", notify="poll")
+    with pytest.raises(ValueError, match="callback"):
+        viper.Subscriber(tier="pfs", notify="poll", pfs_dir=tmp_path, callback=3)
+
+
+@pytest.mark.skipif(mpi_launched(), reason="checks the error without mpirun")
+@pytest.mark.parametrize("tier, notify", [("host", "push"), ("gpu", "push"), ("pfs", "push")])
+def test_mpi_tiers_need_mpirun(tmp_path, tier, notify):
+    with pytest.raises(viper.UnavailableError, match="mpirun -np 2"):
+        viper.Publisher(tier=tier, notify=notify, pfs_dir=tmp_path)
+    with pytest.raises(viper.UnavailableError, match="mpirun -np 2"):
+        viper.Subscriber(tier=tier, notify=notify, pfs_dir=tmp_path)
+    assert not viper.mpi.active()
