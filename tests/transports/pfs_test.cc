@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "viper/core/atomic_file.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/gpu_channel.h"
@@ -101,6 +102,38 @@ TEST(TransportEnums, OneDefinitionInCore) {
       << bad.status().ToString();
   EXPECT_FALSE(viper::TransferModeFromString("lazy").ok());
   EXPECT_EQ(*viper::NotifyFromString("poll"), Notify::kPoll);
+}
+
+// The one atomic-write routine the codec and the PFS store share: nothing
+// visible under the target until the commit; an abandoned or failed write
+// leaves no temporary.
+TEST(AtomicFile, CommitMovesIntoPlaceAndAbandonRemovesTheTemporary) {
+  const std::string dir = MakeTempDir();
+  const std::string target = dir + "/f.bin", tmp = dir + "/.f.bin.tmp";
+  {
+    auto file = AtomicFile::Create(tmp);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_EQ(::write((*file)->fd(), "abc", 3), 3);
+    EXPECT_NE(::access(target.c_str(), F_OK), 0);  // not visible before the commit
+  }
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);  // abandoned: removed
+  auto file = AtomicFile::Create(tmp);
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ(::write((*file)->fd(), "abc", 3), 3);
+  ASSERT_TRUE((*file)->CommitTo(target).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3);
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);
+  // A rename that fails (the target is a directory) reports it and cleans up.
+  ASSERT_EQ(::mkdir((dir + "/d").c_str(), 0755), 0);
+  auto again = AtomicFile::Create(tmp);
+  ASSERT_TRUE(again.ok());
+  Status s = (*again)->CommitTo(dir + "/d");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("renaming"), std::string::npos) << s.ToString();
+  again->reset();
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);
 }
 
 TEST(PfsStore, FileNames) {
