@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/workflow/live.h"
@@ -21,17 +22,9 @@ namespace workflow {
 namespace {
 
 namespace fs = std::filesystem;
+using viper::testing_util::Rank;
+using viper::testing_util::Size;
 
-int Rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int Size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 bool HaveFashionMnist() {
   return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
