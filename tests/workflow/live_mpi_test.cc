@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -25,6 +26,12 @@ namespace fs = std::filesystem;
 using viper::testing_util::Rank;
 using viper::testing_util::Size;
 
+
+// How far apart the ranks' aligned clocks may be (seconds).
+double ClockToleranceS() {
+  const char* t = std::getenv("VIPER_TEST_CLOCK_TOLERANCE_S");
+  return t ? std::atof(t) : 1e-3;
+}
 
 bool HaveFashionMnist() {
   return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
@@ -71,8 +78,10 @@ void CheckProducerSummary(const LiveRun::Summary& s) {
   for (const auto& q : s.request_log) {
     EXPECT_TRUE(std::isfinite(q.loss));
     // A request is served after its version's checkpoint started; clocks of
-    // the ranks are aligned to within half a ping-pong (well under 1 ms).
-    EXPECT_GE(q.staleness_s, -1e-3);
+    // the ranks are aligned to within half a ping-pong: well under 1 ms on one
+    // node, more across nodes (VIPER_TEST_CLOCK_TOLERANCE_S; two_nodes.sh over
+    // TCP on the loaded 2-core VM: 1.08 ms seen).
+    EXPECT_GE(q.staleness_s, -ClockToleranceS());
     EXPECT_LE(q.time_s, s.training_end_s);
     sum += q.loss;
   }
