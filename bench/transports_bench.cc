@@ -1,8 +1,12 @@
 // Transfer-engine benchmarks. Run under two ranks:
 //   mpirun -np 2 build/bench/viper-bench --benchmark_filter=Transports
 // Rank 0 publishes, rank 1 consumes; every benchmark runs a fixed number of
-// iterations on both ranks so they stay in step. Each figure is reported next
-// to its baseline measured in the same run, as a ratio:
+// iterations on both ranks so they stay in step. Timed benchmarks use
+// Google Benchmark's manual time (the time column is the measured phase per
+// version, on rank 0) and its rate and average counters (GB/s over that
+// time, seconds per version); each figure is reported next to its baseline
+// measured in the same run, the same number of times (its median: one slow
+// run of a reference on a shared machine does not decide a ratio), as a ratio:
 //   host:   mpi_ratio (Viper send bandwidth / raw MPI_Send), memcpy_ratio
 //   pfs:    dd_ratio (Viper O_DIRECT write/read bandwidth / dd oflag|iflag=direct)
 //   update: pfs_poll_over_host (PFS + 1 s polling latency / host + push latency)
@@ -104,26 +108,37 @@ ModelState MakeModel(uint64_t bytes, uint32_t seed) {
   return m;
 }
 
+// Median of `times` (the baselines' figure: one slow run on a shared
+// machine does not decide a ratio).
+double Median(std::vector<double> times) {
+  if (times.empty()) return 0;
+  std::sort(times.begin(), times.end());
+  const std::size_t h = times.size() / 2;
+  return times.size() % 2 ? times[h] : 0.5 * (times[h - 1] + times[h]);
+}
+
+// Median seconds of `reps` memcpy of `bytes` between pre-touched buffers.
 double MemcpySeconds(uint64_t bytes, int reps) {
   auto a = AlignedBuffer::Allocate(bytes);
   auto b = AlignedBuffer::Allocate(bytes);
-  double best = 1e30;
+  std::memcpy(b->data(), a->data(), bytes);  // touches both
+  std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const double t0 = MonotonicSeconds();
     std::memcpy(b->data(), a->data(), bytes);
     benchmark::DoNotOptimize(b->data());
-    best = std::min(best, MonotonicSeconds() - t0);
+    times.push_back(MonotonicSeconds() - t0);
   }
-  return best;
+  return Median(times);
 }
 
 // Raw chunked MPI_Send of `bytes` from rank 0 to 1 (pre-touched buffers),
-// best of `reps`, timed on rank 0 until rank 1 confirms receipt.
+// median of `reps` after one untimed, timed on rank 0 until rank 1 confirms receipt.
 double RawMpiSeconds(uint64_t bytes, int reps) {
   auto buf = AlignedBuffer::Allocate(bytes);
   const uint64_t chunk = 64ull << 20;
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
+  std::vector<double> times;
+  for (int i = -1; i < reps; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = MonotonicSeconds();
     for (uint64_t off = 0; off < bytes; off += chunk) {
@@ -136,9 +151,9 @@ double RawMpiSeconds(uint64_t bytes, int reps) {
     }
     if (Rank() == 0) MPI_Recv(nullptr, 0, MPI_BYTE, 1, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (Rank() == 1) MPI_Send(nullptr, 0, MPI_BYTE, 0, 98, MPI_COMM_WORLD);
-    best = std::min(best, MonotonicSeconds() - t0);
+    if (i >= 0) times.push_back(MonotonicSeconds() - t0);
   }
-  return best;
+  return Median(times);
 }
 
 std::vector<int> OnlyRankOne() { return {1}; }
@@ -156,9 +171,10 @@ void BM_TransportsHost(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const HostProtocol protocol = ProtocolArg(state.range(1));
-  const double raw_s = RawMpiSeconds(bytes, 2);
-  const double memcpy_s = MemcpySeconds(bytes, 2);
-  double transfer_s = 0, update_s = 0, best_transfer_s = 1e30;
+  const int reps = static_cast<int>(state.max_iterations);
+  const double raw_s = RawMpiSeconds(bytes, reps);
+  const double memcpy_s = MemcpySeconds(bytes, reps);
+  double transfer_s = 0, update_s = 0;
   int n = 0;
   if (Rank() == 0) {
     Publisher::Options o;
@@ -174,8 +190,8 @@ void BM_TransportsHost(benchmark::State& state) {
     }
     ModelState m = MakeModel(bytes, 1);
     MPI_Barrier(MPI_COMM_WORLD);  // both sides have allocated and touched their buffers
-    // Warm-up version (both landing buffers' first use; not timed), as the
-    // raw MPI baseline is a best of two.
+    // Warm-up versions (both landing buffers' first use; not timed), as the
+    // raw MPI baseline's first send is not.
     (void)(*pub)->Publish(m, -1);
     (void)(*pub)->Publish(m, -1);
     for (auto _ : state) {
@@ -185,8 +201,8 @@ void BM_TransportsHost(benchmark::State& state) {
         break;
       }
       if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
+      state.SetIterationTime(r->transfer_s);
       transfer_s += r->transfer_s;
-      best_transfer_s = std::min(best_transfer_s, r->transfer_s);
       update_s += r->consumers[0].servable_s;
       ++n;
     }
@@ -203,19 +219,20 @@ void BM_TransportsHost(benchmark::State& state) {
     n = 2;  // after the two warm-up versions
     for (auto _ : state) {
       if (sub.ok()) (void)(*sub)->WaitForVersion(n++, 600);
+      state.SetIterationTime(0);  // the producer's rank reports the time
     }
     if (sub.ok()) (*sub)->WaitUntilDone(60);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0 && n > 0) {
-    const double viper_bw = bytes / best_transfer_s;  // best of n, as the baselines
-    state.counters["viper_mean_GBps"] = bytes * n / transfer_s / 1e9;
-    state.counters["viper_GBps"] = viper_bw / 1e9;
+    using benchmark::Counter;
+    const double mean_s = transfer_s / n;  // the manual time per iteration
+    state.counters["viper_GBps"] = Counter(bytes / 1e9, Counter::kIsIterationInvariantRate);
     state.counters["raw_mpi_GBps"] = bytes / raw_s / 1e9;
     state.counters["memcpy_GBps"] = bytes / memcpy_s / 1e9;
-    state.counters["mpi_ratio"] = viper_bw / (bytes / raw_s);
-    state.counters["memcpy_ratio"] = viper_bw / (bytes / memcpy_s);
-    state.counters["update_s"] = update_s / n;
+    state.counters["mpi_ratio"] = raw_s / mean_s;  // Viper's bandwidth (mean) / raw MPI's (median)
+    state.counters["memcpy_ratio"] = memcpy_s / mean_s;
+    state.counters["update_s"] = Counter(update_s, Counter::kAvgIterations);
     state.SetBytesProcessed(static_cast<int64_t>(bytes) * n);
   } else {
     state.SetLabel("consumer rank");
@@ -255,7 +272,7 @@ void BM_TransportsPfs(benchmark::State& state) {
   auto buf = AlignedBuffer::Allocate(bytes);
   auto back_or = AlignedBuffer::Allocate(bytes);  // pre-touched, as a consumer's landing buffer is
   AlignedBuffer back = std::move(*back_or);
-  double write_s = 0, read_s = 0;
+  double read_s = 0;
   uint64_t v = 0;
   std::vector<CostSample> samples;
   for (auto _ : state) {
@@ -264,7 +281,7 @@ void BM_TransportsPfs(benchmark::State& state) {
       state.SkipWithError(w.status().ToString().c_str());
       break;
     }
-    write_s += w->write_s + w->sync_s;
+    state.SetIterationTime(w->write_s + w->sync_s);  // the manual time: the durable write
     const double t0 = MonotonicSeconds();
     auto r = store.Read(v, &back);
     const double rs = MonotonicSeconds() - t0;
@@ -284,9 +301,14 @@ void BM_TransportsPfs(benchmark::State& state) {
   const double dd_r = RunSeconds("dd if=" + f + " of=/dev/null bs=1M iflag=direct status=none");
   std::system(("rm -rf " + o.dir).c_str());
   if (v == 0) return;
+  using benchmark::Counter;
+  double write_s = 0;
+  for (const auto& x : samples) write_s += x.phase == "transfer" ? x.seconds : 0;
   const double wbw = bytes * v / write_s, rbw = bytes * v / read_s;
-  state.counters["write_GBps"] = wbw / 1e9;
-  state.counters["read_GBps"] = rbw / 1e9;
+  state.counters["write_GBps"] = Counter(bytes / 1e9, Counter::kIsIterationInvariantRate);
+  state.counters["read_s"] = Counter(read_s, Counter::kAvgIterations);
+  state.counters["read_GBps"] = rbw / 1e9;  // one manual time per benchmark: the read's rate by hand
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * v));
   if (dd_w > 0) state.counters["dd_write_ratio"] = wbw / ((mb << 20) / dd_w);
   if (dd_r > 0) state.counters["dd_read_ratio"] = rbw / ((mb << 20) / dd_r);
   if (Session() != nullptr) AppendSamples(samples);
@@ -406,7 +428,9 @@ void BM_TransportsUpdateLatency(benchmark::State& state) {
     WarmHostPair two_sided(HostProtocol::kTwoSided, bytes, m);
     if (!ready(two_sided)) return;
     for (auto _ : state) {
-      host_s += two_sided.TimedVersion(static_cast<uint64_t>(n), m);
+      const double s = two_sided.TimedVersion(static_cast<uint64_t>(n), m);
+      state.SetIterationTime(s);  // the manual time: host + push, two-sided
+      host_s += s;
       ++n;
     }
     const std::vector<CostSample> timed = two_sided.Close();
@@ -471,9 +495,10 @@ void BM_TransportsUpdateLatency(benchmark::State& state) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0) {
     std::system(("rm -rf " + dir).c_str());
-    state.counters["host_push_s"] = host_s / n;
-    state.counters["shm_push_s"] = shm_s / n;
-    state.counters["pfs_poll1s_s"] = poll_s / n;
+    using benchmark::Counter;
+    state.counters["host_push_s"] = Counter(host_s, Counter::kAvgIterations);
+    state.counters["shm_push_s"] = Counter(shm_s, Counter::kAvgIterations);
+    state.counters["pfs_poll1s_s"] = Counter(poll_s, Counter::kAvgIterations);
     state.counters["pfs_poll_over_host"] = poll_s / host_s;
     state.counters["pfs_poll_over_shm"] = poll_s / shm_s;
     AppendSamples(samples);
@@ -489,14 +514,14 @@ long MinorFaults() {
   return u.ru_minflt;
 }
 
-// Best of `reps` copies of the model's own tensors, one memcpy each, into a
+// Median of `reps` copies of the model's own tensors, one memcpy each, into a
 // pre-touched page-aligned buffer: the snapshot done with plain memcpy,
 // outside the library (which streams large snapshots, staging.h).
 double TensorsMemcpySeconds(const ModelState& m, int reps) {
   uint64_t bytes = 0;
   for (const Tensor& t : m.tensors()) bytes += t.size_bytes;
   auto dst = AlignedBuffer::Allocate(bytes);
-  double best = 1e30;
+  std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const double t0 = MonotonicSeconds();
     std::byte* d = dst->data();
@@ -505,9 +530,9 @@ double TensorsMemcpySeconds(const ModelState& m, int reps) {
       d += t.size_bytes;
     }
     benchmark::DoNotOptimize(dst->data());
-    best = std::min(best, MonotonicSeconds() - t0);
+    times.push_back(MonotonicSeconds() - t0);
   }
-  return best;
+  return Median(times);
 }
 
 // The stalls of one Publisher (rank 0) publishing to rank 1.
@@ -519,8 +544,10 @@ struct StallRun {
 
 // Collective: a Publisher on rank 0 and a Subscriber on rank 1. One untimed
 // publish, then `reps` timed ones; each background send finishes before the
-// next publish, so each stall is measured alone.
-StallRun RunStall(Mode mode, int snapshot_threads, uint64_t bytes, const ModelState& m, int reps) {
+// next publish, so each stall is measured alone. With `state`, the timed
+// publishes are its iterations, each stall its manual time.
+StallRun RunStall(Mode mode, int snapshot_threads, uint64_t bytes, const ModelState& m, int reps,
+                  benchmark::State* state = nullptr) {
   StallRun run;
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0) {
@@ -533,17 +560,25 @@ StallRun RunStall(Mode mode, int snapshot_threads, uint64_t bytes, const ModelSt
     MPI_Barrier(MPI_COMM_WORLD);
     if (!pub.ok()) return run;
     long faults = 0;
-    for (int i = 0; i <= reps; ++i) {
+    auto publish = [&](int i) {
       const long f0 = MinorFaults();
       auto r = (*pub)->Publish(m, i);
       if (i > 0) faults += MinorFaults() - f0;
       (void)(*pub)->Flush();
-      if (!r.ok()) continue;
+      if (!r.ok()) return;
       if (i == 0) {
         run.first_s = r->stall_s;
       } else {
         run.timed_s.push_back(r->stall_s);
+        if (state) state->SetIterationTime(r->stall_s);
       }
+    };
+    publish(0);
+    if (state) {
+      int i = 0;
+      for (auto _ : *state) publish(++i);
+    } else {
+      for (int i = 1; i <= reps; ++i) publish(i);
     }
     run.faults = static_cast<double>(faults) / reps;
     (void)(*pub)->Close();
@@ -553,6 +588,9 @@ StallRun RunStall(Mode mode, int snapshot_threads, uint64_t bytes, const ModelSt
     so.preallocate_bytes = bytes + (1 << 20);
     auto sub = Subscriber::Create(so);
     MPI_Barrier(MPI_COMM_WORLD);
+    if (state) {
+      for (auto _ : *state) state->SetIterationTime(0);  // the producer's rank reports the time
+    }
     if (sub.ok()) (*sub)->WaitUntilDone(600);
   }
   return run;
@@ -563,17 +601,16 @@ double Mean(const std::vector<double>& v) {
   for (double x : v) sum += x;
   return v.empty() ? 0 : sum / v.size();
 }
-double Best(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 
 // Producer stall: async Publish (one snapshot copy, on 1 and on 4 snapshot
 // threads) vs one memcpy of the model, and sync Publish (snapshot + checksum
-// + transfer + ack). Arg 0: bytes. Each figure is the best or the mean of 5
-// copies; the references are measured on rank 0 while rank 1 waits. Each
-// Publisher's first publish is untimed (first_stall_s).
+// + transfer + ack). Arg 0: bytes. The iterations are the async publishes
+// with 1 thread (manual time: their stalls); the others as many times each
+// (means) and the references (measured on rank 0 while rank 1 waits; medians). Each Publisher's first publish is untimed (first_stall_s).
 void BM_TransportsStall(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
-  const int reps = 5;  // timed publishes per Publisher, and reference copies
+  const int reps = static_cast<int>(state.max_iterations);  // timed publishes per Publisher, reference copies
   ModelState m;
   double memcpy_s = 0, tensors_s = 0;
   if (Rank() == 0) {
@@ -581,7 +618,7 @@ void BM_TransportsStall(benchmark::State& state) {
     memcpy_s = MemcpySeconds(bytes, reps);
     tensors_s = TensorsMemcpySeconds(m, reps);
   }
-  const StallRun async1 = RunStall(Mode::kAsync, 1, bytes, m, reps);
+  const StallRun async1 = RunStall(Mode::kAsync, 1, bytes, m, reps, &state);
   const StallRun async4 = RunStall(Mode::kAsync, 4, bytes, m, reps);
   const StallRun sync = RunStall(Mode::kSync, 1, bytes, m, reps);
   if (Rank() == 0 && (async1.timed_s.size() != static_cast<std::size_t>(reps) ||
@@ -590,17 +627,16 @@ void BM_TransportsStall(benchmark::State& state) {
     state.SkipWithError("a Publisher could not be created or a publish failed");
     return;
   }
-  for (auto _ : state) {
-  }  // the timed work is above; keeps the iteration count
   if (Rank() == 0) {
-    state.counters["async_stall_s"] = Mean(async1.timed_s);
+    using benchmark::Counter;
+    state.counters["async_stall_s"] = Counter(Mean(async1.timed_s) * reps, Counter::kAvgIterations);
     state.counters["async4_stall_s"] = Mean(async4.timed_s);
     state.counters["first_stall_s"] = async1.first_s;
     state.counters["sync_stall_s"] = Mean(sync.timed_s);
-    state.counters["memcpy_s"] = memcpy_s;                                   // best of reps
-    state.counters["tensors_memcpy_s"] = tensors_s;                          // best of reps
-    state.counters["stall_over_memcpy"] = Best(async1.timed_s) / memcpy_s;   // best of reps each
-    state.counters["stall4_over_memcpy"] = Best(async4.timed_s) / memcpy_s;  // 4 snapshot threads
+    state.counters["memcpy_s"] = memcpy_s;                                   // median of reps
+    state.counters["tensors_memcpy_s"] = tensors_s;                          // median of reps
+    state.counters["stall_over_memcpy"] = Mean(async1.timed_s) / memcpy_s;   // mean / median
+    state.counters["stall4_over_memcpy"] = Mean(async4.timed_s) / memcpy_s;  // 4 snapshot threads
     state.counters["sync_over_async"] = Mean(sync.timed_s) / Mean(async1.timed_s);
     state.counters["stall_faults"] = async1.faults;  // minor page faults per timed async publish
   } else {
@@ -905,6 +941,7 @@ BENCHMARK(BM_TransportsHost)
     })
     ->ArgNames({"bytes", "protocol"})
     ->Iterations(3)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsPfs)
     ->Apply([](benchmark::internal::Benchmark* b) {
@@ -913,14 +950,17 @@ BENCHMARK(BM_TransportsPfs)
     })
     ->ArgNames({"bytes", "writers"})
     ->Iterations(3)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsUpdateLatency)
     ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
     ->Iterations(3)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsStall)
     ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
-    ->Iterations(3)
+    ->Iterations(5)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsNotify)->Iterations(300)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TransportsFanout)

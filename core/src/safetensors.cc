@@ -1,5 +1,7 @@
 #include "viper/core/safetensors.h"
 
+#include "viper/core/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -940,48 +942,20 @@ Status WriteFileAtomic(const ModelState& state, const std::string& path) {
   VIPER_ASSIGN_OR_RETURN(Header header, BuildHeader(state, &checksum));
 
   const std::string dir = DirName(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
+  auto file = AtomicFile::Create(path + ".tmp." + std::to_string(::getpid()));
+  if (!file.ok()) {
     struct stat st {};
-    if (err == ENOENT || (err == ENOTDIR)) {
-      if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        return NotFoundError("cannot write " + Quote(path) + ": directory " + Quote(dir) + " does not exist");
-      }
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return NotFoundError("cannot write " + Quote(path) + ": directory " + Quote(dir) + " does not exist");
     }
-    return ErrnoError("cannot create " + Quote(tmp), err);
+    return file.status();
   }
-  auto fail = [&](Status status) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return status;
-  };
-  Status st = WriteAll(fd, header.bytes.data(), header.bytes.size(), tmp);
+  const std::string& tmp = (*file)->temp_path();
+  VIPER_RETURN_IF_ERROR(WriteAll((*file)->fd(), header.bytes.data(), header.bytes.size(), tmp));
   for (const Tensor& t : state.tensors()) {
-    if (!st.ok()) break;
-    if (t.size_bytes) st = WriteAll(fd, t.data, t.size_bytes, tmp);
+    if (t.size_bytes) VIPER_RETURN_IF_ERROR(WriteAll((*file)->fd(), t.data, t.size_bytes, tmp));
   }
-  if (!st.ok()) return fail(st);
-  if (::fsync(fd) != 0) return fail(ErrnoError("fsync of " + Quote(tmp), errno));
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError("closing " + Quote(tmp), err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError("renaming " + Quote(tmp) + " to " + Quote(path), err);
-  }
-  // Make the rename itself durable.
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("opening directory " + Quote(dir) + " to fsync it", errno);
-  const int rc = ::fsync(dir_fd);
-  const int err = errno;
-  ::close(dir_fd);
-  if (rc != 0) return ErrnoError("fsync of directory " + Quote(dir), err);
-  return Status::Ok();
+  return (*file)->CommitTo(path);  // fsync, rename, directory fsync; the temporary goes on failure
 }
 
 }  // namespace safetensors

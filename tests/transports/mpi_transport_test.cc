@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "mpi_test_util.h"
 #include "mpi_link.h"     // internal: the wire protocol, for a hand-made producer
 #include "shm_segment.h"  // internal: the shm protocol's segment, likewise
 #include "test_util.h"
@@ -36,17 +37,9 @@ namespace {
 
 using testing_util::HasPattern;
 using testing_util::MakeModel;
+using viper::testing_util::Rank;
+using viper::testing_util::Size;
 
-int Rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int Size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // A temp directory made on rank 0, its name sent to all ranks.
 std::string SharedTempDir() {

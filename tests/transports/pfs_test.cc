@@ -11,10 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <chrono>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "test_util.h"
+#include "viper/core/atomic_file.h"
+#include "viper/core/log.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/gpu_channel.h"
 #include "viper/transports/pfs_store.h"
@@ -98,6 +102,38 @@ TEST(TransportEnums, OneDefinitionInCore) {
       << bad.status().ToString();
   EXPECT_FALSE(viper::TransferModeFromString("lazy").ok());
   EXPECT_EQ(*viper::NotifyFromString("poll"), Notify::kPoll);
+}
+
+// The one atomic-write routine the codec and the PFS store share: nothing
+// visible under the target until the commit; an abandoned or failed write
+// leaves no temporary.
+TEST(AtomicFile, CommitMovesIntoPlaceAndAbandonRemovesTheTemporary) {
+  const std::string dir = MakeTempDir();
+  const std::string target = dir + "/f.bin", tmp = dir + "/.f.bin.tmp";
+  {
+    auto file = AtomicFile::Create(tmp);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_EQ(::write((*file)->fd(), "abc", 3), 3);
+    EXPECT_NE(::access(target.c_str(), F_OK), 0);  // not visible before the commit
+  }
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);  // abandoned: removed
+  auto file = AtomicFile::Create(tmp);
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ(::write((*file)->fd(), "abc", 3), 3);
+  ASSERT_TRUE((*file)->CommitTo(target).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3);
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);
+  // A rename that fails (the target is a directory) reports it and cleans up.
+  ASSERT_EQ(::mkdir((dir + "/d").c_str(), 0755), 0);
+  auto again = AtomicFile::Create(tmp);
+  ASSERT_TRUE(again.ok());
+  Status s = (*again)->CommitTo(dir + "/d");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("renaming"), std::string::npos) << s.ToString();
+  again->reset();
+  EXPECT_NE(::access(tmp.c_str(), F_OK), 0);
 }
 
 TEST(PfsStore, FileNames) {
@@ -484,6 +520,37 @@ TEST(PfsPublisher, UnverifiedFilesAreServedOnlyWhenAllowedAndSaySo) {
   EXPECT_EQ((*v1)->state.metadata.version, 1u);  // from the directory name
   ASSERT_EQ((*v1)->state.size(), 1u);
   EXPECT_EQ((*v1)->state.tensors()[0].name, "a");
+}
+
+// The library reports through the installed log sink (viper/core/log.h),
+// not by printing: a rejected version reaches it as a warning.
+TEST(PfsPublisher, RejectionIsReportedToTheInstalledLogSink) {
+  const std::string dir = MakeTempDir();
+  auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
+  ASSERT_TRUE(pub.ok());
+  ASSERT_TRUE((*pub)->Publish(MakeModel(20000, 1), 10).ok());
+  const std::string p = dir + "/model-v0.safetensors";
+  struct stat st;
+  ASSERT_EQ(stat(p.c_str(), &st), 0);
+  ASSERT_EQ(truncate(p.c_str(), st.st_size - 100), 0);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  LogSink previous = SetLogSink([&](LogLevel level, const std::string& component, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(std::string(ToString(level)) + " " + component + ": " + message);
+  });
+  {
+    auto sub = Subscriber::Create(PollSubscriberOptions(dir));
+    ASSERT_TRUE(sub.ok());
+    for (int i = 0; i < 200 && (*sub)->Rejections().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE((*sub)->Rejections().empty());
+  }
+  SetLogSink(previous);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("warning transports: rejected version 0 from " + p, 0), 0u) << lines[0];
 }
 
 TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {

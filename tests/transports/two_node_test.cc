@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fanout.h"    // internal: the plan the Publisher routes by
+#include "mpi_test_util.h"
 #include "mpi_link.h"  // internal: NodeName, kMaxRelayChildren
 #include "test_util.h"
 #include "viper/transports/mpi_session.h"
@@ -22,17 +23,9 @@ namespace {
 
 using testing_util::HasPattern;
 using testing_util::MakeModel;
+using viper::testing_util::Rank;
+using viper::testing_util::Size;
 
-int Rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int Size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // Every rank's node name, in rank order.
 std::vector<std::string> NodeNames() {

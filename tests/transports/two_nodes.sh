@@ -28,5 +28,8 @@ shift
 exec unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$node" "$*"
 AGENT
 chmod +x "$dir/agent"
+# The ranks get the VIPER_TEST_* variables of this environment.
+forward=()
+for v in $(compgen -e | grep '^VIPER_TEST_'); do forward+=(-x "$v"); done
 "$mpiexec" --hostfile "$dir/hosts" --mca plm_rsh_agent "$dir/agent" --mca btl tcp,self \
-  --oversubscribe -np $((on_a + on_b)) "$@"
+  --oversubscribe "${forward[@]}" -np $((on_a + on_b)) "$@"

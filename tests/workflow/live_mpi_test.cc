@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/workflow/live.h"
@@ -21,16 +23,14 @@ namespace workflow {
 namespace {
 
 namespace fs = std::filesystem;
+using viper::testing_util::Rank;
+using viper::testing_util::Size;
 
-int Rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int Size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
+
+// How far apart the ranks' aligned clocks may be (seconds).
+double ClockToleranceS() {
+  const char* t = std::getenv("VIPER_TEST_CLOCK_TOLERANCE_S");
+  return t ? std::atof(t) : 1e-3;
 }
 
 bool HaveFashionMnist() {
@@ -78,8 +78,10 @@ void CheckProducerSummary(const LiveRun::Summary& s) {
   for (const auto& q : s.request_log) {
     EXPECT_TRUE(std::isfinite(q.loss));
     // A request is served after its version's checkpoint started; clocks of
-    // the ranks are aligned to within half a ping-pong (well under 1 ms).
-    EXPECT_GE(q.staleness_s, -1e-3);
+    // the ranks are aligned to within half a ping-pong: well under 1 ms on one
+    // node, more across nodes (VIPER_TEST_CLOCK_TOLERANCE_S; two_nodes.sh over
+    // TCP on the loaded 2-core VM: 1.08 ms seen).
+    EXPECT_GE(q.staleness_s, -ClockToleranceS());
     EXPECT_LE(q.time_s, s.training_end_s);
     sum += q.loss;
   }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "viper/core/atomic_file.h"
 #include "viper/transports/types.h"
 
 namespace viper {
@@ -54,12 +55,6 @@ Status WriteRange(int fd, const std::byte* data, uint64_t begin, uint64_t end, u
   return Status::Ok();
 }
 
-// fsyncs directory `dir` so that renames and unlinks in it are durable.
-Status SyncDir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0 || ::fsync(fd.get()) != 0) return ErrnoError("fsync of directory " + dir, errno);
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -154,19 +149,17 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
   if (tf && ::mkdir(tmp_dir.c_str(), 0755) != 0) {
     return ErrnoError("cannot create " + tmp_dir + " (does the directory " + options_.dir + " exist?)", errno);
   }
-  int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
-  if (options_.o_direct) flags |= O_DIRECT;
-  Fd fd(::open(tmp.c_str(), flags, 0644));
-  if (fd.get() < 0) {
-    const int e = errno;
+  // The one atomic-write routine (viper/core/atomic_file.h): the temporary
+  // is removed on every failure below.
+  auto file = AtomicFile::Create(tmp, options_.o_direct);
+  if (!file.ok()) {
     if (tf) ::rmdir(tmp_dir.c_str());
-    if (e == EINVAL && options_.o_direct) {
-      return UnavailableError("O_DIRECT is not supported on " + options_.dir);
-    }
-    return ErrnoError("cannot create " + tmp + " (does the directory " + options_.dir + " exist?)", e);
+    if (file.status().code() == StatusCode::kUnavailable) return file.status();
+    return file.status().WithContext("does the directory " + options_.dir + " exist?");
   }
+  const int fd = (*file)->fd();
   auto fail = [&](Status s) {
-    ::unlink(tmp.c_str());
+    file->reset();  // closes and removes the temporary
     if (tf) ::rmdir(tmp_dir.c_str());
     return s;
   };
@@ -176,7 +169,7 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
   const int threads = static_cast<int>(
       std::max<uint64_t>(1, std::min<uint64_t>(options_.writer_threads, write_size / align)));
   if (threads <= 1) {
-    Status s = WriteRange(fd.get(), data, 0, write_size, options_.io_chunk_bytes, tmp);
+    Status s = WriteRange(fd, data, 0, write_size, options_.io_chunk_bytes, tmp);
     if (!s.ok()) return fail(s);
   } else {
     // Disjoint ranges aligned to `align`, one per thread.
@@ -186,36 +179,42 @@ StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte
     for (int i = 0; i < threads; ++i) {
       const uint64_t b = std::min(write_size, per * i), e = std::min(write_size, per * (i + 1));
       workers.emplace_back(
-          [&, i, b, e] { results[i] = WriteRange(fd.get(), data, b, e, options_.io_chunk_bytes, tmp); });
+          [&, i, b, e] { results[i] = WriteRange(fd, data, b, e, options_.io_chunk_bytes, tmp); });
     }
     for (auto& w : workers) w.join();
     for (auto& s : results) {
       if (!s.ok()) return fail(s);
     }
   }
-  if (write_size != size && ::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+  if (write_size != size && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     return fail(ErrnoError("ftruncate " + tmp, errno));
   }
   const double t1 = MonotonicSeconds();
-  if (::fsync(fd.get()) != 0) return fail(ErrnoError("fsync " + tmp, errno));
-  if (::close(fd.Release()) != 0) return fail(ErrnoError("close " + tmp, errno));
   if (tf) {
+    // The file stays in its hidden directory, which moves into place whole.
+    Status kept = (*file)->Keep();
+    if (!kept.ok()) return fail(kept);
     const std::string final_dir = options_.dir + "/" + std::to_string(version);
-    Status synced = SyncDir(tmp_dir);
-    if (!synced.ok()) return fail(synced);
+    Status synced = SyncDirectory(tmp_dir);
+    if (!synced.ok()) {
+      ::unlink(tmp.c_str());
+      return fail(synced);
+    }
     // Rewriting a version: the old directory goes first (rename() does not
     // replace a non-empty directory).
     if (::access(final_dir.c_str(), F_OK) == 0) {
       Status removed = Remove(version);
       if (!removed.ok()) return fail(removed);
     }
-    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
-      return fail(ErrnoError("rename " + tmp_dir + " -> " + final_dir, errno));
+    Status moved = RenameDurably(tmp_dir, final_dir);
+    if (!moved.ok()) {
+      ::unlink(tmp.c_str());
+      return fail(moved);
     }
-  } else if (::rename(tmp.c_str(), stats.path.c_str()) != 0) {
-    return fail(ErrnoError("rename " + tmp + " -> " + stats.path, errno));
+  } else {
+    Status committed = (*file)->CommitTo(stats.path);  // fsync, rename, directory fsync
+    if (!committed.ok()) return fail(committed);
   }
-  VIPER_RETURN_IF_ERROR(SyncDir(options_.dir));
   stats.write_s = t1 - t0;
   stats.sync_s = MonotonicSeconds() - t1;
 
@@ -257,7 +256,7 @@ StatusOr<std::vector<uint64_t>> PfsStore::Prune(int keep, const std::vector<uint
     VIPER_RETURN_IF_ERROR(Remove(versions[i]));
     removed.push_back(versions[i]);
   }
-  if (!removed.empty()) VIPER_RETURN_IF_ERROR(SyncDir(options_.dir));
+  if (!removed.empty()) VIPER_RETURN_IF_ERROR(SyncDirectory(options_.dir));
   return removed;
 }
 

@@ -15,6 +15,7 @@
 #include "shm_segment.h"
 #include "staging.h"
 #include "viper/config.h"
+#include "viper/core/log.h"
 #include "viper/transports/device_memory.h"
 #include "viper/transports/pfs_store.h"
 
@@ -624,10 +625,9 @@ class Publisher::Impl {
     auto created = internal::ShmSegment::Create(name, reserve_bytes);
     if (!created.ok()) {
       shm_failed_ = true;
-      std::fprintf(stderr,
-                   "viper transports: no shared memory for the shm protocol (%s); sending over MPI (two-sided) "
-                   "from now on\n",
-                   created.status().ToString().c_str());
+      Log(LogLevel::kWarning, "transports",
+          "no shared memory for the shm protocol (" + created.status().ToString() +
+              "); sending over MPI (two-sided) from now on");
       return false;
     }
     segment_ = std::move(*created);
@@ -869,7 +869,20 @@ class Publisher::Impl {
       internal::Ack ack;
       int from = -1;
       auto got = internal::TryRecvPod(comm_, MPI_ANY_SOURCE, internal::kTagAck, &ack, &from);
-      if (!got.ok()) break;
+      if (!got.ok()) {
+        // The receive itself failed: the ranks still waited on are reported
+        // as not acknowledged, with why (they are not dropped: the error
+        // may be this rank's, not theirs).
+        const std::string why = "no acknowledgement: receiving failed: " + got.status().ToString();
+        for (int r : waiting) {
+          ConsumerResult c;
+          c.rank = r;
+          c.message = why;
+          report->consumers.push_back(c);
+        }
+        Log(LogLevel::kError, "transports", "version " + std::to_string(version) + ": " + why);
+        return;
+      }
       if (*got) {
         auto it = std::find(waiting.begin(), waiting.end(), from);
         if (it == waiting.end() || ack.session != session_ || ack.version != version) continue;  // stale
@@ -899,7 +912,7 @@ class Publisher::Impl {
     c.lost = true;
     c.message = why;
     report->consumers.push_back(c);
-    std::fprintf(stderr, "viper transports: consumer rank %d dropped: %s\n", rank, why.c_str());
+    Log(LogLevel::kWarning, "transports", "consumer rank " + std::to_string(rank) + " dropped: " + why);
     std::lock_guard<std::mutex> lock(mu_);
     lost_.push_back(rank);
   }

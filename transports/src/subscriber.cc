@@ -17,6 +17,7 @@
 #include "staging.h"
 #include "viper/config.h"
 #include "viper/core/checksum.h"
+#include "viper/core/log.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/aligned_buffer.h"
 #include "viper/transports/device_memory.h"
@@ -251,8 +252,8 @@ class Subscriber::Impl {
   }
 
   void Reject(uint64_t version, const std::string& source, const Status& status) {
-    std::fprintf(stderr, "viper transports: rejected version %llu from %s: %s\n",
-                 static_cast<unsigned long long>(version), source.c_str(), status.ToString().c_str());
+    Log(LogLevel::kWarning, "transports",
+        "rejected version " + std::to_string(version) + " from " + source + ": " + status.ToString());
     std::lock_guard<std::mutex> lock(mu_);
     rejections_.push_back({version, source, status});
     ++summary_.rejected;
@@ -267,7 +268,7 @@ class Subscriber::Impl {
       if (!message.empty()) summary_.message = message;
       thread_alive_ = false;
     }
-    if (lost) std::fprintf(stderr, "viper transports: %s\n", message.c_str());
+    if (lost) Log(LogLevel::kWarning, "transports", message);
     cv_.notify_all();
   }
 
@@ -577,8 +578,9 @@ class Subscriber::Impl {
       if (plan) (void)plan.release();
       // The producer drops that rank when it does not acknowledge.
       if (!transfers[0].failed) {
-        std::fprintf(stderr, "viper transports: rank %d could not forward version %llu to rank %d in time\n",
-                     rank_, static_cast<unsigned long long>(a.version), transfers[i].peer);
+        Log(LogLevel::kWarning, "transports",
+            "rank " + std::to_string(rank_) + " could not forward version " + std::to_string(a.version) +
+                " to rank " + std::to_string(transfers[i].peer) + " in time");
       }
     }
     if (transfers[0].failed) {
@@ -604,8 +606,9 @@ class Subscriber::Impl {
     shm_.reset();
     auto opened = internal::ShmSegment::Open(name, a.shm_payload_bytes);
     if (!opened.ok()) {
-      std::fprintf(stderr, "viper transports: rank %d cannot map the producer's shared memory (%s); "
-                   "receiving over MPI instead\n", rank_, opened.status().ToString().c_str());
+      Log(LogLevel::kWarning, "transports",
+          "rank " + std::to_string(rank_) + " cannot map the producer's shared memory (" +
+              opened.status().ToString() + "); receiving over MPI instead");
       return false;
     }
     shm_ = std::move(*opened);
@@ -704,8 +707,8 @@ class Subscriber::Impl {
     if (ipc) {
       Status opened = OpenIpc(a, &peer, &peer_event);
       if (!opened.ok()) {
-        std::fprintf(stderr, "viper transports: CUDA IPC unavailable (%s); receiving through host memory\n",
-                     opened.ToString().c_str());
+        Log(LogLevel::kWarning, "transports",
+            "CUDA IPC unavailable (" + opened.ToString() + "); receiving through host memory");
         ipc = false;
       }
     }

@@ -1,0 +1,439 @@
+// The live producer role (rank 0), top to bottom: warm up, publish version
+// 0 and measure its cost, plan, train and publish, tell the consumers it is
+// over, gather their results, summarise.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "live_exchange.h"
+#include "live_roles.h"
+#include "live_workloads.h"
+#include "viper/core/log.h"
+#include "viper/schedulers/online.h"
+#include "viper/schedulers/scenario.h"
+#include "viper/transports/publisher.h"
+
+namespace viper {
+namespace workflow {
+namespace internal {
+namespace {
+
+using transports::MonotonicSeconds;
+
+// One published version, as the producer saw it.
+struct Published {
+  uint64_t version = 0;
+  int64_t iteration = 0;
+  double start_s = 0;  // since the end of warm-up
+  transports::Publisher::VersionReport report;
+};
+
+class Producer {
+ public:
+  Producer(const LiveRun::Options& o, MPI_Comm comm, int size, double base)
+      : o_(o), comm_(comm), size_(size), base_(base), pace_(comm, size, base) {}
+
+  StatusOr<LiveRun::Summary> Run() {
+    VIPER_RETURN_IF_ERROR(SetUp());
+    VIPER_RETURN_IF_ERROR(WarmUp());
+    VIPER_RETURN_IF_ERROR(Publish(W_));
+    VIPER_RETURN_IF_ERROR(pub_->Flush());
+    const schedulers::CheckpointCost cost = MeasuredCost();
+    if (drifting_) pace_.Announce(W_, s_.seconds_per_iteration, N_);
+    Info("warm-up done: W=" + std::to_string(W_) + " of N=" + std::to_string(N_) + ", tau " +
+         std::to_string(s_.seconds_per_iteration * 1e3) + " ms, version 0 stall " +
+         std::to_string(cost.stall_s * 1e3) + " ms, delay " + std::to_string(cost.delay_s * 1e3) + " ms");
+    VIPER_RETURN_IF_ERROR(Plan(cost));
+    VIPER_RETURN_IF_ERROR(Train());
+    VIPER_RETURN_IF_ERROR(pub_->Close());
+    s_.lost_consumers = pub_->summary().lost_consumers;
+    Info("training done at " + std::to_string(s_.training_end_s) + " s; " + pub_->summary().BriefReport());
+    const auto results = EndAndGather();
+    SummarizeVersions(results);
+    SummarizeRequests(results);
+    SummarizeRun(static_cast<int>(results.size()));
+    return s_;
+  }
+
+ private:
+  void Info(const std::string& line) const {
+    if (o_.verbose) Log(LogLevel::kInfo, "producer", line);
+  }
+  bool Stop() const { return o_.should_stop && o_.should_stop(); }
+  double Now() const { return MonotonicSeconds() - base_; }  // since the common origin
+
+  // The workload, W and N, the publisher.
+  Status SetUp() {
+    s_.workload = LiveRun::ToString(o_.workload);
+    s_.tier = ToString(o_.tier);
+    s_.mode = ToString(o_.mode);
+    s_.notify = ToString(o_.notify);
+    s_.fanout = transports::ToString(o_.fanout);
+    s_.host_protocol = transports::ToString(o_.host_protocol);
+    s_.strategy = schedulers::ToString(o_.strategy);
+    s_.consumers = size_ - 1;
+    VIPER_ASSIGN_OR_RETURN(work_, MakeProducerWorkload(o_));
+    first_ = work_->first_iteration();
+    N_ = work_->total_iterations();
+    W_ = WarmupOf(o_, first_, N_);
+    if (W_ < first_ || W_ >= N_) {
+      return InvalidArgumentError("warm-up " + std::to_string(W_) + " must lie in [" + std::to_string(first_) +
+                                  ", " + std::to_string(N_) + ")");
+    }
+    s_.warmup_iterations = W_;
+    s_.total_iterations = N_;
+    transports::Publisher::Options po;
+    po.tier = o_.tier;
+    po.mode = o_.mode;
+    po.notify = o_.notify;
+    po.fanout = o_.fanout;
+    po.host_protocol = o_.host_protocol;
+    po.peer_timeout_s = o_.consumer_timeout_s;
+    po.pfs_dir = o_.pfs_dir;
+    po.staging_bytes = ExpectedModelBytes(o_) + (1 << 20);
+    VIPER_ASSIGN_OR_RETURN(pub_, transports::Publisher::Create(po));
+    return Status::Ok();
+  }
+
+  // One training iteration, logged (and, with drifting traffic, timed).
+  Status Step() {
+    LogRecord rec;
+    VIPER_RETURN_IF_ERROR(work_->Step(&rec));
+    it_ = rec.iteration;
+    s_.log.records.push_back(rec);
+    if (drifting_) timeline_.emplace_back(Now(), it_);
+    return Status::Ok();
+  }
+
+  Status WarmUp() {
+    const double t0 = MonotonicSeconds();
+    while (it_ < W_ && !Stop()) VIPER_RETURN_IF_ERROR(Step());
+    t_warm_ = Now();  // the time origin of the Summary
+    s_.seconds_per_iteration =
+        (MonotonicSeconds() - t0) / static_cast<double>(std::max<int64_t>(1, it_ - first_ + 1));
+    return Status::Ok();
+  }
+
+  Status Publish(int64_t iteration) {
+    Published p;
+    p.iteration = iteration;
+    p.start_s = Now() - t_warm_;
+    const double t0 = MonotonicSeconds();
+    VIPER_ASSIGN_OR_RETURN(p.report, pub_->Publish(work_->model(), iteration));
+    work_->Published();
+    work_->Paused(MonotonicSeconds() - t0);
+    p.version = p.report.version;
+    published_.push_back(p);
+    return Status::Ok();
+  }
+
+  // sigma and delta as measured on version 0: sigma = its stall, delta = the
+  // slowest consumer's servable time when acknowledged, else snapshot +
+  // transfer (+ half a poll period when polling).
+  schedulers::CheckpointCost MeasuredCost() {
+    const auto reports = pub_->Reports();
+    const auto& r0 = reports.front();
+    double servable = 0;
+    for (const auto& c : r0.consumers) servable = std::max(servable, c.servable_s);
+    double delta = servable > 0 ? servable : r0.snapshot_s + r0.transfer_s + r0.notify_s;
+    if (o_.notify == transports::Notify::kPoll) delta += 0.5 * o_.poll_period_s;
+    schedulers::CheckpointCost cost;
+    cost.stall_s = r0.stall_s;
+    cost.delay_s = std::max(delta, r0.stall_s);
+    s_.planned_stall_s = cost.stall_s;
+    s_.planned_delay_s = cost.delay_s;
+    return cost;
+  }
+
+  // The planning context from the warm-up (the scenario picks the metric and
+  // fits the curve), planned on the measured cost.
+  Status Plan(const schedulers::CheckpointCost& cost) {
+    const double t0 = MonotonicSeconds();
+    schedulers::ScenarioOptions sco;
+    sco.warmup_iterations = W_;
+    sco.total_iterations = N_;
+    sco.seconds_per_iteration = s_.seconds_per_iteration;
+    sco.log_iteration_times = false;
+    sco.request_interval_s = 1.0 / o_.requests_per_s;
+    TrainingLog warm = s_.log;
+    warm.source = "live warm-up";
+    VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(warm, sco));
+    // The scenario's TierCost (phases for the simulator) is not used here:
+    // the planners see the measured sigma and delta.
+    sc.problem.cost = cost;
+    VIPER_RETURN_IF_ERROR(sc.problem.Validate());
+    sc.iterations_per_epoch = work_->iterations_per_epoch();
+    s_.metric = predictor::ToString(sc.metric);
+    if (o_.strategy == schedulers::StrategyKind::kOnline) {
+      VIPER_RETURN_IF_ERROR(StartOnline(sc));
+    } else {
+      VIPER_ASSIGN_OR_RETURN(auto p, schedulers::PlanStrategy(sc, o_.strategy));
+      plan_ = p.schedule;
+      s_.plan_report = p.summary.BriefReport();
+    }
+    s_.planning_s = MonotonicSeconds() - t0;
+    work_->Paused(s_.planning_s);
+    Info("plan: " + s_.plan_report + " (" + predictor::ToString(sc.metric) + ", " + sc.predictor_report + ")");
+    return Status::Ok();
+  }
+
+  // The closed loop observes every training loss and, as its planning
+  // metric, the validation loss when the warm-up has enough of it.
+  Status StartOnline(const schedulers::Scenario& sc) {
+    schedulers::OnlinePlanner::Options oo;
+    oo.metric = sc.metric == predictor::LossMetric::kValLoss ? schedulers::ObservationKind::kValidation
+                                                             : schedulers::ObservationKind::kTraining;
+    online_ = std::make_unique<schedulers::OnlinePlanner>(
+        sc.problem, schedulers::PredictorForecasterFactory(sc.predictor_options), oo);
+    for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));
+    s_.plan_report = "online: closed loop from iteration " + std::to_string(W_);
+    return Status::Ok();
+  }
+
+  Status Observe(const LogRecord& r) {
+    if (r.train_loss) {
+      VIPER_RETURN_IF_ERROR(online_->Observe(r.iteration, *r.train_loss, schedulers::ObservationKind::kTraining));
+    }
+    if (r.val_loss) {
+      VIPER_RETURN_IF_ERROR(online_->Observe(r.iteration, *r.val_loss, schedulers::ObservationKind::kValidation));
+    }
+    return Status::Ok();
+  }
+
+  // Online: whether to checkpoint now. The gate compares with the served
+  // version's loss as measured when it was published. When the current
+  // model measures no better than that, either it regressed or the data
+  // changed under both: the served version is re-measured on today's
+  // validation sample (its time is a stall). (Re-measuring whenever the gate
+  // would refuse cost 28 extra validations in a 38-point run without drift
+  // and gained ~2% under rotation: not worth it.)
+  StatusOr<bool> AskOnline() {
+    const double t0 = MonotonicSeconds();
+    const LogRecord& rec = s_.log.records.back();
+    VIPER_RETURN_IF_ERROR(Observe(rec));
+    if (rec.val_loss && online_->served_loss() && *rec.val_loss >= *online_->served_loss()) {
+      if (auto served = work_->RevalidatePublished()) {
+        VIPER_RETURN_IF_ERROR(online_->ObserveServed(*served));
+        ++revalidations_;
+      }
+    }
+    VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
+    s_.planning_s += MonotonicSeconds() - t0;
+    work_->Paused(MonotonicSeconds() - t0);
+    return checkpoint;
+  }
+
+  // Trains to N, publishing where the plan (or the closed loop) says.
+  Status Train() {
+    size_t next = 0;  // the plan's next checkpoint
+    while (it_ < N_ && !Stop()) {
+      VIPER_RETURN_IF_ERROR(Step());
+      if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
+      bool checkpoint = next < plan_.size() && it_ >= plan_[next];
+      if (online_) {
+        VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
+      }
+      if (!checkpoint) continue;
+      VIPER_RETURN_IF_ERROR(Publish(it_));
+      s_.schedule.push_back(it_);
+      if (online_) VIPER_RETURN_IF_ERROR(online_->Commit(it_));
+      while (next < plan_.size() && plan_[next] <= it_) ++next;
+      if (published_.back().version % 10 == 0) {
+        Info("published version " + std::to_string(published_.back().version) + " at iteration " +
+             std::to_string(it_));
+      }
+    }
+    if (online_) {
+      s_.plan_report = online_->summary().BriefReport(static_cast<int64_t>(online_->taken().size())) +
+                       ", served version re-measured " + std::to_string(revalidations_) + "x";
+    }
+    s_.iterations_done = it_;
+    s_.training_end_s = Now() - t_warm_;
+    s_.termination = Stop() ? "interrupted" : "completed";
+    return Status::Ok();
+  }
+
+  bool Lost(int rank) const {
+    return std::find(s_.lost_consumers.begin(), s_.lost_consumers.end(), rank) != s_.lost_consumers.end();
+  }
+
+  // Tells every consumer training is over and which version is the last,
+  // then gathers their results; a consumer that does not answer in time is
+  // lost (its requests are not counted).
+  std::map<int, ConsumerResults> EndAndGather() {
+    pace_.Finish(MonotonicSeconds() + 1.0);
+    EndMessage end;
+    end.last_version = published_.empty() ? 0 : static_cast<int64_t>(published_.back().version);
+    end.ranks_lost = static_cast<int32_t>(s_.lost_consumers.size());
+    for (int r = 1; r < size_; ++r) {
+      if (Lost(r)) continue;
+      if (!SendEnd(comm_, r, end, MonotonicSeconds() + o_.consumer_timeout_s)) s_.lost_consumers.push_back(r);
+    }
+    std::map<int, ConsumerResults> results;
+    for (int r = 1; r < size_; ++r) {
+      if (Lost(r)) continue;
+      const double deadline = MonotonicSeconds() + o_.consumer_timeout_s + o_.poll_period_s + 10;
+      auto got = ReceiveResults(comm_, r, deadline);
+      if (got.ok()) {
+        results[r] = std::move(*got);
+      } else {
+        Log(LogLevel::kWarning, "producer", got.status().ToString());
+        s_.lost_consumers.push_back(r);
+      }
+    }
+    auto& lost = s_.lost_consumers;
+    std::sort(lost.begin(), lost.end());
+    lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+    return results;
+  }
+
+  // Per version: the producer's report and the consumers' servable times.
+  void SummarizeVersions(const std::map<int, ConsumerResults>& results) {
+    const auto reports = pub_->Reports();
+    std::map<uint64_t, double> start_of;  // version -> T_k (version 0: its actual publish start)
+    for (const auto& p : published_) {
+      LiveRun::VersionStats v;
+      v.version = p.version;
+      v.iteration = p.iteration;
+      v.checkpoint_s = p.version == 0 ? 0.0 : p.start_s;
+      v.stall_s = p.report.stall_s;
+      for (const auto& r : reports) {
+        if (r.version != p.version) continue;
+        v.snapshot_s = r.snapshot_s;
+        v.transfer_s = r.transfer_s;
+        v.notify_s = r.notify_s;
+        v.superseded = r.superseded;
+        v.bytes = r.bytes;
+      }
+      if (p.version > 0) s_.total_stall_s += v.stall_s;
+      index_[v.version] = s_.versions.size();
+      start_of[p.version] = p.start_s;
+      s_.versions.push_back(v);
+    }
+    for (const auto& [rank, res] : results) {
+      for (const auto& sw : res.swaps) {
+        auto f = index_.find(sw.version);
+        if (f == index_.end()) continue;
+        auto& v = s_.versions[f->second];
+        const double latency = sw.time_s - t_warm_ - start_of[sw.version];
+        const double load = sw.receive_s + sw.verify_s;
+        v.delivered_to += 1;
+        v.update_latency_s += latency;
+        v.max_update_latency_s = std::max(v.max_update_latency_s, latency);
+        v.load_s += load;
+        const double sent = o_.mode == transports::Mode::kSync ? v.stall_s : v.snapshot_s + v.transfer_s;
+        v.discovery_s += std::max(0.0, latency - sent - load);
+      }
+    }
+    const int reporting = static_cast<int>(results.size());
+    double latency_sum = 0;
+    int latency_n = 0;
+    s_.every_version_delivered = reporting == s_.consumers;
+    for (auto& v : s_.versions) {
+      if (v.delivered_to > 0) {
+        v.update_latency_s /= v.delivered_to;
+        v.load_s /= v.delivered_to;
+        v.discovery_s /= v.delivered_to;
+        if (v.version > 0) {
+          latency_sum += v.update_latency_s;
+          ++latency_n;
+        }
+      }
+      if (!v.superseded && v.delivered_to < reporting) s_.every_version_delivered = false;
+    }
+    if (latency_n > 0) s_.mean_update_latency_s = latency_sum / latency_n;
+  }
+
+  // The requests served in the window [0, training end], charged to their versions.
+  void SummarizeRequests(const std::map<int, ConsumerResults>& results) {
+    double stale_sum = 0, bias_sum = 0, abs_sum = 0;
+    int64_t judged = 0;
+    for (const auto& [rank, res] : results) {
+      for (const auto& r : res.requests) {
+        LiveRun::Request q;
+        q.consumer = rank;
+        q.time_s = r.time_s - t_warm_;
+        if (q.time_s > s_.training_end_s) continue;
+        q.version = r.version;
+        q.iteration = r.iteration;
+        q.loss = r.loss;
+        q.traffic_iteration = r.traffic_iteration;
+        if (q.traffic_iteration >= 0 && !timeline_.empty()) {
+          q.true_iteration = IterationsDoneAt(r.time_s);
+          const double d = static_cast<double>(q.traffic_iteration - q.true_iteration);
+          bias_sum += d;
+          abs_sum += std::fabs(d);
+          ++judged;
+        }
+        auto f = index_.find(q.version);
+        q.staleness_s = q.time_s - (f == index_.end() ? 0.0 : s_.versions[f->second].checkpoint_s);
+        stale_sum += q.staleness_s;
+        s_.cil += q.loss;
+        if (f != index_.end()) {
+          s_.versions[f->second].requests += 1;
+          s_.versions[f->second].loss_sum += q.loss;
+        }
+        s_.request_log.push_back(q);
+      }
+    }
+    s_.requests = static_cast<int64_t>(s_.request_log.size());
+    if (s_.requests > 0) s_.mean_staleness_s = stale_sum / static_cast<double>(s_.requests);
+    if (judged > 0) {
+      s_.traffic_iteration_bias = bias_sum / static_cast<double>(judged);
+      s_.traffic_iteration_mae = abs_sum / static_cast<double>(judged);
+    }
+  }
+
+  // Iterations done at `time_s` (since the common origin), from the timeline.
+  int64_t IterationsDoneAt(double time_s) const {
+    auto e = std::upper_bound(timeline_.begin(), timeline_.end(),
+                              std::make_pair(time_s, std::numeric_limits<int64_t>::max()));
+    return e == timeline_.begin() ? first_ - 1 : std::prev(e)->second;
+  }
+
+  void SummarizeRun(int reporting) {
+    s_.cil_per_consumer = reporting > 0 ? s_.cil / reporting : 0;
+    s_.no_checkpoint_training_s = s_.training_end_s - s_.total_stall_s - s_.planning_s;
+    s_.slowdown_fraction = s_.no_checkpoint_training_s > 0 ? s_.total_stall_s / s_.no_checkpoint_training_s : 0;
+    s_.peers_lost = !s_.lost_consumers.empty();
+    if (!s_.lost_consumers.empty()) {
+      s_.message = "lost consumer(s):";
+      for (int r : s_.lost_consumers) s_.message += " rank " + std::to_string(r);
+      s_.message += "; their requests are not counted";
+    }
+    s_.log.source = "live run (producer)";
+  }
+
+  const LiveRun::Options& o_;
+  MPI_Comm comm_;
+  const int size_;
+  const double base_;
+  const bool drifting_ = DriftChangesTraffic(o_);
+  PaceAnnouncer pace_;
+  LiveRun::Summary s_;
+  std::unique_ptr<ProducerWorkload> work_;
+  std::unique_ptr<transports::Publisher> pub_;
+  int64_t first_ = 1, W_ = 0, N_ = 0, it_ = 0;
+  double t_warm_ = 0;
+  std::vector<Published> published_;
+  std::map<uint64_t, size_t> index_;  // version -> position in s_.versions
+  // Drifting traffic: when each iteration ended (since the common origin),
+  // to judge the consumers' estimates of the producer's iteration.
+  std::vector<std::pair<double, int64_t>> timeline_;
+  schedulers::Schedule plan_;
+  std::unique_ptr<schedulers::OnlinePlanner> online_;
+  int64_t revalidations_ = 0;  // served version re-measured for the gate
+};
+
+}  // namespace
+
+StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm, int size, double base) {
+  return Producer(o, comm, size, base).Run();
+}
+
+}  // namespace internal
+}  // namespace workflow
+}  // namespace viper

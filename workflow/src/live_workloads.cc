@@ -1,0 +1,278 @@
+// The live roles' workloads (live_workloads.h): the trainer and the replay
+// on the producer, the loss oracles on the consumers.
+#include "live_workloads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "viper/datasets/log_reader.h"
+#include "viper/predictor/curve.h"
+#include "viper/predictor/learning_curve.h"
+#include "viper/schedulers/scenario.h"
+#include "viper/transports/device_memory.h"
+#include "viper/workflow/mlp.h"
+#include "viper/workflow/trainer.h"
+
+namespace viper {
+namespace workflow {
+namespace internal {
+namespace {
+
+using transports::MonotonicSeconds;
+
+ModelState MakeReplayModel(uint64_t bytes) {
+  ModelState state;
+  const uint64_t per = 256ull << 20;
+  uint64_t left = std::max<uint64_t>(4, bytes) / 4 * 4;
+  for (int k = 0; left > 0; ++k) {
+    const uint64_t b = std::min(left, per);
+    Tensor t = Tensor::Allocate("replay." + std::to_string(k), DType::kF32, {static_cast<int64_t>(b / 4)});
+    std::memset(t.data, 0x3c + k, t.size_bytes);
+    (void)state.Add(std::move(t));
+    left -= b;
+  }
+  return state;
+}
+
+// The inference-loss metric a replay uses: validation loss when the warm-up
+// has enough validation points for the predictor, else training loss. The
+// producer and the consumers decide the same way from the same log.
+predictor::LossMetric ChooseMetric(const TrainingLog& log, int64_t warmup, int min_points) {
+  auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
+  const bool enough =
+      val.ok() && static_cast<int>(val->Prefix(static_cast<double>(warmup)).size()) >= min_points;
+  return enough ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
+}
+
+struct ReplayLog {
+  TrainingLog log;
+  int64_t first = 0, last = 0;
+};
+
+StatusOr<ReplayLog> LoadReplayLog(const LiveRun::Options& o) {
+  datasets::LogReader::Options ro;
+  VIPER_ASSIGN_OR_RETURN(TrainingLog log, datasets::LogReader::ReadFile(o.log_path, ro));
+  if (o.replay_max_iterations > 0) {
+    auto& r = log.records;
+    r.erase(std::remove_if(r.begin(), r.end(),
+                           [&](const LogRecord& x) { return x.iteration > o.replay_max_iterations; }),
+            r.end());
+  }
+  if (log.records.size() < 2) return InvalidArgumentError(o.log_path + ": fewer than 2 rows to replay");
+  for (const auto& r : log.records) {
+    if (!r.wall_time_s) {
+      return InvalidArgumentError(o.log_path + ": iteration " + std::to_string(r.iteration) +
+                                  " has no wall time (replay needs the iteration times)");
+    }
+  }
+  ReplayLog rl;
+  rl.first = log.records.front().iteration;
+  rl.last = log.records.back().iteration;
+  rl.log = std::move(log);
+  return rl;
+}
+
+class TrainerWorkload : public ProducerWorkload {
+ public:
+  explicit TrainerWorkload(std::unique_ptr<Trainer> t) : trainer_(std::move(t)) {}
+  int64_t first_iteration() const override { return 1; }
+  int64_t total_iterations() const override { return trainer_->planned_iterations(); }
+  int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
+  Status Step(LogRecord* record) override { return trainer_->Step(record); }
+  const ModelState& model() const override { return trainer_->model().state(); }
+  void Published() override { served_ = trainer_->model().state(); }
+  std::optional<double> RevalidatePublished() override {
+    if (!served_) return std::nullopt;
+    auto e = Evaluate(*served_, trainer_->DriftedView(trainer_->validation(), trainer_->iterations_done()));
+    if (!e.ok()) return std::nullopt;
+    return e->mean_loss;
+  }
+
+ private:
+  std::unique_ptr<Trainer> trainer_;
+  std::optional<ModelState> served_;  // a copy of the last published parameters
+};
+
+// Replays the logged iteration times (sleeping) and losses.
+class ReplayWorkload : public ProducerWorkload {
+ public:
+  ReplayWorkload(ReplayLog log, uint64_t model_bytes, double time_scale, std::function<bool()> stop)
+      : log_(std::move(log)),
+        model_(MakeReplayModel(model_bytes)),
+        scale_(time_scale),
+        stop_(std::move(stop)) {
+    const auto s = Summarize(log_.log);
+    per_epoch_ = s.iterations_per_epoch ? static_cast<int64_t>(*s.iterations_per_epoch) : 0;
+  }
+  int64_t first_iteration() const override { return log_.first; }
+  int64_t total_iterations() const override { return log_.last; }
+  int64_t iterations_per_epoch() const override { return per_epoch_; }
+  Status Step(LogRecord* record) override {
+    if (next_ >= log_.log.records.size()) return FailedPreconditionError("replay: the log has ended");
+    const LogRecord& r = log_.log.records[next_];
+    const double logged = *r.wall_time_s * scale_;
+    if (next_ == 0) {
+      start_ = MonotonicSeconds() - logged;
+      paused_ = 0;
+    }
+    SleepUntil(start_ + paused_ + logged, stop_);
+    *record = r;
+    record->wall_time_s = MonotonicSeconds() - start_;
+    ++next_;
+    return Status::Ok();
+  }
+  const ModelState& model() const override { return model_; }
+  void Paused(double seconds) override { paused_ += seconds; }
+  // Moves the replayed tensors to CUDA device 0 (the gpu tier publishes them from there).
+  Status MoveModelToDevice() {
+    VIPER_ASSIGN_OR_RETURN(model_, transports::CopyToDevice(model_, 0));
+    return Status::Ok();
+  }
+
+ private:
+  ReplayLog log_;
+  ModelState model_;
+  double scale_ = 1.0;
+  std::function<bool()> stop_;
+  size_t next_ = 0;
+  double start_ = 0, paused_ = 0;
+  int64_t per_epoch_ = 0;
+};
+
+
+// Requests cycle over the trainer's test subset; drifting traffic drifts the
+// one image of each request (a rotation of one image is cheap; the whole
+// subset per request is not).
+class TrainerLoss : public LossOracle {
+ public:
+  TrainerLoss(Trainer::Options trainer, Samples test, int64_t offset)
+      : trainer_(std::move(trainer)), test_(std::move(test)), offset_(offset) {
+    test_.GatherAll(&inputs_, &labels_);
+  }
+  StatusOr<double> Loss(const transports::ModelVersion& version, int64_t request,
+                        int64_t traffic_iteration) override {
+    if (!model_ || cached_version_ != version.state.metadata.version) {
+      const std::string what = "version " + std::to_string(version.state.metadata.version);
+      // gpu tier: the served version is in device memory; evaluate a host copy.
+      StatusOr<ModelState> host = ModelState();
+      if (version.memory == MemoryKind::kDevice) host = transports::CopyToHost(version.state);
+      if (!host.ok()) return host.status().WithContext(what + ": copying it to host memory to serve it");
+      auto m = Mlp::FromModelState(version.memory == MemoryKind::kDevice ? *host : version.state);
+      if (!m.ok()) return m.status().WithContext(what + ": not a model of this trainer");
+      model_ = std::make_unique<Mlp>(std::move(*m));
+      cached_version_ = version.state.metadata.version;
+    }
+    const int64_t n = static_cast<int64_t>(labels_.size());
+    const int64_t j = (request + offset_) % n;
+    Eigen::MatrixXf x;
+    std::vector<int32_t> y;
+    if (traffic_iteration >= 0) {
+      const Samples one = DriftedSamples(trainer_, test_.Subset({j}), traffic_iteration);
+      one.GatherAll(&x, &y);
+    } else {
+      x = inputs_.col(j);
+      y = {labels_[static_cast<size_t>(j)]};
+    }
+    return Evaluate(*model_, x, y, 1).mean_loss;
+  }
+
+ private:
+  Trainer::Options trainer_;
+  Samples test_;
+  Eigen::MatrixXf inputs_;
+  std::vector<int32_t> labels_;
+  int64_t offset_ = 0;
+  std::unique_ptr<Mlp> model_;
+  uint64_t cached_version_ = 0;
+};
+
+class ReplayLoss : public LossOracle {
+ public:
+  explicit ReplayLoss(schedulers::LossCurve curve) : curve_(std::move(curve)) {}
+  StatusOr<double> Loss(const transports::ModelVersion& version, int64_t, int64_t) override {
+    const int64_t it = version.state.metadata.iteration;
+    const int64_t c = std::clamp(it, curve_.first_iteration(), curve_.last_iteration());
+    return curve_.at(c);
+  }
+
+ private:
+  schedulers::LossCurve curve_;
+};
+
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ProducerWorkload>> MakeProducerWorkload(const LiveRun::Options& o) {
+  if (o.workload == LiveRun::Workload::kTrainer) {
+    Trainer::Options to = o.trainer;
+    to.log_test = false;  // the consumers measure the truth on the test subset
+    VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
+    return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(std::move(trainer)));
+  }
+  VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
+  auto replay = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
+  if (o.tier == transports::Tier::kGpu) VIPER_RETURN_IF_ERROR(replay->MoveModelToDevice());
+  return std::unique_ptr<ProducerWorkload>(std::move(replay));
+}
+
+StatusOr<std::unique_ptr<LossOracle>> MakeLossOracle(const LiveRun::Options& o, int rank) {
+  if (o.workload == LiveRun::Workload::kTrainer) {
+    // The test subset only: disjoint from the validation subset the producer plans on.
+    VIPER_ASSIGN_OR_RETURN(Trainer::EvaluationSets sets, Trainer::LoadEvaluationSets(o.trainer));
+    if (sets.test.empty()) return InvalidArgumentError("consumer: the trainer's test subset is empty");
+    const int64_t offset = (static_cast<int64_t>(rank) - 1) * 997 % sets.test.size();
+    return std::unique_ptr<LossOracle>(std::make_unique<TrainerLoss>(o.trainer, std::move(sets.test), offset));
+  }
+  VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
+  predictor::LearningCurvePredictor::Options po;
+  const auto metric = ChooseMetric(rl.log, WarmupOf(o, rl.first, rl.last), po.min_points);
+  VIPER_ASSIGN_OR_RETURN(auto points, predictor::ExtractCurve(rl.log, metric));
+  VIPER_ASSIGN_OR_RETURN(auto curve, schedulers::InterpolateCurve(points, rl.first, rl.last));
+  return std::unique_ptr<LossOracle>(std::make_unique<ReplayLoss>(std::move(curve)));
+}
+
+int64_t WarmupOf(const LiveRun::Options& o, int64_t first, int64_t last) {
+  if (o.warmup_iterations > 0) return o.warmup_iterations;
+  return first + static_cast<int64_t>(std::llround(o.warmup_fraction * static_cast<double>(last - first)));
+}
+
+
+uint64_t ExpectedModelBytes(const LiveRun::Options& o) {
+  if (o.workload == LiveRun::Workload::kReplay) return o.model_bytes;
+  Mlp::Options mo;
+  mo.hidden_widths = o.trainer.hidden_widths;
+  int64_t in = mo.input_features, total = 0;
+  for (int64_t w : mo.hidden_widths) {
+    total += in * w + w;
+    in = w;
+  }
+  total += in * mo.num_classes + mo.num_classes;
+  return static_cast<uint64_t>(total) * 4;
+}
+
+
+// True when the trainer's drift changes what the inference traffic costs
+// (label swap, rotation); classes arriving in training do not.
+bool DriftChangesTraffic(const LiveRun::Options& o) {
+  return o.workload == LiveRun::Workload::kTrainer &&
+         (o.trainer.drift == Trainer::Drift::kLabelSwap || o.trainer.drift == Trainer::Drift::kRotation);
+}
+
+void SleepUntil(double t, const std::function<bool()>& stop) {
+  while (true) {
+    const double now = MonotonicSeconds();
+    if (now >= t) return;
+    if (stop && stop()) return;
+    const double left = std::min(t - now, 0.05);
+    std::this_thread::sleep_for(std::chrono::duration<double>(left));
+  }
+}
+
+// Replay model: F32 tensors of at most 256 MiB summing to `bytes` (rounded
+// down to 4 bytes), filled (pre-touched) with a pattern.
+
+}  // namespace internal
+}  // namespace workflow
+}  // namespace viper

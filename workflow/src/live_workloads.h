@@ -1,0 +1,74 @@
+// Internal: what the live roles run. The producer steps a workload (the
+// real trainer, or a replay of a logged run's times and losses); a consumer
+// charges each request the loss of the version it served (the trainer's
+// test subset, or the replayed curve).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "viper/core/status.h"
+#include "viper/core/training_log.h"
+#include "viper/transports/types.h"
+#include "viper/workflow/live.h"
+
+namespace viper {
+namespace workflow {
+namespace internal {
+
+// The producer's training job, one iteration per Step.
+class ProducerWorkload {
+ public:
+  virtual ~ProducerWorkload() = default;
+  virtual int64_t first_iteration() const = 0;
+  virtual int64_t total_iterations() const = 0;
+  virtual int64_t iterations_per_epoch() const = 0;
+  virtual Status Step(LogRecord* record) = 0;
+  virtual const ModelState& model() const = 0;
+  // The producer was blocked for `seconds` outside Step (a checkpoint stall,
+  // planning): a replay shifts its remaining iterations by as much, as a real
+  // training job would be delayed.
+  virtual void Paused(double seconds) {}
+  // The model was just published: remember it as the served version.
+  virtual void Published() {}
+  // The served version's loss on the current validation sample (with the
+  // data as they are now); nullopt when the workload cannot re-measure it.
+  virtual std::optional<double> RevalidatePublished() { return std::nullopt; }
+};
+
+// The trainer, or the replay (its tensors on CUDA device 0 for the gpu tier).
+StatusOr<std::unique_ptr<ProducerWorkload>> MakeProducerWorkload(const LiveRun::Options& o);
+
+// A consumer's loss per request.
+class LossOracle {
+ public:
+  virtual ~LossOracle() = default;
+  // `traffic_iteration`: the producer iteration whose drift the request's
+  // input carries (< 0: undrifted). An error when the version cannot be
+  // evaluated (e.g. a device version that cannot be copied to the host).
+  virtual StatusOr<double> Loss(const transports::ModelVersion& version, int64_t request,
+                                int64_t traffic_iteration) = 0;
+};
+
+// Consumer `rank`'s oracle: the trainer's test subset (each consumer from
+// its own offset), or the replayed log's planning metric.
+StatusOr<std::unique_ptr<LossOracle>> MakeLossOracle(const LiveRun::Options& o, int rank);
+
+// Warm-up W: warmup_iterations, else warmup_fraction of [first, last].
+int64_t WarmupOf(const LiveRun::Options& o, int64_t first, int64_t last);
+
+// Bytes of the published model (replay: model_bytes; trainer: its MLP's F32 parameters).
+uint64_t ExpectedModelBytes(const LiveRun::Options& o);
+
+// True when the trainer's drift changes what the inference traffic costs
+// (label swap, rotation); classes arriving in training do not.
+bool DriftChangesTraffic(const LiveRun::Options& o);
+
+// Sleeps until monotonic time `t`, checking `stop` (may be empty) every 50 ms.
+void SleepUntil(double t, const std::function<bool()>& stop);
+
+}  // namespace internal
+}  // namespace workflow
+}  // namespace viper
