@@ -13,6 +13,9 @@ PACKAGES=(
   nlohmann-json3-dev libxxhash-dev liburing-dev zlib1g-dev
   libfmt-dev libspdlog-dev
   gnuplot-nox dataset-fashion-mnist
+  # Sanitizer builds and libFuzzer harnesses (scripts/sanitize.sh, scripts/fuzz.sh):
+  # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for the stacks.
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()
