@@ -9,7 +9,8 @@
 # Usage: scripts/fuzz.sh [name...]      (default: every harness, e.g. safetensors log_reader options)
 # Env:   VIPER_FUZZ_SECONDS   seconds per harness (default 60)
 #        VIPER_FUZZ_RSS_MB    memory limit per harness in MB (default 2048; also the malloc limit)
-#        VIPER_FUZZ_TIMEOUT   seconds one input may take (default 10)
+#        VIPER_FUZZ_TIMEOUT   seconds one input may take (default 20: a 1 MiB input through every
+#                             parse under ASan takes ~1 s of CPU; a loaded machine stretches that)
 #        VIPER_FUZZ_BUILD_DIR (default build-fuzz), VIPER_JOBS (build jobs)
 # Replay one input: build-fuzz/fuzz/<name>_fuzz <file>
 set -euo pipefail
@@ -17,7 +18,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${VIPER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${VIPER_FUZZ_SECONDS:-60}"
 rss_mb="${VIPER_FUZZ_RSS_MB:-2048}"
-timeout_s="${VIPER_FUZZ_TIMEOUT:-10}"
+timeout_s="${VIPER_FUZZ_TIMEOUT:-20}"
 jobs="${VIPER_JOBS:-$(nproc)}"
 "$root/scripts/install-deps.sh"
 
