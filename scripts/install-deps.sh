@@ -14,6 +14,9 @@ PACKAGES=(
   libfmt-dev libspdlog-dev
   gnuplot-nox dataset-fashion-mnist
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-mpi4py
+  # Sanitizer builds and libFuzzer harnesses (scripts/sanitize.sh, scripts/fuzz.sh):
+  # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for the stacks.
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -555,6 +556,9 @@ TEST(PfsPublisher, RejectionIsReportedToTheInstalledLogSink) {
 
 TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {
   const std::string dir = MakeTempDir();
+  // The receiving thread counts: atomic, and declared before the subscriber
+  // so that it outlives the subscriber's thread on every path.
+  std::atomic<int> callbacks{0};
   auto pub = Publisher::Create(PfsPublisherOptions(dir, Mode::kSync));
   ASSERT_TRUE(pub.ok());
   auto sub = Subscriber::Create(PollSubscriberOptions(dir));
@@ -562,18 +566,18 @@ TEST(PfsPublisher, HeldVersionStaysIntactWhileNewerArrive) {
   ASSERT_TRUE((*pub)->Publish(MakeModel(100000, 11), 1).ok());
   auto held = (*sub)->WaitForVersion(0, 10);
   ASSERT_TRUE(held.ok());
-  int callbacks = 0;
   (*sub)->SetCallback([&](std::shared_ptr<const ModelVersion>) { ++callbacks; });
   for (uint32_t v = 1; v <= 4; ++v) {
     ASSERT_TRUE((*pub)->Publish(MakeModel(100000, 11 + v), v).ok());
     ASSERT_TRUE((*sub)->WaitForVersion(v, 10).ok());
   }
+  (*sub)->Stop();
   // Four newer versions went through the landing buffers; the held one was
   // never overwritten (its buffer is not reused while referenced).
   EXPECT_TRUE(HasPattern((*held)->state, 11));
   EXPECT_EQ((*sub)->Current()->state.metadata.version, 4u);
   EXPECT_TRUE(HasPattern((*sub)->Current()->state, 15));
-  EXPECT_GE(callbacks, 1);
+  EXPECT_GE(callbacks.load(), 1);
 }
 
 TEST(PfsPublisher, AsyncNewerSnapshotSupersedesUnsent) {

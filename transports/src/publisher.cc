@@ -89,12 +89,13 @@ std::string Publisher::Summary::BriefReport() const {
 namespace {
 
 // Bytes hashed between two passes over the in-flight sends: small enough that
-// completions are noticed (and new chunks posted) promptly.
-constexpr uint64_t kHashSliceBytes = 256 * 1024;
+// completions are noticed (and new chunks posted) promptly. (Both constants
+// are used by the MPI paths only: maybe_unused keeps clang quiet without MPI.)
+[[maybe_unused]] constexpr uint64_t kHashSliceBytes = 256 * 1024;
 
 // shm protocol: bytes the producer copies (and hashes) between two updates
 // of its progress in the segment, which the consumers copy out behind it.
-constexpr uint64_t kShmProgressBytes = 1 << 20;
+[[maybe_unused]] constexpr uint64_t kShmProgressBytes = 1 << 20;
 
 // One version to stream: its data section as ranges in order, and how to get
 // the padded header once the checksum of those ranges is known.
