@@ -150,7 +150,7 @@ int RunBenchSummary(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   if (!json_path.empty()) {
-    Status st = WriteJson(out, json_path);
+    Status st = WriteJson(out, json_path, "bench-summary");
     if (!st.ok()) return Fail("bench-summary", st);
   }
   if (!plot.empty() && !columns.empty()) {

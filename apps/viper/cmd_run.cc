@@ -402,7 +402,7 @@ int RunRun(const std::vector<std::string>& args) {
   }
   std::fflush(stdout);
   if (!json_path.empty()) {
-    auto st = WriteJson(j, json_path);
+    auto st = WriteJson(j, json_path, "run");
     if (!st.ok()) return Fail("run", st);
   }
   if (!csv_path.empty()) {

@@ -231,7 +231,7 @@ int RunTrain(const std::vector<std::string>& args) {
     j["test_seconds"] = s.test_seconds;
     if (!log_out.empty()) j["log"] = log_out;
     if (!save_model.empty()) j["model"] = save_model;
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "train");
     if (!st.ok()) return Fail("train", st);
   }
   return kExitOk;
