@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -23,70 +24,56 @@ namespace {
 using Row = simulator::StrategyOutcome;
 
 // Draws the true curve, the prediction, each strategy's checkpoints and a CIL
-// bar chart with gnuplot.
+// bar chart with gnuplot. The bars start at zero and carry each strategy's
+// regret vs the oracle.
 Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std::string& png) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("viper-plot-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::string curves = "# iteration truth predicted\n";
+  std::ostringstream curves, warm, marks, bars;
+  for (auto* os : {&curves, &warm, &marks, &bars}) os->precision(10);
   const auto& p = ctx.problem;
   const int64_t step = std::max<int64_t>(1, (p.total_iterations - p.warmup_iterations) / 2000);
   for (int64_t i = p.warmup_iterations; i <= p.total_iterations; i += step) {
-    curves += std::to_string(i) + " " + (ctx.truth ? std::to_string(ctx.truth->at(i)) : "NaN") + " " +
-              std::to_string(ctx.predicted.at(i)) + "\n";
+    curves << i << " ";
+    if (ctx.truth) curves << ctx.truth->at(i); else curves << "NaN";
+    curves << " " << ctx.predicted.at(i) << "\n";
   }
-  std::string warm = "# iteration loss (warm-up points)\n";
-  for (size_t k = 0; k < ctx.observed.size(); ++k) {
-    warm += std::to_string(ctx.observed.iterations[k]) + " " + std::to_string(ctx.observed.losses[k]) + "\n";
-  }
-  std::string marks, bars;
+  for (size_t k = 0; k < ctx.observed.size(); ++k) warm << ctx.observed.iterations[k] << " " << ctx.observed.losses[k] << "\n";
+  bool any_mark = false;
   for (size_t r = 0; r < rows.size(); ++r) {
-    for (int64_t s : rows[r].plan.schedule) marks += std::to_string(s) + " " + std::to_string(r) + "\n";
-    bars += std::to_string(r) + " \"" + std::string(schedulers::ToString(rows[r].kind)) + "\" " +
-            std::to_string(rows[r].sim.cil) + "\n";
+    for (int64_t s : rows[r].plan.schedule) {
+      marks << s << " " << r << "\n";
+      any_mark = true;
+    }
+    char regret[32] = "";
+    if (rows[r].regret_vs_oracle) std::snprintf(regret, sizeof regret, "%+.2f%%", 100 * *rows[r].regret_vs_oracle);
+    bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << rows[r].sim.cil << " \"" << regret << "\"\n";
   }
-  if (marks.empty()) marks = "0 -10\n";
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "curves.dat").string(), curves));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "warm.dat").string(), warm));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "marks.dat").string(), marks));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "bars.dat").string(), bars));
+  if (!any_mark) marks << "0 -10\n";
   std::string ytics;
   for (size_t r = 0; r < rows.size(); ++r) {
     ytics += (r ? ", " : "") + std::string("\"") + schedulers::ToString(rows[r].kind) + "\" " + std::to_string(r);
   }
-  const std::string d = dir.string();
-  std::string script =
-      "set terminal pngcairo noenhanced size 1200,1100 font 'DejaVu Sans,10'\n"
-      "set output '" + png + "'\n"
-      "set multiplot layout 3,1 title '" + ctx.log.source + " (planners observe " + predictor::ToString(ctx.metric) +
-      ", judged on " + predictor::ToString(ctx.truth_metric) + "; warm-up " + std::to_string(p.warmup_iterations) +
-      " of " + std::to_string(p.total_iterations) + ")'\n"
-      "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key top right\n"
-      "plot '" + d + "/curves.dat' u 1:2 w l lw 2 lc rgb '#222222' t 'truth: " + std::string(predictor::ToString(ctx.truth_metric)) + " (log)', "
-      "'" + d + "/curves.dat' u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
-      "'" + d + "/warm.dat' u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t 'warm-up " + std::string(predictor::ToString(ctx.metric)) + "'\n"
-      "set ylabel ''; set ytics (" + ytics + "); set yrange [-0.5:" + std::to_string(rows.size() - 0.5) + "]\n"
-      "set title 'checkpoints per strategy'; unset key\n"
-      "plot '" + d + "/marks.dat' u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
-      "set title 'simulated CIL on the true curve (lower is better)'; set ytics auto; set autoscale y\n"
-      "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:" +
-      std::to_string(rows.size() - 0.5) + "]\n"
-      "plot '" + d + "/bars.dat' u 1:3:xtic(2) w boxes lc rgb '#1f77b4'\n"
-      "unset multiplot\n";
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "plot.gp").string(), script));
-  const std::string cmd = "gnuplot '" + d + "/plot.gp' 2>'" + d + "/gnuplot.err'";
-  const int rc = std::system(cmd.c_str());
-  std::string err;
-  {
-    std::ifstream in(dir / "gnuplot.err");
-    std::getline(in, err, '\0');
-  }
-  fs::remove_all(dir);
-  if (rc != 0) {
-    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + "): " + err +
-                            " (install gnuplot-nox, or drop --plot)");
-  }
-  return Status::Ok();
+  const std::string truth = predictor::ToString(ctx.truth_metric), observed = predictor::ToString(ctx.metric);
+  const std::string title = ctx.log.source + " (planners observe " + observed + ", judged on " + truth +
+                            (TruthIsTrainingLoss(ctx) ? ": the noisy per-batch training loss" : "") + "; warm-up " +
+                            std::to_string(p.warmup_iterations) + " of " + std::to_string(p.total_iterations) + ")";
+  std::ostringstream gp;
+  gp << "$curves << EOD\n" << curves.str() << "EOD\n$warm << EOD\n" << warm.str() << "EOD\n"
+     << "$marks << EOD\n" << marks.str() << "EOD\n$bars << EOD\n" << bars.str() << "EOD\n"
+     << "set multiplot layout 3,1 title " << GnuplotQuote(title) << "\n"
+     << "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key outside right top\n"
+     << "plot $curves u 1:2 w l lw 2 lc rgb '#222222' t " << GnuplotQuote("truth: " + truth + " (log)") << ", "
+     << "$curves u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
+     << "$warm u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t " << GnuplotQuote("warm-up " + observed) << "\n"
+     << "set ylabel ''; set ytics (" << ytics << "); set yrange [-0.5:" << rows.size() - 0.5 << "]\n"
+     << "set title 'checkpoints per strategy'; unset key\n"
+     << "plot $marks u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
+     << "set title 'simulated CIL on the true curve (lower is better; the axis starts at 0; labels: regret vs the oracle)'\n"
+     << "set ytics auto; set yrange [0:*]; set offsets 0, 0, graph 0.12, 0\n"
+     << "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:"
+     << rows.size() - 0.5 << "]\n"
+     << "plot $bars u 1:3:xtic(2) w boxes lc rgb '#1f77b4', $bars u 1:3:4 w labels offset 0,0.8 font ',9'\n"
+     << "unset multiplot\n";
+  return RunGnuplot("set terminal pngcairo noenhanced size 1300,1100 font 'DejaVu Sans,10'", gp.str(), png);
 }
 
 }  // namespace
