@@ -71,7 +71,9 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
   } catch (const po::validation_error& e) {
     // A typed option whose text does not convert ("--requests lots").
     const std::string option = e.get_option_name();
-    const po::option_description* d = desc.find_nothrow(option.substr(option.find_first_not_of('-')), false);
+    const size_t name_at = option.find_first_not_of('-');
+    const po::option_description* d =
+        name_at == std::string::npos ? nullptr : desc.find_nothrow(option.substr(name_at), false);
     message = option + " '" + ValueGiven(args, option) + "' is not valid: expected " +
               (d ? Expected(d->semantic().get()) : std::string("a value of the documented form"));
   } catch (const po::error& e) {

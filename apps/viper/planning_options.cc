@@ -426,9 +426,10 @@ std::string TruthNote(const PlanningContext& ctx) {
     note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
            "planners observe " + predictor::ToString(ctx.metric);
   } else {
-    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) +
-           ", the series the planners observe: the log has no separate truth column (test_loss),\n"
-           "so a rule that selects on measured noise is rewarded for it";
+    const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss).ok();
+    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
+           (has_test ? "--truth-metric chose it over the log's test_loss" : "the log has no separate truth column (test_loss)") +
+           ",\nso a rule that selects on measured noise is rewarded for it";
   }
   if (TruthIsTrainingLoss(ctx)) {
     note += "\nwarning: the truth is the per-batch TRAINING loss, a noisy stand-in for the loss served requests "
