@@ -61,7 +61,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // exhausted memory). Stated in --help and in the errors.
 constexpr int64_t kMaxRequests = 50'000'000;          // simulated requests (~16 B each)
 constexpr double kMaxModelBytes = 1125899906842624.0;  // 1 PiB, modelled sizes
-constexpr int64_t kMaxIterations = 1'000'000'000;     // N, W, spacing, predict-at
+constexpr int64_t kMaxIterations = 1'000'000'000;     // an iteration number (W, spacing)
+constexpr int64_t kMaxPlannedIterations = 10'000'000;  // N - W: each is a point of the planned curves
 
 // The warm-up, `--warmup N|P%`: N iterations after the log's first iteration,
 // or P% of the logged iteration span (first..last). Exactly one is set.

@@ -84,7 +84,8 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
 Status ValidatePlanningOptions(const PlanningOptions& o) {
   const schedulers::ScenarioOptions& sc = o.scenario;
   const schedulers::Problem& pt = sc.problem_template;
-  VIPER_RETURN_IF_ERROR(CheckInteger("--total-iterations", sc.total_iterations, 0, kMaxIterations, "0 = the log's last"));
+  VIPER_RETURN_IF_ERROR(CheckInteger("--total-iterations", sc.total_iterations, 0, kMaxPlannedIterations,
+                                     "0 = the log's last; each iteration after the warm-up is a point of the planned curves"));
   VIPER_RETURN_IF_ERROR(CheckReal("--seconds-per-iteration", sc.seconds_per_iteration, 0, 1e6, false, "0 = measured from the log"));
   VIPER_RETURN_IF_ERROR(CheckReal("--seconds-per-epoch", o.seconds_per_epoch, 0, 1e9, false, "0 = unused"));
   if (sc.seconds_per_iteration > 0 && o.seconds_per_epoch > 0) {
@@ -262,6 +263,15 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
     return InvalidArgumentError("--warmup " + o.warmup.text + " ends at iteration " + std::to_string(W) + ", outside " +
                                 ctx.log.source + "'s iterations " + std::to_string(first) + ".." + std::to_string(last) +
                                 " (the warm-up must end at or after the first and before the last)");
+  }
+  {
+    const int64_t N = so.total_iterations > 0 ? so.total_iterations : last;
+    if (N - W > kMaxPlannedIterations) {
+      return OutOfRangeError("the planned horizon N - W = " + std::to_string(N) + " - " + std::to_string(W) +
+                             " iterations of " + ctx.log.source + " exceeds the limit of " +
+                             std::to_string(kMaxPlannedIterations) +
+                             " (each is a point of the planned curves): give --total-iterations or a later --warmup");
+    }
   }
   // Enough points in the warm-up for the predictor (the metric the scenario
   // will choose: the one asked for, else validation when it has enough).

@@ -167,6 +167,8 @@ if [ -f "$log" ]; then
   expect_rc 2 "simulate --requests 1e12" "$viper" simulate --log "$log" -q --requests 1000000000000
   expect_in "$tmp/err" "[0, 50000000]" "--requests states its limit"
   expect_rc 2 "simulate --model-bytes 1e30" "$viper" simulate --log "$log" -q --model-bytes 1e30
+  expect_rc 2 "plan --total-iterations 2e7" "$viper" plan --log "$log" --total-iterations 20000000
+  expect_in "$tmp/err" "[0, 10000000]" "--total-iterations states its limit"
 
   # --- Non-UTF-8 names reach JSON as U+FFFD, never an abort or a 0-byte file (18.3).
   cp "$log" "$tmp/latin1_"$'\xe9'".csv.gz"
