@@ -58,6 +58,19 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
                 po::variables_map* vm, const std::string& usage, const std::string& description) {
   const std::string command = CommandOf(usage);
   std::string message;
+  // Boost.Program_options (1.74) formats its messages by replacing
+  // placeholders like %value% with the user's text until none is left: an
+  // argument that holds a placeholder never stops being replaced (found by
+  // fuzz/options_fuzz.cc). Refuse such an argument before parsing.
+  for (const std::string& a : args) {
+    for (const char* placeholder : {"%canonical_option%", "%value%", "%prefix%", "%option%", "%original_token%"}) {
+      if (a.find(placeholder) != std::string::npos) {
+        std::cerr << "viper " << command << ": the argument '" << a.substr(0, 200) << "' contains '" << placeholder
+                  << "', which the option parser cannot quote\n";
+        return kExitUsage;
+      }
+    }
+  }
   try {
     po::store(po::command_line_parser(args).options(desc).run(), *vm);
     if (vm->count("help")) {

@@ -160,6 +160,11 @@ if [ -f "$log" ]; then
   expect_rc 2 "simulate --requests lots" "$viper" simulate --log "$log" --requests lots
   expect_in "$tmp/err" "--requests 'lots' is not valid: expected a whole number" "bad number: one sentence"
 
+  # An argument holding a Program_options placeholder looped forever inside
+  # Boost's message formatting (fuzz/options_fuzz.cc found it).
+  expect_rc 2 "plan with a placeholder in an unknown option" timeout 20 "$viper" plan --log "$log" --h%original_token%x
+  expect_rc 2 "simulate with a placeholder in a value" timeout 20 "$viper" simulate --log "$log" --requests %value%
+
   # --- Absurd sizes are refused before allocating, naming option and limit (18.4).
   expect_rc 2 "simulate --request-interval-s 1e-12" "$viper" simulate --log "$log" -q --strategies epoch,oracle --request-interval-s 1e-12
   expect_in "$tmp/err" "the limit is 50000000 requests" "the implied request count names the limit"
