@@ -239,7 +239,8 @@ int RunRun(const std::vector<std::string>& args) {
       "Times are seconds since the end of warm-up.\n"
       "Exit codes: 0 ok; 1 failure (a lost producer, bad input); 2 bad usage (an option value: the message names\n"
       "it); 3 the run finished but lost consumers (Open MPI's orte_enable_recovery; the 'lost consumer(s)' line\n"
-      "names them).");
+      "names them). Exit 3 is rank 0's status: Open MPI 4.1's mpirun returns 0 under orte_enable_recovery\n"
+      "whatever its ranks return, so there read the line on stderr or the JSON's lost_consumers.");
   if (parsed == -1) return kExitOk;
   if (parsed != 0) return parsed;
   auto usage = [](const std::string& m) { return UsageError("run", m); };
