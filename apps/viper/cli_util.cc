@@ -226,6 +226,12 @@ Status WriteJson(nlohmann::json j, const std::string& path, const std::string& s
   return WriteText(path, text);
 }
 
+Status WriteTrace(const std::string& text, const std::string& path, const std::string& schema) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InternalError("the trace to write to '" + path + "' is not a JSON object");
+  return WriteJson(std::move(j), path, schema);
+}
+
 std::string GnuplotQuote(const std::string& text) {
   std::string out = "'";
   for (char c : text) {

@@ -92,6 +92,11 @@ Status WriteText(const std::string& path, const std::string& text);
 // bytes instead of failing.
 Status WriteJson(nlohmann::json j, const std::string& path, const std::string& schema, int version = 1);
 
+// Writes a Chrome trace-event JSON document (`text`, an object with
+// "traceEvents") atomically with the "schema" key added (trace viewers
+// ignore unknown top-level keys).
+Status WriteTrace(const std::string& text, const std::string& path, const std::string& schema);
+
 // `text` as a gnuplot single-quoted string ('it''s').
 std::string GnuplotQuote(const std::string& text);
 // Runs gnuplot on `script` (which must not set the output) drawing to `png`

@@ -457,7 +457,7 @@ int RunRun(const std::vector<std::string>& args) {
     if (!st.ok()) return leave(Fail("run", st));
   }
   if (!trace_path.empty()) {
-    auto st = WriteText(trace_path, s.ChromeTrace());
+    auto st = WriteTrace(s.ChromeTrace(), trace_path, "run-trace");
     if (!st.ok()) return leave(Fail("run", st));
   }
   if (done_code == kExitLostConsumers) {

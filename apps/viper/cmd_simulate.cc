@@ -182,7 +182,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
     if (!result.ok()) return Fail("simulate", result.status());
     if (!trace_path.empty()) {
-      Status st = WriteText(trace_path, result->ChromeTrace());
+      Status st = WriteTrace(result->ChromeTrace(), trace_path, "simulate-trace");
       if (!st.ok()) return Fail("simulate", st);
     }
     if (!requests_csv.empty()) {

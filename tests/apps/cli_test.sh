@@ -189,6 +189,7 @@ if [ -f "$log" ]; then
   expect_stdout_json "fit --json -" "$viper" fit --log "$log" --json -
   expect_stdout_json "evaluate --json -" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20% --windows while-training --strategies epoch -q --json -
   expect_json "$tmp/sim.json" "viper.simulate/1" "simulate JSON schema"
+  expect_json "$tmp/trace.json" "viper.simulate-trace/1" "simulate trace schema"
   expect_json "$tmp/plan.json" "viper.plan/1" "plan JSON schema"
   expect_json "$tmp/eval.json" "viper.evaluate/1" "evaluate JSON schema"
   expect_rc 0 "fit with JSON" "$viper" fit --log "$log" --json "$tmp/fit.json"
