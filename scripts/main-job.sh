@@ -12,11 +12,11 @@ build="${VIPER_BUILD_DIR:-$root/build}"
 "$root/scripts/build.sh" >&2
 mkdir -p "$root/out"
 echo "== a plain run: datasets/logs/sgd-h256.csv.gz"
-"$build/apps/viper" simulate --log "$root/datasets/logs/sgd-h256.csv.gz" --warmup-fraction 0.2 \
+"$build/apps/viper" simulate --log "$root/datasets/logs/sgd-h256.csv.gz" --warmup 20% \
   --json "$root/out/main-job.json" --plot "$root/out/main-job.png" --trace "$root/out/main-job-trace.json" "$@"
 echo
 echo "== a drifting run (classes 5-9 arrive at iteration 1500): datasets/logs/drift-sgd-h256.csv.gz"
-"$build/apps/viper" simulate --log "$root/datasets/logs/drift-sgd-h256.csv.gz" --warmup-fraction 0.2 \
+"$build/apps/viper" simulate --log "$root/datasets/logs/drift-sgd-h256.csv.gz" --warmup 20% \
   --json "$root/out/main-job-drift.json" --plot "$root/out/main-job-drift.png" "$@"
 echo "wrote out/main-job.json, out/main-job.png, out/main-job-drift.json, out/main-job-drift.png (plots),"
 echo "out/main-job-trace.json (the plain run's optimal schedule; open in https://ui.perfetto.dev)"

@@ -1,15 +1,76 @@
 #include "cli_util.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "commands.h"
 
 namespace viper {
 namespace cli {
+namespace {
+
+// "viper simulate --log ..." -> "simulate".
+std::string CommandOf(const std::string& usage) {
+  std::istringstream in(usage);
+  std::string viper, command;
+  in >> viper >> command;
+  return command;
+}
+
+// What a typed option accepts, from its value semantic.
+std::string Expected(const po::value_semantic* s) {
+  if (dynamic_cast<const po::typed_value<double>*>(s)) return "a number (e.g. 0.5 or 1e-3)";
+  if (dynamic_cast<const po::typed_value<int64_t>*>(s) || dynamic_cast<const po::typed_value<int>*>(s)) {
+    return "a whole number (e.g. 100)";
+  }
+  if (dynamic_cast<const po::typed_value<uint64_t>*>(s)) return "a non-negative whole number";
+  return "a value of the documented form";
+}
+
+// The value given for `option` on the command line ("--x v" or "--x=v").
+std::string ValueGiven(const std::vector<std::string>& args, const std::string& option) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == option && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind(option + "=", 0) == 0) return args[i].substr(option.size() + 1);
+  }
+  return "";
+}
+
+std::string Num(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
 
 int ParseOrHelp(const std::vector<std::string>& args, const po::options_description& desc,
                 po::variables_map* vm, const std::string& usage, const std::string& description) {
+  const std::string command = CommandOf(usage);
+  std::string message;
+  // Boost.Program_options (1.74) formats its messages by replacing
+  // placeholders like %value% with the user's text until none is left: an
+  // argument that holds a placeholder never stops being replaced (found by
+  // fuzz/options_fuzz.cc). Refuse such an argument before parsing.
+  for (const std::string& a : args) {
+    for (const char* placeholder : {"%canonical_option%", "%value%", "%prefix%", "%option%", "%original_token%"}) {
+      if (a.find(placeholder) != std::string::npos) {
+        std::cerr << "viper " << command << ": the argument '" << a.substr(0, 200) << "' contains '" << placeholder
+                  << "', which the option parser cannot quote\n";
+        return kExitUsage;
+      }
+    }
+  }
   try {
     po::store(po::command_line_parser(args).options(desc).run(), *vm);
     if (vm->count("help")) {
@@ -17,11 +78,23 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
       return -1;
     }
     po::notify(*vm);
+    return 0;
+  } catch (const OptionValueError& e) {
+    message = e.what();
+  } catch (const po::validation_error& e) {
+    // A typed option whose text does not convert ("--requests lots").
+    const std::string option = e.get_option_name();
+    const size_t name_at = option.find_first_not_of('-');
+    const po::option_description* d =
+        name_at == std::string::npos ? nullptr : desc.find_nothrow(option.substr(name_at), false);
+    message = option + " '" + ValueGiven(args, option) + "' is not valid: expected " +
+              (d ? Expected(d->semantic().get()) : std::string("a value of the documented form"));
   } catch (const po::error& e) {
-    std::cerr << "viper: " << e.what() << "\nUsage: " << usage << "\nTry '--help' for the options.\n";
-    return kExitUsage;
+    message = e.what();
   }
-  return 0;
+  std::cerr << "viper " << command << ": " << message << "\nUsage: " << usage << "\nTry 'viper " << command
+            << " --help' for the options.\n";
+  return kExitUsage;
 }
 
 int Fail(const std::string& command, const Status& status) {
@@ -29,25 +102,177 @@ int Fail(const std::string& command, const Status& status) {
   return kExitFailure;
 }
 
+int UsageError(const std::string& command, const std::string& message) {
+  std::cerr << "viper " << command << ": " << message << "\nTry 'viper " << command << " --help' for the options.\n";
+  return kExitUsage;
+}
+
+Status CheckReal(const std::string& option, double value, double min, double max, bool min_open,
+                 const std::string& note) {
+  const bool ok = std::isfinite(value) && (min_open ? value > min : value >= min) && value <= max;
+  if (ok) return Status::Ok();
+  std::string range = std::string(min_open ? "(" : "[") + Num(min) + ", " + Num(max) + (std::isinf(max) ? ")" : "]");
+  return InvalidArgumentError(option + " " + Num(value) + " is out of range: expected a finite number in " + range +
+                              (note.empty() ? "" : " (" + note + ")"));
+}
+
+Status CheckInteger(const std::string& option, int64_t value, int64_t min, int64_t max, const std::string& note) {
+  if (value >= min && value <= max) return Status::Ok();
+  return InvalidArgumentError(option + " " + std::to_string(value) + " is out of range: expected an integer in [" +
+                              std::to_string(min) + ", " + std::to_string(max) + "]" +
+                              (note.empty() ? "" : " (" + note + ")"));
+}
+
+int64_t Warmup::Resolve(int64_t first, int64_t last) const {
+  if (iterations > 0) return iterations;
+  return first + static_cast<int64_t>(std::llround(fraction * static_cast<double>(last - first)));
+}
+
+Warmup Warmup::Fraction(double f) {
+  Warmup w;
+  w.fraction = f;
+  std::ostringstream os;
+  os << f * 100 << "%";
+  w.text = os.str();
+  return w;
+}
+
+StatusOr<Warmup> ParseWarmup(const std::string& text) {
+  Warmup w;
+  w.text = text;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if (!text.empty() && text.back() == '%') {
+    const double p = std::strtod(begin, &end);
+    if (end != begin && end == begin + text.size() - 1 && std::isfinite(p) && p > 0 && p < 100) {
+      w.fraction = p / 100;
+      return w;
+    }
+  } else if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    const long long n = std::strtoll(begin, &end, 10);
+    if (errno == 0 && n > 0 && n <= kMaxIterations) {
+      w.iterations = n;
+      return w;
+    }
+  }
+  return InvalidArgumentError("--warmup '" + text + "' is not valid: expected N|P%, an iteration N in [1, " +
+                              std::to_string(kMaxIterations) +
+                              "] where the warm-up ends, or a percentage P in (0, 100) of the logged iteration span");
+}
+
+void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, int) {
+  po::validators::check_first_occurrence(v);
+  auto w = ParseWarmup(po::validators::get_single_string(values));
+  if (!w.ok()) throw OptionValueError(w.status().message());
+  v = boost::any(*w);
+}
+
 Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) return IoError("cannot open '" + path + "' for writing");
-  out << text;
-  out.close();
-  if (!out) return IoError("failed writing '" + path + "'");
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (done != text.size()) return IoError("failed writing '" + path + "'");
+    return Status::Ok();
+  }
+  const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return IoError("failed writing '" + path + "': " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return IoError("failed writing '" + path + "': " + why);
+  }
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return IoError("cannot rename the written file to '" + path + "': " + why);
+  }
   return Status::Ok();
 }
 
-Status WriteJson(const nlohmann::json& j, const std::string& path) {
-  if (path == "-") {
-    std::cout << j.dump(2) << "\n";
+Status WriteJson(nlohmann::json j, const std::string& path, const std::string& schema, int version) {
+  j["schema"] = "viper." + schema + "/" + std::to_string(version);
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (JsonToStdout(path)) {
+    std::cout << text << std::flush;
+    if (!std::cout) return IoError("failed writing JSON to stdout");
     return Status::Ok();
   }
-  std::ofstream out(path);
-  if (!out) return IoError("cannot open '" + path + "' for writing");
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) return IoError("failed writing '" + path + "'");
+  return WriteText(path, text);
+}
+
+Status WriteTrace(const std::string& text, const std::string& path, const std::string& schema) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InternalError("the trace to write to '" + path + "' is not a JSON object");
+  return WriteJson(std::move(j), path, schema);
+}
+
+std::string GnuplotQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out += "''";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out + "'";
+}
+
+Status RunGnuplot(const std::string& terminal, const std::string& script, const std::string& png) {
+  namespace fs = std::filesystem;
+  const fs::path target(png);
+  const std::string stem = "viper-gnuplot-" + std::to_string(::getpid());
+  const fs::path tmp_png = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const fs::path script_path = fs::temp_directory_path() / (stem + ".gp");
+  const fs::path err_path = fs::temp_directory_path() / (stem + ".err");
+  VIPER_RETURN_IF_ERROR(WriteText(script_path.string(),
+                                  terminal + "\nset output " + GnuplotQuote(tmp_png.string()) + "\n" + script));
+  // Both paths are ours (temp dir, pid): no shell quoting issue.
+  const std::string cmd = "gnuplot '" + script_path.string() + "' 2>'" + err_path.string() + "'";
+  const int rc = std::system(cmd.c_str());
+  std::string err;
+  {
+    std::ifstream in(err_path);
+    std::getline(in, err, '\0');
+    if (err.size() > 2000) err = err.substr(0, 2000) + "...";
+  }
+  std::error_code ec;
+  fs::remove(script_path, ec);
+  fs::remove(err_path, ec);
+  if (rc != 0) {
+    fs::remove(tmp_png, ec);
+    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + ") drawing '" + png + "': " + err +
+                            " (install gnuplot-nox, or drop --plot)");
+  }
+  fs::rename(tmp_png, target, ec);
+  if (ec) {
+    fs::remove(tmp_png, ec);
+    return IoError("cannot rename the plot to '" + png + "'");
+  }
   return Status::Ok();
 }
 

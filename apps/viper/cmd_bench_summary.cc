@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -45,7 +46,7 @@ int RunBenchSummary(const std::vector<std::string>& args) {
   desc.add_options()("help,h", "print this help")
       ("input", po::value(&input)->required(), "viper-bench output written with --benchmark_format=json (or --benchmark_out=FILE --benchmark_out_format=json)")
       ("plot", po::value(&plot), "PNG bar chart: median regret vs oracle per strategy and tier (gnuplot)")
-      ("json", po::value(&json_path), "write the summary tables as JSON ('-' = stdout)");
+      ("json", po::value(&json_path), "write the summary tables as JSON ('-' = stdout only JSON, the tables go to stderr); schema viper.bench-summary/1");
   po::variables_map vm;
   const int rc = ParseOrHelp(args, desc, &vm, "viper bench-summary --input bench.json [--plot PATH.png]",
                              "Prints, from one viper-bench run: the strategy comparison (median over the logs of the "
@@ -60,9 +61,10 @@ int RunBenchSummary(const std::vector<std::string>& args) {
     return Fail("bench-summary", InvalidArgumentError(input + ": not Google Benchmark JSON (no \"benchmarks\" array); run "
                                                       "viper-bench --benchmark_format=json"));
   }
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
   if (j.contains("context")) {
     const auto& c = j["context"];
-    std::printf("viper-bench run %s on %s: %d CPUs at %.0f MHz\n\n", c.value("date", "?").c_str(),
+    std::fprintf(table, "viper-bench run %s on %s: %d CPUs at %.0f MHz\n\n", c.value("date", "?").c_str(),
                 c.value("host_name", "?").c_str(), c.value("num_cpus", 0), c.value("mhz_per_cpu", 0.0));
   }
 
@@ -90,48 +92,48 @@ int RunBenchSummary(const std::vector<std::string>& args) {
   }
   nlohmann::json out;
   if (!columns.empty()) {
-    std::printf("Strategies: median over %zu logs of the regret vs the oracle (CIL / oracle CIL - 1), simulated on each "
+    std::fprintf(table, "Strategies: median over %zu logs of the regret vs the oracle (CIL / oracle CIL - 1), simulated on each "
                 "log's true curve\n%-13s", logs.size(), "strategy");
-    for (const auto& c : columns) std::printf(" %9s", c.c_str());
-    std::printf("\n");
+    for (const auto& c : columns) std::fprintf(table, " %9s", c.c_str());
+    std::fprintf(table, "\n");
     for (const char* s : kStrategyOrder) {
-      std::printf("%-13s", s);
+      std::fprintf(table, "%-13s", s);
       for (const auto& c : columns) {
         const double m = Median(regret[c][s]);
-        std::printf(" %+8.2f%%", 100 * m);
+        std::fprintf(table, " %+8.2f%%", 100 * m);
         out["strategies"]["median_regret"][c][s] = m;
         out["strategies"]["median_change_vs_epoch"][c][s] = Median(vs_epoch[c][s]);
       }
-      std::printf("\n");
+      std::fprintf(table, "\n");
     }
-    std::printf("\nStrategies: median change of CIL vs epoch-boundary updates\n%-13s", "strategy");
-    for (const auto& c : columns) std::printf(" %9s", c.c_str());
-    std::printf("\n");
+    std::fprintf(table, "\nStrategies: median change of CIL vs epoch-boundary updates\n%-13s", "strategy");
+    for (const auto& c : columns) std::fprintf(table, " %9s", c.c_str());
+    std::fprintf(table, "\n");
     for (const char* s : kStrategyOrder) {
-      std::printf("%-13s", s);
-      for (const auto& c : columns) std::printf(" %+8.2f%%", 100 * Median(vs_epoch[c][s]));
-      std::printf("\n");
+      std::fprintf(table, "%-13s", s);
+      for (const auto& c : columns) std::fprintf(table, " %+8.2f%%", 100 * Median(vs_epoch[c][s]));
+      std::fprintf(table, "\n");
     }
     if (!per_log.empty()) {
-      std::printf("\nStrategies: regret vs the oracle per log (gpu tier, 20%% warm-up)\n%-18s", "log");
-      for (const char* s : kStrategyOrder) std::printf(" %12s", s);
-      std::printf("\n");
+      std::fprintf(table, "\nStrategies: regret vs the oracle per log (gpu tier, 20%% warm-up)\n%-18s", "log");
+      for (const char* s : kStrategyOrder) std::fprintf(table, " %12s", s);
+      std::fprintf(table, "\n");
       for (const auto& [log, m] : per_log) {
-        std::printf("%-18s", log.c_str());
+        std::fprintf(table, "%-18s", log.c_str());
         for (const char* s : kStrategyOrder) {
           auto it = m.find(s);
-          if (it == m.end()) std::printf(" %12s", "-");
-          else std::printf(" %+11.2f%%", 100 * it->second);
+          if (it == m.end()) std::fprintf(table, " %12s", "-");
+          else std::fprintf(table, " %+11.2f%%", 100 * it->second);
         }
-        std::printf("\n");
+        std::fprintf(table, "\n");
       }
     }
-    std::printf("\n");
+    std::fprintf(table, "\n");
   }
   for (const auto& [family, rows] : families) {
-    std::printf("%s\n", family.c_str());
+    std::fprintf(table, "%s\n", family.c_str());
     for (const auto* b : rows) {
-      std::printf("  %-58s %12.4g %s", b->value("name", "").c_str(), b->value("real_time", 0.0),
+      std::fprintf(table, "  %-58s %12.4g %s", b->value("name", "").c_str(), b->value("real_time", 0.0),
                   b->value("time_unit", "").c_str());
       std::string counters;
       for (auto it = b->begin(); it != b->end(); ++it) {
@@ -145,44 +147,49 @@ int RunBenchSummary(const std::vector<std::string>& args) {
         counters += buf;
         out["families"][family][b->value("name", "")][it.key()] = it.value();
       }
-      std::printf("%s\n", counters.c_str());
+      std::fprintf(table, "%s\n", counters.c_str());
     }
-    std::printf("\n");
+    std::fprintf(table, "\n");
   }
   if (!json_path.empty()) {
-    Status st = WriteJson(out, json_path);
+    Status st = WriteJson(out, json_path, "bench-summary");
     if (!st.ok()) return Fail("bench-summary", st);
   }
   if (!plot.empty() && !columns.empty()) {
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::temp_directory_path() / ("viper-bench-plot-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
     std::vector<std::string> tiers;
     for (const auto& c : columns) {
       if (c.size() > 4 && c.substr(c.size() - 4) == "/w20") tiers.push_back(c);
     }
     if (tiers.empty()) tiers.push_back(*columns.begin());
-    std::ofstream data(dir / "regret.dat");
+    std::ostringstream data;
     data << "strategy";
     for (const auto& t : tiers) data << " " << t;
     data << "\n";
+    double lowest = 0;
     for (const char* s : kStrategyOrder) {
       data << s;
-      for (const auto& t : tiers) data << " " << 100 * Median(regret[t][s]);
+      for (const auto& t : tiers) {
+        const double v = 100 * Median(regret[t][s]);
+        lowest = std::min(lowest, v);
+        data << " " << v;
+      }
       data << "\n";
     }
-    data.close();
-    std::ofstream gp(dir / "plot.gp");
-    gp << "set terminal pngcairo noenhanced size 1000,500 font 'DejaVu Sans,10'\nset output '" << plot << "'\n"
-       << "set title 'median regret vs oracle over the shipped logs (20% warm-up), %'\n"
+    // Bars start at zero (below it only when a regret is negative); each bar
+    // carries its value. Cluster k of n sits at x = row + (k - (n-1)/2) / (n + gap);
+    // $0 counts the header line, hence row = $0 - 1.
+    const size_t n = tiers.size();
+    std::ostringstream gp;
+    gp << "$regret << EOD\n" << data.str() << "EOD\n"
+       << "set title 'median regret vs oracle over the logs (20% warm-up), %; the axis starts at 0'\n"
        << "set style data histogram; set style histogram cluster gap 1; set style fill solid 0.8; set grid ytics\n"
-       << "set ylabel 'regret %'; set key top left\n"
-       << "plot for [i=2:" << tiers.size() + 1 << "] '" << (dir / "regret.dat").string()
-       << "' using i:xtic(1) title columnheader(i)\n";
-    gp.close();
-    const int prc = std::system(("gnuplot '" + (dir / "plot.gp").string() + "'").c_str());
-    fs::remove_all(dir);
-    if (prc != 0) return Fail("bench-summary", UnavailableError("gnuplot failed; install gnuplot-nox or drop --plot"));
+       << "set ylabel 'regret %'; set key outside right top; set xzeroaxis lt -1\n"
+       << "set yrange [" << (lowest < 0 ? lowest * 1.15 : 0.0) << ":*]; set offsets 0, 0, graph 0.1, 0\n"
+       << "plot for [i=2:" << n + 1 << "] $regret using i:xtic(1) title columnheader(i), \\\n"
+       << "     for [i=2:" << n + 1 << "] $regret using ($0 - 1 + (i - 2 - " << (static_cast<double>(n) - 1) / 2
+       << ") / " << n + 1 << ".0):(column(i)):(sprintf('%+.1f', column(i))) with labels offset 0,0.7 font ',8' notitle\n";
+    Status st = RunGnuplot("set terminal pngcairo noenhanced size 1100,550 font 'DejaVu Sans,10'", gp.str(), plot);
+    if (!st.ok()) return Fail("bench-summary", st);
   }
   return kExitOk;
 }

@@ -49,62 +49,61 @@ int RunEvaluate(const std::vector<std::string>& args) {
   po::options_description desc("Options");
   LogOptions log_options;
   PlanningOptions options;
-  std::string logs_text, tiers_text = "gpu,host,pfs", warmups_text = "0.1,0.2,0.4",
+  std::string logs_text, tiers_text = "gpu,host,pfs", warmups_text = "10%,20%,40%",
                          windows_text = "while-training,requests", strategies = "all", json_path;
   double window_scale = 1.0;
   bool quiet = false;
   desc.add_options()("help,h", "print this help")
       ("logs", po::value(&logs_text), "comma-separated training logs (default: every shipped log in datasets/logs)")
       ("tiers", po::value(&tiers_text)->default_value(tiers_text), "tier presets to sweep: gpu,host,pfs")
-      ("warmups", po::value(&warmups_text)->default_value(warmups_text), "warm-up fractions to sweep, each in (0, 1)")
+      ("warmups", po::value(&warmups_text)->default_value(warmups_text), "warm-ups to sweep, comma-separated, each N|P% as --warmup: an iteration N or a percentage P in (0, 100) of each log's iteration span")
       ("windows", po::value(&windows_text)->default_value(windows_text), "window semantics to sweep: while-training (serve while training runs), requests (a fixed number of requests, the Viper paper's setting)")
-      ("window-scale", po::value(&window_scale)->default_value(window_scale), "requests window: the request count is this times the requests that fit in the training time after warm-up (planning tau)")
+      ("window-scale", po::value(&window_scale)->default_value(window_scale), "in (0, 1000]; requests window: the request count is this times the requests that fit in the training time after warm-up (planning tau)")
       ("strategies", po::value(&strategies)->default_value(strategies), "comma-separated list or 'all' (oracle is always added: regret needs it)")
-      ("json", po::value(&json_path), "write every case and the summary as JSON to this path ('-' = stdout)")
+      ("json", po::value(&json_path), "write every case and the summary as JSON to this path ('-' = stdout only JSON, the table goes to stderr); schema viper.evaluate/1")
       ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
   AddPlanningOptions(&desc, &options);
   po::variables_map vm;
   const int rc = ParseOrHelp(
-      args, desc, &vm, "viper evaluate [--logs A,B] [--tiers gpu,host,pfs] [--warmups 0.1,0.2,0.4] [options]",
+      args, desc, &vm, "viper evaluate [--logs A,B] [--tiers gpu,host,pfs] [--warmups 10%,20%,40%] [options]",
       "Runs `viper simulate` over a grid: every log x tier preset x warm-up fraction x window semantics.\n"
       "Each schedule is planned from what a live producer would have seen and judged on the log's truth\n"
       "(test_loss where logged: a sample the planners never see). Prints one line per case (regret of each\n"
       "strategy vs the oracle, in %) and per strategy the median, 90th percentile and worst regret, the\n"
       "median change vs epoch-boundary updates and how many cases are more than 1% worse than epoch.\n"
-      "The planning options below apply to every case (--transport, --warmup-fraction and --requests are\n"
-      "set by the grid).");
+      "The planning options below apply to every case (--transport, --warmup and --requests are set by the\n"
+      "grid). Exit codes: 0 ok, 1 bad input (a log, a file), 2 bad usage (an option value; the message names it).");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
   auto kinds = schedulers::ParseStrategyKinds(strategies);
-  if (!kinds.ok()) {
-    std::cerr << "viper evaluate: --strategies: " << kinds.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!kinds.ok()) return UsageError("evaluate", "--strategies " + strategies + ": " + kinds.status().message());
   if (std::find(kinds->begin(), kinds->end(), schedulers::StrategyKind::kOracle) == kinds->end()) {
     kinds->push_back(schedulers::StrategyKind::kOracle);
   }
-  std::vector<std::string> logs = logs_text.empty() ? datasets::ShippedLogFiles() : SplitList(logs_text);
-  if (logs.empty()) return Fail("evaluate", NotFoundError("no logs: give --logs"));
-  std::vector<double> warmups;
+  std::vector<Warmup> warmups;
   for (const auto& w : SplitList(warmups_text)) {
-    char* end = nullptr;
-    const double v = std::strtod(w.c_str(), &end);
-    if (end == w.c_str() || *end != '\0' || !(v > 0 && v < 1)) {
-      std::cerr << "viper evaluate: --warmups: '" << w << "' is not a fraction in (0, 1)\n";
-      return kExitUsage;
-    }
-    warmups.push_back(v);
+    auto v = ParseWarmup(w);
+    if (!v.ok()) return UsageError("evaluate", "--warmups: " + v.status().message());
+    warmups.push_back(*v);
   }
+  if (warmups.empty()) return UsageError("evaluate", "--warmups '" + warmups_text + "' lists no warm-up");
   const std::vector<std::string> tiers = SplitList(tiers_text), windows = SplitList(windows_text);
+  for (const auto& t : tiers) {
+    auto tier = simulator::TierFromString(t);
+    if (!tier.ok()) return UsageError("evaluate", "--tiers " + t + ": " + tier.status().message());
+  }
   for (const auto& w : windows) {
     if (w != "while-training" && w != "requests") {
-      std::cerr << "viper evaluate: --windows: '" << w << "' (expected while-training or requests)\n";
-      return kExitUsage;
+      return UsageError("evaluate", "--windows " + w + ": expected while-training or requests");
     }
   }
-  if (!(window_scale > 0)) {
-    std::cerr << "viper evaluate: --window-scale must be > 0\n";
-    return kExitUsage;
+  if (tiers.empty() || windows.empty()) return UsageError("evaluate", "--tiers and --windows must each list at least one");
+  if (Status st = CheckReal("--window-scale", window_scale, 0, 1000, true); !st.ok()) {
+    return UsageError("evaluate", st.message());
   }
+  if (Status st = ValidatePlanningOptions(options); !st.ok()) return UsageError("evaluate", st.message());
+  std::vector<std::string> logs = logs_text.empty() ? datasets::ShippedLogFiles() : SplitList(logs_text);
+  if (logs.empty()) return Fail("evaluate", NotFoundError("no logs: give --logs"));
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
 
   std::map<schedulers::StrategyKind, std::vector<double>> regrets, vs_epoch;
   std::map<schedulers::StrategyKind, std::vector<std::string>> worse_than_epoch;
@@ -112,23 +111,22 @@ int RunEvaluate(const std::vector<std::string>& args) {
   nlohmann::json cases = nlohmann::json::array();
   const size_t total = logs.size() * tiers.size() * warmups.size() * windows.size();
   size_t done = 0;
-  std::printf("%-34s", "case (log/tier/warm-up/window)");
-  for (auto k : *kinds) std::printf(" %12s", schedulers::ToString(k));
-  std::printf("   truth\n");
+  std::fprintf(table, "%-34s", "case (log/tier/warm-up/window)");
+  for (auto k : *kinds) std::fprintf(table, " %12s", schedulers::ToString(k));
+  std::fprintf(table, "   truth\n");
   for (const auto& log : logs) {
     for (const auto& tier : tiers) {
-      for (double w : warmups) {
+      for (const Warmup& w : warmups) {
         for (const auto& window : windows) {
           ++done;
-          const std::string name = Stem(log) + "/" + tier + "/w" + std::to_string(static_cast<int>(w * 100 + 0.5)) +
+          const std::string name = Stem(log) + "/" + tier + "/w" + (w.iterations > 0 ? "@" + std::to_string(w.iterations) : std::to_string(static_cast<int>(w.fraction * 100 + 0.5))) +
                                    "/" + (window == "requests" ? "req" : "train");
           if (!quiet) std::cerr << "viper evaluate: [" << done << "/" << total << "] " << name << "\n";
           LogOptions lo = log_options;
           lo.path = log;
           PlanningOptions o = options;
           o.transport = tier;
-          o.warmup = 0;
-          o.warmup_fraction = w;
+          o.warmup = w;
           o.requests = 0;
           auto ctx = BuildPlanningContext(lo, o);
           if (!ctx.ok()) return Fail("evaluate", ctx.status().WithContext(name));
@@ -139,31 +137,38 @@ int RunEvaluate(const std::vector<std::string>& args) {
             p.requests.window = schedulers::WindowKind::kRequestCount;
             p.requests.request_count = std::max<int64_t>(1, static_cast<int64_t>(window_scale * fit));
           }
-          auto comparison = simulator::CompareStrategies(*ctx, *kinds, simulator::SimulatorOptionsFor(*ctx));
-          if (!comparison.ok()) return Fail("evaluate", comparison.status().WithContext(name));
+          auto comparison = CompareChecked(*ctx, *kinds, simulator::SimulatorOptionsFor(*ctx));
+          if (!comparison.ok()) {
+            if (comparison.status().code() == StatusCode::kOutOfRange) {
+              return UsageError("evaluate", comparison.status().WithContext(name).message());
+            }
+            return Fail("evaluate", comparison.status().WithContext(name));
+          }
           for (const auto& s : comparison->skipped) std::cerr << "viper evaluate: " << name << ": skipped " << s << "\n";
           nlohmann::json c;
           c["case"] = name;
           c["log"] = log;
           c["tier"] = tier;
-          c["warmup_fraction"] = w;
+          c["warmup"] = w.text;
+          c["warmup_iterations"] = ctx->problem.warmup_iterations;
           c["window"] = window;
           c["request_count"] = ctx->problem.requests.request_count;
           c["metric"] = predictor::ToString(ctx->metric);
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
           c["separate_truth"] = ctx->separate_truth;
+          c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
           nlohmann::json rows = nlohmann::json::object();
-          std::printf("%-34s", name.c_str());
+          std::fprintf(table, "%-34s", name.c_str());
           for (auto k : *kinds) {
             const simulator::StrategyOutcome* r = nullptr;
             for (const auto& x : comparison->outcomes) {
               if (x.kind == k) r = &x;
             }
             if (!r || !r->regret_vs_oracle) {
-              std::printf(" %12s", "-");
+              std::fprintf(table, " %12s", "-");
               continue;
             }
-            std::printf(" %+11.2f%%", 100 * *r->regret_vs_oracle);
+            std::fprintf(table, " %+11.2f%%", 100 * *r->regret_vs_oracle);
             regrets[k].push_back(*r->regret_vs_oracle);
             plan_time[k] += r->plan.summary.plan_time_s;
             if (r->change_vs_epoch) {
@@ -178,15 +183,17 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 {"plan_time_s", r->plan.summary.plan_time_s},
                 {"message", r->plan.summary.message}};
           }
-          std::printf("   %s\n", ctx->separate_truth ? predictor::ToString(ctx->truth_metric) : "same as observed");
-          std::fflush(stdout);
+          std::fprintf(table, "   %s\n", ctx->separate_truth      ? predictor::ToString(ctx->truth_metric)
+                                          : TruthIsTrainingLoss(*ctx) ? "train_loss (noisy, as observed)"
+                                                                      : "same as observed");
+          std::fflush(table);
           c["strategies"] = rows;
           cases.push_back(c);
         }
       }
     }
   }
-  std::printf("\n%-13s %9s %9s %9s %11s %16s %12s\n", "strategy", "median", "p90", "worst", "vs epoch", "worse than epoch",
+  std::fprintf(table, "\n%-13s %9s %9s %9s %11s %16s %12s\n", "strategy", "median", "p90", "worst", "vs epoch", "worse than epoch",
               "plan time");
   nlohmann::json summary = nlohmann::json::object();
   for (auto k : *kinds) {
@@ -195,7 +202,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
     const auto& e = vs_epoch[k];
     char ve[32] = "-";
     if (!e.empty()) std::snprintf(ve, sizeof ve, "%+.2f%%", 100 * Quantile(e, 0.5));
-    std::printf("%-13s %+8.2f%% %+8.2f%% %+8.2f%% %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
+    std::fprintf(table, "%-13s %+8.2f%% %+8.2f%% %+8.2f%% %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
                 100 * Quantile(r, 0.5), 100 * Quantile(r, 0.9), 100 * Quantile(r, 1.0), ve, worse_than_epoch[k].size(),
                 e.size(), plan_time[k]);
     summary[schedulers::ToString(k)] = {{"median_regret", Quantile(r, 0.5)},
@@ -206,13 +213,13 @@ int RunEvaluate(const std::vector<std::string>& args) {
                                         {"worse_than_epoch_by_1pct", worse_than_epoch[k]},
                                         {"plan_time_s", plan_time[k]}};
   }
-  std::printf("\nregret: CIL / oracle CIL - 1 on the truth; vs epoch: median CIL / epoch CIL - 1; worse than epoch: cases\n"
+  std::fprintf(table, "\nregret: CIL / oracle CIL - 1 on the truth; vs epoch: median CIL / epoch CIL - 1; worse than epoch: cases\n"
               "more than 1%% worse than checkpointing at every epoch boundary; plan time: summed over the cases.\n");
   if (!json_path.empty()) {
     nlohmann::json j;
     j["cases"] = cases;
     j["summary"] = summary;
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "evaluate");
     if (!st.ok()) return Fail("evaluate", st);
   }
   return kExitOk;

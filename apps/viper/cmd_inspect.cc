@@ -126,7 +126,7 @@ int RunInspect(const std::vector<std::string>& args) {
                               {"offset", offset}});
       offset += t.size_bytes;
     }
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "inspect");
     if (!st.ok()) return Fail("inspect", st);
   }
   return kExitOk;

@@ -103,7 +103,7 @@ int RunLogInfo(const std::vector<std::string>& args) {
     std::fprintf(out, "dropped rows           %lld (non-finite values)\n", static_cast<long long>(s.dropped_non_finite));
   }
   if (!json_path.empty()) {
-    Status st = WriteJson(SummaryToJson(*log, s), json_path);
+    Status st = WriteJson(SummaryToJson(*log, s), json_path, "log-info");
     if (!st.ok()) return Fail("log-info", st);
   }
   return kExitOk;

@@ -124,7 +124,7 @@ int RunModelDir(const std::vector<std::string>& args) {
     j["removed"] = *removed;
   }
   if (!json_path.empty()) {
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "model-dir");
     if (!st.ok()) return Fail("model-dir", st);
   }
   return (any_bad || !served) ? kExitFailure : kExitOk;

@@ -24,45 +24,70 @@ std::string ScheduleText(const sch::Schedule& s, size_t max_items) {
   return out.empty() ? "(none)" : out;
 }
 
-}  // namespace
-
-int RunPlan(const std::vector<std::string>& args) {
-  po::options_description desc("Options");
-  LogOptions log_options;
-  PlanningOptions options;
+struct PlanArgs {
+  LogOptions log;
+  PlanningOptions planning;
   std::string strategy = "all", json_path;
+  std::vector<sch::StrategyKind> kinds;
+};
+
+// Parses and validates; 0 ok, -1 after --help, 2 bad usage (printed).
+int ParsePlanArgs(const std::vector<std::string>& args, PlanArgs* a) {
+  po::options_description desc("Options");
   desc.add_options()("help,h", "print this help");
-  AddLogOptions(&desc, &log_options);
+  AddLogOptions(&desc, &a->log);
   desc.add_options()
-      ("strategy", po::value(&strategy)->default_value(strategy), "epoch|viper-fixed|viper-greedy|fixed|optimal|online|oracle, a comma-separated list, or all")
-      ("json", po::value(&json_path), "write the plans as JSON to this path ('-' = stdout)");
-  AddPlanningOptions(&desc, &options);
+      ("strategy", po::value(&a->strategy)->default_value(a->strategy), "epoch|viper-fixed|viper-greedy|fixed|optimal|online|oracle, a comma-separated list, or all")
+      ("json", po::value(&a->json_path), "write the plans as JSON to this path ('-' = stdout only JSON, the table goes to stderr); schema viper.plan/1");
+  AddPlanningOptions(&desc, &a->planning);
   po::variables_map vm;
   const int rc = ParseOrHelp(
-      args, desc, &vm, "viper plan --log FILE [--warmup N | --warmup-fraction F] --strategy NAME|all [options]",
+      args, desc, &vm, "viper plan --log FILE [--warmup N|P%] --strategy NAME|all [options]",
       "Fits the predictor on the warm-up part of the log and plans the checkpoint schedule of each strategy up\n"
       "to N (default: the log's last iteration). Prints the schedule, the number of checkpoints, the predicted\n"
       "CIL (fluid model on the predicted curve), the training slowdown, and, where the log covers N, the fluid\n"
-      "CIL of the schedule on the log's true curve. `viper simulate` runs the full discrete-event judgement.");
+      "CIL of the schedule on the log's true curve. `viper simulate` runs the full discrete-event judgement.\n"
+      "Exit codes: 0 ok, 1 bad input (the log, a file), 2 bad usage (an option value; the message names it).");
+  if (rc != 0) return rc;
+  auto kinds = sch::ParseStrategyKinds(a->strategy);
+  if (!kinds.ok()) return UsageError("plan", "--strategy " + a->strategy + ": " + kinds.status().message());
+  a->kinds = *kinds;
+  Status st = ValidatePlanningOptions(a->planning);
+  if (!st.ok()) return UsageError("plan", st.message());
+  return 0;
+}
+
+}  // namespace
+
+int ParsePlanOptions(const std::vector<std::string>& args) {
+  PlanArgs a;
+  return ParsePlanArgs(args, &a);
+}
+
+int RunPlan(const std::vector<std::string>& args) {
+  PlanArgs a;
+  const int rc = ParsePlanArgs(args, &a);
   if (rc != 0) return rc < 0 ? kExitOk : rc;
-  auto kinds = sch::ParseStrategyKinds(strategy);
-  if (!kinds.ok()) {
-    std::cerr << "viper plan: --strategy: " << kinds.status().message() << "\n";
-    return kExitUsage;
-  }
+  const LogOptions& log_options = a.log;
+  const PlanningOptions& options = a.planning;
+  const auto* kinds = &a.kinds;
+  const std::string& json_path = a.json_path;
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
   auto ctx_or = BuildPlanningContext(log_options, options);
   if (!ctx_or.ok()) return Fail("plan", ctx_or.status());
   const PlanningContext& ctx = *ctx_or;
   const sch::Problem& p = ctx.problem;
 
-  std::printf("log %s: %s, W = %lld, N = %lld, %.4g s/iteration\n", ctx.log.source.c_str(),
+  std::fprintf(table, "log %s: %s, W = %lld, N = %lld, %.4g s/iteration (%s)\n", ctx.log.source.c_str(),
               predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
-              static_cast<long long>(p.total_iterations), p.seconds_per_iteration);
-  std::printf("cost %s: stall %s, delay %s per checkpoint; %s window, %.4g requests/s\n", ctx.cost_source.c_str(),
+              static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
+  std::fprintf(table, "cost %s: stall %s, delay %s per checkpoint; %s window, %.4g requests/s\n", ctx.cost_source.c_str(),
               FormatSeconds(p.cost.stall_s).c_str(), FormatSeconds(p.cost.delay_s).c_str(),
               sch::ToString(p.requests.window), p.requests.RatePerSecond());
-  std::printf("prediction: %s\n\n", ctx.predictor_report.c_str());
-  std::printf("%-13s %11s %12s %14s %14s %10s\n", "strategy", "checkpoints", "slowdown", "predicted CIL",
+  std::fprintf(table, "prediction: %s\n", ctx.predictor_report.c_str());
+  if (ctx.truth) std::fprintf(table, "CIL on log: %s\n", TruthNote(ctx).c_str());
+  std::fprintf(table, "\n");
+  std::fprintf(table, "%-13s %11s %12s %14s %14s %10s\n", "strategy", "checkpoints", "slowdown", "predicted CIL",
               "CIL on log", "plan time");
   nlohmann::json out;
   out["log"] = ctx.log.source;
@@ -73,6 +98,10 @@ int RunPlan(const std::vector<std::string>& args) {
   out["stall_s"] = p.cost.stall_s;
   out["delay_s"] = p.cost.delay_s;
   out["prediction"] = ctx.predictor_report;
+  out["truth_metric"] = predictor::ToString(ctx.truth_metric);
+  out["separate_truth"] = ctx.separate_truth;
+  out["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
+  out["tau_source"] = ctx.tau_source;
   out["plans"] = nlohmann::json::array();
   for (sch::StrategyKind k : *kinds) {
     auto plan = PlanWith(ctx, k);
@@ -89,10 +118,10 @@ int RunPlan(const std::vector<std::string>& args) {
     const auto& s = plan->summary;
     char on_log_text[32] = "-";
     if (on_log) std::snprintf(on_log_text, sizeof(on_log_text), "%.6g", *on_log);
-    std::printf("%-13s %11lld %12s %14.6g %14s %10s\n", sch::ToString(k), static_cast<long long>(s.checkpoints),
+    std::fprintf(table, "%-13s %11lld %12s %14.6g %14s %10s\n", sch::ToString(k), static_cast<long long>(s.checkpoints),
                 FormatSeconds(s.slowdown_s).c_str(), s.predicted.cil, on_log_text, FormatSeconds(s.plan_time_s).c_str());
     if (kinds->size() == 1) {
-      std::printf("\nschedule: %s\n%s\n", ScheduleText(plan->schedule, 50).c_str(), s.BriefReport().c_str());
+      std::fprintf(table, "\nschedule: %s\n%s\n", ScheduleText(plan->schedule, 50).c_str(), s.BriefReport().c_str());
     }
     nlohmann::json j;
     j["strategy"] = sch::ToString(k);
@@ -109,7 +138,7 @@ int RunPlan(const std::vector<std::string>& args) {
   }
   if (out["plans"].empty()) return Fail("plan", InvalidArgumentError("no strategy produced a schedule"));
   if (!json_path.empty()) {
-    if (Status st = WriteJson(out, json_path); !st.ok()) return Fail("plan", st);
+    if (Status st = WriteJson(out, json_path, "plan"); !st.ok()) return Fail("plan", st);
   }
   return kExitOk;
 }

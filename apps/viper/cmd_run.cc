@@ -94,43 +94,47 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   return j;
 }
 
-void PrintTable(const workflow::LiveRun::Summary& s) {
-  std::printf("%7s %9s %9s %9s %10s %9s %9s %10s %9s %8s %9s\n", "version", "iteration", "T_k s", "stall ms",
+void PrintTable(const workflow::LiveRun::Summary& s, FILE* out) {
+  std::fprintf(out, "%7s %9s %9s %9s %10s %9s %9s %10s %9s %8s %9s\n", "version", "iteration", "T_k s", "stall ms",
               "transfer ms", "load ms", "disc. ms", "update ms", "delivered", "requests", "mean loss");
   for (const auto& v : s.versions) {
-    std::printf("%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s\n",
+    std::fprintf(out, "%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s\n",
                 static_cast<unsigned long long>(v.version), static_cast<long long>(v.iteration),
                 v.checkpoint_s, v.stall_s * 1e3, v.transfer_s * 1e3, v.load_s * 1e3, v.discovery_s * 1e3,
                 v.update_latency_s * 1e3, v.delivered_to, s.consumers, static_cast<long long>(v.requests),
                 v.requests ? v.loss_sum / static_cast<double>(v.requests) : 0.0,
                 v.superseded ? " superseded" : "");
   }
-  std::printf("\nW=%lld N=%lld tau=%.2f ms, plan: %s\n", static_cast<long long>(s.warmup_iterations),
+  std::fprintf(out, "\nW=%lld N=%lld tau=%.2f ms, plan: %s\n", static_cast<long long>(s.warmup_iterations),
               static_cast<long long>(s.total_iterations), s.seconds_per_iteration * 1e3,
               s.plan_report.c_str());
-  std::printf(
+  std::fprintf(out, 
       "CIL %.2f over %lld requests (%.2f per consumer), mean staleness %.2f s, mean update latency %.2f ms\n",
       s.cil, static_cast<long long>(s.requests), s.cil_per_consumer, s.mean_staleness_s.value_or(0),
       s.mean_update_latency_s.value_or(0) * 1e3);
-  std::printf(
+  std::fprintf(out, 
       "training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
       s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
-  std::printf("every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
+  std::fprintf(out, "every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
   if (s.traffic_iteration_mae) {
-    std::printf("drifting traffic: consumers' estimate of the producer's iteration off by %.1f on average "
+    std::fprintf(out, "drifting traffic: consumers' estimate of the producer's iteration off by %.1f on average "
                 "(bias %+.1f iterations)\n",
                 *s.traffic_iteration_mae, *s.traffic_iteration_bias);
   }
-  if (!s.message.empty()) std::printf("%s\n", s.message.c_str());
+  if (!s.message.empty()) std::fprintf(out, "%s\n", s.message.c_str());
 }
 
 }  // namespace
 
 int RunRun(const std::vector<std::string>& args) {
   workflow::LiveRun::Options o;
-  std::string workload = "trainer", transport = "host", notify = "push", mode = "async", strategy = "optimal";
-  std::string fanout = "node", host_protocol = "shm";
-  std::string model_bytes = "64MiB", json_path, csv_path, trace_path;
+  // Every default comes from LiveRun::Options (the strings are its enums').
+  std::string workload = workflow::LiveRun::ToString(o.workload), transport = transports::ToString(o.tier),
+              notify = transports::ToString(o.notify), mode = transports::ToString(o.mode),
+              strategy = schedulers::ToString(o.strategy);
+  std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
+  std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path;
+  Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden;
   std::string drift = "none", swap_classes = "0,6";
   bool compare = false, quiet = false;
@@ -157,13 +161,12 @@ int RunRun(const std::vector<std::string>& args) {
       "pfs-dir", po::value(&o.pfs_dir),
       "pfs tier: directory shared by all ranks (created; default /tmp/viper-run-<uid>)")(
       "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
-      "poll: seconds between directory scans")("requests-per-s",
+      "poll: seconds between directory scans, in (0, 86400]")("requests-per-s",
                                                po::value(&o.requests_per_s)->default_value(o.requests_per_s),
-                                               "requests per second each consumer serves (fixed rate)")(
-      "warmup", po::value(&o.warmup_iterations)->default_value(o.warmup_iterations),
-      "warm-up W in iterations (0 = --warmup-fraction of the run)")(
-      "warmup-fraction", po::value(&o.warmup_fraction)->default_value(o.warmup_fraction),
-      "warm-up as a fraction of the run's iterations")(
+                                               "requests per second each consumer serves (fixed rate), in (0, 100000]")(
+      "warmup", po::value(&warmup)->default_value(warmup, warmup.text),
+      "warm-up, N|P%: ends at iteration N, or after P% of the run's iterations; tau for planning is the MEAN "
+      "iteration time over the warm-up")(
       "epochs", po::value(&o.trainer.epochs)->default_value(o.trainer.epochs),
       "trainer: epochs over the training set")(
       "train-samples", po::value(&o.trainer.train_samples)->default_value(o.trainer.train_samples),
@@ -203,17 +206,19 @@ int RunRun(const std::vector<std::string>& args) {
       "trainer: seed of weights and shuffling")(
       "log", po::value(&o.log_path),
       "replay: training log to replay (CSV/JSON lines, .gz ok, needs wall times)")(
-      "model-bytes", po::value(&model_bytes)->default_value(model_bytes),
-      "replay: model size per version, e.g. 600M, 1.7G (host memory)")(
+      "model-bytes", po::value(&model_bytes)->default_value(model_bytes, model_bytes + " (" + FormatBytes(static_cast<double>(o.model_bytes)) + ")"),
+      "replay: model size per version, e.g. 600M, 1.7G (host memory; at most 1/8 of this machine's memory: "
+      "every rank holds copies)")(
       "replay-max-iterations", po::value(&o.replay_max_iterations)->default_value(o.replay_max_iterations),
       "replay: only iterations <= N (0 = all)")(
       "replay-time-scale", po::value(&o.replay_time_scale)->default_value(o.replay_time_scale),
-      "replay: multiplies logged iteration times")(
+      "replay: multiplies logged iteration times, in (0, 1000]")(
       "producer-timeout-s", po::value(&o.producer_timeout_s)->default_value(o.producer_timeout_s),
-      "consumers: seconds of producer silence before giving up (exit 1)")(
+      "consumers: seconds of producer silence before giving up (exit 1), in (0, 86400]")(
       "consumer-timeout-s", po::value(&o.consumer_timeout_s)->default_value(o.consumer_timeout_s),
-      "producer: seconds before an unresponsive consumer is dropped as lost")(
-      "json", po::value(&json_path), "write the result as JSON to PATH (rank 0)")(
+      "producer: seconds before an unresponsive consumer is dropped as lost (exit 3), in (0, 86400]")(
+      "json", po::value(&json_path), "write the result as JSON to PATH (rank 0; '-' = stdout only JSON, the "
+      "table goes to stderr); schema viper.run/1")(
       "requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")(
       "trace", po::value(&trace_path),
       "write a Chrome trace (producer, transfer, notification, consumers) to PATH")(
@@ -231,13 +236,25 @@ int RunRun(const std::vector<std::string>& args) {
       "version they hold, charging each the real loss of that version (trainer: evaluated on an image of the\n"
       "test subset, disjoint from the validation subset the planner sees; with --drift label-swap or rotation\n"
       "the image is drifted as at the producer's current iteration, estimated by the consumer).\n"
-      "Times are seconds since the end of warm-up. Exit 0 ok, 1 failure (a lost producer), 2 bad usage.");
+      "Times are seconds since the end of warm-up.\n"
+      "Exit codes: 0 ok; 1 failure (a lost producer, bad input); 2 bad usage (an option value: the message names\n"
+      "it); 3 the run finished but lost consumers (Open MPI's orte_enable_recovery; the 'lost consumer(s)' line\n"
+      "names them). Exit 3 is rank 0's status: Open MPI 4.1's mpirun returns 0 under orte_enable_recovery\n"
+      "whatever its ranks return, so there read the line on stderr or the JSON's lost_consumers.");
   if (parsed == -1) return kExitOk;
   if (parsed != 0) return parsed;
-  auto usage = [](const std::string& m) {
-    std::cerr << "viper run: " << m << "\n";
-    return kExitUsage;
-  };
+  auto usage = [](const std::string& m) { return UsageError("run", m); };
+  o.warmup_iterations = warmup.iterations;
+  if (warmup.fraction > 0) o.warmup_fraction = warmup.fraction;
+  for (const Status& st : {CheckReal("--poll-period-s", o.poll_period_s, 0, 86400, true),
+                           CheckReal("--requests-per-s", o.requests_per_s, 0, 1e5, true),
+                           CheckReal("--replay-time-scale", o.replay_time_scale, 0, 1000, true),
+                           CheckReal("--producer-timeout-s", o.producer_timeout_s, 0, 86400, true),
+                           CheckReal("--consumer-timeout-s", o.consumer_timeout_s, 0, 86400, true),
+                           CheckInteger("--replay-max-iterations", o.replay_max_iterations, 0, kMaxIterations,
+                                        "0 = all")}) {
+    if (!st.ok()) return usage(st.message());
+  }
   auto wl = workflow::LiveRun::WorkloadFromString(workload);
   if (!wl.ok()) return usage("--workload: " + wl.status().message());
   o.workload = *wl;
@@ -262,18 +279,27 @@ int RunRun(const std::vector<std::string>& args) {
   if (!sk.ok()) return usage("--strategy: " + sk.status().message());
   o.strategy = *sk;
   auto mb = ParseBytes(model_bytes);
-  if (!mb.ok()) return usage("--model-bytes: " + mb.status().message());
+  if (!mb.ok()) return usage("--model-bytes " + mb.status().message());
+  {
+    // Each rank holds the model (staging, double buffer): refuse what cannot fit.
+    const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (memory > 0 && static_cast<double>(*mb) > memory / 8) {
+      return usage("--model-bytes " + model_bytes + " is out of range: at most 1/8 of this machine's memory (" +
+                   FormatBytes(memory / 8) + "), since every rank holds copies of the model");
+    }
+  }
   o.model_bytes = *mb;
   if (!hidden.empty()) {
     o.trainer.hidden_widths.clear();
     std::stringstream ss(hidden);
     std::string w;
     while (std::getline(ss, w, ',')) {
-      try {
-        o.trainer.hidden_widths.push_back(std::stoll(w));
-      } catch (...) {
-        return usage("--hidden: '" + w + "' is not a width");
+      char* end = nullptr;
+      const long long v = std::strtoll(w.c_str(), &end, 10);
+      if (w.empty() || *end != '\0' || v <= 0 || v > 1000000) {
+        return usage("--hidden '" + w + "' is not a width: expected widths in [1, 1000000], e.g. 256 or 1024,1024");
       }
+      o.trainer.hidden_widths.push_back(v);
     }
   }
   {
@@ -334,7 +360,24 @@ int RunRun(const std::vector<std::string>& args) {
         {"trainer.val_samples + test_samples", "--val-samples + --test-samples"},
         {"trainer.val_samples", "--val-samples"},
         {"trainer.test_samples", "--test-samples"},
-        {"trainer.drift", "--drift"}};
+        {"trainer.drift", "--drift"},
+        {"trainer.learning_rate", "--learning-rate"},
+        {"trainer.batch_size", "--batch-size"},
+        {"trainer.epochs", "--epochs"},
+        {"trainer.max_iterations", "--max-iterations"},
+        {"trainer.train_samples", "--train-samples"},
+        {"trainer.hidden_widths", "--hidden"},
+        {"trainer.val_every_iterations", "--val-every"},
+        {"warmup_iterations", "--warmup"},
+        {"warmup_fraction", "--warmup"},
+        {"notify", "--notify"},
+        {"fanout", "--fanout"},
+        {"strategy", "--strategy"},
+        {"poll_period_s", "--poll-period-s"},
+        {"requests_per_s", "--requests-per-s"},
+        {"model_bytes", "--model-bytes"},
+        {"log_path", "--log"},
+        {"replay_time_scale", "--replay-time-scale"}};
     for (const auto& [field, flag] : kFlags) {
       if (error.rfind(field, 0) == 0) {
         error = std::string(flag) + error.substr(std::strlen(field));
@@ -376,23 +419,27 @@ int RunRun(const std::vector<std::string>& args) {
   };
   if (rank != 0) return leave(kExitOk);
   const auto& s = *result;
-  PrintTable(s);
-  std::printf("%s\n", s.BriefReport().c_str());
+  // --json -: stdout holds only the JSON document.
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
+  PrintTable(s, table);
+  std::fprintf(table, "%s\n", s.BriefReport().c_str());
+  // Finished, but some consumers were lost: not a clean success.
+  const int done_code = s.lost_consumers.empty() ? kExitOk : kExitLostConsumers;
   nlohmann::json j = ToJson(s);
   if (compare) {
     auto c = workflow::CompareWithSimulation(s, o);
     if (!c.ok()) {
       std::cerr << "viper run: --compare-simulation: " << c.status().message() << "\n";
     } else {
-      std::printf("\n%-28s %14s %14s\n", "", "simulated", "measured");
-      std::printf("%-28s %14.2f %14.2f  (%+.1f%%)\n", "CIL per consumer", c->predicted_cil_per_consumer,
+      std::fprintf(table, "\n%-28s %14s %14s\n", "", "simulated", "measured");
+      std::fprintf(table, "%-28s %14.2f %14.2f  (%+.1f%%)\n", "CIL per consumer", c->predicted_cil_per_consumer,
                   c->measured_cil_per_consumer, c->cil_error * 100);
-      std::printf("%-28s %14.0f %14.0f\n", "requests per consumer", c->predicted_requests,
+      std::fprintf(table, "%-28s %14.0f %14.0f\n", "requests per consumer", c->predicted_requests,
                   c->measured_requests_per_consumer);
-      std::printf("%-28s %14.2f %14.2f\n", "mean update latency ms",
+      std::fprintf(table, "%-28s %14.2f %14.2f\n", "mean update latency ms",
                   c->predicted_update_latency_s.value_or(0) * 1e3,
                   c->measured_update_latency_s.value_or(0) * 1e3);
-      std::printf("simulator: %s\n", c->simulator_report.c_str());
+      std::fprintf(table, "simulator: %s\n", c->simulator_report.c_str());
       j["simulation"] = {{"cil_per_consumer", c->predicted_cil_per_consumer},
                          {"measured_cil_per_consumer", c->measured_cil_per_consumer},
                          {"cil_error", c->cil_error},
@@ -400,20 +447,24 @@ int RunRun(const std::vector<std::string>& args) {
                          {"update_latency_s", c->predicted_update_latency_s.value_or(0)}};
     }
   }
-  std::fflush(stdout);
+  std::fflush(table);
   if (!json_path.empty()) {
-    auto st = WriteJson(j, json_path);
-    if (!st.ok()) return Fail("run", st);
+    auto st = WriteJson(j, json_path, "run");
+    if (!st.ok()) return leave(Fail("run", st));
   }
   if (!csv_path.empty()) {
     auto st = WriteText(csv_path, s.RequestCsv());
-    if (!st.ok()) return Fail("run", st);
-  }
-  if (!trace_path.empty()) {
-    auto st = WriteText(trace_path, s.ChromeTrace());
     if (!st.ok()) return leave(Fail("run", st));
   }
-  return leave(kExitOk);
+  if (!trace_path.empty()) {
+    auto st = WriteTrace(s.ChromeTrace(), trace_path, "run-trace");
+    if (!st.ok()) return leave(Fail("run", st));
+  }
+  if (done_code == kExitLostConsumers) {
+    std::cerr << "viper run: finished with " << s.lost_consumers.size()
+              << " lost consumer(s); exit " << kExitLostConsumers << "\n";
+  }
+  return leave(done_code);
 }
 #endif  // VIPER_HAVE_MPI
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -23,115 +24,137 @@ namespace {
 using Row = simulator::StrategyOutcome;
 
 // Draws the true curve, the prediction, each strategy's checkpoints and a CIL
-// bar chart with gnuplot.
+// bar chart with gnuplot. The bars start at zero and carry each strategy's
+// regret vs the oracle.
 Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std::string& png) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("viper-plot-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::string curves = "# iteration truth predicted\n";
+  std::ostringstream curves, warm, marks, bars;
+  for (auto* os : {&curves, &warm, &marks, &bars}) os->precision(10);
   const auto& p = ctx.problem;
   const int64_t step = std::max<int64_t>(1, (p.total_iterations - p.warmup_iterations) / 2000);
   for (int64_t i = p.warmup_iterations; i <= p.total_iterations; i += step) {
-    curves += std::to_string(i) + " " + (ctx.truth ? std::to_string(ctx.truth->at(i)) : "NaN") + " " +
-              std::to_string(ctx.predicted.at(i)) + "\n";
+    curves << i << " ";
+    if (ctx.truth) curves << ctx.truth->at(i); else curves << "NaN";
+    curves << " " << ctx.predicted.at(i) << "\n";
   }
-  std::string warm = "# iteration loss (warm-up points)\n";
-  for (size_t k = 0; k < ctx.observed.size(); ++k) {
-    warm += std::to_string(ctx.observed.iterations[k]) + " " + std::to_string(ctx.observed.losses[k]) + "\n";
-  }
-  std::string marks, bars;
+  for (size_t k = 0; k < ctx.observed.size(); ++k) warm << ctx.observed.iterations[k] << " " << ctx.observed.losses[k] << "\n";
+  bool any_mark = false;
   for (size_t r = 0; r < rows.size(); ++r) {
-    for (int64_t s : rows[r].plan.schedule) marks += std::to_string(s) + " " + std::to_string(r) + "\n";
-    bars += std::to_string(r) + " \"" + std::string(schedulers::ToString(rows[r].kind)) + "\" " +
-            std::to_string(rows[r].sim.cil) + "\n";
+    for (int64_t s : rows[r].plan.schedule) {
+      marks << s << " " << r << "\n";
+      any_mark = true;
+    }
+    char regret[32] = "";
+    if (rows[r].regret_vs_oracle) std::snprintf(regret, sizeof regret, "%+.2f%%", 100 * *rows[r].regret_vs_oracle);
+    bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << rows[r].sim.cil << " \"" << regret << "\"\n";
   }
-  if (marks.empty()) marks = "0 -10\n";
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "curves.dat").string(), curves));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "warm.dat").string(), warm));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "marks.dat").string(), marks));
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "bars.dat").string(), bars));
+  if (!any_mark) marks << "0 -10\n";
   std::string ytics;
   for (size_t r = 0; r < rows.size(); ++r) {
     ytics += (r ? ", " : "") + std::string("\"") + schedulers::ToString(rows[r].kind) + "\" " + std::to_string(r);
   }
-  const std::string d = dir.string();
-  std::string script =
-      "set terminal pngcairo noenhanced size 1200,1100 font 'DejaVu Sans,10'\n"
-      "set output '" + png + "'\n"
-      "set multiplot layout 3,1 title '" + ctx.log.source + " (planners observe " + predictor::ToString(ctx.metric) +
-      ", judged on " + predictor::ToString(ctx.truth_metric) + "; warm-up " + std::to_string(p.warmup_iterations) +
-      " of " + std::to_string(p.total_iterations) + ")'\n"
-      "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key top right\n"
-      "plot '" + d + "/curves.dat' u 1:2 w l lw 2 lc rgb '#222222' t 'truth: " + std::string(predictor::ToString(ctx.truth_metric)) + " (log)', "
-      "'" + d + "/curves.dat' u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
-      "'" + d + "/warm.dat' u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t 'warm-up " + std::string(predictor::ToString(ctx.metric)) + "'\n"
-      "set ylabel ''; set ytics (" + ytics + "); set yrange [-0.5:" + std::to_string(rows.size() - 0.5) + "]\n"
-      "set title 'checkpoints per strategy'; unset key\n"
-      "plot '" + d + "/marks.dat' u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
-      "set title 'simulated CIL on the true curve (lower is better)'; set ytics auto; set autoscale y\n"
-      "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:" +
-      std::to_string(rows.size() - 0.5) + "]\n"
-      "plot '" + d + "/bars.dat' u 1:3:xtic(2) w boxes lc rgb '#1f77b4'\n"
-      "unset multiplot\n";
-  VIPER_RETURN_IF_ERROR(WriteText((dir / "plot.gp").string(), script));
-  const std::string cmd = "gnuplot '" + d + "/plot.gp' 2>'" + d + "/gnuplot.err'";
-  const int rc = std::system(cmd.c_str());
-  std::string err;
-  {
-    std::ifstream in(dir / "gnuplot.err");
-    std::getline(in, err, '\0');
-  }
-  fs::remove_all(dir);
-  if (rc != 0) {
-    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + "): " + err +
-                            " (install gnuplot-nox, or drop --plot)");
-  }
-  return Status::Ok();
+  const std::string truth = predictor::ToString(ctx.truth_metric), observed = predictor::ToString(ctx.metric);
+  const std::string title = ctx.log.source + " (planners observe " + observed + ", judged on " + truth +
+                            (TruthIsTrainingLoss(ctx) ? ": the noisy per-batch training loss" : "") + "; warm-up " +
+                            std::to_string(p.warmup_iterations) + " of " + std::to_string(p.total_iterations) + ")";
+  std::ostringstream gp;
+  gp << "$curves << EOD\n" << curves.str() << "EOD\n$warm << EOD\n" << warm.str() << "EOD\n"
+     << "$marks << EOD\n" << marks.str() << "EOD\n$bars << EOD\n" << bars.str() << "EOD\n"
+     << "set multiplot layout 3,1 title " << GnuplotQuote(title) << "\n"
+     << "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key outside right top\n"
+     << "plot $curves u 1:2 w l lw 2 lc rgb '#222222' t " << GnuplotQuote("truth: " + truth + " (log)") << ", "
+     << "$curves u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
+     << "$warm u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t " << GnuplotQuote("warm-up " + observed) << "\n"
+     << "set ylabel ''; set ytics (" << ytics << "); set yrange [-0.5:" << rows.size() - 0.5 << "]\n"
+     << "set title 'checkpoints per strategy'; unset key\n"
+     << "plot $marks u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
+     << "set title 'simulated CIL on the true curve (lower is better; the axis starts at 0; labels: regret vs the oracle)'\n"
+     << "set ytics auto; set yrange [0:*]; set offsets 0, 0, graph 0.12, 0\n"
+     << "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:"
+     << rows.size() - 0.5 << "]\n"
+     << "plot $bars u 1:3:xtic(2) w boxes lc rgb '#1f77b4', $bars u 1:3:4 w labels offset 0,0.8 font ',9'\n"
+     << "unset multiplot\n";
+  return RunGnuplot("set terminal pngcairo noenhanced size 1300,1100 font 'DejaVu Sans,10'", gp.str(), png);
 }
 
 }  // namespace
 
-int RunSimulate(const std::vector<std::string>& args) {
-  po::options_description desc("Options");
-  LogOptions log_options;
-  PlanningOptions options;
+namespace {
+
+struct SimulateArgs {
+  LogOptions log;
+  PlanningOptions planning;
   std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv;
   double poll_phase_s = 0.0;
   bool quiet = false;
+  std::vector<schedulers::StrategyKind> kinds;
+  schedulers::StrategyKind trace_kind = schedulers::StrategyKind::kOptimal;
+};
+
+constexpr const char* kUsage = "viper simulate --log FILE [--warmup N|P%] [options]";
+
+// Parses and validates; 0 ok, -1 after --help, 2 bad usage (printed).
+int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
+  po::options_description desc("Options");
   desc.add_options()("help,h", "print this help");
-  AddLogOptions(&desc, &log_options);
+  AddLogOptions(&desc, &a->log);
   desc.add_options()
-      ("strategies", po::value(&strategies)->default_value(strategies), "comma-separated list or 'all': epoch,viper-fixed,viper-greedy,fixed,optimal,online,oracle")
-      ("json", po::value(&json_path), "write the comparison as JSON to this path ('-' = stdout)")
-      ("plot", po::value(&plot_path), "draw the curves, checkpoints and CIL bars to this PNG (gnuplot)")
-      ("trace", po::value(&trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")
-      ("trace-strategy", po::value(&trace_strategy)->default_value(trace_strategy), "strategy whose run --trace and --requests-csv record")
-      ("requests-csv", po::value(&requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
-      ("poll-phase-s", po::value(&poll_phase_s)->default_value(poll_phase_s), "time of the first poll after warm-up, seconds (polling only)")
-      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
-  AddPlanningOptions(&desc, &options);
+      ("strategies", po::value(&a->strategies)->default_value(a->strategies), "comma-separated list or 'all': epoch,viper-fixed,viper-greedy,fixed,optimal,online,oracle")
+      ("json", po::value(&a->json_path), "write the comparison as JSON to this path ('-' = stdout only JSON, the table goes to stderr); schema viper.simulate/1")
+      ("plot", po::value(&a->plot_path), "draw the curves, checkpoints and CIL bars to this PNG (gnuplot)")
+      ("trace", po::value(&a->trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")
+      ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
+      ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
+      ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
+      ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
+  AddPlanningOptions(&desc, &a->planning);
   po::variables_map vm;
   const int rc = ParseOrHelp(
-      args, desc, &vm, "viper simulate --log FILE [--warmup N | --warmup-fraction F] [options]",
+      args, desc, &vm, kUsage,
       "Fits the predictor on the warm-up part of a real training log, plans a schedule with each strategy,\n"
       "and runs every schedule through the discrete-event simulator (producer stalls, transfers, push or\n"
       "polling, consumer loads, requests) charging each request the TRUE loss from the log of the version\n"
       "serving it. Prints CIL, regret vs the oracle (optimal planned on the truth), change vs epoch-boundary\n"
-      "updates, checkpoints, training slowdown and staleness per strategy.");
-  if (rc != 0) return rc < 0 ? kExitOk : rc;
-  auto kinds = schedulers::ParseStrategyKinds(strategies);
-  if (!kinds.ok()) {
-    std::cerr << "viper simulate: --strategies: " << kinds.status().message() << "\n";
-    return kExitUsage;
-  }
-  auto trace_kind = schedulers::StrategyKindFromString(trace_strategy);
+      "updates, checkpoints, training slowdown and staleness per strategy.\n"
+      "Exit codes: 0 ok, 1 bad input (the log, a file), 2 bad usage (an option value; the message names it).");
+  if (rc != 0) return rc;
+  auto kinds = schedulers::ParseStrategyKinds(a->strategies);
+  if (!kinds.ok()) return UsageError("simulate", "--strategies " + a->strategies + ": " + kinds.status().message());
+  a->kinds = *kinds;
+  auto trace_kind = schedulers::StrategyKindFromString(a->trace_strategy);
   if (!trace_kind.ok()) {
-    std::cerr << "viper simulate: --trace-strategy: " << trace_kind.status().message() << "\n";
-    return kExitUsage;
+    return UsageError("simulate", "--trace-strategy " + a->trace_strategy + ": " + trace_kind.status().message());
   }
+  a->trace_kind = *trace_kind;
+  Status st = CheckReal("--poll-phase-s", a->poll_phase_s, 0, 86400);
+  if (st.ok()) st = ValidatePlanningOptions(a->planning);
+  if (!st.ok()) return UsageError("simulate", st.message());
+  return 0;
+}
+
+}  // namespace
+
+int ParseSimulateOptions(const std::vector<std::string>& args) {
+  SimulateArgs a;
+  return ParseSimulateArgs(args, &a);
+}
+
+int RunSimulate(const std::vector<std::string>& args) {
+  SimulateArgs a;
+  const int rc = ParseSimulateArgs(args, &a);
+  if (rc != 0) return rc < 0 ? kExitOk : rc;
+  const LogOptions& log_options = a.log;
+  const PlanningOptions& options = a.planning;
+  const auto& kinds = a.kinds;
+  const auto& json_path = a.json_path;
+  const auto& plot_path = a.plot_path;
+  const auto& trace_path = a.trace_path;
+  const auto& requests_csv = a.requests_csv;
+  const bool quiet = a.quiet;
   auto progress = [&](const std::string& s) {
     if (!quiet) std::cerr << "viper simulate: " << s << "\n";
   };
+  // --json -: stdout holds only the JSON document; the table goes to stderr.
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
 
   progress("reading " + log_options.path + " and fitting the predictor on the warm-up");
   auto ctx_or = BuildPlanningContext(log_options, options);
@@ -139,24 +162,27 @@ int RunSimulate(const std::vector<std::string>& args) {
   const PlanningContext& ctx = *ctx_or;
   progress("predictor: " + ctx.predictor_report);
 
-  progress("planning and simulating " + std::to_string(kinds->size()) + " strategies");
+  progress("planning and simulating " + std::to_string(kinds.size()) + " strategies");
   simulator::Simulator::Options so = simulator::SimulatorOptionsFor(ctx);
-  so.poll_phase_s = poll_phase_s;
-  auto comparison = simulator::CompareStrategies(ctx, *kinds, so);
-  if (!comparison.ok()) return Fail("simulate", comparison.status());
+  so.poll_phase_s = a.poll_phase_s;
+  auto comparison = CompareChecked(ctx, kinds, so);
+  if (!comparison.ok()) {
+    if (comparison.status().code() == StatusCode::kOutOfRange) return UsageError("simulate", comparison.status().message());
+    return Fail("simulate", comparison.status());
+  }
   for (const auto& skipped : comparison->skipped) std::cerr << "viper simulate: skipped " << skipped << "\n";
   const auto& rows = comparison->outcomes;
   if (rows.empty()) return Fail("simulate", InvalidArgumentError("no strategy produced a schedule"));
   for (const auto& r : rows) {
     progress(r.plan.summary.BriefReport() + "; simulated " + r.sim.BriefReport());
-    if (r.kind != *trace_kind || (trace_path.empty() && requests_csv.empty())) continue;
+    if (r.kind != a.trace_kind || (trace_path.empty() && requests_csv.empty())) continue;
     // Re-run the traced strategy recording every request.
     simulator::Simulator::Options traced = so;
     traced.record_requests = !requests_csv.empty();
     auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
     if (!result.ok()) return Fail("simulate", result.status());
     if (!trace_path.empty()) {
-      Status st = WriteText(trace_path, result->ChromeTrace());
+      Status st = WriteTrace(result->ChromeTrace(), trace_path, "simulate-trace");
       if (!st.ok()) return Fail("simulate", st);
     }
     if (!requests_csv.empty()) {
@@ -166,10 +192,10 @@ int RunSimulate(const std::vector<std::string>& args) {
   }
 
   const auto& p = ctx.problem;
-  std::printf("log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration\n", ctx.log.source.c_str(),
+  std::fprintf(table, "log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration (%s)\n", ctx.log.source.c_str(),
               predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
-              static_cast<long long>(p.total_iterations), p.seconds_per_iteration);
-  std::printf("transport %s, %s, %s%s, model %s: stall %s, update latency %s per checkpoint\n",
+              static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
+  std::fprintf(table, "transport %s, %s, %s%s, model %s: stall %s, update latency %s per checkpoint\n",
               ctx.cost_source.c_str(), ctx.tier.synchronous ? "sync" : "async",
               schedulers::ToString(ctx.tier.notification),
               ctx.tier.notification == schedulers::Notification::kPoll
@@ -177,32 +203,25 @@ int RunSimulate(const std::vector<std::string>& args) {
                   : "",
               FormatBytes(ctx.model_bytes).c_str(), FormatSeconds(p.cost.stall_s).c_str(),
               FormatSeconds(p.cost.delay_s).c_str());
-  std::printf("requests: %s every %s, %s\n", schedulers::ToString(p.requests.arrivals),
+  std::fprintf(table, "requests: %s every %s, %s\n", schedulers::ToString(p.requests.arrivals),
               FormatSeconds(p.requests.interval_s).c_str(),
               p.requests.window == schedulers::WindowKind::kRequestCount
                   ? (std::to_string(p.requests.request_count) + " requests").c_str()
                   : "served while training runs");
-  std::printf("predictor: %s\n", ctx.predictor_report.c_str());
-  if (ctx.separate_truth) {
-    std::printf("judged on %s (a sample the planners never see); planners observe %s\n\n",
-                predictor::ToString(ctx.truth_metric), predictor::ToString(ctx.metric));
-  } else {
-    std::printf("judged on %s, the series the planners observe: the log has no separate truth column (test_loss),\n"
-                "so a rule that selects on measured noise is rewarded for it\n\n",
-                predictor::ToString(ctx.truth_metric));
-  }
-  std::printf("%-13s %12s %12s %10s %9s %6s %11s %11s %11s\n", "strategy", "CIL", "predicted", "regret", "vs epoch",
+  std::fprintf(table, "predictor: %s\n", ctx.predictor_report.c_str());
+  std::fprintf(table, "%s\n\n", TruthNote(ctx).c_str());
+  std::fprintf(table, "%-13s %12s %12s %10s %9s %6s %11s %11s %11s\n", "strategy", "CIL", "predicted", "regret", "vs epoch",
               "ckpts", "slowdown", "staleness", "plan time");
   for (const auto& r : rows) {
     char regret[32] = "-", vs_epoch[32] = "-";
     if (r.regret_vs_oracle) std::snprintf(regret, sizeof(regret), "%+.2f%%", 100 * *r.regret_vs_oracle);
     if (r.change_vs_epoch) std::snprintf(vs_epoch, sizeof(vs_epoch), "%+.2f%%", 100 * *r.change_vs_epoch);
-    std::printf("%-13s %12.6g %12.6g %10s %9s %6lld %11s %11s %11s\n", schedulers::ToString(r.kind), r.sim.cil,
+    std::fprintf(table, "%-13s %12.6g %12.6g %10s %9s %6lld %11s %11s %11s\n", schedulers::ToString(r.kind), r.sim.cil,
                 r.plan.summary.predicted.cil, regret, vs_epoch, static_cast<long long>(r.sim.checkpoints),
                 FormatSeconds(r.sim.slowdown_s).c_str(), FormatSeconds(r.sim.mean_staleness_s.value_or(0)).c_str(),
                 FormatSeconds(r.plan.summary.plan_time_s).c_str());
   }
-  std::printf("\nCIL: simulated on the true curve. predicted: what the planner expected (fluid model, predicted curve).\n"
+  std::fprintf(table, "\nCIL: simulated on the true curve. predicted: what the planner expected (fluid model, predicted curve).\n"
               "regret: CIL / oracle CIL - 1. staleness: mean request time minus its version's checkpoint time.\n");
 
   if (!json_path.empty()) {
@@ -211,6 +230,8 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["metric"] = predictor::ToString(ctx.metric);
     j["truth_metric"] = predictor::ToString(ctx.truth_metric);
     j["separate_truth"] = ctx.separate_truth;
+    j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
+    j["tau_source"] = ctx.tau_source;
     j["warmup_iterations"] = p.warmup_iterations;
     j["total_iterations"] = p.total_iterations;
     j["seconds_per_iteration"] = p.seconds_per_iteration;
@@ -249,7 +270,7 @@ int RunSimulate(const std::vector<std::string>& args) {
       list.push_back(s);
     }
     j["strategies"] = list;
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "simulate");
     if (!st.ok()) return Fail("simulate", st);
   }
   if (!plot_path.empty()) {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -25,8 +26,8 @@ StatusOr<std::vector<int64_t>> ParseWidths(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v <= 0) {
-      return InvalidArgumentError("--hidden: '" + item + "' is not a positive width (expected e.g. 256 or 1024,1024)");
+    if (item.empty() || *end != '\0' || v <= 0 || v > 1000000) {
+      return InvalidArgumentError("--hidden '" + item + "' is not a width in [1, 1000000] (expected e.g. 256 or 1024,1024)");
     }
     widths.push_back(v);
   }
@@ -109,7 +110,7 @@ int RunTrain(const std::vector<std::string>& args) {
       ("save-model", po::value(&save_model), "write the final parameters as a .safetensors file")
       ("progress-every", po::value(&progress_every_s)->default_value(progress_every_s),
        "seconds between progress lines on stderr (0 = none)")
-      ("json", po::value(&json_path), "also write the summary as JSON to this path ('-' = stdout)");
+      ("json", po::value(&json_path), "also write the summary as JSON to this path ('-' = stdout only JSON, the summary line goes to stderr); schema viper.train/1");
   po::variables_map vm;
   const int rc = ParseOrHelp(
       args, desc, &vm, "viper train [--hidden 256] [--optimizer sgd|adam] [--log-out run.csv.gz] [options]",
@@ -121,10 +122,7 @@ int RunTrain(const std::vector<std::string>& args) {
       "iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,test_loss,test_accuracy,lr.");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
 
-  auto usage_error = [](const std::string& m) {
-    std::cerr << "viper train: " << m << "\n";
-    return kExitUsage;
-  };
+  auto usage_error = [](const std::string& m) { return UsageError("train", m); };
   if (dataset != "fashion-mnist") return usage_error("--dataset: only fashion-mnist is supported, got '" + dataset + "'");
   auto widths = ParseWidths(hidden);
   if (!widths.ok()) return usage_error(widths.status().message());
@@ -137,8 +135,45 @@ int RunTrain(const std::vector<std::string>& args) {
   o.drift = *dr;
   Status swap = ParseSwapClasses(swap_classes, &o);
   if (!swap.ok()) return usage_error(swap.message());
+  {
+    // Parameters the widths imply (784 inputs, 10 classes), before allocating.
+    constexpr double kMaxParameters = 250e6;  // 1 GB of float32 weights; the optimiser keeps more copies
+    double params = 0, in = 784;
+    for (int64_t w : o.hidden_widths) {
+      params += (in + 1) * static_cast<double>(w);
+      in = static_cast<double>(w);
+    }
+    params += (in + 1) * 10;
+    if (params > kMaxParameters) {
+      return usage_error("--hidden " + hidden + " implies " + std::to_string(static_cast<int64_t>(params)) +
+                         " parameters; the limit is 250000000 (1 GB of float32 weights)");
+    }
+  }
+  for (const Status& st : {CheckInteger("--batch", o.batch_size, 1, 60000),
+                           CheckReal("--progress-every", progress_every_s, 0, 86400, false, "0 = none")}) {
+    if (!st.ok()) return usage_error(st.message());
+  }
   std::string error;
-  if (!o.IsValid(&error)) return usage_error(error);
+  if (!o.IsValid(&error)) {
+    // Name the flag, not the field.
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"learning_rate", "--lr"}, {"momentum", "--momentum"}, {"adam_beta1", "--beta1"},
+        {"adam_beta2", "--beta2"}, {"adam_epsilon", "--adam-eps"}, {"batch_size", "--batch"},
+        {"epochs", "--epochs"}, {"max_iterations", "--max-iterations"}, {"train_samples", "--train-samples"},
+        {"hidden_widths", "--hidden"}, {"drift_at_iteration", "--drift-at-iteration"},
+        {"drift_initial_classes", "--drift-initial-classes"}, {"drift_swap_class_a", "--drift-swap-classes (a)"},
+        {"drift_swap_class_b", "--drift-swap-classes (b)"}, {"drift_rotation_degrees", "--drift-rotation-degrees"},
+        {"drift_duration_iterations", "--drift-duration"}, {"val_every_iterations", "--val-every"},
+        {"val_samples + test_samples", "--val-samples + --test-samples"}, {"val_samples", "--val-samples"},
+        {"test_samples", "--test-samples"}};
+    for (const auto& [field, flag] : kFlags) {
+      if (error.rfind(field, 0) == 0) {
+        error = std::string(flag) + error.substr(std::strlen(field));
+        break;
+      }
+    }
+    return usage_error(error);
+  }
 
   auto trainer = Trainer::Create(o);
   if (!trainer.ok()) return Fail("train", trainer.status());
@@ -188,7 +223,7 @@ int RunTrain(const std::vector<std::string>& args) {
     Status st = safetensors::WriteFileAtomic(t.model().state(), save_model);
     if (!st.ok()) return Fail("train", st.WithContext("--save-model"));
   }
-  std::printf("%s\n", summary->BriefReport().c_str());
+  std::fprintf(JsonToStdout(json_path) ? stderr : stdout, "%s\n", summary->BriefReport().c_str());
   if (!json_path.empty()) {
     nlohmann::json j;
     j["command"] = "train";
@@ -231,7 +266,7 @@ int RunTrain(const std::vector<std::string>& args) {
     j["test_seconds"] = s.test_seconds;
     if (!log_out.empty()) j["log"] = log_out;
     if (!save_model.empty()) j["model"] = save_model;
-    Status st = WriteJson(j, json_path);
+    Status st = WriteJson(j, json_path, "train");
     if (!st.ok()) return Fail("train", st);
   }
   return kExitOk;

@@ -1,5 +1,7 @@
 // The viper subcommands. Each lives in its own cmd_<name>.cc and returns the
-// process exit code: 0 success, 1 bad input or failure, 2 bad usage.
+// process exit code: 0 success, 1 bad input or failure, 2 bad usage (an
+// unknown option or a bad option value), 3 `viper run` finished but lost
+// consumers on the way (its summary says which).
 #pragma once
 
 #include <string>
@@ -11,6 +13,7 @@ namespace cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitLostConsumers = 3;
 
 // `args` excludes the program and subcommand names.
 using CommandFn = int (*)(const std::vector<std::string>& args);
@@ -31,6 +34,13 @@ int RunFit(const std::vector<std::string>& args);
 int RunModelDir(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 int RunEvaluate(const std::vector<std::string>& args);
+
+// Parse-only entry points of `simulate` and `plan`: parse `args` and
+// validate every value, reading no file and fitting nothing. Return 0 when
+// the options are valid, 2 on bad usage (message on stderr), -1 after
+// --help. The fuzz harness fuzz/options_fuzz.cc drives them.
+int ParseSimulateOptions(const std::vector<std::string>& args);
+int ParsePlanOptions(const std::vector<std::string>& args);
 
 }  // namespace cli
 }  // namespace viper

@@ -1,5 +1,7 @@
 // viper: the command-line tool. `viper <command> --help` explains each command.
 #include <cstring>
+#include <exception>
+#include <new>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -31,7 +33,10 @@ void PrintHelp() {
   for (const auto& c : kCommands) {
     std::cout << "  " << c.name << std::string(14 - std::strlen(c.name), ' ') << c.summary << "\n";
   }
-  std::cout << "\nExit codes: 0 success, 1 bad input or failure, 2 bad usage.\n";
+  std::cout << "\nExit codes: 0 success; 1 bad input or failure (the message names the file, line and value);\n"
+               "2 bad usage (unknown option, bad option value: the message names the option, the value and the\n"
+               "accepted values); 3 `viper run` finished but lost consumers (its 'lost consumer(s)' line says which).\n"
+               "--json - writes only JSON to stdout (tables go to stderr); every JSON document has a \"schema\" key.\n";
 }
 
 }  // namespace
@@ -51,7 +56,19 @@ int main(int argc, char** argv) {
     return viper::cli::kExitOk;
   }
   for (const auto& c : kCommands) {
-    if (name == c.name) return c.run(std::vector<std::string>(argv + 2, argv + argc));
+    if (name != c.name) continue;
+    // Every error path returns a code; an exception reaching here is a bug or
+    // an exhausted resource. Report it and exit 1 instead of aborting.
+    try {
+      return c.run(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::bad_alloc&) {
+      std::cerr << "viper " << name << ": out of memory\n";
+    } catch (const std::exception& e) {
+      std::cerr << "viper " << name << ": unexpected error: " << e.what() << "\n";
+    } catch (...) {
+      std::cerr << "viper " << name << ": unexpected error of unknown type\n";
+    }
+    return viper::cli::kExitFailure;
   }
   std::cerr << "viper: unknown command '" << name << "'. Try 'viper --help'.\n";
   return viper::cli::kExitUsage;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "viper/core/units.h"
 #include "viper/predictor/cost_model.h"
@@ -11,44 +12,115 @@
 namespace viper {
 namespace cli {
 
+namespace {
+
+// Program_options notifier: accepts "auto" or a loss metric name.
+auto CheckMetric(const char* option, bool allow_test) {
+  return [option, allow_test](const std::string& v) {
+    if (v == "auto") return;
+    auto m = predictor::LossMetricFromString(v);
+    if (!m.ok() || (!allow_test && *m == predictor::LossMetric::kTestLoss)) {
+      throw OptionValueError(std::string("--") + option + " " + v + ": expected auto, train_loss or val_loss" +
+                             (allow_test ? " or test_loss" : " (test_loss is the served truth, never observed)"));
+    }
+  };
+}
+
+auto CheckOneOf(const char* option, std::vector<std::string> accepted) {
+  return [option, accepted](const std::string& v) {
+    for (const auto& a : accepted) {
+      if (v == a) return;
+    }
+    std::string list;
+    for (size_t i = 0; i < accepted.size(); ++i) list += (i ? (i + 1 == accepted.size() ? " or " : ", ") : "") + accepted[i];
+    throw OptionValueError(std::string("--") + option + " " + v + ": expected " + list);
+  };
+}
+
+}  // namespace
+
 void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
+  schedulers::ScenarioOptions& sc = o->scenario;
+  schedulers::Problem& pt = sc.problem_template;
   po::options_description plan("Planning");
   plan.add_options()
-      ("warmup", po::value(&o->warmup)->default_value(o->warmup), "warm-up W in iterations: the predictor and the planners see only the log up to W (0 = use --warmup-fraction)")
-      ("warmup-fraction", po::value(&o->warmup_fraction)->default_value(o->warmup_fraction), "warm-up as a fraction of the log's iterations, when --warmup is 0")
-      ("total-iterations", po::value(&o->total_iterations)->default_value(o->total_iterations), "N, the last training iteration (0 = the log's last)")
-      ("metric", po::value(&o->metric)->default_value(o->metric), "what the planners observe: auto (val_loss when the warm-up has enough validation points, else train_loss), train_loss, val_loss (never test_loss)")
-      ("truth-metric", po::value(&o->truth_metric)->default_value(o->truth_metric), "what the schedules are judged on: auto (test_loss when the log has it: a sample disjoint from validation, standing for the inference traffic; else the planning metric, and the output says so), test_loss, val_loss, train_loss")
+      ("warmup", po::value(&o->warmup)->default_value(o->warmup, o->warmup.text), "warm-up, N|P%: the warm-up ends at iteration N (as logged), or after P% of the logged iteration span (first + P/100 x (last - first), so a log starting at step 49 works); the predictor and the planners see only the log up to it")
+      ("total-iterations", po::value(&sc.total_iterations)->default_value(sc.total_iterations), "N, the last training iteration (0 = the log's last)")
+      ("metric", po::value(&o->metric)->default_value(o->metric)->notifier(CheckMetric("metric", false)), "what the planners observe: auto (val_loss when the warm-up has enough validation points, else train_loss), train_loss, val_loss (never test_loss)")
+      ("truth-metric", po::value(&o->truth_metric)->default_value(o->truth_metric)->notifier(CheckMetric("truth-metric", true)), "what the schedules are judged on: auto (test_loss when the log has it: a sample disjoint from validation, standing for the inference traffic; else the planning metric, and the output says so), test_loss, val_loss, train_loss (the noisy per-batch loss: the output warns)")
       ("select", po::value(&o->select)->default_value(o->select)->notifier(CheckEnum<predictor::SelectionFromString>("select")), "predictor model selection: best-mse|validation|ensemble")
-      ("seconds-per-iteration", po::value(&o->seconds_per_iteration)->default_value(o->seconds_per_iteration), "tau in seconds as the planners see it (0 = the mean over the warm-up's wall times; the simulator replays the log's own times)")
-      ("min-spacing", po::value(&o->min_spacing)->default_value(o->min_spacing), "minimum iterations between checkpoints");
+      ("seconds-per-iteration", po::value(&sc.seconds_per_iteration)->default_value(sc.seconds_per_iteration), "tau, seconds per training iteration as the planners see it, in [0, 1e6] (0 = the MEAN over the warm-up's wall times: wall-time span / iteration span; needed when the log has no wall time, e.g. Keras or Lightning)")
+      ("seconds-per-epoch", po::value(&o->seconds_per_epoch)->default_value(o->seconds_per_epoch), "seconds per epoch, in [0, 1e9], for logs without wall time: tau = this / the log's iterations per epoch (an epoch-level log: see --iterations-per-epoch; 0 = unused)")
+      ("min-spacing", po::value(&pt.min_spacing_iterations)->default_value(pt.min_spacing_iterations), "minimum iterations between checkpoints, >= 1");
   po::options_description req("Requests");
   req.add_options()
-      ("arrivals", po::value(&o->arrivals)->default_value(o->arrivals), "request arrivals: fixed|poisson|trace")
-      ("request-interval-s", po::value(&o->request_interval_s)->default_value(o->request_interval_s), "seconds between requests (mean for poisson; 0 = tau, one request per iteration)")
-      ("requests", po::value(&o->requests)->default_value(o->requests), "serve exactly this many requests (the paper's fixed window); 0 = serve while training runs")
+      ("arrivals", po::value(&o->arrivals)->default_value(o->arrivals)->notifier(CheckOneOf("arrivals", {"fixed", "poisson", "trace"})), "request arrivals: fixed|poisson|trace")
+      ("request-interval-s", po::value(&sc.request_interval_s)->default_value(sc.request_interval_s), "seconds between requests, in [0, 1e9] (mean for poisson; 0 = tau, one request per iteration); the simulated window may hold at most 5e7 requests")
+      ("requests", po::value(&o->requests)->default_value(o->requests), "serve exactly this many requests (the paper's fixed window), in [0, 5e7]; 0 = serve while training runs")
       ("request-trace", po::value(&o->request_trace), "file of request arrival times in seconds since the end of warm-up, one per line (implies --arrivals trace)")
-      ("seed", po::value(&o->seed)->default_value(o->seed), "seed of the Poisson arrivals");
+      ("seed", po::value(&pt.requests.seed)->default_value(pt.requests.seed), "seed of the Poisson arrivals");
   po::options_description cost("Transport cost");
   cost.add_options()
       ("transport", po::value(&o->transport)->default_value(o->transport)->notifier(CheckEnum<simulator::TierFromString>("transport")), "tier preset: gpu|host|pfs (calibrated on the Viper paper's Polaris figures)")
-      ("mode", po::value(&o->mode)->default_value(o->mode), "sync (producer blocked until delivered) or async (blocked for the snapshot only)")
+      ("mode", po::value(&o->mode)->default_value(o->mode)->notifier(CheckOneOf("mode", {"sync", "async"})), "sync (producer blocked until delivered) or async (blocked for the snapshot only)")
       ("notify", po::value(&o->notify)->default_value(o->notify)->notifier(CheckEnum<schedulers::NotificationFromString>("notify")), "push (consumer told at once) or poll (consumer polls every --poll-period-s)")
-      ("poll-period-s", po::value(&o->poll_period_s)->default_value(o->poll_period_s), "polling period in seconds (TF Serving's default is 1 s)")
-      ("model-bytes", po::value(&o->model_bytes)->default_value(o->model_bytes), "model size, e.g. 600M (NT3.A), 1.7G (NT3.B), 4.7G (TC1)")
+      ("poll-period-s", po::value(&sc.tier.poll_period_s)->default_value(sc.tier.poll_period_s), "polling period, seconds in (0, 86400] (TF Serving's default is 1 s)")
+      ("model-bytes", po::value(&o->model_bytes)->default_value(o->model_bytes), "model size in bytes, e.g. 600M (NT3.A), 1.7G (NT3.B), 4.7G (TC1); at most 1 PiB")
       ("cost-model", po::value(&o->cost_model), "measured cost samples (CSV tier,mode,phase,bytes,seconds or JSON) fitted per phase, instead of the preset")
-      ("stall-s", po::value(&o->stall_s), "direct producer stall sigma per checkpoint, seconds (with --delay-s)")
-      ("delay-s", po::value(&o->delay_s), "direct delivery delay delta per checkpoint, seconds (with --stall-s)")
-      ("drift", po::value(&o->drift)->default_value(o->drift), "loss added per second a version has been served (rho)")
-      ("price-per-slowdown-s", po::value(&o->price_per_slowdown_s)->default_value(o->price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective")
-      ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (< 0 = none)");
+      ("stall-s", po::value(&o->stall_s), "direct producer stall sigma per checkpoint, seconds in [0, 1e6] (with --delay-s; default: from the tier)")
+      ("delay-s", po::value(&o->delay_s), "direct delivery delay delta per checkpoint, seconds in [0, 1e6] (with --stall-s)")
+      ("drift", po::value(&pt.drift_per_s)->default_value(pt.drift_per_s), "loss added per second a version has been served (rho), in [0, 1e6]")
+      ("price-per-slowdown-s", po::value(&pt.price_per_slowdown_s)->default_value(pt.price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective, in [0, 1e12]")
+      ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (a negative value = no bound)");
   po::options_description loop("Closed loop (the online strategy)");
   loop.add_options()
-      ("gate-z", po::value(&o->online.gate_z)->default_value(o->online.gate_z), "publish only when the candidate's measured loss beats the served version's by more than this many noise sd (of a difference of two measurements); 0 = no gate")
-      ("change-threshold", po::value(&o->online.change_threshold)->default_value(o->online.change_threshold), "Page-Hinkley alarm threshold, in noise sd: lower reacts faster to drift and re-fits more often")
-      ("change-allowance", po::value(&o->online.change_allowance)->default_value(o->online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd")
-      ("min-fit-points", po::value(&o->online.min_fit_points)->default_value(o->online.min_fit_points), "measurements of a regime before its curve is fitted (fewer: a flat forecast at their median)");
+      ("gate-z", po::value(&sc.online.gate_z)->default_value(sc.online.gate_z), "publish only when the candidate's measured loss beats the served version's by more than this many noise sd (of a difference of two measurements), in [0, 100]; 0 = no gate")
+      ("change-threshold", po::value(&sc.online.change_threshold)->default_value(sc.online.change_threshold), "Page-Hinkley alarm threshold, in noise sd, in (0, 1e6]: lower reacts faster to drift and re-fits more often")
+      ("change-allowance", po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")
+      ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median)");
   desc->add(plan).add(req).add(cost).add(loop);
+}
+
+Status ValidatePlanningOptions(const PlanningOptions& o) {
+  const schedulers::ScenarioOptions& sc = o.scenario;
+  const schedulers::Problem& pt = sc.problem_template;
+  VIPER_RETURN_IF_ERROR(CheckInteger("--total-iterations", sc.total_iterations, 0, kMaxPlannedIterations,
+                                     "0 = the log's last; each iteration after the warm-up is a point of the planned curves"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--seconds-per-iteration", sc.seconds_per_iteration, 0, 1e6, false, "0 = measured from the log"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--seconds-per-epoch", o.seconds_per_epoch, 0, 1e9, false, "0 = unused"));
+  if (sc.seconds_per_iteration > 0 && o.seconds_per_epoch > 0) {
+    return InvalidArgumentError("--seconds-per-iteration and --seconds-per-epoch both set tau: give one");
+  }
+  VIPER_RETURN_IF_ERROR(CheckInteger("--min-spacing", pt.min_spacing_iterations, 1, kMaxIterations));
+  VIPER_RETURN_IF_ERROR(CheckReal("--request-interval-s", sc.request_interval_s, 0, 1e9, false, "0 = one request per iteration"));
+  VIPER_RETURN_IF_ERROR(CheckInteger("--requests", o.requests, 0, kMaxRequests, "0 = serve while training runs; the limit bounds the simulator's memory"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--poll-period-s", sc.tier.poll_period_s, 0, 86400, true));
+  auto bytes = ParseBytes(o.model_bytes);
+  if (!bytes.ok()) return InvalidArgumentError("--model-bytes " + bytes.status().message());
+  if (*bytes == 0 || static_cast<double>(*bytes) > kMaxModelBytes) {
+    return InvalidArgumentError("--model-bytes " + o.model_bytes + " is out of range: expected a size in [1 B, 1 PiB]");
+  }
+  const bool stall = o.stall_s != -1, delay = o.delay_s != -1;
+  if (stall) VIPER_RETURN_IF_ERROR(CheckReal("--stall-s", o.stall_s, 0, 1e6));
+  if (delay) VIPER_RETURN_IF_ERROR(CheckReal("--delay-s", o.delay_s, 0, 1e6));
+  if (stall != delay) return InvalidArgumentError("--stall-s and --delay-s go together: give both or neither");
+  VIPER_RETURN_IF_ERROR(CheckReal("--drift", pt.drift_per_s, 0, 1e6));
+  VIPER_RETURN_IF_ERROR(CheckReal("--price-per-slowdown-s", pt.price_per_slowdown_s, 0, 1e12));
+  VIPER_RETURN_IF_ERROR(CheckReal("--slowdown-budget-s", o.slowdown_budget_s, -kInf, 1e12, true, "a negative value = no bound"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--gate-z", sc.online.gate_z, 0, 100, false, "0 = no gate"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--change-threshold", sc.online.change_threshold, 0, 1e6, true));
+  VIPER_RETURN_IF_ERROR(CheckReal("--change-allowance", sc.online.change_allowance, 0, 1e6, true));
+  VIPER_RETURN_IF_ERROR(CheckInteger("--min-fit-points", sc.online.min_fit_points, 3, 1000000));
+  if (o.arrivals == "trace" && o.request_trace.empty()) {
+    return InvalidArgumentError("--arrivals trace needs --request-trace FILE");
+  }
+  if (!o.request_trace.empty() && o.arrivals == "poisson") {
+    return InvalidArgumentError("--request-trace gives the arrivals: it cannot go with --arrivals poisson");
+  }
+  // What the library would still refuse, named by option (online's fields).
+  std::string error;
+  if (!sc.online.IsValid(&error)) return InvalidArgumentError("closed-loop options: " + error);
+  return Status::Ok();
 }
 
 namespace {
@@ -119,14 +191,67 @@ StatusOr<schedulers::TierCost> TierFromSamples(const std::string& path, const st
 
 }  // namespace
 
+namespace {
+
+// The warm-up rows' measured tau, or the flags to give when the log has no
+// wall time (Keras, Lightning) or too few timed rows in the warm-up.
+StatusOr<double> ResolveTau(const TrainingLog& log, const PlanningOptions& o, int64_t W, std::string* source) {
+  if (o.scenario.seconds_per_iteration > 0) {
+    *source = "--seconds-per-iteration";
+    return o.scenario.seconds_per_iteration;
+  }
+  if (o.seconds_per_epoch > 0) {
+    const LogSummary all = Summarize(log);
+    if (!all.iterations_per_epoch || !(*all.iterations_per_epoch > 0)) {
+      return InvalidArgumentError("--seconds-per-epoch needs the iterations per epoch, and " + log.source +
+                                  " has no epoch column to measure them: give --seconds-per-iteration instead");
+    }
+    *source = "--seconds-per-epoch / " + std::to_string(static_cast<int64_t>(*all.iterations_per_epoch)) +
+              " iterations per epoch";
+    return o.seconds_per_epoch / *all.iterations_per_epoch;
+  }
+  TrainingLog warm;
+  for (const auto& r : log.records) {
+    if (r.iteration > W) break;
+    warm.records.push_back(r);
+  }
+  const LogSummary ws = Summarize(warm);
+  if (!ws.seconds_per_iteration || !(*ws.seconds_per_iteration > 0)) {
+    bool any_time = false;
+    for (const auto& r : log.records) any_time = any_time || r.wall_time_s.has_value();
+    return InvalidArgumentError(
+        log.source + (any_time ? ": fewer than two timed rows up to the end of the warm-up (iteration " +
+                                     std::to_string(W) + "), so seconds per iteration cannot be measured"
+                               : ": the log has no wall-time column (Keras and Lightning logs never do)") +
+        "; give --seconds-per-iteration S, or --seconds-per-epoch S (with --iterations-per-epoch for an "
+        "epoch-level log)");
+  }
+  *source = "mean over the warm-up's wall times";
+  return *ws.seconds_per_iteration;
+}
+
+// The smallest warm-up that holds `need` points of `curve`, as --warmup text.
+std::string WarmupFor(const predictor::CurveData& curve, size_t need, int64_t first, int64_t last) {
+  if (curve.size() < need) return "";
+  const double it = curve.iterations[need - 1];
+  const double pct = last > first ? std::ceil(100.0 * (it - static_cast<double>(first)) / static_cast<double>(last - first)) : 100;
+  std::ostringstream os;
+  os << "--warmup " << static_cast<int64_t>(it);
+  if (pct < 100) os << " or --warmup " << std::max(1.0, pct) << "%";
+  return os.str();
+}
+
+}  // namespace
+
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& o) {
   PlanningContext ctx;
   VIPER_ASSIGN_OR_RETURN(ctx.log, ReadLog(log_options));
+  if (ctx.log.records.empty()) return InvalidArgumentError(ctx.log.source + ": the log has no rows");
 
-  schedulers::ScenarioOptions so;
-  so.warmup_iterations = o.warmup;
-  so.warmup_fraction = o.warmup_fraction;
-  so.total_iterations = o.total_iterations;
+  schedulers::ScenarioOptions so = o.scenario;
+  const int64_t first = ctx.log.records.front().iteration, last = ctx.log.records.back().iteration;
+  const int64_t W = o.warmup.Resolve(first, last);
+  so.warmup_iterations = W;
   if (o.metric != "auto") {
     VIPER_ASSIGN_OR_RETURN(so.metric, predictor::LossMetricFromString(o.metric));
   }
@@ -134,23 +259,61 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
     VIPER_ASSIGN_OR_RETURN(so.truth_metric, predictor::LossMetricFromString(o.truth_metric));
   }
   VIPER_ASSIGN_OR_RETURN(so.predictor.selection, predictor::SelectionFromString(o.select));
-  so.seconds_per_iteration = o.seconds_per_iteration;
+  if (W < first || W >= (so.total_iterations > 0 ? so.total_iterations : last)) {
+    return InvalidArgumentError("--warmup " + o.warmup.text + " ends at iteration " + std::to_string(W) + ", outside " +
+                                ctx.log.source + "'s iterations " + std::to_string(first) + ".." + std::to_string(last) +
+                                " (the warm-up must end at or after the first and before the last)");
+  }
+  {
+    const int64_t N = so.total_iterations > 0 ? so.total_iterations : last;
+    if (N - W > kMaxPlannedIterations) {
+      return OutOfRangeError("the planned horizon N - W = " + std::to_string(N) + " - " + std::to_string(W) +
+                             " iterations of " + ctx.log.source + " exceeds the limit of " +
+                             std::to_string(kMaxPlannedIterations) +
+                             " (each is a point of the planned curves): give --total-iterations or a later --warmup");
+    }
+  }
+  // Enough points in the warm-up for the predictor (the metric the scenario
+  // will choose: the one asked for, else validation when it has enough).
+  {
+    const size_t need = static_cast<size_t>(so.predictor.min_points);
+    const predictor::LossMetric m = so.metric.value_or(predictor::LossMetric::kTrainLoss);
+    auto curve = predictor::ExtractCurve(ctx.log, m);
+    auto val = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kValLoss);
+    const size_t have = curve.ok() ? curve->Prefix(static_cast<double>(W)).size() : 0;
+    const size_t have_val = val.ok() ? val->Prefix(static_cast<double>(W)).size() : 0;
+    if (curve.ok() && have < need && (so.metric || have_val < need)) {
+      const std::string hint = WarmupFor(*curve, need, first, last);
+      return InvalidArgumentError(
+          "the warm-up (--warmup " + o.warmup.text + ", up to iteration " + std::to_string(W) + ") of " +
+          ctx.log.source + " holds " + std::to_string(have) + " " + predictor::ToString(m) +
+          " points; fitting the learning curve needs at least " + std::to_string(need) +
+          (hint.empty() ? " and the whole log has only " + std::to_string(curve->size())
+                        : ": give a longer warm-up (" + hint + ")") +
+          (Summarize(ctx.log).epochs && curve->size() < 4 * need
+               ? "; an epoch-level log has one point per epoch, so it needs at least " + std::to_string(need) +
+                     " epochs in the warm-up (--iterations-per-epoch maps epochs to iterations, it adds no points)"
+               : ""));
+    }
+  }
+  VIPER_ASSIGN_OR_RETURN(so.seconds_per_iteration, ResolveTau(ctx.log, o, W, &ctx.tau_source));
+  // Measured tau: the scenario measures it itself (and replays the log's own
+  // per-iteration times); a given tau is passed through.
+  if (ctx.tau_source.rfind("mean", 0) == 0) so.seconds_per_iteration = 0;
 
   // Cost.
   VIPER_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(o.model_bytes));
-  if (bytes == 0) return InvalidArgumentError("--model-bytes must be > 0");
   ctx.model_bytes = static_cast<double>(bytes);
-  if (o.mode != "sync" && o.mode != "async") {
-    return InvalidArgumentError("--mode must be sync or async, got '" + o.mode + "'");
-  }
+  const bool sync = o.mode == "sync";
   VIPER_ASSIGN_OR_RETURN(simulator::Tier tier, simulator::TierFromString(o.transport));
   VIPER_ASSIGN_OR_RETURN(schedulers::Notification notify, schedulers::NotificationFromString(o.notify));
-  if ((o.stall_s >= 0) != (o.delay_s >= 0)) return InvalidArgumentError("--stall-s and --delay-s go together");
+  const double poll_period_s = o.scenario.tier.poll_period_s;
   if (!o.cost_model.empty()) {
     VIPER_ASSIGN_OR_RETURN(so.tier, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
     ctx.cost_source = "measured (" + o.cost_model + ")";
   } else if (o.stall_s >= 0) {
     // Direct sigma/delta: the stall is the snapshot, the rest of the delay the load.
+    so.tier = schedulers::TierCost();
     so.tier.model_size_bytes = 1.0;
     so.tier.snapshot_latency_s = o.stall_s;
     so.tier.transfer_latency_s = 0.0;
@@ -160,38 +323,129 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
     so.tier.synchronous = false;
     ctx.cost_source = "direct (--stall-s/--delay-s)";
   } else {
-    so.tier = simulator::PresetTierCost(tier, ctx.model_bytes, o.mode == "sync", notify, o.poll_period_s);
+    so.tier = simulator::PresetTierCost(tier, ctx.model_bytes, sync, notify, poll_period_s);
     ctx.cost_source = std::string(simulator::ToString(tier)) + " preset";
   }
   so.tier.notification = notify;
-  so.tier.poll_period_s = o.poll_period_s;
+  so.tier.poll_period_s = poll_period_s;
 
-  // Requests, drift, price, budget, spacing.
+  // Requests and budget (drift, price, spacing, seed are bound in place).
   schedulers::Problem& p = so.problem_template;
-  so.request_interval_s = o.request_interval_s;  // 0 = tau, resolved by MakeScenario
-  p.requests.seed = o.seed;
-  if (!o.request_trace.empty() || o.arrivals == "trace") {
-    if (o.request_trace.empty()) return InvalidArgumentError("--arrivals trace needs --request-trace FILE");
+  if (!o.request_trace.empty()) {
     p.requests.arrivals = schedulers::ArrivalProcess::kTrace;
     VIPER_ASSIGN_OR_RETURN(p.requests.trace_s, ReadTrace(o.request_trace));
   } else if (o.arrivals == "poisson") {
     p.requests.arrivals = schedulers::ArrivalProcess::kPoisson;
-  } else if (o.arrivals != "fixed") {
-    return InvalidArgumentError("--arrivals must be fixed, poisson or trace, got '" + o.arrivals + "'");
   }
   if (o.requests > 0) {
     p.requests.window = schedulers::WindowKind::kRequestCount;
     p.requests.request_count = o.requests;
   }
-  p.drift_per_s = o.drift;
-  p.price_per_slowdown_s = o.price_per_slowdown_s;
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
-  p.min_spacing_iterations = o.min_spacing;
-  so.online = o.online;
 
   VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(ctx.log, so));
   static_cast<schedulers::Scenario&>(ctx) = std::move(sc);
   return ctx;
+}
+
+Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedule& schedule) {
+  const schedulers::Problem& p = ctx.problem;
+  double requests = 0;
+  std::string why;
+  const double rate = p.requests.RatePerSecond();
+  switch (p.requests.window) {
+    case schedulers::WindowKind::kRequestCount:
+      requests = static_cast<double>(p.requests.request_count);
+      why = "--requests " + std::to_string(p.requests.request_count);
+      break;
+    case schedulers::WindowKind::kEndTime:
+      requests = p.requests.end_time_s * rate;
+      break;
+    case schedulers::WindowKind::kWhileTraining: {
+      double train_s = 0;
+      if (!ctx.iteration_times_s.empty()) {
+        for (double t : ctx.iteration_times_s) train_s += t;
+      } else {
+        train_s = static_cast<double>(p.total_iterations - p.warmup_iterations) * p.seconds_per_iteration;
+      }
+      const double stall_s = static_cast<double>(schedule.size()) * p.cost.stall_s;
+      requests = (train_s + stall_s) * rate;
+      std::ostringstream os;
+      os.precision(3);
+      os << "a window of " << train_s + stall_s << " s (training " << train_s << " s plus " << schedule.size()
+         << " checkpoints stalling " << p.cost.stall_s << " s each: --model-bytes, --transport, --stall-s) with one "
+         << "request every " << 1 / rate << " s (--request-interval-s)";
+      why = os.str();
+      break;
+    }
+  }
+  if (p.requests.arrivals == schedulers::ArrivalProcess::kTrace) {
+    requests = std::min(requests, static_cast<double>(p.requests.trace_s.size()));
+  }
+  if (!(requests <= static_cast<double>(kMaxRequests))) {
+    std::ostringstream os;
+    os.precision(3);
+    os << "the simulation would serve about " << requests << " requests (" << why << "); the limit is "
+       << kMaxRequests << " requests (about 16 bytes each): raise --request-interval-s, lower --requests or "
+       << "--model-bytes";
+    return Status(StatusCode::kOutOfRange, os.str());
+  }
+  return Status::Ok();
+}
+
+StatusOr<simulator::Comparison> CompareChecked(const PlanningContext& ctx,
+                                               const std::vector<schedulers::StrategyKind>& kinds,
+                                               const simulator::Simulator::Options& options) {
+  if (!ctx.truth) {
+    return InvalidArgumentError("the log ends before N = " + std::to_string(ctx.problem.total_iterations) +
+                                ": the simulator needs the true curve up to N (--total-iterations)");
+  }
+  simulator::Comparison c;
+  for (auto kind : kinds) {
+    auto plan = PlanWith(ctx, kind);
+    if (!plan.ok()) {
+      c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
+      continue;
+    }
+    Status size = CheckSimulationSize(ctx, plan->schedule);
+    if (!size.ok()) return size.WithContext(schedulers::ToString(kind));
+    auto result = simulator::Simulator(options).Run(*ctx.truth, plan->schedule);
+    if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
+    c.outcomes.push_back(
+        simulator::StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});
+  }
+  std::optional<double> oracle, epoch;
+  for (const auto& r : c.outcomes) {
+    if (r.kind == schedulers::StrategyKind::kOracle) oracle = r.sim.cil;
+    if (r.kind == schedulers::StrategyKind::kEpoch) epoch = r.sim.cil;
+  }
+  for (auto& r : c.outcomes) {
+    if (oracle && *oracle > 0) r.regret_vs_oracle = r.sim.cil / *oracle - 1;
+    if (epoch && *epoch > 0) r.change_vs_epoch = r.sim.cil / *epoch - 1;
+  }
+  return c;
+}
+
+bool TruthIsTrainingLoss(const PlanningContext& ctx) {
+  return ctx.truth_metric == predictor::LossMetric::kTrainLoss;
+}
+
+std::string TruthNote(const PlanningContext& ctx) {
+  std::string note;
+  if (ctx.separate_truth) {
+    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
+           "planners observe " + predictor::ToString(ctx.metric);
+  } else {
+    const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss).ok();
+    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
+           (has_test ? "--truth-metric chose it over the log's test_loss" : "the log has no separate truth column (test_loss)") +
+           ",\nso a rule that selects on measured noise is rewarded for it";
+  }
+  if (TruthIsTrainingLoss(ctx)) {
+    note += "\nwarning: the truth is the per-batch TRAINING loss, a noisy stand-in for the loss served requests "
+            "see;\nlog a held-out test_loss (or val_loss, --truth-metric val_loss) for a faithful judgement";
+  }
+  return note;
 }
 
 StatusOr<schedulers::Plan> PlanWith(const PlanningContext& ctx, schedulers::StrategyKind kind) {

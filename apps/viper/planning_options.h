@@ -1,7 +1,11 @@
-// Options shared by `viper plan` and `viper simulate`: warm-up, metric,
-// predictor selection, requests, transport cost, drift, budget. They turn a
-// training log into the planning context: the problem, the true curve, the
-// predictor's curve fitted on the warm-up only.
+// Options shared by `viper plan`, `viper simulate` and `viper evaluate`:
+// warm-up, metric, predictor selection, requests, transport cost, drift,
+// budget. They turn a training log into the planning context: the problem,
+// the true curve, the predictor's curve fitted on the warm-up only.
+//
+// Program_options binds straight onto the fields of `scenario` (the
+// library's ScenarioOptions), so each default exists once: in the library's
+// Options struct, or here where the library has none (the transport preset).
 #pragma once
 
 #include <optional>
@@ -13,8 +17,8 @@
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
 #include "viper/schedulers/problem.h"
-#include "viper/schedulers/strategy.h"
 #include "viper/schedulers/scenario.h"
+#include "viper/schedulers/strategy.h"
 #include "viper/simulator/compare.h"
 #include "viper/simulator/presets.h"
 
@@ -22,34 +26,35 @@ namespace viper {
 namespace cli {
 
 struct PlanningOptions {
-  int64_t warmup = 0;                 // W in iterations; 0 = use warmup_fraction
-  double warmup_fraction = 0.2;       // of the log's iteration range
-  int64_t total_iterations = 0;       // N; 0 = the log's last iteration
+  // Bound directly: total_iterations, seconds_per_iteration,
+  // request_interval_s, problem_template (seed, drift, price, spacing), online
+  // and the tier's poll period. Its warm-up fields are set from `warmup`.
+  schedulers::ScenarioOptions scenario;
+  Warmup warmup = Warmup::Fraction(scenario.warmup_fraction);  // --warmup N|P%
   std::string metric = "auto";        // auto|train_loss|val_loss: what the planners observe
   std::string truth_metric = "auto";  // auto|test_loss|val_loss|train_loss: what the schedules are judged on
-  std::string select = "ensemble";    // predictor selection
-  double seconds_per_iteration = 0;   // 0 = measured from the log
-  std::string arrivals = "fixed";     // fixed|poisson|trace
-  double request_interval_s = 0;      // 0 = one request per training iteration (tau)
+  std::string select = predictor::ToString(scenario.predictor.selection);
+  double seconds_per_epoch = 0;       // > 0: tau = this / the log's iterations per epoch
+  std::string arrivals = "fixed";     // fixed|poisson|trace (the library's kFixedRate)
   int64_t requests = 0;               // > 0: fixed window of this many requests
   std::string request_trace;          // file of arrival times (s since warm-up end), one per line
-  uint64_t seed = 1;                  // Poisson seed
-  std::string transport = "gpu";      // gpu|host|pfs preset
-  std::string mode = "async";         // sync|async
-  std::string notify = "push";        // push|poll
-  double poll_period_s = 1.0;         // polling period
-  std::string model_bytes = "600M";   // model size for the presets and the cost model
+  std::string transport = "gpu";      // gpu|host|pfs preset (the only default of the preset tier)
+  std::string mode = "async";         // sync|async (the simulator's presets take a flag)
+  std::string notify = schedulers::ToString(scenario.tier.notification);
+  std::string model_bytes = "600M";   // model size for the presets and the cost model (NT3.A)
   std::string cost_model;             // measured samples (CSV/JSON) instead of the preset
   double stall_s = -1;                // direct sigma (with delay_s) instead of a tier
   double delay_s = -1;                // direct delta
-  double drift = 0;                   // rho, loss per second of staleness
-  double price_per_slowdown_s = 0;    // objective units per second of slowdown
   double slowdown_budget_s = -1;      // < 0 = unlimited
-  int64_t min_spacing = 1;            // iterations between checkpoints
-  schedulers::OnlinePlanner::Options online;  // the closed loop's gate and change detector
 };
 
+// Adds the planning options (bound to `options`) to `desc`.
 void AddPlanningOptions(po::options_description* desc, PlanningOptions* options);
+
+// Checks every option value that needs no file (ranges, NaN/inf, sizes,
+// names): a failure is bad usage (exit 2) and names the option, the value
+// and the valid range.
+Status ValidatePlanningOptions(const PlanningOptions& options);
 
 // Everything a strategy needs, built from a log and the options: the
 // simulator's Scenario (problem, tier, true and predicted curves, ...) plus
@@ -58,9 +63,29 @@ struct PlanningContext : schedulers::Scenario {
   TrainingLog log;
   std::string cost_source;  // "gpu preset", "measured (FILE)", "direct (--stall-s/--delay-s)"
   double model_bytes = 0;
+  std::string tau_source;   // "--seconds-per-iteration", "measured over the warm-up", ...
 };
 
+// Reads the log and builds the context. Errors are bad input (exit 1).
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& options);
+
+// Plans each strategy and judges it in the simulator (as
+// simulator::CompareStrategies), refusing first a schedule whose simulation
+// would serve more than kMaxRequests requests. That refusal is returned as
+// kOutOfRange and names the options that imply the size.
+StatusOr<simulator::Comparison> CompareChecked(const PlanningContext& ctx,
+                                               const std::vector<schedulers::StrategyKind>& kinds,
+                                               const simulator::Simulator::Options& options);
+
+// The number of requests the simulated window of `schedule` would serve, and
+// a check against kMaxRequests naming the options behind it.
+Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedule& schedule);
+
+// One line saying what the schedules are judged on; warns when the truth is
+// the noisy per-batch training loss.
+std::string TruthNote(const PlanningContext& ctx);
+// True when the truth curve is the training loss (noisy per-batch values).
+bool TruthIsTrainingLoss(const PlanningContext& ctx);
 
 // Builds the strategy and plans. Adds the forecaster for `online`.
 StatusOr<schedulers::Plan> PlanWith(const PlanningContext& ctx, schedulers::StrategyKind kind);

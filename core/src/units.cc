@@ -39,6 +39,8 @@ StatusOr<uint64_t> ParseBytes(const std::string& text) {
   } else if (binary) {
     return InvalidArgumentError("'" + text + "': unknown size suffix '" + suffix + "'");
   }
+  // Range-check before the cast: 1e30 would be undefined behaviour.
+  if (!(value * scale < 9.2e18)) return OutOfRangeError("'" + text + "' is too large a byte size (at most 8 EiB)");
   return static_cast<uint64_t>(std::llround(value * scale));
 }
 

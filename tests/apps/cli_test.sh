@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# CLI contract tests: exit 0 on success, 1 on bad input, 2 on bad usage;
-# --help on every command; JSON output parses.
+# CLI contract tests: exit 0 on success, 1 on bad input, 2 on bad usage
+# (every bad option value, in every command); --help on every command with
+# defaults; JSON output parses, carries a schema key, --json - is pure JSON;
+# absurd sizes, NaN/negative values and non-UTF-8 paths are clean errors.
 set -u
 viper="$1"
 src="$2"
@@ -24,6 +26,27 @@ expect_rc() {  # expect_rc <rc> <description> <command...>
 expect_in() {  # expect_in <file> <text> <description>
   if grep -qF -- "$2" "$1"; then passes=$((passes + 1)); else echo "FAIL: $3: '$2' not in output"; fails=$((fails + 1)); fi
 }
+expect_not_in() {  # expect_not_in <file> <text> <description>
+  if grep -qF -- "$2" "$1"; then echo "FAIL: $3: '$2' in output"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
+}
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+expect_json() {  # expect_json <file> <schema> <description>: parses, carries "schema": <schema>
+  if "$py" -c 'import json,sys; d=json.load(open(sys.argv[1], "rb")); sys.exit(0 if d.get("schema")==sys.argv[2] else 1)' "$1" "$2" 2>/dev/null; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL: $3: $1 is not JSON with schema $2"; head -c 300 "$1" | sed 's/^/  | /'; fails=$((fails + 1))
+  fi
+}
+expect_stdout_json() {  # expect_stdout_json <description> <command...>: stdout alone is one JSON document
+  local what="$1"
+  shift
+  if "$@" 2>"$tmp/err" | "$py" -m json.tool >/dev/null 2>"$tmp/jsonerr"; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL: $what: stdout is not pure JSON"; sed 's/^/  | /' "$tmp/jsonerr" | head -3; fails=$((fails + 1))
+  fi
+}
 
 expect_rc 0 "top-level help" "$viper" --help
 expect_in "$tmp/out" "log-info" "help lists log-info"
@@ -42,6 +65,9 @@ for cmd in $("$viper" --help | awk '/^Commands:/{on=1; next} on && NF {print $1}
 done
 
 printf 'iteration,epoch,wall_time,train_loss,val_loss\n1,0,0.0,2.0,\n2,0,0.5,1.5,1.6\n3,1,1.0,1.2,\n' >"$tmp/ok.csv"
+"$viper" --help >"$tmp/help"
+expect_in "$tmp/help" "3 \`viper run\` finished but lost consumers" "help documents the lost-consumer exit code"
+expect_in "$tmp/help" "2 bad usage" "help documents the usage exit code"
 expect_rc 0 "log-info on a good log" "$viper" log-info --log "$tmp/ok.csv" --json "$tmp/info.json"
 expect_in "$tmp/out" "rows                   3" "log-info prints rows"
 expect_in "$tmp/info.json" '"rows": 3' "log-info JSON has rows"
@@ -83,20 +109,148 @@ if [ -f "$log" ]; then
   expect_rc 0 "simulate one strategy" "$viper" simulate --log "$log" -q --strategies epoch,oracle
   expect_in "$tmp/out" "judged on test_loss (a sample the planners never see)" "simulate says what it judges on"
   expect_in "$tmp/sim.json" '"truth_metric": "test_loss"' "simulate JSON names the truth"
-  expect_rc 1 "simulate refuses test_loss as a planning metric" "$viper" simulate --log "$log" -q --metric test_loss
+  expect_rc 2 "simulate refuses test_loss as a planning metric" "$viper" simulate --log "$log" -q --metric test_loss
   expect_in "$tmp/err" "test_loss" "the refusal names test_loss"
-  expect_rc 0 "evaluate on one log, one tier, both windows" "$viper" evaluate --logs "$log" --tiers gpu --warmups 0.2 -q --strategies epoch,online --json "$tmp/eval.json"
+  expect_rc 0 "evaluate on one log, one tier, both windows" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20% -q --strategies epoch,online --json "$tmp/eval.json"
   expect_in "$tmp/out" "sgd-h256/gpu/w20/req" "evaluate lists the fixed-window case"
   expect_in "$tmp/eval.json" '"worst_regret"' "evaluate JSON has the summary"
   expect_rc 2 "evaluate with a warm-up outside (0, 1)" "$viper" evaluate --logs "$log" --warmups 1.5
   expect_rc 2 "evaluate with an unknown window" "$viper" evaluate --logs "$log" --windows forever
-  expect_rc 1 "simulate with a negative gate" "$viper" simulate --log "$log" -q --gate-z -1
-  expect_rc 1 "evaluate on a missing log" "$viper" evaluate --logs "$tmp/missing.csv" -q --tiers gpu --warmups 0.2 --windows while-training
+  expect_rc 2 "simulate with a negative gate" "$viper" simulate --log "$log" -q --gate-z -1
+  expect_rc 1 "evaluate on a missing log" "$viper" evaluate --logs "$tmp/missing.csv" -q --tiers gpu --warmups 20% --windows while-training
   expect_rc 2 "simulate with an unknown tier" "$viper" simulate --log "$log" -q --transport tape
-  expect_rc 1 "simulate with a negative request interval" "$viper" simulate --log "$log" -q --request-interval-s -1
+  expect_rc 2 "simulate with a negative request interval" "$viper" simulate --log "$log" -q --request-interval-s -1
+  # --- Exit codes: a bad option value is 2 in every command (issue 18.9/18.8).
+  for cmd in simulate plan; do
+    for bad in "--requests -1" "--requests 1000000000000" "--slowdown-budget-s nan" "--seconds-per-iteration -0.01" \
+               "--drift inf" "--poll-period-s 0" "--min-spacing 0" "--gate-z nan" "--model-bytes 1e30" \
+               "--model-bytes 2P" "--total-iterations -5" "--warmup 0.2" "--warmup 120%" "--warmup -3" \
+               "--transport nvme" "--mode eventually" "--arrivals bursty" "--metric test_loss" "--requests lots" \
+               "--stall-s 1" "--seconds-per-epoch nan"; do
+      # shellcheck disable=SC2086
+      expect_rc 2 "$cmd $bad" "$viper" $cmd --log "$log" $bad
+      opt="${bad%% *}"
+      expect_in "$tmp/err" "$opt" "$cmd $bad: the message names $opt"
+    done
+  done
+  expect_rc 2 "evaluate with NaN drift" "$viper" evaluate --logs "$log" --drift nan
+  expect_in "$tmp/err" "--drift nan is out of range" "evaluate names the value"
+  expect_rc 2 "evaluate with an unknown tier" "$viper" evaluate --logs "$log" --tiers tape
+  expect_rc 2 "fit --predict-at -5" "$viper" fit --log "$log" --predict-at -5
+  expect_in "$tmp/err" "--predict-at -5 is out of range" "fit names --predict-at and the value"
+  expect_rc 2 "fit --band-z nan" "$viper" fit --log "$log" --band-z nan
+  expect_rc 2 "fit --horizon inf" "$viper" fit --log "$log" --horizon inf
+  expect_rc 2 "fit --warmup 0.2" "$viper" fit --log "$log" --warmup 0.2
+  expect_rc 2 "train --lr nan" "$viper" train --lr nan
+  expect_in "$tmp/err" "--lr" "train names the flag, not the field"
+  expect_rc 2 "train --hidden absurd" "$viper" train --hidden 1000000,1000000
+  expect_in "$tmp/err" "the limit is 250000000" "train states the parameter limit"
+  if "$viper" run --help >/dev/null 2>&1; then
+    expect_rc 2 "run --requests-per-s nan" "$viper" run --requests-per-s nan
+    expect_in "$tmp/err" "--requests-per-s nan is out of range" "run names the value"
+    expect_rc 2 "run --model-bytes beyond memory" "$viper" run --workload replay --log "$log" --model-bytes 1e30
+    expect_rc 2 "run --warmup 150%" "$viper" run --warmup 150%
+    expect_rc 0 "run --help" "$viper" run --help
+    expect_in "$tmp/out" "3 the run finished but lost consumers" "run --help documents exit 3"
+  fi
+  # Program_options' own errors become one sentence: option, value, accepted values.
+  expect_rc 2 "simulate --transport nvme" "$viper" simulate --log "$log" --transport nvme
+  expect_in "$tmp/err" "--transport nvme: unknown transport tier 'nvme' (expected gpu, host or pfs)" "bad enum: one sentence"
+  expect_not_in "$tmp/err" "for option is invalid" "no raw Program_options message"
+  expect_rc 2 "simulate --requests lots" "$viper" simulate --log "$log" --requests lots
+  expect_in "$tmp/err" "--requests 'lots' is not valid: expected a whole number" "bad number: one sentence"
+
+  # An argument holding a Program_options placeholder looped forever inside
+  # Boost's message formatting (fuzz/options_fuzz.cc found it).
+  expect_rc 2 "plan with a placeholder in an unknown option" timeout 20 "$viper" plan --log "$log" --h%original_token%x
+  expect_rc 2 "simulate with a placeholder in a value" timeout 20 "$viper" simulate --log "$log" --requests %value%
+
+  # --- Absurd sizes are refused before allocating, naming option and limit (18.4).
+  expect_rc 2 "simulate --request-interval-s 1e-12" "$viper" simulate --log "$log" -q --strategies epoch,oracle --request-interval-s 1e-12
+  expect_in "$tmp/err" "the limit is 50000000 requests" "the implied request count names the limit"
+  expect_in "$tmp/err" "--request-interval-s" "and the option"
+  expect_rc 2 "simulate --requests 1e12" "$viper" simulate --log "$log" -q --requests 1000000000000
+  expect_in "$tmp/err" "[0, 50000000]" "--requests states its limit"
+  expect_rc 2 "simulate --model-bytes 1e30" "$viper" simulate --log "$log" -q --model-bytes 1e30
+  expect_rc 2 "plan --total-iterations 2e7" "$viper" plan --log "$log" --total-iterations 20000000
+  expect_in "$tmp/err" "[0, 10000000]" "--total-iterations states its limit"
+
+  # --- Non-UTF-8 names reach JSON as U+FFFD, never an abort or a 0-byte file (18.3).
+  cp "$log" "$tmp/latin1_"$'\xe9'".csv.gz"
+  expect_rc 0 "simulate on a Latin-1 file name" "$viper" simulate --log "$tmp/latin1_"$'\xe9'".csv.gz" -q --strategies epoch,oracle --json "$tmp/latin1_"$'\xe9'".json"
+  expect_json "$tmp/latin1_"$'\xe9'".json" "viper.simulate/1" "JSON named in Latin-1 about a Latin-1 log"
+  expect_rc 1 "JSON into a missing directory" "$viper" plan --log "$log" --strategy epoch --json "$tmp/no/such/dir/plan.json"
+  expect_in "$tmp/err" "cannot open" "the write error names the path"
+  [ -z "$(ls -A "$tmp" | grep '\.tmp\.')" ] && passes=$((passes + 1)) || { echo "FAIL: temporary files left behind"; fails=$((fails + 1)); }
+
+  # --- --json - is only JSON on stdout, every document has a schema (19.7).
+  expect_stdout_json "simulate --json -" "$viper" simulate --log "$log" -q --strategies epoch,oracle --json -
+  expect_stdout_json "plan --json -" "$viper" plan --log "$log" --strategy optimal --json -
+  expect_stdout_json "fit --json -" "$viper" fit --log "$log" --json -
+  expect_stdout_json "evaluate --json -" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20% --windows while-training --strategies epoch -q --json -
+  expect_json "$tmp/sim.json" "viper.simulate/1" "simulate JSON schema"
+  expect_json "$tmp/trace.json" "viper.simulate-trace/1" "simulate trace schema"
+  expect_json "$tmp/plan.json" "viper.plan/1" "plan JSON schema"
+  expect_json "$tmp/eval.json" "viper.evaluate/1" "evaluate JSON schema"
+  expect_rc 0 "fit with JSON" "$viper" fit --log "$log" --json "$tmp/fit.json"
+  expect_json "$tmp/fit.json" "viper.fit/1" "fit JSON schema"
+  expect_json "$tmp/info.json" "viper.log-info/1" "log-info JSON schema"
+  printf '{"benchmarks":[{"name":"strategies/a/gpu/w20/epoch","run_type":"iteration","regret_vs_oracle":0.05,"change_vs_epoch":0},{"name":"strategies/a/gpu/w20/oracle","run_type":"iteration","regret_vs_oracle":0,"change_vs_epoch":-0.05}]}' >"$tmp/bench.json"
+  expect_rc 0 "bench-summary with JSON" "$viper" bench-summary --input "$tmp/bench.json" --json "$tmp/bs.json"
+  expect_json "$tmp/bs.json" "viper.bench-summary/1" "bench-summary JSON schema"
+
+  # --- One warm-up syntax, N or P%, in every command (19.6).
+  for w in 20% 900; do
+    expect_rc 0 "simulate --warmup $w" "$viper" simulate --log "$log" -q --strategies epoch,oracle --warmup $w --json "$tmp/w.json"
+    expect_rc 0 "plan --warmup $w" "$viper" plan --log "$log" --strategy optimal --warmup $w
+    expect_rc 0 "fit --warmup $w" "$viper" fit --log "$log" --warmup $w
+  done
+  expect_in "$tmp/w.json" '"warmup_iterations": 900' "--warmup N ends the warm-up at iteration N"
+  expect_rc 0 "evaluate --warmups 20%,900" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20%,900 --windows while-training --strategies epoch -q
+  expect_in "$tmp/out" "sgd-h256/gpu/w@900/train" "evaluate takes an iteration warm-up"
+  # A Lightning-style log whose first logged step is 49: 20% of the span, not of the last step.
+  awk 'BEGIN { print "step,train_loss"; for (i = 0; i < 100; i++) printf "%d,%.5f\n", 49 + 50 * i, 0.3 + 2 * exp(-i / 20) }' >"$tmp/from49.csv"
+  expect_rc 0 "fit --warmup 20% from step 49" "$viper" fit --log "$tmp/from49.csv" --warmup 20%
+  expect_in "$tmp/out" "warm-up 1039 iterations (20 points)" "P% counts from the first logged iteration"
+
+  # --- Help states units and defaults (19.11).
+  for cmd in simulate plan evaluate; do
+    "$viper" $cmd --help 2>&1 | tr -s ' \n' '  ' >"$tmp/help"
+    expect_in "$tmp/help" "--warmup arg (=20%)" "$cmd --help shows the warm-up default"
+    expect_in "$tmp/help" "--transport arg (=gpu)" "$cmd --help shows the transport default"
+    expect_in "$tmp/help" "seconds per training iteration" "$cmd --help states tau's unit"
+    expect_in "$tmp/help" "the MEAN over the warm-up" "$cmd --help says tau is the mean, as the code does"
+    expect_in "$tmp/help" "--requests arg (=0)" "$cmd --help shows the requests default"
+  done
+  "$viper" fit --help 2>&1 | tr -s ' \n' '  ' >"$tmp/help"
+  expect_in "$tmp/help" "--warmup arg (=20%)" "fit --help shows the same warm-up default"
 else
   echo "FAIL: shipped log $log missing"; fails=$((fails + 1))
 fi
+
+# --- Logs without wall time, epoch-level logs, noisy truth (19.1, 19.2, 19.4).
+awk 'BEGIN { print "iteration,train_loss"; srand(3); for (i = 1; i <= 400; i++) printf "%d,%.5f\n", i, 0.3 + 2 * exp(-i / 80) + 0.02 * (rand() - 0.5) }' >"$tmp/notime.csv"
+expect_rc 1 "simulate without wall time" "$viper" simulate --log "$tmp/notime.csv" -q
+expect_in "$tmp/err" "give --seconds-per-iteration" "the no-wall-time error names the flag"
+expect_not_in "$tmp/err" "seconds_per_iteration" "not the setting name"
+expect_rc 0 "simulate with --seconds-per-iteration" "$viper" simulate --log "$tmp/notime.csv" -q --seconds-per-iteration 0.1 --strategies fixed,optimal,oracle --json "$tmp/nt.json"
+expect_in "$tmp/out" "warning: the truth is the per-batch TRAINING loss" "simulate says the truth is the noisy training loss"
+expect_in "$tmp/nt.json" '"truth_is_training_loss": true' "simulate JSON says so too"
+expect_rc 0 "plan with --seconds-per-iteration" "$viper" plan --log "$tmp/notime.csv" --seconds-per-iteration 0.1 --strategy optimal
+expect_in "$tmp/out" "per-batch TRAINING loss" "plan says so"
+expect_rc 0 "evaluate with --seconds-per-iteration" "$viper" evaluate --logs "$tmp/notime.csv" --seconds-per-iteration 0.1 --tiers gpu --warmups 20% --windows while-training --strategies fixed -q
+expect_in "$tmp/out" "train_loss (noisy, as observed)" "evaluate says so"
+awk 'BEGIN { print "iteration,epoch,train_loss"; for (i = 1; i <= 400; i++) printf "%d,%d,%.5f\n", i, int((i - 1) / 40), 0.3 + 2 * exp(-i / 80) }' >"$tmp/epochs.csv"
+expect_rc 0 "simulate with --seconds-per-epoch" "$viper" simulate --log "$tmp/epochs.csv" -q --seconds-per-epoch 4 --strategies epoch,oracle
+expect_in "$tmp/out" "tau 0.1 s/iteration (--seconds-per-epoch / 40 iterations per epoch)" "tau from seconds per epoch"
+expect_rc 2 "both tau flags" "$viper" simulate --log "$tmp/epochs.csv" -q --seconds-per-epoch 4 --seconds-per-iteration 0.1
+# An epoch-level log of 17 rows: 20% is 3 points; the error says the minimum and what to change.
+awk 'BEGIN { print "epoch,loss,val_loss"; for (e = 0; e < 17; e++) printf "%d,%.5f,%.5f\n", e, 0.3 + 2 * exp(-e / 4), 0.35 + 2 * exp(-e / 4) }' >"$tmp/keras.csv"
+expect_rc 1 "fit on 3 warm-up epochs" "$viper" fit --log "$tmp/keras.csv" --warmup 20%
+expect_in "$tmp/err" "fitting needs at least 8" "the error states the minimum"
+expect_in "$tmp/err" "--warmup" "and what to change"
+expect_rc 1 "simulate on 3 warm-up epochs" "$viper" simulate --log "$tmp/keras.csv" -q --seconds-per-epoch 60
+expect_in "$tmp/err" "needs at least 8" "simulate states the minimum too"
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
