@@ -62,17 +62,40 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
   // placeholders like %value% with the user's text until none is left: an
   // argument that holds a placeholder never stops being replaced (found by
   // fuzz/options_fuzz.cc). Refuse such an argument before parsing.
-  for (const std::string& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     for (const char* placeholder : {"%canonical_option%", "%value%", "%prefix%", "%option%", "%original_token%"}) {
       if (a.find(placeholder) != std::string::npos) {
-        std::cerr << "viper " << command << ": the argument '" << a.substr(0, 200) << "' contains '" << placeholder
+        // Name the option: the argument itself (--opt=...), or the one before it.
+        const std::string& option = a.rfind("--", 0) == 0 || i == 0 ? a : args[i - 1];
+        std::cerr << "viper " << command << ": " << option.substr(0, option.find('=')).substr(0, 80)
+                  << ": the argument '" << a.substr(0, 200) << "' contains '" << placeholder
                   << "', which the option parser cannot quote\n";
         return kExitUsage;
       }
     }
   }
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), *vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+    // Boost converts "-1" to an unsigned option as 2^64 - 1 without a word:
+    // refuse a negative text for every unsigned option before storing it.
+    for (const po::option& o : parsed.options) {
+      const po::option_description* d = desc.find_nothrow(o.string_key, false);
+      if (d == nullptr || o.value.empty()) continue;
+      const po::value_semantic* semantic = d->semantic().get();
+      const bool is_unsigned = dynamic_cast<const po::typed_value<unsigned long>*>(semantic) != nullptr ||
+                               dynamic_cast<const po::typed_value<unsigned long long>*>(semantic) != nullptr ||
+                               dynamic_cast<const po::typed_value<unsigned int>*>(semantic) != nullptr;
+      const std::string& text = o.value.front();
+      const size_t first = text.find_first_not_of(" \t");
+      if (is_unsigned && first != std::string::npos && text[first] == '-') {
+        std::cerr << "viper " << command << ": --" << o.string_key << " '" << text.substr(0, 80)
+                  << "' is not valid: expected a non-negative integer\nTry 'viper " << command
+                  << " --help' for the options.\n";
+        return kExitUsage;
+      }
+    }
+    po::store(parsed, *vm);
     if (vm->count("help")) {
       std::cout << "Usage: " << usage << "\n\n" << description << "\n\n" << desc << "\n";
       return -1;
@@ -84,6 +107,11 @@ int ParseOrHelp(const std::vector<std::string>& args, const po::options_descript
   } catch (const po::validation_error& e) {
     // A typed option whose text does not convert ("--requests lots").
     const std::string option = e.get_option_name();
+    if (option.empty()) {  // thrown by a notifier that did not name its option
+      message = e.what();
+      std::cerr << "viper " << command << ": " << message << "\nTry 'viper " << command << " --help' for the options.\n";
+      return kExitUsage;
+    }
     const size_t name_at = option.find_first_not_of('-');
     const po::option_description* d =
         name_at == std::string::npos ? nullptr : desc.find_nothrow(option.substr(name_at), false);

@@ -87,19 +87,21 @@ int RunInspect(const std::vector<std::string>& args) {
     }
   }
 
-  std::printf("file          %s\n", file.c_str());
-  std::printf("size          %s (%llu bytes: 8-byte length prefix, header %llu, data %llu)\n",
+  // --json -: stdout holds only the JSON document; the table goes to stderr.
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
+  std::fprintf(table, "file          %s\n", file.c_str());
+  std::fprintf(table, "size          %s (%llu bytes: 8-byte length prefix, header %llu, data %llu)\n",
               FormatBytes(buffer->size).c_str(), static_cast<unsigned long long>(buffer->size),
               static_cast<unsigned long long>(info.json_header_bytes), static_cast<unsigned long long>(data_bytes));
-  std::printf("checksum      %s\n", checksum_line.c_str());
-  std::printf("metadata      %zu entries\n", metadata.size());
-  for (const auto& [key, value] : metadata) std::printf("  %s = %s\n", key.c_str(), value.c_str());
-  std::printf("tensors       %zu\n", state->size());
+  std::fprintf(table, "checksum      %s\n", checksum_line.c_str());
+  std::fprintf(table, "metadata      %zu entries\n", metadata.size());
+  for (const auto& [key, value] : metadata) std::fprintf(table, "  %s = %s\n", key.c_str(), value.c_str());
+  std::fprintf(table, "tensors       %zu\n", state->size());
   std::size_t name_width = 4;
   for (const Tensor& t : state->tensors()) name_width = std::max(name_width, t.name.size());
-  std::printf("  %-*s  %-7s  %-20s  %s\n", static_cast<int>(name_width), "name", "dtype", "shape", "bytes");
+  std::fprintf(table, "  %-*s  %-7s  %-20s  %s\n", static_cast<int>(name_width), "name", "dtype", "shape", "bytes");
   for (const Tensor& t : state->tensors()) {
-    std::printf("  %-*s  %-7s  %-20s  %zu\n", static_cast<int>(name_width), t.name.c_str(), ToString(t.dtype),
+    std::fprintf(table, "  %-*s  %-7s  %-20s  %zu\n", static_cast<int>(name_width), t.name.c_str(), ToString(t.dtype),
                 ShapeText(t.shape).c_str(), t.size_bytes);
   }
 

@@ -70,7 +70,9 @@ int RunModelDir(const std::vector<std::string>& args) {
   bool any_bad = false;
   std::optional<uint64_t> served;
   bool served_verified = false;
-  std::printf("%-10s %-12s %-14s %s\n", "version", "iteration", "bytes", "status");
+  // --json -: stdout holds only the JSON document; the table goes to stderr.
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
+  std::fprintf(table, "%-10s %-12s %-14s %s\n", "version", "iteration", "bytes", "status");
   for (uint64_t v : *versions) {
     nlohmann::json row;
     row["version"] = v;
@@ -98,17 +100,17 @@ int RunModelDir(const std::vector<std::string>& args) {
     row["iteration"] = iteration;
     row["ok"] = checked.ok();
     row["status"] = status_text;
-    std::printf("%-10llu %-12lld %-14llu %s\n", static_cast<unsigned long long>(v),
+    std::fprintf(table, "%-10llu %-12lld %-14llu %s\n", static_cast<unsigned long long>(v),
                 static_cast<long long>(iteration), static_cast<unsigned long long>(bytes), status_text.c_str());
     j["versions"].push_back(row);
   }
   if (served) {
-    std::printf("served: version %llu (%s)%s\n", static_cast<unsigned long long>(*served),
+    std::fprintf(table, "served: version %llu (%s)%s\n", static_cast<unsigned long long>(*served),
                 store.PathFor(*served).c_str(), served_verified ? "" : " UNVERIFIED: no Viper checksum");
     j["served_version"] = *served;
     j["served_verified"] = served_verified;
   } else {
-    std::printf("served: none (no valid version)\n");
+    std::fprintf(table, "served: none (no valid version)\n");
     j["served_version"] = nullptr;
     j["served_verified"] = false;
   }
@@ -119,7 +121,7 @@ int RunModelDir(const std::vector<std::string>& args) {
     auto removed = store.Prune(keep, protect);
     if (!removed.ok()) return Fail("model-dir", removed.status());
     for (uint64_t v : *removed) {
-      std::printf("removed: version %llu (%s)\n", static_cast<unsigned long long>(v), store.PathFor(v).c_str());
+      std::fprintf(table, "removed: version %llu (%s)\n", static_cast<unsigned long long>(v), store.PathFor(v).c_str());
     }
     j["removed"] = *removed;
   }

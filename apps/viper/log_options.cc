@@ -10,8 +10,9 @@ namespace {
 auto InRange(const char* option, int64_t lo, int64_t hi, const char* meaning) {
   return [=](int64_t v) {
     if (v < lo || v > hi) {
-      throw po::invalid_option_value(std::string("--") + option + " " + std::to_string(v) + ": expected " +
-                                     std::to_string(lo) + ".." + std::to_string(hi) + " (" + meaning + ")");
+      throw OptionValueError(std::string("--") + option + " " + std::to_string(v) +
+                             " is out of range: expected an integer in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "] (" + meaning + ")");
     }
   };
 }

@@ -104,6 +104,13 @@ if [ -f "$log" ]; then
   expect_in "$tmp/out" "schedule:" "plan prints the schedule"
   expect_in "$tmp/plan.json" '"exact": true' "optimal is exact"
   expect_rc 2 "plan with an unknown strategy" "$viper" plan --log "$log" --strategy clairvoyant
+  # Boost would read "-1" into an unsigned option as 2^64 - 1.
+  expect_rc 2 "simulate --seed -1" "$viper" simulate --log "$log" --seed -1
+  expect_in "$tmp/err" "--seed '-1' is not valid: expected a non-negative integer" "negative unsigned option named"
+  expect_rc 2 "a placeholder in a value" "$viper" plan --log "$log" --min-spacing %original_token%
+  expect_in "$tmp/err" "--min-spacing: the argument" "placeholder error names the option"
+  expect_rc 2 "simulate --max-line-bytes -1" "$viper" simulate --log "$log" --max-line-bytes -1
+  expect_in "$tmp/err" "--max-line-bytes -1 is out of range" "a reader limit's range error names the option"
   expect_rc 1 "simulate with a warm-up past the end" "$viper" simulate --log "$log" -q --warmup 999999
   expect_in "$tmp/err" "warm-up" "the error explains the warm-up"
   expect_rc 0 "simulate one strategy" "$viper" simulate --log "$log" -q --strategies epoch,oracle
@@ -187,6 +194,9 @@ if [ -f "$log" ]; then
   expect_stdout_json "simulate --json -" "$viper" simulate --log "$log" -q --strategies epoch,oracle --json -
   expect_stdout_json "plan --json -" "$viper" plan --log "$log" --strategy optimal --json -
   expect_stdout_json "fit --json -" "$viper" fit --log "$log" --json -
+  expect_stdout_json "inspect --json -" "$viper" inspect --file "$src/fuzz/corpus/safetensors/valid-v2-table.safetensors" --json -
+  mkdir -p "$tmp/models" && cp "$src/fuzz/corpus/safetensors/valid-v2-table.safetensors" "$tmp/models/model-v7.safetensors"
+  expect_stdout_json "model-dir --json -" "$viper" model-dir --dir "$tmp/models" --json -
   expect_stdout_json "evaluate --json -" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20% --windows while-training --strategies epoch -q --json -
   expect_json "$tmp/sim.json" "viper.simulate/1" "simulate JSON schema"
   expect_json "$tmp/trace.json" "viper.simulate-trace/1" "simulate trace schema"

@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""Hostile-input sweep: generates inputs class by class, as an attacker or a
+careless user would, runs the viper CLI on each and counts the outcomes.
+
+Outcomes (one per input):
+  clean     exit 1 or 2 with a message that names the input (the file or the
+            option) in at most 4 KiB of stderr
+  unclear   exit 1 or 2, but the message is missing, too long or does not
+            name the input
+  ok        exit 0 on an input that is valid, or on a mutated model file that
+            still describes the same model (same tensors, same bytes; e.g. a
+            checksum's hex digits changed case)
+  accepted  exit 0 on an input that is corrupt or out of range (a corrupt
+            model served, a bad value taken)
+  crash     killed by a signal, an exit code outside 0-3, or a sanitizer or
+            'terminate called' report
+  hang      still running after --timeout seconds (killed)
+
+Usage: hostile_sweep.py VIPER [--root DIR] [--per-class N] [--seed S]
+                            [--timeout SECONDS] [--json PATH]
+Exit 0 when no input crashed, hung, was accepted or got an unclear message;
+1 otherwise (the table says which); 2 bad usage.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+OUTCOMES = ["clean", "unclear", "ok", "accepted", "crash", "hang"]
+MAX_MESSAGE = 4096
+
+
+def safetensors_image(header, data=b""):
+    raw = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def split_image(image):
+    n = struct.unpack("<Q", image[:8])[0]
+    return image[8:8 + n], image[8 + n:]
+
+
+class Sweep:
+    def __init__(self, viper, root, work, timeout, rng):
+        self.viper = viper
+        self.root = root
+        self.work = work
+        self.timeout = timeout
+        self.rng = rng
+        self.results = []  # dicts: class, name, outcome, seconds, rc, message
+        self.counter = 0
+
+    # ---- running ------------------------------------------------------------
+    def run(self, args):
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([self.viper] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=self.timeout, cwd=self.work)
+            return p.returncode, p.stdout, p.stderr, time.monotonic() - t0, False
+        except subprocess.TimeoutExpired as e:
+            return None, e.stdout or b"", e.stderr or b"", time.monotonic() - t0, True
+
+    def judge(self, cls, name, args, expect, mentions, same_model=None):
+        """expect: 'reject' (must exit 1/2), 'any' (valid or refused, both fine).
+        mentions: strings one of which the message must contain.
+        same_model: callable -> bool, asked when a 'reject' input exits 0."""
+        rc, out, err, secs, timed_out = self.run(args)
+        text = err.decode("utf-8", "replace")
+        if timed_out:
+            outcome = "hang"
+        elif rc < 0 or rc > 3 or re.search(r"terminate called|AddressSanitizer|runtime error:|Segmentation", text):
+            outcome = "crash"
+        elif rc == 0:
+            if expect == "any":
+                outcome = "ok"
+            else:
+                outcome = "ok" if same_model is not None and same_model() else "accepted"
+        elif rc == 3:
+            outcome = "unclear"
+        else:
+            named = any(m in text for m in mentions)
+            outcome = "clean" if text.strip() and len(err) <= MAX_MESSAGE and named else "unclear"
+        self.results.append({"class": cls, "input": name, "outcome": outcome, "seconds": round(secs, 3),
+                             "rc": rc, "message": text.strip()[:300]})
+
+    def file(self, name, content):
+        self.counter += 1
+        path = os.path.join(self.work, "%04d-%s" % (self.counter, name))
+        with open(path, "wb") as f:
+            f.write(content)
+        return path
+
+    # ---- model files ----------------------------------------------------------
+    def inspect(self, cls, name, image, expect="reject", base=None):
+        path = self.file(name + ".safetensors", image)
+        same = None
+        if base is not None:
+            same = lambda: self.describe(path) == self.describe(base)  # noqa: E731
+        self.judge(cls, name, ["inspect", "--file", path], expect, [os.path.basename(path)], same)
+
+    def describe(self, path):
+        """What a consumer would serve: tensors, the metadata Viper reads, the data bytes."""
+        rc, out, _, _, _ = self.run(["inspect", "--file", path, "--json", "-"])
+        if rc != 0:
+            return None
+        j = json.loads(out)
+        meta = {k: v for k, v in j.get("metadata", {}).items() if not k.endswith("checksum")}
+        with open(path, "rb") as f:
+            _, data = split_image(f.read())
+        return (json.dumps(j.get("tensors"), sort_keys=True), json.dumps(meta, sort_keys=True), data)
+
+    def model_classes(self, per_class):
+        corpus = os.path.join(self.root, "fuzz", "corpus", "safetensors")
+        # Format 2 files: their header checksum covers the tensor table and the
+        # metadata. (A legacy file's checksum covers the data only, so a header
+        # edit in one is served with "data only (legacy)": by design, not swept.)
+        bases = [os.path.join(corpus, n) for n in ("valid-v2-table.safetensors", "valid-v2-all-dtypes.safetensors")]
+        images = [open(b, "rb").read() for b in bases]
+        r = self.rng
+
+        # 1. Deep nesting, in every place a value can stand.
+        depths = [65, 100, 1000, 10000, 100000, 600000]
+        shapes = [
+            lambda d: "[" * d,
+            lambda d: "[" * d + "]" * d,
+            lambda d: '{"a":' * d + "1" + "}" * d,
+            lambda d: '{"__metadata__":{"k":' + "[" * d + "}}",
+            lambda d: '{"t":{"dtype":"U8","shape":' + "[" * d + "]" * d + ',"data_offsets":[0,0]}}',
+            lambda d: '{"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":' + "[" * d + "}}",
+        ]
+        cases = [(d, s) for d in depths for s in range(len(shapes))]
+        for d, s in r.sample(cases, min(per_class, len(cases))):
+            self.inspect("deep-nesting", "nest-%d-%d" % (s, d), safetensors_image(shapes[s](d)))
+
+        # 2. Counts: tensors and metadata entries around and past the caps (linear time).
+        def tensors(n):
+            return "{" + ",".join('"t%d":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}' % i for i in range(n)) + "}"
+
+        def metadata(n):
+            return '{"__metadata__":{' + ",".join('"k%d":"v"' % i for i in range(n)) + "}}"
+        counts = [("tensors-1e5", tensors(100000), "any"), ("tensors-1e6+1", tensors(1000001), "reject"),
+                  ("metadata-1e5", metadata(100000), "any"), ("metadata-2e5", metadata(200000), "reject"),
+                  ("metadata-5e5", metadata(500000), "reject")]
+        for name, header, expect in counts[:max(2, per_class)]:
+            self.inspect("many-keys", name, safetensors_image(header), expect)
+
+        # 3. Header edits a flipped bit or a careless tool could make.
+        edits = [
+            ("transposed", '"shape":[2,3]', '"shape":[3,2]'),
+            ("f32-to-i32", '"dtype":"F32"', '"dtype":"I32"'),
+            ("renamed", '"w":{', '"v":{'),
+            ("renamed", '"t_I8"', '"t_I9"'),
+            ("iteration", '"viper.iteration":"1200"', '"viper.iteration":"1300"'),
+            ("iteration", '"viper.iteration":"100"', '"viper.iteration":"900"'),
+            ("shape", '"shape":[2,3],"data_offsets":[0,6]', '"shape":[3,2],"data_offsets":[0,6]'),
+            ("version", '"viper.version":"7"', '"viper.version":"8"'),
+            ("offsets", '"data_offsets":[24,30]', '"data_offsets":[24,29]'),
+            ("u8-to-i8", '"dtype":"U8"', '"dtype":"I8"'),
+            ("bool-to-u8", '"dtype":"BOOL"', '"dtype":"U8"'),
+        ]
+        done = 0
+        for label, old, new in edits:
+            for base, image in zip(bases, images):
+                header, data = split_image(image)
+                h = header.decode()
+                if old in h and done < per_class:
+                    self.inspect("header-edit", label, safetensors_image(h.replace(old, new, 1), data), base=base)
+                    done += 1
+
+        # 4. One flipped bit in the data section.
+        for i in range(per_class):
+            k = r.randrange(len(bases))
+            header, data = split_image(images[k])
+            if not data:
+                continue
+            b = bytearray(data)
+            pos = r.randrange(len(b))
+            b[pos] ^= 1 << r.randrange(8)
+            self.inspect("data-flip", "data-bit-%d" % pos, safetensors_image(header, bytes(b)), base=bases[k])
+
+        # 5. One flipped bit anywhere in the header.
+        for i in range(per_class):
+            k = r.randrange(len(bases))
+            header, data = split_image(images[k])
+            b = bytearray(header)
+            pos = r.randrange(len(b))
+            b[pos] ^= 1 << r.randrange(8)
+            self.inspect("header-flip", "header-bit-%d" % pos, safetensors_image(bytes(b), data), base=bases[k])
+
+        # 6. Edits that would switch verification off.
+        header, data = split_image(images[0])
+        h = header.decode()
+        off = []
+        for key in ("viper.checksum", "viper.header_checksum", "viper.format", "viper.version"):
+            at = h.index('"%s"' % key) + 1
+            for j in range(len(key)):
+                if key[j].isalpha():
+                    off.append(("case-%s-%d" % (key, j), h[:at + j] + key[j].upper() + h[at + j + 1:]))
+        off.append(("duplicate-metadata", h.rstrip()[:-1] + ',"__metadata__":{}}'))
+        off.append(("duplicate-tensor", h.rstrip()[:-1] + ',"w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}'))
+        off.append(("duplicate-field", h.replace('"dtype":"F32"', '"dtype":"F32","dtype":"I32"', 1)))
+        off.append(("duplicate-meta-key", h.replace('"viper.format":"2"', '"viper.format":"2","viper.format":"1"')))
+        off.append(("no-data-checksum", re.sub(r'"viper.checksum":"[0-9a-f]+",', "", h)))
+        off.append(("no-header-checksum", re.sub(r',"viper.header_checksum":"[0-9a-f]+"', "", h)))
+        off.append(("format-1", h.replace('"viper.format":"2"', '"viper.format":"1"')))
+        off.append(("no-format", re.sub(r',"viper.format":"2"', "", h)))
+        for name, edited in r.sample(off, min(per_class, len(off))):
+            self.inspect("verification-off", name, safetensors_image(edited.encode(), data), base=bases[0])
+
+        # 7. Framing: truncation, the length prefix, trailing bytes.
+        frames = []
+        for base_image in images:
+            for cut in r.sample(range(1, len(base_image)), 4):
+                frames.append(("truncated-%d" % cut, base_image[:cut]))
+        img = images[0]
+        n = struct.unpack("<Q", img[:8])[0]
+        for label, value in (("n-zero", 0), ("n-huge", 2**63), ("n-max", 2**64 - 1), ("n-past-end", len(img)),
+                             ("n-minus-one", n - 1), ("n-plus-one", n + 1), ("n-100mb", 100 << 20)):
+            frames.append((label, struct.pack("<Q", value) + img[8:]))
+        frames.append(("trailing-bytes", img + b"\0" * 7))
+        frames.append(("empty", b""))
+        frames.append(("seven-bytes", img[:7]))
+        for name, image in r.sample(frames, min(per_class, len(frames))):
+            self.inspect("framing", name, image, base=bases[0])
+
+        # 8. Unbounded values: the message quotes an excerpt only.
+        big = "x" * (1 << 20)
+        unbounded = [
+            ("long-name", '{"%s":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}}' % big),
+            ("long-dtype", '{"t":{"dtype":"%s","shape":[1],"data_offsets":[0,1]}}' % big),
+            ("long-metadata", '{"__metadata__":{"viper.version":"%s"}}' % big),
+            ("long-number", '{"t":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}' % ("9" * 100000)),
+            ("unterminated", '{"t":"' + big),
+        ]
+        for name, header in unbounded[:max(2, per_class)]:
+            self.inspect("unbounded-values", name, safetensors_image(header))
+
+    # ---- training logs ----------------------------------------------------------
+    def log(self, cls, name, content, expect="reject", extra=()):
+        path = self.file(name, content)
+        self.judge(cls, name, ["log-info", "--log", path] + list(extra), expect, [os.path.basename(path)])
+
+    def log_classes(self, per_class):
+        r = self.rng
+        good = [(i, 2.0 / (1 + 0.01 * i)) for i in range(1, 41)]
+
+        def csv(rows, header="iteration,loss"):
+            return (header + "\n" + "".join(",".join(str(v) for v in row) + "\n" for row in rows)).encode()
+
+        def jsonl(rows):
+            return "".join('{"step": %s, "loss": %s}\n' % row for row in rows).encode()
+
+        # 9. Numbers out of range where an integer or a finite value is needed.
+        bad_numbers = ["inf", "-inf", "nan", "NaN", "1e19", "-1e19", "9.3e18", "1e308", "1e999", "-0.5e400"]
+        cases = []
+        for v in bad_numbers:
+            for col in ("iteration", "loss"):
+                for fmt in ("csv", "jsonl"):
+                    cases.append((v, col, fmt))
+            cases.append((v, "epoch", "csv"))
+        # A loss may be any finite number (1e308 is odd, not out of range).
+        cases = [c for c in cases if c[1] != "loss" or c[0] not in ("1e19", "-1e19", "9.3e18", "1e308")]
+        for v, col, fmt in r.sample(cases, min(per_class, len(cases))):
+            rows = [list(x) for x in good]
+            at = r.randrange(len(rows))
+            name = "%s-%s-%s.%s" % (col, v, at, fmt)
+            if col == "epoch":
+                data = csv([[x[0], 0 if j != at else v, x[1]] for j, x in enumerate(rows)], "iteration,epoch,loss")
+            else:
+                rows[at][0 if col == "iteration" else 1] = v
+                if fmt == "csv":
+                    data = csv(rows)
+                else:
+                    quoted = [(a if a not in ("inf", "-inf", "nan", "NaN") else '"%s"' % a,
+                               b if b not in ("inf", "-inf", "nan", "NaN") else '"%s"' % b) for a, b in rows]
+                    data = jsonl(quoted)
+            self.log("number-range", name, data)
+
+        # 10. Bytes that do not belong in a number.
+        junk = ["2\x000", "0x10", "1e", "--1", "1..5", "1 2", "\x01", "\xff", "1e5e5", "+-3"]
+        for v in r.sample(junk, min(per_class, len(junk))):
+            rows = [list(x) for x in good]
+            rows[r.randrange(len(rows))][r.randrange(2)] = v
+            self.log("bytes-in-numbers", "junk-%d.csv" % ord(v[-1]), csv(rows).replace(b"\xc3\xbf", b"\xff"))
+
+        # 11. Wall times that are not a clock.
+        clocks = []
+        for label, times in (("decreasing", [100 - i for i in range(40)]), ("negative", [-1 - i for i in range(40)]),
+                             ("nan", [float(i) if i != 7 else "nan" for i in range(40)]),
+                             ("inf", [i if i != 9 else "inf" for i in range(40)]),
+                             ("step-back", [float(i) if i != 20 else 3.0 for i in range(40)])):
+            clocks.append((label, csv([[g[0], g[1], t] for g, t in zip(good, times)], "iteration,loss,time")))
+        for label, data in clocks[:max(2, per_class)]:
+            self.log("wall-time", "time-%s.csv" % label, data)
+
+        # 12. Structure: limits, encodings, garbage. Some are valid (any).
+        structure = [
+            ("long-line.csv", csv(good).replace(b"\n", b"," + b"9" * (2 << 20) + b"\n", 1), "reject"),
+            ("wide-header.csv", (",".join(["iteration", "loss"] + ["c%d" % i for i in range(100000)]) + "\n1,2\n").encode(), "any"),
+            ("deep.jsonl", ('{"step": 1, "loss": ' + "[" * 100000 + "\n").encode(), "reject"),
+            ("deep-object.json", ("{\"a\":" * 100000).encode(), "reject"),
+            ("empty.csv", b"", "reject"),
+            ("header-only.csv", b"iteration,loss\n", "reject"),
+            ("bom.csv", b"\xef\xbb\xbf" + csv(good), "any"),
+            ("cr-only.csv", csv(good).replace(b"\n", b"\r"), "any"),
+            ("nul-lines.csv", csv(good).replace(b"\n", b"\0\n"), "reject"),
+            ("utf16.csv", csv(good).decode().encode("utf-16"), "reject"),
+            ("binary-1.csv", bytes(r.randrange(256) for _ in range(4096)), "reject"),
+            ("binary-2.jsonl", bytes(r.randrange(256) for _ in range(4096)), "reject"),
+            ("binary-3", bytes(r.randrange(256) for _ in range(65536)), "reject"),
+            ("bad.gz", b"\x1f\x8b\x08\x00" + bytes(r.randrange(256) for _ in range(512)), "reject"),
+            ("summary-only.json", b'{"log_history": [{"train_runtime": 10.0, "train_loss": 1.0, "step": 100}]}', "reject"),
+            ("trainer-state-no-history.json", b'{"global_step": 10}', "reject"),
+        ]
+        for name, data, expect in r.sample(structure, min(per_class, len(structure))):
+            self.log("structure", name, data, expect)
+        self.judge("structure", "/dev/zero", ["log-info", "--log", "/dev/zero"], "reject", ["/dev/zero"])
+
+        # 13. One flipped bit in a TensorBoard event file (CRC-checked framing).
+        events = os.path.join(self.root, "datasets", "testdata", "tb-pytorch")
+        event_files = [os.path.join(events, f) for f in sorted(os.listdir(events))]
+        base = open(event_files[0], "rb").read()
+        for i in range(per_class):
+            b = bytearray(base)
+            pos = r.randrange(len(b))
+            b[pos] ^= 1 << r.randrange(8)
+            self.log("tfevents-flip", "events.out.tfevents.%d.host.%d" % (pos, i), bytes(b))
+
+    # ---- options --------------------------------------------------------------
+    def option_classes(self, per_class):
+        r = self.rng
+        log = os.path.join(self.root, "datasets", "logs", "sgd-h32.csv.gz")
+        numeric = ["--requests", "--request-interval-s", "--model-bytes", "--total-iterations",
+                   "--slowdown-budget-s", "--price-per-slowdown-s", "--min-spacing", "--poll-period-s",
+                   "--stall-s", "--delay-s", "--drift", "--seconds-per-iteration", "--warmup", "--seed",
+                   "--gate-z", "--change-threshold", "--max-rows", "--max-line-bytes"]
+        invalid = ["nan", "-inf", "inf", "-1", "abc", "", "1e309", "1,5", "--", "%original_token%"]
+        absurd = ["1e30", "1e-12", "1000000000000", "9223372036854775808", "0", "0x10"]
+        cases = [(o, v, "reject") for o in numeric for v in invalid] + [(o, v, "any") for o in numeric for v in absurd]
+        for opt, value, expect in r.sample(cases, min(per_class * 3, len(cases))):
+            cmd = r.choice(["plan", "simulate"])
+            args = [cmd, "--log", log, opt, value, "--strategies" if cmd == "simulate" else "--strategy", "epoch"]
+            self.judge("option-values", "%s %s %s" % (cmd, opt, value), args, expect, [opt])
+        # Paths that are not UTF-8; a failed run leaves no partial JSON.
+        weird = self.file("latin1_\xe9.csv".encode("latin-1").decode("utf-8", "surrogateescape"),
+                          b"iteration,loss\n" + b"".join(b"%d,%f\n" % (i, 2.0 / i) for i in range(1, 60)))
+        out = os.path.join(self.work, "out_\udce9.json")
+        self.judge("paths", "latin-1 log and json names", ["log-info", "--log", weird, "--json", out], "any",
+                   [os.path.basename(weird)])
+        if os.path.exists(out):
+            try:
+                json.load(open(out))
+            except ValueError:
+                self.results[-1]["outcome"] = "crash"
+                self.results[-1]["message"] = "a partial JSON file was left at " + out
+
+    # ---- report ---------------------------------------------------------------
+    def table(self):
+        classes = []
+        for res in self.results:
+            if res["class"] not in classes:
+                classes.append(res["class"])
+        rows = []
+        for c in classes:
+            rs = [x for x in self.results if x["class"] == c]
+            row = {"class": c, "inputs": len(rs), "max_seconds": max(x["seconds"] for x in rs)}
+            for o in OUTCOMES:
+                row[o] = sum(1 for x in rs if x["outcome"] == o)
+            rows.append(row)
+        return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("viper", help="the viper executable")
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+                    help="the source tree (seed files, shipped logs); default: this script's parent")
+    ap.add_argument("--per-class", type=int, default=30, help="inputs per class (default 30)")
+    ap.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds one run may take before it counts as a hang (default 30)")
+    ap.add_argument("--json", help="also write every input's outcome as JSON here")
+    args = ap.parse_args()
+    if args.per_class < 1 or args.timeout <= 0 or not os.access(args.viper, os.X_OK):
+        ap.error("need an executable viper, --per-class >= 1 and --timeout > 0")
+    work = tempfile.mkdtemp(prefix="viper-hostile-")
+    try:
+        s = Sweep(os.path.abspath(args.viper), os.path.abspath(args.root), work, args.timeout, random.Random(args.seed))
+        s.model_classes(args.per_class)
+        s.log_classes(args.per_class)
+        s.option_classes(args.per_class)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = s.table()
+    cols = ["class", "inputs"] + OUTCOMES + ["max_seconds"]
+    print(" ".join("%-16s" % c if i == 0 else "%9s" % c for i, c in enumerate(cols)))
+    for row in rows + [{"class": "total", "inputs": sum(x["inputs"] for x in rows),
+                        "max_seconds": max(x["max_seconds"] for x in rows),
+                        **{o: sum(x[o] for x in rows) for o in OUTCOMES}}]:
+        print(" ".join("%-16s" % row[c] if i == 0 else "%9s" % row[c] for i, c in enumerate(cols)))
+    bad = [x for x in s.results if x["outcome"] in ("unclear", "accepted", "crash", "hang")]
+    for x in bad:
+        print("%s: %s: %s (exit %s, %.1f s): %s" % (x["outcome"], x["class"], x["input"], x["rc"], x["seconds"],
+                                                   x["message"][:200]), file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"schema": "viper.hostile-sweep/1", "classes": rows, "inputs": s.results}, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
