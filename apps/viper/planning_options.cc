@@ -67,8 +67,8 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("poll-period-s", po::value(&sc.tier.poll_period_s)->default_value(sc.tier.poll_period_s), "polling period, seconds in (0, 86400] (TF Serving's default is 1 s)")
       ("model-bytes", po::value(&o->model_bytes)->default_value(o->model_bytes), "model size in bytes, e.g. 600M (NT3.A), 1.7G (NT3.B), 4.7G (TC1); at most 1 PiB")
       ("cost-model", po::value(&o->cost_model), "measured cost samples (CSV tier,mode,phase,bytes,seconds or JSON) fitted per phase, instead of the preset")
-      ("stall-s", po::value(&o->stall_s), "direct producer stall sigma per checkpoint, seconds in [0, 1e6] (with --delay-s; default: from the tier)")
-      ("delay-s", po::value(&o->delay_s), "direct delivery delay delta per checkpoint, seconds in [0, 1e6] (with --stall-s)")
+      ("stall-s", po::value<double>()->notifier([o](double v) { o->stall_s = v; }), "direct producer stall sigma per checkpoint, seconds in [0, 1e6] (with --delay-s; default: from the tier)")
+      ("delay-s", po::value<double>()->notifier([o](double v) { o->delay_s = v; }), "direct delivery delay delta per checkpoint, seconds in [0, 1e6] (with --stall-s)")
       ("drift", po::value(&pt.drift_per_s)->default_value(pt.drift_per_s), "loss added per second a version has been served (rho), in [0, 1e6]")
       ("price-per-slowdown-s", po::value(&pt.price_per_slowdown_s)->default_value(pt.price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective, in [0, 1e12]")
       ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (a negative value = no bound)");
@@ -100,10 +100,9 @@ Status ValidatePlanningOptions(const PlanningOptions& o) {
   if (*bytes == 0 || static_cast<double>(*bytes) > kMaxModelBytes) {
     return InvalidArgumentError("--model-bytes " + o.model_bytes + " is out of range: expected a size in [1 B, 1 PiB]");
   }
-  const bool stall = o.stall_s != -1, delay = o.delay_s != -1;
-  if (stall) VIPER_RETURN_IF_ERROR(CheckReal("--stall-s", o.stall_s, 0, 1e6));
-  if (delay) VIPER_RETURN_IF_ERROR(CheckReal("--delay-s", o.delay_s, 0, 1e6));
-  if (stall != delay) return InvalidArgumentError("--stall-s and --delay-s go together: give both or neither");
+  if (o.stall_s) VIPER_RETURN_IF_ERROR(CheckReal("--stall-s", *o.stall_s, 0, 1e6));
+  if (o.delay_s) VIPER_RETURN_IF_ERROR(CheckReal("--delay-s", *o.delay_s, 0, 1e6));
+  if (o.stall_s.has_value() != o.delay_s.has_value()) return InvalidArgumentError("--stall-s and --delay-s go together: give both or neither");
   VIPER_RETURN_IF_ERROR(CheckReal("--drift", pt.drift_per_s, 0, 1e6));
   VIPER_RETURN_IF_ERROR(CheckReal("--price-per-slowdown-s", pt.price_per_slowdown_s, 0, 1e12));
   VIPER_RETURN_IF_ERROR(CheckReal("--slowdown-budget-s", o.slowdown_budget_s, -kInf, 1e12, true, "a negative value = no bound"));
@@ -311,13 +310,13 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   if (!o.cost_model.empty()) {
     VIPER_ASSIGN_OR_RETURN(so.tier, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
     ctx.cost_source = "measured (" + o.cost_model + ")";
-  } else if (o.stall_s >= 0) {
+  } else if (o.stall_s && o.delay_s) {
     // Direct sigma/delta: the stall is the snapshot, the rest of the delay the load.
     so.tier = schedulers::TierCost();
     so.tier.model_size_bytes = 1.0;
-    so.tier.snapshot_latency_s = o.stall_s;
+    so.tier.snapshot_latency_s = *o.stall_s;
     so.tier.transfer_latency_s = 0.0;
-    so.tier.load_latency_s = std::max(0.0, o.delay_s - o.stall_s);
+    so.tier.load_latency_s = std::max(0.0, *o.delay_s - *o.stall_s);
     so.tier.snapshot_bandwidth_bytes_per_s = so.tier.transfer_bandwidth_bytes_per_s =
         so.tier.load_bandwidth_bytes_per_s = std::numeric_limits<double>::max();
     so.tier.synchronous = false;

@@ -43,8 +43,8 @@ struct PlanningOptions {
   std::string notify = schedulers::ToString(scenario.tier.notification);
   std::string model_bytes = "600M";   // model size for the presets and the cost model (NT3.A)
   std::string cost_model;             // measured samples (CSV/JSON) instead of the preset
-  double stall_s = -1;                // direct sigma (with delay_s) instead of a tier
-  double delay_s = -1;                // direct delta
+  std::optional<double> stall_s;      // direct sigma (with delay_s) instead of a tier
+  std::optional<double> delay_s;      // direct delta
   double slowdown_budget_s = -1;      // < 0 = unlimited
 };
 

@@ -111,6 +111,9 @@ if [ -f "$log" ]; then
   expect_in "$tmp/err" "--min-spacing: the argument" "placeholder error names the option"
   expect_rc 2 "simulate --max-line-bytes -1" "$viper" simulate --log "$log" --max-line-bytes -1
   expect_in "$tmp/err" "--max-line-bytes -1 is out of range" "a reader limit's range error names the option"
+  # -1 was the "not given" sentinel of --stall-s/--delay-s: given, it is out of range.
+  expect_rc 2 "simulate --stall-s -1 --delay-s -1" "$viper" simulate --log "$log" --stall-s -1 --delay-s -1
+  expect_in "$tmp/err" "--stall-s -1 is out of range" "a sentinel value given is refused"
   expect_rc 1 "simulate with a warm-up past the end" "$viper" simulate --log "$log" -q --warmup 999999
   expect_in "$tmp/err" "warm-up" "the error explains the warm-up"
   expect_rc 0 "simulate one strategy" "$viper" simulate --log "$log" -q --strategies epoch,oracle
