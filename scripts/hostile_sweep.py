@@ -343,7 +343,10 @@ class Sweep:
                    "--gate-z", "--change-threshold", "--max-rows", "--max-line-bytes"]
         invalid = ["nan", "-inf", "inf", "-1", "abc", "", "1e309", "1,5", "--", "%original_token%"]
         absurd = ["1e30", "1e-12", "1000000000000", "9223372036854775808", "0", "0x10"]
-        cases = [(o, v, "reject") for o in numeric for v in invalid] + [(o, v, "any") for o in numeric for v in absurd]
+        # Documented meanings, not errors: a negative budget is "no bound".
+        valid = {("--slowdown-budget-s", "-1"), ("--slowdown-budget-s", "-inf")}
+        cases = [(o, v, "any" if (o, v) in valid else "reject") for o in numeric for v in invalid]
+        cases += [(o, v, "any") for o in numeric for v in absurd]
         for opt, value, expect in r.sample(cases, min(per_class * 3, len(cases))):
             cmd = r.choice(["plan", "simulate"])
             args = [cmd, "--log", log, opt, value, "--strategies" if cmd == "simulate" else "--strategy", "epoch"]

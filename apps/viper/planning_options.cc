@@ -373,7 +373,8 @@ Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedul
       os.precision(3);
       os << "a window of " << train_s + stall_s << " s (training " << train_s << " s plus " << schedule.size()
          << " checkpoints stalling " << p.cost.stall_s << " s each: --model-bytes, --transport, --stall-s) with one "
-         << "request every " << 1 / rate << " s (--request-interval-s)";
+         << "request every " << 1 / rate << " s (--request-interval-s; its default 0 means one per iteration of "
+         << "tau, " << ctx.tau_source << ")";
       why = os.str();
       break;
     }
