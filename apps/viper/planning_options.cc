@@ -209,24 +209,14 @@ StatusOr<double> ResolveTau(const TrainingLog& log, const PlanningOptions& o, in
               " iterations per epoch";
     return o.seconds_per_epoch / *all.iterations_per_epoch;
   }
-  TrainingLog warm;
-  for (const auto& r : log.records) {
-    if (r.iteration > W) break;
-    warm.records.push_back(r);
-  }
-  const LogSummary ws = Summarize(warm);
-  if (!ws.seconds_per_iteration || !(*ws.seconds_per_iteration > 0)) {
-    bool any_time = false;
-    for (const auto& r : log.records) any_time = any_time || r.wall_time_s.has_value();
-    return InvalidArgumentError(
-        log.source + (any_time ? ": fewer than two timed rows up to the end of the warm-up (iteration " +
-                                     std::to_string(W) + "), so seconds per iteration cannot be measured"
-                               : ": the log has no wall-time column (Keras and Lightning logs never do)") +
-        "; give --seconds-per-iteration S, or --seconds-per-epoch S (with --iterations-per-epoch for an "
-        "epoch-level log)");
+  auto measured = schedulers::WarmupSecondsPerIteration(log, W);
+  if (!measured.ok()) {
+    return InvalidArgumentError(measured.status().message() +
+                                "; give --seconds-per-iteration S, or --seconds-per-epoch S (with "
+                                "--iterations-per-epoch for an epoch-level log)");
   }
   *source = "mean over the warm-up's wall times";
-  return *ws.seconds_per_iteration;
+  return *measured;
 }
 
 // The smallest warm-up that holds `need` points of `curve`, as --warmup text.

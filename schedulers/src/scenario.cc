@@ -92,18 +92,11 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   const LogSummary summary = Summarize(log);
   double tau = o.seconds_per_iteration;
   if (tau <= 0) {
-    TrainingLog warm;
-    for (const auto& r : log.records) {
-      if (r.iteration > W) break;
-      warm.records.push_back(r);
+    auto measured = WarmupSecondsPerIteration(log, W);
+    if (!measured.ok()) {
+      return InvalidArgumentError(measured.status().message() + "; set ScenarioOptions::seconds_per_iteration");
     }
-    const LogSummary ws = Summarize(warm);
-    if (!ws.seconds_per_iteration || !(*ws.seconds_per_iteration > 0)) {
-      return InvalidArgumentError("cannot measure seconds per iteration from the warm-up of " + log.source +
-                                  " (no wall-time column, or fewer than two timed rows up to iteration " +
-                                  std::to_string(W) + "); give seconds_per_iteration");
-    }
-    tau = *ws.seconds_per_iteration;
+    tau = *measured;
   }
   sc.iterations_per_epoch = summary.iterations_per_epoch ? static_cast<int64_t>(*summary.iterations_per_epoch) : 0;
 
@@ -173,6 +166,23 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
       sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
   input.truth = sc.truth;
   return strategy->MakePlan(input);
+}
+
+StatusOr<double> WarmupSecondsPerIteration(const TrainingLog& log, int64_t W) {
+  TrainingLog warm;
+  for (const auto& r : log.records) {
+    if (r.iteration > W) break;
+    warm.records.push_back(r);
+  }
+  const LogSummary ws = Summarize(warm);
+  if (ws.seconds_per_iteration && *ws.seconds_per_iteration > 0) return *ws.seconds_per_iteration;
+  bool any_time = false;
+  for (const auto& r : log.records) any_time = any_time || r.wall_time_s.has_value();
+  return InvalidArgumentError(log.source + (any_time ? ": fewer than two timed rows up to the end of the warm-up "
+                                                       "(iteration " + std::to_string(W) +
+                                                           "), so seconds per iteration cannot be measured"
+                                                     : ": the log has no wall-time column (Keras and Lightning "
+                                                       "logs never do)"));
 }
 
 }  // namespace schedulers

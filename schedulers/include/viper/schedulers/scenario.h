@@ -81,6 +81,14 @@ struct Scenario {
 
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
 
+// Seconds per iteration measured over the warm-up (the rows up to iteration
+// W): the MEAN of its wall-time steps, not the median, since validation and
+// epoch-boundary pauses are part of the training time the serving window and
+// the checkpoint times see. InvalidArgument naming the log when it has no
+// wall-time column or fewer than two timed rows by W (the caller adds how to
+// give tau instead).
+StatusOr<double> WarmupSecondsPerIteration(const TrainingLog& log, int64_t W);
+
 // Plans with one strategy (online gets a predictor-backed forecaster).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
 
