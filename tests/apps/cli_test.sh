@@ -6,47 +6,7 @@
 set -u
 viper="$1"
 src="$2"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-expect_rc() {  # expect_rc <rc> <description> <command...>
-  local want="$1" what="$2"
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: $what: exit $got, expected $want"; sed 's/^/  | /' "$tmp/err" | head -5
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-expect_in() {  # expect_in <file> <text> <description>
-  if grep -qF -- "$2" "$1"; then passes=$((passes + 1)); else echo "FAIL: $3: '$2' not in output"; fails=$((fails + 1)); fi
-}
-expect_not_in() {  # expect_not_in <file> <text> <description>
-  if grep -qF -- "$2" "$1"; then echo "FAIL: $3: '$2' in output"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
-}
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
-expect_json() {  # expect_json <file> <schema> <description>: parses, carries "schema": <schema>
-  if "$py" -c 'import json,sys; d=json.load(open(sys.argv[1], "rb")); sys.exit(0 if d.get("schema")==sys.argv[2] else 1)' "$1" "$2" 2>/dev/null; then
-    passes=$((passes + 1))
-  else
-    echo "FAIL: $3: $1 is not JSON with schema $2"; head -c 300 "$1" | sed 's/^/  | /'; fails=$((fails + 1))
-  fi
-}
-expect_stdout_json() {  # expect_stdout_json <description> <command...>: stdout alone is one JSON document
-  local what="$1"
-  shift
-  if "$@" 2>"$tmp/err" | "$py" -m json.tool >/dev/null 2>"$tmp/jsonerr"; then
-    passes=$((passes + 1))
-  else
-    echo "FAIL: $what: stdout is not pure JSON"; sed 's/^/  | /' "$tmp/jsonerr" | head -3; fails=$((fails + 1))
-  fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 expect_rc 0 "top-level help" "$viper" --help
 expect_in "$tmp/out" "log-info" "help lists log-info"
@@ -265,5 +225,4 @@ expect_in "$tmp/err" "--warmup" "and what to change"
 expect_rc 1 "simulate on 3 warm-up epochs" "$viper" simulate --log "$tmp/keras.csv" -q --seconds-per-epoch 60
 expect_in "$tmp/err" "needs at least 8" "simulate states the minimum too"
 
-echo "cli: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish "cli"

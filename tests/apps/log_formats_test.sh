@@ -9,39 +9,8 @@ viper="$1"
 src="$2"
 data="$src/datasets/testdata"
 corpus="$src/fuzz/corpus/log_reader"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-expect_rc() {  # expect_rc <rc> <description> <command...>
-  local want="$1" what="$2"
-  shift 2
-  timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: $what: exit $got, expected $want"; sed 's/^/  | /' "$tmp/err" | head -5
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-expect_in() {  # expect_in <file> <text> <description>
-  if grep -qF -- "$2" "$1"; then passes=$((passes + 1)); else
-    echo "FAIL: $3: '$2' not in output"; sed 's/^/  | /' "$1" | head -5; fails=$((fails + 1)); fi
-}
-expect_match() {  # expect_match <file> <extended regex> <description>
-  if grep -qE -- "$2" "$1"; then passes=$((passes + 1)); else
-    echo "FAIL: $3: /$2/ not in output"; sed 's/^/  | /' "$1" | head -5; fails=$((fails + 1)); fi
-}
-
-# simulate's warm-up flag: --warmup P% once the CLI has one warm-up syntax,
-# --warmup-fraction F before.
-if "$viper" simulate --help 2>&1 | grep -q -- '--warmup-fraction'; then
-  sim_warmup=(--warmup-fraction 0.5)
-else
-  sim_warmup=(--warmup 50%)
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
+sim_warmup=(--warmup 50%)
 
 # file | format | untimed (needs --seconds-per-iteration) | metric for fit | extra reader options
 cases=(
@@ -129,5 +98,4 @@ for f in "$corpus"/hostile-*; do
 done
 if [ "$n" -lt 20 ]; then echo "FAIL: only $n hostile seeds in $corpus"; fails=$((fails + 1)); fi
 
-echo "log formats: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish "log formats"

@@ -8,30 +8,7 @@ set -u
 viper="$1"
 src="$2"
 corpus="$src/fuzz/corpus/safetensors"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-expect_rc() {  # expect_rc <rc> <description> <command...>
-  local want="$1" what="$2"
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: $what: exit $got, expected $want"; sed 's/^/  | /' "$tmp/err" | head -5 | cut -c1-300
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-expect_in() {  # expect_in <file> <text> <description>
-  if grep -qF -- "$2" "$1"; then passes=$((passes + 1)); else
-    echo "FAIL: $3: '$2' not in output"; head -c 600 "$1" | sed 's/^/  | /'; fails=$((fails + 1)); fi
-}
-expect_not_in() {  # expect_not_in <file> <text> <description>
-  if grep -qF -- "$2" "$1"; then echo "FAIL: $3: '$2' in output"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 # ---------------------------------------------------------------- inspect
 expect_rc 0 "inspect a format-2 file" "$viper" inspect --file "$corpus/valid-v2-spec.safetensors" --json "$tmp/spec.json"
@@ -115,5 +92,4 @@ expect_rc 2 "model-dir --layout bogus" "$viper" model-dir --dir "$tfs" --layout 
 expect_in "$tmp/err" "--layout: expected flat or tf-serving" "the bad layout is named"
 expect_rc 2 "model-dir --keep -1" "$viper" model-dir --dir "$tfs" --keep -1
 
-echo "model files: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish "model files"
