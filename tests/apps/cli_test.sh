@@ -71,6 +71,9 @@ if [ -f "$log" ]; then
   expect_in "$tmp/err" "--min-spacing: the argument" "placeholder error names the option"
   expect_rc 2 "simulate --max-line-bytes -1" "$viper" simulate --log "$log" --max-line-bytes -1
   expect_in "$tmp/err" "--max-line-bytes -1 is out of range" "a reader limit's range error names the option"
+  expect_rc 2 "plan --replan-gap 0.5" "$viper" plan --log "$log" --strategy online --replan-gap 0.5
+  expect_in "$tmp/err" "--replan-gap 0.5 is out of range" "the re-plan gap's range is named"
+  expect_rc 0 "plan online with exact re-plans" "$viper" plan --log "$log" --strategy online --replan-gap 0 --requests 2000
   # -1 was the "not given" sentinel of --stall-s/--delay-s: given, it is out of range.
   expect_rc 2 "simulate --stall-s -1 --delay-s -1" "$viper" simulate --log "$log" --stall-s -1 --delay-s -1
   expect_in "$tmp/err" "--stall-s -1 is out of range" "a sentinel value given is refused"
