@@ -623,6 +623,20 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
   }
 }
 
+// Memory MPI may still read (internal::KeepUntilFinalize) outlives its
+// owner's last reference and is released at MPI_Finalize; main checks the
+// release after its session has finalized.
+std::weak_ptr<const void> kept_until_finalize;
+
+TEST(MpiLink, KeepUntilFinalizeHoldsMemoryUntilMpiFinalize) {
+  auto memory = std::make_shared<std::vector<char>>(4096, 'x');
+  kept_until_finalize = memory;
+  internal::KeepUntilFinalize(memory);
+  internal::KeepUntilFinalize(nullptr);  // nothing to keep: ignored
+  memory.reset();
+  EXPECT_FALSE(kept_until_finalize.expired());
+}
+
 TEST(MpiHost, OneSidedVersionLargerThanWindowIsRefused) {
   Scenario s = HostScenario(Mode::kSync, HostProtocol::kOneSided);
   s.sub.window_slot_bytes = 1 << 20;
@@ -1071,5 +1085,9 @@ int main(int argc, char** argv) {
     _exit(rc);
   }
   session->reset();
+  if (viper::transports::kept_until_finalize.use_count() > 0) {
+    std::fprintf(stderr, "KeepUntilFinalize: the kept memory was not released at MPI_Finalize\n");
+    return 1;
+  }
   return rc;
 }

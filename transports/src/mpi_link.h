@@ -10,7 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
+
+#include "keep_until_finalize.h"
 
 #include "viper/core/status.h"
 
@@ -138,8 +141,8 @@ struct Ack {
 // complete. A blocking MPI_Send can wait for ever: Open MPI left even a
 // small eager send to a rank that had died (mpirun with recovery on)
 // incomplete. On timeout the send is cancelled if MPI still can; otherwise
-// its request and a copy of the bytes are kept for the life of the process
-// (a few hundred bytes per message to a dead rank). Returns Aborted naming
+// its request is freed and a copy of the bytes kept until MPI_Finalize
+// (KeepUntilFinalize; a few hundred bytes per message to a dead rank). Returns Aborted naming
 // the rank when the time is up or MPI fails.
 Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::size_t size, double timeout_s);
 

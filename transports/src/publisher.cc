@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "fanout.h"
+#include "keep_until_finalize.h"
 #include "shm_segment.h"
 #include "staging.h"
 #include "viper/config.h"
@@ -105,8 +106,8 @@ struct StreamSource {
   uint64_t header_bytes = 0;
   uint64_t data_bytes = 0;
   std::vector<internal::ByteRange> ranges;
-  // Owners of the memory of `ranges`, kept for the publisher's lifetime when
-  // a consumer is dropped mid-transfer (its freed send requests may still
+  // Owners of the memory of `ranges`, kept until MPI_Finalize when a
+  // consumer is dropped mid-transfer (its freed send requests may still
   // read them); empty where that memory outlives the publisher anyway.
   std::vector<std::shared_ptr<const void>> owners;
   // Returns header_bytes bytes that stay valid while the pointer is held.
@@ -120,10 +121,6 @@ class Publisher::Impl {
   explicit Impl(const Options& options) : options_(options) {}
   ~Impl() {
     (void)Close();
-    // Sends freed unfinished (to dropped consumers) may still be matched
-    // and read their memory after this publisher is gone, if such a
-    // consumer wakes up: that memory is never freed.
-    if (!abandoned_.empty()) (void)new std::vector<std::shared_ptr<const void>>(std::move(abandoned_));
 #if VIPER_HAVE_CUDA
     for (cudaEvent_t e : chunk_events_) cudaEventDestroy(e);
     if (pinned_) cudaFreeHost(pinned_);
@@ -589,10 +586,11 @@ class Publisher::Impl {
       acking.erase(std::remove(acking.begin(), acking.end(), t.peer), acking.end());
     }
     if (any_failed) {
-      // Freed, unfinished sends may still read these: never free them.
-      abandoned_.push_back(plan);
-      if (header) abandoned_.push_back(header);
-      abandoned_.insert(abandoned_.end(), src.owners.begin(), src.owners.end());
+      // Freed, unfinished sends (to dropped consumers) may still be matched
+      // and read these, even after this publisher is gone.
+      internal::KeepUntilFinalize(plan);
+      internal::KeepUntilFinalize(header);
+      for (const auto& owner : src.owners) internal::KeepUntilFinalize(owner);
     }
     const double sent_s = MonotonicSeconds() - t0;
     // With shm consumers always: the segment is rewritten by the next version
@@ -959,8 +957,6 @@ class Publisher::Impl {
   internal::StagedVersion staging_[2];
   internal::DescribedVersion described_;  // sync two-sided: the caller's tensors
   int snapshot_threads_ = 1;              // options_.snapshot_threads, 0 resolved
-  // Memory that sends to dropped consumers may still read (sending thread only).
-  std::vector<std::shared_ptr<const void>> abandoned_;
   uint64_t next_version_ = 0;
 
   mutable std::mutex mu_;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "device_checksum.h"
+#include "keep_until_finalize.h"
 #include "staging.h"
 #include "viper/config.h"
 #include "viper/core/checksum.h"
@@ -516,7 +517,8 @@ class Subscriber::Impl {
       return UnavailableError(what + " (relay rank " + std::to_string(parent) +
                               "; the version is not served, the subscription goes on)");
     };
-    // Receives that time out stay posted: what they land in is never freed.
+    // Receives that time out stay posted: what they land in is kept until
+    // MPI_Finalize (KeepUntilFinalize).
     auto plan = std::make_unique<std::vector<uint64_t>>(a.data_chunks);
     std::vector<internal::Chunk> plan_chunk = {
         {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
@@ -525,7 +527,7 @@ class Subscriber::Impl {
     transfers[0].chunks = &plan_chunk;
     internal::RunChunked(comm_, 1, &transfers, deadline);
     if (transfers[0].failed) {
-      (void)plan.release();
+      internal::KeepUntilFinalize(std::shared_ptr<const void>(std::move(plan)));
       return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + std::string(in_time));
     }
     const uint64_t data_bytes = a.image_bytes - a.header_bytes;
@@ -575,7 +577,7 @@ class Subscriber::Impl {
       if (!transfers[i].failed) continue;
       // Freed sends may still read the plan and the landing buffer (which
       // the pool never frees): keep the plan too.
-      if (plan) (void)plan.release();
+      if (plan) internal::KeepUntilFinalize(std::shared_ptr<const void>(std::move(plan)));
       // The producer drops that rank when it does not acknowledge.
       if (!transfers[0].failed) {
         Log(LogLevel::kWarning, "transports",
@@ -586,9 +588,8 @@ class Subscriber::Impl {
     if (transfers[0].failed) {
       hasher.reset();  // reads only what had landed
       // Receives may still land in this buffer: take it out of the pool and
-      // never free it.
-      auto leaked = new std::shared_ptr<AlignedBuffer>(buffer);
-      (void)leaked;
+      // keep it until MPI_Finalize.
+      internal::KeepUntilFinalize(buffer);
       pool_.erase(std::remove(pool_.begin(), pool_.end(), buffer), pool_.end());
       return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + std::string(in_time));
     }
@@ -750,7 +751,8 @@ class Subscriber::Impl {
       };
       internal::RunChunked(comm_, 8, &transfers, TransferDeadline(a), hooks);
       if (transfers[0].failed) {
-        // Receives may still land in the pinned buffer: never free it.
+        // Receives may still land in the pinned buffer: keep it until MPI_Finalize.
+        internal::KeepUntilFinalize(std::shared_ptr<void>(pinned_, [](void* p) { cudaFreeHost(p); }));
         pinned_ = nullptr;
         pinned_bytes_ = 0;
         return AbortedError("transfer of " + std::to_string(a.image_bytes) +
