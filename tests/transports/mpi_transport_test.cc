@@ -918,7 +918,7 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
     ready.session = *session;
     ready.version = a.version;
     ready.accept = 1;
-    ready.via_shm = 1;
+    ready.path = internal::kPathShm;
     internal::NodeName(ready.host, sizeof(ready.host));
     ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready, 30).ok());
     MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed

@@ -1,5 +1,4 @@
-#include "viper/config.h"
-#if VIPER_HAVE_MPI
+// MPI builds only (mpi_stub.cc otherwise).
 #include "mpi_link.h"
 
 #include <algorithm>
@@ -125,14 +124,6 @@ Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::
                       " s (the rank is gone or stalled)");
 }
 
-void Backoff::Pause() {
-  if (++spins_ < 200) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-  }
-}
-
 void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vector<Chunk>* chunks) {
   for (uint64_t off = 0; off < size; off += chunk_bytes) {
     chunks->push_back({data + off, std::min(chunk_bytes, size - off)});
@@ -219,17 +210,3 @@ void RunChunked(MPI_Comm comm, int max_inflight, std::vector<ChunkedTransfer>* t
 }  // namespace internal
 }  // namespace transports
 }  // namespace viper
-#else  // !VIPER_HAVE_MPI
-#include "keep_until_finalize.h"
-
-namespace viper {
-namespace transports {
-namespace internal {
-
-// Without MPI nothing but its owner can read the memory.
-void KeepUntilFinalize(std::shared_ptr<const void>) {}
-
-}  // namespace internal
-}  // namespace transports
-}  // namespace viper
-#endif  // VIPER_HAVE_MPI
