@@ -93,16 +93,21 @@ Announce ProducerControl::AnnounceStaged(AnnounceKind kind, uint64_t version, in
   return a;
 }
 
-StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* out) {
-  MPI_Comm comm = link_->comm;
+std::vector<int> ProducerControl::Tell(const Announce& a, const std::string& what, SendOutcome* out) {
   std::vector<int> told;
-  for (int r : std::vector<int>(live_)) {
-    if (SendPod(comm, r, kTagAnnounce, a, options_.peer_timeout_s).ok()) {
+  for (int r : std::vector<int>(live_)) {  // a copy: Drop changes live_
+    if (SendPod(link_->comm, r, kTagAnnounce, a, options_.peer_timeout_s).ok()) {
       told.push_back(r);
     } else {
-      Drop(r, "the announcement was not taken within peer_timeout_s", out);
+      Drop(r, what + " was not taken within peer_timeout_s", out);
     }
   }
+  return told;
+}
+
+StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* out) {
+  MPI_Comm comm = link_->comm;
+  const std::vector<int> told = Tell(a, "the announcement", out);
   ReadyList ready;
   const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
   std::vector<int> waiting = told;
@@ -221,14 +226,7 @@ Status ProducerControl::SendDone(int rank, const Announce& msg) {
 
 void ProducerControl::NotifyDurable(const Announce& a, double start_s, bool wait_for_acks, SendOutcome* out) {
   const double t0 = MonotonicSeconds();
-  std::vector<int> told;
-  for (int r : std::vector<int>(live_)) {
-    if (SendPod(link_->comm, r, kTagAnnounce, a, options_.peer_timeout_s).ok()) {
-      told.push_back(r);
-    } else {
-      Drop(r, "the notification was not taken within peer_timeout_s", out);
-    }
-  }
+  const std::vector<int> told = Tell(a, "the notification", out);
   out->notify_s = MonotonicSeconds() - t0;
   if (wait_for_acks) CollectAcks(a.version, told, start_s, out);
 }

@@ -90,6 +90,9 @@ class ProducerControl {
 
  private:
   explicit ProducerControl(const Publisher::Options& options);
+  // Sends `a` to every consumer still served; drops those that do not take
+  // `what` in time. Returns those told.
+  std::vector<int> Tell(const Announce& a, const std::string& what, SendOutcome* out);
   Publisher::Options options_;
   std::unique_ptr<MpiLink> link_;
   std::vector<int> live_;  // consumers still served (one sending thread at a time)

@@ -101,7 +101,6 @@ class Publisher::Impl {
     return Status::Ok();
   }
 
-  // (Over 80 lines: the three publish modes side by side, each short.)
   StatusOr<VersionReport> Publish(const ModelState& state, int64_t iteration) {
     if (closed_) return FailedPreconditionError("Publish after Close");
     VIPER_RETURN_IF_ERROR(tier_->BindThread());
@@ -125,13 +124,7 @@ class Publisher::Impl {
         if (t.owner) src.owners.push_back(t.owner);
       }
       src.header = [&d](uint64_t checksum) { return d.Header(checksum); };
-      Status st = SendStream(src, t0, &report);
-      report.stall_s = MonotonicSeconds() - t0;
-      report.sent = true;
-      ++next_version_;
-      Record(report);
-      if (!st.ok()) return st;
-      return report;
+      return Sent(SendStream(src, t0, &report), t0, &report);
     }
     if (options_.mode == Mode::kSync) {
       internal::StagedVersion& s = staging_[0];
@@ -141,13 +134,7 @@ class Publisher::Impl {
       report.snapshot_s = MonotonicSeconds() - t0;
       VIPER_RETURN_IF_ERROR(s.Finalize());
       report.bytes = s.image_bytes();
-      Status st = SendStaged(s, t0, &report);
-      report.stall_s = MonotonicSeconds() - t0;
-      report.sent = true;
-      ++next_version_;
-      Record(report);
-      if (!st.ok()) return st;
-      return report;
+      return Sent(SendStaged(s, t0, &report), t0, &report);
     }
     // Async: snapshot into the buffer that is not being sent; a pending
     // (unsent) snapshot there is superseded.
@@ -257,11 +244,19 @@ class Publisher::Impl {
     return internal::MakeHostSender(control_.get());
   }
 
-  void Record(const VersionReport& report) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reports_.push_back(report);
-    ++published_;
-    total_stall_s_ += report.stall_s;
+  // A sync publish is over: records its report, returns it or the error.
+  StatusOr<VersionReport> Sent(const Status& st, double t0, VersionReport* report) {
+    report->stall_s = MonotonicSeconds() - t0;
+    report->sent = true;
+    ++next_version_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reports_.push_back(*report);
+      ++published_;
+      total_stall_s_ += report->stall_s;
+    }
+    if (!st.ok()) return st;
+    return *report;
   }
 
   // What a send did, into its report; dropped consumers into the summary.

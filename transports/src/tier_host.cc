@@ -242,6 +242,20 @@ StatusOr<std::shared_ptr<AlignedBuffer>> Answer(ConsumerControl* control, Landin
   return buffer;
 }
 
+// Version `a` landed in `buffer` with its data hashed to `checksum` as it came.
+Landed StreamedImage(const Announce& a, std::shared_ptr<AlignedBuffer> buffer, std::string source, double t0,
+                     uint64_t checksum) {
+  Landed landed;
+  landed.buffer = std::move(buffer);
+  landed.size = a.image_bytes;
+  landed.source = std::move(source);
+  landed.receive_s = MonotonicSeconds() - t0;
+  landed.streamed = true;
+  landed.data_offset = a.header_bytes;
+  landed.checksum = checksum;
+  return landed;
+}
+
 // shm protocol, consumer on the producer's node that maps its segment.
 class ShmReceiver : public TierReceiver {
  public:
@@ -321,15 +335,7 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
   // The producer rewrites the segment only after this rank's acknowledgement
   // (unless it has dropped this rank): a newer version now means torn bytes.
   if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
-  Landed landed;
-  landed.buffer = buffer;
-  landed.size = a.image_bytes;
-  landed.source = Source(a);
-  landed.receive_s = MonotonicSeconds() - t0;
-  landed.streamed = true;
-  landed.data_offset = a.header_bytes;
-  landed.checksum = hasher.Digest();
-  return landed;
+  return StreamedImage(a, buffer, Source(a), t0, hasher.Digest());
 }
 
 // Two-sided stream, from the producer or a relay (Route), forwarded on to
@@ -451,15 +457,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     pool_->Retire(buffer);
     return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + std::string(in_time));
   }
-  Landed landed;
-  landed.buffer = buffer;
-  landed.size = a.image_bytes;
-  landed.source = Source(a);
-  landed.receive_s = MonotonicSeconds() - t0;
-  landed.streamed = true;
-  landed.data_offset = a.header_bytes;
-  landed.checksum = hasher->Finish();
-  return landed;
+  return StreamedImage(a, buffer, Source(a), t0, hasher->Finish());
 }
 
 }  // namespace
