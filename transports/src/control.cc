@@ -67,8 +67,8 @@ StatusOr<std::unique_ptr<ProducerControl>> ProducerControl::Open(const Publisher
   } else {
     for (int r : options.subscriber_ranks) {
       if (r >= size || r == c->rank_) {
-        return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) + " is this rank or outside [0, " +
-                                    std::to_string(size) + ")");
+        return InvalidArgumentError("subscriber_ranks: rank " + std::to_string(r) +
+                                    " is this rank or outside [0, " + std::to_string(size) + ")");
       }
       c->live_.push_back(r);
     }
@@ -125,7 +125,8 @@ StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* o
         ready.push_back({from, msg});
       } else {
         out->consumers.push_back(
-            {from, false, false, 0, 0, "refused: no room for the version (window slot, landing buffer or device memory)"});
+            {from, false, false, 0, 0,
+             "refused: no room for the version (window slot, landing buffer or device memory)"});
       }
       backoff.Reset();
       continue;
@@ -267,8 +268,8 @@ StatusOr<std::unique_ptr<ConsumerControl>> ConsumerControl::Open(const Subscribe
   MPI_Comm_rank(comm, &c->rank_);
   NodeName(c->host_, sizeof(c->host_));
   if (options.producer_rank >= c->size_) {
-    return InvalidArgumentError("producer_rank: " + std::to_string(options.producer_rank) + " is outside [0, " +
-                                std::to_string(c->size_) + ")");
+    return InvalidArgumentError("producer_rank: " + std::to_string(options.producer_rank) +
+                                " is outside [0, " + std::to_string(c->size_) + ")");
   }
   VIPER_ASSIGN_OR_RETURN(c->session_, AgreeOnSession(comm, options.producer_rank));
   return c;
@@ -278,7 +279,8 @@ StatusOr<std::optional<Announce>> ConsumerControl::NextAnnouncement() {
   for (;;) {
     Announce a;
     auto got = TryRecvPod(link_->comm, producer(), kTagAnnounce, &a);
-    if (!got.ok()) return AbortedError("link to producer " + ProducerName() + " broke: " + got.status().message());
+    if (!got.ok())
+      return AbortedError("link to producer " + ProducerName() + " broke: " + got.status().message());
     if (!*got) return std::optional<Announce>();
     if (a.session == session_) return std::optional<Announce>(a);
     // Left over from an earlier pair on a reused context id: skipped.
@@ -304,8 +306,8 @@ Status ConsumerControl::AwaitRoute(uint64_t version, double deadline, internal::
     if (got && route->session == session_ && route->version == version) break;
     if (got) continue;  // stale
     if (MonotonicSeconds() > deadline) {
-      return AbortedError("no route for version " + std::to_string(version) + " in time (transfer_timeout_s " +
-                          "after the producer's handshake wait)");
+      return AbortedError("no route for version " + std::to_string(version) +
+                          " in time (transfer_timeout_s " + "after the producer's handshake wait)");
     }
     backoff.Pause();
   }
@@ -324,7 +326,8 @@ Status ConsumerControl::AwaitDone(const Announce& a) {
   for (;;) {
     VIPER_ASSIGN_OR_RETURN(bool got, TryRecvPod(link_->comm, producer(), kTagDone, &done));
     if (got && done.session == session_ && done.version == a.version) return Status::Ok();
-    if (MonotonicSeconds() > deadline) return AbortedError("no completion message within " + WindowText(a) + " s");
+    if (MonotonicSeconds() > deadline)
+      return AbortedError("no completion message within " + WindowText(a) + " s");
     backoff.Pause();
   }
 }
@@ -344,7 +347,9 @@ double ConsumerControl::TransferWindow(const Announce& a) const {
   return std::max(0.0, a.handshake_s) + options_.transfer_timeout_s;
 }
 
-double ConsumerControl::TransferDeadline(const Announce& a) const { return MonotonicSeconds() + TransferWindow(a); }
+double ConsumerControl::TransferDeadline(const Announce& a) const {
+  return MonotonicSeconds() + TransferWindow(a);
+}
 
 std::string ConsumerControl::WindowText(const Announce& a) const {
   char buf[32];

@@ -16,8 +16,8 @@ ProducerControl::ProducerControl(const Publisher::Options& options) : options_(o
 ProducerControl::~ProducerControl() = default;
 
 StatusOr<std::unique_ptr<ProducerControl>> ProducerControl::Open(const Publisher::Options& options) {
-  return UnavailableError(std::string("tier ") + ToString(options.tier) + " with notify " + ToString(options.notify) +
-                          " needs MPI; Viper was built without it");
+  return UnavailableError(std::string("tier ") + ToString(options.tier) + " with notify " +
+                          ToString(options.notify) + " needs MPI; Viper was built without it");
 }
 
 Announce ProducerControl::AnnounceStaged(AnnounceKind, uint64_t, int64_t, uint64_t, uint64_t) const {
@@ -37,7 +37,9 @@ StatusOr<std::optional<Announce>> ConsumerControl::NextAnnouncement() {
   return UnavailableError("built without MPI");
 }
 Ready ConsumerControl::ReadyFor(const Announce&) const { return Ready(); }
-Status ConsumerControl::SendReady(const Announce&, const Ready&) { return UnavailableError("built without MPI"); }
+Status ConsumerControl::SendReady(const Announce&, const Ready&) {
+  return UnavailableError("built without MPI");
+}
 void ConsumerControl::Acknowledge(const Announce&, const Status&, double, double) {}
 double ConsumerControl::TransferWindow(const Announce&) const { return 0; }
 

@@ -81,8 +81,8 @@ class Publisher::Impl {
   ~Impl() { (void)Close(); }
 
   Status Init() {
-    snapshot_threads_ = options_.snapshot_threads > 0 ? options_.snapshot_threads
-                                                      : std::min(4, internal::UsableCpus());
+    snapshot_threads_ =
+        options_.snapshot_threads > 0 ? options_.snapshot_threads : std::min(4, internal::UsableCpus());
     if (options_.tier != Tier::kPfs || options_.notify == Notify::kPush) {
       VIPER_ASSIGN_OR_RETURN(control_, internal::ProducerControl::Open(options_));
     }
@@ -240,7 +240,8 @@ class Publisher::Impl {
       case Tier::kHost:
         break;
     }
-    if (options_.host_protocol == HostProtocol::kOneSided) return internal::MakeOneSidedSender(control_.get());
+    if (options_.host_protocol == HostProtocol::kOneSided)
+      return internal::MakeOneSidedSender(control_.get());
     return internal::MakeHostSender(control_.get());
   }
 

@@ -135,7 +135,8 @@ class Subscriber::Impl {
       for (auto& p : gpu) paths_.push_back(std::move(p));
     }
     if (control_) {
-      for (auto& p : internal::MakeHostReceivers(control_.get(), &pool_)) paths_.push_back(std::move(p));  // shm, two-sided
+      for (auto& p : internal::MakeHostReceivers(control_.get(), &pool_))
+        paths_.push_back(std::move(p));  // shm, two-sided
     }
     if (one_sided) paths_.push_back(std::move(one_sided));
     if (options_.tier == Tier::kPfs) {
@@ -149,7 +150,7 @@ class Subscriber::Impl {
   // Parses and verifies a landed image, then swaps the version in. A
   // streamed image is not hashed again: its header must end at data_offset
   // and its viper.checksum equal the landed checksum. Anything else is
-  // DataLoss and nothing is swapped in. (Over 80 lines: the checks in order.)
+  // DataLoss and nothing is swapped in.
   Status VerifyAndSwap(const internal::Landed& landed, uint64_t expected_version) {
     if (landed.verified) return Install(landed.verified);  // gpu: verified on the device
     const double t0 = MonotonicSeconds();
@@ -164,7 +165,8 @@ class Subscriber::Impl {
     auto state = safetensors::Parse(owner, bytes, size, po, &info);
     if (!state.ok()) return state.status().WithContext(source);
     const bool verified = info.checksum != safetensors::ChecksumKind::kNone;
-    if (!verified) state->metadata.version = expected_version;  // another writer's file: versioned by its name
+    if (!verified)
+      state->metadata.version = expected_version;  // another writer's file: versioned by its name
     if (state->metadata.version != expected_version) {
       return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
                            ", expected " + std::to_string(expected_version));
@@ -297,10 +299,11 @@ class Subscriber::Impl {
         return;
       }
       if (!*got) {
-        if (options_.producer_timeout_s > 0 && MonotonicSeconds() - last_heard > options_.producer_timeout_s) {
+        if (options_.producer_timeout_s > 0 &&
+            MonotonicSeconds() - last_heard > options_.producer_timeout_s) {
           Finish(false, true,
-                 producer + " sent nothing for " + std::to_string(options_.producer_timeout_s) + " s; keeping " +
-                     Keeping());
+                 producer + " sent nothing for " + std::to_string(options_.producer_timeout_s) +
+                     " s; keeping " + Keeping());
           return;
         }
         backoff.Pause();
@@ -325,8 +328,8 @@ class Subscriber::Impl {
       if (!st.ok()) Reject(a.version, source, st);
       if (st.code() == StatusCode::kAborted) {
         Finish(false, true,
-               producer + " stopped mid-transfer of version " + std::to_string(a.version) + " (" + st.message() +
-                   "); keeping " + Keeping());
+               producer + " stopped mid-transfer of version " + std::to_string(a.version) + " (" +
+                   st.message() + "); keeping " + Keeping());
         return;
       }
       control_->Acknowledge(a, st, MonotonicSeconds() - t0, notify_s);
@@ -346,9 +349,9 @@ class Subscriber::Impl {
     }
     // This subscriber's options do not match the producer's: refuse it.
     (void)control_->SendReady(a, control_->ReadyFor(a));
-    return FailedPreconditionError("no receive path of this subscriber (tier " + std::string(ToString(options_.tier)) +
-                                   ") takes an announcement of kind " + std::to_string(a.kind) + ", protocol " +
-                                   std::to_string(a.protocol));
+    return FailedPreconditionError("no receive path of this subscriber (tier " +
+                                   std::string(ToString(options_.tier)) + ") takes an announcement of kind " +
+                                   std::to_string(a.kind) + ", protocol " + std::to_string(a.protocol));
   }
 
   Options options_;

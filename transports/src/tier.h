@@ -122,7 +122,8 @@ class TierReceiver {
 // not take part), in the order Subscriber::Impl tries the receive paths.
 
 // tier_pfs.cc: the PFS tier (`control`: push notification, else nullptr).
-StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options, ProducerControl* control);
+StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options,
+                                                    ProducerControl* control);
 // The subscriber's reader of the PFS directory: a receive path for pushed
 // versions, and what its poll loop reads.
 class PfsReceiver : public TierReceiver {
@@ -152,7 +153,8 @@ std::vector<std::unique_ptr<TierReceiver>> MakeHostReceivers(ConsumerControl* co
 
 // tier_gpu.cc (tier_gpu_stub.cc without CUDA): the sender stages on the
 // device (`staging`: the publisher's two buffers).
-StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging, int count);
+StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging,
+                                                    int count);
 StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(ConsumerControl* control);
 // Binds the calling thread to `device` (the subscriber's receive thread).
 Status BindGpuThread(int device);

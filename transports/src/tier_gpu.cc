@@ -53,12 +53,14 @@ class GpuSender : public TierSender {
   // a verified copy; only then may the staging buffer be reused.
   Status Send(const StagedVersion& s, double start_s, SendOutcome* out) override {
     const double t0 = MonotonicSeconds();
-    Announce a = control_->AnnounceStaged(kAnnounceGpu, s.version(), s.iteration(), s.image_bytes(), s.checksum());
+    Announce a =
+        control_->AnnounceStaged(kAnnounceGpu, s.version(), s.iteration(), s.image_bytes(), s.checksum());
     a.header_bytes = s.header_bytes();
     a.image_offset = s.image_offset();
     cudaIpcMemHandle_t mem;
     cudaIpcEventHandle_t event;
-    static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event), "IPC handle size");
+    static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event),
+                  "IPC handle size");
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, s.ready_event()));
     std::memcpy(a.ipc_mem, &mem, sizeof(mem));
@@ -104,14 +106,17 @@ class GpuSender : public TierSender {
     auto* host = static_cast<std::byte*>(pinned_);
     for (uint64_t k = 0; k < chunks; ++k) {
       const uint64_t off = k * chunk, n = std::min(chunk, bytes - off);
-      VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host + off, s.image() + off, n, cudaMemcpyDeviceToHost, stream_));
+      VIPER_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(host + off, s.image() + off, n, cudaMemcpyDeviceToHost, stream_));
       VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(chunk_events_[k], stream_));
     }
     std::vector<Chunk> chunk_list;
     AppendChunks(host, bytes, chunk, &chunk_list);
     for (auto& t : *via_host) t.chunks = &chunk_list;
     ChunkHooks hooks;
-    hooks.ready = [&](const ChunkedTransfer&, std::size_t k) { return cudaEventQuery(chunk_events_[k]) == cudaSuccess; };
+    hooks.ready = [&](const ChunkedTransfer&, std::size_t k) {
+      return cudaEventQuery(chunk_events_[k]) == cudaSuccess;
+    };
     RunChunked(control_->link().comm, options_.max_inflight_chunks, via_host,
                MonotonicSeconds() + options_.peer_timeout_s, hooks);
     for (const auto& t : *via_host) {
@@ -197,7 +202,8 @@ Status GpuReceiving::Open() {
 }
 
 const IpcMapping* GpuReceiving::TryIpc(const Announce& a) {
-  if (a.kind != kAnnounceGpu || !options_.allow_ipc || std::strncmp(a.host, control_->host(), sizeof(a.host)) != 0) {
+  if (a.kind != kAnnounceGpu || !options_.allow_ipc ||
+      std::strncmp(a.host, control_->host(), sizeof(a.host)) != 0) {
     return nullptr;
   }
   auto mapping = OpenIpc(a);
@@ -301,7 +307,8 @@ Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
   ChunkHooks hooks;
   hooks.completed = [&](std::size_t k) {
     const uint64_t off = static_cast<uint64_t>(chunks[k].data - host);
-    const cudaError_t e = cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, stream_);
+    const cudaError_t e =
+        cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, stream_);
     if (e != cudaSuccess && copy_status.ok()) copy_status = CudaStatus("cudaMemcpyAsync", e);
   };
   RunChunked(control_->link().comm, 8, &transfers, control_->TransferDeadline(a), hooks);
@@ -318,34 +325,37 @@ Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
 
 // Checks sum64 on the device against the header and the announcement, and
 // parses the header from a small host copy; the tensors stay on the device.
-StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a, std::shared_ptr<DeviceBuffer> buffer) {
+StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a,
+                                                             std::shared_ptr<DeviceBuffer> buffer) {
   const std::string source = Source();
   std::byte* dst = buffer->data();
   std::vector<std::byte> header(a.header_bytes);
   VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, a.header_bytes, cudaMemcpyDeviceToHost));
   const uint64_t data_bytes = a.image_bytes - a.header_bytes;
-  VIPER_ASSIGN_OR_RETURN(uint64_t sum, Sum64Device(dst + a.header_bytes, data_bytes, scratch_.data(), stream_));
+  VIPER_ASSIGN_OR_RETURN(uint64_t sum,
+                         Sum64Device(dst + a.header_bytes, data_bytes, scratch_.data(), stream_));
   auto meta = safetensors::ParseMetadata(header.data(), header.size());
   if (!meta.ok()) return meta.status().WithContext(source);
   auto it = meta->find(kDeviceChecksumKey);
   std::optional<uint64_t> expected;
   if (it != meta->end()) expected = ChecksumFromHex(it->second);
   if (!expected) {
-    return DataLossError(source + ": version " + std::to_string(a.version) + " has no valid " + kDeviceChecksumKey +
-                         " in its header");
+    return DataLossError(source + ": version " + std::to_string(a.version) + " has no valid " +
+                         kDeviceChecksumKey + " in its header");
   }
   if (sum != *expected || sum != a.checksum) {
-    return DataLossError(source + ": checksum mismatch: header says " + ChecksumToHex(*expected) + ", announcement " +
-                         ChecksumToHex(a.checksum) + ", but the " + std::to_string(data_bytes) +
-                         "-byte data section in device memory sums to " + ChecksumToHex(sum));
+    return DataLossError(source + ": checksum mismatch: header says " + ChecksumToHex(*expected) +
+                         ", announcement " + ChecksumToHex(a.checksum) + ", but the " +
+                         std::to_string(data_bytes) + "-byte data section in device memory sums to " +
+                         ChecksumToHex(sum));
   }
   std::shared_ptr<const void> owner(buffer, dst);
-  auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + a.header_bytes, data_bytes,
-                                              MemoryKind::kDevice);
+  auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + a.header_bytes,
+                                              data_bytes, MemoryKind::kDevice);
   if (!state.ok()) return state.status().WithContext(source);
   if (state->metadata.version != a.version) {
-    return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) + ", expected " +
-                         std::to_string(a.version));
+    return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
+                         ", expected " + std::to_string(a.version));
   }
   auto version = std::make_shared<ModelVersion>();
   version->state = std::move(*state);
@@ -362,9 +372,9 @@ StatusOr<std::shared_ptr<DeviceBuffer>> GpuReceiving::AcquireDeviceBuffer(uint64
   for (auto& b : device_pool_) {
     if (b.use_count() == 1 && b->capacity() >= bytes) return b;
   }
-  device_pool_.erase(
-      std::remove_if(device_pool_.begin(), device_pool_.end(), [](const auto& b) { return b.use_count() == 1; }),
-      device_pool_.end());
+  device_pool_.erase(std::remove_if(device_pool_.begin(), device_pool_.end(),
+                                    [](const auto& b) { return b.use_count() == 1; }),
+                     device_pool_.end());
   VIPER_ASSIGN_OR_RETURN(DeviceBuffer fresh, DeviceBuffer::Allocate(bytes));
   device_pool_.push_back(std::make_shared<DeviceBuffer>(std::move(fresh)));
   return device_pool_.back();
@@ -400,7 +410,8 @@ class PinnedHostReceiver : public TierReceiver {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging, int count) {
+StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging,
+                                                    int count) {
   auto sender = std::make_unique<GpuSender>(control);
   VIPER_RETURN_IF_ERROR(sender->Open(staging, count));
   return std::unique_ptr<TierSender>(std::move(sender));

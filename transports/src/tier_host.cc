@@ -117,7 +117,8 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   const uint64_t image_bytes = src.header_bytes + src.data_bytes;
   const bool offer_shm = EnsureSegment(image_bytes, image_bytes + image_bytes / 8);
   std::optional<ShmWriter> shm;
-  if (offer_shm) shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
+  if (offer_shm)
+    shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
 
   const Announce a = AnnounceStream(src, m.plan->size(), offer_shm);
   VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
@@ -213,8 +214,9 @@ bool HostSender::EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes) {
   if (segment_ && segment_->payload_bytes() >= image_bytes) return true;
   segment_.reset();
   char name[64];
-  std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu", static_cast<unsigned long long>(control_->session()),
-                control_->rank(), static_cast<unsigned long long>(++segment_generation_));
+  std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu",
+                static_cast<unsigned long long>(control_->session()), control_->rank(),
+                static_cast<unsigned long long>(++segment_generation_));
   auto created = ShmSegment::Create(name, reserve_bytes);
   if (!created.ok()) {
     shm_failed_ = true;
@@ -232,8 +234,8 @@ bool HostSender::EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes) {
 // Answers announcement `a` with `ready`, accepting it when it is
 // `plausible` and a landing buffer of its size can be had. Returns that
 // buffer, or why the version was refused (the refusal has been sent).
-StatusOr<std::shared_ptr<AlignedBuffer>> Answer(ConsumerControl* control, LandingPool* pool, const Announce& a,
-                                               bool plausible, Ready ready) {
+StatusOr<std::shared_ptr<AlignedBuffer>> Answer(ConsumerControl* control, LandingPool* pool,
+                                                const Announce& a, bool plausible, Ready ready) {
   auto buffer = plausible ? pool->Acquire(a.image_bytes)
                           : StatusOr<std::shared_ptr<AlignedBuffer>>(DataLossError(
                                 "announcement of version " + std::to_string(a.version) + " is inconsistent"));
@@ -265,7 +267,8 @@ class ShmReceiver : public TierReceiver {
   // version comes as a two-sided stream (the next path).
   bool Takes(const Announce& a) override {
     if (a.kind != kAnnounceHost || a.shm_name[0] == '\0') return false;
-    if (!control_->options().allow_shm || strncmp(a.host, control_->host(), sizeof(a.host)) != 0) return false;
+    if (!control_->options().allow_shm || strncmp(a.host, control_->host(), sizeof(a.host)) != 0)
+      return false;
     const std::string name(a.shm_name, strnlen(a.shm_name, sizeof(a.shm_name)));
     if (shm_ && shm_->name() == name && shm_->payload_bytes() == a.shm_payload_bytes) return true;
     shm_.reset();
@@ -298,7 +301,8 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
   ready.path = kPathShm;
   const bool plausible =
       a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes();
-  VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer, Answer(control_, pool_, a, plausible, ready));
+  VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer,
+                         Answer(control_, pool_, a, plausible, ready));
 
   const ShmControl* control = shm_->control();
   const std::byte* image = shm_->payload();
@@ -308,8 +312,8 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
   auto moved_on = [&] {
     return UnavailableError("the producer started version " +
                             std::to_string(control->version.load(std::memory_order_acquire)) +
-                            " in the shared segment before this rank had copied version " + std::to_string(a.version) +
-                            " out (it was too slow and was dropped)");
+                            " in the shared segment before this rank had copied version " +
+                            std::to_string(a.version) + " out (it was too slow and was dropped)");
   };
   Xxh3Hasher hasher;
   uint64_t copied = 0;
@@ -318,15 +322,16 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
     if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
     const uint64_t published = std::min(control->data_bytes.load(std::memory_order_acquire), data_bytes);
     if (published > copied) {
-      CopyAndHash(base + a.header_bytes + copied, image + a.header_bytes + copied, published - copied, &hasher);
+      CopyAndHash(base + a.header_bytes + copied, image + a.header_bytes + copied, published - copied,
+                  &hasher);
       copied = published;
       backoff.Reset();
       continue;
     }
     if (copied == data_bytes && control->complete.load(std::memory_order_acquire) == a.version + 1) break;
     if (MonotonicSeconds() > deadline) {
-      return AbortedError("version " + std::to_string(a.version) + " stopped at " + std::to_string(copied) + " of " +
-                          std::to_string(data_bytes) + " data bytes in the shared segment " +
+      return AbortedError("version " + std::to_string(a.version) + " stopped at " + std::to_string(copied) +
+                          " of " + std::to_string(data_bytes) + " data bytes in the shared segment " +
                           control_->WindowText(a) + " s after its announcement");
     }
     backoff.Pause();
@@ -360,8 +365,8 @@ class TwoSidedReceiver : public TierReceiver {
 StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   const int producer = control_->producer();
   const double t0 = MonotonicSeconds();
-  const bool plausible =
-      a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.data_chunks <= a.image_bytes - a.header_bytes;
+  const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
+                         a.data_chunks <= a.image_bytes - a.header_bytes;
   VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer,
                          Answer(control_, pool_, a, plausible, control_->ReadyFor(a)));
   double deadline = control_->TransferDeadline(a);
@@ -385,14 +390,16 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   // Receives that time out stay posted: what they land in is kept until
   // MPI_Finalize (KeepUntilFinalize).
   auto plan = std::make_unique<std::vector<uint64_t>>(a.data_chunks);
-  std::vector<Chunk> plan_chunk = {{reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
+  std::vector<Chunk> plan_chunk = {
+      {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
   std::vector<ChunkedTransfer> transfers(1);
   transfers[0].peer = parent;
   transfers[0].chunks = &plan_chunk;
   RunChunked(comm, 1, &transfers, deadline);
   if (transfers[0].failed) {
     KeepUntilFinalize(std::shared_ptr<const void>(std::move(plan)));
-    return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + std::string(in_time));
+    return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " +
+                std::string(in_time));
   }
   const uint64_t data_bytes = a.image_bytes - a.header_bytes;
   std::byte* base = buffer->data();
@@ -445,8 +452,8 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     // The producer drops that rank when it does not acknowledge.
     if (!transfers[0].failed) {
       Log(LogLevel::kWarning, "transports",
-          "rank " + std::to_string(control_->rank()) + " could not forward version " + std::to_string(a.version) +
-              " to rank " + std::to_string(transfers[i].peer) + " in time");
+          "rank " + std::to_string(control_->rank()) + " could not forward version " +
+              std::to_string(a.version) + " to rank " + std::to_string(transfers[i].peer) + " in time");
     }
   }
   if (transfers[0].failed) {
@@ -455,7 +462,8 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     // keep it until MPI_Finalize.
     KeepUntilFinalize(buffer);
     pool_->Retire(buffer);
-    return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + std::string(in_time));
+    return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " +
+                std::string(in_time));
   }
   return StreamedImage(a, buffer, Source(a), t0, hasher->Finish());
 }

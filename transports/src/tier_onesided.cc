@@ -62,8 +62,9 @@ class OneSidedSender : public TierSender {
     bool ok = MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win_) == MPI_SUCCESS;
     for (uint64_t off = 0; ok && off < s.image_bytes(); off += chunk) {
       const uint64_t n = std::min(chunk, s.image_bytes() - off);
-      ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank, static_cast<MPI_Aint>(window_offset + off),
-                   static_cast<int>(n), MPI_BYTE, win_) == MPI_SUCCESS;
+      ok = MPI_Put(s.image() + off, static_cast<int>(n), MPI_BYTE, rank,
+                   static_cast<MPI_Aint>(window_offset + off), static_cast<int>(n), MPI_BYTE,
+                   win_) == MPI_SUCCESS;
     }
     return (MPI_Win_unlock(rank, win_) == MPI_SUCCESS) && ok;
   }
@@ -81,8 +82,8 @@ class OneSidedReceiver : public TierReceiver {
 
   Status Open() {
     const uint64_t slot = control_->options().window_slot_bytes;
-    if (MPI_Win_allocate(static_cast<MPI_Aint>(slot), 1, MPI_INFO_NULL, control_->link().comm, &base_, &win_) !=
-        MPI_SUCCESS) {
+    if (MPI_Win_allocate(static_cast<MPI_Aint>(slot), 1, MPI_INFO_NULL, control_->link().comm, &base_,
+                         &win_) != MPI_SUCCESS) {
       return AbortedError("MPI_Win_allocate of " + std::to_string(slot) + " bytes failed");
     }
     MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
@@ -101,8 +102,8 @@ class OneSidedReceiver : public TierReceiver {
     ready.accept = a.image_bytes <= slot ? 1 : 0;
     VIPER_RETURN_IF_ERROR(control_->SendReady(a, ready));
     if (!ready.accept) {
-      return OutOfRangeError("version of " + std::to_string(a.image_bytes) + " bytes exceeds window_slot_bytes " +
-                             std::to_string(slot));
+      return OutOfRangeError("version of " + std::to_string(a.image_bytes) +
+                             " bytes exceeds window_slot_bytes " + std::to_string(slot));
     }
     VIPER_RETURN_IF_ERROR(control_->AwaitDone(a));
     // Make the puts visible to this process's loads, then copy out of the

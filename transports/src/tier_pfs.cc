@@ -38,7 +38,8 @@ class PfsSender : public TierSender {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options, ProducerControl* control) {
+StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options,
+                                                    ProducerControl* control) {
   PfsStore::Options po;
   po.dir = options.pfs_dir;
   po.o_direct = options.o_direct;
