@@ -94,9 +94,12 @@ Announce ProducerControl::AnnounceStaged(AnnounceKind kind, uint64_t version, in
 }
 
 std::vector<int> ProducerControl::Tell(const Announce& a, const std::string& what, SendOutcome* out) {
+  const std::vector<int> live = live_;  // a copy: Drop changes live_
   std::vector<int> told;
-  for (int r : std::vector<int>(live_)) {  // a copy: Drop changes live_
-    if (SendPod(link_->comm, r, kTagAnnounce, a, options_.peer_timeout_s).ok()) {
+  Announce stamped = a;
+  stamped.sent_wtime = MonotonicSeconds();  // notify_s at the consumers counts from here
+  for (int r : live) {
+    if (SendPod(link_->comm, r, kTagAnnounce, stamped, options_.peer_timeout_s).ok()) {
       told.push_back(r);
     } else {
       Drop(r, what + " was not taken within peer_timeout_s", out);
