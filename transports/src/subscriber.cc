@@ -347,8 +347,9 @@ class Subscriber::Impl {
       VIPER_ASSIGN_OR_RETURN(const internal::Landed landed, path->Receive(a));
       return VerifyAndSwap(landed, a.version);
     }
-    // This subscriber's options do not match the producer's: refuse it.
-    (void)control_->SendReady(a, control_->ReadyFor(a));
+    // This subscriber's options do not match the producer's: refuse it (a
+    // pfs notification waits for the acknowledgement, not for a Ready).
+    if (a.kind != internal::kAnnouncePfs) (void)control_->SendReady(a, control_->ReadyFor(a));
     return FailedPreconditionError("no receive path of this subscriber (tier " +
                                    std::string(ToString(options_.tier)) + ") takes an announcement of kind " +
                                    std::to_string(a.kind) + ", protocol " + std::to_string(a.protocol));
