@@ -21,7 +21,6 @@
 #include "viper/core/atomic_file.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
-#include "viper/transports/gpu_channel.h"
 #include "viper/transports/pfs_store.h"
 #include "viper/transports/publisher.h"
 #include "viper/transports/subscriber.h"
@@ -619,24 +618,6 @@ TEST(Transports, HostTierWithoutMpiInitIsAnErrorNotACrash) {
   EXPECT_TRUE(pub.status().code() == StatusCode::kFailedPrecondition ||
               pub.status().code() == StatusCode::kUnavailable)
       << pub.status().ToString();
-}
-
-TEST(GpuTier, WithoutDeviceReportsUnavailable) {
-  std::string reason;
-  if (GpuChannel::DeviceAvailable(&reason)) GTEST_SKIP() << "a CUDA device is present; see the MPI GPU test";
-  EXPECT_EQ(reason.rfind("no CUDA device", 0), 0u) << reason;
-  auto ch = GpuChannel::Create(GpuChannel::Options());
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(ch.status().code(), StatusCode::kUnavailable) << ch.status().ToString();
-}
-
-TEST(GpuTier, DefaultOptionsAreValid) {
-  std::string error;
-  EXPECT_TRUE(GpuChannel::Options().IsValid(&error)) << error;
-  GpuChannel::Options o;
-  o.pipeline_depth = 1;  // the pipelined path needs two chunks in flight
-  EXPECT_FALSE(o.IsValid(&error));
-  EXPECT_NE(error.find("pipeline_depth"), std::string::npos);
 }
 
 TEST(CostSamples, CsvHasTheCostModelHeader) {

@@ -1,5 +1,4 @@
-#include "viper/config.h"
-#if VIPER_HAVE_MPI
+// MPI builds only (mpi_stub.cc otherwise).
 #include "mpi_link.h"
 
 #include <algorithm>
@@ -43,16 +42,45 @@ StatusOr<uint64_t> AgreeOnSession(MPI_Comm comm, int root) {
 
 namespace {
 
-// Sends that did not complete in time and could not be cancelled: MPI may
-// still read their buffers, so neither is ever freed.
-struct ParkedSend {
-  std::unique_ptr<std::byte[]> bytes;
-  MPI_Request request;
+// What KeepUntilFinalize holds, as the value of an MPI_COMM_SELF attribute.
+struct KeptMemory {
+  std::mutex mu;
+  std::vector<std::shared_ptr<const void>> items;
 };
-std::mutex parked_mu;
-std::vector<ParkedSend>* parked = new std::vector<ParkedSend>;  // never destroyed (see above)
+
+int DeleteKeptMemory(MPI_Comm, int, void* value, void*) {
+  delete static_cast<KeptMemory*>(value);  // MPI_Finalize: nothing reads it any more
+  return MPI_SUCCESS;
+}
+
+// The session's KeptMemory (made on first use); nullptr outside an MPI session.
+KeptMemory* SessionKeptMemory() {
+  static std::mutex mu;
+  static int keyval = MPI_KEYVAL_INVALID;
+  std::lock_guard<std::mutex> lock(mu);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return nullptr;
+  if (keyval == MPI_KEYVAL_INVALID) MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, DeleteKeptMemory, &keyval, nullptr);
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_SELF, keyval, &value, &found);
+  if (found) return static_cast<KeptMemory*>(value);
+  auto* kept = new KeptMemory;
+  MPI_Comm_set_attr(MPI_COMM_SELF, keyval, kept);
+  return kept;
+}
 
 }  // namespace
+
+void KeepUntilFinalize(std::shared_ptr<const void> memory) {
+  if (!memory) return;
+  KeptMemory* kept = SessionKeptMemory();
+  if (kept == nullptr) return;  // no MPI session: nothing else can read it, released here
+  std::lock_guard<std::mutex> lock(kept->mu);
+  kept->items.push_back(std::move(memory));
+}
 
 Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::size_t size, double timeout_s) {
   auto copy = std::make_unique<std::byte[]>(size);
@@ -86,21 +114,14 @@ Status SendBytesWithin(MPI_Comm comm, int dest, int tag, const void* data, std::
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   if (request != MPI_REQUEST_NULL) {
-    std::lock_guard<std::mutex> lock(parked_mu);
-    parked->push_back({std::move(copy), request});
+    // MPI may still send it: the request is let go, the bytes kept.
+    MPI_Request_free(&request);
+    KeepUntilFinalize(std::shared_ptr<std::byte>(copy.release(), std::default_delete<std::byte[]>()));
   }
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f", timeout_s);
   return AbortedError("a message to rank " + std::to_string(dest) + " was not taken within " + seconds +
                       " s (the rank is gone or stalled)");
-}
-
-void Backoff::Pause() {
-  if (++spins_ < 200) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-  }
 }
 
 void AppendChunks(std::byte* data, uint64_t size, uint64_t chunk_bytes, std::vector<Chunk>* chunks) {
@@ -189,4 +210,3 @@ void RunChunked(MPI_Comm comm, int max_inflight, std::vector<ChunkedTransfer>* t
 }  // namespace internal
 }  // namespace transports
 }  // namespace viper
-#endif  // VIPER_HAVE_MPI

@@ -128,6 +128,7 @@ std::optional<uint64_t> PfsStore::VersionFromFileName(const std::string& name) {
   return v;
 }
 
+// (Over 80 lines: write, commit and prune in the one order that keeps a version durable.)
 StatusOr<PfsStore::WriteStats> PfsStore::Write(uint64_t version, const std::byte* data, uint64_t size) const {
   std::string error;
   if (!options_.IsValid(&error)) return InvalidArgumentError("PfsStore::Options::" + error);

@@ -1,0 +1,436 @@
+// The gpu tier, both halves (tier.h). CUDA and MPI builds only
+// (tier_gpu_stub.cc otherwise). The producer stages each version in device
+// memory, checksums it there (sum64) and announces the staging allocation's
+// CUDA IPC handle and ready event. Receive paths, in order: CUDA IPC (a
+// consumer on the producer's node copies device to device), then the
+// pinned-host pipeline (the producer queues device-to-pinned copies of every
+// chunk and sends each over MPI once copied; the consumer copies each landed
+// chunk to its device while the next arrives). The consumer verifies sum64
+// on the device and hands back a device-resident version.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "device_buffer.h"
+#include "device_checksum.h"
+#include "keep_until_finalize.h"
+#include "mpi_link.h"
+#include "tier.h"
+#include "viper/core/checksum.h"
+#include "viper/core/log.h"
+#include "viper/core/safetensors.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+namespace {
+
+class GpuSender : public TierSender {
+ public:
+  explicit GpuSender(ProducerControl* control) : control_(control), options_(control->options()) {}
+  ~GpuSender() override {
+    for (cudaEvent_t e : chunk_events_) cudaEventDestroy(e);
+    if (pinned_) cudaFreeHost(pinned_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status Open(StagedVersion* staging, int count) {
+    VIPER_RETURN_IF_ERROR(OpenGpuStream(options_.gpu_device, &stream_));
+    for (int i = 0; i < count; ++i) staging[i].UseDevice(stream_);
+    return Status::Ok();
+  }
+
+  Status BindThread() override {
+    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    return Status::Ok();
+  }
+
+  // IPC consumers copy the staged image themselves; the others get it
+  // through pinned host memory. Every consumer acknowledges once it holds
+  // a verified copy; only then may the staging buffer be reused.
+  Status Send(const StagedVersion& s, double start_s, SendOutcome* out) override {
+    const double t0 = MonotonicSeconds();
+    Announce a =
+        control_->AnnounceStaged(kAnnounceGpu, s.version(), s.iteration(), s.image_bytes(), s.checksum());
+    a.header_bytes = s.header_bytes();
+    a.image_offset = s.image_offset();
+    cudaIpcMemHandle_t mem;
+    cudaIpcEventHandle_t event;
+    static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event),
+                  "IPC handle size");
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, s.ready_event()));
+    std::memcpy(a.ipc_mem, &mem, sizeof(mem));
+    std::memcpy(a.ipc_event, &event, sizeof(event));
+    VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
+    std::vector<int> acking;
+    std::vector<ChunkedTransfer> via_host;
+    for (const auto& [rank, msg] : ready) {
+      if (msg.path == kPathCudaIpc) {
+        acking.push_back(rank);
+        continue;
+      }
+      ChunkedTransfer t;
+      t.peer = rank;
+      t.send = true;
+      via_host.push_back(std::move(t));
+    }
+    if (!via_host.empty()) VIPER_RETURN_IF_ERROR(SendPinned(s, &via_host, out, &acking));
+    control_->CollectAcks(s.version(), acking, start_s, out);
+    out->transfer_s = MonotonicSeconds() - t0;
+    return Status::Ok();
+  }
+
+ private:
+  // Device -> pinned copies of every chunk queued at once; each chunk is
+  // posted once its copy is done.
+  Status SendPinned(const StagedVersion& s, std::vector<ChunkedTransfer>* via_host, SendOutcome* out,
+                    std::vector<int>* acking) {
+    const uint64_t bytes = s.image_bytes(), chunk = options_.chunk_bytes;
+    const uint64_t chunks = (bytes + chunk - 1) / chunk;
+    if (pinned_bytes_ < bytes) {
+      if (pinned_) cudaFreeHost(pinned_);
+      pinned_ = nullptr;
+      pinned_bytes_ = 0;
+      VIPER_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, bytes));
+      pinned_bytes_ = bytes;
+    }
+    while (chunk_events_.size() < chunks) {
+      cudaEvent_t e;
+      VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      chunk_events_.push_back(e);
+    }
+    auto* host = static_cast<std::byte*>(pinned_);
+    for (uint64_t k = 0; k < chunks; ++k) {
+      const uint64_t off = k * chunk, n = std::min(chunk, bytes - off);
+      VIPER_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(host + off, s.image() + off, n, cudaMemcpyDeviceToHost, stream_));
+      VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(chunk_events_[k], stream_));
+    }
+    std::vector<Chunk> chunk_list;
+    AppendChunks(host, bytes, chunk, &chunk_list);
+    for (auto& t : *via_host) t.chunks = &chunk_list;
+    ChunkHooks hooks;
+    hooks.ready = [&](const ChunkedTransfer&, std::size_t k) {
+      return cudaEventQuery(chunk_events_[k]) == cudaSuccess;
+    };
+    RunChunked(control_->link().comm, options_.max_inflight_chunks, via_host,
+               MonotonicSeconds() + options_.peer_timeout_s, hooks);
+    for (const auto& t : *via_host) {
+      if (t.failed) {
+        control_->Drop(t.peer, "pinned-host transfer did not complete within peer_timeout_s", out);
+      } else {
+        acking->push_back(t.peer);
+      }
+    }
+    return Status::Ok();
+  }
+
+  ProducerControl* control_;
+  const Publisher::Options& options_;
+  cudaStream_t stream_ = nullptr;
+  void* pinned_ = nullptr;  // consumers without IPC: the image in pinned host memory
+  uint64_t pinned_bytes_ = 0;
+  std::vector<cudaEvent_t> chunk_events_;  // one per pinned chunk copy
+};
+
+// A mapping of the producer's staging allocation and its ready event.
+struct IpcMapping {
+  std::string mem_key, event_key;  // the handles' bytes
+  void* base = nullptr;
+  cudaEvent_t event = nullptr;
+};
+
+// What both gpu receive paths share: the stream, device landing buffers,
+// the pinned landing buffer and the IPC mappings (receiving thread only).
+class GpuReceiving {
+ public:
+  explicit GpuReceiving(ConsumerControl* control) : control_(control), options_(control->options()) {}
+  ~GpuReceiving();
+  Status Open();
+  // The mapping of `a`'s staging allocation when CUDA IPC can take it
+  // (allowed, on the producer's node, and it opens); else nullptr.
+  const IpcMapping* TryIpc(const Announce& a);
+  // Answers `a` and lands it in device memory by `ipc` (or, when null, the
+  // pinned-host pipeline), then verifies it there.
+  StatusOr<Landed> Receive(const Announce& a, const IpcMapping* ipc);
+  std::string Source() const { return control_->ProducerName(); }
+
+ private:
+  // Maps the producer's staging allocation and opens its event (cached: the
+  // producer has two staging buffers, re-exported only when they grow).
+  StatusOr<const IpcMapping*> OpenIpc(const Announce& a);
+  Status PipelineIn(const Announce& a, std::byte* dst);
+  StatusOr<std::shared_ptr<ModelVersion>> Verify(const Announce& a, std::shared_ptr<DeviceBuffer> buffer);
+  StatusOr<std::shared_ptr<DeviceBuffer>> AcquireDeviceBuffer(uint64_t bytes);
+
+  ConsumerControl* control_;
+  const Subscriber::Options& options_;
+  std::vector<IpcMapping> ipc_;
+  std::vector<std::shared_ptr<DeviceBuffer>> device_pool_;
+  DeviceBuffer scratch_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t copy_start_ = nullptr, copy_end_ = nullptr;  // time the copy on the device
+  void* pinned_ = nullptr;                                 // landing buffer of the pinned-host path
+  uint64_t pinned_bytes_ = 0;
+};
+
+GpuReceiving::~GpuReceiving() {
+  for (auto& m : ipc_) {
+    if (m.base) cudaIpcCloseMemHandle(m.base);
+    if (m.event) cudaEventDestroy(m.event);
+  }
+  if (pinned_) cudaFreeHost(pinned_);
+  if (copy_start_) cudaEventDestroy(copy_start_);
+  if (copy_end_) cudaEventDestroy(copy_end_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status GpuReceiving::Open() {
+  VIPER_RETURN_IF_ERROR(OpenGpuStream(options_.gpu_device, &stream_));
+  VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_start_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&copy_end_));
+  for (int i = 0; options_.preallocate_bytes > 0 && i < 2; ++i) {
+    VIPER_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(options_.preallocate_bytes));
+    device_pool_.push_back(std::make_shared<DeviceBuffer>(std::move(b)));
+  }
+  return Status::Ok();
+}
+
+const IpcMapping* GpuReceiving::TryIpc(const Announce& a) {
+  if (a.kind != kAnnounceGpu || !options_.allow_ipc ||
+      std::strncmp(a.host, control_->host(), sizeof(a.host)) != 0) {
+    return nullptr;
+  }
+  auto mapping = OpenIpc(a);
+  if (!mapping.ok()) {
+    Log(LogLevel::kWarning, "transports",
+        "CUDA IPC unavailable (" + mapping.status().ToString() + "); receiving through host memory");
+    return nullptr;
+  }
+  return *mapping;
+}
+
+StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const Announce& a) {
+  const std::string mem_key(a.ipc_mem, sizeof(a.ipc_mem)), event_key(a.ipc_event, sizeof(a.ipc_event));
+  for (auto& m : ipc_) {
+    if (m.mem_key == mem_key && m.event_key == event_key) return &m;
+  }
+  IpcMapping m;
+  m.mem_key = mem_key;
+  m.event_key = event_key;
+  cudaIpcMemHandle_t mh;
+  cudaIpcEventHandle_t eh;
+  std::memcpy(&mh, a.ipc_mem, sizeof(mh));
+  std::memcpy(&eh, a.ipc_event, sizeof(eh));
+  cudaError_t e = cudaIpcOpenMemHandle(&m.base, mh, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus("cudaIpcOpenMemHandle", e);
+  }
+  e = cudaIpcOpenEventHandle(&m.event, eh);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    cudaIpcCloseMemHandle(m.base);
+    return CudaStatus("cudaIpcOpenEventHandle", e);
+  }
+  if (ipc_.size() >= 4) {  // stale mappings of buffers the producer has replaced
+    cudaIpcCloseMemHandle(ipc_.front().base);
+    cudaEventDestroy(ipc_.front().event);
+    ipc_.erase(ipc_.begin());
+  }
+  ipc_.push_back(m);
+  return &ipc_.back();
+}
+
+StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc) {
+  if (a.header_bytes == 0 || a.header_bytes > a.image_bytes) {
+    return DataLossError(Source() + ": announced header of " + std::to_string(a.header_bytes) +
+                         " bytes in an image of " + std::to_string(a.image_bytes));
+  }
+  Ready ready = control_->ReadyFor(a);
+  ready.path = ipc ? kPathCudaIpc : kPathMpi;
+  auto buffer = AcquireDeviceBuffer(a.image_bytes);
+  ready.accept = buffer.ok() ? 1 : 0;
+  VIPER_RETURN_IF_ERROR(control_->SendReady(a, ready));
+  if (!buffer.ok()) return buffer.status();
+  std::byte* dst = (*buffer)->data();
+  const double t0 = MonotonicSeconds();  // receive_s: from here until the bytes are in `dst`
+  if (ipc) {
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ipc->event, 0));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(ipc->base) + a.image_offset,
+                                               a.image_bytes, cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    VIPER_RETURN_IF_ERROR(PipelineIn(a, dst));
+  }
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_end_, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const double t1 = MonotonicSeconds();
+  float copy_ms = 0;
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&copy_ms, copy_start_, copy_end_));
+  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> version, Verify(a, *buffer));
+  version->source = Source() + (ipc ? " (cuda-ipc)" : " (pinned-host pipeline)");
+  version->receive_s = t1 - t0;
+  version->verify_s = MonotonicSeconds() - t1;
+  version->copy_device_s = copy_ms * 1e-3;
+  Landed landed;
+  landed.size = a.image_bytes;
+  landed.source = version->source;
+  landed.receive_s = version->receive_s;
+  landed.verified = std::move(version);
+  return landed;
+}
+
+// Receives into pinned host memory in chunks, each landed chunk copied on to
+// the device while the next ones arrive.
+Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
+  if (pinned_bytes_ < a.image_bytes) {
+    if (pinned_) cudaFreeHost(pinned_);
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, a.image_bytes));
+    pinned_bytes_ = a.image_bytes;
+  }
+  auto* host = static_cast<std::byte*>(pinned_);
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
+  std::vector<Chunk> chunks;
+  AppendChunks(host, a.image_bytes, a.chunk_bytes, &chunks);
+  std::vector<ChunkedTransfer> transfers(1);
+  transfers[0].peer = control_->producer();
+  transfers[0].chunks = &chunks;
+  Status copy_status;
+  ChunkHooks hooks;
+  hooks.completed = [&](std::size_t k) {
+    const uint64_t off = static_cast<uint64_t>(chunks[k].data - host);
+    const cudaError_t e =
+        cudaMemcpyAsync(dst + off, chunks[k].data, chunks[k].size, cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess && copy_status.ok()) copy_status = CudaStatus("cudaMemcpyAsync", e);
+  };
+  RunChunked(control_->link().comm, 8, &transfers, control_->TransferDeadline(a), hooks);
+  if (transfers[0].failed) {
+    // Receives may still land in the pinned buffer: keep it until MPI_Finalize.
+    KeepUntilFinalize(std::shared_ptr<void>(pinned_, [](void* p) { cudaFreeHost(p); }));
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+    return AbortedError("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete within " +
+                        control_->WindowText(a) + " s");
+  }
+  return copy_status;
+}
+
+// Checks sum64 on the device against the header and the announcement, and
+// parses the header from a small host copy; the tensors stay on the device.
+StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a,
+                                                             std::shared_ptr<DeviceBuffer> buffer) {
+  const std::string source = Source();
+  std::byte* dst = buffer->data();
+  std::vector<std::byte> header(a.header_bytes);
+  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, a.header_bytes, cudaMemcpyDeviceToHost));
+  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  VIPER_ASSIGN_OR_RETURN(uint64_t sum,
+                         Sum64Device(dst + a.header_bytes, data_bytes, scratch_.data(), stream_));
+  auto meta = safetensors::ParseMetadata(header.data(), header.size());
+  if (!meta.ok()) return meta.status().WithContext(source);
+  auto it = meta->find(kDeviceChecksumKey);
+  std::optional<uint64_t> expected;
+  if (it != meta->end()) expected = ChecksumFromHex(it->second);
+  if (!expected) {
+    return DataLossError(source + ": version " + std::to_string(a.version) + " has no valid " +
+                         kDeviceChecksumKey + " in its header");
+  }
+  if (sum != *expected || sum != a.checksum) {
+    return DataLossError(source + ": checksum mismatch: header says " + ChecksumToHex(*expected) +
+                         ", announcement " + ChecksumToHex(a.checksum) + ", but the " +
+                         std::to_string(data_bytes) + "-byte data section in device memory sums to " +
+                         ChecksumToHex(sum));
+  }
+  std::shared_ptr<const void> owner(buffer, dst);
+  auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + a.header_bytes,
+                                              data_bytes, MemoryKind::kDevice);
+  if (!state.ok()) return state.status().WithContext(source);
+  if (state->metadata.version != a.version) {
+    return DataLossError(source + ": carries version " + std::to_string(state->metadata.version) +
+                         ", expected " + std::to_string(a.version));
+  }
+  auto version = std::make_shared<ModelVersion>();
+  version->state = std::move(*state);
+  version->bytes_owner = owner;
+  version->bytes = dst;
+  version->size_bytes = a.image_bytes;
+  version->checksum = sum;
+  version->memory = MemoryKind::kDevice;
+  version->tier = Tier::kGpu;
+  return version;
+}
+
+StatusOr<std::shared_ptr<DeviceBuffer>> GpuReceiving::AcquireDeviceBuffer(uint64_t bytes) {
+  for (auto& b : device_pool_) {
+    if (b.use_count() == 1 && b->capacity() >= bytes) return b;
+  }
+  device_pool_.erase(std::remove_if(device_pool_.begin(), device_pool_.end(),
+                                    [](const auto& b) { return b.use_count() == 1; }),
+                     device_pool_.end());
+  VIPER_ASSIGN_OR_RETURN(DeviceBuffer fresh, DeviceBuffer::Allocate(bytes));
+  device_pool_.push_back(std::make_shared<DeviceBuffer>(std::move(fresh)));
+  return device_pool_.back();
+}
+
+// First path: CUDA IPC, on the producer's node when the mapping opens.
+class IpcReceiver : public TierReceiver {
+ public:
+  explicit IpcReceiver(std::shared_ptr<GpuReceiving> gpu) : gpu_(std::move(gpu)) {}
+  bool Takes(const Announce& a) override {
+    mapping_ = gpu_->TryIpc(a);
+    return mapping_ != nullptr;
+  }
+  StatusOr<Landed> Receive(const Announce& a) override { return gpu_->Receive(a, mapping_); }
+  std::string Source(const Announce&) const override { return gpu_->Source(); }
+
+ private:
+  std::shared_ptr<GpuReceiving> gpu_;
+  const IpcMapping* mapping_ = nullptr;  // opened by Takes
+};
+
+// Second path: the pinned-host pipeline, from any node.
+class PinnedHostReceiver : public TierReceiver {
+ public:
+  explicit PinnedHostReceiver(std::shared_ptr<GpuReceiving> gpu) : gpu_(std::move(gpu)) {}
+  bool Takes(const Announce& a) override { return a.kind == kAnnounceGpu; }
+  StatusOr<Landed> Receive(const Announce& a) override { return gpu_->Receive(a, nullptr); }
+  std::string Source(const Announce&) const override { return gpu_->Source(); }
+
+ private:
+  std::shared_ptr<GpuReceiving> gpu_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging,
+                                                    int count) {
+  auto sender = std::make_unique<GpuSender>(control);
+  VIPER_RETURN_IF_ERROR(sender->Open(staging, count));
+  return std::unique_ptr<TierSender>(std::move(sender));
+}
+
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(ConsumerControl* control) {
+  auto gpu = std::make_shared<GpuReceiving>(control);
+  VIPER_RETURN_IF_ERROR(gpu->Open());
+  std::vector<std::unique_ptr<TierReceiver>> paths;
+  paths.push_back(std::make_unique<IpcReceiver>(gpu));
+  paths.push_back(std::make_unique<PinnedHostReceiver>(gpu));
+  return paths;
+}
+
+Status BindGpuThread(int device) {
+  VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  return Status::Ok();
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper

@@ -1,0 +1,82 @@
+// The PFS tier, both halves (tier.h): the producer writes each version to the
+// directory (PfsStore: temp, fsync, rename) and, with push notification,
+// announces it through the control; a consumer reads it back into a landing
+// buffer, pushed or polled.
+#include <memory>
+
+#include "tier.h"
+#include "viper/transports/pfs_store.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+namespace {
+
+class PfsSender : public TierSender {
+ public:
+  PfsSender(const Publisher::Options& options, std::unique_ptr<PfsStore> store, ProducerControl* control)
+      : options_(options), store_(std::move(store)), control_(control) {}
+
+  Status Send(const StagedVersion& s, double start_s, SendOutcome* out) override {
+    const double t0 = MonotonicSeconds();
+    auto stats = store_->Write(s.version(), s.image(), s.image_bytes());
+    if (!stats.ok()) return stats.status();
+    out->transfer_s = MonotonicSeconds() - t0;
+    if (control_ == nullptr) return Status::Ok();  // poll: the consumers find it themselves
+    const Announce a =
+        control_->AnnounceStaged(kAnnouncePfs, s.version(), s.iteration(), s.image_bytes(), s.checksum());
+    control_->NotifyDurable(a, start_s, options_.mode == Mode::kAsync || options_.wait_for_servable, out);
+    return Status::Ok();
+  }
+
+ private:
+  Publisher::Options options_;
+  std::unique_ptr<PfsStore> store_;
+  ProducerControl* control_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options,
+                                                    ProducerControl* control) {
+  PfsStore::Options po;
+  po.dir = options.pfs_dir;
+  po.o_direct = options.o_direct;
+  po.writer_threads = options.pfs_writer_threads;
+  po.keep_versions = options.pfs_keep_versions;
+  po.layout = options.pfs_layout;
+  std::string error;
+  if (!po.IsValid(&error)) return InvalidArgumentError("pfs options: " + error);
+  auto store = std::make_unique<PfsStore>(po);
+  VIPER_RETURN_IF_ERROR(store->ListVersions().status());  // the directory must exist
+  return std::unique_ptr<TierSender>(new PfsSender(options, std::move(store), control));
+}
+
+PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool) : pool_(pool) {
+  PfsStore::Options po;
+  po.dir = options.pfs_dir;
+  po.o_direct = options.o_direct;
+  po.layout = options.pfs_layout;
+  store_ = std::make_unique<PfsStore>(po);
+}
+
+StatusOr<Landed> PfsReceiver::Load(uint64_t version) {
+  const double t0 = MonotonicSeconds();
+  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<AlignedBuffer> buffer, pool_->Acquire(4096));
+  // PfsStore::Read grows the buffer it is given; give it a private one.
+  AlignedBuffer local = std::move(*buffer);
+  auto size = store_->Read(version, &local);
+  *buffer = std::move(local);
+  if (!size.ok()) return size.status();
+  Landed landed;
+  landed.buffer = buffer;
+  landed.size = *size;
+  landed.source = store_->PathFor(version);
+  landed.receive_s = MonotonicSeconds() - t0;
+  return landed;
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
