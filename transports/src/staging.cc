@@ -10,7 +10,6 @@
 #include <map>
 #include <string>
 
-#include "device_checksum.h"
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
 
@@ -37,7 +36,8 @@ std::size_t HeadBytes(const std::byte* dst, std::size_t bytes) {
 constexpr std::size_t kSpanBytes = 4096, kInterleavePages = 8, kStepBytes = 128;
 
 // Copies 128 bytes with streaming (non-temporal) stores; dst 64-byte aligned.
-__attribute__((target("avx2"), always_inline)) inline void StreamStepAvx2(std::byte* dst, const std::byte* src) {
+__attribute__((target("avx2"), always_inline)) inline void StreamStepAvx2(std::byte* dst,
+                                                                          const std::byte* src) {
   const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
   const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 64));
@@ -75,7 +75,8 @@ __attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::b
   std::size_t i = 0;
   for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
     for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
-      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes) StreamStepAvx2(dst + off + page, src + off + page);
+      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes)
+        StreamStepAvx2(dst + off + page, src + off + page);
     }
   }
   for (; i + kStepBytes <= bytes; i += kStepBytes) StreamStepAvx2(dst + i, src + i);
@@ -92,7 +93,8 @@ void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
   std::size_t i = 0;
   for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
     for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
-      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes) StreamStepSse2(dst + off + page, src + off + page);
+      for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes)
+        StreamStepSse2(dst + off + page, src + off + page);
     }
   }
   for (; i + kStepBytes <= bytes; i += kStepBytes) StreamStepSse2(dst + i, src + i);
@@ -198,48 +200,25 @@ std::string PadHeader(std::string header, uint64_t alignment) {
   return header;
 }
 
-#if VIPER_HAVE_CUDA
-void StagedVersion::UseDevice(cudaStream_t stream) {
+void StagedVersion::UseDevice(std::unique_ptr<DeviceImage> device) {
   on_device_ = true;
-  stream_ = stream;
+  device_ = std::move(device);
 }
 
-StagedVersion::~StagedVersion() {
-  if (ready_event_) cudaEventDestroy(ready_event_);
-}
-#else
 StagedVersion::~StagedVersion() = default;
-#endif
 
 std::byte* StagedVersion::base() const {
-#if VIPER_HAVE_CUDA
-  if (on_device_) return device_.data();
-#endif
+  if (on_device_) return device_->data();
   return const_cast<std::byte*>(buffer_.data());
 }
 
 uint64_t StagedVersion::capacity() const {
-#if VIPER_HAVE_CUDA
-  if (on_device_) return device_.capacity();
-#endif
+  if (on_device_) return device_->capacity();
   return buffer_.capacity();
 }
 
 Status StagedVersion::Reallocate(uint64_t bytes) {
-#if VIPER_HAVE_CUDA
-  if (on_device_) {
-    device_ = DeviceBuffer();  // free first: two large buffers may not fit
-    VIPER_ASSIGN_OR_RETURN(device_, DeviceBuffer::Allocate(bytes));
-    if (scratch_.capacity() == 0) {
-      VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
-    }
-    if (!ready_event_) {
-      VIPER_CUDA_RETURN_IF_ERROR(
-          cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming | cudaEventInterprocess));
-    }
-    return Status::Ok();
-  }
-#endif
+  if (on_device_) return device_->Reallocate(bytes);
   buffer_ = AlignedBuffer();  // free first: two large buffers may not fit
   VIPER_ASSIGN_OR_RETURN(buffer_, AlignedBuffer::Allocate(bytes));
   return Status::Ok();
@@ -319,21 +298,7 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
 
 Status StagedVersion::CopyTensors(const ModelState& state, bool hash_while_copying) {
   checksum_ready_ = false;
-#if VIPER_HAVE_CUDA
-  if (on_device_) {
-    // Host or device sources alike (unified addressing); complete before
-    // returning, since the caller may change the tensors right after.
-    std::byte* dst = data();
-    for (const Tensor& t : state.tensors()) {
-      if (t.size_bytes > 0) {
-        VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data, t.size_bytes, cudaMemcpyDefault, stream_));
-      }
-      dst += t.size_bytes;
-    }
-    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::Ok();
-  }
-#endif
+  if (on_device_) return device_->CopyTensors(state, data());
   std::byte* dst = data();
   if (hash_while_copying) {
     constexpr std::size_t kBlock = 256 * 1024;  // fits in L2: hashed while hot
@@ -382,14 +347,12 @@ StatusOr<uint64_t> StagedVersion::PlannedHeaderBytes() const {
 
 Status StagedVersion::Finalize() {
   std::map<std::string, std::string> extra;
-#if VIPER_HAVE_CUDA
   if (on_device_) {
     if (!checksum_ready_) {
-      VIPER_ASSIGN_OR_RETURN(checksum_, Sum64Device(data(), data_bytes_, scratch_.data(), stream_));
+      VIPER_ASSIGN_OR_RETURN(checksum_, device_->Sum64(data(), data_bytes_));
     }
     extra[kDeviceChecksumKey] = ChecksumToHex(checksum_);
   }
-#endif
   if (!on_device_ && !checksum_ready_) checksum_ = Xxh3_64(data(), data_bytes_);
   checksum_ready_ = true;
   VIPER_ASSIGN_OR_RETURN(safetensors::Header h,
@@ -398,15 +361,8 @@ Status StagedVersion::Finalize() {
   std::string padded = PadHeader(std::move(h.bytes), AlignedBuffer::kAlignmentBytes);
   if (padded.size() > reserve_) return InternalError("safetensors header outgrew its reserve");
   header_bytes_ = padded.size();
-#if VIPER_HAVE_CUDA
-  if (on_device_) {
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base() + reserve_ - header_bytes_, padded.data(),
-                                               header_bytes_, cudaMemcpyHostToDevice, stream_));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_event_, stream_));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // `padded` dies here
-    return Status::Ok();
-  }
-#endif
+  if (on_device_)
+    return device_->WriteHeader(base() + reserve_ - header_bytes_, padded.data(), header_bytes_);
   std::memcpy(base() + reserve_ - header_bytes_, padded.data(), header_bytes_);
   return Status::Ok();
 }

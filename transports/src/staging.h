@@ -21,12 +21,6 @@
 #include "viper/core/status.h"
 #include "viper/transports/aligned_buffer.h"
 
-#if VIPER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "device_buffer.h"
-#endif
-
 namespace viper {
 namespace transports {
 namespace internal {
@@ -82,6 +76,26 @@ void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes);
 constexpr std::size_t kCopyCutBytes = 64 * 1024;
 std::vector<std::vector<CopyPiece>> PlanCopy(const ModelState& state, std::byte* dst, int jobs);
 
+// The gpu tier's staging memory on the device, behind no CUDA types:
+// implemented with CUDA in tier_gpu.cc (the only tier that stages on the
+// device), so StagedVersion needs no #if.
+class DeviceImage {
+ public:
+  virtual ~DeviceImage() = default;
+  virtual std::byte* data() const = 0;
+  virtual uint64_t capacity() const = 0;
+  // Frees the image, then allocates `bytes` (two large ones may not fit).
+  virtual Status Reallocate(uint64_t bytes) = 0;
+  // Copies the tensors of `state` (host or device memory) to `dst` in
+  // order; complete on return (the caller may change them right after).
+  virtual Status CopyTensors(const ModelState& state, std::byte* dst) = 0;
+  // sum64 of `bytes` at device address `data` (device_checksum.h).
+  virtual StatusOr<uint64_t> Sum64(const std::byte* data, uint64_t bytes) = 0;
+  // Writes `n` host bytes at `src` to device address `dst`, then records
+  // the image's ready event; complete on return.
+  virtual Status WriteHeader(std::byte* dst, const void* src, uint64_t n) = 0;
+};
+
 // Host staging (host and pfs tiers) holds the image in an AlignedBuffer and
 // checksums the data with XXH3 (viper.checksum). Device staging (gpu tier,
 // after UseDevice) holds it in device memory, copies tensors with
@@ -94,17 +108,14 @@ class StagedVersion {
   ~StagedVersion();
   StagedVersion(const StagedVersion&) = delete;
   StagedVersion& operator=(const StagedVersion&) = delete;
-#if VIPER_HAVE_CUDA
-  // Switches to device staging on the current device, ordered on `stream`.
-  // Call before the first Snapshot.
-  void UseDevice(cudaStream_t stream);
-  // The allocation the image lives in (for cudaIpcGetMemHandle) and the
-  // image's offset in it.
-  const void* device_allocation() const { return device_.data(); }
+  // Switches to device staging in `device` (the gpu tier makes it: its
+  // stream, tier_gpu.cc). Call before the first Snapshot.
+  void UseDevice(std::unique_ptr<DeviceImage> device);
+  // Device staging: the allocation the image lives in (for
+  // cudaIpcGetMemHandle), the image's offset in it, and the device memory.
+  const void* device_allocation() const { return base(); }
   uint64_t image_offset() const { return reserve_ - header_bytes_; }
-  // Recorded on the stream once the image is complete (Finalize).
-  cudaEvent_t ready_event() const { return ready_event_; }
-#endif
+  DeviceImage* device() const { return device_.get(); }
   bool on_device() const { return on_device_; }
   // Copies the tensor bytes of `state` (host tensors) into the data region,
   // growing the buffer when needed. This is the producer's stall in async mode.
@@ -147,14 +158,9 @@ class StagedVersion {
   AlignedBuffer buffer_;
   std::unique_ptr<CopyPool> pool_;  // copy_threads > 1
   int copy_threads_ = 1;
-#if VIPER_HAVE_CUDA
-  DeviceBuffer device_;
-  DeviceBuffer scratch_;  // 8 bytes for the checksum kernel
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_event_ = nullptr;
-#endif
-  uint64_t reserve_ = 0;       // bytes before the data (a multiple of 4096)
-  uint64_t header_bytes_ = 0;  // padded header, a multiple of 4096
+  std::unique_ptr<DeviceImage> device_;  // device staging (gpu tier)
+  uint64_t reserve_ = 0;                 // bytes before the data (a multiple of 4096)
+  uint64_t header_bytes_ = 0;            // padded header, a multiple of 4096
   uint64_t data_bytes_ = 0;
   uint64_t checksum_ = 0;
   bool checksum_ready_ = false;

@@ -28,6 +28,61 @@ namespace internal {
 
 namespace {
 
+// The publisher's staging memory on the device (staging.h), ordered on the
+// tier's stream; the ready event is interprocess (consumers wait on it).
+class CudaDeviceImage : public DeviceImage {
+ public:
+  explicit CudaDeviceImage(cudaStream_t stream) : stream_(stream) {}
+  ~CudaDeviceImage() override {
+    if (ready_event_) cudaEventDestroy(ready_event_);
+  }
+  std::byte* data() const override { return image_.data(); }
+  uint64_t capacity() const override { return image_.capacity(); }
+  cudaEvent_t ready_event() const { return ready_event_; }
+
+  Status Reallocate(uint64_t bytes) override {
+    image_ = DeviceBuffer();  // free first: two large buffers may not fit
+    VIPER_ASSIGN_OR_RETURN(image_, DeviceBuffer::Allocate(bytes));
+    if (scratch_.capacity() == 0) {
+      VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
+    }
+    if (!ready_event_) {
+      VIPER_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming | cudaEventInterprocess));
+    }
+    return Status::Ok();
+  }
+
+  // Host or device sources alike (unified addressing).
+  Status CopyTensors(const ModelState& state, std::byte* dst) override {
+    for (const Tensor& t : state.tensors()) {
+      if (t.size_bytes > 0) {
+        VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data, t.size_bytes, cudaMemcpyDefault, stream_));
+      }
+      dst += t.size_bytes;
+    }
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  StatusOr<uint64_t> Sum64(const std::byte* data, uint64_t bytes) override {
+    return Sum64Device(data, bytes, scratch_.data(), stream_);
+  }
+
+  Status WriteHeader(std::byte* dst, const void* src, uint64_t n) override {
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_event_, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // `src` may die on return
+    return Status::Ok();
+  }
+
+ private:
+  cudaStream_t stream_;
+  DeviceBuffer image_;
+  DeviceBuffer scratch_;  // 8 bytes for the checksum kernel
+  cudaEvent_t ready_event_ = nullptr;
+};
+
 class GpuSender : public TierSender {
  public:
   explicit GpuSender(ProducerControl* control) : control_(control), options_(control->options()) {}
@@ -39,7 +94,7 @@ class GpuSender : public TierSender {
 
   Status Open(StagedVersion* staging, int count) {
     VIPER_RETURN_IF_ERROR(OpenGpuStream(options_.gpu_device, &stream_));
-    for (int i = 0; i < count; ++i) staging[i].UseDevice(stream_);
+    for (int i = 0; i < count; ++i) staging[i].UseDevice(std::make_unique<CudaDeviceImage>(stream_));
     return Status::Ok();
   }
 
@@ -62,7 +117,9 @@ class GpuSender : public TierSender {
     static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event),
                   "IPC handle size");
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, s.ready_event()));
+    // Only this tier stages on the device, always in a CudaDeviceImage.
+    const auto* image = static_cast<const CudaDeviceImage*>(s.device());
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, image->ready_event()));
     std::memcpy(a.ipc_mem, &mem, sizeof(mem));
     std::memcpy(a.ipc_event, &event, sizeof(event));
     VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));

@@ -45,6 +45,19 @@ std::vector<ByteRange> MergeRanges(const std::vector<ByteRange>& ranges) {
   return merged;
 }
 
+// One send of `chunks` to each of `ranks`.
+std::vector<ChunkedTransfer> Sends(const std::vector<int>& ranks, const std::vector<Chunk>* chunks) {
+  std::vector<ChunkedTransfer> transfers;
+  for (int rank : ranks) {
+    ChunkedTransfer t;
+    t.peer = rank;
+    t.send = true;
+    t.chunks = chunks;
+    transfers.push_back(std::move(t));
+  }
+  return transfers;
+}
+
 class HostSender : public TierSender {
  public:
   explicit HostSender(ProducerControl* control) : control_(control), options_(control->options()) {}
@@ -64,6 +77,14 @@ class HostSender : public TierSender {
   Messages Cut(const std::vector<ByteRange>& merged, uint64_t header_bytes) const;
   Announce AnnounceStream(const StreamSource& src, uint64_t data_chunks, bool offer_shm) const;
   bool EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes);
+  // Drops the consumers whose sends failed (those they would have forwarded
+  // to stay subscribed: they report the version as not delivered once their
+  // wait runs out) and keeps what those freed, unfinished sends may still
+  // read (`sent` and the sources' owners) until MPI_Finalize.
+  void DropFailed(const std::vector<ChunkedTransfer>& transfers,
+                  std::vector<std::shared_ptr<const void>> sent,
+                  const std::vector<std::shared_ptr<const void>>& owners, SendOutcome* out,
+                  std::vector<int>* acking);
 
   ProducerControl* control_;
   const Publisher::Options& options_;
@@ -104,7 +125,6 @@ Announce HostSender::AnnounceStream(const StreamSource& src, uint64_t data_chunk
 // the checksum. With the shm protocol, consumers on this node that map the
 // segment copy the version out of it instead, while the producer copies it
 // in between its MPI calls to the others; that copy also hashes it.
-// (Over 80 lines: one pass in wire order; the hooks share its state.)
 Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* out) {
   const double t0 = MonotonicSeconds();
   std::vector<ByteRange> merged = MergeRanges(src.ranges);
@@ -129,11 +149,10 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   std::vector<int> via_shm;
   ReadyList via_mpi;
   for (const auto& r : ready) {
-    if (offer_shm && r.second.path == kPathShm) {
+    if (offer_shm && r.second.path == kPathShm)
       via_shm.push_back(r.first);
-    } else {
+    else
       via_mpi.push_back(r);
-    }
   }
   if (via_shm.empty()) shm.reset();
   std::vector<int> acking;  // every consumer the version is on its way to
@@ -162,14 +181,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     make_header();
     return true;
   };
-  std::vector<ChunkedTransfer> transfers;
-  for (int rank : fan.ChildrenOf(control_->rank())) {
-    ChunkedTransfer t;
-    t.peer = rank;
-    t.send = true;
-    t.chunks = &chunks;
-    transfers.push_back(std::move(t));
-  }
+  std::vector<ChunkedTransfer> transfers = Sends(fan.ChildrenOf(control_->rank()), &chunks);
   RunChunked(control_->link().comm, options_.max_inflight_chunks, &transfers,
              MonotonicSeconds() + options_.peer_timeout_s, hooks);
   if (shm) {
@@ -178,22 +190,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     }
     make_header();
   }
-  bool any_failed = false;
-  for (const auto& t : transfers) {
-    if (!t.failed) continue;
-    any_failed = true;
-    // Those it would have forwarded to stay subscribed: they report the
-    // version as not delivered once their wait runs out.
-    control_->Drop(t.peer, "transfer did not complete within peer_timeout_s", out);
-    acking.erase(std::remove(acking.begin(), acking.end(), t.peer), acking.end());
-  }
-  if (any_failed) {
-    // Freed, unfinished sends (to dropped consumers) may still be matched
-    // and read these, even after this publisher is gone.
-    KeepUntilFinalize(m.plan);
-    KeepUntilFinalize(header);
-    for (const auto& owner : src.owners) KeepUntilFinalize(owner);
-  }
+  DropFailed(transfers, {m.plan, header}, src.owners, out, &acking);
   const double sent_s = MonotonicSeconds() - t0;
   // With shm consumers always: the segment is rewritten by the next version
   // only once each has its copy.
@@ -204,6 +201,22 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   // acknowledged its copy (copying it out is its transfer).
   out->transfer_s = via_shm.empty() ? sent_s : MonotonicSeconds() - t0;
   return Status::Ok();
+}
+
+void HostSender::DropFailed(const std::vector<ChunkedTransfer>& transfers,
+                            std::vector<std::shared_ptr<const void>> sent,
+                            const std::vector<std::shared_ptr<const void>>& owners, SendOutcome* out,
+                            std::vector<int>* acking) {
+  bool any_failed = false;
+  for (const auto& t : transfers) {
+    if (!t.failed) continue;
+    any_failed = true;
+    control_->Drop(t.peer, "transfer did not complete within peer_timeout_s", out);
+    acking->erase(std::remove(acking->begin(), acking->end(), t.peer), acking->end());
+  }
+  if (!any_failed) return;
+  for (auto& memory : sent) KeepUntilFinalize(std::move(memory));
+  for (const auto& owner : owners) KeepUntilFinalize(owner);
 }
 
 // shm protocol: whether a segment of at least `image_bytes` is ready,
@@ -360,8 +373,53 @@ class TwoSidedReceiver : public TierReceiver {
   LandingPool* pool_;
 };
 
+// Lays version `a`'s data chunks out in `base` after its header as `plan`
+// says, then the header (at 0) last; `ends`: where each data chunk ends in
+// the data section. Aborted when the plan does not add up (the producer's
+// stream is out of step with this consumer: it gives up on it).
+Status LayOut(const Announce& a, const std::vector<uint64_t>& plan, std::byte* base,
+              std::vector<Chunk>* chunks, std::vector<uint64_t>* ends) {
+  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  uint64_t off = 0;
+  for (uint64_t n : plan) {
+    if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int>::max()) || n > data_bytes - off) break;
+    chunks->push_back({base + a.header_bytes + off, n});
+    off += n;
+    ends->push_back(off);
+  }
+  if (chunks->size() != plan.size() || off != data_bytes) {
+    return AbortedError("the chunk plan of version " + std::to_string(a.version) + " does not add up to " +
+                        std::to_string(data_bytes) + " data bytes");
+  }
+  chunks->push_back({base, a.header_bytes});
+  return Status::Ok();
+}
+
+// `seconds` as "%.1f", for messages.
+std::string Seconds1(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", seconds);
+  return buf;
+}
+
+// The chunk plan of version `a` from `parent` (one kTagData message), or
+// nullptr when it did not arrive by `deadline`: the receive stays posted, so
+// the plan is kept until MPI_Finalize.
+std::shared_ptr<std::vector<uint64_t>> ReceivePlan(MPI_Comm comm, const Announce& a, int parent,
+                                                   double deadline) {
+  auto plan = std::make_shared<std::vector<uint64_t>>(a.data_chunks);
+  std::vector<Chunk> plan_chunk = {
+      {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
+  std::vector<ChunkedTransfer> transfers(1);
+  transfers[0].peer = parent;
+  transfers[0].chunks = &plan_chunk;
+  RunChunked(comm, 1, &transfers, deadline);
+  if (!transfers[0].failed) return plan;
+  KeepUntilFinalize(plan);
+  return nullptr;
+}
+
 // Plan, data at header_bytes while it is hashed, header last.
-// (Over 80 lines: one pass in wire order; the relay's sends share its state.)
 StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   const int producer = control_->producer();
   const double t0 = MonotonicSeconds();
@@ -377,8 +435,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     if (route.parent != producer) deadline = std::min(deadline, MonotonicSeconds() + route.relay_timeout_s);
   }
   const int parent = route.parent;
-  char in_time[48];
-  std::snprintf(in_time, sizeof(in_time), "within %.1f s", deadline - MonotonicSeconds());
+  const std::string in_time = "within " + Seconds1(deadline - MonotonicSeconds()) + " s";
   // The producer stopping is the end of this subscription; a relay
   // stopping costs only this version.
   auto lost = [&](const std::string& what) {
@@ -387,44 +444,23 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
                             "; the version is not served, the subscription goes on)");
   };
   MPI_Comm comm = control_->link().comm;
-  // Receives that time out stay posted: what they land in is kept until
-  // MPI_Finalize (KeepUntilFinalize).
-  auto plan = std::make_unique<std::vector<uint64_t>>(a.data_chunks);
-  std::vector<Chunk> plan_chunk = {
-      {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
-  std::vector<ChunkedTransfer> transfers(1);
-  transfers[0].peer = parent;
-  transfers[0].chunks = &plan_chunk;
-  RunChunked(comm, 1, &transfers, deadline);
-  if (transfers[0].failed) {
-    KeepUntilFinalize(std::shared_ptr<const void>(std::move(plan)));
-    return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " +
-                std::string(in_time));
+  auto plan = ReceivePlan(comm, a, parent, deadline);
+  if (!plan) {
+    return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + in_time);
   }
-  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  std::vector<Chunk> plan_chunk = {
+      {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)}};
   std::byte* base = buffer->data();
   std::vector<Chunk> chunks;
   std::vector<uint64_t> ends;  // end of each data chunk within the data section
-  uint64_t off = 0;
-  for (uint64_t n : *plan) {
-    if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int>::max()) || n > data_bytes - off) break;
-    chunks.push_back({base + a.header_bytes + off, n});
-    off += n;
-    ends.push_back(off);
-  }
-  if (chunks.size() != plan->size() || off != data_bytes) {
-    // The producer's stream is out of step with this consumer: give up on it.
-    return AbortedError("the chunk plan of version " + std::to_string(a.version) + " does not add up to " +
-                        std::to_string(data_bytes) + " data bytes");
-  }
-  chunks.push_back({base, a.header_bytes});
+  VIPER_RETURN_IF_ERROR(LayOut(a, *plan, base, &chunks, &ends));
   std::optional<LandingHasher> hasher;
   hasher.emplace(base + a.header_bytes, /*use_thread=*/ends.size() >= 2);
   ChunkHooks hooks;
   hooks.completed = [&](std::size_t index) {
     if (index < ends.size()) hasher->Landed(ends[index]);
   };
-  transfers[0] = ChunkedTransfer();
+  std::vector<ChunkedTransfer> transfers(1);
   transfers[0].peer = parent;
   transfers[0].chunks = &chunks;
   // Relay: the same messages, plan first, each sent on once it has landed.
@@ -433,11 +469,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     forward = plan_chunk;
     forward.insert(forward.end(), chunks.begin(), chunks.end());
   }
-  for (int i = 0; i < route.children_count; ++i) {
-    ChunkedTransfer t;
-    t.peer = route.children[i];
-    t.send = true;
-    t.chunks = &forward;
+  for (ChunkedTransfer& t : Sends({route.children, route.children + route.children_count}, &forward)) {
     transfers.push_back(std::move(t));
   }
   hooks.ready = [&](const ChunkedTransfer& t, std::size_t index) {
@@ -448,7 +480,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     if (!transfers[i].failed) continue;
     // Freed sends may still read the plan and the landing buffer (which
     // the pool never frees): keep the plan too.
-    if (plan) KeepUntilFinalize(std::shared_ptr<const void>(std::move(plan)));
+    if (plan) KeepUntilFinalize(std::move(plan));
     // The producer drops that rank when it does not acknowledge.
     if (!transfers[0].failed) {
       Log(LogLevel::kWarning, "transports",
@@ -462,8 +494,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     // keep it until MPI_Finalize.
     KeepUntilFinalize(buffer);
     pool_->Retire(buffer);
-    return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " +
-                std::string(in_time));
+    return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + in_time);
   }
   return StreamedImage(a, buffer, Source(a), t0, hasher->Finish());
 }
