@@ -10,8 +10,9 @@
 // control.h. Tiers report what happened (a SendOutcome; a Landed image or a
 // verified device version) and never call back into Publisher::Impl or
 // Subscriber::Impl, which keep the lifecycle, threads, reports and
-// verify-and-swap. Without MPI, control_stub.cc and tier_mpi_stub.cc stand
-// in for the MPI tiers (CMake picks the files; no #if in these classes).
+// verify-and-swap. Without MPI, mpi_stub.cc stands in for the control
+// protocol and the MPI tiers, and without CUDA tier_gpu_stub.cc for the gpu
+// tier (CMake picks the files; no #if in these classes).
 #pragma once
 
 #include <cstdint>
