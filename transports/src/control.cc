@@ -1,5 +1,5 @@
 // The control protocol, both halves (control.h). MPI builds only; without
-// MPI, control_stub.cc.
+// MPI, mpi_stub.cc.
 #include "control.h"
 
 #include <algorithm>

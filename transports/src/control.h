@@ -1,5 +1,5 @@
 // Internal: the control protocol between a Publisher and its Subscribers,
-// both halves (control.cc; control_stub.cc without MPI): the private
+// both halves (control.cc; mpi_stub.cc without MPI): the private
 // communicator and session id, announcements, Ready answers, fan-out routes,
 // acknowledgements, dropped consumers and every deadline. The tiers
 // (tier.h) borrow a control to move their bytes; Publisher::Impl and

@@ -143,12 +143,12 @@ class PfsReceiver : public TierReceiver {
   LandingPool* pool_;
 };
 
-// tier_onesided.cc (tier_mpi_stub.cc without MPI). Collective with the other
+// tier_onesided.cc (mpi_stub.cc without MPI). Collective with the other
 // side's (MPI_Win_allocate): made right after the control.
 StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(ProducerControl* control);
 StatusOr<std::unique_ptr<TierReceiver>> MakeOneSidedReceiver(ConsumerControl* control, LandingPool* pool);
 
-// tier_host.cc (tier_mpi_stub.cc without MPI): shm and two-sided.
+// tier_host.cc (mpi_stub.cc without MPI): shm and two-sided.
 StatusOr<std::unique_ptr<TierSender>> MakeHostSender(ProducerControl* control);
 std::vector<std::unique_ptr<TierReceiver>> MakeHostReceivers(ConsumerControl* control, LandingPool* pool);
 

@@ -4,7 +4,7 @@
 // copy the version out of its segment, shm_segment.h, while the producer
 // copies it in). One producer pass interleaves both: consumers that map the
 // segment take it from there, the others get the two-sided stream. MPI
-// builds only (tier_mpi_stub.cc otherwise).
+// builds only (mpi_stub.cc otherwise).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -2,7 +2,7 @@
 // staged image (header + data) into the consumer's MPI_Win_allocate window,
 // then sends Done; the consumer copies it out (the window memory is freed
 // collectively and cannot outlive the Subscriber) and verifies the whole
-// image. MPI builds only (tier_mpi_stub.cc otherwise).
+// image. MPI builds only (mpi_stub.cc otherwise).
 #include <algorithm>
 #include <cstring>
 
