@@ -114,8 +114,11 @@ void BindFiles(py::module_& m) {
         if (!file.ok()) Raise(file.status());
         if (!state.ok()) Raise(state.status().WithContext(path));
         auto metadata = ValueOrRaise(safetensors::ParseMetadata(file->bytes.get(), file->size));
-        Buffer buffer{std::shared_ptr<const void>(file->bytes, file->bytes.get()), file->bytes.get(), file->size,
-                      /*writable=*/true};
+        Buffer buffer;
+        buffer.owner = std::shared_ptr<const void>(file->bytes, file->bytes.get());
+        buffer.data = file->bytes.get();
+        buffer.size = file->size;
+        buffer.writable = true;
         return py::make_tuple(py::cast(std::move(buffer)), DescribeTensors(*state, file->bytes.get()),
                               py::cast(metadata));
       },

@@ -70,6 +70,30 @@ ModelState StateFromSpecs(const py::list& specs) {
   return state;
 }
 
+Buffer TensorBuffer(std::shared_ptr<const void> owner, const Tensor& t) {
+  Buffer b;
+  b.owner = std::shared_ptr<const void>(std::move(owner), t.data);
+  b.data = t.data;
+  b.size = t.size_bytes;
+  const char* format = nullptr;
+  switch (t.dtype) {
+    case DType::kBool: format = "?"; break;
+    case DType::kU8: format = "B"; break;
+    case DType::kI8: format = "b"; break;
+    case DType::kI16: format = "h"; break;
+    case DType::kF16: format = "e"; break;
+    case DType::kI32: format = "i"; break;
+    case DType::kF32: format = "f"; break;
+    case DType::kI64: format = "q"; break;
+    case DType::kF64: format = "d"; break;
+    default: return b;  // no numpy or no torch dtype: bytes (the caller's torch.frombuffer path)
+  }
+  b.format = format;
+  b.itemsize = static_cast<py::ssize_t>(DTypeSize(t.dtype));
+  b.shape = &t.shape;
+  return b;
+}
+
 py::list DescribeTensors(const ModelState& state, const std::byte* base) {
   py::list out;
   for (const Tensor& t : state.tensors()) {
@@ -98,9 +122,21 @@ PYBIND11_MODULE(_viper, m) {
   py::class_<Buffer>(m, "Buffer", py::buffer_protocol(),
                      "Read-only bytes that keep their owner (a received version, a file) alive.")
       .def_buffer([](Buffer& b) {
-        return py::buffer_info(const_cast<std::byte*>(b.data), 1, py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<py::ssize_t>(b.size)}, {1}, /*readonly=*/!b.writable);
+        if (b.format == nullptr) {
+          return py::buffer_info(const_cast<std::byte*>(b.data), 1, py::format_descriptor<uint8_t>::format(), 1,
+                                 {static_cast<py::ssize_t>(b.size)}, {1}, /*readonly=*/!b.writable);
+        }
+        const std::vector<py::ssize_t> shape(b.shape->begin(), b.shape->end());
+        std::vector<py::ssize_t> strides(shape.size());
+        py::ssize_t stride = b.itemsize;
+        for (size_t i = shape.size(); i-- > 0;) {
+          strides[i] = stride;
+          stride *= shape[i];
+        }
+        return py::buffer_info(const_cast<std::byte*>(b.data), b.itemsize, b.format,
+                               static_cast<py::ssize_t>(shape.size()), shape, strides, /*readonly=*/!b.writable);
       })
+      .def_property_readonly("typed", [](const Buffer& b) { return b.format != nullptr; })
       .def("__len__", [](const Buffer& b) { return b.size; })
       .def_property_readonly("address", [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.data); });
 

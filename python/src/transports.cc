@@ -93,7 +93,7 @@ struct PyVersion {
     if (v->memory == MemoryKind::kHost) {
       for (const Tensor& t : v->state.tensors()) {
         out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
-                                  Buffer{std::shared_ptr<const void>(v, t.data), t.data, t.size_bytes}));
+                                  TensorBuffer(v, t)));
       }
       return out;
     }
@@ -105,7 +105,7 @@ struct PyVersion {
     auto copy = std::make_shared<ModelState>(ValueOrRaise(std::move(host)));
     for (const Tensor& t : copy->tensors()) {
       out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
-                                Buffer{std::shared_ptr<const void>(copy, t.data), t.data, t.size_bytes}));
+                                TensorBuffer(copy, t)));
     }
     return out;
   }

@@ -24,6 +24,7 @@ import atexit
 import json
 import warnings
 
+import numpy
 import torch
 
 from . import _torch, _viper, mpi
@@ -125,9 +126,13 @@ class Version:
                     for name, dtype, shape, ptr, nbytes, dev in self._v.device_tensors(torch.cuda.current_device())}
         out = {}
         from_viper, from_buffer = _torch.FROM_VIPER, _torch.from_buffer
+        from_numpy, asarray = torch.from_numpy, numpy.asarray
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
             for name, dtype, shape, buffer in self._v.host_tensors():
+                if buffer.typed:  # a typed view: numpy + from_numpy is ~3x faster than frombuffer + view
+                    out[name] = from_numpy(asarray(buffer))
+                    continue
                 d = from_viper.get(dtype)
                 out[name] = from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype), shape)
         return out
