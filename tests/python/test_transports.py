@@ -3,6 +3,7 @@ a real nn.Module's state_dict travels and load_into reproduces the
 producer's outputs bit for bit; views keep their version alive; bad input."""
 import gc
 import time
+import warnings
 import weakref
 
 import pytest
@@ -92,6 +93,26 @@ def test_state_dict_views_keep_the_version_alive(pfs):
         sub.wait_for_version(k, timeout_s=30)
     sub.stop()
     assert torch.equal(w, torch.arange(1000, dtype=torch.float32))
+
+
+def test_every_dtype_and_shape_arrives_as_a_view(pfs):
+    # Typed buffers (numpy + from_numpy) for most dtypes, bytes + frombuffer
+    # for BF16: scalars, empty tensors and odd byte offsets included.
+    pub, sub, _ = pfs
+    sd = {"b": torch.tensor([True, False, True]), "u8": torch.arange(5, dtype=torch.uint8),
+          "i8": torch.tensor([-3, 4], dtype=torch.int8), "i16": torch.tensor([[1, -2], [3, 4]], dtype=torch.int16),
+          "f16": torch.randn(3, 2).half(), "bf16": torch.randn(4).bfloat16(), "i32": torch.tensor([7], dtype=torch.int32),
+          "f32": torch.randn(2, 3, 4), "i64": torch.tensor(5), "f64": torch.randn(0, 3).double()}
+    pub.publish(sd, 1)
+    v = sub.wait_for_version(0, timeout_s=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the read-only views warn nothing
+        got = v.state_dict()
+    for name, t in sd.items():
+        g = got[name]
+        assert (g.dtype, g.shape) == (t.dtype, t.shape) and torch.equal(g, t), name
+        assert g.numel() == 0 or not g.is_set_to(t), name
+    assert got["f32"].data_ptr() == v.state_dict()["f32"].data_ptr()  # a view, not a copy
 
 
 def test_wait_for_version_times_out(pfs):
