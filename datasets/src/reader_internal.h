@@ -1,4 +1,5 @@
-// Internal pieces of the log readers shared by log_reader.cc and tfevents.cc.
+// Internal pieces of the log readers: message excerpts and the TFRecord walk
+// (tfevents.cc); the row pipeline is log_rows.h.
 #pragma once
 
 #include <cstdint>

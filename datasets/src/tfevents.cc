@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "reader_internal.h"
+#include "log_rows.h"
 #include "viper/datasets/log_reader.h"
 
 namespace viper {
@@ -405,6 +405,89 @@ Status ForEachTfScalar(std::string_view data, const std::string& source, int64_t
     }
   }
   return Status::Ok();
+}
+
+// The scalars of an event file as a TrainingLog, through the shared Builder.
+StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& source,
+                                    const LogReader::Options& options) {
+  if (data.empty()) return InvalidArgumentError(source + ": the event file is empty");
+  // Pass 1: the scalar tags.
+  Columns cols;
+  cols.kind = "tag";
+  VIPER_RETURN_IF_ERROR(internal::ForEachTfScalar(data, source, options.max_rows, [&](const internal::TfScalar& s) {
+    if (cols.names.size() < 100000) cols.Add(s.tag);
+    return Status::Ok();
+  }));
+  if (cols.names.empty()) {
+    return InvalidArgumentError(source + ": the event file holds no scalar values (expected scalars logged with "
+                                "add_scalar / tf.summary.scalar)");
+  }
+  const auto names = NamesFor(LogFormat::kTfEvents, source);
+  VIPER_ASSIGN_OR_RETURN(Selection sel, Select(cols, names, Overrides(options, LogFormat::kTfEvents), source,
+                                               LogFormat::kTfEvents));
+  sel[kIteration] = sel[kWallTime] = -1;  // from the Event itself, not tags
+  // A tag must not serve twice.
+  Columns step_cols = cols;
+  const int step_col = step_cols.Add("step");
+  Selection check = sel;
+  check[kIteration] = step_col;
+  VIPER_RETURN_IF_ERROR(CheckSelection(check, step_cols, names, source, LogFormat::kTfEvents));
+
+  // Pass 2: the selected tags' values by step.
+  struct Step {
+    Values v;
+    int64_t record = 0;
+    std::array<int64_t, kNumFields> from{};
+  };
+  std::map<int64_t, Step> steps;
+  VIPER_RETURN_IF_ERROR(internal::ForEachTfScalar(data, source, options.max_rows, [&](const internal::TfScalar& s) {
+    int field = -1;
+    const int c = cols.Find(s.tag);
+    for (int f = 0; f < kNumFields; ++f) {
+      if (sel[f] >= 0 && sel[f] == c) field = f;
+    }
+    if (field < 0) return Status::Ok();
+    const std::string where = source + ": record " + std::to_string(s.record);
+    if (s.step < 0) {
+      return InvalidArgumentError(where + ": tag " + Excerpt(s.tag, 40) + ": step " + std::to_string(s.step) +
+                                  " is negative");
+    }
+    if (s.step > kMaxLogIteration) {
+      return InvalidArgumentError(where + ": tag " + Excerpt(s.tag, 40) + ": step " + std::to_string(s.step) +
+                                  " is out of range (expected 0.." + std::to_string(kMaxLogIteration) + ")");
+    }
+    if (!steps.count(s.step) && static_cast<int64_t>(steps.size()) >= options.max_rows) {
+      return OutOfRangeError(where + ": more than " + std::to_string(options.max_rows) +
+                             " steps (the limit on rows; raise it with --max-rows)");
+    }
+    Step& st = steps[s.step];
+    if (st.v[field]) {
+      return InvalidArgumentError(where + ": tag " + Excerpt(s.tag, 40) + " has a second value at step " +
+                                  std::to_string(s.step) + " (the first is in record " +
+                                  std::to_string(st.from[field]) +
+                                  "): a restarted run, or two runs in one file? Split them, or keep the part you "
+                                  "mean");
+    }
+    st.v[field] = s.value;
+    st.from[field] = s.record;
+    if (st.record == 0) {
+      st.record = s.record;
+      st.v[kWallTime] = s.wall_time;
+    }
+    return Status::Ok();
+  }));
+  Selection spec_sel = sel;
+  Columns spec_cols = cols;
+  spec_sel[kWallTime] = spec_cols.Add("wall_time");
+  spec_sel[kIteration] = spec_cols.Add("step");
+  BuildSpec spec = MakeSpec(LogFormat::kTfEvents, spec_sel, spec_cols, options);
+  spec.row_word = "record";
+  Builder builder(source, options, std::move(spec));
+  for (auto& [step, st] : steps) {
+    st.v[kIteration] = static_cast<double>(step);
+    VIPER_RETURN_IF_ERROR(builder.Add(st.v, source + ": record " + std::to_string(st.record), st.record));
+  }
+  return builder.Finish();
 }
 
 }  // namespace internal
