@@ -6,11 +6,18 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${VIPER_BUILD_DIR:-$root/build}"
 "$root/scripts/install-deps.sh"
+# ccache, when installed, makes rebuilds in other checkouts (worktrees, CI
+# clones) cheap; CCACHE_BASEDIR makes its keys independent of where they are.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$root")}"
+fi
 if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
   mkdir -p "$build"
-  cmake -S "$root" -B "$build" -G Ninja "$@" >"$build/configure.log" 2>&1 || {
+  cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" "$@" >"$build/configure.log" 2>&1 || {
     cat "$build/configure.log" >&2; exit 1; }
   sed -n '/The following features have been/,/^$/p' "$build/configure.log" >&2 || true
 fi
 jobs="${VIPER_JOBS:-$(nproc)}"
-cmake --build "$build" -j "$jobs"
+CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$root")}" cmake --build "$build" -j "$jobs"
