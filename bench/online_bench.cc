@@ -6,7 +6,10 @@
 // points (where the exact re-plan, and sometimes a fit, happen). A step in
 // the curve halfway makes the detector start a new regime. Second argument:
 // 1 = a fixed request window (re-plans then go through the count-coupled
-// solver's certificate).
+// solver's certificate). Third argument: 1 = the traffic drifts and the
+// served version is re-measured at every validation point (ObserveServed:
+// it loses 0.5 per N/2 iterations of age), so re-plans carry the measured
+// decay (the solver's drift term) and the gate compares with it.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -32,6 +35,8 @@ double Quantile(std::vector<double> v, double q) {
 void BM_OnlineObservation(benchmark::State& state) {
   const int64_t N = state.range(0);
   const bool fixed_window = state.range(1) != 0;
+  const bool remeasure = state.range(2) != 0;
+  const double decay_per_iteration = 1.0 / static_cast<double>(N);
   sch::Problem p;
   p.warmup_iterations = N / 10;
   p.total_iterations = N;
@@ -52,6 +57,7 @@ void BM_OnlineObservation(benchmark::State& state) {
   };
   std::vector<double> all_us, validation_us;
   int64_t checkpoints = 0, replans = 0, refits = 0, changes = 0;
+  double decay = 0;
   for (auto _ : state) {
     sch::OnlinePlanner planner(p, sch::PredictorForecasterFactory(po));
     all_us.clear();
@@ -61,6 +67,11 @@ void BM_OnlineObservation(benchmark::State& state) {
       const auto t0 = std::chrono::steady_clock::now();
       benchmark::DoNotOptimize(planner.Observe(i, loss(i) + 5 * noise(rng), sch::ObservationKind::kTraining));
       if (validation) benchmark::DoNotOptimize(planner.Observe(i, loss(i) + noise(rng), sch::ObservationKind::kValidation));
+      if (validation && remeasure && i > p.warmup_iterations) {
+        const int64_t v = planner.taken().empty() ? p.warmup_iterations : planner.taken().back();
+        const double again = loss(v) + decay_per_iteration * static_cast<double>(i - v) + noise(rng);
+        benchmark::DoNotOptimize(planner.ObserveServed(std::max(0.0, again)));
+      }
       auto now = planner.ShouldCheckpoint(i);
       if (now.ok() && *now) benchmark::DoNotOptimize(planner.Commit(i));
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -71,6 +82,7 @@ void BM_OnlineObservation(benchmark::State& state) {
     replans = planner.summary().replans;
     refits = planner.summary().refits;
     changes = planner.summary().changes;
+    decay = planner.summary().max_decay_per_s;
   }
   state.counters["obs_median_us"] = Quantile(all_us, 0.5);
   state.counters["obs_p99_us"] = Quantile(all_us, 0.99);
@@ -81,12 +93,16 @@ void BM_OnlineObservation(benchmark::State& state) {
   state.counters["replans"] = static_cast<double>(replans);
   state.counters["fits"] = static_cast<double>(refits);
   state.counters["changes"] = static_cast<double>(changes);
+  state.counters["decay_per_s"] = decay;
 }
 BENCHMARK(BM_OnlineObservation)
-    ->Args({10000, 0})
-    ->Args({10000, 1})
-    ->Args({100000, 0})
-    ->Args({100000, 1})
+    ->Args({10000, 0, 0})
+    ->Args({10000, 1, 0})
+    ->Args({100000, 0, 0})
+    ->Args({100000, 1, 0})
+    ->Args({10000, 0, 1})
+    ->Args({100000, 0, 1})
+    ->Args({100000, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 

@@ -106,6 +106,7 @@ bool OnlinePlanner::Options::IsValid(std::string* error) const {
   if (!(replan_gap >= 0 && replan_gap <= 1e-2)) {
     return fail("replan_gap must be in [0, 0.01], got " + std::to_string(replan_gap));
   }
+  if (decay_window < 2) return fail("decay_window must be >= 2, got " + std::to_string(decay_window));
   return true;
 }
 
@@ -119,7 +120,14 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
     if (change_points.size() > 6) s += " ...";
     s += ")";
   }
-  return s + ", " + std::to_string(gated) + " gated";
+  s += ", " + std::to_string(gated) + " gated";
+  if (served_measurements > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ", served version re-measured %lld times (decay up to %.3g/s)",
+                  static_cast<long long>(served_measurements), max_decay_per_s);
+    s += buf;
+  }
+  return s;
 }
 
 OnlinePlanner::OnlinePlanner(Problem problem, ForecasterFactory forecasters, Options options)
@@ -153,7 +161,10 @@ Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind ki
     measured_.losses.push_back(value);
   }
   measured_now_ = iteration;
-  if (iteration <= problem_.warmup_iterations) served_loss_ = value;  // version 0 is the warm-up model
+  if (iteration <= problem_.warmup_iterations) {  // version 0 is the warm-up model
+    served_loss_ = served_commit_loss_ = value;
+    served_iteration_ = problem_.warmup_iterations;
+  }
   return Status::Ok();
 }
 
@@ -292,10 +303,25 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   start.last_checkpoint = taken_.empty() ? W : taken_.back();
   start.earliest_iteration = now;
   start.served_loss = served_loss_;
+  // The measured decay: every version loses `decay` per second of age; the
+  // served one is at its re-measured level now, so its checkpoint-time level
+  // is that minus what it has lost since.
+  Problem problem = problem_;
+  const double decay = DecayPerSecond();
+  if (decay > problem.drift_per_s) {
+    const double age_s = taken_.empty() ? static_cast<double>(now - W) * problem.seconds_per_iteration
+                                        : static_cast<double>(now - taken_.back()) * problem.seconds_per_iteration +
+                                              problem.cost.stall_s;
+    if (start.served_loss) {
+      start.served_loss = std::max(0.0, *start.served_loss - (decay - problem.drift_per_s) * age_s);
+    }
+    problem.drift_per_s = decay;
+    summary_.max_decay_per_s = std::max(summary_.max_decay_per_s, decay);
+  }
   ++summary_.replans;
   bool want = false;
   if (start.checkpoints_taken < problem_.MaxCheckpoints()) {
-    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem_, LossCurve(W, std::move(curve)), start,
+    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem, LossCurve(W, std::move(curve)), start,
                                                       SolveOptions{options_.replan_gap}));
     summary_.max_certified_gap = std::max(summary_.max_certified_gap, sol.certified_gap);
     last_plan_ = std::move(sol.schedule);
@@ -336,6 +362,8 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
+  served_iteration_ = iteration;
+  served_commit_loss_ = served_loss_;
   return Status::Ok();
 }
 
@@ -351,7 +379,32 @@ Status OnlinePlanner::ObserveServed(double loss) {
     return InvalidArgumentError("the served version's loss must be finite and >= 0, got " + std::to_string(loss));
   }
   served_loss_ = loss;
+  ++summary_.served_measurements;
+  if (!served_commit_loss_) {
+    // Version 0: its level is what was measured at the end of the warm-up.
+    served_iteration_ = problem_.warmup_iterations;
+    served_commit_loss_ = loss;
+  }
+  const double age_s = static_cast<double>(last_iteration_ - served_iteration_) * problem_.seconds_per_iteration;
+  if (age_s > 0) {
+    decay_points_.emplace_back(age_s, loss - *served_commit_loss_);
+    if (decay_points_.size() > static_cast<size_t>(options_.decay_window)) decay_points_.erase(decay_points_.begin());
+  }
   return Status::Ok();
+}
+
+double OnlinePlanner::DecayPerSecond() const {
+  if (decay_points_.size() < 2) return 0.0;
+  double xy = 0, xx = 0, mean = 0;
+  for (const auto& [x, y] : decay_points_) {
+    xy += x * y;
+    xx += x * x;
+    mean += y;
+  }
+  mean /= static_cast<double>(decay_points_.size());
+  // Noise is no decay: the excess must exceed what the gate calls a difference.
+  if (!(xx > 0) || mean <= GateMargin()) return 0.0;
+  return std::max(0.0, xy / xx);
 }
 
 }  // namespace schedulers

@@ -1,6 +1,9 @@
 #include "viper/schedulers/scenario.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <tuple>
 
 namespace viper {
 namespace schedulers {
@@ -27,6 +30,45 @@ bool ScenarioOptions::IsValid(std::string* error) const {
   if (!online.IsValid(error)) return false;
   return true;
 }
+
+namespace {
+
+// The table's surfaces, checked against the log: it must cover [W, N], and
+// its diagonal must be the log's own measurements where both have them (a
+// table of another run would judge on someone else's model).
+Status AttachStaleness(const TrainingLog& log, const StalenessTable& table, Scenario* sc) {
+  const int64_t W = sc->problem.warmup_iterations, N = sc->problem.total_iterations;
+  VIPER_ASSIGN_OR_RETURN(auto truth, StalenessSurface::Make(table, StalenessSample::kTest));
+  VIPER_ASSIGN_OR_RETURN(auto observed, StalenessSurface::Make(table, StalenessSample::kValidation));
+  VIPER_RETURN_IF_ERROR(truth.CheckCovers(W, N));
+  size_t r = 0;
+  for (const auto& row : table.records) {
+    if (row.version_iteration != row.traffic_iteration) continue;
+    while (r < log.records.size() && log.records[r].iteration < row.version_iteration) ++r;
+    if (r == log.records.size()) break;
+    const LogRecord& rec = log.records[r];
+    if (rec.iteration != row.version_iteration) continue;
+    auto differs = [](std::optional<double> a, double b) {
+      return a && std::fabs(*a - b) > 1e-5 * std::max(1.0, std::fabs(b));
+    };
+    for (auto [name, logged, tabled] : {std::tuple{"val_loss", rec.val_loss, row.val_loss},
+                                        std::tuple{"test_loss", rec.test_loss, row.test_loss}}) {
+      if (differs(logged, tabled)) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "at iteration %lld the log's %s is %.9g but the table's diagonal says %.9g",
+                      static_cast<long long>(rec.iteration), name, *logged, tabled);
+        return InvalidArgumentError(table.source + " is not a staleness table of " + log.source + ": " + buf +
+                                    " (the diagonal v = t must be the log's own measurement)");
+      }
+    }
+  }
+  sc->staleness_truth = std::make_shared<const StalenessSurface>(std::move(truth));
+  sc->staleness_observed = std::make_shared<const StalenessSurface>(std::move(observed));
+  sc->staleness_source = table.source;
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o) {
   std::string error;
@@ -139,6 +181,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
       VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(sc.points, W, N));
     }
   }
+  if (o.staleness) VIPER_RETURN_IF_ERROR(AttachStaleness(log, *o.staleness, &sc));
   VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(sc.observed, o.predictor));
   sc.predictor_report = fit.summary().BriefReport();
   std::vector<double> pred = fit.PredictRange(W, N);
@@ -165,6 +208,8 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   input.observed_kind =
       sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
   input.truth = sc.truth;
+  input.truth_staleness = sc.staleness_truth;
+  if (input.observed_kind == ObservationKind::kValidation) input.observed_staleness = sc.staleness_observed;
   return strategy->MakePlan(input);
 }
 

@@ -138,6 +138,16 @@ class StrategyImpl : public Strategy {
         break;
       }
       case StrategyKind::kOracle: {
+        if (in.truth_staleness) {
+          VIPER_ASSIGN_OR_RETURN(SurfaceSolution ss, SolveOptimalOnSurface(p, *in.truth_staleness));
+          sol.schedule = std::move(ss.schedule);
+          sol.objective = ss.objective;
+          sol.layers = ss.layers;
+          s.exact = true;
+          s.message = "exact optimal schedule on the staleness table's test_loss, among checkpoints at its " +
+                      std::to_string(ss.candidates) + " versions in (W, N] (a bound, not a strategy)";
+          break;
+        }
         if (!in.truth) return FailedPreconditionError("oracle needs the true curve");
         VIPER_RETURN_IF_ERROR(in.truth->CheckCovers(p).WithContext("true curve"));
         VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, *in.truth));
@@ -155,6 +165,12 @@ class StrategyImpl : public Strategy {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
           VIPER_RETURN_IF_ERROR(planner.Observe(it, obs.losses[i], in.observed_kind));
+          if (in.observed_staleness && in.observed_kind == ObservationKind::kValidation && it > p.warmup_iterations) {
+            // The served version re-measured on this moment's validation sample.
+            const int64_t served = planner.taken().empty() ? p.warmup_iterations : planner.taken().back();
+            VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, static_cast<double>(it)));
+            VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
+          }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
         }

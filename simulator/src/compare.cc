@@ -10,6 +10,7 @@ Simulator::Options SimulatorOptionsFor(const schedulers::Scenario& sc) {
   so.problem = sc.problem;
   so.tier = sc.tier;
   so.iteration_times_s = sc.iteration_times_s;
+  so.staleness = sc.staleness_truth;
   return so;
 }
 

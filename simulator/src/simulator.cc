@@ -194,6 +194,20 @@ class Engine {
     ++r_.superseded_versions;
   }
 
+  // The producer's last finished iteration at time t (>= `from`, the last
+  // answer: requests come in time order). Iteration i ends at its training
+  // time plus the stalls of the checkpoints taken before it.
+  int64_t TrafficIteration(double t, int64_t from) const {
+    const auto& p = o_.problem;
+    auto end_of = [&](int64_t i) {
+      const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), i) - schedule_.begin();
+      return TrainingTime(i) + static_cast<double>(before) * stall_s_;
+    };
+    int64_t i = std::max(from, p.warmup_iterations);
+    while (i < p.total_iterations && end_of(i + 1) <= t) ++i;
+    return i;
+  }
+
   void ServeRequests() {
     const auto& p = o_.problem;
     const int64_t m = r_.checkpoints;
@@ -216,16 +230,26 @@ class Engine {
     staleness.reserve(arrivals.size());
     if (o_.record_requests) r_.request_log.reserve(arrivals.size());
     const double rho = p.drift_per_s;
+    const schedulers::StalenessSurface* surface = o_.staleness.get();
+    r_.judge = surface ? "staleness table" : "diagonal";
     size_t idx = 0;
+    int64_t traffic = p.warmup_iterations;
     for (double t : arrivals) {
       while (idx + 1 < order.size() && *V(order[idx + 1]).servable_s <= t) ++idx;
       VersionRecord& v = V(order[idx]);
       const double age = t - v.checkpoint_s;
-      const double loss = v.loss + rho * age;
+      traffic = std::max(TrafficIteration(t, traffic), v.iteration);
+      double own = v.loss;
+      if (surface) {
+        // Run() checked that the surface covers [W, N], so this cannot fail.
+        auto l = surface->At(v.iteration, static_cast<double>(traffic));
+        own = l.ok() ? *l : std::numeric_limits<double>::quiet_NaN();
+      }
+      const double loss = own + rho * age;
       r_.cil += loss;
       ++v.requests;
       staleness.push_back(age);
-      if (o_.record_requests) r_.request_log.push_back(RequestRecord{t, v.version, loss});
+      if (o_.record_requests) r_.request_log.push_back(RequestRecord{t, v.version, traffic, loss});
     }
     r_.requests = static_cast<int64_t>(arrivals.size());
     r_.events += r_.requests;
@@ -305,6 +329,9 @@ StatusOr<SimulationResult> Simulator::Run(const LossCurve& true_curve, const Sch
   p.min_spacing_iterations = 1;
   VIPER_RETURN_IF_ERROR(p.CheckSchedule(schedule).WithContext("schedule"));
   VIPER_RETURN_IF_ERROR(true_curve.CheckCovers(p).WithContext("true loss curve"));
+  if (options_.staleness) {
+    VIPER_RETURN_IF_ERROR(options_.staleness->CheckCovers(p.warmup_iterations, p.total_iterations));
+  }
   Engine engine(options_, true_curve, schedule);
   return engine.Run();
 }
@@ -366,11 +393,12 @@ std::string SimulationResult::ChromeTrace() const {
 
 std::string SimulationResult::RequestCsv() const {
   std::ostringstream out;
-  out << "time_s,version,iteration,loss\n";
-  char buf[128];
+  out << "time_s,version,iteration,traffic_iteration,loss\n";
+  char buf[160];
   for (const auto& r : request_log) {
-    std::snprintf(buf, sizeof(buf), "%.9g,%lld,%lld,%.9g\n", r.time_s, static_cast<long long>(r.version),
-                  static_cast<long long>(versions[static_cast<size_t>(r.version)].iteration), r.loss);
+    std::snprintf(buf, sizeof(buf), "%.9g,%lld,%lld,%lld,%.9g\n", r.time_s, static_cast<long long>(r.version),
+                  static_cast<long long>(versions[static_cast<size_t>(r.version)].iteration),
+                  static_cast<long long>(r.traffic_iteration), r.loss);
     out << buf;
   }
   return out.str();

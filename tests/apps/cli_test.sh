@@ -55,7 +55,7 @@ if [ -f "$log" ]; then
   done
   expect_in "$tmp/sim.json" '"regret_vs_oracle": 0.0' "the oracle has zero regret"
   expect_in "$tmp/trace.json" '"traceEvents"' "trace is Chrome trace-event JSON"
-  expect_in "$tmp/req.csv" "time_s,version,iteration,loss" "requests CSV has its header"
+  expect_in "$tmp/req.csv" "time_s,version,iteration,traffic_iteration,loss" "requests CSV has its header"
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <random>
 
 namespace viper {
@@ -44,6 +46,47 @@ Simulator::Options Tiny(bool synchronous, Notification notify) {
 TEST(SimulatorTest, DefaultOptionsAreValid) {
   std::string error;
   EXPECT_TRUE(Simulator::Options().IsValid(&error)) << error;
+}
+
+TEST(SimulatorTest, AStalenessTableChargesTheTrafficOfTheRequestsTime) {
+  // The SyncPushTimeline world below, judged on a table where every version
+  // loses 1 per iteration the traffic has moved since it: L(v, t) = 10 - v + (t - v).
+  // Iteration i ends at i + 1.5 x (checkpoints before i). Requests at 0, 4.2,
+  // 8.6, 12 see traffic 0, 2 (iteration 3 ends at 4.5), 5 (6 ends at 9) and 9
+  // (9 ends at 12), served by v0, v1 (2), v2 (5), v2: 10 + 8 + 5 + 9 = 32,
+  // where the diagonal charges the last one 5 (28 in all).
+  StalenessTable table;
+  for (int64_t v = 0; v <= 10; ++v) {
+    for (int64_t t = v; t <= 10; ++t) {
+      StalenessRecord r;
+      r.version_iteration = v;
+      r.traffic_iteration = t;
+      r.val_loss = r.test_loss = 10.0 - static_cast<double>(v) + static_cast<double>(t - v);
+      table.records.push_back(r);
+    }
+  }
+  Simulator::Options o = Tiny(true, Notification::kPush);
+  o.record_requests = true;
+  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
+  ASSERT_TRUE(surface.ok());
+  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  auto r = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->cil, 32.0);
+  EXPECT_EQ(r->judge, "staleness table");
+  ASSERT_EQ(r->request_log.size(), 4u);
+  EXPECT_EQ(r->request_log[3].traffic_iteration, 9);
+  EXPECT_NE(r->RequestCsv().find("12,2,5,9,9\n"), std::string::npos) << r->RequestCsv();
+  auto diagonal = Simulator(Tiny(true, Notification::kPush)).Run(LinearCurve(), {2, 5});
+  EXPECT_DOUBLE_EQ(diagonal->cil, 28.0);
+  EXPECT_EQ(diagonal->judge, "diagonal");
+  // A table that starts after W cannot judge version 0: an error naming the pair.
+  table.records.erase(std::remove_if(table.records.begin(), table.records.end(), [](const StalenessRecord& x) { return x.version_iteration == 0; }), table.records.end());
+  auto late = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
+  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*late));
+  auto refused = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("version 0, traffic 10"), std::string::npos) << refused.status().message();
 }
 
 TEST(SimulatorTest, SyncPushTimeline) {
@@ -260,8 +303,8 @@ TEST(SimulatorTest, TraceAndCsvOutputs) {
   auto r = Simulator(o).Run(LinearCurve(), {2, 5});
   ASSERT_TRUE(r.ok());
   const std::string csv = r->RequestCsv();
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "time_s,version,iteration,loss");
-  EXPECT_NE(csv.find("4.2,1,2,8\n"), std::string::npos) << csv;
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "time_s,version,iteration,traffic_iteration,loss");
+  EXPECT_NE(csv.find("4.2,1,2,2,8\n"), std::string::npos) << csv;
   const std::string trace = r->ChromeTrace();
   EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
   EXPECT_NE(trace.find("send v2"), std::string::npos);

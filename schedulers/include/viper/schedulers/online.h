@@ -28,6 +28,19 @@
 //     measured loss}, with the candidate's own measured v at t. The plan wants
 //     a checkpoint now when its first one falls before the next measurement.
 //  4. gate: it publishes only if v < served - gate_z x sigma x sqrt(2).
+// Staleness. When the served version is re-measured on today's validation
+// sample (ObserveServed: a live producer re-validates it; offline, the
+// staleness table's val_loss of (served version, now) and nothing later),
+// `served` is that re-measurement, so a version from before a concept change
+// is compared with the candidate as it is now, not as it was. The served
+// versions' decay is estimated from their re-measurements: the excess over
+// each one's loss at its own commit against the seconds since, a line
+// through the origin over the latest decay_window re-measurements (kept only
+// when their mean excess exceeds the gate's margin, so noise is no decay).
+// A step after a change shows as a steep rate while it is recent; a gradual
+// drift as a steady one; no drift as none. The re-plan charges every version
+// that rate (the solver's linear drift term, loss + rate x age), the served
+// one from its re-measured level now.
 // Re-fitting is geometric (when the regime's points have grown by
 // refit_growth since the last fit), so a regime of n points costs O(log n)
 // fits; the forecast curve is computed once per fit and reused by every
@@ -103,6 +116,9 @@ class OnlinePlanner {
     // Relative gap each re-plan may be certified at (SolveOptions): in
     // [0, 1e-2]; 0 = the exact certificate. A forecast is never that exact.
     double replan_gap = 1e-6;
+    // Latest re-measurements of served versions the decay rate is fitted on
+    // (>= 2).
+    int decay_window = 8;
 
     bool IsValid(std::string* error) const;
   };
@@ -117,6 +133,8 @@ class OnlinePlanner {
     std::vector<int64_t> change_points;  // first iteration of each new regime
     double plan_time_s = 0;    // wall time spent re-planning and fitting (informational)
     double max_certified_gap = 0;  // largest relative gap a re-plan was certified at (<= replan_gap)
+    int64_t served_measurements = 0;  // ObserveServed() calls
+    double max_decay_per_s = 0;       // the largest decay rate a re-plan used (loss per second)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -136,9 +154,12 @@ class OnlinePlanner {
   // Records a checkpoint taken after `iteration` (after the last one, inside
   // (W, N]); its measured loss becomes the served version's.
   Status Commit(int64_t iteration);
-  // The served version re-measured now on the current validation sample (a
-  // live producer that re-validates it after its data changed).
+  // The served version re-measured now (at the last observed iteration) on
+  // the current validation sample (a live producer that re-validates it
+  // after its data changed; offline, the staleness table's val_loss).
   Status ObserveServed(double loss);
+  // The served versions' decay rate now, loss per second (0: none measured).
+  double DecayPerSecond() const;
 
   const Problem& problem() const { return problem_; }
   const Options& options() const { return options_; }
@@ -185,6 +206,12 @@ class OnlinePlanner {
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
   size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
   std::optional<double> served_loss_;
+  // The served version: its iteration and its loss when it was committed.
+  int64_t served_iteration_ = 0;
+  std::optional<double> served_commit_loss_;
+  // (seconds since the served version's commit, excess over its commit loss)
+  // of the latest re-measurements, oldest first.
+  std::vector<std::pair<double, double>> decay_points_;
 };
 
 }  // namespace schedulers

@@ -6,6 +6,7 @@
 // caller reads files.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "viper/core/training_log.h"
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
+#include "viper/core/staleness_table.h"
 #include "viper/schedulers/problem.h"
+#include "viper/schedulers/staleness.h"
 #include "viper/schedulers/strategy.h"
 
 namespace viper {
@@ -54,6 +57,11 @@ struct ScenarioOptions {
   TierCost tier;
   // The closed loop's settings for `online` (its metric follows `metric`).
   OnlinePlanner::Options online;
+  // A staleness table of the same run (core/staleness_table.h): the judge
+  // and the oracle then charge L(version, traffic) from its test_loss, and
+  // `online` re-measures the served version from its val_loss. Absent = the
+  // diagonal (a stale version is charged the loss it had on its own traffic).
+  std::optional<StalenessTable> staleness;
 
   bool IsValid(std::string* error) const;
 };
@@ -77,6 +85,10 @@ struct Scenario {
   OnlinePlanner::Options online;      // the closed loop's settings
   int64_t iterations_per_epoch = 0;   // 0 when the log has no epochs
   std::vector<double> iteration_times_s;  // W+1..N (empty = constant tau)
+  // From ScenarioOptions::staleness: test_loss (the judge's) and val_loss
+  // (what a producer re-measures) surfaces; null without a table.
+  std::shared_ptr<const StalenessSurface> staleness_truth, staleness_observed;
+  std::string staleness_source;        // the table's file
 };
 
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);

@@ -16,6 +16,7 @@
 #include "viper/schedulers/online.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/solvers.h"
+#include "viper/schedulers/staleness.h"
 
 namespace viper {
 namespace schedulers {
@@ -46,6 +47,14 @@ struct PlanningInput {
   ObservationKind observed_kind = ObservationKind::kValidation;
   // The true curve on [W, N] (for `oracle`); absent = oracle unavailable.
   std::optional<LossCurve> truth;
+  // A staleness table's test_loss surface: `oracle` is then the exact optimum
+  // on it (SolveOptimalOnSurface) instead of on `truth`.
+  std::shared_ptr<const StalenessSurface> truth_staleness;
+  // The same table's val_loss surface: `online` reads from it, at each of its
+  // observation points t, only L(served version, t), the served version
+  // re-measured on that moment's validation sample (what a live producer
+  // measures then; nothing later). Null = no re-measurement.
+  std::shared_ptr<const StalenessSurface> observed_staleness;
 };
 
 struct StrategyOptions {

@@ -2,7 +2,11 @@
 // consumer: producer iterations and checkpoint stalls, snapshot, transfer
 // (async sends coalesce: a newer snapshot supersedes one not yet sent),
 // discovery by push or polling, consumer load and atomic swap, and inference
-// requests charged the TRUE loss of the version serving them.
+// requests charged the TRUE loss of the version serving them: with a
+// staleness table (schedulers/staleness.h) the loss of that version on the
+// traffic as it is at the request's time, L(s_k, t), where t is the last
+// iteration the producer has finished by then; without one the diagonal
+// l(s_k), the loss the version had on the traffic of its own iteration.
 //
 // Time origin and notation follow schedulers/problem.h: t = 0 is the end of
 // warm-up iteration W, when the warm-up model (version 0) starts serving.
@@ -10,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +22,7 @@
 #include "viper/core/status.h"
 #include "viper/schedulers/cil_model.h"
 #include "viper/schedulers/problem.h"
+#include "viper/schedulers/staleness.h"
 
 namespace viper {
 namespace simulator {
@@ -40,6 +46,7 @@ struct VersionRecord {
 struct RequestRecord {
   double time_s = 0.0;
   int64_t version = 0;
+  int64_t traffic_iteration = 0;  // the producer's last finished iteration at time_s (the traffic's state)
   double loss = 0.0;  // charged loss (true loss + drift)
 };
 
@@ -56,6 +63,9 @@ struct SimulationResult {
   int64_t superseded_versions = 0;
   int64_t unserved_versions = 0;    // servable only after the window ended, or never
   int64_t events = 0;               // events processed (requests included)
+  // What each request was charged: "staleness table" (L(s_k, t)) or
+  // "diagonal" (l(s_k): a stale version is charged its own-time loss).
+  std::string judge = "diagonal";
   std::vector<VersionRecord> versions;
   std::vector<RequestRecord> request_log;  // only with Options::record_requests
 
@@ -64,7 +74,7 @@ struct SimulationResult {
   // Chrome trace-event JSON (open in Perfetto or chrome://tracing): producer,
   // transfer, notification and consumer tracks.
   std::string ChromeTrace() const;
-  // Per-request CSV: time_s,version,iteration,loss (needs record_requests).
+  // Per-request CSV: time_s,version,iteration,traffic_iteration,loss (needs record_requests).
   std::string RequestCsv() const;
 };
 
@@ -87,6 +97,10 @@ class Simulator {
     double push_latency_s = 0.0;
     // Keep every request in SimulationResult::request_log (for the CSV).
     bool record_requests = false;
+    // The judge's staleness surface (test_loss of a staleness table): each
+    // request is charged L(its version's iteration, the traffic iteration at
+    // its time). Null = the diagonal (the true curve). Must cover [W, N].
+    std::shared_ptr<const schedulers::StalenessSurface> staleness;
 
     bool IsValid(std::string* error) const;
   };

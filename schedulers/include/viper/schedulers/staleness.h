@@ -1,0 +1,133 @@
+// A stale version on today's traffic (DESIGN.md §1): the loss surface
+// L(v, t) of a staleness table (core/staleness_table.h), the fluid CIL of a
+// schedule charged on it, and the exact oracle under it.
+//
+// Interpolation. The table measures L on a grid: versions v_1 < ... < v_G
+// (the rows' version_iteration) and, per version, some traffic points t >= v.
+// Between them the surface is
+//   L(v, t) = D(v) + P_a(t) - P_a(v),   P_a(x) = L(a, x) - L(a, a),
+// where D is the diagonal L(v, v) interpolated linearly between the grid
+// versions that have their diagonal row (constant beyond the ends), a is the
+// largest grid version <= v whose row reaches t, and P_a is interpolated
+// linearly between the row's traffic points (its first point is (a, 0); a
+// row without its diagonal takes D(a) there). In words: a version between
+// grid points starts at the interpolated diagonal and decays, over the
+// traffic interval [v, t], as the nearest older measured version decayed over
+// that same interval. On grid pairs the surface is the table itself; a step
+// change at traffic iteration c reaches every version older than c, and a
+// version made after c does not inherit the step its older neighbour took.
+// Fractional traffic (between iterations) is linear in t as well.
+//
+// Coverage. A pair (v, t) is covered when some grid version a <= v has a row
+// reaching t; anything else is an error naming the pair, never an
+// extrapolation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/core/staleness_table.h"
+#include "viper/core/status.h"
+#include "viper/schedulers/problem.h"
+
+namespace viper {
+namespace schedulers {
+
+// Which measurement of the table a surface holds.
+enum class StalenessSample {
+  kValidation,  // val_loss: the producer's validation sample (what a planner may observe)
+  kTest,        // test_loss: the disjoint traffic sample (the judge's truth)
+};
+const char* ToString(StalenessSample sample);
+
+class StalenessSurface {
+ public:
+  // InvalidArgument naming the table when it is empty, has no diagonal row,
+  // or holds a pair with t < v or a negative or non-finite loss.
+  static StatusOr<StalenessSurface> Make(const StalenessTable& table, StalenessSample sample);
+
+  // L(version, traffic), traffic >= version (fractional traffic
+  // interpolated). OutOfRange naming the pair when it is not covered.
+  StatusOr<double> At(int64_t version, double traffic) const;
+  // The integral of L(version, p) dp over p in [p0, p1], version <= p0 <= p1.
+  StatusOr<double> Integral(int64_t version, double p0, double p1) const;
+  // OK when every version in [first_version, ...] can be judged on traffic up
+  // to last_traffic: some grid version <= first_version has a row reaching
+  // last_traffic. The message names the pair and what the table holds.
+  Status CheckCovers(int64_t first_version, int64_t last_traffic) const;
+
+  // Grid versions (increasing).
+  std::vector<int64_t> Versions() const;
+  // The table's file (for messages) and sample.
+  const std::string& source() const { return source_; }
+  StalenessSample sample() const { return sample_; }
+  // The smallest loss anywhere on the grid (a lower bound of the surface).
+  double min_loss() const { return min_loss_; }
+
+ private:
+  struct Row {
+    int64_t version = 0;
+    std::vector<double> traffic;  // knots, increasing; traffic[0] == version
+    std::vector<double> excess;   // P at the knots (excess[0] == 0)
+    std::vector<double> prefix;   // integral of P from version to each knot
+    double min_excess = 0.0;      // the smallest P (< 0: some stale pair beats the diagonal)
+  };
+  // The row judging (version, traffic), or nullptr.
+  const Row* RowFor(int64_t version, double traffic) const;
+  double Diagonal(double version) const;
+  static double Excess(const Row& row, double x);
+  static double ExcessIntegral(const Row& row, double x);
+  Status NotCovered(int64_t version, double traffic) const;
+
+  std::string source_;
+  StalenessSample sample_ = StalenessSample::kTest;
+  std::vector<Row> rows_;               // by version
+  std::vector<double> diag_v_, diag_l_; // the diagonal's knots
+  double min_loss_ = 0.0;
+};
+
+// The fluid CIL of `schedule` charged on `surface` (DESIGN.md §1 with
+// L(s_k, t)): version k is served on [A_k, A_{k+1}) clipped to the window,
+// each instant charged L(s_k, p(x)) at rate requests/s, where p(x) is the
+// producer's position: it advances one iteration per tau while training,
+// stays at s_k during checkpoint k's stall and at N after training ends.
+// Plus the problem's linear drift term, as in cil_model.h. `objective` adds
+// price_per_slowdown_s x m x sigma. Versions never servable inside the window
+// serve nothing.
+struct SurfaceEvaluation {
+  double cil = 0.0;
+  double objective = 0.0;
+  double window_end_s = 0.0;
+};
+StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const StalenessSurface& surface,
+                                              const Schedule& schedule);
+
+// The exact optimum of EvaluateOnSurface's objective over every schedule
+// whose checkpoints are grid versions of the surface inside (W, N] (and, where
+// `extra_candidates` is given, those iterations too) and all become servable
+// inside the window, with the problem's spacing, budget, price and window
+// (both semantics). (Under a drifting table a checkpoint that never serves can
+// still lower a fixed window's CIL a little: its stall holds the producer,
+// and with it the traffic's drift, for sigma. Such schedules are left out: the
+// traffic follows the producer's iteration here as in the trainer, and
+// stalling to hold the traffic back is not a schedule anyone runs.) A dynamic programme over
+// candidates, O(C^2) segment costs once plus O(C^2) per checkpoint count for a
+// fixed window (O(C^2) in all while training). Exact among those candidates,
+// which are every iteration a closed loop that decides at validation points
+// can choose; off-grid schedules are judged by interpolation and are not
+// searched. InvalidArgument when the table does not cover [W, N] or has more
+// than max_candidates candidates.
+struct SurfaceSolution {
+  Schedule schedule;
+  double objective = 0.0;
+  int64_t candidates = 0;
+  int64_t layers = 0;  // checkpoint counts examined (1 while training)
+};
+StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& problem, const StalenessSurface& surface,
+                                                const std::vector<int64_t>& extra_candidates = {},
+                                                int64_t max_candidates = 4000);
+
+}  // namespace schedulers
+}  // namespace viper

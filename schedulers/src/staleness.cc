@@ -1,0 +1,431 @@
+#include "viper/schedulers/staleness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace viper {
+namespace schedulers {
+
+const char* ToString(StalenessSample sample) {
+  return sample == StalenessSample::kValidation ? "val_loss" : "test_loss";
+}
+
+namespace {
+
+std::string Pair(int64_t v, double t) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "(version %lld, traffic %.10g)", static_cast<long long>(v), t);
+  return buf;
+}
+
+// Linear interpolation on knots xs (increasing) with values ys; constant beyond the ends.
+double Lerp(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+  if (x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  const size_t j = static_cast<size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
+  const double w = (x - xs[j - 1]) / (xs[j] - xs[j - 1]);
+  return ys[j - 1] + w * (ys[j] - ys[j - 1]);
+}
+
+}  // namespace
+
+StatusOr<StalenessSurface> StalenessSurface::Make(const StalenessTable& table, StalenessSample sample) {
+  const std::string& src = table.source.empty() ? std::string("staleness table") : table.source;
+  if (table.records.empty()) return InvalidArgumentError(src + ": the staleness table has no rows");
+  std::vector<StalenessRecord> rec = table.records;
+  std::sort(rec.begin(), rec.end(), [](const StalenessRecord& a, const StalenessRecord& b) {
+    return a.version_iteration != b.version_iteration ? a.version_iteration < b.version_iteration
+                                                      : a.traffic_iteration < b.traffic_iteration;
+  });
+  StalenessSurface s;
+  s.source_ = src;
+  s.sample_ = sample;
+  s.min_loss_ = std::numeric_limits<double>::infinity();
+  auto value = [&](const StalenessRecord& r) { return sample == StalenessSample::kTest ? r.test_loss : r.val_loss; };
+  for (size_t i = 0; i < rec.size(); ++i) {
+    const auto& r = rec[i];
+    const double x = value(r);
+    if (r.traffic_iteration < r.version_iteration) {
+      return InvalidArgumentError(src + ": pair " + Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
+                                  " has traffic before the version (expected traffic_iteration >= version_iteration)");
+    }
+    if (!std::isfinite(x) || x < 0) {
+      return InvalidArgumentError(src + ": " + ToString(sample) + " of pair " +
+                                  Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
+                                  " must be finite and >= 0");
+    }
+    if (i > 0 && rec[i - 1].version_iteration == r.version_iteration &&
+        rec[i - 1].traffic_iteration == r.traffic_iteration) {
+      return InvalidArgumentError(src + ": pair " + Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
+                                  " appears twice");
+    }
+    s.min_loss_ = std::min(s.min_loss_, x);
+    if (r.traffic_iteration == r.version_iteration) {
+      s.diag_v_.push_back(static_cast<double>(r.version_iteration));
+      s.diag_l_.push_back(x);
+    }
+  }
+  if (s.diag_v_.empty()) {
+    return InvalidArgumentError(src + ": no diagonal row (version_iteration = traffic_iteration); the diagonal is "
+                                "each version on its own traffic, as the training log has it");
+  }
+  for (size_t i = 0; i < rec.size();) {
+    Row row;
+    row.version = rec[i].version_iteration;
+    const double v = static_cast<double>(row.version);
+    size_t j = i;
+    const bool has_diag = rec[j].traffic_iteration == row.version;
+    const double d = has_diag ? value(rec[j]) : s.Diagonal(v);
+    row.traffic.push_back(v);
+    row.excess.push_back(0.0);
+    if (has_diag) ++j;
+    for (; j < rec.size() && rec[j].version_iteration == row.version; ++j) {
+      row.traffic.push_back(static_cast<double>(rec[j].traffic_iteration));
+      row.excess.push_back(value(rec[j]) - d);
+    }
+    row.prefix.assign(row.traffic.size(), 0.0);
+    row.min_excess = 0.0;
+    for (size_t k = 1; k < row.traffic.size(); ++k) {
+      row.prefix[k] = row.prefix[k - 1] + 0.5 * (row.excess[k] + row.excess[k - 1]) * (row.traffic[k] - row.traffic[k - 1]);
+      row.min_excess = std::min(row.min_excess, row.excess[k]);
+    }
+    s.rows_.push_back(std::move(row));
+    i = j;
+  }
+  return s;
+}
+
+double StalenessSurface::Diagonal(double version) const { return Lerp(diag_v_, diag_l_, version); }
+
+double StalenessSurface::Excess(const Row& row, double x) { return Lerp(row.traffic, row.excess, x); }
+
+double StalenessSurface::ExcessIntegral(const Row& row, double x) {
+  const auto& t = row.traffic;
+  if (x <= t.front()) return 0.0;
+  if (x >= t.back()) return row.prefix.back();
+  const size_t j = static_cast<size_t>(std::upper_bound(t.begin(), t.end(), x) - t.begin()) - 1;
+  const double px = Excess(row, x);
+  return row.prefix[j] + 0.5 * (row.excess[j] + px) * (x - t[j]);
+}
+
+const StalenessSurface::Row* StalenessSurface::RowFor(int64_t version, double traffic) const {
+  auto it = std::upper_bound(rows_.begin(), rows_.end(), version,
+                             [](int64_t v, const Row& r) { return v < r.version; });
+  while (it != rows_.begin()) {
+    --it;
+    if (it->traffic.back() >= traffic) return &*it;
+  }
+  return nullptr;
+}
+
+Status StalenessSurface::NotCovered(int64_t version, double traffic) const {
+  std::string m = source_ + ": the staleness table does not cover " + Pair(version, traffic) + ": ";
+  if (version < rows_.front().version) {
+    m += "its first version is " + std::to_string(rows_.front().version);
+  } else {
+    double reach = 0;
+    for (const auto& r : rows_) {
+      if (r.version <= version) reach = std::max(reach, r.traffic.back());
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "the rows of versions <= %lld reach traffic %.10g at most",
+                  static_cast<long long>(version), reach);
+    m += buf;
+  }
+  return OutOfRangeError(m + " (measure that pair, or a longer row of an older version)");
+}
+
+StatusOr<double> StalenessSurface::At(int64_t version, double traffic) const {
+  if (!(traffic >= static_cast<double>(version))) {
+    return InvalidArgumentError(source_ + ": " + Pair(version, traffic) + " asks for traffic before the version");
+  }
+  const Row* row = RowFor(version, traffic);
+  if (!row) return NotCovered(version, traffic);
+  const double v = static_cast<double>(version);
+  return std::max(0.0, Diagonal(v) + Excess(*row, traffic) - Excess(*row, v));
+}
+
+StatusOr<double> StalenessSurface::Integral(int64_t version, double p0, double p1) const {
+  const double v = static_cast<double>(version);
+  if (!(p0 >= v) || !(p1 >= p0)) {
+    return InvalidArgumentError(source_ + ": integral over traffic [" + std::to_string(p0) + ", " +
+                                std::to_string(p1) + "] of version " + std::to_string(version));
+  }
+  if (p1 == p0) return 0.0;
+  const Row* row = RowFor(version, p1);
+  if (!row) return NotCovered(version, p1);
+  const double c = Diagonal(v) - Excess(*row, v);
+  if (c + row->min_excess >= 0) {
+    return c * (p1 - p0) + ExcessIntegral(*row, p1) - ExcessIntegral(*row, p0);
+  }
+  // Somewhere c + P < 0: the loss is clamped at 0, so integrate piece by piece
+  // (linear within each knot interval).
+  double sum = 0;
+  const auto& t = row->traffic;
+  double a = p0;
+  while (a < p1) {
+    const size_t j = static_cast<size_t>(std::upper_bound(t.begin(), t.end(), a) - t.begin());
+    const double b = j < t.size() ? std::min(p1, t[j]) : p1;
+    const double fa = c + Excess(*row, a), fb = c + Excess(*row, b);
+    if (fa >= 0 && fb >= 0) {
+      sum += 0.5 * (fa + fb) * (b - a);
+    } else if (fa > 0 || fb > 0) {
+      const double pos = std::max(fa, fb), neg = std::min(fa, fb);
+      sum += 0.5 * pos * (b - a) * pos / (pos - neg);
+    }
+    a = b;
+  }
+  return sum;
+}
+
+Status StalenessSurface::CheckCovers(int64_t first_version, int64_t last_traffic) const {
+  if (RowFor(first_version, static_cast<double>(last_traffic))) return Status::Ok();
+  return NotCovered(first_version, static_cast<double>(last_traffic));
+}
+
+std::vector<int64_t> StalenessSurface::Versions() const {
+  std::vector<int64_t> v;
+  v.reserve(rows_.size());
+  for (const auto& r : rows_) v.push_back(r.version);
+  return v;
+}
+
+namespace {
+
+// One stretch of the producer's timeline: `len_s` seconds during which its
+// position moves linearly from `from` to `to` (training) or stays (from == to:
+// a stall, or after training ended, with len_s = infinity).
+struct Piece {
+  double len_s;
+  double from, to;
+};
+
+// rate x integral over local time [a, b] of L(v, p(x)) (+ the linear drift
+// rho x x, local time counted from the version's checkpoint start).
+StatusOr<double> LocalCost(const StalenessSurface& s, int64_t v, const Piece* pieces, size_t n, double a, double b,
+                           double tau, double rate, double rho) {
+  if (!(b > a)) return 0.0;
+  double sum = 0, start = 0;
+  for (size_t i = 0; i < n && start < b; ++i) {
+    const Piece& pc = pieces[i];
+    const double end = start + pc.len_s;
+    const double x0 = std::max(a, start), x1 = std::min(b, end);
+    if (x1 > x0) {
+      if (pc.from == pc.to) {
+        VIPER_ASSIGN_OR_RETURN(double l, s.At(v, pc.from));
+        sum += l * (x1 - x0);
+      } else {
+        const double p0 = pc.from + (x0 - start) / tau, p1 = pc.from + (x1 - start) / tau;
+        VIPER_ASSIGN_OR_RETURN(double integral, s.Integral(v, p0, std::min(p1, pc.to)));
+        sum += tau * integral;
+      }
+    }
+    start = end;
+  }
+  return rate * (sum + 0.5 * rho * (b * b - a * a));
+}
+
+// The timeline from a version's checkpoint start (or from the end of the
+// warm-up for version 0, at = W): its own stall (not for version 0), training
+// to the next checkpoint and its stall (when there is one), training to N,
+// then N forever.
+size_t LocalPieces(const Problem& p, int64_t at, bool version0, std::optional<int64_t> next, Piece* out) {
+  const double tau = p.seconds_per_iteration, sigma = p.cost.stall_s;
+  const double N = static_cast<double>(p.total_iterations);
+  const double inf = std::numeric_limits<double>::infinity();
+  size_t n = 0;
+  const double s = static_cast<double>(at);
+  if (!version0) out[n++] = Piece{sigma, s, s};
+  if (next) {
+    const double x = static_cast<double>(*next);
+    out[n++] = Piece{(x - s) * tau, s, x};
+    out[n++] = Piece{sigma, x, x};
+    out[n++] = Piece{(N - x) * tau, x, N};
+  } else {
+    out[n++] = Piece{(N - s) * tau, s, N};
+  }
+  out[n++] = Piece{inf, N, N};
+  return n;
+}
+
+// Cost of the version checkpointed at `at` (version 0: at = W) from its
+// servable time to local time `end_local` (seconds since its checkpoint
+// start), with `next` the following checkpoint.
+StatusOr<double> VersionCost(const Problem& p, const StalenessSurface& s, int64_t at, bool version0,
+                             std::optional<int64_t> next, double end_local) {
+  Piece pieces[6];
+  const size_t n = LocalPieces(p, at, version0, next, pieces);
+  const double begin = version0 ? 0.0 : p.cost.delay_s;
+  return LocalCost(s, at, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
+                   p.drift_per_s);
+}
+
+}  // namespace
+
+StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule) {
+  VIPER_RETURN_IF_ERROR(p.Validate());
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    if (schedule[k] <= p.warmup_iterations || schedule[k] > p.total_iterations ||
+        (k > 0 && schedule[k] <= schedule[k - 1])) {
+      return InvalidArgumentError("schedule[" + std::to_string(k) + "] = " + std::to_string(schedule[k]) +
+                                  " is not increasing inside (W, N]");
+    }
+  }
+  VIPER_RETURN_IF_ERROR(s.CheckCovers(p.warmup_iterations, p.total_iterations));
+  const int64_t m = static_cast<int64_t>(schedule.size());
+  SurfaceEvaluation e;
+  e.window_end_s = p.WindowEnd(m);
+  const double R = e.window_end_s, delta = p.cost.delay_s;
+  // A_k and T_k of every version (k = 0..m), then each version's share.
+  auto T = [&](int64_t k) { return k == 0 ? 0.0 : p.CheckpointStart(schedule[static_cast<size_t>(k - 1)], k); };
+  auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + delta; };
+  for (int64_t k = 0; k <= m; ++k) {
+    const double a = A(k);
+    if (a >= R) break;
+    const double b = std::min(R, k < m ? A(k + 1) : R);
+    const int64_t at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
+    std::optional<int64_t> next;
+    if (k < m) next = schedule[static_cast<size_t>(k)];
+    VIPER_ASSIGN_OR_RETURN(double c, VersionCost(p, s, at, k == 0, next, b - T(k)));
+    e.cil += c;
+  }
+  e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
+  return e;
+}
+
+StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const StalenessSurface& s,
+                                                const std::vector<int64_t>& extra, int64_t max_candidates) {
+  VIPER_RETURN_IF_ERROR(p.Validate());
+  const int64_t W = p.warmup_iterations, N = p.total_iterations;
+  VIPER_RETURN_IF_ERROR(s.CheckCovers(W, N));
+  std::vector<int64_t> cand;
+  for (int64_t v : s.Versions()) {
+    if (v > W && v <= N) cand.push_back(v);
+  }
+  for (int64_t v : extra) {
+    if (v > W && v <= N) cand.push_back(v);
+  }
+  std::sort(cand.begin(), cand.end());
+  cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  const int64_t C = static_cast<int64_t>(cand.size());
+  if (C > max_candidates) {
+    return InvalidArgumentError(s.source() + ": " + std::to_string(C) + " candidate versions in (W, N]; the exact "
+                                "oracle on a staleness table takes at most " + std::to_string(max_candidates) +
+                                " (thin the table's versions)");
+  }
+  const double tau = p.seconds_per_iteration, sigma = p.cost.stall_s, delta = p.cost.delay_s;
+  const double price = p.price_per_slowdown_s * sigma;
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t g = p.min_spacing_iterations;
+  const bool while_training = p.requests.window == WindowKind::kWhileTraining;
+  const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
+  // pos[0] = W (version 0), pos[1..C] the candidates.
+  std::vector<int64_t> pos(static_cast<size_t>(C + 1));
+  pos[0] = W;
+  for (int64_t i = 0; i < C; ++i) pos[static_cast<size_t>(i + 1)] = cand[static_cast<size_t>(i)];
+  auto at = [&](int64_t i) { return pos[static_cast<size_t>(i)]; };
+  // Segment i -> j: version i from A_i to A_j (count-free).
+  auto seg = [&](int64_t i, int64_t j) -> StatusOr<double> {
+    const double end = i == 0 ? static_cast<double>(at(j) - W) * tau + delta
+                              : static_cast<double>(at(j) - at(i)) * tau + sigma + delta;
+    return VersionCost(p, s, at(i), i == 0, at(j), end);
+  };
+  // Version i as the last, with k checkpoints through it.
+  auto last = [&](int64_t i, int64_t k) -> StatusOr<double> {
+    const double R = p.WindowEnd(k);
+    const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k);
+    if (i > 0 && T + delta >= R) return inf;  // never servable in the window
+    return VersionCost(p, s, at(i), i == 0, std::nullopt, R - T);
+  };
+  auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
+  SurfaceSolution sol;
+  sol.candidates = C;
+  VIPER_ASSIGN_OR_RETURN(double best, last(0, 0));
+  std::vector<int64_t> best_path;
+  if (while_training && kmax >= C) {
+    // One count-free pass: the last version's share does not depend on m.
+    std::vector<double> D(static_cast<size_t>(C + 1), inf);
+    std::vector<int64_t> from(static_cast<size_t>(C + 1), -1);
+    D[0] = 0;
+    int64_t best_j = 0;
+    for (int64_t j = 1; j <= C; ++j) {
+      for (int64_t i = 0; i < j; ++i) {
+        if (!spaced(i, j) || D[static_cast<size_t>(i)] == inf) continue;
+        VIPER_ASSIGN_OR_RETURN(double c, seg(i, j));
+        const double x = D[static_cast<size_t>(i)] + c + price;
+        if (x < D[static_cast<size_t>(j)]) {
+          D[static_cast<size_t>(j)] = x;
+          from[static_cast<size_t>(j)] = i;
+        }
+      }
+      // While training R - T_j = (N - s_j) tau + sigma whatever the count (k = 1 here).
+      VIPER_ASSIGN_OR_RETURN(double tail, last(j, 1));
+      if (D[static_cast<size_t>(j)] + tail < best) {
+        best = D[static_cast<size_t>(j)] + tail;
+        best_j = j;
+      }
+    }
+    for (int64_t j = best_j; j > 0; j = from[static_cast<size_t>(j)]) best_path.push_back(at(j));
+    sol.layers = 1;
+  } else {
+    // Layered by count: the window's end (fixed) or a binding budget couples
+    // the last version's share to the number of checkpoints.
+    std::vector<double> S(static_cast<size_t>((C + 1) * (C + 1)), inf);
+    auto S_at = [&](int64_t i, int64_t j) -> double& { return S[static_cast<size_t>(i * (C + 1) + j)]; };
+    for (int64_t j = 1; j <= C; ++j) {
+      for (int64_t i = 0; i < j; ++i) {
+        if (!spaced(i, j)) continue;
+        VIPER_ASSIGN_OR_RETURN(S_at(i, j), seg(i, j));
+      }
+    }
+    std::vector<double> prev(static_cast<size_t>(C + 1), inf), cur(static_cast<size_t>(C + 1));
+    std::vector<std::vector<int64_t>> from;
+    prev[0] = 0;
+    int64_t best_k = 0, best_j = 0;
+    for (int64_t k = 1; k <= kmax; ++k) {
+      std::fill(cur.begin(), cur.end(), inf);
+      from.emplace_back(static_cast<size_t>(C + 1), -1);
+      double layer_min = inf;
+      for (int64_t j = k; j <= C; ++j) {
+        // Version j must be servable inside the window to matter.
+        if (p.CheckpointStart(at(j), k) + delta >= p.WindowEnd(k)) continue;
+        for (int64_t i = k - 1; i < j; ++i) {
+          const double d = prev[static_cast<size_t>(i)];
+          const double c = S_at(i, j);
+          if (d == inf || c == inf) continue;
+          if (d + c + price < cur[static_cast<size_t>(j)]) {
+            cur[static_cast<size_t>(j)] = d + c + price;
+            from.back()[static_cast<size_t>(j)] = i;
+          }
+        }
+        const double x = cur[static_cast<size_t>(j)];
+        if (x == inf) continue;
+        layer_min = std::min(layer_min, x);
+        VIPER_ASSIGN_OR_RETURN(double tail, last(j, k));
+        if (x + tail < best) {
+          best = x + tail;
+          best_k = k;
+          best_j = j;
+        }
+      }
+      sol.layers = k;
+      // Every cost is >= 0: a layer whose cheapest state already costs the
+      // best complete schedule cannot lead to a better one.
+      if (!(layer_min < best)) break;
+      prev.swap(cur);
+    }
+    for (int64_t k = best_k, j = best_j; k > 0; --k) {
+      best_path.push_back(at(j));
+      j = from[static_cast<size_t>(k - 1)][static_cast<size_t>(j)];
+    }
+  }
+  std::reverse(best_path.begin(), best_path.end());
+  sol.schedule = std::move(best_path);
+  sol.objective = best;
+  return sol;
+}
+
+}  // namespace schedulers
+}  // namespace viper

@@ -1,0 +1,258 @@
+#include "viper/schedulers/staleness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "viper/schedulers/cil_model.h"
+#include "viper/schedulers/solvers.h"
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+using LossFn = std::function<double(int64_t v, int64_t t)>;
+
+// A table measured at every `step` iterations of [first, last] (every pair v <= t).
+StalenessTable Grid(int64_t first, int64_t last, int64_t step, const LossFn& f) {
+  StalenessTable t;
+  t.source = "grid.csv";
+  for (int64_t v = first; v <= last; v += step) {
+    for (int64_t u = v; u <= last; u += step) {
+      StalenessRecord r;
+      r.version_iteration = v;
+      r.traffic_iteration = u;
+      r.test_loss = f(v, u);
+      r.val_loss = f(v, u) + 0.01;
+      t.records.push_back(r);
+    }
+  }
+  return t;
+}
+
+// The diagonal learning curve 2 + 8/(1 + v/10); a label swap at iteration 60
+// costs every older version 3 on traffic from then on.
+double Curve(int64_t v) { return 2.0 + 8.0 / (1.0 + static_cast<double>(v) / 10.0); }
+double Swap(int64_t v, int64_t t) { return Curve(v) + (v < 60 && t >= 60 ? 3.0 : 0.0); }
+
+Problem Small(WindowKind window) {
+  Problem p;
+  p.warmup_iterations = 10;
+  p.total_iterations = 100;
+  p.seconds_per_iteration = 1.0;
+  p.requests.interval_s = 0.5;
+  p.cost.stall_s = 1.5;
+  p.cost.delay_s = 4.0;
+  p.requests.window = window;
+  if (window == WindowKind::kRequestCount) p.requests.request_count = 200;
+  return p;
+}
+
+TEST(StalenessSurfaceTest, GridPairsAreTheTableAndTheInterpolationIsStated) {
+  auto s = StalenessSurface::Make(Grid(0, 100, 10, Swap), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_DOUBLE_EQ(*s->At(20, 80), Swap(20, 80));
+  EXPECT_DOUBLE_EQ(*s->At(70, 70), Swap(70, 70));
+  // Off the grid: version 25 starts at the interpolated diagonal and decays
+  // as version 20 did over [25, 80]: the swap's step of 3.
+  const double d25 = 0.5 * (Curve(20) + Curve(30));
+  EXPECT_NEAR(*s->At(25, 80), d25 + 3.0, 1e-12);
+  // A version after the swap does not inherit its older neighbour's step.
+  EXPECT_NEAR(*s->At(65, 90), 0.5 * (Curve(60) + Curve(70)), 1e-12);
+  // Validation sample is the other column.
+  auto val = StalenessSurface::Make(Grid(0, 100, 10, Swap), StalenessSample::kValidation);
+  EXPECT_DOUBLE_EQ(*val->At(20, 80), Swap(20, 80) + 0.01);
+}
+
+TEST(StalenessSurfaceTest, UncoveredPairsAreErrorsNamingThePair) {
+  auto s = StalenessSurface::Make(Grid(20, 100, 10, Swap), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  auto before = s->At(10, 50);
+  ASSERT_FALSE(before.ok());
+  EXPECT_NE(before.status().message().find("version 10, traffic 50"), std::string::npos) << before.status().message();
+  EXPECT_NE(before.status().message().find("first version is 20"), std::string::npos);
+  auto after = s->At(50, 120);
+  ASSERT_FALSE(after.ok());
+  EXPECT_NE(after.status().message().find("traffic 120"), std::string::npos);
+  EXPECT_FALSE(s->CheckCovers(10, 100).ok());
+  EXPECT_TRUE(s->CheckCovers(20, 100).ok());
+
+  StalenessTable no_diag = Grid(0, 100, 10, Swap);
+  no_diag.records.erase(std::remove_if(no_diag.records.begin(), no_diag.records.end(), [](const StalenessRecord& r) { return r.version_iteration == r.traffic_iteration; }), no_diag.records.end());
+  auto bad = StalenessSurface::Make(no_diag, StalenessSample::kTest);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("no diagonal"), std::string::npos);
+  StalenessTable dup = Grid(0, 20, 10, Swap);
+  dup.records.push_back(dup.records.front());
+  EXPECT_FALSE(StalenessSurface::Make(dup, StalenessSample::kTest).ok());
+}
+
+TEST(StalenessSurfaceTest, IntegralMatchesQuadratureEvenWhereTheLossIsClamped) {
+  // Recurring domains: version 20 is bad on traffic 40-60 and good again
+  // later; versions between grid points inherit a negative excess that the
+  // surface clamps at 0.
+  LossFn recurring = [](int64_t v, int64_t t) {
+    const bool away = t >= 40 && t < 60;
+    return v == 20 && !away && t >= 60 ? 0.05 : Curve(v) * (away && v < 40 ? 3.0 : 1.0);
+  };
+  auto s = StalenessSurface::Make(Grid(0, 100, 20, recurring), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  for (int64_t v : {20, 25, 33, 50}) {
+    const double p0 = static_cast<double>(v), p1 = 100;
+    double quad = 0;
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) {
+      const double x = p0 + (p1 - p0) * (i + 0.5) / n;
+      quad += *s->At(v, x) * (p1 - p0) / n;
+    }
+    auto integral = s->Integral(v, p0, p1);
+    ASSERT_TRUE(integral.ok());
+    EXPECT_NEAR(*integral, quad, 1e-4 * std::max(1.0, quad)) << "version " << v;
+    EXPECT_GE(*s->At(v, 70), 0.0);
+  }
+}
+
+TEST(StalenessEvaluationTest, WithoutDriftItIsTheFluidModelOfTheDiagonal) {
+  // A table whose every version keeps its own loss is the diagonal curve:
+  // the surface evaluation must equal cil_model's fluid evaluation, for every
+  // window, with the linear drift term and price too.
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, [](int64_t v, int64_t) { return Curve(v); }), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  std::vector<double> l;
+  for (int64_t i = 0; i <= 100; ++i) l.push_back(Curve(i));
+  const LossCurve curve(0, l);
+  std::mt19937 rng(7);
+  for (WindowKind w : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
+    Problem p = Small(w);
+    p.drift_per_s = 0.01;
+    p.price_per_slowdown_s = 0.3;
+    for (int trial = 0; trial < 50; ++trial) {
+      Schedule sch;
+      for (int64_t i = 11; i <= 100; ++i) {
+        if (rng() % 9 == 0) sch.push_back(i);
+      }
+      auto got = EvaluateOnSurface(p, *s, sch);
+      auto want = Evaluate(p, curve, sch, CountingMode::kFluid);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ASSERT_TRUE(want.ok());
+      EXPECT_NEAR(got->cil, want->cil, 1e-9 * want->cil) << ToString(w) << " trial " << trial;
+      EXPECT_NEAR(got->objective, want->objective, 1e-9 * want->objective);
+    }
+  }
+}
+
+TEST(StalenessEvaluationTest, AStaleVersionPaysTheSwap) {
+  // Serving version 0 (iteration 10) all along: on traffic after iteration 60
+  // every request pays 3 more than the diagonal charges, and between the
+  // grid's traffic points 50 and 60 the step is interpolated (a ramp: 1.5 x 10).
+  auto s = StalenessSurface::Make(Grid(0, 100, 10, Swap), StalenessSample::kTest);
+  const Problem p = Small(WindowKind::kWhileTraining);
+  auto e = EvaluateOnSurface(p, *s, {});
+  ASSERT_TRUE(e.ok());
+  const double rate = 2.0;
+  EXPECT_NEAR(e->cil, rate * (Curve(10) * 90 + 3.0 * 40 + 1.5 * 10), 1e-9);
+}
+
+// Every subset of the grid candidates whose checkpoints all become servable
+// inside the window, evaluated on the surface. (The oracle leaves out
+// checkpoints that never serve: under a drifting table such a checkpoint can
+// still lower the CIL of a fixed window, because its stall holds the
+// producer, and so the traffic's drift, for sigma; that is a property of
+// tying the traffic to the producer's iteration, not a schedule to search.)
+double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std::vector<int64_t>& cand,
+                         Schedule* best_schedule = nullptr) {
+  double best = std::numeric_limits<double>::infinity();
+  const size_t n = cand.size();
+  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+    Schedule sch;
+    for (size_t i = 0; i < n; ++i) {
+      if (mask & (1u << i)) sch.push_back(cand[i]);
+    }
+    if (!p.CheckSchedule(sch).ok()) continue;
+    const int64_t m = static_cast<int64_t>(sch.size());
+    if (m > 0 && p.CheckpointStart(sch.back(), m) + p.cost.delay_s >= p.WindowEnd(m)) continue;
+    auto e = EvaluateOnSurface(p, s, sch);
+    if (e.ok() && e->objective < best) {
+      best = e->objective;
+      if (best_schedule) *best_schedule = sch;
+    }
+  }
+  return best;
+}
+
+TEST(StalenessOracleTest, EqualsEnumerationOverGridSchedules) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 40; ++trial) {
+    // Random drift: a step at a random iteration of random size, plus a
+    // random decay rate; random cost, window, budget, spacing and price.
+    const int64_t c = 20 + static_cast<int64_t>(u(rng) * 70);
+    const double J = 4 * u(rng), rate = 0.05 * u(rng);
+    LossFn f = [&](int64_t v, int64_t t) {
+      return Curve(v) + (v < c && t >= c ? J : 0.0) + rate * static_cast<double>(t - v);
+    };
+    auto s = StalenessSurface::Make(Grid(2, 100, 7, f), StalenessSample::kTest);
+    ASSERT_TRUE(s.ok());
+    Problem p = Small(trial % 2 ? WindowKind::kRequestCount : WindowKind::kWhileTraining);
+    p.cost.stall_s = 3 * u(rng);
+    p.cost.delay_s = 10 * u(rng);
+    p.price_per_slowdown_s = trial % 3 == 0 ? 2 * u(rng) : 0.0;
+    if (trial % 4 == 1) p.slowdown_budget_s = 3.5 * p.cost.stall_s;
+    if (trial % 5 == 2) p.min_spacing_iterations = 16;
+    std::vector<int64_t> cand;
+    for (int64_t v : s->Versions()) {
+      if (v > p.warmup_iterations && v <= p.total_iterations) cand.push_back(v);
+    }
+    ASSERT_LE(cand.size(), 16u);
+    auto sol = SolveOptimalOnSurface(p, *s);
+    ASSERT_TRUE(sol.ok()) << sol.status().message();
+    Schedule best;
+    const double enumerated = BestByEnumeration(p, *s, cand, &best);
+    auto fmt = [](const Schedule& x) {
+      std::string o;
+      for (int64_t i : x) o += std::to_string(i) + " ";
+      return o;
+    };
+    EXPECT_NEAR(sol->objective, enumerated, 1e-9 * enumerated)
+        << "trial " << trial << ": solver {" << fmt(sol->schedule) << "}, enumeration {" << fmt(best) << "}";
+    auto check = EvaluateOnSurface(p, *s, sol->schedule);
+    ASSERT_TRUE(check.ok());
+    EXPECT_NEAR(check->objective, sol->objective, 1e-9 * sol->objective);
+    EXPECT_TRUE(p.CheckSchedule(sol->schedule).ok()) << p.CheckSchedule(sol->schedule).message();
+  }
+}
+
+TEST(StalenessOracleTest, WithoutDriftOnEveryIterationItIsTheDiagonalOptimum) {
+  // Every iteration a version and no decay: the oracle on the table is the
+  // exact optimum of the diagonal curve (solvers.h), both windows.
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, [](int64_t v, int64_t) { return Curve(v); }), StalenessSample::kTest);
+  std::vector<double> l;
+  for (int64_t i = 0; i <= 100; ++i) l.push_back(Curve(i));
+  for (WindowKind w : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
+    const Problem p = Small(w);
+    auto on_table = SolveOptimalOnSurface(p, *s);
+    auto diagonal = SolveOptimal(p, LossCurve(0, l));
+    ASSERT_TRUE(on_table.ok() && diagonal.ok());
+    EXPECT_NEAR(on_table->objective, diagonal->objective, 1e-9 * diagonal->objective) << ToString(w);
+  }
+}
+
+TEST(StalenessOracleTest, AfterASwapTheOracleReplacesTheStaleVersion) {
+  // Without the table the optimum may keep an early version; with it, some
+  // checkpoint at or after the swap (iteration 60) is needed.
+  auto s = StalenessSurface::Make(Grid(0, 100, 10, Swap), StalenessSample::kTest);
+  Problem p = Small(WindowKind::kWhileTraining);
+  p.cost.stall_s = 20;  // expensive checkpoints: few of them
+  auto sol = SolveOptimalOnSurface(p, *s);
+  ASSERT_TRUE(sol.ok());
+  ASSERT_FALSE(sol->schedule.empty());
+  EXPECT_GE(sol->schedule.back(), 60);
+}
+
+}  // namespace
+}  // namespace schedulers
+}  // namespace viper
