@@ -6,7 +6,7 @@
 # into the source tree). Fails on any crash, leak, timeout, out-of-memory or
 # sanitizer report, printing the reproducer's path and how to replay it.
 #
-# Usage: scripts/fuzz.sh [name...]      (default: every harness, e.g. safetensors log_reader options)
+# Usage: scripts/fuzz.sh [name...]      (default: every harness, e.g. safetensors log_reader staleness options)
 # Env:   VIPER_FUZZ_SECONDS   seconds per harness (default 60)
 #        VIPER_FUZZ_RSS_MB    memory limit per harness in MB (default 2048; also the malloc limit)
 #        VIPER_FUZZ_TIMEOUT   seconds one input may take (default 20: a 1 MiB input through every

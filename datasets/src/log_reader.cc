@@ -26,7 +26,11 @@ namespace {
 
 using namespace internal;  // the row pipeline and the formats (log_rows.h)
 
+}  // namespace
+
 // ---------------------------------------------------------------------------
+
+namespace internal {
 
 StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Options& options, bool binary) {
   struct stat st;
@@ -80,7 +84,7 @@ StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Op
   return text;
 }
 
-}  // namespace
+}  // namespace internal
 
 LogFormat LogReader::DetectFormat(const std::string& text_in, const std::string& source) {
   std::string_view text = text_in;

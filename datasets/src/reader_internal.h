@@ -1,5 +1,5 @@
-// Internal pieces of the log readers: message excerpts and the TFRecord walk
-// (tfevents.cc); the row pipeline is log_rows.h.
+// Internal pieces of the log readers: reading a file, message excerpts and
+// the TFRecord walk (tfevents.cc); the row pipeline is log_rows.h.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +10,18 @@
 #include <vector>
 
 #include "viper/core/status.h"
+#include "viper/datasets/log_reader.h"
 
 namespace viper {
 namespace datasets {
 namespace internal {
+
+// The whole file at `path` (log_reader.cc), gzip inflated (by its magic,
+// whatever the name): an error past options.max_bytes (after decompression)
+// and, unless `binary` or the content is a TFRecord, at the first line longer
+// than options.max_line_bytes; a truncated or corrupt .gz is DataLoss. Every
+// reader of a file goes through it (the training logs, the staleness table).
+StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Options& options, bool binary);
 
 // At most `max_chars` characters of `s`, quoted, non-printable bytes as \xNN,
 // with the total length when cut: never an unbounded piece of input in a message.
