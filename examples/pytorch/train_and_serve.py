@@ -198,7 +198,7 @@ def produce(a, comm, t_base):
         recorder = viper.StalenessRecorder(every=a.val_every, max_bytes=int(a.staleness_max_mb * (1 << 20)))
         tx, ty = test_subset(a)
         traffic = (tx[:a.staleness_samples], ty[:a.staleness_samples])
-    served_it = None
+    served_it, served_measured = None, 0
 
     published = []  # (version, iteration, start relative to t_warm, report)
     t_warm = None
@@ -232,6 +232,7 @@ def produce(a, comm, t_base):
                 if served_it is not None and a.strategy == "online" and it > a.warmup + 1:
                     # The closed loop: the served version re-measured on today's validation sample.
                     planner.observe_served(recorder.loss_of(served_it, "val"))
+                    served_measured += 1
                 record_s += time.monotonic() - t_rec
         t0 = time.monotonic()
         planner.observe(it, train_loss=loss.item(), val_loss=v)
@@ -269,7 +270,17 @@ def produce(a, comm, t_base):
         recorder.write(a.staleness_table)
         s["staleness_table"] = {"path": a.staleness_table, "rows": len(recorder.rows),
                                 "versions_kept": len(recorder.versions_kept), "bytes_kept": recorder.bytes_kept,
-                                "versions_thinned": recorder.thinned, "record_s": record_s}
+                                "versions_thinned": recorder.thinned, "record_s": record_s,
+                                "served_re_measurements": served_measured}
+        # Version 0 and the later published versions on the last traffic point
+        # (one traffic for all: under a traffic drift the served losses of
+        # different versions were paid on different traffic).
+        last_t = max(r[1] for r in recorder.rows)
+        at_last = {r[0]: r[4] for r in recorder.rows if r[1] == last_t}
+        later = [at_last[it] for _, it, _, _ in published[1:] if it in at_last]
+        s["staleness_table"]["on_last_traffic"] = {
+            "traffic_iteration": last_t, "version0_test_loss": at_last.get(published[0][1]),
+            "later_versions_mean_test_loss": sum(later) / len(later) if later else None}
     return s
 
 
@@ -430,7 +441,14 @@ def main(argv):
             problems.append("no requests served, or a non-finite CIL")
         v0, later = s["versions"][0], s["versions"][1:]
         n_later = sum(v["requests"] for v in later)
-        if v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
+        if a.drift in TRAFFIC_DRIFTS:
+            # The served losses were paid on different traffic: compare on one
+            # traffic point, the table's last (no table: no comparison).
+            last = s.get("staleness_table", {}).get("on_last_traffic", {})
+            if last.get("version0_test_loss") is not None and last.get("later_versions_mean_test_loss") is not None \
+                    and not last["later_versions_mean_test_loss"] < last["version0_test_loss"]:
+                problems.append("on the last traffic the versions after the warm-up measure no better than version 0")
+        elif v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
             if not sum(v["loss_sum"] for v in later) / n_later < v0["loss_sum"] / v0["requests"]:
                 problems.append("the versions after the warm-up serve no better than version 0")
         if problems:
