@@ -2,7 +2,10 @@
 # One command for the PyTorch example on a fresh Debian 12 machine: installs
 # what is missing and builds (scripts/build.sh, the viper module included),
 # then runs train_and_serve.py under mpirun with $VIPER_NP ranks (default 3:
-# one producer, two consumers). Arguments go to train_and_serve.py.
+# one producer, two consumers). Arguments go to train_and_serve.py, e.g.
+#   run.sh --drift label-swap --json out/swap.json   # + out/swap.staleness.csv.gz
+# (with --drift label-swap|rotation and a --json file the producer writes a
+# staleness table next to it; --staleness-table PATH|none to choose).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${VIPER_BUILD_DIR:-$root/build}"

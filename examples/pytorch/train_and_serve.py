@@ -17,6 +17,18 @@ latency per version.
 classes until --drift-at, then all ten; requests cover all ten classes from
 the start, so the versions trained after the drift are worth far more than
 the ones before it, and a stale server pays for every request.
+
+--drift label-swap | rotation: the stream itself drifts from --drift-at on
+(training batches, the producer's validation sample and the consumers'
+requests alike): labels --swap-classes exchanged, or every image rotated by
+an angle growing from 0 to --rotation-degrees over --drift-duration
+iterations. The producer tells the consumers the iteration the traffic is
+at (at each validation point). With these drifts the producer records a
+staleness table with viper.StalenessRecorder (every kept version measured on
+the current validation and traffic samples at each validation point) and
+writes it next to the --json file (--staleness-table to choose); with the
+online strategy it gives the planner the served version's re-measured
+validation loss (Planner.observe_served) at each validation point.
 """
 import argparse
 import gzip
@@ -35,6 +47,8 @@ from torch.nn.utils.stateless import functional_call
 import viper
 
 TAG_END = 77  # producer -> consumer: training is over, the last version number
+TAG_TRAFFIC = 78  # producer -> consumer: the iteration the traffic has drifted to
+TRAFFIC_DRIFTS = ("label-swap", "rotation")  # drifts that change the requests, not only training
 
 
 def parse_args(argv):
@@ -57,9 +71,20 @@ def parse_args(argv):
     p.add_argument("--notify", default="push", choices=["push", "poll"])
     p.add_argument("--pfs-dir", default="", help="pfs tier: a directory all ranks see")
     p.add_argument("--poll-period", type=float, default=0.1, help="notify poll: seconds between scans")
-    p.add_argument("--drift", default="none", choices=["none", "class-incremental"])
-    p.add_argument("--drift-at", type=int, default=0, help="iteration the other classes arrive (0 = N/2)")
+    p.add_argument("--drift", default="none", choices=["none", "class-incremental", "label-swap", "rotation"])
+    p.add_argument("--drift-at", type=int, default=0, help="iteration the drift starts (0 = N/2)")
     p.add_argument("--initial-classes", type=int, default=5)
+    p.add_argument("--swap-classes", default="0,6", help="label-swap: the two classes exchanged")
+    p.add_argument("--rotation-degrees", type=float, default=90.0, help="rotation: the final angle")
+    p.add_argument("--drift-duration", type=int, default=-1,
+                   help="rotation: iterations from 0 degrees to the final angle (-1 = until the last iteration)")
+    p.add_argument("--staleness-table", default="auto",
+                   help="where the producer writes the staleness table (.csv or .csv.gz); 'auto' = next to "
+                        "--json (<json>.staleness.csv.gz) when --drift is label-swap or rotation and --json a "
+                        "file; 'none' = no table")
+    p.add_argument("--staleness-samples", type=int, default=1000,
+                   help="traffic (t10k) images each kept version is measured on at each validation point")
+    p.add_argument("--staleness-max-mb", type=float, default=64.0, help="memory bound of the kept versions")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default="-", help="where rank 0 writes the result ('-' = stdout)")
     p.add_argument("--check", action="store_true", help="exit 1 unless the run is sound (for the CTest)")
@@ -72,7 +97,49 @@ def parse_args(argv):
         p.error("--notify poll needs --tier pfs")
     if a.drift_at == 0:
         a.drift_at = a.iterations // 2
+    if a.drift_duration < 0:
+        a.drift_duration = max(0, a.iterations - a.drift_at)
+    try:
+        a.swap_classes = tuple(int(c) for c in a.swap_classes.split(","))
+    except ValueError:
+        a.swap_classes = ()
+    if len(a.swap_classes) != 2 or a.swap_classes[0] == a.swap_classes[1] or \
+            not all(0 <= c <= 9 for c in a.swap_classes):
+        p.error("--swap-classes must be two distinct classes 0..9, e.g. 0,6")
+    if a.staleness_table == "auto":
+        a.staleness_table = ""
+        if a.drift in TRAFFIC_DRIFTS and a.json != "-":
+            base = a.json[:-5] if a.json.endswith(".json") else a.json
+            a.staleness_table = base + ".staleness.csv.gz"
+    elif a.staleness_table == "none":
+        a.staleness_table = ""
     return a
+
+
+def drifted(a, x, y, iteration):
+    """The samples (x, y) as the stream is after `iteration` (label-swap,
+    rotation; other drifts leave the samples alone)."""
+    if a.drift == "label-swap" and iteration >= a.drift_at:
+        c0, c1 = a.swap_classes
+        y = torch.where(y == c0, torch.full_like(y, c1), torch.where(y == c1, torch.full_like(y, c0), y))
+    elif a.drift == "rotation" and iteration >= a.drift_at:
+        frac = 1.0 if a.drift_duration == 0 else min(1.0, (iteration - a.drift_at) / a.drift_duration)
+        angle = math.radians(a.rotation_degrees * frac)
+        if angle != 0.0:
+            c, s = math.cos(angle), math.sin(angle)
+            theta = torch.tensor([[c, -s, 0.0], [s, c, 0.0]], dtype=x.dtype).expand(len(x), 2, 3)
+            img = x.reshape(-1, 1, 28, 28)
+            grid = torch.nn.functional.affine_grid(theta, list(img.shape), align_corners=False)
+            x = torch.nn.functional.grid_sample(img, grid, mode="bilinear", padding_mode="zeros",
+                                                align_corners=False).reshape(-1, 784)
+    return x, y
+
+
+def test_subset(a, seed_offset=1):
+    """The consumers' request pool: a fixed subset of the t10k images."""
+    x, y = load(a.data_dir, "t10k")
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(a.seed + seed_offset))[:a.test_samples]
+    return x[perm], y[perm]
 
 
 def read_idx(path, header_bytes):
@@ -119,7 +186,19 @@ def produce(a, comm, t_base):
 
     def validation_loss():
         with torch.no_grad():
-            return torch.nn.functional.cross_entropy(model(x[val]), y[val]).item()
+            xv, yv = drifted(a, x[val], y[val], it)
+            return torch.nn.functional.cross_entropy(model(xv), yv).item()
+
+    # The staleness table: a copy of the model at every validation point (and
+    # each published version), each kept version measured at every validation
+    # point on the validation sample and on a traffic sample (the consumers'
+    # t10k pool), both as drifted now.
+    recorder, traffic, record_s = None, None, 0.0
+    if a.staleness_table:
+        recorder = viper.StalenessRecorder(every=a.val_every, max_bytes=int(a.staleness_max_mb * (1 << 20)))
+        tx, ty = test_subset(a)
+        traffic = (tx[:a.staleness_samples], ty[:a.staleness_samples])
+    served_it, served_measured = None, 0
 
     published = []  # (version, iteration, start relative to t_warm, report)
     t_warm = None
@@ -133,10 +212,28 @@ def produce(a, comm, t_base):
         idx = order[0][cursor:cursor + a.batch]
         cursor += a.batch
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        xb, yb = drifted(a, x[idx], y[idx], it)
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
-        v = validation_loss() if it % a.val_every == 0 else None
+        v = None
+        if it % a.val_every == 0:
+            if a.drift in TRAFFIC_DRIFTS:
+                for r in range(1, consumers + 1):
+                    comm.send(it, dest=r, tag=TAG_TRAFFIC)  # the requests drift with the stream
+            if recorder is None:
+                v = validation_loss()
+            else:
+                t_rec = time.monotonic()
+                recorder.maybe_keep(it, model)
+                recorder.record(it, drifted(a, x[val], y[val], it), drifted(a, *traffic, it),
+                                torch.nn.functional.cross_entropy, model)
+                v = recorder.loss_of(it, "val")  # the diagonal: the current model on today's validation sample
+                if served_it is not None and a.strategy == "online" and it > a.warmup + 1:
+                    # The closed loop: the served version re-measured on today's validation sample.
+                    planner.observe_served(recorder.loss_of(served_it, "val"))
+                    served_measured += 1
+                record_s += time.monotonic() - t_rec
         t0 = time.monotonic()
         planner.observe(it, train_loss=loss.item(), val_loss=v)
         publish = it > a.warmup and planner.should_checkpoint(it)
@@ -147,6 +244,9 @@ def produce(a, comm, t_base):
             tau = (t_warm - t_start) / a.warmup
             report = pub.publish(model.state_dict(), it)
             published.append((report.version, it, 0.0, report))
+            served_it = it
+            if recorder is not None:
+                recorder.keep(it, model, served=True)
             pub.flush()
             r0 = pub.reports()[0]
             planner.set_cost(r0)  # sigma, delta measured on version 0, as `viper run` does
@@ -155,6 +255,9 @@ def produce(a, comm, t_base):
             report = pub.publish(model.state_dict(), it)
             published.append((report.version, it, start - t_warm, report))
             planner.commit(it)
+            served_it = it
+            if recorder is not None:
+                recorder.keep(it, model, served=True)
     training_end = time.monotonic() - t_warm
     pub.close()
     reports = {r.version: r for r in pub.reports()}
@@ -162,7 +265,23 @@ def produce(a, comm, t_base):
     for r in range(1, consumers + 1):
         comm.send(last, dest=r, tag=TAG_END)
     results = comm.gather(None, root=0)[1:]
-    return summarise(a, planner, published, reports, results, t_warm - t_base, training_end, tau, planning_s, r0)
+    s = summarise(a, planner, published, reports, results, t_warm - t_base, training_end, tau, planning_s, r0)
+    if recorder is not None:
+        recorder.write(a.staleness_table)
+        s["staleness_table"] = {"path": a.staleness_table, "rows": len(recorder.rows),
+                                "versions_kept": len(recorder.versions_kept), "bytes_kept": recorder.bytes_kept,
+                                "versions_thinned": recorder.thinned, "record_s": record_s,
+                                "served_re_measurements": served_measured}
+        # Version 0 and the later published versions on the last traffic point
+        # (one traffic for all: under a traffic drift the served losses of
+        # different versions were paid on different traffic).
+        last_t = max(r[1] for r in recorder.rows)
+        at_last = {r[0]: r[4] for r in recorder.rows if r[1] == last_t}
+        later = [at_last[it] for _, it, _, _ in published[1:] if it in at_last]
+        s["staleness_table"]["on_last_traffic"] = {
+            "traffic_iteration": last_t, "version0_test_loss": at_last.get(published[0][1]),
+            "later_versions_mean_test_loss": sum(later) / len(later) if later else None}
+    return s
 
 
 def summarise(a, planner, published, reports, results, t_warm, training_end, tau, planning_s, r0):
@@ -234,9 +353,9 @@ def summarise(a, planner, published, reports, results, t_warm, training_end, tau
 
 def consume(a, comm, t_base):
     rank = comm.Get_rank()
-    x, y = load(a.data_dir, "t10k")
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(a.seed + 1))[:a.test_samples]
-    x, y = x[perm], y[perm]
+    x0, y0 = test_subset(a)
+    x, y = x0, y0
+    traffic_it = 0  # the iteration the traffic has drifted to (label-swap, rotation: told by the producer)
     offset = (rank - 1) * 997 % len(y)
     swaps = []  # (version, servable time, receive_s, verify_s): on the receiving thread
     model = make_model(a.hidden, 0)  # the architecture; each version's tensors are used in place
@@ -255,6 +374,10 @@ def consume(a, comm, t_base):
         wake = start + q * interval
         while time.monotonic() < wake:
             time.sleep(min(0.005, max(0.0, wake - time.monotonic())))
+        if comm.Iprobe(source=0, tag=TAG_TRAFFIC):
+            while comm.Iprobe(source=0, tag=TAG_TRAFFIC):
+                traffic_it = comm.recv(source=0, tag=TAG_TRAFFIC)
+            x, y = drifted(a, x0, y0, traffic_it)
         if last is None and comm.Iprobe(source=0, tag=TAG_END):
             last = comm.recv(source=0, tag=TAG_END)
             deadline = time.monotonic() + a.poll_period + 30
@@ -273,6 +396,8 @@ def consume(a, comm, t_base):
         requests.append((time.monotonic() - t_base, held.version, held.iteration, loss))
         q += 1
     sub.stop()
+    while comm.Iprobe(source=0, tag=TAG_TRAFFIC):  # the drift points not yet read
+        comm.recv(source=0, tag=TAG_TRAFFIC)
     comm.gather({"requests": requests, "swaps": swaps, "state_dict_s": state_dict_s}, root=0)
 
 
@@ -301,6 +426,11 @@ def main(argv):
           f"{(s['mean_update_latency_s'] or 0) * 1e3:.2f} ms, stall {s['total_stall_s']:.3f} s "
           f"({s['slowdown_fraction'] * 100:.2f}% slowdown); state_dict() in hand after at most "
           f"{s['state_dict_s'] * 1e3:.3f} ms", file=sys.stderr)
+    if "staleness_table" in s:
+        t = s["staleness_table"]
+        print(f"staleness table: {t['path']} ({t['rows']} rows, {t['versions_kept']} versions kept in "
+              f"{t['bytes_kept'] / (1 << 20):.1f} MiB, {t['versions_thinned']} thinned, {t['record_s']:.2f} s "
+              f"measuring on the training path)", file=sys.stderr)
     if a.check:
         problems = []
         if len(s["versions"]) < 2:
@@ -311,7 +441,14 @@ def main(argv):
             problems.append("no requests served, or a non-finite CIL")
         v0, later = s["versions"][0], s["versions"][1:]
         n_later = sum(v["requests"] for v in later)
-        if v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
+        if a.drift in TRAFFIC_DRIFTS:
+            # The served losses were paid on different traffic: compare on one
+            # traffic point, the table's last (no table: no comparison).
+            last = s.get("staleness_table", {}).get("on_last_traffic", {})
+            if last.get("version0_test_loss") is not None and last.get("later_versions_mean_test_loss") is not None \
+                    and not last["later_versions_mean_test_loss"] < last["version0_test_loss"]:
+                problems.append("on the last traffic the versions after the warm-up measure no better than version 0")
+        elif v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
             if not sum(v["loss_sum"] for v in later) / n_later < v0["loss_sum"] / v0["requests"]:
                 problems.append("the versions after the warm-up serve no better than version 0")
         if problems:

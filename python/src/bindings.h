@@ -73,6 +73,7 @@ py::list DescribeTensors(const ModelState& state, const std::byte* base);
 
 void BindFiles(py::module_& m);
 void BindPlanner(py::module_& m);
+void BindStaleness(py::module_& m);
 void BindTransports(py::module_& m);
 
 }  // namespace python

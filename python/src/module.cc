@@ -142,5 +142,6 @@ PYBIND11_MODULE(_viper, m) {
 
   viper::python::BindFiles(m);
   viper::python::BindPlanner(m);
+  viper::python::BindStaleness(m);
   viper::python::BindTransports(m);
 }

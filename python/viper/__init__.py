@@ -28,9 +28,10 @@ import numpy
 import torch
 
 from . import _torch, _viper, mpi
+from .staleness import StalenessRecorder
 
 __all__ = ["save_file", "load_file", "load_metadata", "Publisher", "Subscriber", "Version", "Planner",
-           "VersionReport", "DataLossError", "UnavailableError", "mpi", "cuda_device_available", "__version__"]
+           "VersionReport", "DataLossError", "UnavailableError", "StalenessRecorder", "mpi", "cuda_device_available", "__version__"]
 
 __version__ = _viper.__version__
 DataLossError = _viper.DataLossError
