@@ -192,6 +192,15 @@ std::vector<int64_t> StalenessSurface::Versions() const {
   return v;
 }
 
+std::vector<StalenessSurface::GridPoint> StalenessSurface::Grid() const {
+  std::vector<GridPoint> g;
+  for (const auto& r : rows_) {
+    const double d = Diagonal(static_cast<double>(r.version));
+    for (size_t k = 0; k < r.traffic.size(); ++k) g.push_back({r.version, r.traffic[k], d + r.excess[k]});
+  }
+  return g;
+}
+
 namespace {
 
 // One stretch of the producer's timeline: `len_s` seconds during which its

@@ -60,6 +60,13 @@ class StalenessSurface {
 
   // Grid versions (increasing).
   std::vector<int64_t> Versions() const;
+  // The measured pairs as (version, traffic, loss), by version then traffic
+  // (a row without its diagonal shows the interpolated one); for plots.
+  struct GridPoint {
+    int64_t version;
+    double traffic, loss;
+  };
+  std::vector<GridPoint> Grid() const;
   // The table's file (for messages) and sample.
   const std::string& source() const { return source_; }
   StalenessSample sample() const { return sample_; }
