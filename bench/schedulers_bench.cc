@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "viper/schedulers/solvers.h"
-#include "viper/simulator/presets.h"
+#include "viper/schedulers/presets.h"
 
 namespace {
 
@@ -86,9 +86,9 @@ BENCHMARK(BM_ViperFixed)->Arg(20000)->Arg(1000000)->Unit(benchmark::kMillisecond
 // push: sigma/delta = gpu 0.023/0.32 s, host 0.50/0.91 s, pfs 1.36/2.71 s),
 // and one iteration's time (0.1 s) with the host tier's delay.
 viper::schedulers::CheckpointCost StallLevel(int64_t level) {
-  namespace sim = viper::simulator;
-  const sim::Tier tier = level == 0 ? sim::Tier::kGpu : level == 2 ? sim::Tier::kPfs : sim::Tier::kHost;
-  auto cost = sim::PresetTierCost(tier, 1.7e9, false, viper::schedulers::Notification::kPush).ToCheckpointCost();
+  using viper::Tier;
+  const Tier tier = level == 0 ? Tier::kGpu : level == 2 ? Tier::kPfs : Tier::kHost;
+  auto cost = viper::schedulers::PresetTierCost(tier, 1.7e9, false, viper::schedulers::Notification::kPush).ToCheckpointCost();
   if (level == 3) cost.stall_s = 0.1;
   return cost;
 }

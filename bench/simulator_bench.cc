@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "viper/simulator/presets.h"
+#include "viper/schedulers/presets.h"
 #include "viper/simulator/simulator.h"
 
 namespace viper {
@@ -20,7 +20,7 @@ void BM_SimulatorFullRun(benchmark::State& state) {
   o.problem.warmup_iterations = 0;
   o.problem.total_iterations = iterations;
   o.problem.seconds_per_iteration = 0.01;
-  o.tier = simulator::PresetTierCost(simulator::Tier::kHost, 600e6, false, sch::Notification::kPush);
+  o.tier = sch::PresetTierCost(Tier::kHost, 600e6, false, sch::Notification::kPush);
   // Requests spread over the training time so that about `requests` arrive.
   o.problem.requests.interval_s = 0.01 * static_cast<double>(iterations) / static_cast<double>(requests);
   std::vector<double> losses;

@@ -18,7 +18,6 @@
 #include "viper/datasets/log_reader.h"
 #include "viper/schedulers/scenario.h"
 #include "viper/simulator/compare.h"
-#include "viper/simulator/presets.h"
 
 namespace viper {
 namespace bench {
@@ -31,7 +30,7 @@ namespace sim = simulator;
 // by that comparison's strategy entries.
 struct Case {
   std::string log_path;
-  sim::Tier tier;
+  Tier tier;
   double warmup_fraction;
   std::once_flag once;
   StatusOr<sim::Comparison> comparison = Status(StatusCode::kInternal, "not run");
@@ -47,7 +46,7 @@ void Compute(Case* c) {
   sch::ScenarioOptions o;
   o.warmup_fraction = c->warmup_fraction;
   // The paper's NT3.B size (1.7 GB), asynchronous, push notification.
-  o.tier = sim::PresetTierCost(c->tier, 1.7e9, false, sch::Notification::kPush);
+  o.tier = sch::PresetCost{c->tier, 1.7e9, false, sch::Notification::kPush};
   auto scenario = sch::MakeScenario(*log, o);
   if (!scenario.ok()) {
     c->comparison = scenario.status();
@@ -97,7 +96,7 @@ void RegisterStrategyBenchmarks(const std::vector<std::string>& extra_logs) {
   for (const std::string& path : logs) {
     std::string stem = fs::path(path).filename().string();
     stem = stem.substr(0, stem.find('.'));
-    for (sim::Tier tier : {sim::Tier::kGpu, sim::Tier::kHost, sim::Tier::kPfs}) {
+    for (Tier tier : {Tier::kGpu, Tier::kHost, Tier::kPfs}) {
       for (double w : {0.1, 0.2, 0.4}) {
         Cases().push_back(std::make_unique<Case>());
         Case* c = Cases().back().get();
@@ -105,7 +104,7 @@ void RegisterStrategyBenchmarks(const std::vector<std::string>& extra_logs) {
         c->tier = tier;
         c->warmup_fraction = w;
         for (sch::StrategyKind kind : sch::AllStrategyKinds()) {
-          const std::string name = "strategies/" + stem + "/" + sim::ToString(tier) + "/w" +
+          const std::string name = "strategies/" + stem + "/" + ToString(tier) + "/w" +
                                    std::to_string(static_cast<int>(w * 100)) + "/" + sch::ToString(kind);
           benchmark::RegisterBenchmark(name.c_str(), BM_Strategy, c, kind)->Iterations(1)->Unit(benchmark::kMillisecond);
         }

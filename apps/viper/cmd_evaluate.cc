@@ -88,7 +88,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
   if (warmups.empty()) return UsageError("evaluate", "--warmups '" + warmups_text + "' lists no warm-up");
   const std::vector<std::string> tiers = SplitList(tiers_text), windows = SplitList(windows_text);
   for (const auto& t : tiers) {
-    auto tier = simulator::TierFromString(t);
+    auto tier = TierFromString(t);
     if (!tier.ok()) return UsageError("evaluate", "--tiers " + t + ": " + tier.status().message());
   }
   for (const auto& w : windows) {
@@ -137,7 +137,8 @@ int RunEvaluate(const std::vector<std::string>& args) {
             p.requests.window = schedulers::WindowKind::kRequestCount;
             p.requests.request_count = std::max<int64_t>(1, static_cast<int64_t>(window_scale * fit));
           }
-          auto comparison = CompareChecked(*ctx, *kinds, simulator::SimulatorOptionsFor(*ctx));
+          auto comparison =
+              simulator::CompareStrategies(*ctx, *kinds, simulator::SimulatorOptionsFor(*ctx), SimulationSizeCheck(*ctx));
           if (!comparison.ok()) {
             if (comparison.status().code() == StatusCode::kOutOfRange) {
               return UsageError("evaluate", comparison.status().WithContext(name).message());

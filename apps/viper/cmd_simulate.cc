@@ -165,7 +165,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   progress("planning and simulating " + std::to_string(kinds.size()) + " strategies");
   simulator::Simulator::Options so = simulator::SimulatorOptionsFor(ctx);
   so.poll_phase_s = a.poll_phase_s;
-  auto comparison = CompareChecked(ctx, kinds, so);
+  auto comparison = simulator::CompareStrategies(ctx, kinds, so, SimulationSizeCheck(ctx));
   if (!comparison.ok()) {
     if (comparison.status().code() == StatusCode::kOutOfRange) return UsageError("simulate", comparison.status().message());
     return Fail("simulate", comparison.status());

@@ -7,7 +7,6 @@
 
 #include "viper/core/units.h"
 #include "viper/predictor/cost_model.h"
-#include "viper/simulator/presets.h"
 
 namespace viper {
 namespace cli {
@@ -61,10 +60,10 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("seed", po::value(&pt.requests.seed)->default_value(pt.requests.seed), "seed of the Poisson arrivals");
   po::options_description cost("Transport cost");
   cost.add_options()
-      ("transport", po::value(&o->transport)->default_value(o->transport)->notifier(CheckEnum<simulator::TierFromString>("transport")), "tier preset: gpu|host|pfs (calibrated on the Viper paper's Polaris figures)")
+      ("transport", po::value(&o->transport)->default_value(o->transport)->notifier(CheckEnum<TierFromString>("transport")), "tier preset: gpu|host|pfs (calibrated on the Viper paper's Polaris figures)")
       ("mode", po::value(&o->mode)->default_value(o->mode)->notifier(CheckOneOf("mode", {"sync", "async"})), "sync (producer blocked until delivered) or async (blocked for the snapshot only)")
       ("notify", po::value(&o->notify)->default_value(o->notify)->notifier(CheckEnum<schedulers::NotificationFromString>("notify")), "push (consumer told at once) or poll (consumer polls every --poll-period-s)")
-      ("poll-period-s", po::value(&sc.tier.poll_period_s)->default_value(sc.tier.poll_period_s), "polling period, seconds in (0, 86400] (TF Serving's default is 1 s)")
+      ("poll-period-s", po::value(&o->preset().poll_period_s)->default_value(o->preset().poll_period_s), "polling period, seconds in (0, 86400] (TF Serving's default is 1 s)")
       ("model-bytes", po::value(&o->model_bytes)->default_value(o->model_bytes), "model size in bytes, e.g. 600M (NT3.A), 1.7G (NT3.B), 4.7G (TC1); at most 1 PiB")
       ("cost-model", po::value(&o->cost_model), "measured cost samples (CSV tier,mode,phase,bytes,seconds or JSON) fitted per phase, instead of the preset")
       ("stall-s", po::value<double>()->notifier([o](double v) { o->stall_s = v; }), "direct producer stall sigma per checkpoint, seconds in [0, 1e6] (with --delay-s; default: from the tier)")
@@ -95,7 +94,7 @@ Status ValidatePlanningOptions(const PlanningOptions& o) {
   VIPER_RETURN_IF_ERROR(CheckInteger("--min-spacing", pt.min_spacing_iterations, 1, kMaxIterations));
   VIPER_RETURN_IF_ERROR(CheckReal("--request-interval-s", sc.request_interval_s, 0, 1e9, false, "0 = one request per iteration"));
   VIPER_RETURN_IF_ERROR(CheckInteger("--requests", o.requests, 0, kMaxRequests, "0 = serve while training runs; the limit bounds the simulator's memory"));
-  VIPER_RETURN_IF_ERROR(CheckReal("--poll-period-s", sc.tier.poll_period_s, 0, 86400, true));
+  VIPER_RETURN_IF_ERROR(CheckReal("--poll-period-s", o.preset().poll_period_s, 0, 86400, true));
   auto bytes = ParseBytes(o.model_bytes);
   if (!bytes.ok()) return InvalidArgumentError("--model-bytes " + bytes.status().message());
   if (*bytes == 0 || static_cast<double>(*bytes) > kMaxModelBytes) {
@@ -190,13 +189,9 @@ StatusOr<schedulers::TierCost> TierFromSamples(const std::string& path, const st
   return t;
 }
 
-}  // namespace
-
-namespace {
-
-// The warm-up rows' measured tau, or the flags to give when the log has no
-// wall time (Keras, Lightning) or too few timed rows in the warm-up.
-StatusOr<double> ResolveTau(const TrainingLog& log, const PlanningOptions& o, int64_t W, std::string* source) {
+// tau as the flags give it, and where it came from; 0 = the scenario
+// measures it over the warm-up.
+StatusOr<double> GivenTau(const TrainingLog& log, const PlanningOptions& o, std::string* source) {
   if (o.scenario.seconds_per_iteration > 0) {
     *source = "--seconds-per-iteration";
     return o.scenario.seconds_per_iteration;
@@ -211,25 +206,8 @@ StatusOr<double> ResolveTau(const TrainingLog& log, const PlanningOptions& o, in
               " iterations per epoch";
     return o.seconds_per_epoch / *all.iterations_per_epoch;
   }
-  auto measured = schedulers::WarmupSecondsPerIteration(log, W);
-  if (!measured.ok()) {
-    return InvalidArgumentError(measured.status().message() +
-                                "; give --seconds-per-iteration S, or --seconds-per-epoch S (with "
-                                "--iterations-per-epoch for an epoch-level log)");
-  }
   *source = "mean over the warm-up's wall times";
-  return *measured;
-}
-
-// The smallest warm-up that holds `need` points of `curve`, as --warmup text.
-std::string WarmupFor(const predictor::CurveData& curve, size_t need, int64_t first, int64_t last) {
-  if (curve.size() < need) return "";
-  const double it = curve.iterations[need - 1];
-  const double pct = last > first ? std::ceil(100.0 * (it - static_cast<double>(first)) / static_cast<double>(last - first)) : 100;
-  std::ostringstream os;
-  os << "--warmup " << static_cast<int64_t>(it);
-  if (pct < 100) os << " or --warmup " << std::max(1.0, pct) << "%";
-  return os.str();
+  return 0.0;
 }
 
 }  // namespace
@@ -264,61 +242,29 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
                              " (each is a point of the planned curves): give --total-iterations or a later --warmup");
     }
   }
-  // Enough points in the warm-up for the predictor (the metric the scenario
-  // will choose: the one asked for, else validation when it has enough).
-  {
-    const size_t need = static_cast<size_t>(so.predictor.min_points);
-    const predictor::LossMetric m = so.metric.value_or(predictor::LossMetric::kTrainLoss);
-    auto curve = predictor::ExtractCurve(ctx.log, m);
-    auto val = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kValLoss);
-    const size_t have = curve.ok() ? curve->Prefix(static_cast<double>(W)).size() : 0;
-    const size_t have_val = val.ok() ? val->Prefix(static_cast<double>(W)).size() : 0;
-    if (curve.ok() && have < need && (so.metric || have_val < need)) {
-      const std::string hint = WarmupFor(*curve, need, first, last);
-      return InvalidArgumentError(
-          "the warm-up (--warmup " + o.warmup.text + ", up to iteration " + std::to_string(W) + ") of " +
-          ctx.log.source + " holds " + std::to_string(have) + " " + predictor::ToString(m) +
-          " points; fitting the learning curve needs at least " + std::to_string(need) +
-          (hint.empty() ? " and the whole log has only " + std::to_string(curve->size())
-                        : ": give a longer warm-up (" + hint + ")") +
-          (Summarize(ctx.log).epochs && curve->size() < 4 * need
-               ? "; an epoch-level log has one point per epoch, so it needs at least " + std::to_string(need) +
-                     " epochs in the warm-up (--iterations-per-epoch maps epochs to iterations, it adds no points)"
-               : ""));
-    }
-  }
-  VIPER_ASSIGN_OR_RETURN(so.seconds_per_iteration, ResolveTau(ctx.log, o, W, &ctx.tau_source));
-  // Measured tau: the scenario measures it itself (and replays the log's own
-  // per-iteration times); a given tau is passed through.
-  if (ctx.tau_source.rfind("mean", 0) == 0) so.seconds_per_iteration = 0;
+  VIPER_ASSIGN_OR_RETURN(so.seconds_per_iteration, GivenTau(ctx.log, o, &ctx.tau_source));
 
-  // Cost.
+  // Cost: measured samples, a direct sigma/delta, or the preset the flags name.
   VIPER_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(o.model_bytes));
   ctx.model_bytes = static_cast<double>(bytes);
-  const bool sync = o.mode == "sync";
-  VIPER_ASSIGN_OR_RETURN(simulator::Tier tier, simulator::TierFromString(o.transport));
-  VIPER_ASSIGN_OR_RETURN(schedulers::Notification notify, schedulers::NotificationFromString(o.notify));
-  const double poll_period_s = o.scenario.tier.poll_period_s;
+  schedulers::PresetCost preset = o.preset();
+  VIPER_ASSIGN_OR_RETURN(preset.tier, TierFromString(o.transport));
+  VIPER_ASSIGN_OR_RETURN(preset.notification, schedulers::NotificationFromString(o.notify));
+  preset.model_size_bytes = ctx.model_bytes;
+  preset.synchronous = o.mode == "sync";
   if (!o.cost_model.empty()) {
-    VIPER_ASSIGN_OR_RETURN(so.tier, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
+    VIPER_ASSIGN_OR_RETURN(schedulers::TierCost fitted, TierFromSamples(o.cost_model, o.transport, o.mode, ctx.model_bytes));
+    fitted.notification = preset.notification;
+    fitted.poll_period_s = preset.poll_period_s;
+    so.tier = fitted;
     ctx.cost_source = "measured (" + o.cost_model + ")";
   } else if (o.stall_s && o.delay_s) {
-    // Direct sigma/delta: the stall is the snapshot, the rest of the delay the load.
-    so.tier = schedulers::TierCost();
-    so.tier.model_size_bytes = 1.0;
-    so.tier.snapshot_latency_s = *o.stall_s;
-    so.tier.transfer_latency_s = 0.0;
-    so.tier.load_latency_s = std::max(0.0, *o.delay_s - *o.stall_s);
-    so.tier.snapshot_bandwidth_bytes_per_s = so.tier.transfer_bandwidth_bytes_per_s =
-        so.tier.load_bandwidth_bytes_per_s = std::numeric_limits<double>::max();
-    so.tier.synchronous = false;
+    so.tier = schedulers::MeasuredCost{*o.stall_s, *o.delay_s, preset.notification, preset.poll_period_s};
     ctx.cost_source = "direct (--stall-s/--delay-s)";
   } else {
-    so.tier = simulator::PresetTierCost(tier, ctx.model_bytes, sync, notify, poll_period_s);
-    ctx.cost_source = std::string(simulator::ToString(tier)) + " preset";
+    so.tier = preset;
+    ctx.cost_source = std::string(ToString(preset.tier)) + " preset";
   }
-  so.tier.notification = notify;
-  so.tier.poll_period_s = poll_period_s;
 
   // Requests and budget (drift, price, spacing, seed are bound in place).
   schedulers::Problem& p = so.problem_template;
@@ -334,8 +280,16 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   }
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
 
-  VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(ctx.log, so));
-  static_cast<schedulers::Scenario&>(ctx) = std::move(sc);
+  auto sc = schedulers::MakeScenario(ctx.log, so);
+  // FailedPrecondition naming the log: tau was to be measured and cannot be.
+  if (!sc.ok() && sc.status().code() == StatusCode::kFailedPrecondition &&
+      sc.status().message().rfind(ctx.log.source + ":", 0) == 0) {
+    return InvalidArgumentError(sc.status().message() +
+                                "; give --seconds-per-iteration S, or --seconds-per-epoch S (with "
+                                "--iterations-per-epoch for an epoch-level log)");
+  }
+  if (!sc.ok()) return sc.status();
+  static_cast<schedulers::Scenario&>(ctx) = std::move(*sc);
   return ctx;
 }
 
@@ -385,37 +339,8 @@ Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedul
   return Status::Ok();
 }
 
-StatusOr<simulator::Comparison> CompareChecked(const PlanningContext& ctx,
-                                               const std::vector<schedulers::StrategyKind>& kinds,
-                                               const simulator::Simulator::Options& options) {
-  if (!ctx.truth) {
-    return InvalidArgumentError("the log ends before N = " + std::to_string(ctx.problem.total_iterations) +
-                                ": the simulator needs the true curve up to N (--total-iterations)");
-  }
-  simulator::Comparison c;
-  for (auto kind : kinds) {
-    auto plan = PlanWith(ctx, kind);
-    if (!plan.ok()) {
-      c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
-      continue;
-    }
-    Status size = CheckSimulationSize(ctx, plan->schedule);
-    if (!size.ok()) return size.WithContext(schedulers::ToString(kind));
-    auto result = simulator::Simulator(options).Run(*ctx.truth, plan->schedule);
-    if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
-    c.outcomes.push_back(
-        simulator::StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});
-  }
-  std::optional<double> oracle, epoch;
-  for (const auto& r : c.outcomes) {
-    if (r.kind == schedulers::StrategyKind::kOracle) oracle = r.sim.cil;
-    if (r.kind == schedulers::StrategyKind::kEpoch) epoch = r.sim.cil;
-  }
-  for (auto& r : c.outcomes) {
-    if (oracle && *oracle > 0) r.regret_vs_oracle = r.sim.cil / *oracle - 1;
-    if (epoch && *epoch > 0) r.change_vs_epoch = r.sim.cil / *epoch - 1;
-  }
-  return c;
+simulator::ScheduleCheck SimulationSizeCheck(const PlanningContext& ctx) {
+  return [&ctx](const schedulers::Schedule& schedule) { return CheckSimulationSize(ctx, schedule); };
 }
 
 bool TruthIsTrainingLoss(const PlanningContext& ctx) {

@@ -5,11 +5,13 @@
 //
 // Program_options binds straight onto the fields of `scenario` (the
 // library's ScenarioOptions), so each default exists once: in the library's
-// Options struct, or here where the library has none (the transport preset).
+// Options struct (the transport flags default to its cost source, the gpu
+// preset), or here where the library has none.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cli_util.h"
@@ -20,7 +22,6 @@
 #include "viper/schedulers/scenario.h"
 #include "viper/schedulers/strategy.h"
 #include "viper/simulator/compare.h"
-#include "viper/simulator/presets.h"
 
 namespace viper {
 namespace cli {
@@ -28,7 +29,9 @@ namespace cli {
 struct PlanningOptions {
   // Bound directly: total_iterations, seconds_per_iteration,
   // request_interval_s, problem_template (seed, drift, price, spacing), online
-  // and the tier's poll period. Its warm-up fields are set from `warmup`.
+  // and the preset's poll period. Its warm-up fields are set from `warmup`;
+  // its cost source (`tier`, a PresetCost until BuildPlanningContext picks
+  // the source) from the transport flags below.
   schedulers::ScenarioOptions scenario;
   Warmup warmup = Warmup::Fraction(scenario.warmup_fraction);  // --warmup N|P%
   std::string metric = "auto";        // auto|train_loss|val_loss: what the planners observe
@@ -38,14 +41,18 @@ struct PlanningOptions {
   std::string arrivals = "fixed";     // fixed|poisson|trace (the library's kFixedRate)
   int64_t requests = 0;               // > 0: fixed window of this many requests
   std::string request_trace;          // file of arrival times (s since warm-up end), one per line
-  std::string transport = "gpu";      // gpu|host|pfs preset (the only default of the preset tier)
-  std::string mode = "async";         // sync|async (the simulator's presets take a flag)
-  std::string notify = schedulers::ToString(scenario.tier.notification);
-  std::string model_bytes = "600M";   // model size for the presets and the cost model (NT3.A)
+  std::string transport = ToString(preset().tier);             // gpu|host|pfs preset
+  std::string mode = preset().synchronous ? "sync" : "async";  // sync|async
+  std::string notify = ToString(preset().notification);        // push|poll
+  std::string model_bytes = "600M";   // model size for the presets and the cost model (the preset's, NT3.A)
   std::string cost_model;             // measured samples (CSV/JSON) instead of the preset
   std::optional<double> stall_s;      // direct sigma (with delay_s) instead of a tier
   std::optional<double> delay_s;      // direct delta
   double slowdown_budget_s = -1;      // < 0 = unlimited
+
+  // The preset that the transport flags fill in (scenario.tier's default).
+  schedulers::PresetCost& preset() { return std::get<schedulers::PresetCost>(scenario.tier); }
+  const schedulers::PresetCost& preset() const { return std::get<schedulers::PresetCost>(scenario.tier); }
 };
 
 // Adds the planning options (bound to `options`) to `desc`.
@@ -69,17 +76,13 @@ struct PlanningContext : schedulers::Scenario {
 // Reads the log and builds the context. Errors are bad input (exit 1).
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& options);
 
-// Plans each strategy and judges it in the simulator (as
-// simulator::CompareStrategies), refusing first a schedule whose simulation
-// would serve more than kMaxRequests requests. That refusal is returned as
-// kOutOfRange and names the options that imply the size.
-StatusOr<simulator::Comparison> CompareChecked(const PlanningContext& ctx,
-                                               const std::vector<schedulers::StrategyKind>& kinds,
-                                               const simulator::Simulator::Options& options);
-
 // The number of requests the simulated window of `schedule` would serve, and
-// a check against kMaxRequests naming the options behind it.
+// a check against kMaxRequests naming the options behind it: kOutOfRange.
 Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedule& schedule);
+
+// CheckSimulationSize as the check simulator::CompareStrategies runs on each
+// plan before simulating it.
+simulator::ScheduleCheck SimulationSizeCheck(const PlanningContext& ctx);
 
 // One line saying what the schedules are judged on; warns when the truth is
 // the noisy per-batch training loss.

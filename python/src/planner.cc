@@ -193,14 +193,7 @@ class Planner {
     sco.request_interval_s = o_.request_interval_s;
     if (o_.metric == "val_loss") sco.metric = predictor::LossMetric::kValLoss;
     if (o_.metric == "train_loss") sco.metric = predictor::LossMetric::kTrainLoss;
-    // sigma and delta as latencies, as the live producer does.
-    sco.tier.model_size_bytes = 1.0;
-    sco.tier.snapshot_latency_s = *o_.stall_s;
-    sco.tier.transfer_latency_s = 0;
-    sco.tier.load_latency_s = o_.delay_s.value_or(*o_.stall_s) - *o_.stall_s;
-    sco.tier.snapshot_bandwidth_bytes_per_s = sco.tier.transfer_bandwidth_bytes_per_s =
-        sco.tier.load_bandwidth_bytes_per_s = 1e300;
-    sco.tier.synchronous = false;
+    sco.tier = schedulers::MeasuredCost{*o_.stall_s, o_.delay_s.value_or(*o_.stall_s)};
     sco.problem_template.drift_per_s = o_.drift_per_s;
     sco.problem_template.price_per_slowdown_s = o_.price_per_slowdown_s;
     sco.problem_template.slowdown_budget_s = o_.slowdown_budget_s;
@@ -216,6 +209,11 @@ class Planner {
         sc->iterations_per_epoch = 0;
         plan = schedulers::PlanStrategy(*sc, kind_);
       }
+    }
+    if (!sc.ok() && sc.status().code() == StatusCode::kFailedPrecondition &&
+        sc.status().message().rfind(log_.source + ":", 0) == 0) {  // tau cannot be measured
+      throw py::value_error("planning at the end of the warm-up: " + sc.status().message() +
+                            "; pass seconds_per_iteration");
     }
     if (!sc.ok()) Raise(sc.status().WithContext("planning at the end of the warm-up"));
     problem_ = sc->problem;

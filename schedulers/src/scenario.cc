@@ -3,10 +3,72 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <sstream>
 #include <tuple>
+
+#include "viper/schedulers/presets.h"
 
 namespace viper {
 namespace schedulers {
+namespace {
+
+// Seconds per iteration measured over the warm-up (the rows up to iteration
+// W): the MEAN of its wall-time steps, not the median, since validation and
+// epoch-boundary pauses are part of the training time the serving window and
+// the checkpoint times see. FailedPrecondition naming the log when it has no
+// wall-time column or fewer than two timed rows by W.
+StatusOr<double> WarmupSecondsPerIteration(const TrainingLog& log, int64_t W) {
+  TrainingLog warm;
+  for (const auto& r : log.records) {
+    if (r.iteration > W) break;
+    warm.records.push_back(r);
+  }
+  const LogSummary ws = Summarize(warm);
+  if (ws.seconds_per_iteration && *ws.seconds_per_iteration > 0) return *ws.seconds_per_iteration;
+  bool any_time = false;
+  for (const auto& r : log.records) any_time = any_time || r.wall_time_s.has_value();
+  return FailedPreconditionError(log.source + (any_time ? ": fewer than two timed rows up to the end of the warm-up "
+                                                          "(iteration " + std::to_string(W) +
+                                                              "), so seconds per iteration cannot be measured"
+                                                        : ": the log has no wall-time column (Keras and Lightning "
+                                                          "logs never do)"));
+}
+
+// The shortest warm-up that holds `need` points of `curve`, in words ("to
+// iteration 123 (25% of the log)"); empty when the whole curve is shorter.
+std::string WarmupFor(const predictor::CurveData& curve, size_t need, int64_t first, int64_t last) {
+  if (curve.size() < need) return "";
+  const double it = curve.iterations[need - 1];
+  const double pct =
+      last > first ? std::ceil(100.0 * (it - static_cast<double>(first)) / static_cast<double>(last - first)) : 100;
+  std::ostringstream os;
+  os << "to iteration " << static_cast<int64_t>(it);
+  if (pct < 100) os << " (" << std::max(1.0, pct) << "% of the log)";
+  return os.str();
+}
+
+}  // namespace
+
+TierCost ToTierCost(const CostSource& source) {
+  if (const auto* p = std::get_if<PresetCost>(&source)) {
+    return PresetTierCost(p->tier, p->model_size_bytes, p->synchronous, p->notification, p->poll_period_s);
+  }
+  if (const auto* m = std::get_if<MeasuredCost>(&source)) {
+    constexpr double kUnbounded = std::numeric_limits<double>::max();
+    TierCost t;
+    t.model_size_bytes = 1.0;
+    t.snapshot_latency_s = m->stall_s;
+    t.transfer_latency_s = 0.0;
+    t.load_latency_s = std::max(0.0, m->delay_s - m->stall_s);
+    t.snapshot_bandwidth_bytes_per_s = t.transfer_bandwidth_bytes_per_s = t.load_bandwidth_bytes_per_s = kUnbounded;
+    t.synchronous = false;
+    t.notification = m->notification;
+    t.poll_period_s = m->poll_period_s;
+    return t;
+  }
+  return std::get<TierCost>(source);
+}
 
 bool ScenarioOptions::IsValid(std::string* error) const {
   auto fail = [&](const std::string& m) {
@@ -26,7 +88,11 @@ bool ScenarioOptions::IsValid(std::string* error) const {
                 std::to_string(request_interval_s));
   }
   if (!predictor.IsValid(error)) return false;
-  if (!tier.IsValid(error)) return false;
+  if (const auto* m = std::get_if<MeasuredCost>(&tier)) {
+    if (!(m->stall_s >= 0) || !std::isfinite(m->stall_s)) return fail("tier: stall_s must be >= 0 seconds");
+    if (!(m->delay_s >= 0) || !std::isfinite(m->delay_s)) return fail("tier: delay_s must be >= 0 seconds");
+  }
+  if (!ToTierCost(tier).IsValid(error)) return false;
   if (!online.IsValid(error)) return false;
   return true;
 }
@@ -121,10 +187,18 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   sc.separate_truth = sc.truth_metric != sc.metric;
   sc.observed = sc.points.Prefix(static_cast<double>(W));
   if (static_cast<int>(sc.observed.size()) < o.predictor.min_points) {
-    return InvalidArgumentError("the warm-up up to iteration " + std::to_string(W) + " of " + log.source + " holds " +
-                                std::to_string(sc.observed.size()) + " " + predictor::ToString(sc.metric) +
-                                " points; the predictor needs at least " + std::to_string(o.predictor.min_points) +
-                                " (use a longer warm-up)");
+    const size_t need = static_cast<size_t>(o.predictor.min_points);
+    const std::string longer = WarmupFor(sc.points, need, first, last);
+    return InvalidArgumentError(
+        "the warm-up (up to iteration " + std::to_string(W) + ") of " + log.source + " holds " +
+        std::to_string(sc.observed.size()) + " " + predictor::ToString(sc.metric) +
+        " points; fitting the learning curve needs at least " + std::to_string(need) +
+        (longer.empty() ? " and the whole log has only " + std::to_string(sc.points.size())
+                        : ": give a longer warm-up (" + longer + ")") +
+        (Summarize(log).epochs && sc.points.size() < 4 * need
+             ? "; an epoch-level log has one point per epoch, so it needs at least " + std::to_string(need) +
+                   " epochs in the warm-up"
+             : ""));
   }
 
   // Iteration time: the MEAN over the warm-up, not the median: validation and
@@ -134,11 +208,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   const LogSummary summary = Summarize(log);
   double tau = o.seconds_per_iteration;
   if (tau <= 0) {
-    auto measured = WarmupSecondsPerIteration(log, W);
-    if (!measured.ok()) {
-      return InvalidArgumentError(measured.status().message() + "; set ScenarioOptions::seconds_per_iteration");
-    }
-    tau = *measured;
+    VIPER_ASSIGN_OR_RETURN(tau, WarmupSecondsPerIteration(log, W));
   }
   sc.iterations_per_epoch = summary.iterations_per_epoch ? static_cast<int64_t>(*summary.iterations_per_epoch) : 0;
 
@@ -163,7 +233,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
     }
   }
 
-  sc.tier = o.tier;
+  sc.tier = ToTierCost(o.tier);
   Problem& p = sc.problem;
   p = o.problem_template;
   p.warmup_iterations = W;
@@ -211,23 +281,6 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   input.truth_staleness = sc.staleness_truth;
   if (input.observed_kind == ObservationKind::kValidation) input.observed_staleness = sc.staleness_observed;
   return strategy->MakePlan(input);
-}
-
-StatusOr<double> WarmupSecondsPerIteration(const TrainingLog& log, int64_t W) {
-  TrainingLog warm;
-  for (const auto& r : log.records) {
-    if (r.iteration > W) break;
-    warm.records.push_back(r);
-  }
-  const LogSummary ws = Summarize(warm);
-  if (ws.seconds_per_iteration && *ws.seconds_per_iteration > 0) return *ws.seconds_per_iteration;
-  bool any_time = false;
-  for (const auto& r : log.records) any_time = any_time || r.wall_time_s.has_value();
-  return InvalidArgumentError(log.source + (any_time ? ": fewer than two timed rows up to the end of the warm-up "
-                                                       "(iteration " + std::to_string(W) +
-                                                           "), so seconds per iteration cannot be measured"
-                                                     : ": the log has no wall-time column (Keras and Lightning "
-                                                       "logs never do)"));
 }
 
 }  // namespace schedulers

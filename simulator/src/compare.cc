@@ -15,7 +15,7 @@ Simulator::Options SimulatorOptionsFor(const schedulers::Scenario& sc) {
 }
 
 StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std::vector<schedulers::StrategyKind>& kinds,
-                                       const Simulator::Options& base_options) {
+                                       const Simulator::Options& base_options, const ScheduleCheck& check) {
   if (!sc.truth) {
     return InvalidArgumentError("the log ends before N = " + std::to_string(sc.problem.total_iterations) +
                                 ": the simulator needs the true curve up to N");
@@ -26,6 +26,9 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     if (!plan.ok()) {
       c.skipped.push_back(std::string(schedulers::ToString(kind)) + ": " + plan.status().message());
       continue;
+    }
+    if (check) {
+      if (Status st = check(plan->schedule); !st.ok()) return st.WithContext(schedulers::ToString(kind));
     }
     Simulator sim(base_options);
     auto result = sim.Run(*sc.truth, plan->schedule);

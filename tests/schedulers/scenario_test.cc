@@ -1,5 +1,6 @@
-// The planning context on the shipped real logs: no strategy but the oracle
-// may read a log row before a live producer would have seen it.
+// The planning context: its cost sources and errors, and on the shipped real
+// logs, no strategy but the oracle may read a log row before a live producer
+// would have seen it.
 #include "viper/schedulers/scenario.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "viper/datasets/log_reader.h"
+#include "viper/schedulers/presets.h"
 
 namespace viper {
 namespace schedulers {
@@ -48,10 +50,12 @@ TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
     ASSERT_TRUE(log.ok()) << log.status().ToString();
     ScenarioOptions o;
     o.warmup_fraction = 0.2;
-    o.tier.model_size_bytes = 600e6;
-    o.tier.snapshot_bandwidth_bytes_per_s = 75e9;  // ~8 ms stall: many checkpoints, so cut points matter
-    o.tier.transfer_bandwidth_bytes_per_s = 5e9;
-    o.tier.synchronous = false;
+    TierCost tier;
+    tier.model_size_bytes = 600e6;
+    tier.snapshot_bandwidth_bytes_per_s = 75e9;  // ~8 ms stall: many checkpoints, so cut points matter
+    tier.transfer_bandwidth_bytes_per_s = 5e9;
+    tier.synchronous = false;
+    o.tier = tier;
     auto base = MakeScenario(*log, o);
     ASSERT_TRUE(base.ok()) << path << ": " << base.status().ToString();
     const int64_t W = base->problem.warmup_iterations, N = base->problem.total_iterations;
@@ -105,6 +109,87 @@ TEST(ScenarioTest, TruthIsTheTestColumnAndPlannersCannotObserveIt) {
   EXPECT_NE(bad.status().message().find("test_loss"), std::string::npos);
   // tau comes from the warm-up rows only (0.1 s each), whatever follows.
   EXPECT_NEAR(sc->problem.seconds_per_iteration, 0.1, 1e-9);
+}
+
+// The defaults are valid: the gpu preset for a 600 MB model, async, push.
+TEST(ScenarioOptionsTest, DefaultsAreValid) {
+  ScenarioOptions o;
+  std::string error;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  const TierCost t = ToTierCost(o.tier);
+  const TierCost gpu = PresetTierCost(Tier::kGpu, 600e6, false, Notification::kPush);
+  EXPECT_EQ(t.ToCheckpointCost().stall_s, gpu.ToCheckpointCost().stall_s);
+  EXPECT_EQ(t.ToCheckpointCost().delay_s, gpu.ToCheckpointCost().delay_s);
+}
+
+// Measured sigma/delta as phases: the stall is sigma and the delay delta
+// (a delta below sigma counts as sigma); polling adds half a period.
+TEST(ScenarioOptionsTest, MeasuredCostIsSigmaAndDelta) {
+  // 0.25 s and 0.75 s are binary-exact, so the phases add up exactly.
+  const CheckpointCost c = ToTierCost(MeasuredCost{0.25, 0.75}).ToCheckpointCost();
+  EXPECT_EQ(c.stall_s, 0.25);
+  EXPECT_EQ(c.delay_s, 0.75);
+  const CheckpointCost below = ToTierCost(MeasuredCost{0.5, 0.25}).ToCheckpointCost();
+  EXPECT_EQ(below.delay_s, 0.5);
+  const CheckpointCost polled = ToTierCost(MeasuredCost{0.25, 0.75, Notification::kPoll, 2.0}).ToCheckpointCost();
+  EXPECT_EQ(polled.delay_s, 1.75);
+  ScenarioOptions o;
+  o.tier = MeasuredCost{-1, 1};
+  std::string error;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("stall_s"), std::string::npos) << error;
+}
+
+// Each source reaches the problem: Problem::cost is the phases' sigma/delta.
+TEST(ScenarioTest, TheCostSourceMakesTheProblemsCost) {
+  TrainingLog log;
+  log.source = "made-up";
+  for (int i = 1; i <= 200; ++i) {
+    LogRecord r;
+    r.iteration = i;
+    r.wall_time_s = 0.1 * i;
+    r.train_loss = 2.0 / (1 + 0.05 * i);
+    log.records.push_back(r);
+  }
+  ScenarioOptions o;
+  o.tier = PresetCost{Tier::kHost, 1.7e9, false, Notification::kPush, 1.0};
+  auto preset = MakeScenario(log, o);
+  ASSERT_TRUE(preset.ok()) << preset.status().ToString();
+  const CheckpointCost host = PresetTierCost(Tier::kHost, 1.7e9, false, Notification::kPush).ToCheckpointCost();
+  EXPECT_EQ(preset->problem.cost.stall_s, host.stall_s);
+  EXPECT_EQ(preset->problem.cost.delay_s, host.delay_s);
+  o.tier = MeasuredCost{0.25, 0.75};
+  auto measured = MakeScenario(log, o);
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  EXPECT_EQ(measured->problem.cost.stall_s, 0.25);
+  EXPECT_EQ(measured->problem.cost.delay_s, 0.75);
+  EXPECT_EQ(measured->tier.model_size_bytes, 1.0);
+}
+
+// tau that cannot be measured is FailedPrecondition naming the log; a
+// warm-up too short names the warm-up that would do.
+TEST(ScenarioTest, ErrorsSayWhatToGive) {
+  TrainingLog log;
+  log.source = "untimed";
+  for (int i = 1; i <= 100; ++i) {
+    LogRecord r;
+    r.iteration = i;
+    r.train_loss = 2.0 / (1 + 0.05 * i);
+    log.records.push_back(r);
+  }
+  ScenarioOptions o;
+  auto untimed = MakeScenario(log, o);
+  ASSERT_FALSE(untimed.ok());
+  EXPECT_EQ(untimed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(untimed.status().message().rfind("untimed: ", 0), 0u) << untimed.status().message();
+  o.seconds_per_iteration = 0.1;
+  EXPECT_TRUE(MakeScenario(log, o).ok());
+  o.warmup_iterations = 3;  // 3 training points; the predictor needs more
+  auto short_warmup = MakeScenario(log, o);
+  ASSERT_FALSE(short_warmup.ok());
+  EXPECT_EQ(short_warmup.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(short_warmup.status().message().find("give a longer warm-up (to iteration"), std::string::npos)
+      << short_warmup.status().message();
 }
 
 }  // namespace

@@ -14,10 +14,12 @@ namespace {
 ScenarioOptions Options(const StalenessTable& table) {
   ScenarioOptions o;
   o.warmup_fraction = 0.2;
-  o.tier.model_size_bytes = 600e6;
-  o.tier.snapshot_bandwidth_bytes_per_s = 75e9;
-  o.tier.transfer_bandwidth_bytes_per_s = 5e9;
-  o.tier.synchronous = false;
+  TierCost tier;
+  tier.model_size_bytes = 600e6;
+  tier.snapshot_bandwidth_bytes_per_s = 75e9;
+  tier.transfer_bandwidth_bytes_per_s = 5e9;
+  tier.synchronous = false;
+  o.tier = tier;
   o.staleness = table;
   return o;
 }

@@ -25,21 +25,6 @@ bool Fail(std::string* error, const std::string& message) {
   return false;
 }
 
-// The simulator replays a checkpoint as phases (TierCost). A live run
-// measured only sigma (the stall) and delta (checkpoint to servable): as
-// phases, the snapshot lasts sigma and the load the rest of delta, with no
-// per-byte term (a 1-byte model; every bandwidth effectively infinite).
-schedulers::TierCost MeasuredLatencyTier(double stall_s, double delay_s) {
-  schedulers::TierCost t;
-  t.model_size_bytes = 1.0;
-  t.snapshot_latency_s = stall_s;
-  t.transfer_latency_s = 0;
-  t.load_latency_s = delay_s - stall_s;
-  t.snapshot_bandwidth_bytes_per_s = t.transfer_bandwidth_bytes_per_s = t.load_bandwidth_bytes_per_s = 1e300;
-  t.synchronous = false;
-  return t;
-}
-
 }  // namespace
 
 const char* LiveRun::ToString(Workload workload) {
@@ -241,7 +226,7 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   }
   stall = n > 0 ? stall / n : s.versions.front().stall_s;
   const double delay = std::max(stall, s.mean_update_latency_s.value_or(s.planned_delay_s));
-  sco.tier = MeasuredLatencyTier(stall, delay);
+  sco.tier = schedulers::MeasuredCost{stall, delay};
   // The log's wall times include the stalls; the simulator adds its own, so
   // take them out of the iteration times.
   TrainingLog log = s.log;

@@ -1,8 +1,8 @@
 // The transfer vocabulary shared by the planners, the simulator and the
 // transfer engine (DESIGN.md §3): where a version travels (tier), whether the
 // producer waits for it (mode) and how a consumer learns of it
-// (notification). Defined here once; transports/types.h,
-// simulator/presets.h and schedulers/problem.h name these same types.
+// (notification). Defined here once; transports/types.h and
+// schedulers/problem.h name these same types.
 #pragma once
 
 #include <string>

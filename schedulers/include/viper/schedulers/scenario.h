@@ -1,18 +1,22 @@
-// The planning context: a real training log turned into the planning
-// problem, the true curve and the predictor's curve (fitted on the warm-up
-// only), and the one path every caller plans through (PlanStrategy). Shared by
-// `viper simulate`, `viper plan`, `viper run` (the live producer) and
-// viper-bench; the simulator only judges the plans. Pure computation: the
-// caller reads files.
+// The planning context: a real training log and a checkpoint cost turned into
+// the planning problem, the true curve and the predictor's curve (fitted on
+// the warm-up only), and the one path every caller plans through
+// (PlanStrategy). The one place a scenario is assembled: `viper
+// simulate|plan|evaluate`, viper.Planner (Python), `viper run` (the live
+// producer and its comparison with the simulation) and viper-bench each make
+// one MakeScenario call; the simulator only judges the plans. Pure
+// computation: the caller reads files.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "viper/core/status.h"
 #include "viper/core/training_log.h"
+#include "viper/core/transfer.h"
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
 #include "viper/core/staleness_table.h"
@@ -22,6 +26,49 @@
 
 namespace viper {
 namespace schedulers {
+
+// Where a scenario's checkpoint cost comes from (ScenarioOptions::tier).
+// MakeScenario turns each source into Scenario::tier, the phases the
+// simulator replays, and Problem::cost = tier.ToCheckpointCost(), the sigma
+// and delta the planners see.
+
+// A tier's calibrated preset (presets.h) for a model size and mode.
+struct PresetCost {
+  // The transport tier.
+  Tier tier = Tier::kGpu;
+  // Model size in bytes (> 0); 600 MB is the paper's NT3.A.
+  double model_size_bytes = 600e6;
+  // Synchronous (producer blocked until delivered) or async (blocked for the snapshot only).
+  bool synchronous = false;
+  // Push notification or polling.
+  Notification notification = Notification::kPush;
+  // Polling period in seconds (> 0 when polling).
+  double poll_period_s = 1.0;
+};
+
+// sigma and delta as measured (a live run's version 0, `--stall-s/--delay-s`,
+// viper.Planner's cost). As phases: the snapshot lasts sigma and the load the
+// rest of delta, with no per-byte term (a 1-byte model, every bandwidth the
+// largest double); async, so the stall is sigma alone.
+struct MeasuredCost {
+  // sigma: seconds the producer is blocked per checkpoint (>= 0).
+  double stall_s = 0.0;
+  // delta: seconds from the checkpoint's start until servable (>= 0; one
+  // below stall_s counts as stall_s).
+  double delay_s = 0.0;
+  // Polling adds half a poll period to delta (the mean wait of a poller).
+  Notification notification = Notification::kPush;
+  // Polling period in seconds (> 0 when polling).
+  double poll_period_s = 1.0;
+};
+
+// A preset, measured sigma/delta, or explicit phases (taken as they are: a
+// cost model fitted on measured samples, a test's own tier).
+using CostSource = std::variant<PresetCost, MeasuredCost, TierCost>;
+
+// The phases of a cost source (validate them with TierCost::IsValid; a
+// MeasuredCost's sigma and delta are checked by ScenarioOptions::IsValid).
+TierCost ToTierCost(const CostSource& source);
 
 struct ScenarioOptions {
   // Warm-up W in iterations; 0 = warmup_fraction of the log's iteration range.
@@ -53,8 +100,9 @@ struct ScenarioOptions {
   // Arrivals, window, drift, price, budget and spacing as in
   // Problem. Its W, N, tau, cost and request interval are ignored.
   Problem problem_template;
-  // The transport: phases for the simulator and sigma/delta for the planners.
-  TierCost tier;
+  // The transport's cost: a tier preset (by default the gpu tier's, 600 MB,
+  // async, push), measured sigma/delta, or explicit phases.
+  CostSource tier = PresetCost();
   // The closed loop's settings for `online` (its metric follows `metric`).
   OnlinePlanner::Options online;
   // A staleness table of the same run (core/staleness_table.h): the judge
@@ -77,7 +125,7 @@ struct Scenario {
   bool separate_truth = false;
   predictor::CurveData observed;      // points with iteration <= W
   Problem problem;        // with cost = tier.ToCheckpointCost()
-  TierCost tier;
+  TierCost tier;          // the cost source's phases (ToTierCost)
   std::optional<LossCurve> truth;  // [W, N] when the log covers N
   LossCurve predicted;    // [W, N] from the warm-up only
   std::string predictor_report;
@@ -91,15 +139,12 @@ struct Scenario {
   std::string staleness_source;        // the table's file
 };
 
+// InvalidArgument for bad options or a log that cannot make the scenario (a
+// warm-up too short for the predictor names the warm-up that would do);
+// FailedPrecondition with a message that starts "<log.source>: " when tau is
+// to be measured and the log has no wall times for it (the caller says how
+// to give tau in its own words).
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
-
-// Seconds per iteration measured over the warm-up (the rows up to iteration
-// W): the MEAN of its wall-time steps, not the median, since validation and
-// epoch-boundary pauses are part of the training time the serving window and
-// the checkpoint times see. InvalidArgument naming the log when it has no
-// wall-time column or fewer than two timed rows by W (the caller adds how to
-// give tau instead).
-StatusOr<double> WarmupSecondsPerIteration(const TrainingLog& log, int64_t W);
 
 // Plans with one strategy (online gets a predictor-backed forecaster).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);

@@ -3,6 +3,7 @@
 // curve. The simulator only judges plans; it never makes them.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,10 +30,16 @@ struct Comparison {
   std::vector<std::string> skipped;       // "epoch: the log has no epochs", ...
 };
 
+// Called with each plan's schedule before it is simulated (the CLI refuses a
+// simulation too large for memory); an error ends the comparison.
+using ScheduleCheck = std::function<Status(const schedulers::Schedule& schedule)>;
+
 // Plans and simulates each strategy on the true curve with `base_options`
-// (normally SimulatorOptionsFor(scenario)). Needs scenario.truth.
+// (normally SimulatorOptionsFor(scenario)). Needs scenario.truth. An error of
+// `check`, or of the simulation, is returned with the strategy's name as
+// context.
 StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& scenario, const std::vector<schedulers::StrategyKind>& kinds,
-                                       const Simulator::Options& base_options);
+                                       const Simulator::Options& base_options, const ScheduleCheck& check = nullptr);
 
 // The simulator options of a scenario (problem, tier, iteration times).
 Simulator::Options SimulatorOptionsFor(const schedulers::Scenario& scenario);

@@ -10,31 +10,28 @@
 // the latency is split 75% transfer (with the affine latency) and 25% load.
 // Synchronous mode uses the same phases (stall = snapshot + transfer); the
 // paper's sync figures, one copy shorter, are not modelled separately.
+//
+// A scenario names a preset as its cost source (scenario.h: PresetCost); the
+// simulator replays the resulting phases.
 #pragma once
 
-#include <string>
+#include <utility>
 #include <vector>
 
-#include "viper/core/status.h"
 #include "viper/core/transfer.h"
 #include "viper/schedulers/problem.h"
 
 namespace viper {
-namespace simulator {
-
-// The tier of viper/core/transfer.h (also transports::Tier).
-using viper::Tier;
-using viper::TierFromString;
-using viper::ToString;
+namespace schedulers {
 
 // The TierCost of `tier` for a model of `model_size_bytes`, in `synchronous`
 // or async mode, with the given notification (poll period in seconds).
-schedulers::TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous,
-                                    schedulers::Notification notification, double poll_period_s = 1.0);
+TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous, Notification notification,
+                        double poll_period_s = 1.0);
 
 // The paper's async update latency for `tier` at the calibration sizes, for
 // documentation and tests: {bytes, seconds} pairs.
 std::vector<std::pair<double, double>> PaperAsyncUpdateLatency(Tier tier);
 
-}  // namespace simulator
+}  // namespace schedulers
 }  // namespace viper

@@ -1,7 +1,7 @@
-#include "viper/simulator/presets.h"
+#include "viper/schedulers/presets.h"
 
 namespace viper {
-namespace simulator {
+namespace schedulers {
 namespace {
 
 struct Calibration {
@@ -21,13 +21,13 @@ Calibration For(Tier tier) {
 
 }  // namespace
 
-schedulers::TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous,
-                                    schedulers::Notification notification, double poll_period_s) {
+TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous, Notification notification,
+                        double poll_period_s) {
   const Calibration c = For(tier);
   const double slope = (c.large_s - c.small_s) / (c.large_bytes - c.small_bytes);  // s per byte
   const double latency = c.small_s - slope * c.small_bytes;                          // s
   const double rest = slope - 1.0 / c.snapshot_bytes_per_s;  // s per byte after the snapshot
-  schedulers::TierCost t;
+  TierCost t;
   t.model_size_bytes = model_size_bytes;
   t.snapshot_latency_s = 0.0;
   t.snapshot_bandwidth_bytes_per_s = c.snapshot_bytes_per_s;
@@ -46,5 +46,5 @@ std::vector<std::pair<double, double>> PaperAsyncUpdateLatency(Tier tier) {
   return {{c.small_bytes, c.small_s}, {c.large_bytes, c.large_s}};
 }
 
-}  // namespace simulator
+}  // namespace schedulers
 }  // namespace viper
