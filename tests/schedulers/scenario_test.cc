@@ -32,6 +32,26 @@ TrainingLog AlterAfter(TrainingLog log, int64_t s, uint64_t seed) {
   return log;
 }
 
+// 200 rows of a made-up decaying curve named `source`: training loss on
+// every row, wall times (0.1 s per iteration) when `timed`, validation and
+// test loss on every 10th row when `evaluated`.
+TrainingLog MadeUpLog(const std::string& source, bool timed, bool evaluated) {
+  TrainingLog log;
+  log.source = source;
+  for (int i = 1; i <= 200; ++i) {
+    LogRecord r;
+    r.iteration = i;
+    if (timed) r.wall_time_s = 0.1 * i;
+    r.train_loss = 2.0 / (1 + 0.05 * i);
+    if (evaluated && i % 10 == 0) {
+      r.val_loss = 1.0 / (1 + 0.02 * i);
+      r.test_loss = 1.1 / (1 + 0.02 * i);
+    }
+    log.records.push_back(r);
+  }
+  return log;
+}
+
 Schedule UpTo(const Schedule& s, int64_t last) {
   Schedule out;
   for (int64_t x : s) {
@@ -82,19 +102,7 @@ TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
 
 // The judge reads test_loss where the log has it, and never lets a planner observe it.
 TEST(ScenarioTest, TruthIsTheTestColumnAndPlannersCannotObserveIt) {
-  TrainingLog log;
-  log.source = "made-up";
-  for (int i = 1; i <= 200; ++i) {
-    LogRecord r;
-    r.iteration = i;
-    r.wall_time_s = 0.1 * i;
-    r.train_loss = 2.0 / (1 + 0.05 * i);
-    if (i % 10 == 0) {
-      r.val_loss = 1.0 / (1 + 0.02 * i);
-      r.test_loss = 1.1 / (1 + 0.02 * i);
-    }
-    log.records.push_back(r);
-  }
+  const TrainingLog log = MadeUpLog("made-up", true, true);
   ScenarioOptions o;
   o.warmup_fraction = 0.5;
   auto sc = MakeScenario(log, o);
@@ -142,15 +150,7 @@ TEST(ScenarioOptionsTest, MeasuredCostIsSigmaAndDelta) {
 
 // Each source reaches the problem: Problem::cost is the phases' sigma/delta.
 TEST(ScenarioTest, TheCostSourceMakesTheProblemsCost) {
-  TrainingLog log;
-  log.source = "made-up";
-  for (int i = 1; i <= 200; ++i) {
-    LogRecord r;
-    r.iteration = i;
-    r.wall_time_s = 0.1 * i;
-    r.train_loss = 2.0 / (1 + 0.05 * i);
-    log.records.push_back(r);
-  }
+  const TrainingLog log = MadeUpLog("made-up", true, false);
   ScenarioOptions o;
   o.tier = PresetCost{Tier::kHost, 1.7e9, false, Notification::kPush, 1.0};
   auto preset = MakeScenario(log, o);
@@ -169,14 +169,7 @@ TEST(ScenarioTest, TheCostSourceMakesTheProblemsCost) {
 // tau that cannot be measured is FailedPrecondition naming the log; a
 // warm-up too short names the warm-up that would do.
 TEST(ScenarioTest, ErrorsSayWhatToGive) {
-  TrainingLog log;
-  log.source = "untimed";
-  for (int i = 1; i <= 100; ++i) {
-    LogRecord r;
-    r.iteration = i;
-    r.train_loss = 2.0 / (1 + 0.05 * i);
-    log.records.push_back(r);
-  }
+  const TrainingLog log = MadeUpLog("untimed", false, false);
   ScenarioOptions o;
   auto untimed = MakeScenario(log, o);
   ASSERT_FALSE(untimed.ok());
