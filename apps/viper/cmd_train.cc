@@ -47,6 +47,23 @@ Status ParseSwapClasses(const std::string& text, Trainer::Options* o) {
   return Status::Ok();
 }
 
+// "a,b,...": the classes a prior shift favours.
+Status ParsePriorClasses(const std::string& text, Trainer::Options* o) {
+  std::vector<int> classes;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > 9) {
+      return InvalidArgumentError("--drift-prior-classes: '" + item + "' is not a class in [0, 9] (expected e.g. 0,2,4,6)");
+    }
+    classes.push_back(static_cast<int>(v));
+  }
+  o->drift_prior_classes = classes;
+  return Status::Ok();
+}
+
 std::string JoinWidths(const std::vector<int64_t>& widths) {
   std::string s;
   for (std::size_t i = 0; i < widths.size(); ++i) s += (i ? "," : "") + std::to_string(widths[i]);
@@ -59,7 +76,9 @@ int RunTrain(const std::vector<std::string>& args) {
   Trainer::Options o;
   std::string dataset = "fashion-mnist", hidden = JoinWidths(o.hidden_widths), optimizer = "sgd", drift = "none";
   std::string swap_classes = std::to_string(o.drift_swap_class_a) + "," + std::to_string(o.drift_swap_class_b);
-  std::string log_out, save_model, json_path;
+  std::string prior_classes;
+  for (int c : o.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
+  std::string log_out, save_model, json_path, staleness_out;
   double progress_every_s = 2.0;
   po::options_description desc("Options");
   desc.add_options()("help,h", "print this help")
@@ -84,10 +103,15 @@ int RunTrain(const std::vector<std::string>& args) {
       ("cosine", po::bool_switch(&o.cosine_schedule),
        "cosine learning-rate decay from --lr to 0 over the planned iterations")
       ("drift", po::value(&drift)->default_value(drift),
-       "data stream: none; class-incremental (classes 0..k-1 first, then all 10); label-swap (the labels of two "
-       "classes exchanged from --drift-at-iteration on, in training, validation and test); rotation (inputs "
-       "rotated by an angle growing from 0 to --drift-rotation-degrees over --drift-duration iterations, in "
-       "training, validation and test)")
+       "data stream; every kind drifts training, validation and test (the traffic) alike: none; "
+       "class-incremental (classes 0..k-1 first, then all 10; before the drift the validation and test samples "
+       "hold only classes 0..k-1); label-swap (the labels of two classes exchanged from --drift-at-iteration "
+       "on); rotation (inputs rotated by an angle growing from 0 to --drift-rotation-degrees over "
+       "--drift-duration iterations); recurring (inputs rotated by --drift-rotation-degrees during alternate "
+       "periods of --drift-period iterations from --drift-at-iteration on: rotated, upright, rotated, ...); "
+       "prior-shift (the class prior moves linearly from the data's own to one giving --drift-prior-mass to "
+       "--drift-prior-classes over --drift-duration iterations; training draws by class, validation and test "
+       "are resampled deterministically to that prior)")
       ("drift-at-iteration", po::value(&o.drift_at_iteration)->default_value(o.drift_at_iteration),
        "first iteration of the drift (>= 2; required with any --drift)")
       ("drift-initial-classes", po::value(&o.drift_initial_classes)->default_value(o.drift_initial_classes),
@@ -95,9 +119,19 @@ int RunTrain(const std::vector<std::string>& args) {
       ("drift-swap-classes", po::value(&swap_classes)->default_value(swap_classes),
        "label-swap: the two classes whose labels are exchanged, 'a,b' (0 = T-shirt/top, 6 = Shirt)")
       ("drift-rotation-degrees", po::value(&o.drift_rotation_degrees)->default_value(o.drift_rotation_degrees),
-       "rotation: final angle, degrees counter-clockwise (|angle| <= 360)")
+       "rotation: final angle; recurring: the angle of the rotated periods; degrees counter-clockwise "
+       "(|angle| <= 360)")
       ("drift-duration", po::value(&o.drift_duration_iterations)->default_value(o.drift_duration_iterations),
-       "rotation: iterations over which the angle grows from 0 to its final value (0 = at once)")
+       "rotation: iterations over which the angle grows from 0 to its final value; prior-shift: iterations over "
+       "which the prior moves to its target (0 = at once)")
+      ("drift-period", po::value(&o.drift_period_iterations)->default_value(o.drift_period_iterations),
+       "recurring: length of each rotated or upright period, in iterations (>= 1)")
+      ("drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
+       "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9; default the "
+       "upper-body garments T-shirt/top, Pullover, Coat, Shirt)")
+      ("drift-prior-mass", po::value(&o.drift_prior_mass)->default_value(o.drift_prior_mass),
+       "prior-shift: the share of the target prior that --drift-prior-classes hold together, in (0, 1] (the other "
+       "classes share the rest equally)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the initialisation and the shuffling")
       ("val-every", po::value(&o.val_every_iterations)->default_value(o.val_every_iterations),
        "validate and test every N iterations and at the last one (0 = never)")
@@ -107,6 +141,20 @@ int RunTrain(const std::vector<std::string>& args) {
        "test images (the inference traffic's truth): the next N of the test split, disjoint from validation "
        "(val + test <= 10000; 0 = no test columns)")
       ("log-out", po::value(&log_out), "write the per-iteration log (CSV; gzip when it ends in .gz)")
+      ("staleness-table", po::value(&staleness_out),
+       "write the staleness table (CSV version_iteration,traffic_iteration,val_loss,val_accuracy,test_loss,"
+       "test_accuracy; gzip when it ends in .gz; written atomically at the end): at every validation point t the "
+       "trainer keeps a float32 copy of the parameters (version t) and evaluates every kept version v <= t on "
+       "t's drifted validation and test samples, one row per (v, t); the diagonal v = t equals the log's "
+       "val/test columns bit for bit. Memory: one copy of the parameters per kept version (4 bytes per "
+       "parameter: 814,120 bytes for --hidden 256; a 4,685-iteration run at --val-every 50 keeps 94 versions, "
+       "76.5 MB, unless --staleness-max-versions bounds it). Time: up to (versions kept) x (val + test "
+       "samples) image evaluations per validation point, kept out of wall_time; an evaluation on traffic "
+       "identical to an earlier point's (same drift state) is reused, not recomputed (same bits)")
+      ("staleness-max-versions", po::value(&o.staleness_max_versions)->default_value(o.staleness_max_versions),
+       "bound on the versions the staleness table keeps (0 = all; else >= 2): over it the kept versions are "
+       "thinned evenly (validation points on a stride that doubles each time, plus the newest), so memory is at "
+       "most K x the model's bytes")
       ("save-model", po::value(&save_model), "write the final parameters as a .safetensors file")
       ("progress-every", po::value(&progress_every_s)->default_value(progress_every_s),
        "seconds between progress lines on stderr (0 = none)")
@@ -135,6 +183,9 @@ int RunTrain(const std::vector<std::string>& args) {
   o.drift = *dr;
   Status swap = ParseSwapClasses(swap_classes, &o);
   if (!swap.ok()) return usage_error(swap.message());
+  Status prior = ParsePriorClasses(prior_classes, &o);
+  if (!prior.ok()) return usage_error(prior.message());
+  o.staleness_table = !staleness_out.empty();
   {
     // Parameters the widths imply (784 inputs, 10 classes), before allocating.
     constexpr double kMaxParameters = 250e6;  // 1 GB of float32 weights; the optimiser keeps more copies
@@ -163,7 +214,9 @@ int RunTrain(const std::vector<std::string>& args) {
         {"hidden_widths", "--hidden"}, {"drift_at_iteration", "--drift-at-iteration"},
         {"drift_initial_classes", "--drift-initial-classes"}, {"drift_swap_class_a", "--drift-swap-classes (a)"},
         {"drift_swap_class_b", "--drift-swap-classes (b)"}, {"drift_rotation_degrees", "--drift-rotation-degrees"},
-        {"drift_duration_iterations", "--drift-duration"}, {"val_every_iterations", "--val-every"},
+        {"drift_duration_iterations", "--drift-duration"}, {"drift_period_iterations", "--drift-period"},
+        {"drift_prior_classes", "--drift-prior-classes"}, {"drift_prior_mass", "--drift-prior-mass"},
+        {"staleness_max_versions", "--staleness-max-versions"}, {"val_every_iterations", "--val-every"},
         {"val_samples + test_samples", "--val-samples + --test-samples"}, {"val_samples", "--val-samples"},
         {"test_samples", "--test-samples"}};
     for (const auto& [field, flag] : kFlags) {
@@ -219,6 +272,10 @@ int RunTrain(const std::vector<std::string>& args) {
     Status st = log->Close();
     if (!st.ok()) return Fail("train", st);
   }
+  if (!staleness_out.empty()) {
+    Status st = workflow::WriteStalenessTable(t.staleness_table(), staleness_out);
+    if (!st.ok()) return Fail("train", st.WithContext("--staleness-table"));
+  }
   if (!save_model.empty()) {
     Status st = safetensors::WriteFileAtomic(t.model().state(), save_model);
     if (!st.ok()) return Fail("train", st.WithContext("--save-model"));
@@ -239,9 +296,16 @@ int RunTrain(const std::vector<std::string>& args) {
     if (o.drift != Trainer::Drift::kNone) j["drift_at_iteration"] = o.drift_at_iteration;
     if (o.drift == Trainer::Drift::kClassIncremental) j["drift_initial_classes"] = o.drift_initial_classes;
     if (o.drift == Trainer::Drift::kLabelSwap) j["drift_swap_classes"] = {o.drift_swap_class_a, o.drift_swap_class_b};
-    if (o.drift == Trainer::Drift::kRotation) {
+    if (o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kRecurring) {
       j["drift_rotation_degrees"] = o.drift_rotation_degrees;
+    }
+    if (o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kPriorShift) {
       j["drift_duration_iterations"] = o.drift_duration_iterations;
+    }
+    if (o.drift == Trainer::Drift::kRecurring) j["drift_period_iterations"] = o.drift_period_iterations;
+    if (o.drift == Trainer::Drift::kPriorShift) {
+      j["drift_prior_classes"] = o.drift_prior_classes;
+      j["drift_prior_mass"] = o.drift_prior_mass;
     }
     j["val_every_iterations"] = o.val_every_iterations;
     j["val_samples"] = o.val_samples;
@@ -264,6 +328,19 @@ int RunTrain(const std::vector<std::string>& args) {
     j["last_test_loss"] = s.last_test_loss ? nlohmann::json(*s.last_test_loss) : nlohmann::json();
     j["last_test_accuracy"] = s.last_test_accuracy ? nlohmann::json(*s.last_test_accuracy) : nlohmann::json();
     j["test_seconds"] = s.test_seconds;
+    if (!staleness_out.empty()) {
+      nlohmann::json st;
+      st["path"] = staleness_out;
+      st["rows"] = s.staleness_rows;
+      st["versions_kept"] = s.staleness_versions_kept;
+      st["versions_kept_peak"] = s.staleness_versions_peak;
+      st["max_versions"] = o.staleness_max_versions;
+      st["bytes_kept_peak"] = s.staleness_bytes_peak;
+      st["seconds"] = s.staleness_seconds;
+      st["evaluations"] = s.staleness_evaluations;
+      st["evaluations_reused"] = s.staleness_evaluations_reused;
+      j["staleness_table"] = st;
+    }
     if (!log_out.empty()) j["log"] = log_out;
     if (!save_model.empty()) j["model"] = save_model;
     Status st = WriteJson(j, json_path, "train");

@@ -3,6 +3,12 @@
 # Usage: datasets/logs/make_logs.sh [path/to/viper] (default: build/apps/viper)
 # Writes the logs here (or to $OUT_DIR) and each run's summary to $JSON_DIR/<name>.json
 # (default /tmp); the figures in datasets/README.md come from those summaries.
+# The drift runs and the no-drift control sgd-h256 also write their staleness
+# table, <name>.staleness.csv.gz (datasets/README.md, "Staleness tables").
+# ONLY="name ..." regenerates only those runs. rotate-sgd-h256 bounds its table
+# to 24 kept versions: every point of its 1500-iteration ramp is new traffic
+# for every kept version, so an unbounded table costs ~1,500 evaluations of
+# 7,000 images (about 9 minutes on the shared 2-core VM).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 viper="${1:-$here/../../build/apps/viper}"
@@ -12,18 +18,30 @@ out="${OUT_DIR:-$here}"
 common=(--dataset fashion-mnist --batch 64 --seed 1 --val-samples 2000 --test-samples 5000 --progress-every 10)
 run() {
   local name="$1"; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
   echo "== $name: viper train $* ${common[*]}" >&2
   nice -n 10 "$viper" train "${common[@]}" "$@" --log-out "$out/$name.csv.gz" --json "${JSON_DIR:-/tmp}/$name.json"
 }
-run sgd-h256          --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50
+# With its staleness table.
+run_table() {
+  local name="$1"; shift
+  run "$name" "$@" --staleness-table "$out/$name.staleness.csv.gz"
+}
+run_table sgd-h256    --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50
 run adam-h256         --hidden 256       --optimizer adam --lr 0.001               --epochs 5  --val-every 50
 run sgd-h32           --hidden 32        --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50
 run sgd-h1024x1024    --hidden 1024,1024 --optimizer sgd  --lr 0.02  --momentum 0.9 --epochs 3  --val-every 50
 run sgd-h256-cosine   --hidden 256       --optimizer sgd  --lr 0.1   --momentum 0.9 --epochs 5  --val-every 50 --cosine
-run drift-sgd-h256    --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+run_table drift-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
                       --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 1500
 run long-sgd-h32      --hidden 32        --optimizer sgd  --lr 0.02  --momentum 0.9 --epochs 50 --val-every 250
-run swap-sgd-h256     --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+run_table swap-sgd-h256   --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
                       --drift label-swap --drift-swap-classes 0,6 --drift-at-iteration 2500
-run rotate-sgd-h256   --hidden 256       --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
-                      --drift rotation --drift-rotation-degrees 90 --drift-at-iteration 1500 --drift-duration 1500
+run_table rotate-sgd-h256 --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift rotation --drift-rotation-degrees 90 --drift-at-iteration 1500 --drift-duration 1500 \
+                      --staleness-max-versions 24
+run_table recur-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift recurring --drift-rotation-degrees 90 --drift-at-iteration 1000 --drift-period 750
+run_table prior-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --drift prior-shift --drift-prior-classes 0,2,4,6 --drift-prior-mass 0.9 \
+                      --drift-at-iteration 1500 --drift-duration 1000

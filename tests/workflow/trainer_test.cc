@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -95,6 +96,38 @@ TEST(TrainerTest, InvalidOptionsNameTheField) {
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("drift_swap_class_b must differ"), std::string::npos) << error;
   o = Trainer::Options();
+  o.drift = Trainer::Drift::kRecurring;
+  o.drift_at_iteration = 10;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.drift_period_iterations = 0;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_period_iterations"), std::string::npos) << error;
+  o.drift = Trainer::Drift::kPriorShift;
+  EXPECT_TRUE(o.IsValid(&error)) << error;  // the period is not a prior shift's
+  o.drift_prior_classes = {2, 2};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_prior_classes names class 2 twice"), std::string::npos) << error;
+  o.drift_prior_classes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_prior_classes"), std::string::npos) << error;
+  o.drift_prior_classes = {10};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_prior_classes"), std::string::npos) << error;
+  o.drift_prior_classes = {3};
+  o.drift_prior_mass = 0.0;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("drift_prior_mass"), std::string::npos) << error;
+  o = Trainer::Options();
+  o.staleness_table = true;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.staleness_max_versions = 1;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("staleness_max_versions"), std::string::npos) << error;
+  o.staleness_max_versions = 2;
+  o.val_every_iterations = 0;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("val_every_iterations must be positive with staleness_table"), std::string::npos) << error;
+  o = Trainer::Options();
   o.val_samples = 6000;  // + 5000 test > the 10,000 images of the test split
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("val_samples + test_samples"), std::string::npos) << error;
@@ -112,10 +145,12 @@ TEST(TrainerTest, EnumsRoundTrip) {
     EXPECT_EQ(*Trainer::OptimizerFromString(Trainer::ToString(o)), o);
   }
   for (auto d : {Trainer::Drift::kNone, Trainer::Drift::kClassIncremental, Trainer::Drift::kLabelSwap,
-                 Trainer::Drift::kRotation}) {
+                 Trainer::Drift::kRotation, Trainer::Drift::kRecurring, Trainer::Drift::kPriorShift}) {
     EXPECT_EQ(*Trainer::DriftFromString(Trainer::ToString(d)), d);
   }
   EXPECT_EQ(std::string(Trainer::ToString(Trainer::Drift::kLabelSwap)), "label-swap");
+  EXPECT_EQ(std::string(Trainer::ToString(Trainer::Drift::kRecurring)), "recurring");
+  EXPECT_EQ(std::string(Trainer::ToString(Trainer::Drift::kPriorShift)), "prior-shift");
   EXPECT_FALSE(Trainer::DriftFromString("shuffle").ok());
   EXPECT_FALSE(Trainer::OptimizerFromString("rmsprop").ok());
   EXPECT_EQ(*FashionMnistSplitFromString("t10k"), FashionMnistSplit::kTest);
@@ -384,9 +419,14 @@ TEST(TrainerTest, DriftStateFollowsTheIteration) {
   EXPECT_EQ(DriftedSamples(o, s, 9).labels, s.labels);
   EXPECT_EQ(DriftedSamples(o, s, 10).labels, (std::vector<uint8_t>{6, 0, 2}));
   EXPECT_EQ(DriftedSamples(o, s, 10).pixels, s.pixels);
-  // New classes in training do not change the traffic's truth.
+  // Classes arriving: before the drift the traffic holds only the classes
+  // seen so far (0..4 here: the samples of class 6 drop out), from it on all.
   o.drift = Trainer::Drift::kClassIncremental;
-  EXPECT_EQ(DriftedSamples(o, s, 100).labels, s.labels);
+  o.drift_initial_classes = 5;
+  EXPECT_EQ(DriftedSamples(o, s, 9).labels, (std::vector<uint8_t>{0, 2}));
+  EXPECT_EQ(DriftedSamples(o, s, 9).pixels, (std::vector<uint8_t>{1, 2, 3, 4, 9, 10, 11, 12}));
+  EXPECT_EQ(DriftedSamples(o, s, 10).labels, s.labels);
+  EXPECT_EQ(DriftedSamples(o, s, 10).pixels, s.pixels);
 }
 
 // Losses of the first `n` iterations.
@@ -469,6 +509,296 @@ TEST(TrainerTest, RotationDriftRotatesTheStreamAndTheEvaluations) {
   auto flat = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
   ASSERT_FALSE(flat.ok());
   EXPECT_NE(flat.status().message().find("square"), std::string::npos) << flat.status().message();
+}
+
+// Class-incremental traffic on a synthetic set: before the drift the
+// validation and test samples the trainer evaluates are exactly those of the
+// seen classes, in order; from the drift on, all of them.
+TEST(TrainerTest, ClassIncrementalTrafficHoldsOnlySeenClasses) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(200, 12, 10, 6), test = Synthetic(300, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.drift = Trainer::Drift::kClassIncremental;
+  o.drift_initial_classes = 3;
+  o.drift_at_iteration = 30;
+  auto t = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const Samples before = (*t)->DriftedView(test, 29), after = (*t)->DriftedView(test, 30);
+  int64_t seen = 0;
+  for (uint8_t l : test.labels) seen += l < 3 ? 1 : 0;
+  ASSERT_GT(seen, 0);
+  ASSERT_LT(seen, test.size());
+  EXPECT_EQ(before.size(), seen);
+  for (uint8_t l : before.labels) EXPECT_LT(l, 3);
+  EXPECT_EQ(before.pixels, test.FilterClasses({0, 1, 2}).pixels);
+  EXPECT_EQ(after.labels, test.labels);
+  // The logged test loss at 20 (before the drift) is the seen classes' one.
+  LogRecord r;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*t)->Step(&r).ok());
+  ASSERT_TRUE(r.test_loss.has_value());
+  auto seen_only = Evaluate((*t)->model().state(), test.FilterClasses({0, 1, 2}));
+  auto all = Evaluate((*t)->model().state(), test);
+  ASSERT_TRUE(seen_only.ok() && all.ok());
+  EXPECT_EQ(*r.test_loss, seen_only->mean_loss);
+  EXPECT_NE(*r.test_loss, all->mean_loss);
+}
+
+// Recurring: rotated during periods 0, 2, 4, ... after the drift point,
+// upright during 1, 3, ...; the traffic two periods later is the same images,
+// byte for byte, one period later the other domain.
+TEST(TrainerTest, RecurringDriftReturnsToTheSameImages) {
+  Trainer::Options o = SyntheticOptions();
+  o.drift = Trainer::Drift::kRecurring;
+  o.drift_at_iteration = 20;
+  o.drift_period_iterations = 15;
+  o.drift_rotation_degrees = 90;
+  EXPECT_EQ(DriftRotationDegrees(o, 19), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 20), 90.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 34), 90.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 35), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 49), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 50), 90.0);
+  const Samples train = Synthetic(400, 16, 10, 5), val = Synthetic(100, 16, 10, 6), test = Synthetic(100, 16, 10, 7);
+  auto t = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int64_t it : {22, 30, 41, 47}) {
+    const Samples now = (*t)->DriftedView(test, it), later = (*t)->DriftedView(test, it + 30);
+    EXPECT_EQ(now.pixels, later.pixels) << it;
+    EXPECT_EQ(now.labels, later.labels) << it;
+    EXPECT_NE(now.pixels, (*t)->DriftedView(test, it + 15).pixels) << it;
+  }
+  EXPECT_EQ((*t)->DriftedView(test, 25).pixels, test.Rotated(90).pixels);
+  EXPECT_EQ((*t)->DriftedView(test, 40).pixels, test.pixels);  // the original domain is back
+  // The training stream too: the same as without drift before 20, not after.
+  Trainer::Options plain_options = SyntheticOptions();
+  auto plain = Trainer::Create(plain_options, train, val, test);
+  auto again = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(plain.ok() && again.ok());
+  EXPECT_EQ(FirstLosses(plain->get(), 19), FirstLosses(again->get(), 19));
+  EXPECT_NE(FirstLosses(plain->get(), 5), FirstLosses(again->get(), 5));
+  // Non-square images cannot rotate.
+  EXPECT_FALSE(Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6)).ok());
+}
+
+std::vector<int64_t> ClassCounts(const Samples& s) {
+  std::vector<int64_t> counts(10, 0);
+  for (uint8_t l : s.labels) ++counts[l];
+  return counts;
+}
+
+// Prior shift: the traffic keeps its size while the favoured classes' share
+// grows linearly from the sample's own to drift_prior_mass.
+TEST(TrainerTest, PriorShiftChangesClassFrequenciesGradually) {
+  Trainer::Options o = SyntheticOptions();
+  o.drift = Trainer::Drift::kPriorShift;
+  o.drift_at_iteration = 20;
+  o.drift_duration_iterations = 40;
+  o.drift_prior_classes = {1, 7};
+  o.drift_prior_mass = 0.8;
+  EXPECT_EQ(DriftPriorProgress(o, 19), 0.0);
+  EXPECT_EQ(DriftPriorProgress(o, 20), 0.0);
+  EXPECT_DOUBLE_EQ(DriftPriorProgress(o, 30), 0.25);
+  EXPECT_DOUBLE_EQ(DriftPriorProgress(o, 60), 1.0);
+  EXPECT_DOUBLE_EQ(DriftPriorProgress(o, 600), 1.0);
+  // Target: 0.4 for classes 1 and 7, 0.2 / 8 = 0.025 for each other class.
+  const std::vector<double> own(10, 0.1);
+  const std::vector<double> half = DriftClassPrior(o, own, 0.5);
+  EXPECT_DOUBLE_EQ(half[1], 0.25);
+  EXPECT_DOUBLE_EQ(half[0], 0.0625);
+
+  const Samples test = Synthetic(1000, 12, 10, 7);
+  EXPECT_EQ(DriftedSamples(o, test, 19).labels, test.labels);
+  EXPECT_EQ(DriftedSamples(o, test, 20).labels, test.labels);  // progress 0: unchanged
+  const auto own_counts = ClassCounts(test);
+  const double own_share = static_cast<double>(own_counts[1] + own_counts[7]) / 1000.0;
+  double previous = own_share;
+  for (int64_t it : {25, 30, 40, 50, 60, 100}) {
+    const Samples drifted = DriftedSamples(o, test, it);
+    ASSERT_EQ(drifted.size(), test.size()) << it;
+    const auto counts = ClassCounts(drifted);
+    const double p = DriftPriorProgress(o, it);
+    const double share = static_cast<double>(counts[1] + counts[7]) / 1000.0;
+    // Largest remainder: each class within one sample of its quota.
+    EXPECT_NEAR(share, (1 - p) * own_share + p * 0.8, 2.0 / 1000.0) << it;
+    for (int c = 0; c < 10; ++c) {
+      const double own_c = static_cast<double>(own_counts[static_cast<std::size_t>(c)]) / 1000.0;
+      const double target = (c == 1 || c == 7) ? 0.4 : 0.025;
+      EXPECT_NEAR(static_cast<double>(counts[static_cast<std::size_t>(c)]), 1000.0 * ((1 - p) * own_c + p * target), 1.0)
+          << "class " << c << " at " << it;
+    }
+    EXPECT_GE(share, previous) << it;
+    previous = share;
+    // Resampled from the set: every image is one of the originals of its class.
+    for (int64_t i = 0; i < drifted.size(); i += 97) {
+      bool found = false;
+      for (int64_t j = 0; j < test.size() && !found; ++j) {
+        found = test.labels[static_cast<std::size_t>(j)] == drifted.labels[static_cast<std::size_t>(i)] &&
+                std::equal(drifted.pixels.begin() + i * 12, drifted.pixels.begin() + (i + 1) * 12,
+                           test.pixels.begin() + j * 12);
+      }
+      EXPECT_TRUE(found) << "sample " << i << " at " << it;
+    }
+  }
+  EXPECT_NEAR(previous, 0.8, 2.0 / 1000.0);
+  // Deterministic, and the classes are interleaved: the first 100 of the
+  // fully shifted sample already hold the favoured classes at about 80%.
+  EXPECT_EQ(DriftedSamples(o, test, 70).labels, DriftedSamples(o, test, 90).labels);
+  const auto head = ClassCounts(DriftedSamples(o, test, 70).Subset([] {
+    std::vector<int64_t> v(100);
+    for (int64_t i = 0; i < 100; ++i) v[static_cast<std::size_t>(i)] = i;
+    return v;
+  }()));
+  EXPECT_NEAR(static_cast<double>(head[1] + head[7]), 80.0, 2.0);
+
+  // The training stream: the plain one before the drift, then drawn by class.
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(100, 12, 10, 6);
+  auto plain = Trainer::Create(SyntheticOptions(), train, val, test);
+  auto shifted = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(plain.ok() && shifted.ok()) << shifted.status().ToString();
+  EXPECT_EQ(FirstLosses(plain->get(), 19), FirstLosses(shifted->get(), 19));
+  EXPECT_NE(FirstLosses(plain->get(), 20), FirstLosses(shifted->get(), 20));
+  auto again = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(again.ok());
+  auto third = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(FirstLosses(again->get(), 80), FirstLosses(third->get(), 80));  // deterministic
+}
+
+// A labelled run under a label swap with the staleness table on: the table's
+// diagonal is the log's validation and test columns bit for bit, an entry off
+// the diagonal is the kept version evaluated on the later traffic (checked
+// against an independent evaluation of a copy taken during the run), and a
+// version from before the swap costs more on the swapped traffic than it did
+// on its own.
+TEST(TrainerTest, StalenessTableDiagonalIsTheLogAndOldVersionsDecay) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(200, 12, 10, 6), test = Synthetic(200, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.epochs = 3;  // 50 iterations per epoch (400 / 8): 150
+  o.drift = Trainer::Drift::kLabelSwap;
+  o.drift_at_iteration = 61;
+  o.staleness_table = true;
+  auto t = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<LogRecord> points;
+  std::optional<ModelState> at40;
+  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer& tr) {
+    if (r.val_loss) points.push_back(r);
+    if (r.iteration == 40) at40 = tr.model().Clone().state();
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(points.size(), 15u);  // 10, 20, ..., 150
+  const StalenessTable table = (*t)->staleness_table();
+  // One row per pair v <= t of validation points: 15 * 16 / 2.
+  ASSERT_EQ(table.records.size(), 120u);
+  EXPECT_EQ(s->staleness_rows, 120);
+  EXPECT_EQ(s->staleness_versions_kept, 15);
+  EXPECT_EQ(s->staleness_bytes_peak, 15 * (*t)->model().SizeBytes());
+  EXPECT_GT(s->staleness_evaluations_reused, 0);  // the traffic is the same before 61 and after
+  EXPECT_EQ(s->staleness_evaluations + s->staleness_evaluations_reused, 120);
+  std::map<std::pair<int64_t, int64_t>, StalenessRecord> cell;
+  for (std::size_t k = 0; k < table.records.size(); ++k) {
+    const auto& r = table.records[k];
+    EXPECT_LE(r.version_iteration, r.traffic_iteration);
+    if (k > 0) {
+      const auto& p = table.records[k - 1];
+      EXPECT_TRUE(std::make_pair(p.version_iteration, p.traffic_iteration) <
+                  std::make_pair(r.version_iteration, r.traffic_iteration));
+    }
+    cell[{r.version_iteration, r.traffic_iteration}] = r;
+  }
+  auto at = [&](int64_t v, int64_t traffic) { return cell.at({v, traffic}); };
+  for (const LogRecord& p : points) {
+    ASSERT_TRUE(cell.count({p.iteration, p.iteration})) << p.iteration;
+    const StalenessRecord& d = cell[{p.iteration, p.iteration}];
+    EXPECT_EQ(d.val_loss, *p.val_loss) << p.iteration;
+    EXPECT_EQ(d.test_loss, *p.test_loss) << p.iteration;
+    EXPECT_EQ(*d.val_accuracy, *p.val_accuracy) << p.iteration;
+    EXPECT_EQ(*d.test_accuracy, *p.test_accuracy) << p.iteration;
+  }
+  // Version 40 on the traffic of 100 (swapped), recomputed from the copy.
+  ASSERT_TRUE(at40.has_value());
+  auto independent = Evaluate(*at40, DriftedSamples(o, test, 100));
+  ASSERT_TRUE(independent.ok());
+  EXPECT_EQ(at(40, 100).test_loss, independent->mean_loss);
+  // Before the swap the traffic does not change: version 40 costs the same at 60.
+  EXPECT_EQ(at(40, 60).test_loss, at(40, 40).test_loss);
+  // After it, the old version is worse than on its own traffic (from the
+  // first point after the swap on), and worse than a version that has trained
+  // on the swapped labels for 40 iterations or more.
+  for (int64_t later : {70, 100, 150}) {
+    EXPECT_GT(at(40, later).test_loss, at(40, 40).test_loss) << later;
+    EXPECT_GT(at(40, later).val_loss, at(40, 40).val_loss) << later;
+    EXPECT_LT(*at(40, later).test_accuracy, *at(40, 40).test_accuracy) << later;
+    if (later >= 100) {
+      EXPECT_GT(at(40, later).test_loss, at(later, later).test_loss) << later;
+    }
+  }
+  // The table writer: plain and gzip, the same text.
+  for (const std::string name : {"table.csv", "table.csv.gz"}) {
+    const std::string path = TempPath(name);
+    ASSERT_TRUE(WriteStalenessTable(table, path).ok());
+    gzFile f = gzopen(path.c_str(), "rb");  // reads plain files transparently
+    ASSERT_NE(f, nullptr);
+    std::string text;
+    char buf[4096];
+    int n = 0;
+    while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+    gzclose(f);
+    EXPECT_EQ(text, FormatStalenessCsv(table)) << name;
+    EXPECT_EQ(text.substr(0, text.find('\n')),
+              "version_iteration,traffic_iteration,val_loss,val_accuracy,test_loss,test_accuracy");
+    fs::remove(path);
+  }
+}
+
+// With a bound on the kept versions the table thins them evenly and always
+// keeps the newest; without one it keeps them all.
+TEST(TrainerTest, StalenessMaxVersionsBoundsTheKeptVersions) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(50, 12, 10, 6), test = Synthetic(50, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.epochs = 4;                // 50 iterations per epoch (400 / 8): 200
+  o.val_every_iterations = 5;  // 40 validation points
+  o.staleness_table = true;
+  o.staleness_max_versions = 6;
+  auto t = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  int64_t rows_expected = 0;
+  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer& tr) {
+    if (!r.val_loss) return true;
+    const std::vector<int64_t> kept = tr.staleness_versions();
+    EXPECT_LE(kept.size(), 6u) << r.iteration;
+    EXPECT_LE(tr.staleness_bytes(), 6 * tr.model().SizeBytes());
+    EXPECT_EQ(kept.back(), r.iteration);  // the newest is always kept
+    EXPECT_EQ(kept.front(), 5);           // the first point is on every stride
+    // Evenly spaced, apart from the newest.
+    for (std::size_t k = 2; k + 1 < kept.size(); ++k) {
+      EXPECT_EQ(kept[k] - kept[k - 1], kept[1] - kept[0]) << r.iteration;
+    }
+    rows_expected += static_cast<int64_t>(kept.size());
+    return true;
+  });
+  ASSERT_TRUE(s.ok());
+  EXPECT_LE(s->staleness_versions_peak, 6);
+  EXPECT_GE(s->staleness_versions_peak, 5);
+  EXPECT_EQ(s->staleness_rows, rows_expected);
+  EXPECT_EQ(static_cast<int64_t>((*t)->staleness_table().records.size()), rows_expected);
+  EXPECT_LT(rows_expected, 40 * 41 / 2);
+  // Kept at the end: the stride has doubled to 8 points (40 iterations).
+  EXPECT_EQ((*t)->staleness_versions(), (std::vector<int64_t>{5, 45, 85, 125, 165, 200}));
+  // Unbounded: all 40 versions, all 820 pairs.
+  o.staleness_max_versions = 0;
+  auto all = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(all.ok());
+  auto s_all = (*all)->Run(nullptr);
+  ASSERT_TRUE(s_all.ok());
+  EXPECT_EQ(s_all->staleness_versions_kept, 40);
+  EXPECT_EQ(s_all->staleness_rows, 40 * 41 / 2);
+  // Without the option there is no table.
+  o.staleness_table = false;
+  auto none = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(none.ok());
+  ASSERT_TRUE((*none)->Run(nullptr).ok());
+  EXPECT_TRUE((*none)->staleness_table().empty());
 }
 
 TEST(TrainerTest, LogWriterWritesGzipCsvTheReaderAccepts) {
@@ -713,8 +1043,10 @@ TEST(TrainerTest, EvaluationSetsAreDisjointSlicesOfTheTestSplit) {
 }
 
 // Before the drift the stream holds classes 0-4 only, so the model cannot
-// predict classes 5-9: its accuracy on the 10-class validation set stays at or
-// below the share of classes 0-4 in it. After the drift it learns them all.
+// predict classes 5-9: its accuracy on the whole 10-class validation set stays
+// at or below the share of classes 0-4 in it. The logged validation (the
+// traffic before the drift) holds only classes 0-4, on which it does well.
+// After the drift it learns them all.
 TEST(TrainerTest, ClassIncrementalDriftReallyHidesClasses) {
   SKIP_WITHOUT_DATASET();
   Trainer::Options o;
@@ -732,15 +1064,27 @@ TEST(TrainerTest, ClassIncrementalDriftReallyHidesClasses) {
   double share_old = 0;
   for (uint8_t l : (*t)->validation().labels) share_old += l < 5 ? 1.0 : 0.0;
   share_old /= static_cast<double>((*t)->validation().size());
-  std::optional<double> acc_before_drift;
-  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer&) {
-    if (r.iteration == 79) acc_before_drift = r.val_accuracy;
+  std::optional<double> acc_before_drift, logged_before_drift, logged_loss_before_drift, seen_loss_before_drift;
+  auto s = (*t)->Run(nullptr, [&](const LogRecord& r, const Trainer& tr) {
+    if (r.iteration == 79) {
+      auto all = Evaluate(tr.model().state(), tr.validation());
+      auto seen = Evaluate(tr.model().state(), tr.validation().FilterClasses({0, 1, 2, 3, 4}));
+      VIPER_CHECK(all.ok() && seen.ok());
+      acc_before_drift = all->accuracy;
+      seen_loss_before_drift = seen->mean_loss;
+      logged_before_drift = r.val_accuracy;
+      logged_loss_before_drift = r.val_loss;
+    }
     return true;
   });
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(acc_before_drift.has_value());
   EXPECT_LE(*acc_before_drift, share_old + 1e-9);
   EXPECT_GT(*acc_before_drift, 0.6 * share_old);  // it did learn the old classes
+  // The log's validation before the drift is that of the seen classes only.
+  EXPECT_EQ(*logged_loss_before_drift, *seen_loss_before_drift);
+  EXPECT_GT(*logged_before_drift, 0.6);
+  EXPECT_GT(*logged_before_drift, *acc_before_drift + 0.1);
   EXPECT_GT(*s->last_val_accuracy, share_old + 0.1) << s->BriefReport();
 }
 

@@ -1,8 +1,9 @@
 // The real training workload: an MLP (mlp.h) trained on Fashion-MNIST with
 // mini-batch SGD with momentum or Adam, optionally on a cosine learning-rate
-// schedule and on a drifting stream (classes arriving, two labels swapped, or
-// inputs rotating). Deterministic given a seed: the same options give the
-// same losses, iteration by iteration.
+// schedule and on a drifting stream (classes arriving, two labels swapped,
+// inputs rotating, a recurring rotated domain, or a shifting class prior).
+// Deterministic given a seed: the same options give the same losses,
+// iteration by iteration.
 //
 // Iterations are numbered from 1. An epoch is one pass over the current
 // training pool (the remainder that does not fill a batch is skipped); the
@@ -13,8 +14,12 @@
 // `val_samples` images: what the producer sees. Test = the next
 // `test_samples` images: what the inference traffic costs (consumers answer
 // requests from it). Both see the drift of the iteration they are evaluated
-// at (a label swap or a rotation changes the traffic's truth too; classes
-// arriving do not change it: both always hold all 10 classes).
+// at (DriftedSamples): the traffic drifts with the training stream.
+//
+// Staleness table (DESIGN.md §1, core/staleness_table.h): with
+// Options::staleness_table the trainer keeps a float32 copy of the parameters
+// at every validation point and evaluates every kept version on that point's
+// drifted validation and test samples, off the timed training path.
 #pragma once
 
 #include <Eigen/Core>
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "viper/core/staleness_table.h"
 #include "viper/core/status.h"
 #include "viper/core/training_log.h"
 #include "viper/workflow/fashion_mnist.h"
@@ -42,17 +48,24 @@ class Trainer {
   static const char* ToString(Optimizer optimizer);
   static StatusOr<Optimizer> OptimizerFromString(const std::string& name);  // "sgd", "adam"
 
+  // Every kind drifts the training stream and the traffic (validation and
+  // test samples) alike; see DriftedSamples for the traffic side.
   enum class Drift {
     kNone,              // every iteration draws from all classes
     kClassIncremental,  // classes 0..drift_initial_classes-1 first, all classes from drift_at_iteration on
+                        // (the traffic holds only the classes seen so far)
     kLabelSwap,         // from drift_at_iteration on, the labels of drift_swap_classes are exchanged
-                        // (training stream, validation and test alike)
     kRotation,          // inputs rotated counter-clockwise by an angle growing linearly from 0 at
                         // drift_at_iteration to drift_rotation_degrees drift_duration_iterations later
-                        // (training stream, validation and test alike)
+    kRecurring,         // a domain that comes back: inputs rotated by drift_rotation_degrees during
+                        // alternate periods of drift_period_iterations from drift_at_iteration on
+                        // (rotated, upright, rotated, ...), so an older version can measure better again
+    kPriorShift,        // the class prior moves linearly from the data's own frequencies to one that puts
+                        // drift_prior_mass on drift_prior_classes, over drift_duration_iterations from
+                        // drift_at_iteration (training draws by class; the traffic is resampled)
   };
   static const char* ToString(Drift drift);
-  // "none", "class-incremental", "label-swap", "rotation".
+  // "none", "class-incremental", "label-swap", "rotation", "recurring", "prior-shift".
   static StatusOr<Drift> DriftFromString(const std::string& name);
 
   struct Options {
@@ -85,8 +98,8 @@ class Trainer {
     // Stream of training data.
     Drift drift = Drift::kNone;
     // First iteration of the drift (>= 2; required with any drift): the first
-    // that draws from all classes, that sees the swapped labels, or that
-    // starts rotating.
+    // that draws from all classes, that sees the swapped labels, that starts
+    // rotating, that is rotated (recurring) or whose class prior starts moving.
     int64_t drift_at_iteration = 0;
     // Class-incremental: classes 0..drift_initial_classes-1 are seen before
     // the drift (1..9).
@@ -98,8 +111,18 @@ class Trainer {
     // Rotation: final angle in degrees, counter-clockwise (finite, |angle| <= 360),
     // reached drift_duration_iterations after drift_at_iteration (>= 0; 0 =
     // at once). Bilinear interpolation about the image centre, 0 outside.
+    // Recurring: the angle of the rotated periods. Prior shift: the duration
+    // of the move from the data's prior to the target prior.
     double drift_rotation_degrees = 90.0;
     int64_t drift_duration_iterations = 1000;
+    // Recurring: length in iterations of each rotated or upright period (>= 1).
+    int64_t drift_period_iterations = 500;
+    // Prior shift: the classes that gain weight (distinct, 0..9, at least one,
+    // not all ten; default the upper-body garments T-shirt/top, Pullover, Coat,
+    // Shirt) and the share of the target prior they hold together, in
+    // (0, 1] (the other classes share the rest equally).
+    std::vector<int> drift_prior_classes = {0, 2, 4, 6};
+    double drift_prior_mass = 0.9;
     // Seed of the weight initialisation and of the shuffling.
     uint64_t seed = 1;
     // Validate (and test) every this many iterations and at the last one; 0 = never.
@@ -113,6 +136,14 @@ class Trainer {
     // test_accuracy). False keeps the subset (test(), Test()) but leaves the
     // log's test fields empty, e.g. where the consumers measure the truth.
     bool log_test = true;
+    // Record the staleness table (staleness_table()): needs validation
+    // (val_every_iterations > 0) and a test subset (test_samples > 0).
+    bool staleness_table = false;
+    // Versions the table keeps at most (0 = all; else >= 2). Over the bound
+    // the kept versions are thinned evenly: only validation points whose
+    // index is a multiple of a stride that doubles each time, plus the newest.
+    // Each kept version costs model_bytes of float32 copies.
+    int64_t staleness_max_versions = 0;
 
     // False (and a message naming the field) when a value is out of range.
     bool IsValid(std::string* error) const;
@@ -135,6 +166,19 @@ class Trainer {
     // consumers' traffic, not for the producer's work: `seconds` and the
     // records' wall_time_s exclude them (validation is included).
     double test_seconds = 0.0;
+    // Staleness table (only with Options::staleness_table): its rows, the
+    // versions kept at the end and at most at once, the bytes those copies
+    // took at most (peak versions x model_bytes), the seconds spent
+    // evaluating kept versions (excluded from `seconds` and wall_time_s like
+    // test_seconds), the evaluations run and those reused because the
+    // traffic was the same as at an earlier point (identical bits).
+    int64_t staleness_rows = 0;
+    int64_t staleness_versions_kept = 0;
+    int64_t staleness_versions_peak = 0;
+    std::size_t staleness_bytes_peak = 0;
+    double staleness_seconds = 0.0;
+    int64_t staleness_evaluations = 0;
+    int64_t staleness_evaluations_reused = 0;
 
     // One line: iterations, time, losses, accuracy.
     std::string BriefReport() const;
@@ -160,6 +204,9 @@ class Trainer {
   // ignored; `test` may be empty). Tests pass small sets.
   static StatusOr<std::unique_ptr<Trainer>> Create(const Options& options, Samples train, Samples validation,
                                                    Samples test = Samples());
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // One iteration: next mini-batch, forward, backward, update; validation
   // when due. Fills `record` (wall time since the first Step). Fails when
@@ -189,14 +236,25 @@ class Trainer {
   Evaluation Test() const;
   // `samples` as the drift has it at `iteration`: see DriftedSamples.
   Samples DriftedView(const Samples& samples, int64_t iteration) const;
+  // The staleness table so far (Options::staleness_table), rows sorted by
+  // (version_iteration, traffic_iteration); empty without it.
+  StalenessTable staleness_table() const;
+  // Iterations of the versions kept now, oldest first.
+  std::vector<int64_t> staleness_versions() const;
+  // Bytes of the kept versions' parameters now (versions x model bytes).
+  std::size_t staleness_bytes() const;
 
  private:
+  struct Traffic;      // a drifted sample, gathered
+  struct KeptVersion;  // a version the staleness table keeps
   Trainer(const Options& options, Mlp model);
-  Evaluation EvaluateAt(const Samples& samples, const Eigen::MatrixXf& inputs, const std::vector<int32_t>& labels,
-                        int64_t iteration) const;
+  // `model` on the validation (test = false) or test subset as drifted at `iteration`.
+  Evaluation EvaluateOn(const Mlp& model, bool test, int64_t iteration) const;
   void StartEpoch(bool all_classes);
+  void DrawPriorBatch(int64_t iteration);
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
+  void RecordStaleness(int64_t iteration);
 
   Options options_;
   Mlp model_;
@@ -206,6 +264,19 @@ class Trainer {
   Eigen::MatrixXf val_inputs_, test_inputs_;  // undrifted, gathered once
   std::vector<int32_t> val_labels_, test_labels_;
   double test_seconds_ = 0.0;
+  mutable std::unique_ptr<Traffic> val_traffic_, test_traffic_;  // the last drifted samples gathered
+  std::vector<KeptVersion> kept_;                                // staleness table: kept versions
+  std::vector<StalenessRecord> staleness_rows_;
+  int64_t staleness_stride_ = 1;  // kept: validation points whose index is a multiple of it, and the newest
+  int64_t staleness_peak_ = 0;
+  int64_t staleness_evaluations_ = 0, staleness_reused_ = 0;
+  double staleness_seconds_ = 0.0;
+  int64_t validation_points_ = 0;  // validation points so far
+  std::vector<std::vector<int64_t>> class_pools_;  // prior shift: training indices per class, shuffled
+  std::vector<std::size_t> class_positions_;
+  std::vector<double> train_class_shares_;  // prior shift: the training pool's own class frequencies
+  std::vector<int64_t> batch_indices_;
+  bool class_draws_ = false;  // prior shift: batches are drawn by class
   std::vector<int64_t> initial_pool_;  // indices of the pre-drift classes
   std::vector<int64_t> pool_;          // indices of the current epoch, shuffled
   int64_t pool_position_ = 0;
@@ -222,17 +293,52 @@ class Trainer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// The drift of `options` at `iteration` (1-based) applied to a set of samples:
-// label swap exchanges the two labels from drift_at_iteration on; rotation
-// rotates every image by DriftRotationDegrees (pixels rounded back to bytes);
-// none and class-incremental return `samples` unchanged (the traffic's truth
-// does not change when new classes arrive in training). Rotation needs square
-// images (features = side * side).
+// What the drift does to the traffic at one iteration. Equal states give
+// equal drifted samples, bit for bit (DriftedSamples is a function of it),
+// so an evaluation on one can stand for the other.
+struct TrafficState {
+  bool only_initial_classes = false;  // class-incremental before the drift: classes 0..k-1 only
+  bool swapped = false;               // label swap
+  double rotation_degrees = 0.0;      // rotation, recurring
+  double prior_progress = 0.0;        // prior shift: 0 = the data's own prior .. 1 = the target
+  bool Identity() const {
+    return !only_initial_classes && !swapped && rotation_degrees == 0.0 && prior_progress == 0.0;
+  }
+  bool operator==(const TrafficState& o) const {
+    return only_initial_classes == o.only_initial_classes && swapped == o.swapped &&
+           rotation_degrees == o.rotation_degrees && prior_progress == o.prior_progress;
+  }
+};
+TrafficState DriftTrafficState(const Trainer::Options& options, int64_t iteration);
+
+// The drift of `options` at `iteration` (1-based) applied to a set of samples
+// (the traffic as it is then). Class-incremental: before drift_at_iteration
+// only the samples of classes 0..drift_initial_classes-1, in order (the
+// traffic holds only the classes seen so far), all from it on. Label swap:
+// the two labels exchanged from drift_at_iteration on. Rotation, recurring:
+// every image rotated by DriftRotationDegrees (pixels rounded back to
+// bytes). Prior shift: the same number of samples, resampled so that class c
+// has its share of DriftClassPrior (largest remainder), taking class c's
+// samples in their order and cycling when it needs more than it has, classes
+// interleaved evenly; at progress 0 `samples` unchanged. Class-incremental
+// and prior shift act on the set as a whole (a consumer drifts the whole
+// traffic sample, then draws requests from it). Rotation needs square images.
 Samples DriftedSamples(const Trainer::Options& options, const Samples& samples, int64_t iteration);
-// The rotation angle in degrees at `iteration` (0 unless Drift::kRotation).
+Samples DriftedSamples(const Trainer::Options& options, const Samples& samples, const TrafficState& state);
+// The rotation angle in degrees at `iteration` (0 unless Drift::kRotation or
+// Drift::kRecurring).
 double DriftRotationDegrees(const Trainer::Options& options, int64_t iteration);
 // True from drift_at_iteration on with Drift::kLabelSwap.
 bool DriftSwapsLabels(const Trainer::Options& options, int64_t iteration);
+// Prior shift: how far the prior has moved at `iteration`, in [0, 1]
+// (0 before drift_at_iteration, 1 from drift_duration_iterations later on;
+// 0 unless Drift::kPriorShift).
+double DriftPriorProgress(const Trainer::Options& options, int64_t iteration);
+// Prior shift: the class prior at `progress` for data whose own class
+// frequencies are `own` (10 values summing to 1): (1 - progress) * own +
+// progress * target, target = drift_prior_mass shared equally by
+// drift_prior_classes, the rest shared equally by the other classes.
+std::vector<double> DriftClassPrior(const Trainer::Options& options, const std::vector<double>& own, double progress);
 
 }  // namespace workflow
 }  // namespace viper
