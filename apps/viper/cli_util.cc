@@ -1,17 +1,17 @@
 #include "cli_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "commands.h"
+#include "viper/core/atomic_file.h"
 
 namespace viper {
 namespace cli {
@@ -197,12 +197,12 @@ void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, in
 }
 
 Status WriteText(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  const fs::file_status st = fs::status(target, ec);
-  if (!ec && fs::exists(st) && !fs::is_regular_file(st)) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) return IoError("cannot write '" + path + "': it is a directory");
+    // /dev/stdout, a FIFO, a terminal: written in place (never created:
+    // no O_CREAT, so nothing appears if it vanished since the stat).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
     size_t done = 0;
     while (done < text.size()) {
@@ -215,31 +215,15 @@ Status WriteText(const std::string& path, const std::string& text) {
     if (done != text.size()) return IoError("failed writing '" + path + "'");
     return Status::Ok();
   }
-  const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return IoError("failed writing '" + path + "': " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return IoError("failed writing '" + path + "': " + why);
-  }
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return IoError("cannot rename the written file to '" + path + "': " + why);
-  }
+  // A report, not a model: 0666 narrowed by the umask, like a shell's `>`.
+  AtomicFile::Options options;
+  options.mode = 0666;
+  options.apply_umask = true;
+  auto file = AtomicFile::CreateFor(path, options);
+  if (!file.ok()) return IoError("cannot open '" + path + "' for writing: " + file.status().message());
+  Status written = (*file)->Write(text.data(), text.size());
+  if (written.ok()) written = (*file)->CommitTo(path);  // the temporary goes on failure
+  if (!written.ok()) return IoError("failed writing '" + path + "': " + written.message());
   return Status::Ok();
 }
 
@@ -258,50 +242,6 @@ Status WriteTrace(const std::string& text, const std::string& path, const std::s
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InternalError("the trace to write to '" + path + "' is not a JSON object");
   return WriteJson(std::move(j), path, schema);
-}
-
-std::string GnuplotQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += "''";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
-  }
-  return out + "'";
-}
-
-Status RunGnuplot(const std::string& terminal, const std::string& script, const std::string& png) {
-  namespace fs = std::filesystem;
-  const fs::path target(png);
-  const std::string stem = "viper-gnuplot-" + std::to_string(::getpid());
-  const fs::path tmp_png = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const fs::path script_path = fs::temp_directory_path() / (stem + ".gp");
-  const fs::path err_path = fs::temp_directory_path() / (stem + ".err");
-  VIPER_RETURN_IF_ERROR(WriteText(script_path.string(),
-                                  terminal + "\nset output " + GnuplotQuote(tmp_png.string()) + "\n" + script));
-  // Both paths are ours (temp dir, pid): no shell quoting issue.
-  const std::string cmd = "gnuplot '" + script_path.string() + "' 2>'" + err_path.string() + "'";
-  const int rc = std::system(cmd.c_str());
-  std::string err;
-  {
-    std::ifstream in(err_path);
-    std::getline(in, err, '\0');
-    if (err.size() > 2000) err = err.substr(0, 2000) + "...";
-  }
-  std::error_code ec;
-  fs::remove(script_path, ec);
-  fs::remove(err_path, ec);
-  if (rc != 0) {
-    fs::remove(tmp_png, ec);
-    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + ") drawing '" + png + "': " + err +
-                            " (install gnuplot-nox, or drop --plot)");
-  }
-  fs::rename(tmp_png, target, ec);
-  if (ec) {
-    fs::remove(tmp_png, ec);
-    return IoError("cannot rename the plot to '" + png + "'");
-  }
-  return Status::Ok();
 }
 
 }  // namespace cli
