@@ -46,13 +46,19 @@ class PrivateDir {
     dir.path_ = name.data();
     dir.fd_ = ::open(dir.path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir.fd_ < 0) return ErrnoError("cannot open " + dir.path_, errno);
-    return dir;
+    return StatusOr<PrivateDir>(std::move(dir));
   }
   PrivateDir() = default;
-  PrivateDir(PrivateDir&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) { o.fd_ = -1; }
+  PrivateDir(PrivateDir&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) {
+    o.path_.clear();
+    o.fd_ = -1;
+  }
   PrivateDir& operator=(PrivateDir&&) = delete;
   ~PrivateDir() {
-    if (fd_ < 0) return;
+    if (fd_ < 0) {
+      if (!path_.empty()) ::rmdir(path_.c_str());  // made, but not opened: empty
+      return;
+    }
     const int scan = ::dup(fd_);
     if (DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr) {
       std::vector<std::string> names;

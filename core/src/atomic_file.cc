@@ -29,7 +29,7 @@ std::string RandomHex64() {
     // No getrandom (very old kernel): mix the clock, pid and an address.
     // Names stay unique (O_EXCL retries); only their secrecy is weaker.
     bits ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ull;
-    bits ^= static_cast<uint64_t>(::getpid()) << 32 ^ reinterpret_cast<uintptr_t>(&bits);
+    bits ^= (static_cast<uint64_t>(::getpid()) << 32) ^ static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&bits));
   }
   char text[17];
   std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(bits));
