@@ -133,7 +133,6 @@ EXPECT_TIMEOUT_S=20 expect_rc 1 "model-dir with a FIFO named model-v5.safetensor
 expect_in "$tmp/out" "served: version 3" "the FIFO is skipped, the real version served"
 expect_in "$tmp/out" "FIFO" "the FIFO is named as such"
 EXPECT_TIMEOUT_S=20 expect_rc 1 "inspect on a FIFO returns" "$viper" inspect --file "$fifo/model-v5.safetensors"
-mkfifo "$tmp/fifo-tf" 2>/dev/null
 mkdir -p "$tmp/tffifo/4"
 mkfifo "$tmp/tffifo/4/model.safetensors"
 EXPECT_TIMEOUT_S=20 expect_rc 1 "model-dir tf-serving with a FIFO as the model file returns" \

@@ -76,8 +76,10 @@ TEST_F(AtomicFileTest, TemporaryNamesAreUnpredictable) {
     auto file = AtomicFile::CreateFor(dir_ + "/x");
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     const std::string& tmp = (*file)->temp_path();
-    EXPECT_THAT(tmp, HasSubstr(dir_ + "/.x.tmp-"));
-    EXPECT_EQ(tmp.find(std::to_string(::getpid())), std::string::npos) << tmp;
+    ASSERT_THAT(tmp, HasSubstr(dir_ + "/.x.tmp-"));
+    const std::string suffix = tmp.substr(tmp.rfind(".tmp-") + 5);  // 64 random bits, not the pid
+    EXPECT_EQ(suffix.size(), 16u) << tmp;
+    EXPECT_EQ(suffix.find_first_not_of("0123456789abcdef"), std::string::npos) << tmp;
     names.insert(tmp);
   }
   EXPECT_EQ(names.size(), 20u);
