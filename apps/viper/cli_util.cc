@@ -197,13 +197,26 @@ void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, in
 }
 
 Status WriteText(const std::string& path, const std::string& text) {
+  // Written in place, never created (no O_CREAT): a FIFO or device named
+  // directly, and /dev/stdout, /dev/stderr, /dev/fd/N (links into /proc,
+  // process substitution). A symbolic link
+  // anywhere else is replaced like a regular file, never written through: a
+  // link planted at the output's name cannot send the report into a device.
+  struct stat lst {};
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (S_ISDIR(st.st_mode)) return IoError("cannot write '" + path + "': it is a directory");
-    // /dev/stdout, a FIFO, a terminal: written in place (never created:
-    // no O_CREAT, so nothing appears if it vanished since the stat).
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+  const bool exists = ::lstat(path.c_str(), &lst) == 0;
+  const bool dev_name = path == "/dev/stdout" || path == "/dev/stderr" || path.rfind("/dev/fd/", 0) == 0 ||
+                        path.rfind("/proc/self/fd/", 0) == 0;
+  const bool in_place = exists && (dev_name ? ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)
+                                            : !S_ISREG(lst.st_mode) && !S_ISLNK(lst.st_mode));
+  if (exists && S_ISDIR(lst.st_mode)) return IoError("cannot write '" + path + "': it is a directory");
+  if (in_place) {
+    // O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of
+    // hanging; writes then block as usual.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     size_t done = 0;
     while (done < text.size()) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);

@@ -85,8 +85,9 @@ void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, in
 // name, O_EXCL|O_NOFOLLOW: a link planted in the directory is never written
 // through), fsync, rename (a failure never leaves a truncated file; the old
 // file stays; a link at `path` itself is replaced, not followed). Mode 0666
-// narrowed by the umask. A path that exists and is not a regular file
-// (/dev/stdout, a FIFO) is written directly, never created.
+// narrowed by the umask. A FIFO or device named directly, and /dev/stdout,
+// /dev/stderr, /dev/fd/N, are written in place, never created (a FIFO
+// without a reader is an error at once); any other symbolic link is replaced.
 Status WriteText(const std::string& path, const std::string& text);
 
 // Writes `j` (indented) to `path` ("-" = stdout) atomically, with the key

@@ -66,6 +66,17 @@ for cmd in plan fit; do
   victim_intact "$cmd --json"
   regular_file "$out/$cmd.json" "$cmd --json"
 done
+# A link planted at the output's own name is replaced, never written through
+# (not even into a device or FIFO it points to); a FIFO nobody reads is an
+# error at once, never a hang.
+ln -s "$victim" "$out/final.json"
+expect_rc 0 "plan --json onto a planted link" "$viper" plan --log "$log" --strategy epoch --json "$out/final.json"
+victim_intact "a link at the output's name"
+regular_file "$out/final.json" "the link at the output's name is replaced"
+mkfifo "$out/nobody.json"
+EXPECT_TIMEOUT_S=20 expect_rc 1 "plan --json into a FIFO nobody reads returns" "$viper" plan --log "$log" --strategy epoch --json "$out/nobody.json"
+expect_rc 0 "plan --json /dev/stdout still works" "$viper" plan --log "$log" --strategy epoch --json /dev/stdout
+expect_in "$tmp/out" '"schema": "viper.plan/1"' "JSON on /dev/stdout"
 umask_was="$(umask)"; umask 022
 expect_rc 0 "plan --json under umask 022" "$viper" plan --log "$log" --strategy epoch --json "$out/mode.json"
 umask "$umask_was"
