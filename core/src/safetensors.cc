@@ -584,7 +584,7 @@ StatusOr<int> OpenRegularFile(int dir_fd, const std::string& name, const std::st
     const int err = errno;
     if (err == ENOENT) return NotFoundError("cannot open " + Quote(shown) + ": " + std::strerror(err));
     if (err == ELOOP && !options.follow_symlinks) {
-      return FailedPreconditionError(Quote(shown) + " is a symbolic link: not followed (read its target by name)");
+      return InvalidArgumentError(Quote(shown) + " is a symbolic link: not followed (name its target instead)");
     }
     return ErrnoError("cannot open " + Quote(shown), err);
   }
@@ -601,7 +601,7 @@ StatusOr<int> OpenRegularFile(int dir_fd, const std::string& name, const std::st
                        : S_ISSOCK(st.st_mode) ? "a socket"
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
                                                                     : "not a regular file";
-    return FailedPreconditionError(Quote(shown) + " is " + what + ", not a regular file: not read");
+    return InvalidArgumentError(Quote(shown) + " is " + what + ", not a regular file: not read");
   }
   // Back to blocking reads (a regular file never blocks; this keeps pread's
   // semantics plain).

@@ -175,8 +175,8 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data
 //
 // Reading: the file is opened with O_NONBLOCK (a FIFO or device named like a
 // model never blocks the reader) and, unless follow_symlinks, O_NOFOLLOW (a
-// symbolic link as the last component is refused, FailedPrecondition); only
-// a regular file is read (anything else is FailedPrecondition). Messages
+// symbolic link as the last component is refused, InvalidArgument); only
+// a regular file is read (anything else is InvalidArgument). Messages
 // name the path, never the file's bytes before they parse as a header.
 struct ReadFileOptions {
   // Follow a symbolic link at the last component of the path (the caller
@@ -203,7 +203,7 @@ StatusOr<FileBuffer> ReadFileBufferAt(int dir_fd, const std::string& name, const
                                       const ReadFileOptions& options = {});
 // Opens `name` relative to `dir_fd` (AT_FDCWD: the working directory) for
 // reading as described above: O_NONBLOCK, O_NOFOLLOW unless follow_symlinks,
-// a regular file or FailedPrecondition. Returns the descriptor (the caller
+// a regular file or InvalidArgument. Returns the descriptor (the caller
 // closes it), in blocking mode again.
 StatusOr<int> OpenRegularFile(int dir_fd, const std::string& name, const std::string& shown,
                               const ReadFileOptions& options = {});
