@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -202,21 +203,39 @@ Status WriteText(const std::string& path, const std::string& text) {
   // process substitution). A symbolic link
   // anywhere else is replaced like a regular file, never written through: a
   // link planted at the output's name cannot send the report into a device.
+  // (/dev/stdout is written in place even when it leads to a regular file,
+  // the shell's redirection: replacing it would replace /dev/stdout itself.)
   struct stat lst {};
-  struct stat st {};
   const bool exists = ::lstat(path.c_str(), &lst) == 0;
   const bool dev_name = path == "/dev/stdout" || path == "/dev/stderr" || path.rfind("/dev/fd/", 0) == 0 ||
                         path.rfind("/proc/self/fd/", 0) == 0;
-  const bool in_place = exists && (dev_name ? ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)
-                                            : !S_ISREG(lst.st_mode) && !S_ISLNK(lst.st_mode));
+  const bool in_place = dev_name || (exists && !S_ISREG(lst.st_mode) && !S_ISLNK(lst.st_mode));
   if (exists && S_ISDIR(lst.st_mode)) return IoError("cannot write '" + path + "': it is a directory");
   if (in_place) {
+    // /dev/stdout and friends: the descriptor itself, after what stdio holds,
+    // so that the JSON lands after the table, at the shell's offset (opening
+    // /proc/self/fd/1 anew would start a regular file over at offset 0).
+    int fd = -1;
+    bool own = true;
+    if (dev_name) {
+      const std::string n = path == "/dev/stdout"   ? "1"
+                            : path == "/dev/stderr" ? "2"
+                                                    : path.substr(path.find_last_of('/') + 1);
+      if (!n.empty() && n.size() < 9 && n.find_first_not_of("0123456789") == std::string::npos) {
+        fd = std::stoi(n);
+        own = false;
+        std::cout.flush();
+        std::fflush(nullptr);
+      }
+    }
     // O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of
     // hanging; writes then block as usual.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (own) fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
-    const int fl = ::fcntl(fd, F_GETFL);
-    if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (own) {
+      const int fl = ::fcntl(fd, F_GETFL);
+      if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
     size_t done = 0;
     while (done < text.size()) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -224,7 +243,7 @@ Status WriteText(const std::string& path, const std::string& text) {
       if (n <= 0) break;
       done += static_cast<size_t>(n);
     }
-    ::close(fd);
+    if (own) ::close(fd);
     if (done != text.size()) return IoError("failed writing '" + path + "'");
     return Status::Ok();
   }

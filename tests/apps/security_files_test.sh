@@ -40,7 +40,7 @@ plot_rc=0
 command -v gnuplot >/dev/null 2>&1 || plot_rc=1
 expect_rc "$plot_rc" "simulate --plot --json --trace --requests-csv with links planted at every temporary name" \
   env TMPDIR="$shared" sh -c "$plant" sh "$names" "$victim" \
-  "$viper" simulate --log "$log" -q --strategies epoch,oracle --plot "$out/plot.png" \
+  "$viper" simulate --log "$log" -q --strategies epoch,oracle --trace-strategy epoch --plot "$out/plot.png" \
   --json "$out/sim.json" --trace "$out/trace.json" --requests-csv "$out/req.csv"
 victim_intact "simulate's outputs and gnuplot's script and stderr"
 if [ "$plot_rc" -eq 0 ]; then
@@ -75,8 +75,10 @@ victim_intact "a link at the output's name"
 regular_file "$out/final.json" "the link at the output's name is replaced"
 mkfifo "$out/nobody.json"
 EXPECT_TIMEOUT_S=20 expect_rc 1 "plan --json into a FIFO nobody reads returns" "$viper" plan --log "$log" --strategy epoch --json "$out/nobody.json"
-expect_rc 0 "plan --json /dev/stdout still works" "$viper" plan --log "$log" --strategy epoch --json /dev/stdout
+expect_rc 0 "plan --json /dev/stdout into a regular file" "$viper" plan --log "$log" --strategy epoch --json /dev/stdout
 expect_in "$tmp/out" '"schema": "viper.plan/1"' "JSON on /dev/stdout"
+[ -L /dev/stdout ] || [ ! -e /dev/stdout ] || [ -c /dev/stdout ] && passes=$((passes + 1)) ||
+  fail "/dev/stdout was replaced by a regular file"
 umask_was="$(umask)"; umask 022
 expect_rc 0 "plan --json under umask 022" "$viper" plan --log "$log" --strategy epoch --json "$out/mode.json"
 umask "$umask_was"
