@@ -75,10 +75,11 @@ victim_intact "a link at the output's name"
 regular_file "$out/final.json" "the link at the output's name is replaced"
 mkfifo "$out/nobody.json"
 EXPECT_TIMEOUT_S=20 expect_rc 1 "plan --json into a FIFO nobody reads returns" "$viper" plan --log "$log" --strategy epoch --json "$out/nobody.json"
-expect_rc 0 "plan --json /dev/stdout into a regular file" "$viper" plan --log "$log" --strategy epoch --json /dev/stdout
-expect_in "$tmp/out" '"schema": "viper.plan/1"' "JSON on /dev/stdout"
-[ -L /dev/stdout ] || [ ! -e /dev/stdout ] || [ -c /dev/stdout ] && passes=$((passes + 1)) ||
-  fail "/dev/stdout was replaced by a regular file"
+# (/dev/fd/1, not /dev/stdout: a regression must not replace the machine's
+# /dev/stdout, as main did when stdout was a regular file.)
+expect_rc 0 "plan --json /dev/fd/1 into a regular file" "$viper" plan --log "$log" --strategy epoch --json /dev/fd/1
+expect_in "$tmp/out" '"schema": "viper.plan/1"' "JSON on /dev/fd/1, after the table"
+expect_in "$tmp/out" 'schedule:' "the table is kept beside the JSON"
 umask_was="$(umask)"; umask 022
 expect_rc 0 "plan --json under umask 022" "$viper" plan --log "$log" --strategy epoch --json "$out/mode.json"
 umask "$umask_was"
