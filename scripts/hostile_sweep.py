@@ -15,6 +15,11 @@ Outcomes (one per input):
   crash     killed by a signal, an exit code outside 0-3, or a sanitizer or
             'terminate called' report
   hang      still running after --timeout seconds (killed)
+  deleted-outside   a file outside the directory given was removed (through a
+            symbolic link planted in it)
+  written-outside   a file a planted link pointed to was written or truncated
+  leaked    a secret file's bytes (reached through a planted link) appeared in
+            the output or the message
 
 Usage: hostile_sweep.py VIPER [--root DIR] [--per-class N] [--seed S]
                             [--timeout SECONDS] [--json PATH]
@@ -33,13 +38,23 @@ import sys
 import tempfile
 import time
 
-OUTCOMES = ["clean", "unclear", "ok", "accepted", "crash", "hang"]
+OUTCOMES = ["clean", "unclear", "ok", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked"]
+BAD = ("unclear", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked")
+SECRET = b"TOPSECRET-hostile-sweep-0123456789"
 MAX_MESSAGE = 4096
 
 
 def safetensors_image(header, data=b""):
     raw = header.encode() if isinstance(header, str) else header
     return struct.pack("<Q", len(raw)) + raw + data
+
+
+def legacy_image(version):
+    """A verified (data checksum only, legacy) model of `version` with an
+    empty data section, whose XXH3-64 is 2d06800538d394c2."""
+    header = json.dumps({"__metadata__": {"viper.checksum": "2d06800538d394c2", "viper.version": str(version)},
+                         "w": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})
+    return safetensors_image(header + " " * (-len(header) % 8))
 
 
 def split_image(image):
@@ -58,20 +73,23 @@ class Sweep:
         self.counter = 0
 
     # ---- running ------------------------------------------------------------
-    def run(self, args):
+    def run(self, args, prefix=()):
         t0 = time.monotonic()
         try:
-            p = subprocess.run([self.viper] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            p = subprocess.run(list(prefix) + [self.viper] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                timeout=self.timeout, cwd=self.work)
             return p.returncode, p.stdout, p.stderr, time.monotonic() - t0, False
         except subprocess.TimeoutExpired as e:
             return None, e.stdout or b"", e.stderr or b"", time.monotonic() - t0, True
 
-    def judge(self, cls, name, args, expect, mentions, same_model=None):
+    def judge(self, cls, name, args, expect, mentions, same_model=None, prefix=(), after=None):
         """expect: 'reject' (must exit 1/2), 'any' (valid or refused, both fine).
         mentions: strings one of which the message must contain.
-        same_model: callable -> bool, asked when a 'reject' input exits 0."""
-        rc, out, err, secs, timed_out = self.run(args)
+        same_model: callable -> bool, asked when a 'reject' input exits 0.
+        prefix: a command the viper command line is appended to (a wrapper).
+        after: callable(out, err) -> an outcome that overrides the rest
+        (deleted-outside, written-outside, leaked) or None."""
+        rc, out, err, secs, timed_out = self.run(args, prefix)
         text = err.decode("utf-8", "replace")
         if timed_out:
             outcome = "hang"
@@ -87,6 +105,8 @@ class Sweep:
         else:
             named = any(m in text for m in mentions)
             outcome = "clean" if text.strip() and len(err) <= MAX_MESSAGE and named else "unclear"
+        if after is not None and not timed_out:
+            outcome = after(out, err) or outcome
         self.results.append({"class": cls, "input": name, "outcome": outcome, "seconds": round(secs, 3),
                              "rc": rc, "message": text.strip()[:300]})
 
@@ -364,6 +384,112 @@ class Sweep:
                 self.results[-1]["outcome"] = "crash"
                 self.results[-1]["message"] = "a partial JSON file was left at " + out
 
+    # ---- planted links and FIFOs (issue 26) ------------------------------------
+    def filesystem_classes(self, per_class):
+        """A directory another user can write into: links planted at the
+        names the CLI writes (the pid-named temporaries of old, the final
+        name), links and FIFOs under a model version's name, tf-serving
+        version directories that are links elsewhere."""
+        r = self.rng
+        corpus = os.path.join(self.root, "fuzz", "corpus", "safetensors")
+        good = open(os.path.join(corpus, "valid-v2-spec.safetensors"), "rb").read()  # viper.version 3
+        log = os.path.join(self.root, "datasets", "logs", "sgd-h32.csv.gz")
+
+        def fresh(tag):
+            self.counter += 1
+            d = os.path.join(self.work, "%04d-%s" % (self.counter, tag))
+            os.makedirs(d)
+            return d
+
+        def secret_file(d):
+            path = os.path.join(d, "secret")
+            with open(path, "wb") as f:
+                f.write(SECRET)
+            os.chmod(path, 0o600)
+            return path
+
+        def untouched(path):
+            def check(out, err):
+                try:
+                    return None if open(path, "rb").read() == SECRET else "written-outside"
+                except OSError:
+                    return "written-outside"
+            return check
+
+        # 1. Links planted at every temporary name an output used (pid-named:
+        # the wrapper shell plants them under its own pid, then execs viper).
+        plant = 'for n in $1; do ln -s "$2" "$(printf %s "$n" | sed "s/@PID@/$$/g")"; done; shift 2; exec "$@"'
+        outputs = [
+            ("plan --json", lambda d: ["plan", "--log", log, "--strategy", "epoch", "--json", d + "/o.json"], ["o.json"]),
+            ("log-info --json", lambda d: ["log-info", "--log", log, "--json", d + "/o.json"], ["o.json"]),
+            ("simulate outputs", lambda d: ["simulate", "--log", log, "-q", "--strategies", "epoch,oracle",
+                                            "--json", d + "/o.json", "--trace", d + "/t.json",
+                                            "--requests-csv", d + "/r.csv"], ["o.json", "t.json", "r.csv"]),
+            ("inspect --json", lambda d: ["inspect", "--file", os.path.join(corpus, "valid-v2-table.safetensors"),
+                                          "--json", d + "/o.json"], ["o.json"]),
+        ]
+        for i in range(per_class):
+            what, argv, names = outputs[i % len(outputs)]
+            d = fresh("links")
+            secret = secret_file(fresh("outside"))
+            planted = " ".join("%s/.%s.tmp.@PID@" % (d, n) for n in names)
+            if i % 2:  # also the final name itself: replaced, never written through
+                planted += " " + " ".join("%s/%s" % (d, n) for n in names)
+            self.judge("planted-links", what, argv(d), "any", [d], prefix=["sh", "-c", plant, "sh", planted, secret],
+                       after=untouched(secret))
+
+        # 2. FIFOs and links under a version's name: model-dir and inspect
+        # return promptly, read nothing through a link, quote no bytes.
+        for i in range(per_class):
+            d = fresh("fifos")
+            with open(os.path.join(d, "model-v3.safetensors"), "wb") as f:
+                f.write(good)
+            secret = secret_file(fresh("outside"))
+            v = 4 + r.randrange(100)
+            kind = i % 3
+            target = os.path.join(d, "model-v%d.safetensors" % v)
+            if kind == 0:
+                os.mkfifo(target)
+            elif kind == 1:
+                os.symlink(secret, target)
+            else:
+                os.symlink("/dev/zero", target)
+
+            def no_leak(out, err, secret=secret):
+                if SECRET[:12] in out or SECRET[:12] in err:
+                    return "leaked"
+                return untouched(secret)(out, err)
+            self.judge("fifos-links", "model-dir, version %d a %s" % (v, ["FIFO", "link to a secret", "link to /dev/zero"][kind]),
+                       ["model-dir", "--dir", d, "--keep", "1"], "reject", [target], after=no_leak)
+            self.judge("fifos-links", "inspect a %s" % ["FIFO", "link to a secret", "link to /dev/zero"][kind],
+                       ["inspect", "--file", target], "reject", [os.path.basename(target)], after=no_leak)
+
+        # 3. tf-serving version directories that are links elsewhere, and
+        # flat versions that are links: --keep never deletes outside.
+        for i in range(per_class):
+            d = fresh("tfs")
+            elsewhere = fresh("elsewhere")
+            victim = os.path.join(elsewhere, "model.safetensors")
+            with open(victim, "wb") as f:
+                f.write(legacy_image(1))
+            newest = 10 + r.randrange(100)
+            os.makedirs(os.path.join(d, str(newest)))
+            with open(os.path.join(d, str(newest), "model.safetensors"), "wb") as f:
+                f.write(legacy_image(newest))
+            for v in r.sample(range(newest), 1 + i % 3):
+                os.symlink(elsewhere, os.path.join(d, str(v)))
+
+            def kept(out, err, victim=victim):
+                return None if os.path.exists(victim) else "deleted-outside"
+            self.judge("links-outside", "tf-serving --keep 1 with linked version directories",
+                       ["model-dir", "--dir", d, "--layout", "tf-serving", "--keep", "1"], "any", [d], after=kept)
+            flat = fresh("flat")
+            with open(os.path.join(flat, "model-v9.safetensors"), "wb") as f:
+                f.write(legacy_image(9))
+            os.symlink(victim, os.path.join(flat, "model-v%d.safetensors" % r.randrange(9)))
+            self.judge("links-outside", "flat --keep 1 with a linked version",
+                       ["model-dir", "--dir", flat, "--keep", "1"], "any", [flat], after=kept)
+
     # ---- report ---------------------------------------------------------------
     def table(self):
         classes = []
@@ -398,6 +524,7 @@ def main():
         s.model_classes(args.per_class)
         s.log_classes(args.per_class)
         s.option_classes(args.per_class)
+        s.filesystem_classes(args.per_class)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = s.table()
@@ -407,7 +534,7 @@ def main():
                         "max_seconds": max(x["max_seconds"] for x in rows),
                         **{o: sum(x[o] for x in rows) for o in OUTCOMES}}]:
         print(" ".join("%-16s" % row[c] if i == 0 else "%9s" % row[c] for i, c in enumerate(cols)))
-    bad = [x for x in s.results if x["outcome"] in ("unclear", "accepted", "crash", "hang")]
+    bad = [x for x in s.results if x["outcome"] in BAD]
     for x in bad:
         print("%s: %s: %s (exit %s, %.1f s): %s" % (x["outcome"], x["class"], x["input"], x["rc"], x["seconds"],
                                                    x["message"][:200]), file=sys.stderr)

@@ -1,17 +1,18 @@
 #include "cli_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "commands.h"
+#include "viper/core/atomic_file.h"
 
 namespace viper {
 namespace cli {
@@ -197,13 +198,44 @@ void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, in
 }
 
 Status WriteText(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  const fs::file_status st = fs::status(target, ec);
-  if (!ec && fs::exists(st) && !fs::is_regular_file(st)) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  // Written in place, never created (no O_CREAT): a FIFO or device named
+  // directly, and /dev/stdout, /dev/stderr, /dev/fd/N (links into /proc,
+  // process substitution). A symbolic link
+  // anywhere else is replaced like a regular file, never written through: a
+  // link planted at the output's name cannot send the report into a device.
+  // (/dev/stdout is written in place even when it leads to a regular file,
+  // the shell's redirection: replacing it would replace /dev/stdout itself.)
+  struct stat lst {};
+  const bool exists = ::lstat(path.c_str(), &lst) == 0;
+  const bool dev_name = path == "/dev/stdout" || path == "/dev/stderr" || path.rfind("/dev/fd/", 0) == 0 ||
+                        path.rfind("/proc/self/fd/", 0) == 0;
+  const bool in_place = dev_name || (exists && !S_ISREG(lst.st_mode) && !S_ISLNK(lst.st_mode));
+  if (exists && S_ISDIR(lst.st_mode)) return IoError("cannot write '" + path + "': it is a directory");
+  if (in_place) {
+    // /dev/stdout and friends: the descriptor itself, after what stdio holds,
+    // so that the JSON lands after the table, at the shell's offset (opening
+    // /proc/self/fd/1 anew would start a regular file over at offset 0).
+    int fd = -1;
+    bool own = true;
+    if (dev_name) {
+      const std::string n = path == "/dev/stdout"   ? "1"
+                            : path == "/dev/stderr" ? "2"
+                                                    : path.substr(path.find_last_of('/') + 1);
+      if (!n.empty() && n.size() < 9 && n.find_first_not_of("0123456789") == std::string::npos) {
+        fd = std::stoi(n);
+        own = false;
+        std::cout.flush();
+        std::fflush(nullptr);
+      }
+    }
+    // O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of
+    // hanging; writes then block as usual.
+    if (own) fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
+    if (own) {
+      const int fl = ::fcntl(fd, F_GETFL);
+      if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
     size_t done = 0;
     while (done < text.size()) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -211,35 +243,19 @@ Status WriteText(const std::string& path, const std::string& text) {
       if (n <= 0) break;
       done += static_cast<size_t>(n);
     }
-    ::close(fd);
+    if (own) ::close(fd);
     if (done != text.size()) return IoError("failed writing '" + path + "'");
     return Status::Ok();
   }
-  const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return IoError("failed writing '" + path + "': " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return IoError("failed writing '" + path + "': " + why);
-  }
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return IoError("cannot rename the written file to '" + path + "': " + why);
-  }
+  // A report, not a model: 0666 narrowed by the umask, like a shell's `>`.
+  AtomicFile::Options options;
+  options.mode = 0666;
+  options.apply_umask = true;
+  auto file = AtomicFile::CreateFor(path, options);
+  if (!file.ok()) return IoError("cannot open '" + path + "' for writing: " + file.status().message());
+  Status written = (*file)->Write(text.data(), text.size());
+  if (written.ok()) written = (*file)->CommitTo(path);  // the temporary goes on failure
+  if (!written.ok()) return IoError("failed writing '" + path + "': " + written.message());
   return Status::Ok();
 }
 
@@ -258,50 +274,6 @@ Status WriteTrace(const std::string& text, const std::string& path, const std::s
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InternalError("the trace to write to '" + path + "' is not a JSON object");
   return WriteJson(std::move(j), path, schema);
-}
-
-std::string GnuplotQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += "''";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
-  }
-  return out + "'";
-}
-
-Status RunGnuplot(const std::string& terminal, const std::string& script, const std::string& png) {
-  namespace fs = std::filesystem;
-  const fs::path target(png);
-  const std::string stem = "viper-gnuplot-" + std::to_string(::getpid());
-  const fs::path tmp_png = target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const fs::path script_path = fs::temp_directory_path() / (stem + ".gp");
-  const fs::path err_path = fs::temp_directory_path() / (stem + ".err");
-  VIPER_RETURN_IF_ERROR(WriteText(script_path.string(),
-                                  terminal + "\nset output " + GnuplotQuote(tmp_png.string()) + "\n" + script));
-  // Both paths are ours (temp dir, pid): no shell quoting issue.
-  const std::string cmd = "gnuplot '" + script_path.string() + "' 2>'" + err_path.string() + "'";
-  const int rc = std::system(cmd.c_str());
-  std::string err;
-  {
-    std::ifstream in(err_path);
-    std::getline(in, err, '\0');
-    if (err.size() > 2000) err = err.substr(0, 2000) + "...";
-  }
-  std::error_code ec;
-  fs::remove(script_path, ec);
-  fs::remove(err_path, ec);
-  if (rc != 0) {
-    fs::remove(tmp_png, ec);
-    return UnavailableError("gnuplot failed (exit " + std::to_string(rc) + ") drawing '" + png + "': " + err +
-                            " (install gnuplot-nox, or drop --plot)");
-  }
-  fs::rename(tmp_png, target, ec);
-  if (ec) {
-    fs::remove(tmp_png, ec);
-    return IoError("cannot rename the plot to '" + png + "'");
-  }
-  return Status::Ok();
 }
 
 }  // namespace cli

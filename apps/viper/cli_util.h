@@ -80,10 +80,14 @@ StatusOr<Warmup> ParseWarmup(const std::string& text);
 // Boost.Program_options hook so that po::value<Warmup> parses --warmup.
 void validate(boost::any& v, const std::vector<std::string>& values, Warmup*, int);
 
-// Writes `text` to `path` atomically: a temporary file beside it, fsync,
-// rename (a failure never leaves a truncated file; the old file stays).
-// A path that exists and is not a regular file (/dev/stdout, a FIFO) is
-// written directly.
+// Writes `text` to `path` atomically through the project's one atomic-write
+// routine (viper/core/atomic_file.h): a private temporary beside it (random
+// name, O_EXCL|O_NOFOLLOW: a link planted in the directory is never written
+// through), fsync, rename (a failure never leaves a truncated file; the old
+// file stays; a link at `path` itself is replaced, not followed). Mode 0666
+// narrowed by the umask. A FIFO or device named directly, and /dev/stdout,
+// /dev/stderr, /dev/fd/N, are written in place, never created (a FIFO
+// without a reader is an error at once); any other symbolic link is replaced.
 Status WriteText(const std::string& path, const std::string& text);
 
 // Writes `j` (indented) to `path` ("-" = stdout) atomically, with the key
@@ -100,8 +104,12 @@ Status WriteTrace(const std::string& text, const std::string& path, const std::s
 // `text` as a gnuplot single-quoted string ('it''s').
 std::string GnuplotQuote(const std::string& text);
 // Runs gnuplot on `script` (which must not set the output) drawing to `png`
-// through a temporary file beside it, renamed on success: a failed plot
-// leaves no partial PNG. `terminal` is the "set terminal ..." line.
+// (gnuplot.cc). Everything gnuplot reads and writes lives in a private
+// directory (mkdtemp, 0700, removed afterwards): the script (written with
+// AtomicFile), its stderr (a file created O_EXCL|O_NOFOLLOW there) and the
+// image, which is then copied to `png` atomically; gnuplot is started with
+// posix_spawnp, no shell. A failed plot leaves no partial PNG. `terminal` is
+// the "set terminal ..." line.
 Status RunGnuplot(const std::string& terminal, const std::string& script, const std::string& png);
 
 // True when `path` is "-" (JSON to stdout): the command then prints its

@@ -27,6 +27,7 @@ int RunInspect(const std::vector<std::string>& args) {
   std::string json_path;
   bool no_verify = false;
   bool require_checksum = false;
+  bool follow_symlinks = false;
   desc.add_options()("help,h", "print this help")("file", po::value(&file)->required(),
                                                   "the .safetensors file to inspect (required)")(
       "json", po::value(&json_path),
@@ -40,7 +41,10 @@ int RunInspect(const std::vector<std::string>& args) {
       "header checksum is always checked)")(
       "require-checksum", po::bool_switch(&require_checksum),
       "refuse (exit 1) a file without Viper's checksum, e.g. one written by the safetensors library "
-      "(default: list it as unverified, exit 0)");
+      "(default: list it as unverified, exit 0)")(
+      "follow-symlinks", po::bool_switch(&follow_symlinks),
+      "read the file a symbolic link at --file points to (default: refuse a link, exit 1, so that a link "
+      "planted in a shared directory cannot make this command read another file)");
   po::variables_map vm;
   const int rc = ParseOrHelp(
       args, desc, &vm, "viper inspect --file X.safetensors [--json PATH] [--no-verify] [--require-checksum]",
@@ -49,10 +53,16 @@ int RunInspect(const std::vector<std::string>& args) {
       "viper.checksum (XXH3-64 of the data section) and, in format 2, viper.header_checksum (the tensor "
       "table and metadata). A file without any viper.* key is valid but listed as unverified. Exit 1 with "
       "the parser's message on a malformed or corrupt file, including one whose viper.* keys are damaged "
-      "(e.g. a checksum key that no longer reads viper.checksum).");
+      "(e.g. a checksum key that no longer reads viper.checksum). Only a regular file is read (a FIFO or "
+      "device is refused without blocking; a symbolic link unless --follow-symlinks); messages never quote "
+      "the file's bytes before they parse as a safetensors header.");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
 
-  auto buffer = safetensors::ReadFileBuffer(file);
+  // Never blocks on a FIFO, reads only a regular file, and (unless
+  // --follow-symlinks) refuses a symbolic link at the last component.
+  safetensors::ReadFileOptions read_options;
+  read_options.follow_symlinks = follow_symlinks;
+  auto buffer = safetensors::ReadFileBuffer(file, read_options);
   if (!buffer.ok()) return Fail("inspect", buffer.status());
   const std::byte* data = buffer->bytes.get();
   safetensors::ParseOptions options;

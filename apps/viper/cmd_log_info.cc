@@ -36,6 +36,8 @@ nlohmann::json SummaryToJson(const TrainingLog& log, const LogSummary& s) {
   if (log.wall_time_column.empty()) j["wall_time_column"] = nullptr; else j["wall_time_column"] = log.wall_time_column;
   j["wall_time_from_durations"] = log.wall_time_from_durations;
   j["skipped_summary_rows"] = log.skipped_summary_rows;
+  j["discarded_orphaned_rows"] = log.discarded_orphaned_rows;
+  j["restarts"] = log.restarts;
   if (log.epoch_level_iterations_per_epoch > 0) {
     j["epoch_level_iterations_per_epoch"] = log.epoch_level_iterations_per_epoch;
   } else {
@@ -98,6 +100,11 @@ int RunLogInfo(const std::vector<std::string>& args) {
     std::fprintf(out, "summary entries        %lld skipped (a run summary such as Hugging Face's train_loss mean is not a "
                 "loss point)\n",
                 static_cast<long long>(log->skipped_summary_rows));
+  }
+  if (log->restarts) {
+    std::fprintf(out, "restarts               %lld (steps went back): %lld orphaned values discarded, as TensorBoard "
+                "does\n",
+                static_cast<long long>(log->restarts), static_cast<long long>(log->discarded_orphaned_rows));
   }
   if (s.dropped_non_finite) {
     std::fprintf(out, "dropped rows           %lld (non-finite values)\n", static_cast<long long>(s.dropped_non_finite));

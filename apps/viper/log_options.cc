@@ -1,5 +1,6 @@
 #include "log_options.h"
 
+#include <cstdio>
 #include <limits>
 
 namespace viper {
@@ -52,7 +53,16 @@ StatusOr<TrainingLog> ReadLog(LogOptions o) { return ReadLog(o, o.path); }
 StatusOr<TrainingLog> ReadLog(LogOptions o, const std::string& path) {
   VIPER_ASSIGN_OR_RETURN(o.reader.format, datasets::LogFormatFromString(o.format));
   VIPER_ASSIGN_OR_RETURN(o.reader.non_finite, datasets::NonFinitePolicyFromString(o.non_finite));
-  return datasets::LogReader::ReadFile(path, o.reader);
+  auto log = datasets::LogReader::ReadFile(path, o.reader);
+  if (log.ok() && log->restarts > 0) {
+    // TensorBoard of a restarted run: said on stderr, whatever the command.
+    std::fprintf(stderr,
+                 "viper: warning: %s: a restarted run (steps went back %lld times): %lld orphaned values "
+                 "discarded, the rest kept, as TensorBoard does\n",
+                 path.c_str(), static_cast<long long>(log->restarts),
+                 static_cast<long long>(log->discarded_orphaned_rows));
+  }
+  return log;
 }
 
 }  // namespace cli

@@ -284,22 +284,6 @@ Status VerifyIntegrity(const std::map<std::string, std::string>& metadata, std::
 // Appends the JSON text of `s` (quoted, escaped; throws on invalid UTF-8).
 void AppendJsonString(const std::string& s, std::string* out) { *out += Json(s).dump(); }
 
-// Writes all of [data, data+size) to fd, retrying on EINTR and short writes.
-Status WriteAll(int fd, const void* data, std::size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const std::size_t chunk = std::min<std::size_t>(size, std::size_t{1} << 30);
-    const ssize_t n = ::write(fd, p, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("writing " + Quote(path), errno);
-    }
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return Status::Ok();
-}
-
 std::string DirName(const std::string& path) {
   const auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -589,22 +573,60 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data
   return std::move(raw.metadata);
 }
 
-StatusOr<FileBuffer> ReadFileBuffer(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+StatusOr<int> OpenRegularFile(int dir_fd, const std::string& name, const std::string& shown,
+                              const ReadFileOptions& options) {
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the
+  // file type is checked on the descriptor before a byte is read.
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+  if (!options.follow_symlinks) flags |= O_NOFOLLOW;
+  const int fd = ::openat(dir_fd, name.c_str(), flags);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return NotFoundError("cannot open " + Quote(path) + ": " + std::strerror(err));
-    return ErrnoError("cannot open " + Quote(path), err);
+    if (err == ENOENT) return NotFoundError("cannot open " + Quote(shown) + ": " + std::strerror(err));
+    if (err == ELOOP && !options.follow_symlinks) {
+      return InvalidArgumentError(Quote(shown) + " is a symbolic link: not followed (name its target instead)");
+    }
+    return ErrnoError("cannot open " + Quote(shown), err);
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return ErrnoError("cannot stat " + Quote(path), err);
+    return ErrnoError("cannot stat " + Quote(shown), err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return InvalidArgumentError(Quote(path) + " is not a regular file");
+    const char* what = S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISDIR(st.st_mode) ? "a directory"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "not a regular file";
+    return InvalidArgumentError(Quote(shown) + " is " + what + ", not a regular file: not read");
+  }
+  // Back to blocking reads (a regular file never blocks; this keeps pread's
+  // semantics plain).
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+StatusOr<FileBuffer> ReadFileBuffer(const std::string& path, const ReadFileOptions& options) {
+  return ReadFileBufferAt(AT_FDCWD, path, path, options);
+}
+
+StatusOr<FileBuffer> ReadFileBufferAt(int dir_fd, const std::string& name, const std::string& shown,
+                                      const ReadFileOptions& options) {
+  VIPER_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(dir_fd, name, shown, options));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("cannot stat " + Quote(shown), err);
+  }
+  if (options.max_bytes > 0 && static_cast<uint64_t>(st.st_size) > options.max_bytes) {
+    ::close(fd);
+    return OutOfRangeError(Quote(shown) + " is " + std::to_string(st.st_size) + " bytes, more than the " +
+                           std::to_string(options.max_bytes) + "-byte limit");
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   // Uninitialised on purpose: every byte is read from the file below.
@@ -617,11 +639,11 @@ StatusOr<FileBuffer> ReadFileBuffer(const std::string& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return ErrnoError("reading " + Quote(path), err);
+      return ErrnoError("reading " + Quote(shown), err);
     }
     if (n == 0) {
       ::close(fd);
-      return DataLossError(Quote(path) + " shrank while being read: got " + std::to_string(done) + " of " +
+      return DataLossError(Quote(shown) + " shrank while being read: got " + std::to_string(done) + " of " +
                            std::to_string(size) + " bytes");
     }
     done += static_cast<uint64_t>(n);
@@ -634,8 +656,9 @@ StatusOr<FileBuffer> ReadFileBuffer(const std::string& path) {
 }
 
 
-StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options, ParseInfo* info) {
-  VIPER_ASSIGN_OR_RETURN(FileBuffer file, ReadFileBuffer(path));
+StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options, ParseInfo* info,
+                              const ReadFileOptions& read_options) {
+  VIPER_ASSIGN_OR_RETURN(FileBuffer file, ReadFileBuffer(path, read_options));
   const std::byte* data = file.bytes.get();
   auto state = Parse(std::shared_ptr<const void>(file.bytes, data), data, file.size, options, info);
   if (!state.ok()) return state.status().WithContext(path);
@@ -647,19 +670,20 @@ Status WriteFileAtomic(const ModelState& state, const std::string& path) {
   VIPER_ASSIGN_OR_RETURN(uint64_t checksum, DataChecksum(state));
   VIPER_ASSIGN_OR_RETURN(Header header, BuildHeader(state, &checksum));
 
-  const std::string dir = DirName(path);
-  auto file = AtomicFile::Create(path + ".tmp." + std::to_string(::getpid()));
+  // A private temporary beside `path` (random name, O_EXCL|O_NOFOLLOW,
+  // mode 0600): a link planted in the directory is never written through.
+  auto file = AtomicFile::CreateFor(path);
   if (!file.ok()) {
+    const std::string dir = DirName(path);
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return NotFoundError("cannot write " + Quote(path) + ": directory " + Quote(dir) + " does not exist");
     }
     return file.status();
   }
-  const std::string& tmp = (*file)->temp_path();
-  VIPER_RETURN_IF_ERROR(WriteAll((*file)->fd(), header.bytes.data(), header.bytes.size(), tmp));
+  VIPER_RETURN_IF_ERROR((*file)->Write(header.bytes.data(), header.bytes.size()));
   for (const Tensor& t : state.tensors()) {
-    if (t.size_bytes) VIPER_RETURN_IF_ERROR(WriteAll((*file)->fd(), t.data, t.size_bytes, tmp));
+    if (t.size_bytes) VIPER_RETURN_IF_ERROR((*file)->Write(t.data, t.size_bytes));
   }
   return (*file)->CommitTo(path);  // fsync, rename, directory fsync; the temporary goes on failure
 }

@@ -1,6 +1,7 @@
 // The safetensors header in one linear SAX pass (safetensors_header.h).
 #include "safetensors_header.h"
 
+#include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -167,11 +168,17 @@ class HeaderReader : public nlohmann::json_sax<Json> {
     return true;
   }
 
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    // nlohmann's message quotes the token it last read ("last read: '...'"):
+    // the file's own bytes, which may be anything (a link to a secret), so
+    // they are cut off; the byte offset says where.
     std::string what = e.what();
-    // nlohmann quotes the token it last read, which can be megabytes long.
+    const auto last_read = what.find("; last read");
+    if (last_read != std::string::npos) what.resize(last_read);
+    const auto at = what.find("] ");  // drop "[json.exception.parse_error.101] "
+    if (at != std::string::npos) what = what.substr(at + 2);
     if (what.size() > 2 * kMaxQuotedChars) what = what.substr(0, 2 * kMaxQuotedChars) + "...";
-    return Fail("header is not valid JSON: " + what);
+    return Fail("header is not valid JSON (at byte " + std::to_string(position) + " of the header): " + what);
   }
 
  private:
@@ -273,6 +280,13 @@ StatusOr<RawHeader> ParseRawHeader(const std::byte* data, uint64_t size, const P
   RawHeader raw;
   raw.header_bytes = GetLe64(data);
   if (raw.header_bytes > kMaxHeaderBytes) {
+    // A value this large is not a length: the file is not safetensors (text,
+    // say). Its bytes are not echoed back as a number.
+    if (raw.header_bytes >= (uint64_t{1} << 40)) {
+      return InvalidArgumentError("the first 8 bytes are not a safetensors header length (they read as more "
+                                  "than 2^40 bytes, beyond the " + std::to_string(kMaxHeaderBytes) +
+                                  "-byte limit): not a safetensors file");
+    }
     return InvalidArgumentError("header length " + std::to_string(raw.header_bytes) + " bytes exceeds the " +
                                 std::to_string(kMaxHeaderBytes) + "-byte limit");
   }
@@ -282,10 +296,22 @@ StatusOr<RawHeader> ParseRawHeader(const std::byte* data, uint64_t size, const P
                          " bytes follow the length prefix; truncated?)");
   }
   const char* begin = reinterpret_cast<const char*>(data + 8);
+  // The header is the JSON object, then only spaces (0x20) up to N, as the
+  // specification pads it and the reference parser requires. nlohmann's
+  // parser would stop at a NUL byte and ignore what follows it: refuse that.
+  const char* end = begin + raw.header_bytes;
+  const char* last = end;
+  while (last > begin && last[-1] == ' ') --last;
+  if (last == begin) return InvalidArgumentError("header is not valid JSON: it is empty (or only spaces)");
+  if (const void* nul = std::memchr(begin, '\0', static_cast<std::size_t>(last - begin))) {
+    const auto at = static_cast<const char*>(nul) - begin;
+    return InvalidArgumentError("header is not valid JSON: a NUL byte at byte " + std::to_string(at) +
+                                " of the header (only spaces may follow the JSON object)");
+  }
   HeaderReader reader(&raw, options);
   bool ok = false;
   try {
-    ok = Json::sax_parse(begin, begin + raw.header_bytes, &reader);
+    ok = Json::sax_parse(begin, end, &reader);
   } catch (const std::exception& e) {  // bad_alloc, or a library exception not routed to parse_error
     return InvalidArgumentError(std::string("header could not be parsed: ") + e.what());
   }
@@ -293,6 +319,10 @@ StatusOr<RawHeader> ParseRawHeader(const std::byte* data, uint64_t size, const P
     Status st = reader.error();
     if (st.ok()) st = InvalidArgumentError("header is not valid JSON");
     return st;
+  }
+  if (last[-1] != '}') {  // the object parsed, then tabs or newlines
+    return InvalidArgumentError("header is not valid JSON: only spaces (0x20) may follow the JSON object up to "
+                                "the header's length");
   }
   return raw;
 }

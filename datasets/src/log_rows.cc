@@ -341,7 +341,16 @@ Status Builder::Append(LogRecord r, const std::string& where, int64_t line) {
       }
       return Status::Ok();
     }
-    if (r.iteration <= last.iteration) {
+    if (r.iteration <= last.iteration && spec_.discard_orphans_on_restart) {
+      // A restarted run (TensorBoard's purge of orphaned data): the earlier
+      // rows from this step on belong to the abandoned continuation.
+      while (!log_.records.empty() && log_.records.back().iteration >= r.iteration) {
+        log_.records.pop_back();
+        lines_.pop_back();
+        ++log_.discarded_orphaned_rows;
+      }
+      ++log_.restarts;
+    } else if (r.iteration <= last.iteration) {
       return InvalidArgumentError(where + ": iterations must be strictly increasing, but " +
                                   std::to_string(r.iteration) + " follows " + std::to_string(last.iteration) +
                                   " (" + Ref(lines_.back()) + ")");
@@ -476,6 +485,7 @@ BuildSpec MakeSpec(LogFormat format, const Selection& sel, const Columns& cols, 
   spec.epoch_level = sel[kIteration] < 0;
   spec.rebase_wall_time = format == LogFormat::kTensorBoardCsv || format == LogFormat::kTensorBoardJson ||
                           format == LogFormat::kTfEvents;
+  spec.discard_orphans_on_restart = format == LogFormat::kTensorBoardCsv || format == LogFormat::kTensorBoardJson;
   // TensorBoard's wall times are Unix times, never durations.
   spec.durations = (o.time_is_duration && !spec.rebase_wall_time) || format == LogFormat::kDetectron2;
   switch (format) {

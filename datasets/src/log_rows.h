@@ -170,6 +170,10 @@ struct BuildSpec {
   bool durations = false;            // the wall-time column holds seconds per iteration
   bool rebase_wall_time = false;     // wall times are Unix times: subtract the first
   bool skip_rows_without_metrics = false;  // Lightning's rows of other metrics
+  // TensorBoard's exports: a step that goes back (or repeats) is a restart;
+  // the rows at that step and after it are discarded (orphaned), as
+  // TensorBoard does, and counted in TrainingLog::discarded_orphaned_rows.
+  bool discard_orphans_on_restart = false;
   std::array<std::string, kNumFields> column;  // the selected column names ("" = none)
   // How a row number reads in messages: "line N" (text) or "record N" etc.
   const char* row_word = nullptr;  // nullptr = "file:N" (a line)

@@ -440,6 +440,12 @@ StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& so
     std::array<int64_t, kNumFields> from{};
   };
   std::map<int64_t, Step> steps;
+  // A tag's step going back (or repeating) is a restarted run: TensorBoard
+  // purges that tag's values at that step and after it (the orphaned
+  // continuation) and keeps the rest; so does this reader.
+  std::array<int64_t, kNumFields> last_step;
+  last_step.fill(-1);
+  TrainingLog counts;
   VIPER_RETURN_IF_ERROR(internal::ForEachTfScalar(data, source, options.max_rows, [&](const internal::TfScalar& s) {
     int field = -1;
     const int c = cols.Find(s.tag);
@@ -456,18 +462,25 @@ StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& so
       return InvalidArgumentError(where + ": tag " + Excerpt(s.tag, 40) + ": step " + std::to_string(s.step) +
                                   " is out of range (expected 0.." + std::to_string(kMaxLogIteration) + ")");
     }
+    if (s.step <= last_step[field]) {
+      ++counts.restarts;
+      for (auto it = steps.lower_bound(s.step); it != steps.end();) {
+        Step& old = it->second;
+        if (old.v[field]) {
+          old.v[field].reset();
+          ++counts.discarded_orphaned_rows;
+        }
+        bool any = false;
+        for (int f = 0; f < kNumFields; ++f) any = any || (f != kWallTime && f != kIteration && old.v[f]);
+        it = any ? std::next(it) : steps.erase(it);
+      }
+    }
+    last_step[field] = s.step;
     if (!steps.count(s.step) && static_cast<int64_t>(steps.size()) >= options.max_rows) {
       return OutOfRangeError(where + ": more than " + std::to_string(options.max_rows) +
                              " steps (the limit on rows; raise it with --max-rows)");
     }
     Step& st = steps[s.step];
-    if (st.v[field]) {
-      return InvalidArgumentError(where + ": tag " + Excerpt(s.tag, 40) + " has a second value at step " +
-                                  std::to_string(s.step) + " (the first is in record " +
-                                  std::to_string(st.from[field]) +
-                                  "): a restarted run, or two runs in one file? Split them, or keep the part you "
-                                  "mean");
-    }
     st.v[field] = s.value;
     st.from[field] = s.record;
     if (st.record == 0) {
@@ -487,7 +500,10 @@ StatusOr<TrainingLog> ParseTfEvents(std::string_view data, const std::string& so
     st.v[kIteration] = static_cast<double>(step);
     VIPER_RETURN_IF_ERROR(builder.Add(st.v, source + ": record " + std::to_string(st.record), st.record));
   }
-  return builder.Finish();
+  VIPER_ASSIGN_OR_RETURN(TrainingLog log, builder.Finish());
+  log.discarded_orphaned_rows = counts.discarded_orphaned_rows;
+  log.restarts = counts.restarts;
+  return log;
 }
 
 }  // namespace internal

@@ -1,71 +1,36 @@
 // viper.save_file / viper.load_file: the safetensors codec of viper::core
 // (byte-compatible files with Viper's checksum in __metadata__).
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <string>
 
 #include "bindings.h"
+#include "viper/core/atomic_file.h"
 #include "viper/core/safetensors.h"
 
 namespace viper {
 namespace python {
 namespace {
 
-Status WriteAll(int fd, const void* data, uint64_t size, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, std::min<uint64_t>(size, 1ull << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + path, errno);
-    }
-    p += n;
-    size -= static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
-std::string DirectoryOf(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// Header (with the data checksum and `metadata`) then the tensors' bytes, to
-// `path`.tmp.<pid>, fsync, rename, fsync of the directory: `path` is never
-// left half-written.
+// Header (with the data checksum and `metadata`) then the tensors' bytes,
+// through the project's one atomic-write routine (viper/core/atomic_file.h):
+// a private temporary beside `path` (random name, O_EXCL|O_NOFOLLOW, mode
+// 0600), fsync, rename, fsync of the directory. `path` is never left
+// half-written and a link planted in the directory is never written through.
 Status SaveFile(const ModelState& state, const std::string& path, const std::map<std::string, std::string>& metadata) {
   VIPER_ASSIGN_OR_RETURN(const uint64_t checksum, safetensors::DataChecksum(state));
   VIPER_ASSIGN_OR_RETURN(const safetensors::Header header, safetensors::BuildHeader(state, &checksum, metadata));
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError(path + ": the directory " + DirectoryOf(path) + " does not exist");
-    return ErrnoError("open " + tmp, errno);
+  auto file = AtomicFile::CreateFor(path);
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kNotFound) {
+      return NotFoundError(path + ": the directory " + DirectoryOf(path) + " does not exist");
+    }
+    return file.status();
   }
-  Status st = WriteAll(fd, header.bytes.data(), header.bytes.size(), tmp);
+  VIPER_RETURN_IF_ERROR((*file)->Write(header.bytes.data(), header.bytes.size()));
   for (const Tensor& t : state.tensors()) {
-    if (!st.ok()) break;
-    st = WriteAll(fd, t.data, t.size_bytes, tmp);
+    if (t.size_bytes) VIPER_RETURN_IF_ERROR((*file)->Write(t.data, t.size_bytes));
   }
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("fsync " + tmp, errno);
-  if (::close(fd) != 0 && st.ok()) st = ErrnoError("close " + tmp, errno);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoError("rename " + tmp + " to " + path, errno);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  const int dir = ::open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return Status::Ok();
+  return (*file)->CommitTo(path);  // the temporary goes on any failure
 }
 
 }  // namespace
@@ -105,7 +70,12 @@ void BindFiles(py::module_& m) {
         StatusOr<ModelState> state = InternalError("not parsed");
         {
           py::gil_scoped_release release;
-          file = safetensors::ReadFileBuffer(path);
+          // Like safetensors.torch.load_file, a symbolic link is followed
+          // (the Hugging Face cache is links into blobs/); a FIFO or device
+          // is still refused without blocking.
+          safetensors::ReadFileOptions read_options;
+          read_options.follow_symlinks = true;
+          file = safetensors::ReadFileBuffer(path, read_options);
           if (file.ok()) {
             state = safetensors::Parse(std::shared_ptr<const void>(file->bytes, file->bytes.get()),
                                        file->bytes.get(), file->size, options);

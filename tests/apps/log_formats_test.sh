@@ -98,4 +98,13 @@ for f in "$corpus"/hostile-*; do
 done
 if [ "$n" -lt 20 ]; then echo "FAIL: only $n hostile seeds in $corpus"; fails=$((fails + 1)); fi
 
+# A TensorBoard export of a restarted run (issue 26, item 12): the steps go
+# back; the orphaned ones are discarded as TensorBoard does, and said.
+printf 'Wall time,Step,Value\n1000,10,2.0\n1001,20,1.8\n1002,30,1.7\n2000,20,1.75\n2001,30,1.6\n2002,40,1.5\n' \
+  >"$tmp/run-restart-tag-train_loss.csv"
+expect_rc 0 "log-info on a restarted run's TensorBoard export" "$viper" log-info --log "$tmp/run-restart-tag-train_loss.csv" --json "$tmp/restart.json"
+expect_in "$tmp/out" "restarts               1" "log-info says the run restarted"
+expect_in "$tmp/err" "orphaned values discarded" "a warning on stderr"
+expect_in "$tmp/restart.json" '"discarded_orphaned_rows": 2' "log-info JSON: discarded_orphaned_rows"
+
 finish "log formats"

@@ -56,23 +56,29 @@ mkdir "$flat"
 cp "$corpus/valid-v2-spec.safetensors" "$flat/model-v3.safetensors"   # viper.version 3
 cp "$corpus/valid-plain-pt.safetensors" "$flat/model-v4.safetensors"  # another writer's file
 touch "$flat/.model-v9.safetensors.tmp-1-0"                            # a temporary: ignored
-expect_rc 0 "model-dir serves an unverified plain file" "$viper" model-dir --dir "$flat" --json "$tmp/dir.json"
+# By default versions are judged as a default consumer (pfs_require_checksum)
+# judges them: the plain file is refused, version 3 served.
+expect_rc 1 "model-dir refuses an unverified plain file as a default consumer" "$viper" model-dir --dir "$flat"
+expect_in "$tmp/out" "served: version 3" "model-dir serves what a default consumer serves"
+expect_in "$tmp/out" "refused by a default consumer" "model-dir says why the plain file is refused"
+expect_rc 1 "model-dir --require-checksum (the default)" "$viper" model-dir --dir "$flat" --require-checksum
+expect_in "$tmp/out" "served: version 3" "--require-checksum serves the newest verified version"
+expect_rc 0 "model-dir --accept-unverified serves an unverified plain file" "$viper" model-dir --dir "$flat" --accept-unverified --json "$tmp/dir.json"
 expect_in "$tmp/out" "verified (data+header)" "model-dir lists the verified version"
 expect_in "$tmp/out" "unverified (no Viper checksum)" "model-dir lists the unverified version"
 expect_in "$tmp/out" "served: version 4" "model-dir serves the newest valid version"
 expect_in "$tmp/out" "UNVERIFIED" "the served version's status is visible"
 expect_in "$tmp/dir.json" '"served_verified": false' "model-dir JSON: served_verified"
-expect_rc 1 "model-dir --require-checksum" "$viper" model-dir --dir "$flat" --require-checksum
-expect_in "$tmp/out" "served: version 3" "--require-checksum serves the newest verified version"
+expect_rc 2 "model-dir --require-checksum --accept-unverified" "$viper" model-dir --dir "$flat" --require-checksum --accept-unverified
 
 cp "$corpus/bad-nested-600k.safetensors" "$flat/model-v5.safetensors"
 cp "$corpus/bad-header-iteration.safetensors" "$flat/model-v6.safetensors"
-expect_rc 1 "model-dir with hostile versions" "$viper" model-dir --dir "$flat"
+expect_rc 1 "model-dir with hostile versions" "$viper" model-dir --dir "$flat" --accept-unverified
 expect_in "$tmp/out" "header must be a JSON object" "model-dir gives the nested file's reason"
 expect_in "$tmp/out" "header checksum mismatch" "model-dir gives the edited header's reason"
 expect_in "$tmp/out" "served: version 4" "hostile versions are skipped"
 
-expect_rc 1 "model-dir --keep 1" "$viper" model-dir --dir "$flat" --keep 1
+expect_rc 1 "model-dir --keep 1" "$viper" model-dir --dir "$flat" --keep 1 --accept-unverified
 expect_in "$tmp/out" "removed: version 3" "--keep removes old versions"
 expect_not_in "$tmp/out" "removed: version 4" "--keep never removes the served version"
 if [ -e "$flat/model-v3.safetensors" ] || [ ! -e "$flat/model-v4.safetensors" ] || [ ! -e "$flat/model-v6.safetensors" ]; then

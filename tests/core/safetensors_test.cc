@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -334,6 +335,38 @@ TEST(SafetensorsRejectTest, InvalidJsonIncludesParserMessage) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("header is not valid JSON"));
   EXPECT_THAT(s.message(), HasSubstr("parse error"));  // nlohmann's own text
+}
+
+// Issue 26, item 12: the reference parser allows only spaces after the JSON
+// object; nlohmann's stops at a NUL byte, which let "\0garbage" through.
+TEST(SafetensorsRejectTest, OnlySpacesMayFollowTheHeaderObject) {
+  const std::string json = R"({"__metadata__":{"a":"b"},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  EXPECT_TRUE(ParseStatus(RawFile(json + "   ", "x")).ok());
+  Status s = ParseStatus(RawFile(json + std::string("\0garbage", 8), "x"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("NUL byte"));
+  s = ParseStatus(RawFile(json + std::string("\0\0\0\0", 4), "x"));
+  EXPECT_THAT(s.message(), HasSubstr("NUL byte"));
+  s = ParseStatus(RawFile(json + "\n\t", "x"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("only spaces"));
+  EXPECT_THAT(ParseStatus(RawFile("    ", "")).message(), HasSubstr("empty"));
+}
+
+// Issue 26, item 8: a message never quotes bytes of a file that is not a
+// safetensors file (a link to a secret): neither the JSON parser's "last
+// read" excerpt nor the first 8 bytes read as a length.
+TEST(SafetensorsRejectTest, MessagesQuoteNoBytesOfANonHeader) {
+  const std::string secret = "{TOPSECRET-TOPSECRET-TOPSECRET";
+  Status s = ParseStatus(RawFile(secret, ""));
+  EXPECT_THAT(s.message(), HasSubstr("header is not valid JSON (at byte"));
+  EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("TOPSECRET")));
+  const std::string text = "root:x:0:0:root:/root:/bin/bash\n";
+  s = ParseStatus(ToBytes(text));
+  EXPECT_THAT(s.message(), HasSubstr("not a safetensors file"));
+  uint64_t as_number = 0;
+  std::memcpy(&as_number, text.data(), 8);
+  EXPECT_THAT(s.message(), ::testing::Not(HasSubstr(std::to_string(as_number))));
 }
 
 TEST(SafetensorsRejectTest, HeaderNotAnObject) {
@@ -1066,13 +1099,25 @@ class SafetensorsFileTest : public ::testing::Test {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
   }
+  // The names in dir_, sorted.
+  std::vector<std::string> Entries() const {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) out.push_back(e->d_name);
+      }
+      ::closedir(d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   std::string dir_;
 };
 
 TEST_F(SafetensorsFileTest, WriteThenReadRoundTrips) {
   const std::string path = dir_ + "/model.safetensors";
   ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
-  EXPECT_FALSE(Exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_EQ(Entries(), std::vector<std::string>{"model.safetensors"});  // no temporary left
   // The file holds exactly what Serialize produces.
   std::ifstream in(path, std::ios::binary);
   std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -1113,10 +1158,53 @@ TEST_F(SafetensorsFileTest, FailedRenameLeavesNoTempFile) {
   Status s = WriteFileAtomic(SpecModel(), path);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("renaming"));
-  EXPECT_FALSE(Exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_EQ(Entries(), std::vector<std::string>{"taken"});  // no temporary left
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
+}
+
+// Issue 26, item 2: a link planted where main put its temporary
+// (<path>.tmp.<pid>) is never written through; the temporary's name is
+// random and the file private (0600).
+TEST_F(SafetensorsFileTest, PlantedLinkAtTemporaryNameIsNotFollowed) {
+  const std::string path = dir_ + "/model.safetensors";
+  const std::string victim = dir_ + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  ASSERT_EQ(::symlink(victim.c_str(), (path + ".tmp." + std::to_string(::getpid())).c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(SpecModel(), path).ok());
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_TRUE(ReadFile(path).ok());
+}
+
+// Issue 26, item 8: the read side opens nothing but a regular file, never
+// blocks on a FIFO, follows a link only when asked.
+TEST_F(SafetensorsFileTest, ReadRefusesLinksFifosAndDirectories) {
+  const std::string real = dir_ + "/real.safetensors";
+  ASSERT_TRUE(WriteFileAtomic(SpecModel(), real).ok());
+  const std::string link = dir_ + "/link.safetensors";
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  auto via_link = ReadFile(link);
+  EXPECT_EQ(via_link.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(via_link.status().message(), HasSubstr("symbolic link"));
+  ReadFileOptions follow;
+  follow.follow_symlinks = true;
+  EXPECT_TRUE(ReadFile(link, {}, nullptr, follow).ok());
+  const std::string fifo = dir_ + "/model-v5.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto from_fifo = ReadFileBuffer(fifo);  // returns at once: no writer is waited for
+  EXPECT_EQ(from_fifo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(from_fifo.status().message(), HasSubstr("a FIFO, not a regular file"));
+  EXPECT_EQ(ReadFileBuffer(dir_).status().code(), StatusCode::kInvalidArgument);
+  ReadFileOptions small;
+  small.max_bytes = 8;
+  EXPECT_EQ(ReadFileBuffer(real, small).status().code(), StatusCode::kOutOfRange);
 }
 
 TEST_F(SafetensorsFileTest, DeviceTensorWritesNothing) {
@@ -1154,7 +1242,7 @@ TEST_F(SafetensorsFileTest, TruncatedFileIsDataLossNamingThePath) {
 TEST_F(SafetensorsFileTest, ReadingADirectoryIsRejected) {
   auto read = ReadFile(dir_);
   EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(read.status().message(), HasSubstr("is not a regular file"));
+  EXPECT_THAT(read.status().message(), HasSubstr("is a directory, not a regular file"));
 }
 
 }  // namespace

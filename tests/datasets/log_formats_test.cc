@@ -246,9 +246,53 @@ TEST(LogFormatsTest, TfEventsInMemory) {
   EXPECT_DOUBLE_EQ(*r->records[1].wall_time_s, 1.5);
   // Detected from the content under another name.
   EXPECT_TRUE(ParseText(file, "run.bin").ok());
-  // A second value of one tag at one step (a restarted run) is named.
-  ExpectError(ParseText(file + Record(Event(103.0, 10, Simple("loss", 1.4f))), "events.out.tfevents.x"),
-              {"record 4", "second value at step 10", "record 3"});
+  // A second value of one tag at one step: a restarted run (below).
+  r = ParseText(file + Record(Event(103.0, 10, Simple("loss", 1.4f))), "events.out.tfevents.x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FLOAT_EQ(static_cast<float>(*r->records[1].train_loss), 1.4f);  // the later value wins
+  EXPECT_EQ(r->restarts, 1);
+}
+
+// Issue 26, item 12: a restarted run's event file, its steps going back.
+// TensorBoard discards the orphaned values (a tag's values at and after the
+// step it went back to) and plots the rest: so does the reader, and says so.
+TEST(LogFormatsTest, TfEventsRestartDiscardsOrphanedSteps) {
+  std::string file = Record(Event(100.0, 0, ""));
+  for (int step = 1; step <= 5; ++step) {  // the first run: steps 1..5
+    file += Record(Event(100.0 + step, step, Simple("loss", 10.0f - static_cast<float>(step))));
+  }
+  for (int step = 3; step <= 7; ++step) {  // resumed from step 3's checkpoint
+    file += Record(Event(200.0 + step, step, Simple("loss", 20.0f - static_cast<float>(step))));
+  }
+  auto r = ParseText(file, "events.out.tfevents.x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 7u);  // steps 1, 2 of the first run; 3..7 of the second
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 8.0);   // step 2, first run
+  EXPECT_DOUBLE_EQ(*r->records[2].train_loss, 17.0);  // step 3, second run
+  EXPECT_EQ(r->records.back().iteration, 7);
+  EXPECT_EQ(r->restarts, 1);
+  EXPECT_EQ(r->discarded_orphaned_rows, 3);  // steps 3, 4, 5 of the first run
+}
+
+TEST(LogFormatsTest, TensorBoardExportsOfARestartedRun) {
+  const std::string csv =
+      "Wall time,Step,Value\n1000,1,5\n1001,2,4\n1002,3,3\n1003,4,2\n2000,2,4.5\n2001,3,3.5\n2002,5,1\n";
+  auto r = ParseText(csv, "run-tag-train_loss.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 4u);  // step 1; then 2, 3, 5 of the resumed run
+  EXPECT_EQ(r->records[1].iteration, 2);
+  EXPECT_DOUBLE_EQ(*r->records[1].train_loss, 4.5);
+  EXPECT_EQ(r->records[3].iteration, 5);
+  EXPECT_EQ(r->discarded_orphaned_rows, 3);  // steps 2, 3, 4 of the first run
+  EXPECT_EQ(r->restarts, 1);
+  const std::string json = "[[1000, 1, 5], [1001, 2, 4], [1002, 3, 3], [2000, 3, 3.5], [2001, 4, 2.5]]";
+  r = ParseText(json, "run-tag-train_loss.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 4u);
+  EXPECT_DOUBLE_EQ(*r->records[2].train_loss, 3.5);
+  EXPECT_EQ(r->discarded_orphaned_rows, 1);
+  // Other formats still require increasing iterations.
+  EXPECT_FALSE(ParseText("iteration,loss\n1,2.0\n3,1.9\n2,1.8\n", "a.csv").ok());
 }
 
 TEST(LogFormatsTest, TfEventsHostileFraming) {

@@ -151,3 +151,32 @@ def test_bad_metadata(tmp_dir):
         viper.save_file({"x": torch.zeros(1)}, tmp_dir / "m.safetensors", metadata={"n": 1})
     with pytest.raises(ValueError, match="reserved"):
         viper.save_file({"x": torch.zeros(1)}, tmp_dir / "m.safetensors", metadata={"viper.version": "3"})
+
+
+def test_save_file_never_writes_through_a_planted_link(tmp_dir):
+    """Issue 26, item 2: a link planted where save_file put its temporary
+    (<path>.tmp.<pid>) is never written through; the file is private."""
+    path = tmp_dir / "m.safetensors"
+    victim = tmp_dir / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, f"{path}.tmp.{os.getpid()}")
+    viper.save_file({"x": torch.arange(4, dtype=torch.float32)}, path)
+    assert victim.read_text() == "precious"
+    assert path.is_file() and not path.is_symlink()
+    assert os.stat(path).st_mode & 0o7777 == 0o600
+    assert torch.equal(viper.load_file(path)["x"], torch.arange(4, dtype=torch.float32))
+    assert not [n for n in os.listdir(tmp_dir) if ".tmp-" in n]
+
+
+def test_load_file_reads_no_fifo_and_follows_a_link(tmp_dir):
+    """Issue 26, item 8: a FIFO is refused at once; a link is followed (as
+    safetensors.torch.load_file does: the Hugging Face cache is links)."""
+    fifo = tmp_dir / "model.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(Exception, match="FIFO"):
+        viper.load_file(fifo)
+    real = tmp_dir / "real.safetensors"
+    viper.save_file({"x": torch.ones(2)}, real)
+    link = tmp_dir / "link.safetensors"
+    os.symlink(real, link)
+    assert torch.equal(viper.load_file(link)["x"], torch.ones(2))

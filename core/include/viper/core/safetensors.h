@@ -172,19 +172,44 @@ StatusOr<ModelState> Parse(std::vector<std::byte> bytes, const ParseOptions& opt
 StatusOr<std::map<std::string, std::string>> ParseMetadata(const std::byte* data, uint64_t size);
 
 // Whole-file helpers (the PFS tier has its own fsync'd, O_DIRECT path).
+//
+// Reading: the file is opened with O_NONBLOCK (a FIFO or device named like a
+// model never blocks the reader) and, unless follow_symlinks, O_NOFOLLOW (a
+// symbolic link as the last component is refused, InvalidArgument); only
+// a regular file is read (anything else is InvalidArgument). Messages
+// name the path, never the file's bytes before they parse as a header.
+struct ReadFileOptions {
+  // Follow a symbolic link at the last component of the path (the caller
+  // named that path itself and trusts where it leads).
+  bool follow_symlinks = false;
+  // Refuse a larger file (OutOfRange) before allocating; 0 = no limit.
+  uint64_t max_bytes = 0;
+};
 // ReadFile reads the whole file into one buffer the tensors then view;
 // errors name the path (NotFound when it does not exist).
 StatusOr<ModelState> ReadFile(const std::string& path, const ParseOptions& options = {},
-                              ParseInfo* info = nullptr);
+                              ParseInfo* info = nullptr, const ReadFileOptions& read_options = {});
 // The whole file in one uninitialised-then-filled buffer: what ReadFile
 // parses, for callers that also want ParseMetadata or the raw bytes.
 struct FileBuffer {
   std::shared_ptr<std::byte[]> bytes;
   uint64_t size = 0;
 };
-StatusOr<FileBuffer> ReadFileBuffer(const std::string& path);
-// Writes to `path`.tmp.<pid>, fsyncs, renames to `path`, fsyncs the
-// directory. On failure the temporary file is removed and `path` is never left
+StatusOr<FileBuffer> ReadFileBuffer(const std::string& path, const ReadFileOptions& options = {});
+// The same for `name` relative to the open directory `dir_fd` (openat: the
+// directory cannot be swapped for a link elsewhere between listing and
+// reading); `shown` is the path messages name.
+StatusOr<FileBuffer> ReadFileBufferAt(int dir_fd, const std::string& name, const std::string& shown,
+                                      const ReadFileOptions& options = {});
+// Opens `name` relative to `dir_fd` (AT_FDCWD: the working directory) for
+// reading as described above: O_NONBLOCK, O_NOFOLLOW unless follow_symlinks,
+// a regular file or InvalidArgument. Returns the descriptor (the caller
+// closes it), in blocking mode again.
+StatusOr<int> OpenRegularFile(int dir_fd, const std::string& name, const std::string& shown,
+                              const ReadFileOptions& options = {});
+// Writes to a private temporary beside `path` (AtomicFile::CreateFor: a
+// random name created with O_EXCL|O_NOFOLLOW, mode 0600), fsyncs, renames to
+// `path`, fsyncs the directory. On failure the temporary file is removed and `path` is never left
 // partially written (NotFound when the directory does not exist).
 Status WriteFileAtomic(const ModelState& state, const std::string& path);
 

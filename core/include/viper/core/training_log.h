@@ -31,6 +31,13 @@ struct TrainingLog {
   // Entries that summarise the run rather than log a step (Hugging Face's
   // final train_loss/train_runtime entry): skipped, never a loss point.
   int64_t skipped_summary_rows = 0;
+  // TensorBoard formats (event files and scalar exports) of a restarted run:
+  // when a step goes back, the values logged earlier at that step and after
+  // it are orphaned (the run was resumed from an earlier checkpoint) and
+  // discarded, as TensorBoard itself does; the rest is kept. How many values
+  // (rows of an export) were discarded, and at how many restarts.
+  int64_t discarded_orphaned_rows = 0;
+  int64_t restarts = 0;
   // The column, key or tag the wall times came from; empty = the log has no
   // wall time (a caller that needs seconds per iteration must ask the user).
   std::string wall_time_column;

@@ -12,6 +12,15 @@
 // metric appears in both (Hugging Face logs the training loss and the eval_*
 // metrics in separate entries); otherwise iterations must strictly increase.
 //
+// TensorBoard of a restarted run (event files, and the scalar exports in CSV
+// and JSON): when a step goes back or repeats, the run was resumed from an
+// earlier checkpoint and the values logged before at that step and after it
+// are orphaned. TensorBoard discards them and plots the rest (its
+// purge_orphaned_data; in an event file per tag, as TensorBoard purges the
+// tags of the event that went back); so does this reader, counting them in
+// TrainingLog::discarded_orphaned_rows and ::restarts (log-info prints both,
+// and a warning). Every other format still requires increasing iterations.
+//
 // Epoch-level logs (an epoch column and no iteration column, e.g. Keras):
 // epoch e (0-based) becomes iteration (e + 1) * iterations_per_epoch.
 //
