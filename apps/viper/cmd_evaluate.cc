@@ -156,6 +156,8 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["request_count"] = ctx->problem.requests.request_count;
           c["metric"] = predictor::ToString(ctx->metric);
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
+          c["judge"] = JudgeName(*ctx);
+          c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
           nlohmann::json rows = nlohmann::json::object();
@@ -184,7 +186,8 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 {"plan_time_s", r->plan.summary.plan_time_s},
                 {"message", r->plan.summary.message}};
           }
-          std::fprintf(table, "   %s\n", ctx->separate_truth      ? predictor::ToString(ctx->truth_metric)
+          std::fprintf(table, "   %s%s\n", ctx->staleness_truth ? "staleness table, " : "",
+                       ctx->separate_truth      ? predictor::ToString(ctx->truth_metric)
                                           : TruthIsTrainingLoss(*ctx) ? "train_loss (noisy, as observed)"
                                                                       : "same as observed");
           std::fflush(table);

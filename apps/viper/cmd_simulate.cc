@@ -229,6 +229,8 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["log"] = ctx.log.source;
     j["metric"] = predictor::ToString(ctx.metric);
     j["truth_metric"] = predictor::ToString(ctx.truth_metric);
+    j["judge"] = JudgeName(ctx);
+    j["staleness_table"] = ctx.staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx.staleness_source);
     j["separate_truth"] = ctx.separate_truth;
     j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
     j["tau_source"] = ctx.tau_source;

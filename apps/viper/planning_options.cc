@@ -1,11 +1,14 @@
 #include "planning_options.h"
 
+#include <filesystem>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "viper/core/units.h"
+#include "viper/datasets/staleness_reader.h"
 #include "viper/predictor/cost_model.h"
 
 namespace viper {
@@ -68,6 +71,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("cost-model", po::value(&o->cost_model), "measured cost samples (CSV tier,mode,phase,bytes,seconds or JSON) fitted per phase, instead of the preset")
       ("stall-s", po::value<double>()->notifier([o](double v) { o->stall_s = v; }), "direct producer stall sigma per checkpoint, seconds in [0, 1e6] (with --delay-s; default: from the tier)")
       ("delay-s", po::value<double>()->notifier([o](double v) { o->delay_s = v; }), "direct delivery delay delta per checkpoint, seconds in [0, 1e6] (with --stall-s)")
+      ("staleness", po::value(&o->staleness)->default_value(o->staleness), "staleness table of the log's run (CSV or .csv.gz: version_iteration,traffic_iteration,val_loss,[val_accuracy,]test_loss[,test_accuracy]; README 'Staleness tables'): requests are charged its test_loss of (their version, the traffic at their time), the oracle is exact on it, and online re-measures the served version from its val_loss at each validation point. 'auto' = <log stem>.staleness.csv[.gz] beside the log when there is one; 'none' = the diagonal: a stale version is charged the loss it had on its own traffic")
       ("drift", po::value(&pt.drift_per_s)->default_value(pt.drift_per_s), "loss added per second a version has been served (rho), in [0, 1e6]")
       ("price-per-slowdown-s", po::value(&pt.price_per_slowdown_s)->default_value(pt.price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective, in [0, 1e12]")
       ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (a negative value = no bound)");
@@ -82,6 +86,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
 }
 
 Status ValidatePlanningOptions(const PlanningOptions& o) {
+  if (o.staleness.empty()) return InvalidArgumentError("--staleness '': expected a file, auto or none");
   const schedulers::ScenarioOptions& sc = o.scenario;
   const schedulers::Problem& pt = sc.problem_template;
   VIPER_RETURN_IF_ERROR(CheckInteger("--total-iterations", sc.total_iterations, 0, kMaxPlannedIterations,
@@ -280,6 +285,12 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   }
   if (o.slowdown_budget_s >= 0) p.slowdown_budget_s = o.slowdown_budget_s;
 
+  std::string table_path = o.staleness == "auto" ? StalenessTableBeside(log_options.path)
+                                                  : o.staleness == "none" ? std::string() : o.staleness;
+  if (!table_path.empty()) {
+    VIPER_ASSIGN_OR_RETURN(so.staleness, datasets::StalenessReader::ReadFile(table_path, {}));
+  }
+
   auto sc = schedulers::MakeScenario(ctx.log, so);
   // FailedPrecondition naming the log: tau was to be measured and cannot be.
   if (!sc.ok() && sc.status().code() == StatusCode::kFailedPrecondition &&
@@ -347,14 +358,41 @@ bool TruthIsTrainingLoss(const PlanningContext& ctx) {
   return ctx.truth_metric == predictor::LossMetric::kTrainLoss;
 }
 
+std::string StalenessTableBeside(const std::string& log_path) {
+  namespace fs = std::filesystem;
+  const fs::path p(log_path);
+  std::string stem = p.filename().string();
+  for (const char* ext : {".gz", ".csv", ".json", ".jsonl"}) {
+    const std::string e = ext;
+    if (stem.size() > e.size() && stem.compare(stem.size() - e.size(), e.size(), e) == 0) {
+      stem.resize(stem.size() - e.size());
+    }
+  }
+  for (const char* ext : {".staleness.csv.gz", ".staleness.csv"}) {
+    const fs::path t = p.parent_path() / (stem + ext);
+    std::error_code ec;
+    if (fs::is_regular_file(t, ec)) return t.string();
+  }
+  return "";
+}
+
+std::string JudgeName(const PlanningContext& ctx) { return ctx.staleness_truth ? "staleness table" : "diagonal"; }
+
 std::string TruthNote(const PlanningContext& ctx) {
   std::string note;
+  if (ctx.staleness_truth) {
+    note = "each request charged the staleness table's test_loss of (its version, the traffic at its time): " +
+           ctx.staleness_source + "; the oracle is exact on it, online re-measures the served version from its val_loss\n";
+  } else {
+    note = "no staleness table: a stale version is charged the loss it had on its own traffic (--staleness FILE "
+           "charges L(version, traffic))\n";
+  }
   if (ctx.separate_truth) {
-    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
+    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
            "planners observe " + predictor::ToString(ctx.metric);
   } else {
     const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss).ok();
-    note = std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
+    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
            (has_test ? "--truth-metric chose it over the log's test_loss" : "the log has no separate truth column (test_loss)") +
            ",\nso a rule that selects on measured noise is rewarded for it";
   }

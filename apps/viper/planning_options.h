@@ -49,6 +49,9 @@ struct PlanningOptions {
   std::optional<double> stall_s;      // direct sigma (with delay_s) instead of a tier
   std::optional<double> delay_s;      // direct delta
   double slowdown_budget_s = -1;      // < 0 = unlimited
+  // Staleness table: a file, "auto" (<log stem>.staleness.csv[.gz] beside the
+  // log, when there is one) or "none" (the diagonal judge).
+  std::string staleness = "none";
 
   // The preset that the transport flags fill in (scenario.tier's default).
   schedulers::PresetCost& preset() { return std::get<schedulers::PresetCost>(scenario.tier); }
@@ -72,6 +75,12 @@ struct PlanningContext : schedulers::Scenario {
   double model_bytes = 0;
   std::string tau_source;   // "--seconds-per-iteration", "measured over the warm-up", ...
 };
+
+// The staleness table beside `log_path` (<stem>.staleness.csv.gz or .csv,
+// the stem being the name without .csv/.json/.gz), or "" when there is none.
+std::string StalenessTableBeside(const std::string& log_path);
+// What the schedules' requests were charged: "staleness table" or "diagonal".
+std::string JudgeName(const PlanningContext& ctx);
 
 // Reads the log and builds the context. Errors are bad input (exit 1).
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& options);

@@ -290,6 +290,8 @@ std::vector<std::string> ShippedLogFiles() {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(ShippedLogDirectory(), ec)) {
     const std::string name = e.path().filename().string();
+    // Staleness tables live beside their logs (<stem>.staleness.csv.gz): not logs.
+    if (name.find(".staleness.") != std::string::npos) continue;
     if (name.find(".csv") != std::string::npos || name.find(".jsonl") != std::string::npos) {
       logs.push_back(e.path().string());
     }
