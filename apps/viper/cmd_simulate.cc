@@ -25,7 +25,9 @@ using Row = simulator::StrategyOutcome;
 
 // Draws the true curve, the prediction, each strategy's checkpoints and a CIL
 // bar chart with gnuplot. The bars start at zero and carry each strategy's
-// regret vs the oracle.
+// regret vs the oracle. With a staleness table, a fourth panel draws it as a
+// heatmap: each measured pair at (traffic iteration, version iteration),
+// coloured by its test_loss (the judge's), with the oracle's versions marked.
 Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std::string& png) {
   std::ostringstream curves, warm, marks, bars;
   for (auto* os : {&curves, &warm, &marks, &bars}) os->precision(10);
@@ -52,6 +54,12 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   for (size_t r = 0; r < rows.size(); ++r) {
     ytics += (r ? ", " : "") + std::string("\"") + schedulers::ToString(rows[r].kind) + "\" " + std::to_string(r);
   }
+  std::ostringstream heat;
+  heat.precision(10);
+  const bool table = ctx.staleness_truth != nullptr;
+  if (table) {
+    for (const auto& g : ctx.staleness_truth->Grid()) heat << g.traffic << " " << g.version << " " << g.loss << "\n";
+  }
   const std::string truth = predictor::ToString(ctx.truth_metric), observed = predictor::ToString(ctx.metric);
   const std::string title = ctx.log.source + " (planners observe " + observed + ", judged on " + truth +
                             (TruthIsTrainingLoss(ctx) ? ": the noisy per-batch training loss" : "") + "; warm-up " +
@@ -59,7 +67,8 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   std::ostringstream gp;
   gp << "$curves << EOD\n" << curves.str() << "EOD\n$warm << EOD\n" << warm.str() << "EOD\n"
      << "$marks << EOD\n" << marks.str() << "EOD\n$bars << EOD\n" << bars.str() << "EOD\n"
-     << "set multiplot layout 3,1 title " << GnuplotQuote(title) << "\n"
+     << (table ? "$heat << EOD\n" + heat.str() + "EOD\n" : std::string())
+     << "set multiplot layout " << (table ? 4 : 3) << ",1 title " << GnuplotQuote(title) << "\n"
      << "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key outside right top\n"
      << "plot $curves u 1:2 w l lw 2 lc rgb '#222222' t " << GnuplotQuote("truth: " + truth + " (log)") << ", "
      << "$curves u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
@@ -71,9 +80,18 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
      << "set ytics auto; set yrange [0:*]; set offsets 0, 0, graph 0.12, 0\n"
      << "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:"
      << rows.size() - 0.5 << "]\n"
-     << "plot $bars u 1:3:xtic(2) w boxes lc rgb '#1f77b4', $bars u 1:3:4 w labels offset 0,0.8 font ',9'\n"
-     << "unset multiplot\n";
-  return RunGnuplot("set terminal pngcairo noenhanced size 1300,1100 font 'DejaVu Sans,10'", gp.str(), png);
+     << "plot $bars u 1:3:xtic(2) w boxes lc rgb '#1f77b4', $bars u 1:3:4 w labels offset 0,0.8 font ',9'\n";
+  if (table) {
+    gp << "unset offsets; unset xtics; set xtics auto; set autoscale x; set autoscale y\n"
+       << "set title " << GnuplotQuote("staleness table " + ctx.staleness_source +
+                                      ": test_loss of version v (y) on the traffic after iteration t (x)") << "\n"
+       << "set xlabel 'traffic iteration t'; set ylabel 'version v'; set cblabel 'test_loss'; set palette rgb 33,13,10\n"
+       << "plot $heat u 1:2:3 w p pt 5 ps 0.5 palette notitle\n";
+  }
+  gp << "unset multiplot\n";
+  return RunGnuplot(std::string("set terminal pngcairo noenhanced size 1300,") + (table ? "1450" : "1100") +
+                        " font 'DejaVu Sans,10'",
+                    gp.str(), png);
 }
 
 }  // namespace
