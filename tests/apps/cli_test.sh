@@ -56,6 +56,20 @@ if [ -f "$log" ]; then
   expect_in "$tmp/sim.json" '"regret_vs_oracle": 0.0' "the oracle has zero regret"
   expect_in "$tmp/trace.json" '"traceEvents"' "trace is Chrome trace-event JSON"
   expect_in "$tmp/req.csv" "time_s,version,iteration,traffic_iteration,loss" "requests CSV has its header"
+  # A staleness table: requests are charged L(version, traffic); the JSON says which judge.
+  expect_in "$tmp/sim.json" '"judge": "diagonal"' "without a table the judge is the diagonal"
+  expect_in "$tmp/out" "a stale version is charged the loss it had on its own traffic" "the table says a stale version is charged its own-time loss"
+  swap="$src/datasets/logs/swap-sgd-h256.csv.gz"
+  expect_rc 0 "simulate with the staleness table beside the log" "$viper" simulate --log "$swap" -q --staleness auto --json "$tmp/st.json" --requests-csv "$tmp/st.csv"
+  expect_in "$tmp/st.json" '"judge": "staleness table"' "with a table the JSON names the judge"
+  expect_in "$tmp/st.json" 'swap-sgd-h256.staleness.csv.gz' "the JSON names the table"
+  expect_in "$tmp/out" "charged the staleness table's test_loss" "the table line says what requests were charged"
+  printf 'version_iteration,traffic_iteration,val_loss,test_loss\n0,0,1,1\n0,5,1,-2\n' >"$tmp/bad.staleness.csv"
+  expect_rc 1 "a hostile staleness table is bad input" "$viper" simulate --log "$swap" -q --staleness "$tmp/bad.staleness.csv"
+  expect_in "$tmp/err" "bad.staleness.csv:3" "the error names the table's file and line"
+  expect_rc 1 "another run's table is refused" "$viper" simulate --log "$log" -q --staleness "$src/datasets/logs/swap-sgd-h256.staleness.csv.gz"
+  expect_in "$tmp/err" "is not a staleness table of" "the error says the table is another run's"
+  expect_rc 2 "an empty --staleness is bad usage" "$viper" simulate --log "$swap" -q --staleness ""
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu
