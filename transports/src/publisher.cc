@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "control.h"
 #include "staging.h"
 #include "tier.h"
+#include "viper/transports/private_dir.h"
 
 namespace viper {
 namespace transports {
@@ -37,6 +39,7 @@ bool Publisher::Options::IsValid(std::string* error) const {
   if (snapshot_threads < 0 || snapshot_threads > 64)
     return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
+  if (session_id.size() > 256) return fail("session_id: at most 256 characters");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
   if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol == HostProtocol::kOneSided)) {
     return fail("fanout: tree needs tier host with the two-sided or shm protocol");
@@ -81,6 +84,12 @@ class Publisher::Impl {
   ~Impl() { (void)Close(); }
 
   Status Init() {
+    if (!options_.session_id.empty()) {
+      // Every version carries the run's identity; its consumers check it.
+      const std::map<std::string, std::string> extra = {{kSessionKey, options_.session_id}};
+      for (auto& s : staging_) s.set_extra_metadata(extra);
+      described_.set_extra_metadata(extra);
+    }
     snapshot_threads_ =
         options_.snapshot_threads > 0 ? options_.snapshot_threads : std::min(4, internal::UsableCpus());
     if (options_.tier != Tier::kPfs || options_.notify == Notify::kPush) {

@@ -1,6 +1,9 @@
 #include "viper/transports/subscriber.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -19,6 +22,7 @@
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
+#include "viper/transports/private_dir.h"
 
 namespace viper {
 namespace transports {
@@ -141,6 +145,10 @@ class Subscriber::Impl {
     if (one_sided) paths_.push_back(std::move(one_sided));
     if (options_.tier == Tier::kPfs) {
       auto pfs = std::make_unique<internal::PfsReceiver>(options_, &pool_);
+      // A directory that exists must be private now (a missing one may
+      // still be created by the producer: checked again before each read).
+      struct stat st;
+      if (::lstat(options_.pfs_dir.c_str(), &st) == 0) VIPER_RETURN_IF_ERROR(pfs->CheckDirectory());
       pfs_ = pfs.get();
       paths_.push_back(std::move(pfs));
     }
@@ -172,6 +180,22 @@ class Subscriber::Impl {
                            ", expected " + std::to_string(expected_version));
     }
     auto meta = safetensors::ParseMetadata(bytes, size);
+    if (options_.tier == Tier::kPfs && !options_.session_id.empty()) {
+      // Only this run's versions: another run's file (an earlier run left
+      // in the directory, or someone else's) is never served.
+      std::string theirs;
+      if (meta.ok()) {
+        auto it = meta->find(kSessionKey);
+        if (it != meta->end()) theirs = it->second;
+      }
+      if (theirs != options_.session_id) {
+        return FailedPreconditionError(
+            source + ": not a version of this run (" +
+            (theirs.empty() ? std::string("it carries no session id")
+                            : "its session id is " + theirs.substr(0, 64)) +
+            ", this run's is " + options_.session_id + "): refused");
+      }
+    }
     if (landed.streamed) {
       uint64_t json_bytes = 0;
       for (int i = 0; i < 8; ++i)
@@ -256,7 +280,9 @@ class Subscriber::Impl {
   }
 
   void PollLoop() {
-    std::set<uint64_t> rejected;
+    // Refused versions and their files as they were then: a version is
+    // read again once its file changes (fixed or replaced).
+    std::map<uint64_t, PfsStore::FileId> rejected;
     while (running_) {
       const double next = MonotonicSeconds() + options_.poll_period_s;
       auto versions = pfs_->Versions();
@@ -267,10 +293,16 @@ class Subscriber::Impl {
         for (auto it = versions->rbegin(); it != versions->rend(); ++it) {
           auto cur = Current();
           if (cur && cur->state.metadata.version >= *it) break;
-          if (rejected.count(*it)) continue;
+          auto id = pfs_->Identify(*it);
+          auto was = rejected.find(*it);
+          if (was != rejected.end() && id.ok() && *id == was->second) continue;
+          if (was != rejected.end() && !id.ok()) continue;  // still unreadable: said once
           Status st = LoadPfs(*it);
-          if (st.ok()) break;
-          rejected.insert(*it);
+          if (st.ok()) {
+            rejected.erase(*it);
+            break;
+          }
+          rejected[*it] = id.ok() ? *id : PfsStore::FileId{};
           Reject(*it, pfs_->PathFor(*it), st);
         }
       }

@@ -77,12 +77,19 @@ class Publisher {
     // version is servable (its report then has servable times). The shm
     // protocol always waits for the consumers that copy from shared memory.
     bool wait_for_servable = true;
-    // pfs tier: directory, O_DIRECT, writer threads, versions kept.
+    // pfs tier: directory, O_DIRECT, writer threads, versions kept. The
+    // directory is created when missing (mode 0700) and must belong to this
+    // user and not be writable by group or others (private_dir.h); each
+    // file is written with mode 0600.
     std::string pfs_dir;
     bool o_direct = false;
     int pfs_writer_threads = 1;
     int pfs_keep_versions = 2;
     PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;  // file naming in pfs_dir
+    // The run's identity (private_dir.h: NewSessionId), written into each
+    // version's metadata as viper-run.session; Subscribers given the same
+    // session_id serve only versions that carry it. Empty = none.
+    std::string session_id;
     // Written as viper.producer in each version's metadata.
     int32_t producer_id = 0;
     // gpu tier: CUDA device of the staging buffers (the model's tensors may
