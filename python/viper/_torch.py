@@ -24,12 +24,15 @@ FROM_VIPER = {v: k for k, v in TO_VIPER.items()}
 _SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in TO_VIPER)
 
 
-def specs(tensors, what, allow_cuda=False):
+def specs(tensors, what, allow_cuda=False, keep=None):
     """(name, dtype, shape, data_ptr, nbytes, device) per tensor, read in place.
 
     ValueError for anything Viper cannot read in place: a non-tensor, a
     non-contiguous or non-strided tensor, an unsupported dtype, a device other
-    than the CPU (or CUDA where `allow_cuda`)."""
+    than the CPU (or CUDA where `allow_cuda`). A negative or conjugate view
+    (its memory holds the values before the lazy negation) is resolved into
+    a copy first, appended to `keep` (the caller holds it while the pointers
+    are read); without `keep` such a view is a ValueError."""
     if not isinstance(tensors, Mapping):
         raise ValueError(f"{what}: expected a dict of name -> torch.Tensor (a state_dict), got {type(tensors).__name__}")
     out = []
@@ -42,6 +45,15 @@ def specs(tensors, what, allow_cuda=False):
         if dtype is None:
             raise ValueError(f"{what}: '{name}' has dtype {t.dtype}, which safetensors and Viper do not support "
                              f"(supported here: {_SUPPORTED})")
+        if (hasattr(t, "is_neg") and t.is_neg()) or t.is_conj():
+            # data_ptr() holds the values before the lazy negation/conjugation:
+            # read as is, they would be published with the wrong sign.
+            if keep is None:
+                raise ValueError(f"{what}: '{name}' is a negative or conjugate view; pass t.resolve_neg().resolve_conj()")
+            t = t.resolve_conj()
+            if hasattr(t, "resolve_neg"):
+                t = t.resolve_neg()
+            keep.append(t)
         if t.layout != torch.strided:
             raise ValueError(f"{what}: '{name}' has layout {t.layout}; only dense (strided) tensors can be sent")
         if not t.is_contiguous():

@@ -147,10 +147,13 @@ class Publisher::Impl {
     }
     // Async: snapshot into the buffer that is not being sent; a pending
     // (unsent) snapshot there is superseded.
+    // A failure of the background send (a full disk) is reported once, here,
+    // and then cleared: this publish tries again (issue 26: a freed disk
+    // must not leave the publisher failed for ever).
+    VIPER_RETURN_IF_ERROR(TakeSenderError());
     int idx;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!sender_status_.ok()) return sender_status_;
       if (pending_ >= 0) {
         idx = pending_;
         pending_ = -1;
@@ -183,9 +186,30 @@ class Publisher::Impl {
 
   Status Flush() {
     if (options_.mode != Mode::kAsync) return Status::Ok();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return (pending_ < 0 && sending_ < 0) || !sender_running_; });
-    return sender_status_;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return (pending_ < 0 && sending_ < 0) || !sender_running_; });
+    }
+    return TakeSenderError();
+  }
+
+  // The background sender's failure, if any, once: it is cleared and the
+  // sender restarted (unless closing), so later versions are sent again.
+  Status TakeSenderError() {
+    Status error;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sender_status_.ok()) return Status::Ok();
+      error = sender_status_;
+      sender_status_ = Status::Ok();
+    }
+    if (sender_.joinable()) sender_.join();  // it stopped after the failure
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sender_running_ = !closed_;
+    }
+    if (!closed_) sender_ = std::thread([this] { SenderLoop(); });
+    return error;
   }
 
   Status Close() {

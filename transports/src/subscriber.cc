@@ -225,6 +225,9 @@ class Subscriber::Impl {
       if (it != meta->end()) version->checksum = ChecksumFromHex(it->second).value_or(0);
     }
     version->verified = verified;
+    // What is served is what was verified: readers cannot write into it (a
+    // write faults), whoever holds its tensors (Python's included).
+    landed.buffer->SetReadOnly(true);
     version->tier = options_.tier;
     version->source = source;
     version->receive_s = landed.receive_s;
