@@ -204,20 +204,22 @@ class Subscriber:
     runs on the receiving thread after each swap, the first included; keep it
     short (it holds the GIL). `session_id` (pfs): serve only versions written
     by a Publisher with the same session_id (viper.new_session_id()), never
-    another run's files in the same directory. The pfs directory must belong
-    to this user (or root) and not be writable by group or others."""
+    another run's files in the same directory; `hmac_key_file` (pfs): serve
+    only versions whose keyed digest verifies under that key (the
+    Publisher's). The pfs directory must belong to this user (or root) and
+    not be writable by group or others."""
 
     def __init__(self, tier="host", notify="push", pfs_dir="", poll_period_s=1.0, callback=None, *,
                  host_protocol="two-sided", producer_rank=0, window_slot_bytes=64 << 20, producer_timeout_s=0.0,
                  transfer_timeout_s=30.0, preallocate_bytes=0, idle_sleep_us=20, o_direct=False, gpu_device=0,
-                 allow_ipc=True, allow_shm=True, session_id=""):
+                 allow_ipc=True, allow_shm=True, session_id="", hmac_key_file=""):
         if callback is not None and not callable(callback):
             raise ValueError("Subscriber: callback must be callable")
         wrapped = None if callback is None else (lambda v: callback(Version(v)))
         self._sub = _viper.Subscriber(tier, notify, str(pfs_dir), poll_period_s, host_protocol, producer_rank,
                                       window_slot_bytes, producer_timeout_s, transfer_timeout_s, preallocate_bytes,
                                       idle_sleep_us, o_direct, gpu_device, allow_ipc, allow_shm, wrapped,
-                                      str(session_id))
+                                      str(session_id), str(hmac_key_file))
 
     def current(self):
         """The newest verified version, or None before the first."""
@@ -290,20 +292,23 @@ class Publisher:
     pfs: `pfs_dir` is created when missing (mode 0700) and refused when
     another user owns it or group/others may write into it; files are 0600.
     `session_id` (e.g. viper.new_session_id()) goes into every version's
-    metadata; Subscribers given the same one serve only those versions. A
+    metadata; Subscribers given the same one serve only those versions.
+    `hmac_key_file` (a file of 16-4096 bytes, yours, mode 0600): each
+    version carries an HMAC-SHA256 under it, checked by Subscribers given
+    the same file (one SHA-256 pass over the data per version). A
     failed background write (async, e.g. a full disk) is raised once, by the
     next publish/flush/close, and then cleared."""
 
     def __init__(self, tier="host", mode="async", notify="push", pfs_dir="", *, host_protocol="shm", fanout="node",
                  staging_bytes=0, snapshot_threads=0, subscriber_ranks=None, peer_timeout_s=30.0,
                  wait_for_servable=True, o_direct=False, pfs_keep_versions=2, producer_id=0, gpu_device=0,
-                 chunk_bytes=64 << 20, session_id=""):
+                 chunk_bytes=64 << 20, session_id="", hmac_key_file=""):
         self._tier = tier
         self._layout = None
         self._pub = _viper.Publisher(tier, mode, notify, str(pfs_dir), host_protocol, fanout, staging_bytes,
                                      snapshot_threads, list(subscriber_ranks or []), peer_timeout_s,
                                      wait_for_servable, o_direct, pfs_keep_versions, producer_id, gpu_device,
-                                     chunk_bytes, str(session_id))
+                                     chunk_bytes, str(session_id), str(hmac_key_file))
 
     def publish(self, state_dict, iteration, metadata=None):
         """Publishes `state_dict` as the next version, taken after training

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "hmac_sha256.h"
 #include "shm_segment.h"
 #include "test_util.h"
 #include "viper/core/safetensors.h"
@@ -337,6 +338,72 @@ TEST(PfsSecurity, RefusedVersionIsRetriedWhenItsFileChanges) {
   auto got = (*sub)->WaitForVersion(1, 10);
   ASSERT_TRUE(got.ok()) << "the fixed version was never retried: " << got.status().ToString();
   EXPECT_TRUE(HasPattern((*got)->state, 2));
+}
+
+// Item 3's keyed digest: with a key file, a consumer serves only versions
+// made by a key holder; a version with valid checksums and the right session
+// id but made without the key (or with another) is refused. The key file
+// itself must be private.
+TEST(PfsSecurity, KeyedDigestProvesOrigin) {
+  const std::string keys = MakeTempDir();
+  auto key_file = [&](const std::string& name, const std::string& bytes, mode_t mode) {
+    const std::string path = keys + "/" + name;
+    std::ofstream(path) << bytes;
+    ::chmod(path.c_str(), mode);
+    return path;
+  };
+  const std::string key = key_file("key", "0123456789abcdef0123456789abcdef", 0600);
+  const std::string other = key_file("other", "fedcba9876543210fedcba9876543210", 0600);
+  // The digest itself: RFC 4231 test case 2.
+  internal::HmacSha256 h("Jefe");
+  const std::string m = "what do ya want for nothing?";
+  h.Update(m.data(), m.size());
+  EXPECT_EQ(h.HexDigest(), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // A key others may read, or too short, is refused.
+  Publisher::Options bad = PfsPub(MakeTempDir());
+  bad.hmac_key_file = key_file("readable", "0123456789abcdef0123456789abcdef", 0644);
+  auto refused = Publisher::Create(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("others may read it"), std::string::npos) << refused.status().ToString();
+  bad.hmac_key_file = key_file("short", "abc", 0600);
+  EXPECT_FALSE(Publisher::Create(bad).ok());
+
+  const std::string dir = MakeTempDir(), session = NewSessionId();
+  Subscriber::Options so = PollSub(dir, session);
+  so.hmac_key_file = key;
+  auto sub = Subscriber::Create(so);
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  {
+    // Same session id, valid checksums, no key / another key: refused.
+    auto forged = Publisher::Create(PfsPub(dir, session));
+    ASSERT_TRUE(forged.ok());
+    ASSERT_TRUE((*forged)->Publish(MakeModel(20000, 66), 1).ok());  // version 0
+    Publisher::Options wrong = PfsPub(dir, session);
+    wrong.hmac_key_file = other;
+    auto wrong_key = Publisher::Create(wrong);
+    ASSERT_TRUE(wrong_key.ok()) << wrong_key.status().ToString();
+    ASSERT_TRUE((*wrong_key)->Publish(MakeModel(20000, 67), 1).ok());  // version 0 again
+    ASSERT_TRUE((*wrong_key)->Publish(MakeModel(20000, 68), 2).ok());  // version 1
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ((*sub)->Current(), nullptr) << "a version made without the key was served";
+  Publisher::Options good = PfsPub(dir, session);
+  good.hmac_key_file = key;
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    good.mode = mode;
+    auto pub = Publisher::Create(good);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*pub)->Publish(MakeModel(20000, 70 + i), 10 + i).ok());
+    ASSERT_TRUE((*pub)->Close().ok());
+  }
+  auto got = (*sub)->WaitForVersion(2, 10);
+  ASSERT_TRUE(got.ok()) << got.status().ToString() << " " << (*sub)->summary().BriefReport();
+  EXPECT_TRUE(HasPattern((*got)->state, 72));
+  bool named = false;
+  for (const auto& r : (*sub)->Rejections()) {
+    named = named || r.status.message().find("viper-run.hmac") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << (*sub)->summary().BriefReport();
 }
 
 }  // namespace

@@ -138,6 +138,46 @@ std::string NewSessionId() {
   return out;
 }
 
+StatusOr<std::string> ReadKeyFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) return FailedPreconditionError("the key file " + path + " is a symbolic link: refused");
+    return ErrnoError("cannot open the key file " + path, errno);
+  }
+  struct stat st;
+  std::string key;
+  Status bad = Status::Ok();
+  if (::fstat(fd, &st) != 0) {
+    bad = ErrnoError("fstat " + path, errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    bad = FailedPreconditionError("the key file " + path + " is not a regular file");
+  } else if (st.st_uid != ::geteuid()) {
+    bad = FailedPreconditionError("the key file " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                  ", not to this user: refused");
+  } else if ((st.st_mode & 077) != 0) {
+    bad = FailedPreconditionError("the key file " + path + " has mode " + Octal(st.st_mode) +
+                                  ": others may read it; chmod 600 " + path);
+  } else if (st.st_size < 16 || st.st_size > 4096) {
+    bad = FailedPreconditionError("the key file " + path + " holds " + std::to_string(st.st_size) +
+                                  " bytes; a key is 16 to 4096 bytes (e.g. head -c 32 /dev/urandom)");
+  } else {
+    key.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t got = 0;
+    while (got < key.size()) {
+      const ssize_t n = ::read(fd, &key[got], key.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        bad = IoError("cannot read the key file " + path);
+        break;
+      }
+      got += static_cast<std::size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (!bad.ok()) return bad;
+  return key;
+}
+
 bool ProcessAlive(long pid) {
   if (pid <= 0) return true;  // not a pid: never treated as dead
   if (::kill(static_cast<pid_t>(pid), 0) == 0) return true;

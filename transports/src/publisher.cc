@@ -40,6 +40,7 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
   if (session_id.size() > 256) return fail("session_id: at most 256 characters");
+  if (!hmac_key_file.empty() && tier != Tier::kPfs) return fail("hmac_key_file: only the pfs tier signs versions");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
   if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol == HostProtocol::kOneSided)) {
     return fail("fanout: tree needs tier host with the two-sided or shm protocol");
@@ -89,6 +90,11 @@ class Publisher::Impl {
       const std::map<std::string, std::string> extra = {{kSessionKey, options_.session_id}};
       for (auto& s : staging_) s.set_extra_metadata(extra);
       described_.set_extra_metadata(extra);
+    }
+    if (!options_.hmac_key_file.empty()) {
+      // The keyed digest: each version proves it was made by a key holder.
+      VIPER_ASSIGN_OR_RETURN(const std::string key, ReadKeyFile(options_.hmac_key_file));
+      for (auto& s : staging_) s.set_hmac(key, options_.session_id);
     }
     snapshot_threads_ =
         options_.snapshot_threads > 0 ? options_.snapshot_threads : std::min(4, internal::UsableCpus());

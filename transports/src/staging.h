@@ -108,6 +108,12 @@ class StagedVersion {
   // Entries added to every header's __metadata__ (e.g. the run's session
   // id); covered by viper.header_checksum. Set before the first version.
   void set_extra_metadata(std::map<std::string, std::string> extra) { extra_metadata_ = std::move(extra); }
+  // With a key, Finalize adds viper-run.hmac (hmac_sha256.h: VersionDigest
+  // under `key`, with `session`) to the header. Host staging only.
+  void set_hmac(std::string key, std::string session) {
+    hmac_key_ = std::move(key);
+    hmac_session_ = std::move(session);
+  }
   StagedVersion() = default;
   ~StagedVersion();
   StagedVersion(const StagedVersion&) = delete;
@@ -170,6 +176,7 @@ class StagedVersion {
   bool checksum_ready_ = false;
   ModelState layout_;  // tensors as views into the data region
   std::map<std::string, std::string> extra_metadata_;
+  std::string hmac_key_, hmac_session_;
 };
 
 // Metadata key of the sum64 checksum a device image carries instead of

@@ -18,6 +18,7 @@
 
 #include "backoff.h"
 #include "control.h"
+#include "hmac_sha256.h"
 #include "tier.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
@@ -65,6 +66,9 @@ class Subscriber::Impl {
   }
 
   Status Init() {
+    if (!options_.hmac_key_file.empty()) {
+      VIPER_ASSIGN_OR_RETURN(hmac_key_, ReadKeyFile(options_.hmac_key_file));
+    }
     if (options_.notify == Notify::kPush) {
       VIPER_ASSIGN_OR_RETURN(control_, internal::ConsumerControl::Open(options_));
     }
@@ -194,6 +198,26 @@ class Subscriber::Impl {
             (theirs.empty() ? std::string("it carries no session id")
                             : "its session id is " + theirs.substr(0, 64)) +
             ", this run's is " + options_.session_id + "): refused");
+      }
+    }
+    if (options_.tier == Tier::kPfs && !hmac_key_.empty()) {
+      // Made by a holder of the key: the digest over the version, its
+      // session and its tensors must match (not an unkeyed checksum).
+      std::string theirs, session;
+      if (meta.ok()) {
+        auto it = meta->find(kHmacKey);
+        if (it != meta->end()) theirs = it->second;
+        auto s = meta->find(kSessionKey);
+        if (s != meta->end()) session = s->second;
+      }
+      if (theirs.empty()) {
+        return FailedPreconditionError(source + ": carries no " + kHmacKey + " (this consumer requires the key "
+                                       "file's digest): refused");
+      }
+      if (!internal::DigestsEqual(theirs, internal::VersionDigest(hmac_key_, *state, session))) {
+        return FailedPreconditionError(source + ": its " + kHmacKey +
+                                       " does not verify under this consumer's key: not made by a key holder, "
+                                       "refused");
       }
     }
     if (landed.streamed) {
@@ -391,6 +415,7 @@ class Subscriber::Impl {
   }
 
   Options options_;
+  std::string hmac_key_;                                // pfs: the key file's bytes, when given
   std::unique_ptr<internal::ConsumerControl> control_;  // push: the session with the producer
   internal::LandingPool pool_;                          // receiving thread only
   std::vector<std::unique_ptr<internal::TierReceiver>> paths_;

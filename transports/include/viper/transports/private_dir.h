@@ -42,6 +42,14 @@ std::string NewSessionId();
 // The metadata key that carries it (not "viper."-prefixed: those are the
 // codec's own keys). Covered by viper.header_checksum like any entry.
 constexpr const char* kSessionKey = "viper-run.session";
+// The metadata key of the optional keyed digest (HMAC-SHA256, 64 hex
+// digits; see Publisher::Options::hmac_key_file).
+constexpr const char* kHmacKey = "viper-run.hmac";
+
+// Reads an HMAC key file: a regular file (not a link) of 16 to 4096 bytes,
+// owned by this user and readable by nobody else (mode & 077 == 0).
+// FailedPrecondition naming the file and what is wrong otherwise.
+StatusOr<std::string> ReadKeyFile(const std::string& path);
 
 // Whether process `pid` is alive on this host (kill(pid, 0) says it exists,
 // EPERM included). For the leftovers of dead producers.

@@ -90,6 +90,14 @@ class Publisher {
     // version's metadata as viper-run.session; Subscribers given the same
     // session_id serve only versions that carry it. Empty = none.
     std::string session_id;
+    // pfs tier: a key file only this user can read (a regular file of 16 to
+    // 4096 bytes, owned by this user, mode 0600 or stricter). Each version
+    // then carries viper-run.hmac, an HMAC-SHA256 under that key over its
+    // version, iteration, session id, tensor table and data: a Subscriber
+    // with the same key serves only versions made by a holder of the key,
+    // across runs and shared directories. Costs one SHA-256 pass over the
+    // data per version. Empty = none.
+    std::string hmac_key_file;
     // Written as viper.producer in each version's metadata.
     int32_t producer_id = 0;
     // gpu tier: CUDA device of the staging buffers (the model's tensors may

@@ -59,6 +59,10 @@ class Subscriber {
     // Publisher's session_id): another run's file in the same directory is
     // refused, whatever its version. Empty = no check.
     std::string session_id;
+    // pfs: the Publisher's hmac_key_file (see publisher.h): only versions
+    // whose viper-run.hmac verifies under this key are served. Empty = no
+    // check.
+    std::string hmac_key_file;
     // pfs: refuse files without Viper's checksum (another writer's); false
     // serves them with ModelVersion::verified false, versioned by file name.
     bool pfs_require_checksum = true;
