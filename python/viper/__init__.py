@@ -105,8 +105,9 @@ class Version:
     bytes; the bytes stay alive while this object or any of its tensors is
     referenced (the Subscriber meanwhile receives the next version elsewhere).
     The tensors are read-only: every reader shares them, so an in-place
-    change raises RuntimeError (they are inference tensors; copy with
-    .clone() or load_into() to change a copy)."""
+    change raises RuntimeError before anything is written (they are
+    viper._torch.ReadOnlyTensor; copy with .clone() or load_into() to change
+    a copy)."""
 
     __slots__ = ("_v", "_state_dict", "_metadata", "__weakref__")
 
@@ -132,17 +133,19 @@ class Version:
         out = {}
         from_viper, from_buffer = _torch.FROM_VIPER, _torch.from_buffer
         from_numpy, asarray = torch.from_numpy, numpy.asarray
-        # Served tensors are read-only: made in inference mode, an in-place
-        # change outside it raises (the buffer is also write-protected by
-        # the Subscriber once verified, so a write inside it faults).
-        with warnings.catch_warnings(), torch.inference_mode():
+        # Served tensors are read-only (_torch.ReadOnlyTensor: an in-place
+        # change raises before writing; the Subscriber also write-protects
+        # the verified bytes, so a write from outside torch faults).
+        read_only = _torch.read_only
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
             for name, dtype, shape, buffer in self._v.host_tensors():
                 if buffer.typed:  # a typed view: numpy + from_numpy is ~3x faster than frombuffer + view
-                    out[name] = from_numpy(asarray(buffer))
+                    out[name] = read_only(from_numpy(asarray(buffer)))
                     continue
                 d = from_viper.get(dtype)
-                out[name] = from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype), shape)
+                out[name] = read_only(from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype),
+                                                  shape))
         return out
 
     def state_dict(self, device=None):

@@ -28,7 +28,7 @@ def test_served_tensors_are_read_only(tmp_path):
         pub.publish({"weight": torch.ones(1, 8)}, 1)
         v = sub.wait_for_version(0, timeout_s=10)
         w = v.state_dict()["weight"]
-        with pytest.raises(RuntimeError, match="[Ii]nplace|in-place|inference"):
+        with pytest.raises(RuntimeError, match="read-only"):
             w.add_(1000)
         assert torch.equal(sub.current().state_dict()["weight"], torch.ones(1, 8))
         # A copy is the consumer's own to change; load_into copies too.
@@ -74,7 +74,7 @@ def test_refused_version_is_retried_once_its_file_changes(tmp_path):
     (dst / "model-v2.safetensors").write_bytes(good[: len(good) // 2])  # truncated: refused
     with viper.Subscriber(tier="pfs", notify="poll", pfs_dir=dst, poll_period_s=0.005) as sub:
         sub.wait_for_version(0, timeout_s=10)
-        assert wait_until(lambda: sub.summary().rejected >= 1)
+        assert wait_until(lambda: sub.summary()["rejected"] >= 1)
         assert sub.current().version == 0
         tmp = dst / ".fixed"
         tmp.write_bytes(good)
