@@ -30,6 +30,12 @@ def test_served_tensors_are_read_only(tmp_path):
         w = v.state_dict()["weight"]
         with pytest.raises(RuntimeError, match="read-only"):
             w.add_(1000)
+        for write in (lambda: w[0].zero_(), lambda: w.__setitem__(0, 5.0), lambda: torch.mul(w, 2, out=w),
+                      lambda: torch.nn.functional.relu(w, inplace=True), lambda: w.view(8).mul_(3)):
+            with pytest.raises(RuntimeError, match="read-only"):
+                write()
+        assert not w.numpy().flags.writeable
+        assert torch.equal(torch.nn.functional.relu(w) * 2, torch.full((1, 8), 2.0))  # reading is free
         assert torch.equal(sub.current().state_dict()["weight"], torch.ones(1, 8))
         # A copy is the consumer's own to change; load_into copies too.
         c = w.clone()
