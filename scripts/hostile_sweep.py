@@ -20,9 +20,19 @@ Outcomes (one per input):
   written-outside   a file a planted link pointed to was written or truncated
   leaked    a secret file's bytes (reached through a planted link) appeared in
             the output or the message
+  elsewhere a `viper run` consumer served a version that was not its run's
+            (an earlier run's, or one planted in the model directory)
+  leak      what a dead producer left (a PFS temporary of a dead pid, a
+            shared-memory segment of one), or a failed run's temporaries,
+            still there after the next run
+
+The `viper run` classes (foreign-owned directories, a stale earlier run, a
+full disk, dead producers' leftovers) need mpirun (--mpirun, default the one
+on PATH); a class that cannot run here (no mpirun, not root for chown or
+mount) is skipped with the reason on stderr.
 
 Usage: hostile_sweep.py VIPER [--root DIR] [--per-class N] [--seed S]
-                            [--timeout SECONDS] [--json PATH]
+                            [--timeout SECONDS] [--json PATH] [--mpirun PATH]
 Exit 0 when no input crashed, hung, was accepted or got an unclear message;
 1 otherwise (the table says which); 2 bad usage.
 """
@@ -38,8 +48,9 @@ import sys
 import tempfile
 import time
 
-OUTCOMES = ["clean", "unclear", "ok", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked"]
-BAD = ("unclear", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked")
+OUTCOMES = ["clean", "unclear", "ok", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked",
+            "elsewhere", "leak"]
+BAD = ("unclear", "accepted", "crash", "hang", "deleted-outside", "written-outside", "leaked", "elsewhere", "leak")
 SECRET = b"TOPSECRET-hostile-sweep-0123456789"
 MAX_MESSAGE = 4096
 
@@ -489,6 +500,160 @@ class Sweep:
             os.symlink(victim, os.path.join(flat, "model-v%d.safetensors" % r.randrange(9)))
             self.judge("links-outside", "flat --keep 1 with a linked version",
                        ["model-dir", "--dir", flat, "--keep", "1"], "any", [flat], after=kept)
+    # ---- viper run: the model directory against other users and runs --------
+    def viper_run(self, mpirun, pfs_dir, extra=(), json_out=None, csv_out=None):
+        log = os.path.join(self.root, "datasets", "logs", "sgd-h32.csv.gz")
+        cmd = [mpirun, "--oversubscribe", "-np", "2", self.viper, "run", "--workload", "replay", "--log", log,
+               "--replay-max-iterations", "200", "--replay-time-scale", "3", "--model-bytes", "65536",
+               "--transport", "pfs", "--notify", "poll", "--poll-period-s", "0.02", "--strategy", "fixed",
+               "--producer-timeout-s", "20", "--consumer-timeout-s", "10", "--pfs-dir", pfs_dir] + list(extra)
+        if json_out:
+            cmd += ["--json", json_out]
+        if csv_out:
+            cmd += ["--requests-csv", csv_out]
+        return cmd
+
+    def served_elsewhere(self, json_out, csv_out):
+        """Requests served with a version that is not one of the run's own
+        (by version and iteration); None when the outputs are missing."""
+        try:
+            with open(json_out) as f:
+                own = {(int(v["version"]), int(v["iteration"])) for v in json.load(f)["versions"]}
+            with open(csv_out) as f:
+                rows = [line.split(",") for line in f.read().splitlines()[1:] if line]
+        except (OSError, ValueError, KeyError):
+            return None
+        return [r for r in rows if (int(r[2]), int(r[3])) not in own]
+
+    def run_classes(self, mpirun):
+        def skip(cls, why):
+            print("skipped: %s: %s" % (cls, why), file=sys.stderr)
+        if not mpirun or not os.access(mpirun, os.X_OK):
+            for cls in ("foreign-dirs", "stale-run", "full-disk", "dead-leftovers"):
+                skip(cls, "no mpirun")
+            return
+        env = dict(os.environ)
+        if os.geteuid() == 0:
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        root = os.geteuid() == 0
+
+        def run(cls, name, cmd, expect, mentions):
+            """Runs `cmd` and judges it as judge() does (mpirun's own lines
+            may follow the message: only Viper's are measured)."""
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=self.timeout * 4,
+                                   cwd=self.work, env=env)
+                rc, err, hung = p.returncode, p.stderr.decode("utf-8", "replace"), False
+            except subprocess.TimeoutExpired as e:
+                rc, err, hung = None, (e.stderr or b"").decode("utf-8", "replace"), True
+            secs = time.monotonic() - t0
+            viper_lines = "\n".join(l for l in err.splitlines() if "viper" in l)
+            if hung:
+                outcome = "hang"
+            elif re.search(r"terminate called|AddressSanitizer|runtime error:|Segmentation|signal 11", err):
+                outcome = "crash"
+            elif rc == 0:
+                outcome = "ok" if expect == "any" else "accepted"
+            else:
+                named = any(m in viper_lines for m in mentions)
+                outcome = "clean" if viper_lines.strip() and named and len(viper_lines) <= MAX_MESSAGE else "unclear"
+            self.results.append({"class": cls, "input": name, "outcome": outcome, "seconds": round(secs, 3),
+                                 "rc": rc, "message": (viper_lines or err).strip()[:300]})
+            return self.results[-1]
+
+        def fresh(name):
+            self.counter += 1
+            d = os.path.join(self.work, "%04d-%s" % (self.counter, name))
+            os.mkdir(d, 0o700)
+            return d
+
+        # Foreign-owned or writable model directories, and a link to one: refused, naming the directory.
+        d = fresh("writable")
+        os.chmod(d, 0o777)
+        run("foreign-dirs", "group/other-writable --pfs-dir", self.viper_run(mpirun, d), "reject", [d])
+        d = fresh("linked")
+        link = d + ".link"
+        os.symlink(d, link)
+        run("foreign-dirs", "--pfs-dir a symbolic link", self.viper_run(mpirun, link), "reject", [link])
+        if root:
+            d = fresh("foreign")
+            os.chown(d, 4242, 4242)
+            run("foreign-dirs", "--pfs-dir owned by another uid", self.viper_run(mpirun, d), "reject", [d])
+        else:
+            skip("foreign-dirs: another user's directory", "chown needs root")
+
+        # A stale earlier run: a longer run's versions left in the directory.
+        d = fresh("stale")
+        first = self.viper_run(mpirun, d)
+        first[first.index("--replay-max-iterations") + 1] = "400"
+        first += ["--json", os.path.join(d, "..", os.path.basename(d) + "-first.json")]
+        run("stale-run", "the earlier run itself", first, "any", [d])
+        j, c = d + "-second.json", d + "-second.csv"
+        r = run("stale-run", "a shorter run in the same directory", self.viper_run(mpirun, d, json_out=j, csv_out=c),
+                "any", [d])
+        if r["outcome"] == "ok":
+            wrong = self.served_elsewhere(j, c)
+            if wrong is None:
+                r["outcome"], r["message"] = "unclear", "no --json/--requests-csv output to judge"
+            elif wrong:
+                r["outcome"] = "elsewhere"
+                r["message"] = "%d requests served with another run's version, e.g. %s" % (len(wrong), ",".join(wrong[0]))
+
+        # Dead producers' leftovers: a PFS temporary and a shared-memory segment of a dead pid.
+        child = subprocess.Popen(["true"])
+        child.wait()
+        dead = child.pid
+        d = fresh("dead")
+        tmp = os.path.join(d, ".model-v0.safetensors.tmp-%d-0" % dead)
+        with open(tmp, "wb") as f:
+            f.write(b"\0" * 100000)
+        seg = "/dev/shm/viper-%d-00000000deadbeef-r0-g1" % dead
+        made_seg = False
+        try:
+            fd = os.open(seg, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            os.ftruncate(fd, 1 << 20)
+            os.close(fd)
+            made_seg = True
+        except OSError as e:
+            skip("dead-leftovers: shared memory", str(e))
+        r = run("dead-leftovers", "the next run (pfs)", self.viper_run(mpirun, d), "any", [d])
+        left = [p for p in [tmp] if os.path.exists(p)]
+        if made_seg:
+            # A host-tier run (shm) is what makes segments: the next one removes a dead producer's.
+            log = os.path.join(self.root, "datasets", "logs", "sgd-h32.csv.gz")
+            host = [mpirun, "--oversubscribe", "-np", "2", self.viper, "run", "--workload", "replay", "--log", log,
+                    "--replay-max-iterations", "100", "--model-bytes", "65536", "--transport", "host"]
+            run("dead-leftovers", "the next run (host, shm)", host, "any", ["viper"])
+            if os.path.exists(seg):
+                left.append(seg)
+                os.unlink(seg)
+        if left:
+            self.results.append({"class": "dead-leftovers", "input": "after the next run", "outcome": "leak",
+                                 "seconds": 0, "rc": None, "message": "still there: " + ", ".join(left)})
+
+        # A full disk: a 1 MiB tmpfs smaller than one version. The run must
+        # fail cleanly and leave no temporary; the next run (room again) succeeds.
+        if not root:
+            skip("full-disk", "mounting a tmpfs needs root")
+            return
+        d = fresh("full")
+        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", d],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if m.returncode != 0:
+            skip("full-disk", "cannot mount a tmpfs: " + m.stderr.decode("utf-8", "replace").strip())
+            return
+        try:
+            big = self.viper_run(mpirun, d)
+            big[big.index("--model-bytes") + 1] = str(4 << 20)
+            run("full-disk", "a version larger than the disk", big, "reject", ["No space left", d])
+            left = [n for n in os.listdir(d) if ".tmp-" in n]
+            if left:
+                self.results.append({"class": "full-disk", "input": "after the failed run", "outcome": "leak",
+                                     "seconds": 0, "rc": None, "message": "temporaries left: " + ", ".join(left)})
+            run("full-disk", "the next run, with room", self.viper_run(mpirun, d), "any", [d])
+        finally:
+            subprocess.run(["umount", "-l", d])
 
     # ---- report ---------------------------------------------------------------
     def table(self):
@@ -515,6 +680,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds one run may take before it counts as a hang (default 30)")
     ap.add_argument("--json", help="also write every input's outcome as JSON here")
+    ap.add_argument("--mpirun", default=shutil.which("mpirun") or "",
+                    help="mpirun for the `viper run` classes (default: the one on PATH; empty: skip them)")
     args = ap.parse_args()
     if args.per_class < 1 or args.timeout <= 0 or not os.access(args.viper, os.X_OK):
         ap.error("need an executable viper, --per-class >= 1 and --timeout > 0")
@@ -525,6 +692,7 @@ def main():
         s.log_classes(args.per_class)
         s.option_classes(args.per_class)
         s.filesystem_classes(args.per_class)
+        s.run_classes(args.mpirun)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = s.table()

@@ -16,6 +16,7 @@
 #include "viper/config.h"
 #include "viper/core/units.h"
 #include "viper/transports/mpi_session.h"
+#include "viper/transports/private_dir.h"
 #if VIPER_HAVE_MPI
 #include "viper/workflow/live.h"
 #endif
@@ -159,7 +160,8 @@ int RunRun(const std::vector<std::string>& args) {
       "strategy", po::value(&strategy)->default_value(strategy),
       "epoch | viper-fixed | viper-greedy | fixed | optimal | online")(
       "pfs-dir", po::value(&o.pfs_dir),
-      "pfs tier: directory shared by all ranks (created; default /tmp/viper-run-<uid>)")(
+      "pfs tier: directory shared by all ranks (created 0700 when missing; refused when another user owns it "
+      "or group/others may write into it; default: a private directory made for the run, removed at its end)")(
       "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
       "poll: seconds between directory scans, in (0, 86400]")("requests-per-s",
                                                po::value(&o.requests_per_s)->default_value(o.requests_per_s),
@@ -342,10 +344,10 @@ int RunRun(const std::vector<std::string>& args) {
       return usage("--drift-swap-classes: expected two classes A,B (e.g. 0,6), got '" + swap_classes + "'");
     }
   }
-  if (o.tier == transports::Tier::kPfs && o.pfs_dir.empty()) {
-    o.pfs_dir =
-        (std::filesystem::temp_directory_path() / ("viper-run-" + std::to_string(::getuid()))).string();
-  }
+  // No --pfs-dir: a fresh private directory for this run (mkdtemp, 0700),
+  // made by rank 0 once MPI is up and removed at the end (issue 26).
+  const bool private_dir = o.tier == transports::Tier::kPfs && o.pfs_dir.empty();
+  if (private_dir) o.pfs_dir = "(made for the run)";
   o.verbose = !quiet;
   std::string error;
   if (!o.IsValid(&error)) {
@@ -394,15 +396,18 @@ int RunRun(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const int rank = (*session)->rank();
-  if (!o.pfs_dir.empty() && rank == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.pfs_dir, ec);
+  if (private_dir) {  // a given --pfs-dir is created (0700) and checked by the publisher
+    auto made = transports::MpiSession::MakeSharedPrivateDirectory(
+        std::filesystem::temp_directory_path().string(), "viper-run-" + std::to_string(::getuid()) + "-");
+    if (!made.ok()) return Fail("run", made.status());
+    o.pfs_dir = *made;
   }
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   o.should_stop = [] { return g_stop_requested != 0; };
 
   auto result = workflow::LiveRun::Run(o);
+  if (private_dir && rank == 0) (void)transports::RemoveTree(o.pfs_dir);
   if (!result.ok()) {
     std::cerr << "viper run (rank " << rank << "): " << result.status().message() << "\n";
     // A lost peer can make MPI_Finalize wait forever: leave without it.

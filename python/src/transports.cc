@@ -21,6 +21,7 @@
 #include "bindings.h"
 #include "viper/transports/device_memory.h"
 #include "viper/transports/mpi_session.h"
+#include "viper/transports/private_dir.h"
 #include "viper/transports/publisher.h"
 #include "viper/transports/subscriber.h"
 
@@ -352,7 +353,8 @@ void BindTransports(py::module_& m) {
                        const std::string& pfs_dir, const std::string& host_protocol, const std::string& fanout,
                        uint64_t staging_bytes, int snapshot_threads, std::vector<int> subscriber_ranks,
                        double peer_timeout_s, bool wait_for_servable, bool o_direct, int pfs_keep_versions,
-                       int producer_id, int gpu_device, uint64_t chunk_bytes) {
+                       int producer_id, int gpu_device, uint64_t chunk_bytes, const std::string& session_id,
+                       const std::string& hmac_key_file) {
              Publisher::Options o;
              o.tier = EnumOrRaise(transports::TierFromString(tier), "tier", tier, "gpu, host or pfs");
              o.mode = EnumOrRaise(transports::ModeFromString(mode), "mode", mode, "sync or async");
@@ -371,6 +373,8 @@ void BindTransports(py::module_& m) {
              o.producer_id = producer_id;
              o.gpu_device = gpu_device;
              o.chunk_bytes = chunk_bytes;
+             o.session_id = session_id;
+             o.hmac_key_file = hmac_key_file;
              std::string error;
              if (!o.IsValid(&error)) throw py::value_error("Publisher: " + error);
              return std::make_unique<PyPublisher>(o);
@@ -378,7 +382,8 @@ void BindTransports(py::module_& m) {
            py::arg("tier"), py::arg("mode"), py::arg("notify"), py::arg("pfs_dir"), py::arg("host_protocol"),
            py::arg("fanout"), py::arg("staging_bytes"), py::arg("snapshot_threads"), py::arg("subscriber_ranks"),
            py::arg("peer_timeout_s"), py::arg("wait_for_servable"), py::arg("o_direct"), py::arg("pfs_keep_versions"),
-           py::arg("producer_id"), py::arg("gpu_device"), py::arg("chunk_bytes"))
+           py::arg("producer_id"), py::arg("gpu_device"), py::arg("chunk_bytes"), py::arg("session_id") = "",
+           py::arg("hmac_key_file") = "")
       .def("publish", &PyPublisher::Publish, py::arg("specs"), py::arg("iteration"))
       .def("_publish_native", &PyPublisher::PublishNative, py::arg("state"), py::arg("iteration"))
       .def("flush", &PyPublisher::Flush)
@@ -391,7 +396,8 @@ void BindTransports(py::module_& m) {
                        double poll_period_s, const std::string& host_protocol, int producer_rank,
                        uint64_t window_slot_bytes, double producer_timeout_s, double transfer_timeout_s,
                        uint64_t preallocate_bytes, int idle_sleep_us, bool o_direct, int gpu_device, bool allow_ipc,
-                       bool allow_shm, py::object callback) {
+                       bool allow_shm, py::object callback, const std::string& session_id,
+                       const std::string& hmac_key_file) {
              Subscriber::Options o;
              o.tier = EnumOrRaise(transports::TierFromString(tier), "tier", tier, "gpu, host or pfs");
              o.notify = EnumOrRaise(transports::NotifyFromString(notify), "notify", notify, "push or poll");
@@ -409,6 +415,8 @@ void BindTransports(py::module_& m) {
              o.gpu_device = gpu_device;
              o.allow_ipc = allow_ipc;
              o.allow_shm = allow_shm;
+             o.session_id = session_id;
+             o.hmac_key_file = hmac_key_file;
              std::string error;
              if (!o.IsValid(&error)) throw py::value_error("Subscriber: " + error);
              if (!callback.is_none() && !PyCallable_Check(callback.ptr())) {
@@ -419,12 +427,16 @@ void BindTransports(py::module_& m) {
            py::arg("tier"), py::arg("notify"), py::arg("pfs_dir"), py::arg("poll_period_s"), py::arg("host_protocol"),
            py::arg("producer_rank"), py::arg("window_slot_bytes"), py::arg("producer_timeout_s"),
            py::arg("transfer_timeout_s"), py::arg("preallocate_bytes"), py::arg("idle_sleep_us"), py::arg("o_direct"),
-           py::arg("gpu_device"), py::arg("allow_ipc"), py::arg("allow_shm"), py::arg("callback"))
+           py::arg("gpu_device"), py::arg("allow_ipc"), py::arg("allow_shm"), py::arg("callback"),
+           py::arg("session_id") = "", py::arg("hmac_key_file") = "")
       .def("current", &PySubscriber::Current)
       .def("wait_for_version", &PySubscriber::WaitForVersion, py::arg("version"), py::arg("timeout_s"))
       .def("wait_until_done", &PySubscriber::WaitUntilDone, py::arg("timeout_s"))
       .def("stop", &PySubscriber::Stop)
       .def("summary", &PySubscriber::Summary);
+
+  m.def("new_session_id", &transports::NewSessionId,
+        "32 hex digits from the kernel's random source: a run's identity (Publisher/Subscriber session_id).");
 
   py::class_<NativeState>(m, "_NativeState", "A model made in C++ (for the benchmark's C++ baseline).")
       .def_property_readonly("nbytes", [](const NativeState& n) { return n.state.TotalBytes(); });

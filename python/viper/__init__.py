@@ -31,9 +31,11 @@ from . import _torch, _viper, mpi
 from .staleness import StalenessRecorder
 
 __all__ = ["save_file", "load_file", "load_metadata", "Publisher", "Subscriber", "Version", "Planner",
-           "VersionReport", "DataLossError", "UnavailableError", "StalenessRecorder", "mpi", "cuda_device_available", "__version__"]
+           "VersionReport", "DataLossError", "UnavailableError", "StalenessRecorder", "mpi", "cuda_device_available",
+           "new_session_id", "__version__"]
 
 __version__ = _viper.__version__
+new_session_id = _viper.new_session_id
 DataLossError = _viper.DataLossError
 UnavailableError = _viper.UnavailableError
 VersionReport = _viper.VersionReport
@@ -68,7 +70,8 @@ def save_file(tensors, filename, metadata=None):
     renamed: `filename` is never left half-written. Same arguments as
     safetensors.torch.save_file."""
     metadata = _check_metadata(metadata, "save_file")
-    _viper.save_file(_torch.specs(tensors, "save_file"), str(filename), metadata)
+    resolved = []  # negative/conjugate views made real, alive during the write
+    _viper.save_file(_torch.specs(tensors, "save_file", keep=resolved), str(filename), metadata)
 
 
 def _load(filename, verify_checksum, require_checksum):
@@ -102,7 +105,10 @@ class Version:
     """One served, verified, immutable version. Its tensors view the received
     bytes; the bytes stay alive while this object or any of its tensors is
     referenced (the Subscriber meanwhile receives the next version elsewhere).
-    Treat the tensors as read-only: every reader shares them."""
+    The tensors are read-only: every reader shares them, so an in-place
+    change raises RuntimeError before anything is written (they are
+    viper._torch.ReadOnlyTensor; copy with .clone() or load_into() to change
+    a copy)."""
 
     __slots__ = ("_v", "_state_dict", "_metadata", "__weakref__")
 
@@ -128,14 +134,19 @@ class Version:
         out = {}
         from_viper, from_buffer = _torch.FROM_VIPER, _torch.from_buffer
         from_numpy, asarray = torch.from_numpy, numpy.asarray
+        # Served tensors are read-only (_torch.ReadOnlyTensor: an in-place
+        # change raises before writing; the Subscriber also write-protects
+        # the verified bytes, so a write from outside torch faults).
+        read_only = _torch.read_only
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given (buffer|NumPy array) is not writable")
             for name, dtype, shape, buffer in self._v.host_tensors():
                 if buffer.typed:  # a typed view: numpy + from_numpy is ~3x faster than frombuffer + view
-                    out[name] = from_numpy(asarray(buffer))
+                    out[name] = read_only(from_numpy(asarray(buffer)))
                     continue
                 d = from_viper.get(dtype)
-                out[name] = from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype), shape)
+                out[name] = read_only(from_buffer(buffer, d if d is not None else _torch._torch_dtype(name, dtype),
+                                                  shape))
         return out
 
     def state_dict(self, device=None):
@@ -195,18 +206,24 @@ class Subscriber:
     tier: "host" | "gpu" | "pfs" (as the Publisher's); notify: "push" | "poll"
     (poll: scan `pfs_dir` every `poll_period_s`, no MPI). `callback(version)`
     runs on the receiving thread after each swap, the first included; keep it
-    short (it holds the GIL)."""
+    short (it holds the GIL). `session_id` (pfs): serve only versions written
+    by a Publisher with the same session_id (viper.new_session_id()), never
+    another run's files in the same directory; `hmac_key_file` (pfs): serve
+    only versions whose keyed digest verifies under that key (the
+    Publisher's). The pfs directory must belong to this user (or root) and
+    not be writable by group or others."""
 
     def __init__(self, tier="host", notify="push", pfs_dir="", poll_period_s=1.0, callback=None, *,
                  host_protocol="two-sided", producer_rank=0, window_slot_bytes=64 << 20, producer_timeout_s=0.0,
                  transfer_timeout_s=30.0, preallocate_bytes=0, idle_sleep_us=20, o_direct=False, gpu_device=0,
-                 allow_ipc=True, allow_shm=True):
+                 allow_ipc=True, allow_shm=True, session_id="", hmac_key_file=""):
         if callback is not None and not callable(callback):
             raise ValueError("Subscriber: callback must be callable")
         wrapped = None if callback is None else (lambda v: callback(Version(v)))
         self._sub = _viper.Subscriber(tier, notify, str(pfs_dir), poll_period_s, host_protocol, producer_rank,
                                       window_slot_bytes, producer_timeout_s, transfer_timeout_s, preallocate_bytes,
-                                      idle_sleep_us, o_direct, gpu_device, allow_ipc, allow_shm, wrapped)
+                                      idle_sleep_us, o_direct, gpu_device, allow_ipc, allow_shm, wrapped,
+                                      str(session_id), str(hmac_key_file))
 
     def current(self):
         """The newest verified version, or None before the first."""
@@ -274,18 +291,28 @@ class Publisher:
     Contiguous CPU tensors are read in place (no copy beyond the engine's own
     snapshot); CUDA tensors go through the gpu tier from their device
     pointers. Every version must have the layout (names, dtypes, shapes) of
-    the first."""
+    the first.
+
+    pfs: `pfs_dir` is created when missing (mode 0700) and refused when
+    another user owns it or group/others may write into it; files are 0600.
+    `session_id` (e.g. viper.new_session_id()) goes into every version's
+    metadata; Subscribers given the same one serve only those versions.
+    `hmac_key_file` (a file of 16-4096 bytes, yours, mode 0600): each
+    version carries an HMAC-SHA256 under it, checked by Subscribers given
+    the same file (one SHA-256 pass over the data per version). A
+    failed background write (async, e.g. a full disk) is raised once, by the
+    next publish/flush/close, and then cleared."""
 
     def __init__(self, tier="host", mode="async", notify="push", pfs_dir="", *, host_protocol="shm", fanout="node",
                  staging_bytes=0, snapshot_threads=0, subscriber_ranks=None, peer_timeout_s=30.0,
                  wait_for_servable=True, o_direct=False, pfs_keep_versions=2, producer_id=0, gpu_device=0,
-                 chunk_bytes=64 << 20):
+                 chunk_bytes=64 << 20, session_id="", hmac_key_file=""):
         self._tier = tier
         self._layout = None
         self._pub = _viper.Publisher(tier, mode, notify, str(pfs_dir), host_protocol, fanout, staging_bytes,
                                      snapshot_threads, list(subscriber_ranks or []), peer_timeout_s,
                                      wait_for_servable, o_direct, pfs_keep_versions, producer_id, gpu_device,
-                                     chunk_bytes)
+                                     chunk_bytes, str(session_id), str(hmac_key_file))
 
     def publish(self, state_dict, iteration, metadata=None):
         """Publishes `state_dict` as the next version, taken after training
@@ -294,7 +321,11 @@ class Publisher:
         now, the rest in reports() once sent). ValueError for a non-contiguous
         tensor, an unsupported dtype or a layout that differs from the first
         version's."""
-        specs = _torch.specs(state_dict, "publish", allow_cuda=self._tier == "gpu")
+        if isinstance(state_dict, dict) and METADATA_TENSOR in state_dict:
+            # Consumers take a tensor of that name for the metadata: reserved.
+            raise ValueError(f"publish: the tensor name {METADATA_TENSOR} is reserved for Viper's metadata")
+        resolved = []  # negative/conjugate views made real, alive during the publish
+        specs = _torch.specs(state_dict, "publish", allow_cuda=self._tier == "gpu", keep=resolved)
         layout = _layout(specs)
         if self._layout is None:
             self._layout = layout
@@ -304,8 +335,6 @@ class Publisher:
         meta = _check_metadata(metadata, "publish")
         keep = None
         if meta:
-            if METADATA_TENSOR in state_dict:
-                raise ValueError(f"publish: the name {METADATA_TENSOR} is reserved for the metadata")
             keep = torch.frombuffer(bytearray(json.dumps(meta).encode("utf-8")), dtype=torch.uint8)
             specs.append((METADATA_TENSOR, "U8", [keep.numel()], keep.data_ptr(), keep.numel(), -1))
         return self._pub.publish(specs, int(iteration))

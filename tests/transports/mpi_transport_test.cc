@@ -971,7 +971,10 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
   if (Size() < 3) GTEST_SKIP() << "needs a surviving consumer besides the killed one (np >= 3)";
   const bool shm = GetParam() == HostProtocol::kShm;
   Scenario s = HostScenario(Mode::kSync, GetParam());
-  s.pub.peer_timeout_s = 2.0;
+  // Long enough for the survivor's handshake and version 0 in 64 KiB steps
+  // on a loaded machine (2 s dropped it too, with two busy loops on 2 cores:
+  // issue 26); the dead rank is then dropped after this long.
+  s.pub.peer_timeout_s = 15.0;
   s.pub.chunk_bytes = 64 << 10;  // two-sided: many small chunks, the transfer takes a while
   s.pub.max_inflight_chunks = 1;
   const int dead = Size() - 1;
@@ -981,7 +984,14 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
   if (Rank() == 0) {
     auto pub = Publisher::Create(s.pub);
     ASSERT_TRUE(pub.ok());
-    const std::vector<ModelState> models = {MakeModel(128 << 20, 30), MakeModel(1 << 20, 31), MakeModel(1 << 20, 32)};
+    // Two-sided, 16 MiB: the survivor gets no byte until the dead rank's
+    // handshake has timed out, then must receive version 0 within
+    // peer_timeout_s; 128 MiB in 64 KiB steps took longer than 15 s beside
+    // two busy loops (issue 26). Shm keeps 128 MiB: the dying rank must
+    // still be copying version 0 when it exits (16 MiB was copied and
+    // acknowledged first, 1 run in 9).
+    const uint64_t first_bytes = shm ? (128ull << 20) : (16ull << 20);
+    const std::vector<ModelState> models = {MakeModel(first_bytes, 30), MakeModel(1 << 20, 31), MakeModel(1 << 20, 32)};
     MPI_Barrier(MPI_COMM_WORLD);
     std::vector<Publisher::VersionReport> reports;
     for (std::size_t v = 0; v < models.size(); ++v) {

@@ -605,10 +605,14 @@ TEST(PfsPublisher, AsyncNewerSnapshotSupersedesUnsent) {
   ASSERT_TRUE((*pub)->Close().ok());
 }
 
-TEST(PfsPublisher, MissingDirectoryFailsAtCreate) {
-  auto pub = Publisher::Create(PfsPublisherOptions("/nonexistent/viper", Mode::kSync));
+TEST(PfsPublisher, DirectoryThatCannotBeMadeFailsAtCreate) {
+  // A missing directory is created (pfs_security_test.cc); one under a
+  // regular file cannot be.
+  const std::string dir = MakeTempDir();
+  std::ofstream(dir + "/file") << "x";
+  auto pub = Publisher::Create(PfsPublisherOptions(dir + "/file/viper", Mode::kSync));
   ASSERT_FALSE(pub.ok());
-  EXPECT_EQ(pub.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(pub.status().code(), StatusCode::kIoError) << pub.status().ToString();
 }
 
 TEST(Transports, HostTierWithoutMpiInitIsAnErrorNotACrash) {

@@ -37,12 +37,16 @@ grep -q "interrupted" "$work/out" || fail "SIGINT: the report does not say inter
 grep -q "every version delivered to every consumer: yes" "$work/out" || fail "SIGINT: versions lost"
 echo "ok: SIGINT stops every rank cleanly"
 
-# 2. Producer goes silent (SIGSTOP) after the plan: consumers give up after 8 s (the warm-up of 624 iterations takes ~2 s).
+# 2. Producer goes silent (SIGSTOP) after the plan: consumers give up after 8 s.
+# The warm-up is 20 iterations: the producer sends nothing before version 0,
+# so a warm-up longer than the 8 s timeout made the consumers give up before
+# the plan (the default 624 iterations took ~2 s idle, over 8 s beside two
+# busy loops on 2 cores: issue 26).
 # --consumer-timeout-s 5 bounds a transfer the stop interrupts mid-way (the
 # consumer's transfer timeout is 2 x 5 + 5 = 15 s; with the default 30 s it
 # was 65 s, longer than this test waits).
 "$mpiexec" --oversubscribe -np 3 "$viper" run --workload trainer --train-samples 10000 --epochs 20 --producer-timeout-s 8 \
-  --consumer-timeout-s 5 >"$work/out" 2>"$work/err" &
+  --warmup 20 --consumer-timeout-s 5 >"$work/out" 2>"$work/err" &
 job=$!
 wait_for_line "$work/err" "\[producer\] plan:" 60 || fail "no plan line within 60 s"
 producer=$(rank_pid 0)

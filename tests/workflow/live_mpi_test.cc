@@ -16,6 +16,7 @@
 #include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/transports/mpi_session.h"
+#include "viper/transports/publisher.h"
 #include "viper/workflow/live.h"
 
 namespace viper {
@@ -116,11 +117,26 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
   for (const auto& q : r->request_log) EXPECT_EQ(q.traffic_iteration, -1) << "no drift: undrifted traffic";
   EXPECT_FALSE(r->traffic_iteration_mae.has_value());
   EXPECT_EQ(r->host_protocol, "shm");  // the default: the consumers copy from shared memory
-  EXPECT_GE(r->schedule.size(), 1u) << r->plan_report;
-  // Requests from every consumer were collected.
+  // How many checkpoints the optimum takes depends on tau, measured over the
+  // warm-up: on a loaded machine the exact optimum was 0 (issue 26). What
+  // holds for every tau: each planned checkpoint lies after the warm-up and
+  // at most at N, in increasing order, and each became a version.
+  for (std::size_t i = 0; i < r->schedule.size(); ++i) {
+    EXPECT_GT(r->schedule[i], r->warmup_iterations) << r->plan_report;
+    EXPECT_LE(r->schedule[i], r->total_iterations) << r->plan_report;
+    if (i > 0) {
+      EXPECT_GT(r->schedule[i], r->schedule[i - 1]) << r->plan_report;
+    }
+  }
+  // Requests come only from consumers (a consumer that got version 0 after
+  // training ended under load serves none inside the window: not asserted).
   std::set<int> ranks;
   for (const auto& q : r->request_log) ranks.insert(q.consumer);
-  EXPECT_EQ(static_cast<int>(ranks.size()), Size() - 1);
+  EXPECT_GE(ranks.size(), 1u);
+  for (int rank : ranks) {
+    EXPECT_GE(rank, 1);
+    EXPECT_LT(rank, Size());
+  }
   // The simulator runs on the same log and schedule.
   auto c = CompareWithSimulation(*r, o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -222,6 +238,60 @@ TEST(LiveMpi, ReplayPrefixOverPfs) {
     if (!v.superseded) {
       EXPECT_GT(v.bytes, 4u << 20) << "version " << v.version << ": header + 4 MiB of tensors";
     }
+  }
+}
+
+// Issue 26, item 4: an earlier run left versions 11 and 12 (valid checksums,
+// higher numbers than this run will reach) in the directory. Polling
+// consumers must serve only this run's versions, never the stale ones.
+TEST(LiveMpi, ReplayPollNeverServesAnEarlierRunsVersions) {
+  char dir[256] = {0};
+  if (Rank() == 0) {
+    const fs::path d = fs::temp_directory_path() / ("viper-live-stale-" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    transports::Publisher::Options po;
+    po.tier = transports::Tier::kPfs;
+    po.notify = transports::Notify::kPoll;
+    po.mode = transports::Mode::kSync;
+    po.pfs_dir = d.string();
+    po.pfs_keep_versions = 2;  // what the earlier run left: its last two
+    po.session_id = "an-earlier-run";
+    auto stale = transports::Publisher::Create(po);
+    EXPECT_TRUE(stale.ok()) << stale.status().ToString();
+    if (stale.ok()) {
+      ModelState m;
+      (void)m.Add(Tensor::Allocate("w", DType::kF32, {256}));
+      for (int v = 0; v <= 12; ++v) EXPECT_TRUE((*stale)->Publish(m, 900000 + v).ok());
+      EXPECT_TRUE((*stale)->Close().ok());
+    }
+    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
+  }
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  LiveRun::Options o;
+  o.workload = LiveRun::Workload::kReplay;
+  o.log_path = datasets::ShippedLogDirectory() + "/sgd-h32.csv.gz";
+  o.replay_max_iterations = 300;
+  o.replay_time_scale = 6;
+  o.model_bytes = 1 << 20;
+  o.tier = transports::Tier::kPfs;
+  o.notify = transports::Notify::kPoll;
+  o.poll_period_s = 0.02;
+  o.pfs_dir = dir;
+  o.strategy = schedulers::StrategyKind::kFixed;
+  o.requests_per_s = 200;
+  o.verbose = false;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() != 0) return;
+  fs::remove_all(dir);
+  std::map<uint64_t, int64_t> iteration_of;
+  for (const auto& v : r->versions) iteration_of[v.version] = v.iteration;
+  ASSERT_GT(r->requests, 0);
+  for (const auto& q : r->request_log) {
+    ASSERT_TRUE(iteration_of.count(q.version)) << "served version " << q.version << ", not one of this run's";
+    EXPECT_EQ(q.iteration, iteration_of[q.version]) << "version " << q.version << " was an earlier run's";
+    EXPECT_LT(q.iteration, 900000) << "an earlier run's version was served";
   }
 }
 

@@ -1,7 +1,9 @@
 #include "viper/transports/aligned_buffer.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -10,16 +12,35 @@
 namespace viper {
 namespace transports {
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::~AlignedBuffer() {
+  SetReadOnly(false);  // free() may write into the block
+  std::free(data_);
+}
+
+bool AlignedBuffer::SetReadOnly(bool read_only) {
+  if (data_ == nullptr || read_only == read_only_) return true;
+  static const long page = ::sysconf(_SC_PAGESIZE);
+  if (page <= 0 || static_cast<std::size_t>(page) > kAlignmentBytes ||
+      reinterpret_cast<uintptr_t>(data_) % static_cast<uintptr_t>(page) != 0 || capacity_ % page != 0) {
+    return false;
+  }
+  if (::mprotect(data_, capacity_, read_only ? PROT_READ : PROT_READ | PROT_WRITE) != 0) return false;
+  read_only_ = read_only;
+  return true;
+}
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), capacity_(std::exchange(other.capacity_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      capacity_(std::exchange(other.capacity_, 0)),
+      read_only_(std::exchange(other.read_only_, false)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
+    SetReadOnly(false);
     std::free(data_);
     data_ = std::exchange(other.data_, nullptr);
     capacity_ = std::exchange(other.capacity_, 0);
+    read_only_ = std::exchange(other.read_only_, false);
   }
   return *this;
 }

@@ -1,6 +1,10 @@
 #include "viper/transports/mpi_session.h"
 
+#include <cstdio>
+#include <vector>
+
 #include "viper/config.h"
+#include "viper/transports/private_dir.h"
 
 #if VIPER_HAVE_MPI
 #include <mpi.h>
@@ -52,6 +56,26 @@ Status MpiSession::Barrier() {
   return Status::Ok();
 }
 
+StatusOr<std::string> MpiSession::MakeSharedPrivateDirectory(const std::string& parent, const std::string& prefix) {
+  if (!Active()) return FailedPreconditionError("MPI is not initialised");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // [0] = 1 when made, then the path or the error, NUL-terminated.
+  std::vector<char> message(4096, '\0');
+  if (rank == 0) {
+    auto made = MakePrivateDirectory(parent, prefix);
+    const std::string text = made.ok() ? *made : made.status().message();
+    message[0] = made.ok() ? 1 : 0;
+    std::snprintf(message.data() + 1, message.size() - 1, "%s", text.c_str());
+  }
+  if (MPI_Bcast(message.data(), static_cast<int>(message.size()), MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return AbortedError("MPI_Bcast of the run's directory failed");
+  message.back() = '\0';
+  const std::string text(message.data() + 1);
+  if (message[0] != 1) return FailedPreconditionError("rank 0: " + text);
+  return text;
+}
+
 #else
 
 bool MpiSession::Active() { return false; }
@@ -60,6 +84,9 @@ StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int*, char***) {
 }
 MpiSession::~MpiSession() = default;
 Status MpiSession::Barrier() { return UnavailableError("Viper was built without MPI"); }
+StatusOr<std::string> MpiSession::MakeSharedPrivateDirectory(const std::string&, const std::string&) {
+  return UnavailableError("Viper was built without MPI");
+}
 
 #endif
 

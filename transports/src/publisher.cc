@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "control.h"
 #include "staging.h"
 #include "tier.h"
+#include "viper/transports/private_dir.h"
 
 namespace viper {
 namespace transports {
@@ -37,6 +39,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
   if (snapshot_threads < 0 || snapshot_threads > 64)
     return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
+  if (session_id.size() > 256) return fail("session_id: at most 256 characters");
+  if (!hmac_key_file.empty() && tier != Tier::kPfs) return fail("hmac_key_file: only the pfs tier signs versions");
   if (tree_arity < 1 || tree_arity > 32) return fail("tree_arity: must be in [1, 32]");
   if (fanout == Fanout::kTree && (tier != Tier::kHost || host_protocol == HostProtocol::kOneSided)) {
     return fail("fanout: tree needs tier host with the two-sided or shm protocol");
@@ -81,6 +85,17 @@ class Publisher::Impl {
   ~Impl() { (void)Close(); }
 
   Status Init() {
+    if (!options_.session_id.empty()) {
+      // Every version carries the run's identity; its consumers check it.
+      const std::map<std::string, std::string> extra = {{kSessionKey, options_.session_id}};
+      for (auto& s : staging_) s.set_extra_metadata(extra);
+      described_.set_extra_metadata(extra);
+    }
+    if (!options_.hmac_key_file.empty()) {
+      // The keyed digest: each version proves it was made by a key holder.
+      VIPER_ASSIGN_OR_RETURN(const std::string key, ReadKeyFile(options_.hmac_key_file));
+      for (auto& s : staging_) s.set_hmac(key, options_.session_id);
+    }
     snapshot_threads_ =
         options_.snapshot_threads > 0 ? options_.snapshot_threads : std::min(4, internal::UsableCpus());
     if (options_.tier != Tier::kPfs || options_.notify == Notify::kPush) {
@@ -138,10 +153,13 @@ class Publisher::Impl {
     }
     // Async: snapshot into the buffer that is not being sent; a pending
     // (unsent) snapshot there is superseded.
+    // A failure of the background send (a full disk) is reported once, here,
+    // and then cleared: this publish tries again (issue 26: a freed disk
+    // must not leave the publisher failed for ever).
+    VIPER_RETURN_IF_ERROR(TakeSenderError());
     int idx;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!sender_status_.ok()) return sender_status_;
       if (pending_ >= 0) {
         idx = pending_;
         pending_ = -1;
@@ -174,9 +192,30 @@ class Publisher::Impl {
 
   Status Flush() {
     if (options_.mode != Mode::kAsync) return Status::Ok();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return (pending_ < 0 && sending_ < 0) || !sender_running_; });
-    return sender_status_;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return (pending_ < 0 && sending_ < 0) || !sender_running_; });
+    }
+    return TakeSenderError();
+  }
+
+  // The background sender's failure, if any, once: it is cleared and the
+  // sender restarted (unless closing), so later versions are sent again.
+  Status TakeSenderError() {
+    Status error;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sender_status_.ok()) return Status::Ok();
+      error = sender_status_;
+      sender_status_ = Status::Ok();
+    }
+    if (sender_.joinable()) sender_.join();  // it stopped after the failure
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sender_running_ = !closed_;
+    }
+    if (!closed_) sender_ = std::thread([this] { SenderLoop(); });
+    return error;
   }
 
   Status Close() {

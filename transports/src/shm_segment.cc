@@ -1,5 +1,14 @@
 #include "shm_segment.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "viper/transports/private_dir.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -122,6 +131,28 @@ void CopyAndHash(std::byte* dst, const std::byte* src, std::size_t bytes, Xxh3Ha
     std::memcpy(dst + off, src + off, n);
     hasher->Update(dst + off, n);
   }
+}
+
+std::vector<std::string> RemoveDeadSegments(const std::string& shm_dir) {
+  std::vector<std::string> removed;
+  DIR* d = ::opendir(shm_dir.c_str());
+  if (d == nullptr) return removed;
+  const uid_t me = ::geteuid();
+  while (dirent* e = ::readdir(d)) {
+    const char* n = e->d_name;
+    if (std::strncmp(n, "viper-", 6) != 0) continue;
+    const char* p = n + 6;
+    long pid = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 10) pid = pid * 10 + (*p++ - '0'), ++digits;
+    if (digits == 0 || *p != '-' || pid == static_cast<long>(::getpid())) continue;
+    struct stat st;
+    if (::fstatat(::dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me) continue;
+    if (ProcessAlive(pid)) continue;
+    if (::shm_unlink((std::string("/") + n).c_str()) == 0) removed.push_back(n);
+  }
+  ::closedir(d);
+  return removed;
 }
 
 }  // namespace internal

@@ -73,6 +73,12 @@ class ShmSegment {
   bool linked_ = true;
 };
 
+// Removes the segments "/viper-<pid>-..." of this user whose producer
+// (`pid`, on this host: /dev/shm is per node) is dead: a producer killed
+// between creating its segment and every consumer's first Ready leaves one.
+// Returns their names.
+std::vector<std::string> RemoveDeadSegments(const std::string& shm_dir = "/dev/shm");
+
 // One version written into a segment: copies `ranges` (the data section, in
 // order) after the header's room a step at a time, hashing as it copies and
 // publishing its progress after each step; then Complete writes the header.

@@ -1,5 +1,8 @@
 #include "staging.h"
 
+#include "hmac_sha256.h"
+#include "viper/transports/private_dir.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -267,7 +270,9 @@ Status StagedVersion::Snapshot(const ModelState& state, uint64_t version, int64_
     probe.metadata.iteration = std::numeric_limits<int64_t>::min();
     probe.metadata.producer_id = std::numeric_limits<int32_t>::min();
     const uint64_t fake_checksum = std::numeric_limits<uint64_t>::max();
-    VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(probe, &fake_checksum));
+    std::map<std::string, std::string> probe_extra = extra_metadata_;
+    if (!hmac_key_.empty()) probe_extra[kHmacKey] = std::string(64, 'f');
+    VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(probe, &fake_checksum, probe_extra));
     const uint64_t reserve = RoundUp(h.bytes.size() + 1024, AlignedBuffer::kAlignmentBytes);
     const uint64_t need =
         std::max<uint64_t>(reserve + RoundUp(data_bytes, AlignedBuffer::kAlignmentBytes), min_capacity_bytes);
@@ -341,12 +346,14 @@ Status StagedVersion::Finalize(uint64_t checksum) {
 
 StatusOr<uint64_t> StagedVersion::PlannedHeaderBytes() const {
   const uint64_t placeholder = 0;  // the checksum is fixed-width: its value does not change the size
-  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder));
+  std::map<std::string, std::string> extra = extra_metadata_;
+  if (!hmac_key_.empty()) extra[kHmacKey] = std::string(64, '0');  // fixed width too
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder, extra));
   return RoundUp(h.bytes.size(), AlignedBuffer::kAlignmentBytes);
 }
 
 Status StagedVersion::Finalize() {
-  std::map<std::string, std::string> extra;
+  std::map<std::string, std::string> extra = extra_metadata_;
   if (on_device_) {
     if (!checksum_ready_) {
       VIPER_ASSIGN_OR_RETURN(checksum_, device_->Sum64(data(), data_bytes_));
@@ -355,6 +362,7 @@ Status StagedVersion::Finalize() {
   }
   if (!on_device_ && !checksum_ready_) checksum_ = Xxh3_64(data(), data_bytes_);
   checksum_ready_ = true;
+  if (!hmac_key_.empty() && !on_device_) extra[kHmacKey] = VersionDigest(hmac_key_, layout_, hmac_session_);
   VIPER_ASSIGN_OR_RETURN(safetensors::Header h,
                          safetensors::BuildHeader(layout_, on_device_ ? nullptr : &checksum_, extra));
   if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
@@ -403,14 +411,14 @@ Status DescribedVersion::Describe(const ModelState& state, uint64_t version, int
   layout_.metadata.producer_id = producer_id;
   // Metadata values change the header size; the checksum (fixed width) does not.
   const uint64_t placeholder = 0;
-  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder));
+  VIPER_ASSIGN_OR_RETURN(safetensors::Header h, safetensors::BuildHeader(layout_, &placeholder, extra_metadata_));
   if (h.data_bytes != data_bytes_) return InternalError("safetensors header disagrees on the data size");
   header_bytes_ = RoundUp(h.bytes.size(), AlignedBuffer::kAlignmentBytes);
   return Status::Ok();
 }
 
 std::shared_ptr<const std::byte> DescribedVersion::Header(uint64_t checksum) const {
-  auto h = safetensors::BuildHeader(layout_, &checksum);
+  auto h = safetensors::BuildHeader(layout_, &checksum, extra_metadata_);
   VIPER_CHECK(h.ok());  // the same layout built in Describe
   auto padded =
       std::make_shared<const std::string>(PadHeader(std::move(h->bytes), AlignedBuffer::kAlignmentBytes));

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,6 +105,15 @@ class DeviceImage {
 // pointer.
 class StagedVersion {
  public:
+  // Entries added to every header's __metadata__ (e.g. the run's session
+  // id); covered by viper.header_checksum. Set before the first version.
+  void set_extra_metadata(std::map<std::string, std::string> extra) { extra_metadata_ = std::move(extra); }
+  // With a key, Finalize adds viper-run.hmac (hmac_sha256.h: VersionDigest
+  // under `key`, with `session`) to the header. Host staging only.
+  void set_hmac(std::string key, std::string session) {
+    hmac_key_ = std::move(key);
+    hmac_session_ = std::move(session);
+  }
   StagedVersion() = default;
   ~StagedVersion();
   StagedVersion(const StagedVersion&) = delete;
@@ -165,6 +175,8 @@ class StagedVersion {
   uint64_t checksum_ = 0;
   bool checksum_ready_ = false;
   ModelState layout_;  // tensors as views into the data region
+  std::map<std::string, std::string> extra_metadata_;
+  std::string hmac_key_, hmac_session_;
 };
 
 // Metadata key of the sum64 checksum a device image carries instead of
@@ -176,6 +188,9 @@ constexpr const char* kDeviceChecksumKey = "viper.device_checksum";
 // the caller is blocked in Publish).
 class DescribedVersion {
  public:
+  // Entries added to every header's __metadata__ (e.g. the run's session
+  // id); covered by viper.header_checksum. Set before the first version.
+  void set_extra_metadata(std::map<std::string, std::string> extra) { extra_metadata_ = std::move(extra); }
   // Validates `state` (host tensors, sizes matching shapes) and sizes the
   // header (one BuildHeader); the layout is reused while names, dtypes and
   // shapes are unchanged.
@@ -193,6 +208,7 @@ class DescribedVersion {
 
  private:
   ModelState layout_;  // tensor descriptions; data pointers are the caller's
+  std::map<std::string, std::string> extra_metadata_;
   std::vector<ByteRange> ranges_;
   uint64_t header_bytes_ = 0;
   uint64_t data_bytes_ = 0;

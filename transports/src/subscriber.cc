@@ -1,6 +1,9 @@
 #include "viper/transports/subscriber.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,10 +18,12 @@
 
 #include "backoff.h"
 #include "control.h"
+#include "hmac_sha256.h"
 #include "tier.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
+#include "viper/transports/private_dir.h"
 
 namespace viper {
 namespace transports {
@@ -61,6 +66,9 @@ class Subscriber::Impl {
   }
 
   Status Init() {
+    if (!options_.hmac_key_file.empty()) {
+      VIPER_ASSIGN_OR_RETURN(hmac_key_, ReadKeyFile(options_.hmac_key_file));
+    }
     if (options_.notify == Notify::kPush) {
       VIPER_ASSIGN_OR_RETURN(control_, internal::ConsumerControl::Open(options_));
     }
@@ -141,6 +149,10 @@ class Subscriber::Impl {
     if (one_sided) paths_.push_back(std::move(one_sided));
     if (options_.tier == Tier::kPfs) {
       auto pfs = std::make_unique<internal::PfsReceiver>(options_, &pool_);
+      // A directory that exists must be private now (a missing one may
+      // still be created by the producer: checked again before each read).
+      struct stat st;
+      if (::lstat(options_.pfs_dir.c_str(), &st) == 0) VIPER_RETURN_IF_ERROR(pfs->CheckDirectory());
       pfs_ = pfs.get();
       paths_.push_back(std::move(pfs));
     }
@@ -172,6 +184,42 @@ class Subscriber::Impl {
                            ", expected " + std::to_string(expected_version));
     }
     auto meta = safetensors::ParseMetadata(bytes, size);
+    if (options_.tier == Tier::kPfs && !options_.session_id.empty()) {
+      // Only this run's versions: another run's file (an earlier run left
+      // in the directory, or someone else's) is never served.
+      std::string theirs;
+      if (meta.ok()) {
+        auto it = meta->find(kSessionKey);
+        if (it != meta->end()) theirs = it->second;
+      }
+      if (theirs != options_.session_id) {
+        return FailedPreconditionError(
+            source + ": not a version of this run (" +
+            (theirs.empty() ? std::string("it carries no session id")
+                            : "its session id is " + theirs.substr(0, 64)) +
+            ", this run's is " + options_.session_id + "): refused");
+      }
+    }
+    if (options_.tier == Tier::kPfs && !hmac_key_.empty()) {
+      // Made by a holder of the key: the digest over the version, its
+      // session and its tensors must match (not an unkeyed checksum).
+      std::string theirs, session;
+      if (meta.ok()) {
+        auto it = meta->find(kHmacKey);
+        if (it != meta->end()) theirs = it->second;
+        auto s = meta->find(kSessionKey);
+        if (s != meta->end()) session = s->second;
+      }
+      if (theirs.empty()) {
+        return FailedPreconditionError(source + ": carries no " + kHmacKey + " (this consumer requires the key "
+                                       "file's digest): refused");
+      }
+      if (!internal::DigestsEqual(theirs, internal::VersionDigest(hmac_key_, *state, session))) {
+        return FailedPreconditionError(source + ": its " + kHmacKey +
+                                       " does not verify under this consumer's key: not made by a key holder, "
+                                       "refused");
+      }
+    }
     if (landed.streamed) {
       uint64_t json_bytes = 0;
       for (int i = 0; i < 8; ++i)
@@ -201,6 +249,9 @@ class Subscriber::Impl {
       if (it != meta->end()) version->checksum = ChecksumFromHex(it->second).value_or(0);
     }
     version->verified = verified;
+    // What is served is what was verified: readers cannot write into it (a
+    // write faults), whoever holds its tensors (Python's included).
+    landed.buffer->SetReadOnly(true);
     version->tier = options_.tier;
     version->source = source;
     version->receive_s = landed.receive_s;
@@ -256,7 +307,9 @@ class Subscriber::Impl {
   }
 
   void PollLoop() {
-    std::set<uint64_t> rejected;
+    // Refused versions and their files as they were then: a version is
+    // read again once its file changes (fixed or replaced).
+    std::map<uint64_t, PfsStore::FileId> rejected;
     while (running_) {
       const double next = MonotonicSeconds() + options_.poll_period_s;
       auto versions = pfs_->Versions();
@@ -267,10 +320,16 @@ class Subscriber::Impl {
         for (auto it = versions->rbegin(); it != versions->rend(); ++it) {
           auto cur = Current();
           if (cur && cur->state.metadata.version >= *it) break;
-          if (rejected.count(*it)) continue;
+          auto id = pfs_->Identify(*it);
+          auto was = rejected.find(*it);
+          if (was != rejected.end() && id.ok() && *id == was->second) continue;
+          if (was != rejected.end() && !id.ok()) continue;  // still unreadable: said once
           Status st = LoadPfs(*it);
-          if (st.ok()) break;
-          rejected.insert(*it);
+          if (st.ok()) {
+            rejected.erase(*it);
+            break;
+          }
+          rejected[*it] = id.ok() ? *id : PfsStore::FileId{};
           Reject(*it, pfs_->PathFor(*it), st);
         }
       }
@@ -356,6 +415,7 @@ class Subscriber::Impl {
   }
 
   Options options_;
+  std::string hmac_key_;                                // pfs: the key file's bytes, when given
   std::unique_ptr<internal::ConsumerControl> control_;  // push: the session with the producer
   internal::LandingPool pool_;                          // receiving thread only
   std::vector<std::unique_ptr<internal::TierReceiver>> paths_;

@@ -135,6 +135,10 @@ class PfsReceiver : public TierReceiver {
   std::string Source(const Announce& a) const override { return store_->PathFor(a.version); }
   StatusOr<std::vector<uint64_t>> Versions() const { return store_->ListVersions(); }
   std::string PathFor(uint64_t version) const { return store_->PathFor(version); }
+  StatusOr<PfsStore::FileId> Identify(uint64_t version) const { return store_->Identify(version); }
+  // The directory, when it exists, must be private (private_dir.h; owned by
+  // this user or root). Checked at Create and before each read.
+  Status CheckDirectory() const;
   // Reads version `version` into a landing buffer.
   StatusOr<Landed> Load(uint64_t version);
 

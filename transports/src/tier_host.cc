@@ -5,6 +5,7 @@
 // copies it in). One producer pass interleaves both: consumers that map the
 // segment take it from there, the others get the two-sided stream. MPI
 // builds only (mpi_stub.cc otherwise).
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -227,7 +228,10 @@ bool HostSender::EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes) {
   if (segment_ && segment_->payload_bytes() >= image_bytes) return true;
   segment_.reset();
   char name[64];
-  std::snprintf(name, sizeof(name), "/viper-%016llx-r%d-g%llu",
+  // The pid in the name: a later producer removes the segment when this
+  // process was killed before every consumer had mapped it.
+  (void)RemoveDeadSegments();
+  std::snprintf(name, sizeof(name), "/viper-%ld-%016llx-r%d-g%llu", static_cast<long>(::getpid()),
                 static_cast<unsigned long long>(control_->session()), control_->rank(),
                 static_cast<unsigned long long>(++segment_generation_));
   auto created = ShmSegment::Create(name, reserve_bytes);

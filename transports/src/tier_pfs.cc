@@ -6,6 +6,7 @@
 
 #include "tier.h"
 #include "viper/transports/pfs_store.h"
+#include "viper/transports/private_dir.h"
 
 namespace viper {
 namespace transports {
@@ -48,8 +49,11 @@ StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& op
   po.layout = options.pfs_layout;
   std::string error;
   if (!po.IsValid(&error)) return InvalidArgumentError("pfs options: " + error);
+  // Created when missing (0700, as PyTorch DCP and save_pretrained create
+  // theirs); refused when another user owns it or may write into it.
+  VIPER_RETURN_IF_ERROR(EnsurePrivateDirectory(po.dir));
   auto store = std::make_unique<PfsStore>(po);
-  VIPER_RETURN_IF_ERROR(store->ListVersions().status());  // the directory must exist
+  (void)store->RemoveDeadTemporaries();  // a killed run's leftovers
   return std::unique_ptr<TierSender>(new PfsSender(options, std::move(store), control));
 }
 
@@ -61,8 +65,13 @@ PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool) 
   store_ = std::make_unique<PfsStore>(po);
 }
 
+Status PfsReceiver::CheckDirectory() const {
+  return CheckPrivateDirectory(store_->options().dir, /*allow_root_owner=*/true);
+}
+
 StatusOr<Landed> PfsReceiver::Load(uint64_t version) {
   const double t0 = MonotonicSeconds();
+  VIPER_RETURN_IF_ERROR(CheckDirectory());
   VIPER_ASSIGN_OR_RETURN(std::shared_ptr<AlignedBuffer> buffer, pool_->Acquire(4096));
   // PfsStore::Read grows the buffer it is given; give it a private one.
   AlignedBuffer local = std::move(*buffer);

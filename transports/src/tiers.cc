@@ -26,7 +26,10 @@ Status LandingPool::Preallocate(uint64_t bytes, int count) {
 
 StatusOr<std::shared_ptr<AlignedBuffer>> LandingPool::Acquire(uint64_t bytes) {
   for (auto& b : pool_) {
-    if (b.use_count() == 1 && b->capacity() >= bytes) return b;
+    if (b.use_count() == 1 && b->capacity() >= bytes) {
+      b->SetReadOnly(false);  // a served version's, nobody holds it any more
+      return b;
+    }
   }
   VIPER_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(bytes));
   // Keep at most three buffers: front, back, and one a slow reader may hold.

@@ -2,6 +2,8 @@
 // newest verified version until the producer says training is over, report.
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "live_exchange.h"
 #include "live_roles.h"
@@ -17,8 +19,8 @@ using transports::MonotonicSeconds;
 
 class Consumer {
  public:
-  Consumer(const LiveRun::Options& o, MPI_Comm comm, int rank, double base)
-      : o_(o), comm_(comm), rank_(rank), base_(base), pace_(comm) {}
+  Consumer(const LiveRun::Options& o, MPI_Comm comm, int rank, double base, std::string session)
+      : o_(o), comm_(comm), rank_(rank), base_(base), session_(std::move(session)), pace_(comm) {}
 
   StatusOr<LiveRun::Summary> Run() {
     VIPER_ASSIGN_OR_RETURN(oracle_, MakeLossOracle(o_, rank_));
@@ -63,6 +65,7 @@ class Consumer {
     // mid-fan-out, the producer drops it first and then finishes this transfer.
     so.transfer_timeout_s = 2 * o_.consumer_timeout_s + 5;
     so.pfs_dir = o_.pfs_dir;
+    so.session_id = session_;  // never another run's version
     so.poll_period_s = o_.poll_period_s;
     so.preallocate_bytes = ExpectedModelBytes(o_) + (1 << 20);
     // Swap times, on the receiving thread, from the first version on (set in
@@ -137,6 +140,7 @@ class Consumer {
   MPI_Comm comm_;
   const int rank_;
   const double base_;
+  const std::string session_;  // the run's identity (ShareSessionId)
   const bool drifting_ = DriftChangesTraffic(o_);
   PaceListener pace_;
   std::unique_ptr<LossOracle> oracle_;
@@ -151,7 +155,8 @@ class Consumer {
 }  // namespace
 
 StatusOr<LiveRun::Summary> RunConsumer(const LiveRun::Options& o, MPI_Comm comm, int rank, double base) {
-  return Consumer(o, comm, rank, base).Run();
+  const std::string session = ShareSessionId(comm, rank);
+  return Consumer(o, comm, rank, base, session).Run();
 }
 
 }  // namespace internal

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <type_traits>
 
+#include "viper/transports/private_dir.h"
 #include "viper/transports/types.h"
 
 namespace viper {
@@ -103,6 +105,17 @@ double AlignClocks(MPI_Comm comm, int rank, int size) {
     }
   }
   return -offset;
+}
+
+std::string ShareSessionId(MPI_Comm comm, int rank) {
+  char id[64] = {0};
+  if (rank == 0) {
+    const std::string fresh = transports::NewSessionId();
+    std::snprintf(id, sizeof(id), "%s", fresh.c_str());
+  }
+  MPI_Bcast(id, sizeof(id), MPI_CHAR, 0, comm);
+  id[sizeof(id) - 1] = '\0';
+  return id;
 }
 
 bool SendEnd(MPI_Comm comm, int rank, const EndMessage& end, double deadline) {

@@ -4,7 +4,8 @@
 // as bytes (both ends run the same binary).
 //
 //   start:    AlignClocks (collective): the producer's clock at the barrier
-//             is every rank's time origin.
+//             is every rank's time origin; ShareSessionId (collective): the
+//             run's session id.
 //   training: producer -> consumers, drifting traffic only: PaceMessage
 //             every kPacePeriodS after warm-up (PaceAnnouncer / PaceListener).
 //   end:      producer -> each consumer: EndMessage (training over, which
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "viper/core/status.h"
@@ -73,6 +75,12 @@ bool WaitRequest(MPI_Request* request, double deadline);
 // used as is; on other hosts each consumer estimates the producer's clock
 // from the fastest of a few ping-pongs (error <= half that round trip).
 double AlignClocks(MPI_Comm comm, int rank, int size);
+
+// Collective: the run's identity, drawn by the producer (rank 0) and given
+// to every consumer. Each version carries it (viper-run.session) and the
+// consumers serve no version without it: another run's files in the same
+// directory are never served.
+std::string ShareSessionId(MPI_Comm comm, int rank);
 
 // Producer side.
 bool SendEnd(MPI_Comm comm, int rank, const EndMessage& end, double deadline);

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "live_exchange.h"
 #include "live_roles.h"
@@ -33,8 +35,8 @@ struct Published {
 
 class Producer {
  public:
-  Producer(const LiveRun::Options& o, MPI_Comm comm, int size, double base)
-      : o_(o), comm_(comm), size_(size), base_(base), pace_(comm, size, base) {}
+  Producer(const LiveRun::Options& o, MPI_Comm comm, int size, double base, std::string session)
+      : o_(o), comm_(comm), size_(size), base_(base), session_(std::move(session)), pace_(comm, size, base) {}
 
   StatusOr<LiveRun::Summary> Run() {
     VIPER_RETURN_IF_ERROR(SetUp());
@@ -53,6 +55,7 @@ class Producer {
     Info("training done at " + std::to_string(s_.training_end_s) + " s; " + pub_->summary().BriefReport());
     const auto results = EndAndGather();
     SummarizeVersions(results);
+    VIPER_RETURN_IF_ERROR(EveryConsumerGotThisRun(results));
     SummarizeRequests(results);
     SummarizeRun(static_cast<int>(results.size()));
     return s_;
@@ -93,6 +96,7 @@ class Producer {
     po.host_protocol = o_.host_protocol;
     po.peer_timeout_s = o_.consumer_timeout_s;
     po.pfs_dir = o_.pfs_dir;
+    po.session_id = session_;  // each version carries the run's identity
     po.staging_bytes = ExpectedModelBytes(o_) + (1 << 20);
     VIPER_ASSIGN_OR_RETURN(pub_, transports::Publisher::Create(po));
     return Status::Ok();
@@ -290,6 +294,24 @@ class Producer {
     return results;
   }
 
+  // A consumer that answered but never swapped in one of this run's versions
+  // served nothing of this run (before the session id, another run's files
+  // were served while the run said "completed"): the run fails, naming it.
+  Status EveryConsumerGotThisRun(const std::map<int, ConsumerResults>& results) const {
+    std::string starved;
+    for (const auto& [rank, res] : results) {
+      bool got = false;
+      for (const auto& sw : res.swaps) got = got || index_.count(sw.version) > 0;
+      if (!got) starved += (starved.empty() ? "" : ", ") + std::to_string(rank);
+    }
+    if (starved.empty()) return Status::Ok();
+    return FailedPreconditionError(
+        "consumer rank(s) " + starved + " never received a version of this run (session " + session_ + ", " +
+        std::to_string(published_.size()) + " versions published" +
+        (o_.pfs_dir.empty() ? std::string() : " to " + o_.pfs_dir) +
+        "): the run failed; see the consumers' warnings for the versions they refused");
+  }
+
   // Per version: the producer's report and the consumers' servable times.
   void SummarizeVersions(const std::map<int, ConsumerResults>& results) {
     const auto reports = pub_->Reports();
@@ -411,6 +433,7 @@ class Producer {
   MPI_Comm comm_;
   const int size_;
   const double base_;
+  const std::string session_;  // the run's identity (ShareSessionId)
   const bool drifting_ = DriftChangesTraffic(o_);
   PaceAnnouncer pace_;
   LiveRun::Summary s_;
@@ -431,7 +454,8 @@ class Producer {
 }  // namespace
 
 StatusOr<LiveRun::Summary> RunProducer(const LiveRun::Options& o, MPI_Comm comm, int size, double base) {
-  return Producer(o, comm, size, base).Run();
+  const std::string session = ShareSessionId(comm, 0);
+  return Producer(o, comm, size, base, session).Run();
 }
 
 }  // namespace internal

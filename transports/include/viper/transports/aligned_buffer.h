@@ -32,9 +32,17 @@ class AlignedBuffer {
   const std::byte* data() const { return data_; }
   std::size_t capacity() const { return capacity_; }
 
+  // Makes the pages read-only (mprotect), or writable again: a verified
+  // version a consumer serves must not change under its readers (a write
+  // faults). False where the pages cannot be protected alone (a page larger
+  // than kAlignmentBytes). Writable again before it is freed or reused.
+  bool SetReadOnly(bool read_only);
+  bool read_only() const { return read_only_; }
+
  private:
   std::byte* data_ = nullptr;
   std::size_t capacity_ = 0;
+  bool read_only_ = false;
 };
 
 // Rounds `n` up to a multiple of `alignment` (a power of two).

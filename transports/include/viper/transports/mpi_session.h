@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "viper/core/status.h"
 
@@ -33,6 +34,10 @@ class MpiSession {
   static bool Active();
   // Barrier on MPI_COMM_WORLD (tests use it to line ranks up).
   static Status Barrier();
+  // Collective on MPI_COMM_WORLD: rank 0 makes a fresh private directory
+  // `<parent>/<prefix>XXXXXX` (mkdtemp, mode 0700, private_dir.h) and every
+  // rank gets its path. An error on rank 0 is every rank's error.
+  static StatusOr<std::string> MakeSharedPrivateDirectory(const std::string& parent, const std::string& prefix);
 
  private:
   MpiSession() = default;

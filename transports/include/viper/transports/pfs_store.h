@@ -38,7 +38,8 @@ class PfsStore {
   static std::optional<Layout> LayoutFromString(const std::string& name);
 
   struct Options {
-    // Directory holding the versions; must exist (it is never created here).
+    // Directory holding the versions; must exist (it is never created here:
+    // the Publisher creates it, privately, see private_dir.h).
     std::string dir;
     // File naming (see the top of this file).
     Layout layout = Layout::kFlat;
@@ -89,19 +90,41 @@ class PfsStore {
   // anything but 1 to 19 decimal digits.
   static std::optional<uint64_t> VersionFromDirName(const std::string& name);
 
-  // Writes `size` bytes at `data` as version `version`. With o_direct,
+  // Writes `size` bytes at `data` as version `version`, mode 0600 whatever
+  // the umask. Removes first what dead writers of this host left
+  // (RemoveDeadTemporaries). With o_direct,
   // `data` must be aligned to kAlignmentBytes and readable up to
   // RoundUp(size, kAlignmentBytes). On any failure (missing directory, full
   // disk) the temporary is removed and no file appears under the final name.
-  // Afterwards keeps `version` and the keep_versions - 1 newest older ones.
+  // Afterwards keeps `version` and the keep_versions - 1 newest older ones;
+  // when the disk is full (ENOSPC), prunes to that many older ones (at least
+  // one) first and tries once more, so the disk need not hold N + 1.
   StatusOr<WriteStats> Write(uint64_t version, const std::byte* data, uint64_t size) const;
 
   // Versions with a complete file under a final name, ascending.
   StatusOr<std::vector<uint64_t>> ListVersions() const;
 
+  // Removes the temporaries (".<name>.tmp-<pid>-<n>[-<host>]") whose writer,
+  // a process of this host, is dead; returns their names. Write and Prune
+  // call it.
+  std::vector<std::string> RemoveDeadTemporaries() const;
+
+  // What identifies a version's file on disk: a rejected version is read
+  // again once this changes (the file was fixed or replaced).
+  struct FileId {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t inode = 0;
+    bool operator==(const FileId& o) const { return size == o.size && mtime_ns == o.mtime_ns && inode == o.inode; }
+    bool operator!=(const FileId& o) const { return !(*this == o); }
+  };
+  StatusOr<FileId> Identify(uint64_t version) const;
+
   // Reads version `version` into `buffer` (grown when too small); returns the
   // file size. The bytes are not validated here (the Subscriber parses and
-  // verifies them).
+  // verifies them). Only a regular file is read: a symbolic link (the file's
+  // or, tf-serving, the version directory's), a FIFO or a device is refused
+  // (FailedPrecondition) without blocking and without reading a byte.
   StatusOr<uint64_t> Read(uint64_t version, AlignedBuffer* buffer) const;
 
   // Reads version `version` into `buffer` and checks it: a well-formed
@@ -118,8 +141,18 @@ class PfsStore {
   StatusOr<std::vector<uint64_t>> Prune(int keep, const std::vector<uint64_t>& protect = {}) const;
 
  private:
-  // Removes version `version` (its file; in tf-serving, then its directory).
+  // Removes version `version` (its file; in tf-serving, then its directory),
+  // relative to the directory's own descriptor: nothing outside it is ever
+  // touched. A tf-serving name that is not a real directory is left alone,
+  // unless `replace` (the rewrite path), which removes the entry itself.
   Status Remove(uint64_t version) const;
+  Status Remove(uint64_t version, bool replace) const;
+  StatusOr<WriteStats> WriteOnce(uint64_t version, const std::byte* data, uint64_t size) const;
+  // Removes all but the `keep_older` newest versions older than `version`;
+  // returns how many it removed.
+  std::size_t PruneOlder(uint64_t version, int keep_older) const;
+  // Opens version `version`'s file for reading (see Read); returns the fd.
+  StatusOr<int> OpenVersion(uint64_t version, bool o_direct) const;
 
   Options options_;
 };

@@ -77,12 +77,27 @@ class Publisher {
     // version is servable (its report then has servable times). The shm
     // protocol always waits for the consumers that copy from shared memory.
     bool wait_for_servable = true;
-    // pfs tier: directory, O_DIRECT, writer threads, versions kept.
+    // pfs tier: directory, O_DIRECT, writer threads, versions kept. The
+    // directory is created when missing (mode 0700) and must belong to this
+    // user and not be writable by group or others (private_dir.h); each
+    // file is written with mode 0600.
     std::string pfs_dir;
     bool o_direct = false;
     int pfs_writer_threads = 1;
     int pfs_keep_versions = 2;
     PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;  // file naming in pfs_dir
+    // The run's identity (private_dir.h: NewSessionId), written into each
+    // version's metadata as viper-run.session; Subscribers given the same
+    // session_id serve only versions that carry it. Empty = none.
+    std::string session_id;
+    // pfs tier: a key file only this user can read (a regular file of 16 to
+    // 4096 bytes, owned by this user, mode 0600 or stricter). Each version
+    // then carries viper-run.hmac, an HMAC-SHA256 under that key over its
+    // version, iteration, session id, tensor table and data: a Subscriber
+    // with the same key serves only versions made by a holder of the key,
+    // across runs and shared directories. Costs one SHA-256 pass over the
+    // data per version. Empty = none.
+    std::string hmac_key_file;
     // Written as viper.producer in each version's metadata.
     int32_t producer_id = 0;
     // gpu tier: CUDA device of the staging buffers (the model's tensors may

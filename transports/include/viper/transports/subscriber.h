@@ -45,12 +45,24 @@ class Subscriber {
     // consumer delays the bytes of the others by up to that much.
     double transfer_timeout_s = 30;
     // poll: directory and period in seconds (TF Serving's default is 1 s).
+    // The directory must belong to this user (or root) and not be writable
+    // by group or others (private_dir.h); a version that is not a regular
+    // file (a link, a FIFO) is refused without blocking. A refused version
+    // is read again once its file changes (size, mtime or inode).
     std::string pfs_dir;
     double poll_period_s = 1.0;
     // pfs: read with O_DIRECT.
     bool o_direct = false;
     // pfs: file naming in pfs_dir (flat or TF Serving's <version>/model.safetensors).
     PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;
+    // pfs: serve only versions whose metadata carries this session id (the
+    // Publisher's session_id): another run's file in the same directory is
+    // refused, whatever its version. Empty = no check.
+    std::string session_id;
+    // pfs: the Publisher's hmac_key_file (see publisher.h): only versions
+    // whose viper-run.hmac verifies under this key are served. Empty = no
+    // check.
+    std::string hmac_key_file;
     // pfs: refuse files without Viper's checksum (another writer's); false
     // serves them with ModelVersion::verified false, versioned by file name.
     bool pfs_require_checksum = true;
