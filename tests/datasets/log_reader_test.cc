@@ -392,6 +392,7 @@ TEST(ShippedLogsTest, EveryShippedLogReads) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name.find(".csv") == std::string::npos) continue;
+    if (name.find(".staleness.") != std::string::npos) continue;  // a table beside its log, read below
     auto r = LogReader::ReadFile(entry.path().string(), {});
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
     EXPECT_GT(r->records.size(), 100u) << name;

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 
+#include <filesystem>
+
 #include "swap_run.h"
+#include "viper/datasets/log_reader.h"
+#include "viper/datasets/staleness_reader.h"
 #include "viper/schedulers/scenario.h"
 
 namespace viper {
@@ -83,6 +87,33 @@ TEST(StalenessScenarioTest, OnlineReMeasuresTheServedVersionAndReplacesItAfterTh
   // re-measures 1.5 worse, and the retrained model recovers below it.
   ASSERT_FALSE(plan->schedule.empty());
   EXPECT_GT(plan->schedule.back(), 1500);
+}
+
+// Every shipped table reads, is its log's (same diagonal) and covers it, and
+// on the traffic-drift runs some stale pair costs more than its diagonal.
+TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {
+  namespace fs = std::filesystem;
+  int tables = 0;
+  for (const auto& e : fs::directory_iterator(datasets::ShippedLogDirectory())) {
+    const std::string name = e.path().filename().string();
+    const auto at = name.find(".staleness.csv");
+    if (at == std::string::npos) continue;
+    ++tables;
+    const std::string log_path = (e.path().parent_path() / (name.substr(0, at) + ".csv.gz")).string();
+    auto log = datasets::LogReader::ReadFile(log_path, {});
+    auto table = datasets::StalenessReader::ReadFile(e.path().string(), {});
+    ASSERT_TRUE(log.ok()) << log.status().ToString();
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    auto sc = MakeScenario(*log, Options(*table));
+    ASSERT_TRUE(sc.ok()) << name << ": " << sc.status().ToString();
+    if (name.rfind("sgd-h256.", 0) == 0) continue;  // the no-drift control
+    double worst = 0;
+    for (const auto& g : sc->staleness_truth->Grid()) {
+      worst = std::max(worst, g.loss - *sc->staleness_truth->At(g.version, static_cast<double>(g.version)));
+    }
+    EXPECT_GT(worst, 0.1) << name << ": a traffic drift should make some stale pair cost more";
+  }
+  EXPECT_GE(tables, 6);
 }
 
 }  // namespace
