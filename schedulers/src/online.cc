@@ -161,10 +161,7 @@ Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind ki
     measured_.losses.push_back(value);
   }
   measured_now_ = iteration;
-  if (iteration <= problem_.warmup_iterations) {  // version 0 is the warm-up model
-    served_loss_ = served_commit_loss_ = value;
-    served_iteration_ = problem_.warmup_iterations;
-  }
+  if (iteration <= problem_.warmup_iterations) served_loss_ = value;  // version 0 is the warm-up model
   return Status::Ok();
 }
 
@@ -362,8 +359,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
-  served_iteration_ = iteration;
-  served_commit_loss_ = served_loss_;
+  served_reference_.reset();  // the new version's first re-measurement becomes its reference
   return Status::Ok();
 }
 
@@ -380,14 +376,18 @@ Status OnlinePlanner::ObserveServed(double loss) {
   }
   served_loss_ = loss;
   ++summary_.served_measurements;
-  if (!served_commit_loss_) {
-    // Version 0: its level is what was measured at the end of the warm-up.
-    served_iteration_ = problem_.warmup_iterations;
-    served_commit_loss_ = loss;
+  // The reference is the version's first re-measurement, not the measurement
+  // it was committed on: that one passed the gate, so it is biased low by the
+  // noise (the winner's curse) and every later re-measurement would look like
+  // decay.
+  if (!served_reference_) {
+    served_reference_ = std::make_pair(last_iteration_, loss);
+    return Status::Ok();
   }
-  const double age_s = static_cast<double>(last_iteration_ - served_iteration_) * problem_.seconds_per_iteration;
+  const double age_s =
+      static_cast<double>(last_iteration_ - served_reference_->first) * problem_.seconds_per_iteration;
   if (age_s > 0) {
-    decay_points_.emplace_back(age_s, loss - *served_commit_loss_);
+    decay_points_.emplace_back(age_s, loss - served_reference_->second);
     if (decay_points_.size() > static_cast<size_t>(options_.decay_window)) decay_points_.erase(decay_points_.begin());
   }
   return Status::Ok();
@@ -401,10 +401,16 @@ double OnlinePlanner::DecayPerSecond() const {
     xx += x * x;
     mean += y;
   }
-  mean /= static_cast<double>(decay_points_.size());
-  // Noise is no decay: the excess must exceed what the gate calls a difference.
+  const double n = static_cast<double>(decay_points_.size());
+  mean /= n;
+  // Noise is no decay: the excess must exceed what the gate calls a
+  // difference, and the slope must stand a standard error above zero.
   if (!(xx > 0) || mean <= GateMargin()) return 0.0;
-  return std::max(0.0, xy / xx);
+  const double slope = xy / xx;
+  double rss = 0;
+  for (const auto& [x, y] : decay_points_) rss += (y - slope * x) * (y - slope * x);
+  const double se = std::sqrt(rss / std::max(1.0, n - 1) / xx);
+  return slope > 1 * se ? slope : 0.0;
 }
 
 }  // namespace schedulers

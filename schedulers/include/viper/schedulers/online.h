@@ -34,9 +34,12 @@
 // `served` is that re-measurement, so a version from before a concept change
 // is compared with the candidate as it is now, not as it was. The served
 // versions' decay is estimated from their re-measurements: the excess over
-// each one's loss at its own commit against the seconds since, a line
+// each one's first re-measurement against the seconds since (not over the
+// measurement it was committed on, which passed the gate and so is biased
+// low by the noise), a line
 // through the origin over the latest decay_window re-measurements (kept only
-// when their mean excess exceeds the gate's margin, so noise is no decay).
+// when their mean excess exceeds the gate's margin and the slope is a
+// standard error above zero, so noise is no decay).
 // A step after a change shows as a steep rate while it is recent; a gradual
 // drift as a steady one; no drift as none. The re-plan charges every version
 // that rate (the solver's linear drift term, loss + rate x age), the served
@@ -206,11 +209,11 @@ class OnlinePlanner {
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
   size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
   std::optional<double> served_loss_;
-  // The served version: its iteration and its loss when it was committed.
-  int64_t served_iteration_ = 0;
-  std::optional<double> served_commit_loss_;
-  // (seconds since the served version's commit, excess over its commit loss)
-  // of the latest re-measurements, oldest first.
+  // The served version's first re-measurement (iteration, loss): the level
+  // its decay is measured from.
+  std::optional<std::pair<int64_t, double>> served_reference_;
+  // (seconds since the served version's reference, excess over it) of the
+  // latest re-measurements, oldest first.
   std::vector<std::pair<double, double>> decay_points_;
 };
 
