@@ -72,11 +72,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // gzip: through a file, the way `--log x.csv.gz` is read.
   if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) {
-    static const std::string path = [] {
-      const char* dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-      return std::string(dir) + "/viper-log-reader-fuzz-" + std::to_string(::getpid()) + ".csv.gz";
-    }();
-    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+    // A private file per input (mkstemps: O_EXCL, mode 0600, an
+    // unpredictable name), never a name another user could plant.
+    const char* dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    std::string name = std::string(dir) + "/viper-log-reader-fuzz-XXXXXX.csv.gz";
+    const int fd = ::mkstemps(name.data(), 7);
+    const std::string path = name;
+    if (FILE* f = fd >= 0 ? ::fdopen(fd, "wb") : nullptr) {
       const bool written = std::fwrite(data, 1, size, f) == size;
       std::fclose(f);
       if (written) {
