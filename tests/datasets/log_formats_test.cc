@@ -459,7 +459,7 @@ TEST(LogHostileTest, DevZeroEndsQuicklyWithAClearError) {
   const auto t0 = std::chrono::steady_clock::now();
   auto r = LogReader::ReadFile("/dev/zero", {});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ExpectError(r, {"/dev/zero:1", "longer than the limit of 1048576 bytes"});
+  ExpectError(r, {"/dev/zero", "not a regular file or a pipe"});
   EXPECT_LT(s, 5.0);
 }
 

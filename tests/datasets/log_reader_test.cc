@@ -1,11 +1,13 @@
 #include "viper/datasets/log_reader.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace viper {
 namespace datasets {
@@ -372,6 +374,68 @@ TEST_F(GzipFileTest, TruncatedGzipIsDataLoss) {
   auto r = LogReader::ReadFile(cut, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("cut.csv.gz"), std::string::npos) << r.status().message();
+}
+
+// A FIFO named as a log used to block the reader forever in gzopen when no
+// writer came; it now fails after Options::pipe_wait_s, naming the
+// path, and a FIFO with a writer is read (process substitution, /dev/stdin).
+// The staleness reader shares this opening.
+TEST_F(GzipFileTest, FifoWithoutWriterFailsWithoutHanging) {
+  const std::string path = (dir_ / "run.csv").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  LogReader::Options o;
+  o.pipe_wait_s = 0.2;
+  auto r = LogReader::ReadFile(path, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("run.csv"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("is a pipe and nothing was written"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(GzipFileTest, FifoWithAWriterIsRead) {
+  const std::string path = (dir_ / "piped.csv").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  std::thread writer([&] {
+    FILE* f = std::fopen(path.c_str(), "w");  // blocks until the reader opens
+    if (!f) return;
+    std::fputs("iteration,train_loss\n1,2.5\n2,2.25\n", f);
+    std::fclose(f);
+  });
+  auto r = LogReader::ReadFile(path, {});
+  writer.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records.size(), 2u);
+}
+
+TEST_F(GzipFileTest, DeviceIsRefused) {
+  if (!std::filesystem::exists("/dev/null")) GTEST_SKIP() << "no /dev/null";
+  auto r = LogReader::ReadFile("/dev/null", {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a regular file or a pipe"), std::string::npos) << r.status().message();
+}
+
+// A symlink the user names is followed to a regular file (it is their own
+// path); one that leads to a FIFO is refused like the FIFO.
+TEST_F(GzipFileTest, SymlinkToFileIsReadSymlinkToFifoIsRefused) {
+  const std::string file = (dir_ / "real.csv").string();
+  {
+    FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("iteration,train_loss\n1,2.5\n", f);
+    std::fclose(f);
+  }
+  std::filesystem::create_symlink(file, dir_ / "link.csv");
+  auto ok = LogReader::ReadFile((dir_ / "link.csv").string(), {});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->records.size(), 1u);
+  const std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_symlink(fifo, dir_ / "pipe.csv");
+  LogReader::Options o;
+  o.pipe_wait_s = 0.2;
+  auto bad = LogReader::ReadFile((dir_ / "pipe.csv").string(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("is a pipe"), std::string::npos) << bad.status().message();
 }
 
 TEST(LogFormatTest, RoundTripsNames) {

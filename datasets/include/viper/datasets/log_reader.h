@@ -110,6 +110,11 @@ class LogReader {
     int64_t max_line_bytes = kDefaultMaxLineBytes;
     int64_t max_rows = kDefaultMaxRows;
     int64_t max_bytes = kDefaultMaxBytes;
+    // A pipe given as the log (`--log <(zcat run.csv.gz)`, /dev/stdin):
+    // seconds to wait for its writer's first bytes before failing (a FIFO
+    // that no writer opens must not hang the reader). Regular files are read
+    // at once; devices and sockets are refused.
+    double pipe_wait_s = 10;
 
     bool IsValid(std::string* error) const;
   };
