@@ -359,7 +359,13 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
-  served_reference_.reset();  // the new version's first re-measurement becomes its reference
+  // The level the new version's decay is measured from: the regime's
+  // forecast at its iteration (a fitted level, not the measurement it was
+  // committed on: that one passed the gate, so it is biased low by the noise
+  // and every later re-measurement would look like decay). Without a
+  // forecast, its first re-measurement (ObserveServed).
+  served_reference_.reset();
+  if (forecast_) served_reference_ = std::make_pair(iteration, forecast_->at(iteration));
   return Status::Ok();
 }
 
@@ -376,10 +382,9 @@ Status OnlinePlanner::ObserveServed(double loss) {
   }
   served_loss_ = loss;
   ++summary_.served_measurements;
-  // The reference is the version's first re-measurement, not the measurement
-  // it was committed on: that one passed the gate, so it is biased low by the
-  // noise (the winner's curse) and every later re-measurement would look like
-  // decay.
+  // The reference is the forecast level at the version's checkpoint (see
+  // Commit); a version committed without a forecast is measured from its
+  // first re-measurement.
   if (!served_reference_) {
     served_reference_ = std::make_pair(last_iteration_, loss);
     return Status::Ok();

@@ -34,9 +34,11 @@
 // `served` is that re-measurement, so a version from before a concept change
 // is compared with the candidate as it is now, not as it was. The served
 // versions' decay is estimated from their re-measurements: the excess over
-// each one's first re-measurement against the seconds since (not over the
-// measurement it was committed on, which passed the gate and so is biased
-// low by the noise), a line
+// the regime's forecast level at each one's checkpoint against the seconds
+// since (not over the measurement it was committed on, which passed the gate
+// and so is biased low by the noise; and not over its first re-measurement,
+// which a version replaced at the next measurement never gets past, so a
+// fast drift that makes the planner publish often went unseen), a line
 // through the origin over the latest decay_window re-measurements (kept only
 // when their mean excess exceeds the gate's margin and the slope is a
 // standard error above zero, so noise is no decay).
@@ -209,8 +211,8 @@ class OnlinePlanner {
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
   size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
   std::optional<double> served_loss_;
-  // The served version's first re-measurement (iteration, loss): the level
-  // its decay is measured from.
+  // (iteration, level) the served version's decay is measured from: the
+  // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
   // (seconds since the served version's reference, excess over it) of the
   // latest re-measurements, oldest first.
