@@ -70,6 +70,11 @@ if [ -f "$log" ]; then
   expect_rc 1 "another run's table is refused" "$viper" simulate --log "$log" -q --staleness "$src/datasets/logs/swap-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "is not a staleness table of" "the error says the table is another run's"
   expect_rc 2 "an empty --staleness is bad usage" "$viper" simulate --log "$swap" -q --staleness ""
+  # evaluate with a table: the val-oracle row (the exact optimum on val_loss judged on test_loss) per case and in the summary.
+  expect_rc 0 "evaluate with a staleness table" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu --warmups 20% --windows while-training --strategies online --json "$tmp/ev.json"
+  expect_in "$tmp/out" "(val-oracle +" "each case with a table shows the val-oracle's regret"
+  expect_in "$tmp/out" "val-oracle: the exact optimum on the staleness table's val_loss" "the summary explains the val-oracle"
+  expect_in "$tmp/ev.json" '"val_oracle"' "the JSON has the val-oracle per case and in the summary"
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu
