@@ -73,6 +73,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
       "(test_loss where logged: a sample the planners never see). Prints one line per case (regret of each\n"
       "strategy vs the oracle, in %) and per strategy the median, 90th percentile and worst regret, the\n"
       "median change vs epoch-boundary updates and how many cases are more than 1% worse than epoch.\n"
+      "With --staleness, each case also shows the val-oracle: the exact optimum on the table's val_loss\n"
+      "(perfect foresight of the sample the planners observe) judged on test_loss, i.e. the regret that\n"
+      "validation noise alone sets.\n"
       "The planning options below apply to every case (--transport, --warmup and --requests are set by the\n"
       "grid). Exit codes: 0 ok, 1 bad input (a log, a file), 2 bad usage (an option value; the message names it).");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
