@@ -19,6 +19,7 @@
 #include "mpi_test_util.h"
 #include "mpi_link.h"     // internal: the wire protocol, for a hand-made producer
 #include "shm_segment.h"  // internal: the shm protocol's segment, likewise
+#include "tier_host.h"    // internal: the host tier's announcement payload, likewise
 #include "test_util.h"
 #include "viper/config.h"
 #include "viper/core/safetensors.h"
@@ -357,7 +358,9 @@ TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
-    EXPECT_EQ(a.routed, 1u);
+    auto payload = internal::DecodeHostPayload(a);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    EXPECT_EQ(payload->routed, 1u);
     internal::Ready ready;
     ready.session = *session;
     ready.version = a.version;
@@ -491,9 +494,10 @@ void ExpectAcks(MPI_Comm comm, uint64_t version, bool corrupt) {
   }
 }
 
-// The announcement of hand-made version `version` over `protocol`.
+// The announcement of hand-made version `version` over `protocol`, with the
+// host tier's payload `p` (its header_bytes set here).
 internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_t version,
-                                const HandMadeImage& made) {
+                                const HandMadeImage& made, internal::HostPayload p = {}) {
   internal::Announce a;
   a.session = session;
   a.kind = internal::kAnnounceHost;
@@ -501,7 +505,8 @@ internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_
   a.version = version;
   a.iteration = static_cast<int64_t>(version);
   a.image_bytes = made.bytes.size();
-  a.header_bytes = made.header_bytes;
+  p.header_bytes = made.header_bytes;
+  internal::SetTierPayload(p, &a);
   a.sent_wtime = MonotonicSeconds();
   return a;
 }
@@ -527,8 +532,9 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
       for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
       chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
       chunks.push_back({image->data(), header_bytes});
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made);
-      a.data_chunks = plan.size();
+      internal::HostPayload payload;
+      payload.data_chunks = plan.size();
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made, payload);
       std::vector<internal::ChunkedTransfer> transfers;
       for (int r = 1; r < Size(); ++r) {
         ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
@@ -567,6 +573,73 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
   }
 }
 
+TEST(MpiHost, AnnouncementWithABadTierPayloadIsRefusedNotRead) {
+  // Rank 0 speaks the wire protocol itself. Version 0's host payload claims
+  // more bytes than an announcement holds, version 1's is cut short, and
+  // version 2's shm segment name is not terminated: each is refused (a Ready
+  // with accept 0, then a DataLoss acknowledgement) by the host tier's
+  // decoder before any receive path reads it. Version 3 is intact: served.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  if (Rank() == 0) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    for (uint64_t v = 0; v < 4; ++v) {
+      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(60 + v), /*corrupt=*/false);
+      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
+      std::vector<internal::Chunk> chunks(1);
+      internal::AppendChunks(made.bytes.data() + made.header_bytes, made.data_bytes, 256 << 10, &chunks);
+      std::vector<uint64_t> plan;
+      for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
+      chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+      chunks.push_back({made.bytes.data(), made.header_bytes});
+      internal::HostPayload payload;
+      payload.data_chunks = plan.size();
+      if (v == 2) std::memset(payload.shm_name, 'x', sizeof(payload.shm_name));
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made, payload);
+      if (v == 0) a.payload_bytes = internal::kMaxTierPayloadBytes + 1;
+      if (v == 1) a.payload_bytes = sizeof(internal::HostPayload) - 1;
+      std::vector<internal::ChunkedTransfer> transfers;
+      for (int r = 1; r < Size(); ++r) {
+        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
+        internal::Ready ready;
+        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
+        ASSERT_EQ(ready.accept, v == 3 ? 1 : 0) << "version " << v;
+        if (v != 3) continue;
+        internal::ChunkedTransfer t;
+        t.peer = r;
+        t.send = true;
+        t.chunks = &chunks;
+        transfers.push_back(std::move(t));
+      }
+      internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
+      for (const auto& t : transfers) ASSERT_FALSE(t.failed);
+      ExpectAcks(comm, v, /*corrupt=*/v != 3);
+    }
+    internal::Announce bye;
+    bye.session = *session;
+    bye.kind = internal::kAnnounceBye;
+    for (int r = 1; r < Size(); ++r)
+      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye, 30).ok());
+    MPI_Comm_free(&comm);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto v = (*sub)->WaitForVersion(3, 30);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(HasPattern((*v)->state, 63));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 3u);
+    const char* why[] = {"more than an announcement holds", "(truncated)", "not terminated"};
+    for (uint64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(rejections[i].version, i);
+      EXPECT_EQ(rejections[i].status.code(), StatusCode::kDataLoss) << rejections[i].status.ToString();
+      EXPECT_NE(rejections[i].status.message().find(why[i]), std::string::npos) << rejections[i].status.ToString();
+    }
+  }
+}
+
 TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer) {
   // Rank 0 speaks the shm protocol (shm_segment.h) itself. Version 0 has one
   // data byte flipped after its checksum was taken: rejected as DataLoss,
@@ -594,10 +667,11 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
       control->complete.store(0);
       control->data_bytes.store(0);
       control->version.store(v);
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kShm, v, made);
+      internal::HostPayload payload;
+      std::snprintf(payload.shm_name, sizeof(payload.shm_name), "%s", name.c_str());
+      payload.shm_payload_bytes = (*segment)->payload_bytes();
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kShm, v, made, payload);
       std::memcpy(a.host, host, sizeof(a.host));
-      std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", name.c_str());
-      a.shm_payload_bytes = (*segment)->payload_bytes();
       a.sent_wtime = MonotonicSeconds();
       for (int r = 1; r < Size(); ++r) {
         ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
@@ -899,8 +973,10 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
-    ASSERT_NE(a.shm_name[0], '\0') << "version 0 was not offered through shared memory";
-    auto segment = internal::ShmSegment::Open(a.shm_name, a.shm_payload_bytes);
+    auto payload = internal::DecodeHostPayload(a);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    ASSERT_NE(payload->shm_name[0], '\0') << "version 0 was not offered through shared memory";
+    auto segment = internal::ShmSegment::Open(payload->shm_name, payload->shm_payload_bytes);
     ASSERT_TRUE(segment.ok()) << segment.status().ToString();
     EXPECT_EQ((*segment)->control()->version.load(), a.version);
     internal::Ready ready;

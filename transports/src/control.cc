@@ -85,7 +85,6 @@ Announce ProducerControl::AnnounceStaged(AnnounceKind kind, uint64_t version, in
   a.version = version;
   a.iteration = iteration;
   a.image_bytes = image_bytes;
-  a.chunk_bytes = options_.chunk_bytes;
   a.checksum = checksum;
   a.handshake_s = options_.peer_timeout_s;
   std::memcpy(a.host, host_, sizeof(a.host));
@@ -143,7 +142,7 @@ StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* o
   return ready;
 }
 
-FanoutPlan ProducerControl::Route(const Announce& a, const ReadyList& ready, SendOutcome* out,
+FanoutPlan ProducerControl::Route(const Announce& a, bool routed, const ReadyList& ready, SendOutcome* out,
                                   std::vector<int>* acking) {
   std::vector<std::pair<int, std::string>> accepted;
   for (const auto& [rank, msg] : ready) {
@@ -159,7 +158,7 @@ FanoutPlan ProducerControl::Route(const Announce& a, const ReadyList& ready, Sen
   FanoutPlan fan =
       PlanFanout(options_.fanout, options_.tree_arity, kMaxRelayChildren, rank_, host_, ranks, hosts);
   *acking = ranks;
-  if (!a.routed) return fan;
+  if (!routed) return fan;
   for (int rank : ranks) {
     internal::Route route;
     route.session = session_;

@@ -71,10 +71,11 @@ class ProducerControl {
   // consumers go into `out`.
   StatusOr<ReadyList> Handshake(const Announce& a, SendOutcome* out);
   // Two-sided: plans who forwards the version to whom over the consumers
-  // that accepted it and, when routed, sends each its Route. Sets `acking`
-  // to the consumers that will acknowledge (one whose Route cannot be sent
-  // is dropped).
-  FanoutPlan Route(const Announce& a, const ReadyList& ready, SendOutcome* out, std::vector<int>* acking);
+  // that accepted it and, when `routed` (as `a` announced), sends each its
+  // Route. Sets `acking` to the consumers that will acknowledge (one whose
+  // Route cannot be sent is dropped).
+  FanoutPlan Route(const Announce& a, bool routed, const ReadyList& ready, SendOutcome* out,
+                   std::vector<int>* acking);
   // Waits (peer_timeout_s) for the acknowledgements of `version` from
   // `ranks`; servable times count from `start_s`.
   void CollectAcks(uint64_t version, const std::vector<int>& ranks, double start_s, SendOutcome* out);
