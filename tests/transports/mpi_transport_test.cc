@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -511,6 +512,55 @@ internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_
   return a;
 }
 
+// Rank 0 as a hand-made two-sided producer: sends version `version`
+// (pattern `seed`, one data byte flipped when `corrupt`) to every other rank
+// as the wire protocol says (plan, data chunks, header), after `spoil` has
+// had its way with the announcement. Expects every consumer to answer
+// Ready with `accept` and to acknowledge it as servable unless `rejected`.
+void StreamByHand(MPI_Comm comm, uint64_t session, uint64_t version, uint32_t seed, bool corrupt,
+                  const std::function<void(internal::Announce*)>& spoil, bool accept, bool rejected) {
+  HandMadeImage made = MakeImage(version, seed, corrupt);
+  ASSERT_TRUE(made.status.ok()) << made.status.ToString();
+  std::vector<std::byte>* image = &made.bytes;
+  const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
+  std::vector<internal::Chunk> chunks(1);
+  internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
+  std::vector<uint64_t> plan;
+  for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
+  chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+  chunks.push_back({image->data(), header_bytes});
+  internal::HostPayload payload;
+  payload.data_chunks = plan.size();
+  internal::Announce a = MakeAnnounce(session, HostProtocol::kTwoSided, version, made, payload);
+  if (spoil) spoil(&a);
+  std::vector<internal::ChunkedTransfer> transfers;
+  for (int r = 1; r < Size(); ++r) {
+    ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
+    internal::Ready ready;
+    MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
+    ASSERT_EQ(ready.accept, accept ? 1 : 0) << "version " << version;
+    if (!accept) continue;
+    internal::ChunkedTransfer t;
+    t.peer = r;
+    t.send = true;
+    t.chunks = &chunks;
+    transfers.push_back(std::move(t));
+  }
+  internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
+  for (const auto& t : transfers) ASSERT_FALSE(t.failed);
+  ExpectAcks(comm, version, rejected);
+}
+
+// Rank 0 as a hand-made producer: goodbye to every other rank, then frees `comm`.
+void SayGoodbyeByHand(MPI_Comm* comm, uint64_t session) {
+  internal::Announce bye;
+  bye.session = session;
+  bye.kind = internal::kAnnounceBye;
+  for (int r = 1; r < Size(); ++r)
+    ASSERT_TRUE(internal::SendPod(*comm, r, internal::kTagAnnounce, bye, 30).ok());
+  MPI_Comm_free(comm);
+}
+
 TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
   // Rank 0 speaks the two-sided wire protocol (mpi_link.h) itself: version 0
   // has one data byte flipped after its checksum was taken, version 1 is
@@ -521,42 +571,11 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     MPI_Comm comm = MPI_COMM_NULL;
     auto session = JoinByHand(&comm);
     ASSERT_TRUE(session.ok()) << session.status().ToString();
-    for (uint64_t v = 0; v < 2; ++v) {
-      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0);
-      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
-      std::vector<std::byte>* image = &made.bytes;
-      const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
-      std::vector<internal::Chunk> chunks(1);
-      internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
-      std::vector<uint64_t> plan;
-      for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
-      chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
-      chunks.push_back({image->data(), header_bytes});
-      internal::HostPayload payload;
-      payload.data_chunks = plan.size();
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made, payload);
-      std::vector<internal::ChunkedTransfer> transfers;
-      for (int r = 1; r < Size(); ++r) {
-        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
-        internal::Ready ready;
-        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
-        ASSERT_EQ(ready.accept, 1);
-        internal::ChunkedTransfer t;
-        t.peer = r;
-        t.send = true;
-        t.chunks = &chunks;
-        transfers.push_back(std::move(t));
-      }
-      internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
-      for (const auto& t : transfers) ASSERT_FALSE(t.failed);
-      ExpectAcks(comm, v, /*corrupt=*/v == 0);
+    for (uint64_t v = 0; v < 2 && !HasFatalFailure(); ++v) {
+      StreamByHand(comm, *session, v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0, nullptr, /*accept=*/true,
+                   /*rejected=*/v == 0);
     }
-    internal::Announce bye;
-    bye.session = *session;
-    bye.kind = internal::kAnnounceBye;
-    for (int r = 1; r < Size(); ++r)
-      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye, 30).ok());
-    MPI_Comm_free(&comm);
+    SayGoodbyeByHand(&comm, *session);
   } else {
     auto sub = Subscriber::Create(s.sub);
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
@@ -584,44 +603,20 @@ TEST(MpiHost, AnnouncementWithABadTierPayloadIsRefusedNotRead) {
     MPI_Comm comm = MPI_COMM_NULL;
     auto session = JoinByHand(&comm);
     ASSERT_TRUE(session.ok()) << session.status().ToString();
-    for (uint64_t v = 0; v < 4; ++v) {
-      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(60 + v), /*corrupt=*/false);
-      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
-      std::vector<internal::Chunk> chunks(1);
-      internal::AppendChunks(made.bytes.data() + made.header_bytes, made.data_bytes, 256 << 10, &chunks);
-      std::vector<uint64_t> plan;
-      for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
-      chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
-      chunks.push_back({made.bytes.data(), made.header_bytes});
-      internal::HostPayload payload;
-      payload.data_chunks = plan.size();
-      if (v == 2) std::memset(payload.shm_name, 'x', sizeof(payload.shm_name));
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made, payload);
-      if (v == 0) a.payload_bytes = internal::kMaxTierPayloadBytes + 1;
-      if (v == 1) a.payload_bytes = sizeof(internal::HostPayload) - 1;
-      std::vector<internal::ChunkedTransfer> transfers;
-      for (int r = 1; r < Size(); ++r) {
-        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
-        internal::Ready ready;
-        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
-        ASSERT_EQ(ready.accept, v == 3 ? 1 : 0) << "version " << v;
-        if (v != 3) continue;
-        internal::ChunkedTransfer t;
-        t.peer = r;
-        t.send = true;
-        t.chunks = &chunks;
-        transfers.push_back(std::move(t));
-      }
-      internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
-      for (const auto& t : transfers) ASSERT_FALSE(t.failed);
-      ExpectAcks(comm, v, /*corrupt=*/v != 3);
+    const std::function<void(internal::Announce*)> spoil[] = {
+        [](internal::Announce* a) { a->payload_bytes = internal::kMaxTierPayloadBytes + 1; },
+        [](internal::Announce* a) { a->payload_bytes = sizeof(internal::HostPayload) - 1; },
+        [](internal::Announce* a) {
+          internal::HostPayload p = *internal::DecodeHostPayload(*a);
+          std::memset(p.shm_name, 'x', sizeof(p.shm_name));
+          internal::SetTierPayload(p, a);
+        },
+        nullptr};
+    for (uint64_t v = 0; v < 4 && !HasFatalFailure(); ++v) {
+      StreamByHand(comm, *session, v, static_cast<uint32_t>(60 + v), /*corrupt=*/false, spoil[v],
+                   /*accept=*/v == 3, /*rejected=*/v != 3);
     }
-    internal::Announce bye;
-    bye.session = *session;
-    bye.kind = internal::kAnnounceBye;
-    for (int r = 1; r < Size(); ++r)
-      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye, 30).ok());
-    MPI_Comm_free(&comm);
+    SayGoodbyeByHand(&comm, *session);
   } else {
     auto sub = Subscriber::Create(s.sub);
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
