@@ -83,7 +83,11 @@ void RunFanOut(const Scenario& s, uint64_t bytes, int versions) {
       if (s.pub.mode == Mode::kSync) {
         // Sync: every consumer has acknowledged before Publish returns.
         ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+        for (const auto& c : r->consumers) {
+          EXPECT_TRUE(c.delivered) << r->BriefReport();
+          // Every tier moves the whole image to each consumer (no delta path yet).
+          EXPECT_EQ(c.bytes_moved, r->bytes) << "rank " << c.rank << ": " << r->BriefReport();
+        }
       }
     }
     ASSERT_TRUE((*pub)->Close().ok());
@@ -804,7 +808,10 @@ TEST_P(MpiGpuTier, DeviceModelReachesEveryConsumer) {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       if (mode == Mode::kSync) {
         ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+        for (const auto& c : r->consumers) {
+          EXPECT_TRUE(c.delivered) << r->BriefReport();
+          EXPECT_EQ(c.bytes_moved, r->bytes) << "rank " << c.rank << ": " << r->BriefReport();
+        }
       }
       if (mode == Mode::kAsync) {
         ASSERT_TRUE((*pub)->Flush().ok());  // every version travels

@@ -131,8 +131,10 @@ class ConsumerControl {
   Status AwaitRoute(uint64_t version, double deadline, Route* route);
   // Waits for the producer's Done of `a` (one-sided).
   Status AwaitDone(const Announce& a);
-  // Acknowledges `a`: servable when `status` is ok, else rejected with its code.
-  void Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s);
+  // Acknowledges `a`: servable when `status` is ok, else rejected with its
+  // code; `bytes_moved` of it reached this consumer.
+  void Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s,
+                   uint64_t bytes_moved);
 
   // Seconds a transfer announced by `a` may take: transfer_timeout_s after
   // the producer's longest wait for the other consumers' answers.

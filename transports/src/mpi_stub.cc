@@ -41,7 +41,7 @@ Ready ConsumerControl::ReadyFor(const Announce&) const { return Ready(); }
 Status ConsumerControl::SendReady(const Announce&, const Ready&) {
   return UnavailableError("built without MPI");
 }
-void ConsumerControl::Acknowledge(const Announce&, const Status&, double, double) {}
+void ConsumerControl::Acknowledge(const Announce&, const Status&, double, double, uint64_t) {}
 double ConsumerControl::TransferWindow(const Announce&) const { return 0; }
 
 StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(const SenderSetup&) {

@@ -375,7 +375,8 @@ class Subscriber::Impl {
       }
       const double t0 = MonotonicSeconds();
       std::string source = control_->ProducerName();
-      const Status st = ReceiveAnnounced(a, &source);
+      uint64_t moved = 0;
+      const Status st = ReceiveAnnounced(a, &source, &moved);
       if (!st.ok()) Reject(a.version, source, st);
       if (st.code() == StatusCode::kAborted) {
         Finish(false, true,
@@ -383,15 +384,16 @@ class Subscriber::Impl {
                    st.message() + "); keeping " + Keeping());
         return;
       }
-      control_->Acknowledge(a, st, MonotonicSeconds() - t0, notify_s);
+      control_->Acknowledge(a, st, MonotonicSeconds() - t0, notify_s, moved);
       last_heard = MonotonicSeconds();
     }
     Finish(false, false, "stopped");
   }
 
   // The first path of the table that takes `a` receives it; then verify
-  // and swap. Sets *source for messages.
-  Status ReceiveAnnounced(const internal::Announce& a, std::string* source) {
+  // and swap. Sets *source for messages and *moved to the bytes that
+  // reached this consumer (also when the version is then rejected).
+  Status ReceiveAnnounced(const internal::Announce& a, std::string* source, uint64_t* moved) {
     const internal::TierEntry* tier = internal::AnnouncingTier(a);
     if (tier != nullptr) {
       // The announcing tier's decoder checks its payload before any path reads it.
@@ -405,6 +407,7 @@ class Subscriber::Impl {
       if (!path->Takes(a)) continue;
       *source = path->Source(a);
       VIPER_ASSIGN_OR_RETURN(const internal::Landed landed, path->Receive(a));
+      *moved = landed.moved_bytes;
       return VerifyAndSwap(landed, a.version);
     }
     // This subscriber's options do not match the producer's: refuse it.

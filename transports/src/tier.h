@@ -92,6 +92,10 @@ class LandingPool {
 struct Landed {
   std::shared_ptr<AlignedBuffer> buffer;
   uint64_t size = 0;
+  // Bytes that reached this consumer for it (over MPI, out of the shm
+  // segment, from the file, device to device): the whole image on every
+  // tier today; a delta path lands fewer and rebuilds the rest.
+  uint64_t moved_bytes = 0;
   std::string source;
   double receive_s = 0;
   // Hashed while it landed: the header must end at data_offset and carry

@@ -349,6 +349,7 @@ StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc)
   version->copy_device_s = copy_ms * 1e-3;
   Landed landed;
   landed.size = a.image_bytes;
+  landed.moved_bytes = a.image_bytes;
   landed.source = version->source;
   landed.receive_s = version->receive_s;
   landed.verified = std::move(version);

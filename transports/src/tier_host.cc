@@ -280,6 +280,7 @@ Landed StreamedImage(const Announce& a, const HostPayload& p, std::shared_ptr<Al
   Landed landed;
   landed.buffer = std::move(buffer);
   landed.size = a.image_bytes;
+  landed.moved_bytes = a.image_bytes;
   landed.source = std::move(source);
   landed.receive_s = MonotonicSeconds() - t0;
   landed.streamed = true;

@@ -116,6 +116,7 @@ class OneSidedReceiver : public TierReceiver {
     VIPER_ASSIGN_OR_RETURN(landed.buffer, pool_->Acquire(a.image_bytes));
     std::memcpy(landed.buffer->data(), base_, a.image_bytes);
     landed.size = a.image_bytes;
+    landed.moved_bytes = a.image_bytes;
     landed.source = Source(a);
     landed.receive_s = MonotonicSeconds() - t0;
     return landed;

@@ -91,6 +91,7 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version) {
   Landed landed;
   landed.buffer = buffer;
   landed.size = *size;
+  landed.moved_bytes = *size;
   landed.source = store_->PathFor(version);
   landed.receive_s = MonotonicSeconds() - t0;
   return landed;

@@ -150,6 +150,7 @@ struct Ack {
   int32_t code = 0;     // StatusCode when rejected
   double load_s = 0;    // consumer: receive + verify + swap
   double notify_s = 0;  // consumer: receipt time - sent_wtime
+  uint64_t bytes_moved = 0;  // consumer: bytes of the version that reached it (Landed::moved_bytes)
 };
 
 }  // namespace internal
