@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -19,6 +20,7 @@
 #include "mpi_test_util.h"
 #include "mpi_link.h"     // internal: the wire protocol, for a hand-made producer
 #include "shm_segment.h"  // internal: the shm protocol's segment, likewise
+#include "tier_host.h"    // internal: the host tier's announcement payload, likewise
 #include "test_util.h"
 #include "viper/config.h"
 #include "viper/core/safetensors.h"
@@ -81,7 +83,11 @@ void RunFanOut(const Scenario& s, uint64_t bytes, int versions) {
       if (s.pub.mode == Mode::kSync) {
         // Sync: every consumer has acknowledged before Publish returns.
         ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+        for (const auto& c : r->consumers) {
+          EXPECT_TRUE(c.delivered) << r->BriefReport();
+          // Every tier moves the whole image to each consumer (no delta path yet).
+          EXPECT_EQ(c.bytes_moved, r->bytes) << "rank " << c.rank << ": " << r->BriefReport();
+        }
       }
     }
     ASSERT_TRUE((*pub)->Close().ok());
@@ -357,7 +363,9 @@ TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
-    EXPECT_EQ(a.routed, 1u);
+    auto payload = internal::DecodeHostPayload(a);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    EXPECT_EQ(payload->routed, 1u);
     internal::Ready ready;
     ready.session = *session;
     ready.version = a.version;
@@ -491,9 +499,10 @@ void ExpectAcks(MPI_Comm comm, uint64_t version, bool corrupt) {
   }
 }
 
-// The announcement of hand-made version `version` over `protocol`.
+// The announcement of hand-made version `version` over `protocol`, with the
+// host tier's payload `p` (its header_bytes set here).
 internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_t version,
-                                const HandMadeImage& made) {
+                                const HandMadeImage& made, internal::HostPayload p = {}) {
   internal::Announce a;
   a.session = session;
   a.kind = internal::kAnnounceHost;
@@ -501,9 +510,59 @@ internal::Announce MakeAnnounce(uint64_t session, HostProtocol protocol, uint64_
   a.version = version;
   a.iteration = static_cast<int64_t>(version);
   a.image_bytes = made.bytes.size();
-  a.header_bytes = made.header_bytes;
+  p.header_bytes = made.header_bytes;
+  internal::SetTierPayload(p, &a);
   a.sent_wtime = MonotonicSeconds();
   return a;
+}
+
+// Rank 0 as a hand-made two-sided producer: sends version `version`
+// (pattern `seed`, one data byte flipped when `corrupt`) to every other rank
+// as the wire protocol says (plan, data chunks, header), after `spoil` has
+// had its way with the announcement. Expects every consumer to answer
+// Ready with `accept` and to acknowledge it as servable unless `rejected`.
+void StreamByHand(MPI_Comm comm, uint64_t session, uint64_t version, uint32_t seed, bool corrupt,
+                  const std::function<void(internal::Announce*)>& spoil, bool accept, bool rejected) {
+  HandMadeImage made = MakeImage(version, seed, corrupt);
+  ASSERT_TRUE(made.status.ok()) << made.status.ToString();
+  std::vector<std::byte>* image = &made.bytes;
+  const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
+  std::vector<internal::Chunk> chunks(1);
+  internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
+  std::vector<uint64_t> plan;
+  for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
+  chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
+  chunks.push_back({image->data(), header_bytes});
+  internal::HostPayload payload;
+  payload.data_chunks = plan.size();
+  internal::Announce a = MakeAnnounce(session, HostProtocol::kTwoSided, version, made, payload);
+  if (spoil) spoil(&a);
+  std::vector<internal::ChunkedTransfer> transfers;
+  for (int r = 1; r < Size(); ++r) {
+    ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
+    internal::Ready ready;
+    MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
+    ASSERT_EQ(ready.accept, accept ? 1 : 0) << "version " << version;
+    if (!accept) continue;
+    internal::ChunkedTransfer t;
+    t.peer = r;
+    t.send = true;
+    t.chunks = &chunks;
+    transfers.push_back(std::move(t));
+  }
+  internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
+  for (const auto& t : transfers) ASSERT_FALSE(t.failed);
+  ExpectAcks(comm, version, rejected);
+}
+
+// Rank 0 as a hand-made producer: goodbye to every other rank, then frees `comm`.
+void SayGoodbyeByHand(MPI_Comm* comm, uint64_t session) {
+  internal::Announce bye;
+  bye.session = session;
+  bye.kind = internal::kAnnounceBye;
+  for (int r = 1; r < Size(); ++r)
+    ASSERT_TRUE(internal::SendPod(*comm, r, internal::kTagAnnounce, bye, 30).ok());
+  MPI_Comm_free(comm);
 }
 
 TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
@@ -516,41 +575,11 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     MPI_Comm comm = MPI_COMM_NULL;
     auto session = JoinByHand(&comm);
     ASSERT_TRUE(session.ok()) << session.status().ToString();
-    for (uint64_t v = 0; v < 2; ++v) {
-      HandMadeImage made = MakeImage(v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0);
-      ASSERT_TRUE(made.status.ok()) << made.status.ToString();
-      std::vector<std::byte>* image = &made.bytes;
-      const uint64_t header_bytes = made.header_bytes, data_bytes = made.data_bytes;
-      std::vector<internal::Chunk> chunks(1);
-      internal::AppendChunks(image->data() + header_bytes, data_bytes, 256 << 10, &chunks);
-      std::vector<uint64_t> plan;
-      for (std::size_t i = 1; i < chunks.size(); ++i) plan.push_back(chunks[i].size);
-      chunks[0] = {reinterpret_cast<std::byte*>(plan.data()), plan.size() * sizeof(uint64_t)};
-      chunks.push_back({image->data(), header_bytes});
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kTwoSided, v, made);
-      a.data_chunks = plan.size();
-      std::vector<internal::ChunkedTransfer> transfers;
-      for (int r = 1; r < Size(); ++r) {
-        ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
-        internal::Ready ready;
-        MPI_Recv(&ready, sizeof(ready), MPI_BYTE, r, internal::kTagReady, comm, MPI_STATUS_IGNORE);
-        ASSERT_EQ(ready.accept, 1);
-        internal::ChunkedTransfer t;
-        t.peer = r;
-        t.send = true;
-        t.chunks = &chunks;
-        transfers.push_back(std::move(t));
-      }
-      internal::RunChunked(comm, 4, &transfers, MonotonicSeconds() + 20);
-      for (const auto& t : transfers) ASSERT_FALSE(t.failed);
-      ExpectAcks(comm, v, /*corrupt=*/v == 0);
+    for (uint64_t v = 0; v < 2 && !HasFatalFailure(); ++v) {
+      StreamByHand(comm, *session, v, static_cast<uint32_t>(40 + v), /*corrupt=*/v == 0, nullptr, /*accept=*/true,
+                   /*rejected=*/v == 0);
     }
-    internal::Announce bye;
-    bye.session = *session;
-    bye.kind = internal::kAnnounceBye;
-    for (int r = 1; r < Size(); ++r)
-      ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, bye, 30).ok());
-    MPI_Comm_free(&comm);
+    SayGoodbyeByHand(&comm, *session);
   } else {
     auto sub = Subscriber::Create(s.sub);
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
@@ -564,6 +593,49 @@ TEST(MpiHost, StreamedVersionWithCorruptDataIsRejectedNotServed) {
     EXPECT_EQ(rejections[0].status.code(), StatusCode::kDataLoss) << rejections[0].status.ToString();
     EXPECT_NE(rejections[0].status.message().find("checksum mismatch"), std::string::npos)
         << rejections[0].status.ToString();
+  }
+}
+
+TEST(MpiHost, AnnouncementWithABadTierPayloadIsRefusedNotRead) {
+  // Rank 0 speaks the wire protocol itself. Version 0's host payload claims
+  // more bytes than an announcement holds, version 1's is cut short, and
+  // version 2's shm segment name is not terminated: each is refused (a Ready
+  // with accept 0, then a DataLoss acknowledgement) by the host tier's
+  // decoder before any receive path reads it. Version 3 is intact: served.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  if (Rank() == 0) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    const std::function<void(internal::Announce*)> spoil[] = {
+        [](internal::Announce* a) { a->payload_bytes = internal::kMaxTierPayloadBytes + 1; },
+        [](internal::Announce* a) { a->payload_bytes = sizeof(internal::HostPayload) - 1; },
+        [](internal::Announce* a) {
+          internal::HostPayload p = *internal::DecodeHostPayload(*a);
+          std::memset(p.shm_name, 'x', sizeof(p.shm_name));
+          internal::SetTierPayload(p, a);
+        },
+        nullptr};
+    for (uint64_t v = 0; v < 4 && !HasFatalFailure(); ++v) {
+      StreamByHand(comm, *session, v, static_cast<uint32_t>(60 + v), /*corrupt=*/false, spoil[v],
+                   /*accept=*/v == 3, /*rejected=*/v != 3);
+    }
+    SayGoodbyeByHand(&comm, *session);
+  } else {
+    auto sub = Subscriber::Create(s.sub);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    auto v = (*sub)->WaitForVersion(3, 30);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(HasPattern((*v)->state, 63));
+    EXPECT_TRUE((*sub)->WaitUntilDone(30));
+    auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 3u);
+    const char* why[] = {"more than an announcement holds", "(truncated)", "not terminated"};
+    for (uint64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(rejections[i].version, i);
+      EXPECT_EQ(rejections[i].status.code(), StatusCode::kDataLoss) << rejections[i].status.ToString();
+      EXPECT_NE(rejections[i].status.message().find(why[i]), std::string::npos) << rejections[i].status.ToString();
+    }
   }
 }
 
@@ -594,10 +666,11 @@ TEST(MpiHost, ShmVersionWithCorruptDataIsRejectedAndAStalledOneLosesTheProducer)
       control->complete.store(0);
       control->data_bytes.store(0);
       control->version.store(v);
-      internal::Announce a = MakeAnnounce(*session, HostProtocol::kShm, v, made);
+      internal::HostPayload payload;
+      std::snprintf(payload.shm_name, sizeof(payload.shm_name), "%s", name.c_str());
+      payload.shm_payload_bytes = (*segment)->payload_bytes();
+      internal::Announce a = MakeAnnounce(*session, HostProtocol::kShm, v, made, payload);
       std::memcpy(a.host, host, sizeof(a.host));
-      std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", name.c_str());
-      a.shm_payload_bytes = (*segment)->payload_bytes();
       a.sent_wtime = MonotonicSeconds();
       for (int r = 1; r < Size(); ++r) {
         ASSERT_TRUE(internal::SendPod(comm, r, internal::kTagAnnounce, a, 30).ok());
@@ -735,7 +808,10 @@ TEST_P(MpiGpuTier, DeviceModelReachesEveryConsumer) {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       if (mode == Mode::kSync) {
         ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-        for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+        for (const auto& c : r->consumers) {
+          EXPECT_TRUE(c.delivered) << r->BriefReport();
+          EXPECT_EQ(c.bytes_moved, r->bytes) << "rank " << c.rank << ": " << r->BriefReport();
+        }
       }
       if (mode == Mode::kAsync) {
         ASSERT_TRUE((*pub)->Flush().ok());  // every version travels
@@ -899,8 +975,10 @@ TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     internal::Announce a;
     MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
-    ASSERT_NE(a.shm_name[0], '\0') << "version 0 was not offered through shared memory";
-    auto segment = internal::ShmSegment::Open(a.shm_name, a.shm_payload_bytes);
+    auto payload = internal::DecodeHostPayload(a);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    ASSERT_NE(payload->shm_name[0], '\0') << "version 0 was not offered through shared memory";
+    auto segment = internal::ShmSegment::Open(payload->shm_name, payload->shm_payload_bytes);
     ASSERT_TRUE(segment.ok()) << segment.status().ToString();
     EXPECT_EQ((*segment)->control()->version.load(), a.version);
     internal::Ready ready;

@@ -85,7 +85,6 @@ Announce ProducerControl::AnnounceStaged(AnnounceKind kind, uint64_t version, in
   a.version = version;
   a.iteration = iteration;
   a.image_bytes = image_bytes;
-  a.chunk_bytes = options_.chunk_bytes;
   a.checksum = checksum;
   a.handshake_s = options_.peer_timeout_s;
   std::memcpy(a.host, host_, sizeof(a.host));
@@ -127,9 +126,10 @@ StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* o
       if (msg.accept) {
         ready.push_back({from, msg});
       } else {
-        out->consumers.push_back(
-            {from, false, false, 0, 0,
-             "refused: no room for the version (window slot, landing buffer or device memory)"});
+        Publisher::ConsumerResult c;
+        c.rank = from;
+        c.message = "refused: no room for the version (window slot, landing buffer or device memory)";
+        out->consumers.push_back(c);
       }
       backoff.Reset();
       continue;
@@ -143,7 +143,7 @@ StatusOr<ReadyList> ProducerControl::Handshake(const Announce& a, SendOutcome* o
   return ready;
 }
 
-FanoutPlan ProducerControl::Route(const Announce& a, const ReadyList& ready, SendOutcome* out,
+FanoutPlan ProducerControl::Route(const Announce& a, bool routed, const ReadyList& ready, SendOutcome* out,
                                   std::vector<int>* acking) {
   std::vector<std::pair<int, std::string>> accepted;
   for (const auto& [rank, msg] : ready) {
@@ -159,7 +159,7 @@ FanoutPlan ProducerControl::Route(const Announce& a, const ReadyList& ready, Sen
   FanoutPlan fan =
       PlanFanout(options_.fanout, options_.tree_arity, kMaxRelayChildren, rank_, host_, ranks, hosts);
   *acking = ranks;
-  if (!a.routed) return fan;
+  if (!routed) return fan;
   for (int rank : ranks) {
     internal::Route route;
     route.session = session_;
@@ -211,6 +211,7 @@ void ProducerControl::CollectAcks(uint64_t version, const std::vector<int>& rank
       c.delivered = ack.ok != 0;
       c.servable_s = MonotonicSeconds() - start_s;
       c.load_s = ack.load_s;
+      c.bytes_moved = ack.bytes_moved;
       if (!c.delivered) c.message = std::string("rejected: ") + ToString(static_cast<StatusCode>(ack.code));
       out->consumers.push_back(c);
       backoff.Reset();
@@ -335,7 +336,8 @@ Status ConsumerControl::AwaitDone(const Announce& a) {
   }
 }
 
-void ConsumerControl::Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s) {
+void ConsumerControl::Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s,
+                                  uint64_t bytes_moved) {
   Ack ack;
   ack.session = session_;
   ack.version = a.version;
@@ -343,6 +345,7 @@ void ConsumerControl::Acknowledge(const Announce& a, const Status& status, doubl
   ack.code = static_cast<int32_t>(status.code());
   ack.load_s = load_s;
   ack.notify_s = notify_s;
+  ack.bytes_moved = bytes_moved;
   (void)SendPod(link_->comm, producer(), kTagAck, ack, TransferWindow(a));
 }
 

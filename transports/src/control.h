@@ -71,10 +71,11 @@ class ProducerControl {
   // consumers go into `out`.
   StatusOr<ReadyList> Handshake(const Announce& a, SendOutcome* out);
   // Two-sided: plans who forwards the version to whom over the consumers
-  // that accepted it and, when routed, sends each its Route. Sets `acking`
-  // to the consumers that will acknowledge (one whose Route cannot be sent
-  // is dropped).
-  FanoutPlan Route(const Announce& a, const ReadyList& ready, SendOutcome* out, std::vector<int>* acking);
+  // that accepted it and, when `routed` (as `a` announced), sends each its
+  // Route. Sets `acking` to the consumers that will acknowledge (one whose
+  // Route cannot be sent is dropped).
+  FanoutPlan Route(const Announce& a, bool routed, const ReadyList& ready, SendOutcome* out,
+                   std::vector<int>* acking);
   // Waits (peer_timeout_s) for the acknowledgements of `version` from
   // `ranks`; servable times count from `start_s`.
   void CollectAcks(uint64_t version, const std::vector<int>& ranks, double start_s, SendOutcome* out);
@@ -130,8 +131,10 @@ class ConsumerControl {
   Status AwaitRoute(uint64_t version, double deadline, Route* route);
   // Waits for the producer's Done of `a` (one-sided).
   Status AwaitDone(const Announce& a);
-  // Acknowledges `a`: servable when `status` is ok, else rejected with its code.
-  void Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s);
+  // Acknowledges `a`: servable when `status` is ok, else rejected with its
+  // code; `bytes_moved` of it reached this consumer.
+  void Acknowledge(const Announce& a, const Status& status, double load_s, double notify_s,
+                   uint64_t bytes_moved);
 
   // Seconds a transfer announced by `a` may take: transfer_timeout_s after
   // the producer's longest wait for the other consumers' answers.

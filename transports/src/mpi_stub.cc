@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "keep_until_finalize.h"
-#include "tier.h"
+#include "tier_host.h"
+#include "tier_onesided.h"
 
 namespace viper {
 namespace transports {
@@ -40,19 +41,22 @@ Ready ConsumerControl::ReadyFor(const Announce&) const { return Ready(); }
 Status ConsumerControl::SendReady(const Announce&, const Ready&) {
   return UnavailableError("built without MPI");
 }
-void ConsumerControl::Acknowledge(const Announce&, const Status&, double, double) {}
+void ConsumerControl::Acknowledge(const Announce&, const Status&, double, double, uint64_t) {}
 double ConsumerControl::TransferWindow(const Announce&) const { return 0; }
 
-StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(ProducerControl*) {
+StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(const SenderSetup&) {
   return UnavailableError("tier host needs MPI; Viper was built without it");
 }
-StatusOr<std::unique_ptr<TierReceiver>> MakeOneSidedReceiver(ConsumerControl*, LandingPool*) {
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeOneSidedReceivers(const ReceiverSetup&) {
   return UnavailableError("tier host needs MPI; Viper was built without it");
 }
-StatusOr<std::unique_ptr<TierSender>> MakeHostSender(ProducerControl*) {
+StatusOr<std::unique_ptr<TierSender>> MakeHostSender(const SenderSetup&) {
   return UnavailableError("tier host needs MPI; Viper was built without it");
 }
-std::vector<std::unique_ptr<TierReceiver>> MakeHostReceivers(ConsumerControl*, LandingPool*) { return {}; }
+// Only made with a control, which cannot be opened here.
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeHostReceivers(const ReceiverSetup&) {
+  return std::vector<std::unique_ptr<TierReceiver>>();
+}
 
 // Without MPI nothing but its owner can read the memory.
 void KeepUntilFinalize(std::shared_ptr<const void>) {}

@@ -98,10 +98,13 @@ class Publisher::Impl {
     }
     snapshot_threads_ =
         options_.snapshot_threads > 0 ? options_.snapshot_threads : std::min(4, internal::UsableCpus());
-    if (options_.tier != Tier::kPfs || options_.notify == Notify::kPush) {
+    // The tier table (tier.h) picks the tier that moves the versions.
+    const internal::TierEntry* tier = internal::SenderTier(options_);
+    if (tier == nullptr) return InternalError("no tier serves these Publisher::Options (IsValid passed them)");
+    if (tier->needs_control(options_)) {
       VIPER_ASSIGN_OR_RETURN(control_, internal::ProducerControl::Open(options_));
     }
-    VIPER_ASSIGN_OR_RETURN(tier_, MakeTier());
+    VIPER_ASSIGN_OR_RETURN(tier_, tier->make_sender({options_, control_.get(), staging_, 2}));
     // The shared segment now, mapped and touched, not in the first publish.
     if (options_.staging_bytes > 0) tier_->Prepare(options_.staging_bytes);
     if (options_.staging_bytes > 0 && !(options_.mode == Mode::kSync && tier_->Streams())) {
@@ -269,21 +272,6 @@ class Publisher::Impl {
   const Options& options() const { return options_; }
 
  private:
-  // The tier table: which tier moves this publisher's versions.
-  StatusOr<std::unique_ptr<internal::TierSender>> MakeTier() {
-    switch (options_.tier) {
-      case Tier::kGpu:
-        return internal::MakeGpuSender(control_.get(), staging_, 2);
-      case Tier::kPfs:
-        return internal::MakePfsSender(options_, control_.get());
-      case Tier::kHost:
-        break;
-    }
-    if (options_.host_protocol == HostProtocol::kOneSided)
-      return internal::MakeOneSidedSender(control_.get());
-    return internal::MakeHostSender(control_.get());
-  }
-
   // A sync publish is over: records its report, returns it or the error.
   StatusOr<VersionReport> Sent(const Status& st, double t0, VersionReport* report) {
     report->stall_s = MonotonicSeconds() - t0;

@@ -1,7 +1,5 @@
 #include "viper/transports/subscriber.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <map>
 #include <atomic>
@@ -20,6 +18,7 @@
 #include "control.h"
 #include "hmac_sha256.h"
 #include "tier.h"
+#include "tier_pfs.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
@@ -129,32 +128,25 @@ class Subscriber::Impl {
   }
 
  private:
-  // The ordered table of receive paths, fastest first: for each
-  // announcement the first path that takes it receives it. The one-sided
-  // window is made first, right after the control (collective, in the
-  // producer's order).
+  // The receive paths of every tier this subscriber's options keep (tier.h),
+  // in the table's order, fastest first: for each announcement the first
+  // path that takes it receives it. Collective tiers (the one-sided window)
+  // are made first, right after the control, in the producer's order.
   Status MakePaths() {
-    std::unique_ptr<internal::TierReceiver> one_sided;
-    if (control_ && options_.tier == Tier::kHost && options_.host_protocol == HostProtocol::kOneSided) {
-      VIPER_ASSIGN_OR_RETURN(one_sided, internal::MakeOneSidedReceiver(control_.get(), &pool_));
+    const std::vector<const internal::TierEntry*> tiers = internal::ReceiverTiers(options_, control_ != nullptr);
+    const internal::ReceiverSetup setup{options_, control_.get(), &pool_};
+    std::vector<std::vector<std::unique_ptr<internal::TierReceiver>>> made(tiers.size());
+    for (bool collective : {true, false}) {
+      for (std::size_t i = 0; i < tiers.size(); ++i) {
+        if (tiers[i]->collective != collective) continue;
+        VIPER_ASSIGN_OR_RETURN(made[i], tiers[i]->make_receivers(setup));
+      }
     }
-    if (options_.tier == Tier::kGpu) {
-      VIPER_ASSIGN_OR_RETURN(auto gpu, internal::MakeGpuReceivers(control_.get()));  // CUDA IPC, pinned host
-      for (auto& p : gpu) paths_.push_back(std::move(p));
-    }
-    if (control_) {
-      for (auto& p : internal::MakeHostReceivers(control_.get(), &pool_))
-        paths_.push_back(std::move(p));  // shm, two-sided
-    }
-    if (one_sided) paths_.push_back(std::move(one_sided));
-    if (options_.tier == Tier::kPfs) {
-      auto pfs = std::make_unique<internal::PfsReceiver>(options_, &pool_);
-      // A directory that exists must be private now (a missing one may
-      // still be created by the producer: checked again before each read).
-      struct stat st;
-      if (::lstat(options_.pfs_dir.c_str(), &st) == 0) VIPER_RETURN_IF_ERROR(pfs->CheckDirectory());
-      pfs_ = pfs.get();
-      paths_.push_back(std::move(pfs));
+    for (auto& paths : made) {
+      for (auto& p : paths) {
+        if (auto* pfs = dynamic_cast<internal::PfsReceiver*>(p.get())) pfs_ = pfs;
+        paths_.push_back(std::move(p));
+      }
     }
     return Status::Ok();
   }
@@ -347,7 +339,7 @@ class Subscriber::Impl {
   }
 
   void PushLoop() {
-    if (options_.tier == Tier::kGpu) (void)internal::BindGpuThread(options_.gpu_device);  // per thread
+    for (auto& path : paths_) (void)path->BindThread();  // the CUDA device is per thread
     const std::string producer = "producer " + control_->ProducerName();
     double last_heard = MonotonicSeconds();
     internal::Backoff backoff(options_.idle_sleep_us);
@@ -383,7 +375,8 @@ class Subscriber::Impl {
       }
       const double t0 = MonotonicSeconds();
       std::string source = control_->ProducerName();
-      const Status st = ReceiveAnnounced(a, &source);
+      uint64_t moved = 0;
+      const Status st = ReceiveAnnounced(a, &source, &moved);
       if (!st.ok()) Reject(a.version, source, st);
       if (st.code() == StatusCode::kAborted) {
         Finish(false, true,
@@ -391,27 +384,44 @@ class Subscriber::Impl {
                    st.message() + "); keeping " + Keeping());
         return;
       }
-      control_->Acknowledge(a, st, MonotonicSeconds() - t0, notify_s);
+      control_->Acknowledge(a, st, MonotonicSeconds() - t0, notify_s, moved);
       last_heard = MonotonicSeconds();
     }
     Finish(false, false, "stopped");
   }
 
   // The first path of the table that takes `a` receives it; then verify
-  // and swap. Sets *source for messages.
-  Status ReceiveAnnounced(const internal::Announce& a, std::string* source) {
+  // and swap. Sets *source for messages and *moved to the bytes that
+  // reached this consumer (also when the version is then rejected).
+  Status ReceiveAnnounced(const internal::Announce& a, std::string* source, uint64_t* moved) {
+    const internal::TierEntry* tier = internal::AnnouncingTier(a);
+    if (tier != nullptr) {
+      // The announcing tier's decoder checks its payload before any path reads it.
+      const Status payload = tier->check_payload(a);
+      if (!payload.ok()) {
+        Refuse(a, tier);
+        return payload;
+      }
+    }
     for (auto& path : paths_) {
       if (!path->Takes(a)) continue;
       *source = path->Source(a);
       VIPER_ASSIGN_OR_RETURN(const internal::Landed landed, path->Receive(a));
+      *moved = landed.moved_bytes;
       return VerifyAndSwap(landed, a.version);
     }
-    // This subscriber's options do not match the producer's: refuse it (a
-    // pfs notification waits for the acknowledgement, not for a Ready).
-    if (a.kind != internal::kAnnouncePfs) (void)control_->SendReady(a, control_->ReadyFor(a));
+    // This subscriber's options do not match the producer's: refuse it.
+    Refuse(a, tier);
     return FailedPreconditionError("no receive path of this subscriber (tier " +
                                    std::string(ToString(options_.tier)) + ") takes an announcement of kind " +
                                    std::to_string(a.kind) + ", protocol " + std::to_string(a.protocol));
+  }
+
+  // Answers `a` with a refusal where its tier expects a Ready (a pfs
+  // notification waits for the acknowledgement only; an unknown kind is
+  // answered).
+  void Refuse(const internal::Announce& a, const internal::TierEntry* tier) {
+    if (tier == nullptr || tier->ready_handshake) (void)control_->SendReady(a, control_->ReadyFor(a));
   }
 
   Options options_;

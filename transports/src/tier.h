@@ -1,10 +1,12 @@
 // Internal: the tiers behind Publisher and Subscriber. Each wire protocol is
-// one file holding both halves, a TierSender and one or more TierReceivers:
+// one file holding both halves, a TierSender and one or more TierReceivers,
+// with a header declaring its announcement payload and factories, and one
+// entry in the tier table (TierEntry below, tiers.cc):
 //
-//   tier_host.cc      shm + two-sided (one pass interleaves them)
-//   tier_onesided.cc  MPI_Put into the consumer's window
-//   tier_pfs.cc       the PFS directory (+ push notification)
-//   tier_gpu.cc       CUDA IPC + the pinned-host pipeline (tier_gpu_stub.cc without CUDA)
+//   tier_gpu.{h,cc}       CUDA IPC + the pinned-host pipeline (tier_gpu_stub.cc without CUDA)
+//   tier_host.{h,cc}      shm + two-sided (one pass interleaves them)
+//   tier_onesided.{h,cc}  MPI_Put into the consumer's window
+//   tier_pfs.{h,cc}       the PFS directory (+ push notification)
 //
 // and the control protocol (handshake, announce, acks, drops, deadlines) is
 // control.h. Tiers report what happened (a SendOutcome; a Landed image or a
@@ -26,7 +28,6 @@
 #include "stream_hash.h"
 #include "viper/core/status.h"
 #include "viper/transports/aligned_buffer.h"
-#include "viper/transports/pfs_store.h"
 #include "viper/transports/publisher.h"
 #include "viper/transports/subscriber.h"
 #include "wire.h"
@@ -91,6 +92,10 @@ class LandingPool {
 struct Landed {
   std::shared_ptr<AlignedBuffer> buffer;
   uint64_t size = 0;
+  // Bytes that reached this consumer for it (over MPI, out of the shm
+  // segment, from the file, device to device): the whole image on every
+  // tier today; a delta path lands fewer and rebuilds the rest.
+  uint64_t moved_bytes = 0;
   std::string source;
   double receive_s = 0;
   // Hashed while it landed: the header must end at data_offset and carry
@@ -101,9 +106,9 @@ struct Landed {
   std::shared_ptr<ModelVersion> verified;
 };
 
-// One receive path of a subscriber. Subscriber::Impl keeps its paths in an
-// ordered table, fastest first (gpu: CUDA IPC, then pinned host; host: shm,
-// then two-sided; one-sided; pfs): the first that takes an announcement
+// One receive path of a subscriber. Subscriber::Impl keeps its paths in the
+// tier table's order, fastest first (gpu: CUDA IPC, then pinned host; host:
+// shm, then two-sided; one-sided; pfs): the first that takes an announcement
 // receives it, so a path that cannot (another node, no mapping) falls back
 // to the next.
 class TierReceiver {
@@ -117,52 +122,69 @@ class TierReceiver {
   virtual StatusOr<Landed> Receive(const Announce& a) = 0;
   // Where a version announced by `a` comes from, for messages.
   virtual std::string Source(const Announce& a) const = 0;
+  // Binds the calling thread (the subscriber's receiving thread) to the
+  // path's device (gpu).
+  virtual Status BindThread() { return Status::Ok(); }
 };
 
-// ---- the tier table: what each tier's file makes (nullptr where a tier does
-// not take part), in the order Subscriber::Impl tries the receive paths.
+// ---- the tier table (tiers.cc): every wire protocol is one entry, its code
+// one file (tier_<name>.{h,cc}: both halves and its announcement payload),
+// as NCCL's ncclTransports[]. A publisher sends with the first entry that
+// serves its options; a subscriber keeps the receive paths of every entry
+// that receives under its options, in table order (fastest first), and tries
+// them in that order for each announcement, after the announcing entry's
+// decoder has checked its payload.
 
-// tier_pfs.cc: the PFS tier (`control`: push notification, else nullptr).
-StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options,
-                                                    ProducerControl* control);
-// The subscriber's reader of the PFS directory: a receive path for pushed
-// versions, and what its poll loop reads.
-class PfsReceiver : public TierReceiver {
- public:
-  PfsReceiver(const Subscriber::Options& options, LandingPool* pool);
-  bool Takes(const Announce& a) override { return a.kind == kAnnouncePfs; }
-  StatusOr<Landed> Receive(const Announce& a) override { return Load(a.version); }
-  std::string Source(const Announce& a) const override { return store_->PathFor(a.version); }
-  StatusOr<std::vector<uint64_t>> Versions() const { return store_->ListVersions(); }
-  std::string PathFor(uint64_t version) const { return store_->PathFor(version); }
-  StatusOr<PfsStore::FileId> Identify(uint64_t version) const { return store_->Identify(version); }
-  // The directory, when it exists, must be private (private_dir.h; owned by
-  // this user or root). Checked at Create and before each read.
-  Status CheckDirectory() const;
-  // Reads version `version` into a landing buffer.
-  StatusOr<Landed> Load(uint64_t version);
-
- private:
-  std::unique_ptr<PfsStore> store_;
-  LandingPool* pool_;
+// What a tier's sender is made from.
+struct SenderSetup {
+  const Publisher::Options& options;
+  ProducerControl* control = nullptr;  // nullptr where the tier needs none (pfs, poll)
+  StagedVersion* staging = nullptr;    // the publisher's staging buffers (the gpu tier stages on the device)
+  int staging_count = 0;
 };
 
-// tier_onesided.cc (mpi_stub.cc without MPI). Collective with the other
-// side's (MPI_Win_allocate): made right after the control.
-StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(ProducerControl* control);
-StatusOr<std::unique_ptr<TierReceiver>> MakeOneSidedReceiver(ConsumerControl* control, LandingPool* pool);
+// What a tier's receive paths are made from.
+struct ReceiverSetup {
+  const Subscriber::Options& options;
+  ConsumerControl* control = nullptr;  // nullptr: notify poll
+  LandingPool* pool = nullptr;         // landing buffers of host-memory paths
+};
 
-// tier_host.cc (mpi_stub.cc without MPI): shm and two-sided.
-StatusOr<std::unique_ptr<TierSender>> MakeHostSender(ProducerControl* control);
-std::vector<std::unique_ptr<TierReceiver>> MakeHostReceivers(ConsumerControl* control, LandingPool* pool);
+struct TierEntry {
+  const char* name;  // for messages and tests
+  // Producer: whether this tier moves the versions of a publisher with
+  // `options` (the first entry that does is its tier; Options::IsValid
+  // leaves exactly one), and whether it needs the control (the MPI session
+  // with the consumers), opened before MakeSender.
+  bool (*sends)(const Publisher::Options& options);
+  bool (*needs_control)(const Publisher::Options& options);
+  // Consumer: whether a subscriber with `options` keeps this tier's receive
+  // paths (`pushed`: it has a control).
+  bool (*receives)(const Subscriber::Options& options, bool pushed);
+  // Whether making its sender and receivers is collective (MPI_Win_allocate):
+  // the subscriber makes those first, right after the control, in the
+  // producer's order.
+  bool collective;
+  // Whether `a` is this tier's announcement.
+  bool (*announced)(const Announce& a);
+  // Whether a consumer answers its announcements with a Ready (a refusal
+  // too); pfs notifications wait for the acknowledgement only.
+  bool ready_handshake;
+  // The tier's payload decoder: the size exactly, then its fields. An error
+  // says what is wrong; the announcement is refused.
+  Status (*check_payload)(const Announce& a);
+  StatusOr<std::unique_ptr<TierSender>> (*make_sender)(const SenderSetup& setup);
+  StatusOr<std::vector<std::unique_ptr<TierReceiver>>> (*make_receivers)(const ReceiverSetup& setup);
+};
 
-// tier_gpu.cc (tier_gpu_stub.cc without CUDA): the sender stages on the
-// device (`staging`: the publisher's two buffers).
-StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging,
-                                                    int count);
-StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(ConsumerControl* control);
-// Binds the calling thread to `device` (the subscriber's receive thread).
-Status BindGpuThread(int device);
+// The table, in the order the receive paths are tried.
+const std::vector<TierEntry>& Tiers();
+// The tier of a publisher with `options`; nullptr when none serves them.
+const TierEntry* SenderTier(const Publisher::Options& options);
+// The entries whose receive paths a subscriber with `options` keeps, in order.
+std::vector<const TierEntry*> ReceiverTiers(const Subscriber::Options& options, bool pushed);
+// The tier that announced `a`; nullptr for a kind no tier announces.
+const TierEntry* AnnouncingTier(const Announce& a);
 
 }  // namespace internal
 }  // namespace transports

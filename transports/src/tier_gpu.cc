@@ -17,7 +17,7 @@
 #include "device_checksum.h"
 #include "keep_until_finalize.h"
 #include "mpi_link.h"
-#include "tier.h"
+#include "tier_gpu.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
@@ -110,18 +110,21 @@ class GpuSender : public TierSender {
     const double t0 = MonotonicSeconds();
     Announce a =
         control_->AnnounceStaged(kAnnounceGpu, s.version(), s.iteration(), s.image_bytes(), s.checksum());
-    a.header_bytes = s.header_bytes();
-    a.image_offset = s.image_offset();
+    GpuPayload p;
+    p.header_bytes = s.header_bytes();
+    p.image_offset = s.image_offset();
+    p.chunk_bytes = options_.chunk_bytes;
     cudaIpcMemHandle_t mem;
     cudaIpcEventHandle_t event;
-    static_assert(sizeof(mem) == sizeof(a.ipc_mem) && sizeof(event) == sizeof(a.ipc_event),
+    static_assert(sizeof(mem) == sizeof(p.ipc_mem) && sizeof(event) == sizeof(p.ipc_event),
                   "IPC handle size");
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
     // Only this tier stages on the device, always in a CudaDeviceImage.
     const auto* image = static_cast<const CudaDeviceImage*>(s.device());
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, image->ready_event()));
-    std::memcpy(a.ipc_mem, &mem, sizeof(mem));
-    std::memcpy(a.ipc_event, &event, sizeof(event));
+    std::memcpy(p.ipc_mem, &mem, sizeof(mem));
+    std::memcpy(p.ipc_event, &event, sizeof(event));
+    SetTierPayload(p, &a);
     VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
     std::vector<int> acking;
     std::vector<ChunkedTransfer> via_host;
@@ -215,13 +218,18 @@ class GpuReceiving {
   // pinned-host pipeline), then verifies it there.
   StatusOr<Landed> Receive(const Announce& a, const IpcMapping* ipc);
   std::string Source() const { return control_->ProducerName(); }
+  Status BindThread() {
+    VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_device));
+    return Status::Ok();
+  }
 
  private:
   // Maps the producer's staging allocation and opens its event (cached: the
   // producer has two staging buffers, re-exported only when they grow).
-  StatusOr<const IpcMapping*> OpenIpc(const Announce& a);
-  Status PipelineIn(const Announce& a, std::byte* dst);
-  StatusOr<std::shared_ptr<ModelVersion>> Verify(const Announce& a, std::shared_ptr<DeviceBuffer> buffer);
+  StatusOr<const IpcMapping*> OpenIpc(const GpuPayload& p);
+  Status PipelineIn(const Announce& a, const GpuPayload& p, std::byte* dst);
+  StatusOr<std::shared_ptr<ModelVersion>> Verify(const Announce& a, const GpuPayload& p,
+                                                 std::shared_ptr<DeviceBuffer> buffer);
   StatusOr<std::shared_ptr<DeviceBuffer>> AcquireDeviceBuffer(uint64_t bytes);
 
   ConsumerControl* control_;
@@ -263,7 +271,9 @@ const IpcMapping* GpuReceiving::TryIpc(const Announce& a) {
       std::strncmp(a.host, control_->host(), sizeof(a.host)) != 0) {
     return nullptr;
   }
-  auto mapping = OpenIpc(a);
+  const auto p = DecodeGpuPayload(a);
+  if (!p.ok()) return nullptr;  // refused by the pinned-host path
+  auto mapping = OpenIpc(*p);
   if (!mapping.ok()) {
     Log(LogLevel::kWarning, "transports",
         "CUDA IPC unavailable (" + mapping.status().ToString() + "); receiving through host memory");
@@ -272,8 +282,8 @@ const IpcMapping* GpuReceiving::TryIpc(const Announce& a) {
   return *mapping;
 }
 
-StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const Announce& a) {
-  const std::string mem_key(a.ipc_mem, sizeof(a.ipc_mem)), event_key(a.ipc_event, sizeof(a.ipc_event));
+StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const GpuPayload& p) {
+  const std::string mem_key(p.ipc_mem, sizeof(p.ipc_mem)), event_key(p.ipc_event, sizeof(p.ipc_event));
   for (auto& m : ipc_) {
     if (m.mem_key == mem_key && m.event_key == event_key) return &m;
   }
@@ -282,8 +292,8 @@ StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const Announce& a) {
   m.event_key = event_key;
   cudaIpcMemHandle_t mh;
   cudaIpcEventHandle_t eh;
-  std::memcpy(&mh, a.ipc_mem, sizeof(mh));
-  std::memcpy(&eh, a.ipc_event, sizeof(eh));
+  std::memcpy(&mh, p.ipc_mem, sizeof(mh));
+  std::memcpy(&eh, p.ipc_event, sizeof(eh));
   cudaError_t e = cudaIpcOpenMemHandle(&m.base, mh, cudaIpcMemLazyEnablePeerAccess);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -305,8 +315,10 @@ StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const Announce& a) {
 }
 
 StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc) {
-  if (a.header_bytes == 0 || a.header_bytes > a.image_bytes) {
-    return DataLossError(Source() + ": announced header of " + std::to_string(a.header_bytes) +
+  // Checked by the subscriber (AnnouncingTier) before any path saw it.
+  VIPER_ASSIGN_OR_RETURN(const GpuPayload p, DecodeGpuPayload(a));
+  if (p.header_bytes == 0 || p.header_bytes > a.image_bytes) {
+    return DataLossError(Source() + ": announced header of " + std::to_string(p.header_bytes) +
                          " bytes in an image of " + std::to_string(a.image_bytes));
   }
   Ready ready = control_->ReadyFor(a);
@@ -320,23 +332,24 @@ StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc)
   if (ipc) {
     VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ipc->event, 0));
     VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(ipc->base) + a.image_offset,
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const std::byte*>(ipc->base) + p.image_offset,
                                                a.image_bytes, cudaMemcpyDeviceToDevice, stream_));
   } else {
-    VIPER_RETURN_IF_ERROR(PipelineIn(a, dst));
+    VIPER_RETURN_IF_ERROR(PipelineIn(a, p, dst));
   }
   VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_end_, stream_));
   VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const double t1 = MonotonicSeconds();
   float copy_ms = 0;
   VIPER_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&copy_ms, copy_start_, copy_end_));
-  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> version, Verify(a, *buffer));
+  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> version, Verify(a, p, *buffer));
   version->source = Source() + (ipc ? " (cuda-ipc)" : " (pinned-host pipeline)");
   version->receive_s = t1 - t0;
   version->verify_s = MonotonicSeconds() - t1;
   version->copy_device_s = copy_ms * 1e-3;
   Landed landed;
   landed.size = a.image_bytes;
+  landed.moved_bytes = a.image_bytes;
   landed.source = version->source;
   landed.receive_s = version->receive_s;
   landed.verified = std::move(version);
@@ -345,7 +358,7 @@ StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc)
 
 // Receives into pinned host memory in chunks, each landed chunk copied on to
 // the device while the next ones arrive.
-Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
+Status GpuReceiving::PipelineIn(const Announce& a, const GpuPayload& p, std::byte* dst) {
   if (pinned_bytes_ < a.image_bytes) {
     if (pinned_) cudaFreeHost(pinned_);
     pinned_ = nullptr;
@@ -356,7 +369,7 @@ Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
   auto* host = static_cast<std::byte*>(pinned_);
   VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
   std::vector<Chunk> chunks;
-  AppendChunks(host, a.image_bytes, a.chunk_bytes, &chunks);
+  AppendChunks(host, a.image_bytes, p.chunk_bytes, &chunks);
   std::vector<ChunkedTransfer> transfers(1);
   transfers[0].peer = control_->producer();
   transfers[0].chunks = &chunks;
@@ -382,15 +395,15 @@ Status GpuReceiving::PipelineIn(const Announce& a, std::byte* dst) {
 
 // Checks sum64 on the device against the header and the announcement, and
 // parses the header from a small host copy; the tensors stay on the device.
-StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a,
+StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a, const GpuPayload& p,
                                                              std::shared_ptr<DeviceBuffer> buffer) {
   const std::string source = Source();
   std::byte* dst = buffer->data();
-  std::vector<std::byte> header(a.header_bytes);
-  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, a.header_bytes, cudaMemcpyDeviceToHost));
-  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  std::vector<std::byte> header(p.header_bytes);
+  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, p.header_bytes, cudaMemcpyDeviceToHost));
+  const uint64_t data_bytes = a.image_bytes - p.header_bytes;
   VIPER_ASSIGN_OR_RETURN(uint64_t sum,
-                         Sum64Device(dst + a.header_bytes, data_bytes, scratch_.data(), stream_));
+                         Sum64Device(dst + p.header_bytes, data_bytes, scratch_.data(), stream_));
   auto meta = safetensors::ParseMetadata(header.data(), header.size());
   if (!meta.ok()) return meta.status().WithContext(source);
   auto it = meta->find(kDeviceChecksumKey);
@@ -407,7 +420,7 @@ StatusOr<std::shared_ptr<ModelVersion>> GpuReceiving::Verify(const Announce& a,
                          ChecksumToHex(sum));
   }
   std::shared_ptr<const void> owner(buffer, dst);
-  auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + a.header_bytes,
+  auto state = safetensors::ParseExternalData(owner, header.data(), header.size(), dst + p.header_bytes,
                                               data_bytes, MemoryKind::kDevice);
   if (!state.ok()) return state.status().WithContext(source);
   if (state->metadata.version != a.version) {
@@ -447,6 +460,7 @@ class IpcReceiver : public TierReceiver {
   }
   StatusOr<Landed> Receive(const Announce& a) override { return gpu_->Receive(a, mapping_); }
   std::string Source(const Announce&) const override { return gpu_->Source(); }
+  Status BindThread() override { return gpu_->BindThread(); }
 
  private:
   std::shared_ptr<GpuReceiving> gpu_;
@@ -460,6 +474,7 @@ class PinnedHostReceiver : public TierReceiver {
   bool Takes(const Announce& a) override { return a.kind == kAnnounceGpu; }
   StatusOr<Landed> Receive(const Announce& a) override { return gpu_->Receive(a, nullptr); }
   std::string Source(const Announce&) const override { return gpu_->Source(); }
+  Status BindThread() override { return gpu_->BindThread(); }
 
  private:
   std::shared_ptr<GpuReceiving> gpu_;
@@ -467,25 +482,19 @@ class PinnedHostReceiver : public TierReceiver {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(ProducerControl* control, StagedVersion* staging,
-                                                    int count) {
-  auto sender = std::make_unique<GpuSender>(control);
-  VIPER_RETURN_IF_ERROR(sender->Open(staging, count));
+StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(const SenderSetup& setup) {
+  auto sender = std::make_unique<GpuSender>(setup.control);
+  VIPER_RETURN_IF_ERROR(sender->Open(setup.staging, setup.staging_count));
   return std::unique_ptr<TierSender>(std::move(sender));
 }
 
-StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(ConsumerControl* control) {
-  auto gpu = std::make_shared<GpuReceiving>(control);
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(const ReceiverSetup& setup) {
+  auto gpu = std::make_shared<GpuReceiving>(setup.control);
   VIPER_RETURN_IF_ERROR(gpu->Open());
   std::vector<std::unique_ptr<TierReceiver>> paths;
   paths.push_back(std::make_unique<IpcReceiver>(gpu));
   paths.push_back(std::make_unique<PinnedHostReceiver>(gpu));
   return paths;
-}
-
-Status BindGpuThread(int device) {
-  VIPER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  return Status::Ok();
 }
 
 }  // namespace internal

@@ -15,7 +15,7 @@
 #include "keep_until_finalize.h"
 #include "mpi_link.h"
 #include "shm_segment.h"
-#include "tier.h"
+#include "tier_host.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 
@@ -76,7 +76,8 @@ class HostSender : public TierSender {
     std::vector<Chunk> chunks;
   };
   Messages Cut(const std::vector<ByteRange>& merged, uint64_t header_bytes) const;
-  Announce AnnounceStream(const StreamSource& src, uint64_t data_chunks, bool offer_shm) const;
+  Announce AnnounceStream(const StreamSource& src, uint64_t data_chunks, bool offer_shm,
+                          HostPayload* payload) const;
   bool EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes);
   // Drops the consumers whose sends failed (those they would have forwarded
   // to stay subscribed: they report the version as not delivered once their
@@ -108,16 +109,19 @@ HostSender::Messages HostSender::Cut(const std::vector<ByteRange>& merged, uint6
   return m;
 }
 
-Announce HostSender::AnnounceStream(const StreamSource& src, uint64_t data_chunks, bool offer_shm) const {
+Announce HostSender::AnnounceStream(const StreamSource& src, uint64_t data_chunks, bool offer_shm,
+                                    HostPayload* payload) const {
   Announce a = control_->AnnounceStaged(kAnnounceHost, src.version, src.iteration,
                                         src.header_bytes + src.data_bytes, /*checksum=*/0);
-  a.header_bytes = src.header_bytes;
-  a.data_chunks = data_chunks;
-  a.routed = options_.fanout == Fanout::kDirect ? 0 : 1;
+  HostPayload& p = *payload;
+  p.header_bytes = src.header_bytes;
+  p.data_chunks = data_chunks;
+  p.routed = options_.fanout == Fanout::kDirect ? 0 : 1;
   if (offer_shm) {
-    std::snprintf(a.shm_name, sizeof(a.shm_name), "%s", segment_->name().c_str());
-    a.shm_payload_bytes = segment_->payload_bytes();
+    std::snprintf(p.shm_name, sizeof(p.shm_name), "%s", segment_->name().c_str());
+    p.shm_payload_bytes = segment_->payload_bytes();
   }
+  SetTierPayload(p, &a);
   return a;
 }
 
@@ -141,7 +145,8 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   if (offer_shm)
     shm.emplace(segment_.get(), merged, src.header_bytes, src.version);  // before the announcement
 
-  const Announce a = AnnounceStream(src, m.plan->size(), offer_shm);
+  HostPayload payload;
+  const Announce a = AnnounceStream(src, m.plan->size(), offer_shm, &payload);
   VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
   // Every consumer still served has answered, so it has mapped the segment
   // or never will: the name can go (nothing is left in /dev/shm if this
@@ -157,7 +162,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   }
   if (via_shm.empty()) shm.reset();
   std::vector<int> acking;  // every consumer the version is on its way to
-  const FanoutPlan fan = control_->Route(a, via_mpi, out, &acking);
+  const FanoutPlan fan = control_->Route(a, payload.routed != 0, via_mpi, out, &acking);
   acking.insert(acking.end(), via_shm.begin(), via_shm.end());
 
   // The digest comes from the shm copy when there is one (it hashes what it
@@ -248,6 +253,14 @@ bool HostSender::EnsureSegment(uint64_t image_bytes, uint64_t reserve_bytes) {
 
 // ---------------------------------------------------------------- consumer
 
+// `a`'s payload (the subscriber checked it with DecodeHostPayload before
+// any path saw it); should it still not decode, an empty one, which no
+// receive path finds plausible: the version is refused.
+HostPayload PayloadOrNone(const Announce& a) {
+  auto p = DecodeHostPayload(a);
+  return p.ok() ? *p : HostPayload{};
+}
+
 // Answers announcement `a` with `ready`, accepting it when it is
 // `plausible` and a landing buffer of its size can be had. Returns that
 // buffer, or why the version was refused (the refusal has been sent).
@@ -262,15 +275,16 @@ StatusOr<std::shared_ptr<AlignedBuffer>> Answer(ConsumerControl* control, Landin
 }
 
 // Version `a` landed in `buffer` with its data hashed to `checksum` as it came.
-Landed StreamedImage(const Announce& a, std::shared_ptr<AlignedBuffer> buffer, std::string source, double t0,
-                     uint64_t checksum) {
+Landed StreamedImage(const Announce& a, const HostPayload& p, std::shared_ptr<AlignedBuffer> buffer,
+                     std::string source, double t0, uint64_t checksum) {
   Landed landed;
   landed.buffer = std::move(buffer);
   landed.size = a.image_bytes;
+  landed.moved_bytes = a.image_bytes;
   landed.source = std::move(source);
   landed.receive_s = MonotonicSeconds() - t0;
   landed.streamed = true;
-  landed.data_offset = a.header_bytes;
+  landed.data_offset = p.header_bytes;
   landed.checksum = checksum;
   return landed;
 }
@@ -283,13 +297,15 @@ class ShmReceiver : public TierReceiver {
   // On the producer's node, and mapped (once per segment). Otherwise the
   // version comes as a two-sided stream (the next path).
   bool Takes(const Announce& a) override {
-    if (a.kind != kAnnounceHost || a.shm_name[0] == '\0') return false;
+    if (a.kind != kAnnounceHost) return false;
+    const auto p = DecodeHostPayload(a);
+    if (!p.ok() || p->shm_name[0] == '\0') return false;
     if (!control_->options().allow_shm || strncmp(a.host, control_->host(), sizeof(a.host)) != 0)
       return false;
-    const std::string name(a.shm_name, strnlen(a.shm_name, sizeof(a.shm_name)));
-    if (shm_ && shm_->name() == name && shm_->payload_bytes() == a.shm_payload_bytes) return true;
+    const std::string name(p->shm_name, strnlen(p->shm_name, sizeof(p->shm_name)));
+    if (shm_ && shm_->name() == name && shm_->payload_bytes() == p->shm_payload_bytes) return true;
     shm_.reset();
-    auto opened = ShmSegment::Open(name, a.shm_payload_bytes);
+    auto opened = ShmSegment::Open(name, p->shm_payload_bytes);
     if (!opened.ok()) {
       Log(LogLevel::kWarning, "transports",
           "rank " + std::to_string(control_->rank()) + " cannot map the producer's shared memory (" +
@@ -316,15 +332,16 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
   const double t0 = MonotonicSeconds();
   Ready ready = control_->ReadyFor(a);
   ready.path = kPathShm;
+  const HostPayload p = PayloadOrNone(a);
   const bool plausible =
-      a.header_bytes >= 8 && a.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes();
+      p.header_bytes >= 8 && p.header_bytes <= a.image_bytes && a.image_bytes <= shm_->payload_bytes();
   VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer,
                          Answer(control_, pool_, a, plausible, ready));
 
   const ShmControl* control = shm_->control();
   const std::byte* image = shm_->payload();
   std::byte* base = buffer->data();
-  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  const uint64_t data_bytes = a.image_bytes - p.header_bytes;
   const double deadline = control_->TransferDeadline(a);
   auto moved_on = [&] {
     return UnavailableError("the producer started version " +
@@ -339,7 +356,7 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
     if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
     const uint64_t published = std::min(control->data_bytes.load(std::memory_order_acquire), data_bytes);
     if (published > copied) {
-      CopyAndHash(base + a.header_bytes + copied, image + a.header_bytes + copied, published - copied,
+      CopyAndHash(base + p.header_bytes + copied, image + p.header_bytes + copied, published - copied,
                   &hasher);
       copied = published;
       backoff.Reset();
@@ -353,11 +370,11 @@ StatusOr<Landed> ShmReceiver::Receive(const Announce& a) {
     }
     backoff.Pause();
   }
-  std::memcpy(base, image, a.header_bytes);
+  std::memcpy(base, image, p.header_bytes);
   // The producer rewrites the segment only after this rank's acknowledgement
   // (unless it has dropped this rank): a newer version now means torn bytes.
   if (control->version.load(std::memory_order_acquire) != a.version) return moved_on();
-  return StreamedImage(a, buffer, Source(a), t0, hasher.Digest());
+  return StreamedImage(a, p, buffer, Source(a), t0, hasher.Digest());
 }
 
 // Two-sided stream, from the producer or a relay (Route), forwarded on to
@@ -381,13 +398,13 @@ class TwoSidedReceiver : public TierReceiver {
 // says, then the header (at 0) last; `ends`: where each data chunk ends in
 // the data section. Aborted when the plan does not add up (the producer's
 // stream is out of step with this consumer: it gives up on it).
-Status LayOut(const Announce& a, const std::vector<uint64_t>& plan, std::byte* base,
+Status LayOut(const Announce& a, const HostPayload& p, const std::vector<uint64_t>& plan, std::byte* base,
               std::vector<Chunk>* chunks, std::vector<uint64_t>* ends) {
-  const uint64_t data_bytes = a.image_bytes - a.header_bytes;
+  const uint64_t data_bytes = a.image_bytes - p.header_bytes;
   uint64_t off = 0;
   for (uint64_t n : plan) {
     if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int>::max()) || n > data_bytes - off) break;
-    chunks->push_back({base + a.header_bytes + off, n});
+    chunks->push_back({base + p.header_bytes + off, n});
     off += n;
     ends->push_back(off);
   }
@@ -395,7 +412,7 @@ Status LayOut(const Announce& a, const std::vector<uint64_t>& plan, std::byte* b
     return AbortedError("the chunk plan of version " + std::to_string(a.version) + " does not add up to " +
                         std::to_string(data_bytes) + " data bytes");
   }
-  chunks->push_back({base, a.header_bytes});
+  chunks->push_back({base, p.header_bytes});
   return Status::Ok();
 }
 
@@ -409,11 +426,11 @@ std::string Seconds1(double seconds) {
 // The chunk plan of version `a` from `parent` (one kTagData message), or
 // nullptr when it did not arrive by `deadline`: the receive stays posted, so
 // the plan is kept until MPI_Finalize.
-std::shared_ptr<std::vector<uint64_t>> ReceivePlan(MPI_Comm comm, const Announce& a, int parent,
+std::shared_ptr<std::vector<uint64_t>> ReceivePlan(MPI_Comm comm, uint64_t data_chunks, int parent,
                                                    double deadline) {
-  auto plan = std::make_shared<std::vector<uint64_t>>(a.data_chunks);
+  auto plan = std::make_shared<std::vector<uint64_t>>(data_chunks);
   std::vector<Chunk> plan_chunk = {
-      {reinterpret_cast<std::byte*>(plan->data()), a.data_chunks * sizeof(uint64_t)}};
+      {reinterpret_cast<std::byte*>(plan->data()), data_chunks * sizeof(uint64_t)}};
   std::vector<ChunkedTransfer> transfers(1);
   transfers[0].peer = parent;
   transfers[0].chunks = &plan_chunk;
@@ -427,14 +444,15 @@ std::shared_ptr<std::vector<uint64_t>> ReceivePlan(MPI_Comm comm, const Announce
 StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   const int producer = control_->producer();
   const double t0 = MonotonicSeconds();
-  const bool plausible = a.header_bytes >= 8 && a.header_bytes <= a.image_bytes &&
-                         a.data_chunks <= a.image_bytes - a.header_bytes;
+  const HostPayload p = PayloadOrNone(a);
+  const bool plausible = p.header_bytes >= 8 && p.header_bytes <= a.image_bytes &&
+                         p.data_chunks <= a.image_bytes - p.header_bytes;
   VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer,
                          Answer(control_, pool_, a, plausible, control_->ReadyFor(a)));
   double deadline = control_->TransferDeadline(a);
   Route route;
   route.parent = producer;
-  if (a.routed) {
+  if (p.routed) {
     VIPER_RETURN_IF_ERROR(control_->AwaitRoute(a.version, deadline, &route));
     if (route.parent != producer) deadline = std::min(deadline, MonotonicSeconds() + route.relay_timeout_s);
   }
@@ -448,7 +466,7 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
                             "; the version is not served, the subscription goes on)");
   };
   MPI_Comm comm = control_->link().comm;
-  auto plan = ReceivePlan(comm, a, parent, deadline);
+  auto plan = ReceivePlan(comm, p.data_chunks, parent, deadline);
   if (!plan) {
     return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + in_time);
   }
@@ -457,9 +475,9 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   std::byte* base = buffer->data();
   std::vector<Chunk> chunks;
   std::vector<uint64_t> ends;  // end of each data chunk within the data section
-  VIPER_RETURN_IF_ERROR(LayOut(a, *plan, base, &chunks, &ends));
+  VIPER_RETURN_IF_ERROR(LayOut(a, p, *plan, base, &chunks, &ends));
   std::optional<LandingHasher> hasher;
-  hasher.emplace(base + a.header_bytes, /*use_thread=*/ends.size() >= 2);
+  hasher.emplace(base + p.header_bytes, /*use_thread=*/ends.size() >= 2);
   ChunkHooks hooks;
   hooks.completed = [&](std::size_t index) {
     if (index < ends.size()) hasher->Landed(ends[index]);
@@ -500,19 +518,19 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     pool_->Retire(buffer);
     return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + in_time);
   }
-  return StreamedImage(a, buffer, Source(a), t0, hasher->Finish());
+  return StreamedImage(a, p, buffer, Source(a), t0, hasher->Finish());
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakeHostSender(ProducerControl* control) {
-  return std::unique_ptr<TierSender>(new HostSender(control));
+StatusOr<std::unique_ptr<TierSender>> MakeHostSender(const SenderSetup& setup) {
+  return std::unique_ptr<TierSender>(new HostSender(setup.control));
 }
 
-std::vector<std::unique_ptr<TierReceiver>> MakeHostReceivers(ConsumerControl* control, LandingPool* pool) {
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeHostReceivers(const ReceiverSetup& setup) {
   std::vector<std::unique_ptr<TierReceiver>> paths;
-  paths.push_back(std::make_unique<ShmReceiver>(control, pool));       // same node, segment mapped
-  paths.push_back(std::make_unique<TwoSidedReceiver>(control, pool));  // any node
+  paths.push_back(std::make_unique<ShmReceiver>(setup.control, setup.pool));       // same node, segment mapped
+  paths.push_back(std::make_unique<TwoSidedReceiver>(setup.control, setup.pool));  // any node
   return paths;
 }
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "mpi_link.h"
-#include "tier.h"
+#include "tier_onesided.h"
 
 namespace viper {
 namespace transports {
@@ -116,6 +116,7 @@ class OneSidedReceiver : public TierReceiver {
     VIPER_ASSIGN_OR_RETURN(landed.buffer, pool_->Acquire(a.image_bytes));
     std::memcpy(landed.buffer->data(), base_, a.image_bytes);
     landed.size = a.image_bytes;
+    landed.moved_bytes = a.image_bytes;
     landed.source = Source(a);
     landed.receive_s = MonotonicSeconds() - t0;
     return landed;
@@ -132,16 +133,18 @@ class OneSidedReceiver : public TierReceiver {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(ProducerControl* control) {
-  auto sender = std::make_unique<OneSidedSender>(control);
+StatusOr<std::unique_ptr<TierSender>> MakeOneSidedSender(const SenderSetup& setup) {
+  auto sender = std::make_unique<OneSidedSender>(setup.control);
   VIPER_RETURN_IF_ERROR(sender->Open());
   return std::unique_ptr<TierSender>(std::move(sender));
 }
 
-StatusOr<std::unique_ptr<TierReceiver>> MakeOneSidedReceiver(ConsumerControl* control, LandingPool* pool) {
-  auto receiver = std::make_unique<OneSidedReceiver>(control, pool);
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeOneSidedReceivers(const ReceiverSetup& setup) {
+  auto receiver = std::make_unique<OneSidedReceiver>(setup.control, setup.pool);
   VIPER_RETURN_IF_ERROR(receiver->Open());
-  return std::unique_ptr<TierReceiver>(std::move(receiver));
+  std::vector<std::unique_ptr<TierReceiver>> paths;
+  paths.push_back(std::move(receiver));
+  return paths;
 }
 
 }  // namespace internal

@@ -2,10 +2,11 @@
 // directory (PfsStore: temp, fsync, rename) and, with push notification,
 // announces it through the control; a consumer reads it back into a landing
 // buffer, pushed or polled.
+#include <sys/stat.h>
+
 #include <memory>
 
-#include "tier.h"
-#include "viper/transports/pfs_store.h"
+#include "tier_pfs.h"
 #include "viper/transports/private_dir.h"
 
 namespace viper {
@@ -39,8 +40,8 @@ class PfsSender : public TierSender {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& options,
-                                                    ProducerControl* control) {
+StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const SenderSetup& setup) {
+  const Publisher::Options& options = setup.options;
   PfsStore::Options po;
   po.dir = options.pfs_dir;
   po.o_direct = options.o_direct;
@@ -54,7 +55,16 @@ StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const Publisher::Options& op
   VIPER_RETURN_IF_ERROR(EnsurePrivateDirectory(po.dir));
   auto store = std::make_unique<PfsStore>(po);
   (void)store->RemoveDeadTemporaries();  // a killed run's leftovers
-  return std::unique_ptr<TierSender>(new PfsSender(options, std::move(store), control));
+  return std::unique_ptr<TierSender>(new PfsSender(options, std::move(store), setup.control));
+}
+
+StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakePfsReceivers(const ReceiverSetup& setup) {
+  auto pfs = std::make_unique<PfsReceiver>(setup.options, setup.pool);
+  struct stat st;
+  if (::lstat(setup.options.pfs_dir.c_str(), &st) == 0) VIPER_RETURN_IF_ERROR(pfs->CheckDirectory());
+  std::vector<std::unique_ptr<TierReceiver>> paths;
+  paths.push_back(std::move(pfs));
+  return paths;
 }
 
 PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool) : pool_(pool) {
@@ -81,6 +91,7 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version) {
   Landed landed;
   landed.buffer = buffer;
   landed.size = *size;
+  landed.moved_bytes = *size;
   landed.source = store_->PathFor(version);
   landed.receive_s = MonotonicSeconds() - t0;
   return landed;

@@ -1,9 +1,17 @@
 // Internal: the control messages between a Publisher and its Subscribers
 // (plain structs, sent as bytes over MPI by control.cc and the tiers). No
-// MPI types here, so tier interfaces can name them in any build.
+// MPI types here, so tier interfaces can name them in any build. What only
+// one tier announces is that tier's payload, declared in its own header
+// (tier_host.h, tier_gpu.h, ...), not here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "viper/core/status.h"
 
 namespace viper {
 namespace transports {
@@ -34,60 +42,71 @@ enum AnnounceKind : uint32_t {
 // (the next pair's handshakes then go unmatched), Publisher and Subscriber
 // never free their communicator (MPI_Finalize does): context ids are not
 // reused.
-//
-// Two-sided host transfer, after the consumer's Ready, all kTagData messages
-// from the producer, in this order:
-//   1. the plan: data_chunks uint64 sizes (one message, 8 * data_chunks bytes);
-//   2. data_chunks messages, the data section in order, sizes as planned
-//      (each < 2 GiB; the producer cuts them at tensor boundaries and at
-//      chunk_bytes, so each is one contiguous range of its memory);
-//   3. the padded safetensors header, header_bytes, with viper.checksum.
-// The consumer lands chunk i of the data at header_bytes + (sum of the
-// earlier sizes) and the header at 0, so its buffer holds the image; it
-// hashes the data while later chunks are in flight and compares the digest
-// with the header's viper.checksum. The producer hashes while its sends are
-// in flight, so the checksum is known only when the header goes out.
-//
-// Fan-out (Announce::routed = 1): after its Ready, each consumer gets a Route
-// from the producer naming the rank the kTagData messages come from (the
-// producer, or a relaying consumer) and the ranks it forwards them to. A
-// relay forwards every message, plan included, unchanged and in order, each
-// as soon as it has landed, and acknowledges to the producer itself.
+
+// The common header of every announcement, then the announcing tier's own
+// payload: payload_bytes opaque bytes that only that tier's file (tier.h's
+// table) writes and reads, with SetTierPayload / GetTierPayload below. A
+// payload is checked by its tier's decoder before any receive path sees it
+// (its size exactly, then its fields), so a hostile or garbled announcement
+// is refused with a message, never read past its end.
+constexpr uint32_t kMaxTierPayloadBytes = 256;
+
 struct Announce {
   uint64_t session = 0;
-  uint32_t kind = 0;
+  uint32_t kind = 0;      // AnnounceKind: which tier announces (with `protocol`)
   uint32_t protocol = 0;  // HostProtocol as int
   uint64_t version = 0;
   int64_t iteration = 0;
-  uint64_t image_bytes = 0;   // header_bytes + data section
-  uint64_t chunk_bytes = 0;   // one-sided: bytes per MPI_Put
-  uint64_t header_bytes = 0;  // two-sided: padded header size (the data lands after it)
-  uint64_t data_chunks = 0;   // two-sided: entries of the plan
-  uint64_t routed = 0;        // two-sided: 1 = a Route follows the consumer's Ready
-  uint64_t checksum = 0;      // one-sided and pfs; two-sided: 0, the header carries it
-  double sent_wtime = 0;      // MonotonicSeconds() at the producer when sent
+  uint64_t image_bytes = 0;  // the whole image: padded header + data section
+  uint64_t checksum = 0;     // one-sided, pfs and gpu; two-sided: 0, the header carries it
+  double sent_wtime = 0;     // MonotonicSeconds() at the producer when sent
   // The producer's peer_timeout_s: how long it may wait for the other
   // consumers' answers before any byte moves. A consumer's transfer
   // deadline counts from the end of that wait, so one silent consumer does
   // not make the others give up on the producer.
   double handshake_s = 0;
-  // gpu tier (header_bytes above is the padded header there too): the
-  // image's offset in the staging allocation, that allocation's
-  // cudaIpcMemHandle_t and the interprocess event recorded once the image was
-  // complete (both 64 opaque bytes), and the producer's node name (IPC only
-  // between processes of one node).
-  uint64_t image_offset = 0;
-  char ipc_mem[64] = {0};
-  char ipc_event[64] = {0};
+  // The producer's node name (shm and CUDA IPC only between processes of one node).
   char host[64] = {0};
-  // shm protocol (two-sided fields set too; host is the producer's node):
-  // the segment's name and payload size (the image is written at its start,
-  // the header last; see shm_segment.h). Consumers on the producer's node
-  // that map it answer Ready with path kPathShm and copy the version out of
-  // it; the others receive it as a two-sided stream (Route included).
-  char shm_name[64] = {0};
-  uint64_t shm_payload_bytes = 0;
+  uint32_t payload_bytes = 0;  // bytes of `payload` the tier wrote
+  uint32_t reserved = 0;
+  std::byte payload[kMaxTierPayloadBytes] = {};
 };
+
+// Writes `p`, a tier's payload struct, into `a`.
+template <typename P>
+void SetTierPayload(const P& p, Announce* a) {
+  static_assert(std::is_trivially_copyable_v<P> && sizeof(P) <= kMaxTierPayloadBytes,
+                "a tier payload is a plain struct of at most kMaxTierPayloadBytes");
+  std::memcpy(a->payload, &p, sizeof(P));
+  a->payload_bytes = static_cast<uint32_t>(sizeof(P));
+}
+
+// Reads `a`'s payload as the struct P of tier `tier`: the announced size
+// must be exactly sizeof(P) (a shorter one is truncated, a longer one is
+// not this tier's). A tier without a payload uses NoTierPayload.
+template <typename P>
+StatusOr<P> GetTierPayload(const Announce& a, const char* tier) {
+  static_assert(std::is_trivially_copyable_v<P> && sizeof(P) <= kMaxTierPayloadBytes,
+                "a tier payload is a plain struct of at most kMaxTierPayloadBytes");
+  constexpr uint64_t expected = std::is_empty_v<P> ? 0 : sizeof(P);
+  if (a.payload_bytes != expected) {
+    return DataLossError("announcement of version " + std::to_string(a.version) + " (tier " + tier +
+                         "): its payload is " + std::to_string(a.payload_bytes) + " bytes, expected " +
+                         std::to_string(expected) +
+                         (a.payload_bytes > kMaxTierPayloadBytes
+                              ? " (more than an announcement holds, " + std::to_string(kMaxTierPayloadBytes) + ")"
+                              : std::string(a.payload_bytes < expected ? " (truncated)" : " (oversized)")));
+  }
+  P p{};
+  if constexpr (!std::is_empty_v<P>) std::memcpy(&p, a.payload, sizeof(P));
+  return p;
+}
+
+// The payload of a tier that announces nothing of its own.
+struct NoTierPayload {};
+
+// A fixed-size name field of a payload, which must hold its terminating NUL.
+inline bool Terminated(const char* field, std::size_t size) { return ::strnlen(field, size) < size; }
 
 // How a consumer takes a version: the receive path its Ready names, the
 // first of its table (tier.h) that can take the announcement.
@@ -131,6 +150,7 @@ struct Ack {
   int32_t code = 0;     // StatusCode when rejected
   double load_s = 0;    // consumer: receive + verify + swap
   double notify_s = 0;  // consumer: receipt time - sent_wtime
+  uint64_t bytes_moved = 0;  // consumer: bytes of the version that reached it (Landed::moved_bytes)
 };
 
 }  // namespace internal

@@ -114,6 +114,10 @@ class Publisher {
     bool lost = false;        // dropped (timeout or MPI error); never sent to again
     double servable_s = 0;    // publish start -> acknowledgement received
     double load_s = 0;        // consumer-side receive + verify, as it reported
+    // Bytes of this version that reached this consumer, as its receive path
+    // counted them (acknowledged versions, rejected ones too): the whole
+    // image on every tier today; a delta path moves less.
+    uint64_t bytes_moved = 0;
     std::string message;      // why it failed, when it did
   };
 
