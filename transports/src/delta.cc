@@ -113,6 +113,99 @@ inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
   return false;
 }
 
+// Golomb-Rice coding of the gaps between changed elements: gap g with
+// parameter r is g >> r one-bits, a zero bit, then the low r bits of g;
+// bits fill each byte from its least significant bit.
+class BitWriter {
+ public:
+  explicit BitWriter(std::byte* out) : out_(out) {}
+  void Put(uint64_t bits, unsigned count) {  // count <= 57
+    acc_ |= (count == 0 ? 0 : bits & (~0ull >> (64 - count))) << fill_;
+    fill_ += count;
+    while (fill_ >= 8) {
+      out_[used_++] = static_cast<std::byte>(acc_);
+      acc_ >>= 8;
+      fill_ -= 8;
+    }
+  }
+  void PutRice(uint64_t gap, unsigned r) {
+    for (uint64_t q = gap >> r; q > 0;) {
+      const unsigned ones = static_cast<unsigned>(std::min<uint64_t>(q, 32));
+      Put(~0ull, ones);
+      q -= ones;
+    }
+    Put(0, 1);
+    if (r > 0) Put(gap & (r >= 64 ? ~0ull : (1ull << r) - 1), r);
+  }
+  uint64_t Finish() {  // bytes written
+    if (fill_ > 0) out_[used_++] = static_cast<std::byte>(acc_);
+    fill_ = 0;
+    acc_ = 0;
+    return used_;
+  }
+
+ private:
+  std::byte* out_;
+  uint64_t used_ = 0, acc_ = 0;
+  unsigned fill_ = 0;
+};
+
+class BitReader {
+ public:
+  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bits_left_(bytes * 8) {}
+  // One Rice-coded gap; false when the bits run out or the gap would reach
+  // `limit` (the elements left in the tensor).
+  bool GetRice(unsigned r, uint64_t limit, uint64_t* gap) {
+    uint64_t q = 0;
+    for (;;) {
+      int b = Bit();
+      if (b < 0) return false;
+      if (b == 0) break;
+      if (++q > (limit >> r)) return false;
+    }
+    uint64_t low = 0;
+    for (unsigned i = 0; i < r; ++i) {
+      const int b = Bit();
+      if (b < 0) return false;
+      low |= static_cast<uint64_t>(b) << i;
+    }
+    *gap = (q << r) | low;
+    return *gap < limit;
+  }
+  // Bits not read, all of them zero (the last byte's padding).
+  bool RestIsPadding() const {
+    if (bits_left_ != (8 - bit_) % 8) return false;
+    for (uint64_t i = 0; i < bits_left_; ++i) {
+      const uint64_t pos = pos_ * 8 + bit_ + i;
+      if ((p_[pos / 8] >> (pos % 8)) & 1) return false;
+    }
+    return true;
+  }
+
+ private:
+  int Bit() {
+    if (bits_left_ == 0) return -1;
+    const int b = (p_[pos_] >> bit_) & 1;
+    if (++bit_ == 8) bit_ = 0, ++pos_;
+    --bits_left_;
+    return b;
+  }
+  const uint8_t* p_;
+  uint64_t bits_left_, pos_ = 0;
+  unsigned bit_ = 0;
+};
+
+// Bytes of `k` gaps (LEB128 varints in [p, end)) Rice-coded with parameter r.
+uint64_t RiceBytes(const uint8_t* p, const uint8_t* end, uint64_t k, unsigned r) {
+  uint64_t bits = 0;
+  for (uint64_t j = 0; j < k; ++j) {
+    uint64_t gap = 0;
+    GetVarint(&p, end, &gap);
+    bits += 1 + r + (gap >> r);
+  }
+  return (bits + 7) / 8;
+}
+
 // The positions of one tensor's changed elements, as gap varints, found by
 // one pass over both images.
 class Scanner {
@@ -124,7 +217,6 @@ class Scanner {
     e_ = e;
     n_ = bytes / e;
     dense_ = bytes;
-    bitmap_ = (n_ + 7) / 8;
     k_ = 0;
     gap_bytes_ = 0;
     next_ = 0;
@@ -155,7 +247,6 @@ class Scanner {
   uint64_t elements() const { return n_; }
   // Payload bytes of each encoding.
   uint64_t GapsPayload() const { return gap_bytes_ + k_ * e_; }
-  uint64_t BitmapPayload() const { return bitmap_ + k_ * e_; }
   const uint8_t* positions() const { return positions_.data(); }
   uint64_t positions_bytes() const { return used_; }
 
@@ -180,12 +271,13 @@ class Scanner {
     gap_bytes_ += len;
     next_ = index + 1;
     ++k_;
-    // Both sparse encodings only grow from here: stop once both lose.
-    return !(GapsPayload() >= dense_ && BitmapPayload() >= dense_);
+    // Rice-coded gaps take at least a bit per changed element: once that and
+    // the values reach the dense size, no sparse record can win.
+    return k_ * e_ + (k_ + 7) / 8 < dense_;
   }
 
   unsigned e_ = 1;
-  uint64_t n_ = 0, dense_ = 0, bitmap_ = 0, k_ = 0, gap_bytes_ = 0, next_ = 0, used_ = 0;
+  uint64_t n_ = 0, dense_ = 0, k_ = 0, gap_bytes_ = 0, next_ = 0, used_ = 0;
   std::vector<uint8_t> positions_;
 };
 
@@ -206,11 +298,13 @@ class Writer {
   uint64_t capacity_, used_ = 0;
 };
 
-void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, uint64_t count, uint64_t payload) {
+void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
+                     uint64_t payload) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
   p[4] = static_cast<std::byte>(enc);
   p[5] = static_cast<std::byte>(e);
-  p[6] = p[7] = std::byte{0};
+  p[6] = static_cast<std::byte>(rice);
+  p[7] = std::byte{0};
   PutU64(p + 8, count);
   PutU64(p + 16, payload);
 }
@@ -235,8 +329,6 @@ const char* ToString(Encoding encoding) {
       return "unchanged";
     case Encoding::kSparseGaps:
       return "sparse-gaps";
-    case Encoding::kSparseBitmap:
-      return "sparse-bitmap";
     case Encoding::kDense:
       return "dense";
   }
@@ -330,26 +422,29 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
     }
     Encoding enc = Encoding::kDense;
     uint64_t payload = new_t.size_bytes;
+    unsigned rice = 0;
     if (complete) {
-      if (scanner.GapsPayload() < payload) enc = Encoding::kSparseGaps, payload = scanner.GapsPayload();
-      if (scanner.BitmapPayload() < payload) enc = Encoding::kSparseBitmap, payload = scanner.BitmapPayload();
+      // The Rice parameter near log2 of the mean gap, best of three by exact size.
+      const uint64_t k = scanner.changed();
+      const uint64_t mean_gap = (report.elements - k) / k;
+      const unsigned r0 = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
+      const uint8_t* q = scanner.positions();
+      for (unsigned r = r0 == 0 ? 0 : r0 - 1; r <= std::min(r0 + 1, 56u); ++r) {
+        const uint64_t bytes = RiceBytes(q, q + scanner.positions_bytes(), k, r) + k * e;
+        if (bytes < payload) enc = Encoding::kSparseGaps, payload = bytes, rice = r;
+      }
     }
     if (!w.Fits(kRecordHeaderBytes + payload)) return go_full("the delta would not be smaller than the image");
     const uint64_t count = enc == Encoding::kDense ? report.elements : scanner.changed();
-    PutRecordHeader(w.Take(kRecordHeaderBytes), static_cast<uint32_t>(i), enc, e, count, payload);
+    PutRecordHeader(w.Take(kRecordHeaderBytes), static_cast<uint32_t>(i), enc, e, rice, count, payload);
     std::byte* p = w.Take(payload);
     if (enc == Encoding::kDense) {
       std::memcpy(p, new_t.data, new_t.size_bytes);
     } else {
-      std::byte* values = p;
-      if (enc == Encoding::kSparseGaps) {
-        std::memcpy(p, scanner.positions(), scanner.positions_bytes());
-        values = p + scanner.positions_bytes();
-      } else {
-        std::memset(p, 0, (report.elements + 7) / 8);
-        values = p + (report.elements + 7) / 8;
-      }
-      // Gather the new values (and set the bitmap) from the recorded gaps.
+      const uint64_t values_at = payload - scanner.changed() * e;
+      std::byte* values = p + values_at;
+      BitWriter bits(p);
+      // Code the gaps and gather the new values from the recorded positions.
       const uint8_t* q = scanner.positions();
       const uint8_t* end = q + scanner.positions_bytes();
       uint64_t index = 0;
@@ -357,10 +452,11 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
         uint64_t gap = 0;
         GetVarint(&q, end, &gap);
         index += gap;
-        if (enc == Encoding::kSparseBitmap) p[index / 8] |= static_cast<std::byte>(1u << (index % 8));
+        bits.PutRice(gap, rice);
         std::memcpy(values + j * e, new_t.data + index * e, e);
         ++index;
       }
+      VIPER_CHECK(bits.Finish() == values_at);
     }
     report.encoding = enc;
     report.encoded_bytes = kRecordHeaderBytes + payload;
@@ -390,6 +486,7 @@ namespace {
 // One record, checked against the base.
 struct Record {
   uint32_t index = 0;
+  unsigned rice = 0;  // the Rice parameter of sparse-gaps
   Encoding encoding = Encoding::kDense;
   uint64_t count = 0;
   const std::byte* payload = nullptr;
@@ -419,10 +516,16 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
     rec.index = GetU32(p);
     const uint8_t enc = static_cast<uint8_t>(p[4]);
     const unsigned e = static_cast<uint8_t>(p[5]);
-    const bool reserved_zero = p[6] == std::byte{0} && p[7] == std::byte{0};
+    rec.rice = static_cast<uint8_t>(p[6]);
+    const bool reserved_zero =
+        p[7] == std::byte{0} && (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
     rec.count = GetU64(p + 8);
     rec.payload_bytes = GetU64(p + 16);
     p += kRecordHeaderBytes;
+    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
+      return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc) +
+                                  " (1 sparse-gaps, 3 dense)");
+    }
     if (rec.index >= tensors.size()) {
       return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " + std::to_string(rec.index) +
                                   "; the base has " + std::to_string(tensors.size()));
@@ -437,7 +540,8 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
     const uint64_t n = t.size_bytes / te;
     if (e != te || !reserved_zero) {
       return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) + " (the tensor's is " +
-                                  std::to_string(te) + ") or reserved bytes not zero");
+                                  std::to_string(te) + "), Rice parameter " + std::to_string(rec.rice) +
+                                  " (at most 56, only for sparse-gaps) or reserved byte not zero");
     }
     if (rec.payload_bytes > static_cast<uint64_t>(end - p)) {
       return DataLossError(Where(r, rec.index, t) + ": payload of " + std::to_string(rec.payload_bytes) +
@@ -452,9 +556,8 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
                                     " elements / " + std::to_string(rec.payload_bytes) + " bytes; the tensor has " +
                                     std::to_string(n) + " / " + std::to_string(t.size_bytes));
       }
-    } else if (enc == static_cast<uint8_t>(Encoding::kSparseGaps) ||
-               enc == static_cast<uint8_t>(Encoding::kSparseBitmap)) {
-      rec.encoding = static_cast<Encoding>(enc);
+    } else {
+      rec.encoding = Encoding::kSparseGaps;
       if (rec.count == 0 || rec.count > n || rec.count > rec.payload_bytes / e) {
         return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(rec.count) +
                                     " changed elements in a tensor of " + std::to_string(n) + " with " +
@@ -462,41 +565,19 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
       }
       const uint64_t positions_bytes = rec.payload_bytes - rec.count * e;
       const uint8_t* q = reinterpret_cast<const uint8_t*>(rec.payload);
-      if (rec.encoding == Encoding::kSparseGaps) {
-        const uint8_t* qend = q + positions_bytes;
-        uint64_t next = 0;
-        for (uint64_t j = 0; j < rec.count; ++j) {
-          uint64_t gap = 0;
-          if (!GetVarint(&q, qend, &gap)) {
-            return DataLossError(Where(r, rec.index, t) + ": position " + std::to_string(j) + " is truncated or malformed");
-          }
-          if (gap >= n - next) {
-            return InvalidArgumentError(Where(r, rec.index, t) + ": position " + std::to_string(j) +
-                                        " lies past the tensor's " + std::to_string(n) + " elements");
-          }
-          next += gap + 1;
+      BitReader bits(q, positions_bytes);
+      uint64_t next = 0;
+      for (uint64_t j = 0; j < rec.count; ++j) {
+        uint64_t gap = 0;
+        if (!bits.GetRice(rec.rice, n - next, &gap)) {
+          return InvalidArgumentError(Where(r, rec.index, t) + ": position " + std::to_string(j) +
+                                      " is truncated or lies past the tensor's " + std::to_string(n) + " elements");
         }
-        if (q != qend) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(qend - q) +
-                                      " position bytes left after the last position");
-        }
-      } else {
-        if (positions_bytes != (n + 7) / 8) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": a bitmap of " + std::to_string(positions_bytes) +
-                                      " bytes for " + std::to_string(n) + " elements");
-        }
-        uint64_t bits = 0;
-        for (uint64_t j = 0; j < positions_bytes; ++j) bits += static_cast<uint64_t>(__builtin_popcount(q[j]));
-        if (n % 8 != 0 && (q[positions_bytes - 1] >> (n % 8)) != 0) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": bitmap bits set past the last element");
-        }
-        if (bits != rec.count) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": the bitmap marks " + std::to_string(bits) +
-                                      " elements, the record says " + std::to_string(rec.count));
-        }
+        next += gap + 1;
       }
-    } else {
-      return InvalidArgumentError(Where(r, rec.index, t) + ": unknown encoding " + std::to_string(enc));
+      if (!bits.RestIsPadding()) {
+        return InvalidArgumentError(Where(r, rec.index, t) + ": position bits left after the last position");
+      }
     }
     records.push_back(rec);
   }
@@ -591,24 +672,15 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
     const std::byte* values = rec.payload + positions_bytes;
     const uint8_t* q = reinterpret_cast<const uint8_t*>(rec.payload);
     if (rec.encoding == Encoding::kSparseGaps) {
-      const uint8_t* qend = q + positions_bytes;
+      BitReader bits(q, positions_bytes);
+      const uint64_t n = s.bytes / e;
       uint64_t index = 0;
       for (uint64_t j = 0; j < rec.count; ++j) {
         uint64_t gap = 0;
-        GetVarint(&q, qend, &gap);
+        VIPER_CHECK(bits.GetRice(rec.rice, n - index, &gap));  // checked by CheckRecords
         index += gap;
         std::memcpy(t + index * e, values + j * e, e);
         ++index;
-      }
-    } else {
-      uint64_t j = 0;
-      for (uint64_t byte = 0; byte < positions_bytes; ++byte) {
-        unsigned bits = q[byte];
-        while (bits != 0) {
-          const unsigned bit = static_cast<unsigned>(__builtin_ctz(bits));
-          std::memcpy(t + (byte * 8 + bit) * e, values + (j++) * e, e);
-          bits &= bits - 1;
-        }
       }
     }
   }

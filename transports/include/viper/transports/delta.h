@@ -11,20 +11,23 @@
 //
 // Per tensor, whichever is smallest of:
 //   unchanged      nothing is sent;
-//   sparse (gaps)  the positions of the elements whose bits changed, each as
-//                  an LEB128 varint of the gap since the previous changed
-//                  element, then their new values in order (element bytes);
-//   sparse (bitmap) one bit per element, then the new values in order;
+//   sparse (gaps)  the gaps between the elements whose bits changed,
+//                  Golomb-Rice coded (gap g with parameter r: g >> r one-bits,
+//                  a zero bit, the low r bits of g; r per tensor, the best of
+//                  three near log2 of the mean gap), then the new values in
+//                  element order (element bytes each);
 //   dense          the whole tensor.
 // Why these: the values of changed elements are incompressible in general
 // (bits of a float that moved), so what an encoding can save is on the
 // positions. An arbitrary set of k changed elements among n needs
-// log2(C(n, k)) bits; the gap varint spends 1 byte per element for gaps
-// under 128 (~0.9 byte is the entropy at 2% changed, ~1.0 at 1%), the
-// bitmap n/8 bytes (better above ~15% changed), and both are chosen from
-// exact sizes counted in the one diff pass, so neither loses badly to the
-// other. XOR words would carry as many bytes as the new values and still need
-// the positions.
+// log2(C(n, k)) bits, about log2(n/k) + 1.44 bits per changed element when
+// they are sparse; Rice-coded gaps spend about log2(n/k) + 1.5-2 bits (1.07
+// bytes at 1% changed against 1.01 for the entropy; LEB128 varints would
+// spend 1.28, u32 positions 4). With r = 0 the code is the
+// bitmap of the elements up to the last changed one, so a bitmap encoding
+// would never be smaller and there is none. The sizes are counted exactly
+// after the one diff pass and the smallest record is written. XOR words would carry as many bytes as the new values and still
+// need the positions.
 //
 // Wire format (all integers little-endian), documented in transports/README.md:
 //   fixed header, kFixedHeaderBytes:
@@ -35,8 +38,9 @@
 //     the fixed header's first 88 bytes;
 //   body: the target's safetensors header (target header bytes), then one
 //     record per changed tensor, in ascending tensor order:
-//       u32 tensor index (data-offset order), u8 encoding (1 gaps, 2 bitmap,
-//       3 dense), u8 element bytes, u16 zero, u64 changed elements (dense:
+//       u32 tensor index (data-offset order), u8 encoding (1 sparse-gaps,
+//       3 dense; 2 is not used), u8 element bytes, u8 Rice parameter (gaps; else 0), u8
+//       zero, u64 changed elements (dense:
 //       the tensor's element count), u64 payload bytes, payload.
 //
 // Apply validates every length, offset, count and index against the fixed
@@ -64,8 +68,8 @@ constexpr uint64_t kFixedHeaderBytes = 96;
 // Bytes of one record's header before its payload.
 constexpr uint64_t kRecordHeaderBytes = 24;
 
-enum class Encoding : uint8_t { kUnchanged = 0, kSparseGaps = 1, kSparseBitmap = 2, kDense = 3 };
-// "unchanged", "sparse-gaps", "sparse-bitmap", "dense".
+enum class Encoding : uint8_t { kUnchanged = 0, kSparseGaps = 1, kDense = 3 };
+// "unchanged", "sparse-gaps", "dense".
 const char* ToString(Encoding encoding);
 
 // What the fixed header of a delta says (checked: magic and its own checksum).
