@@ -391,6 +391,10 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
     summary.delta_bytes = 0;
     return summary;
   };
+  if (t.state.metadata.version <= b.state.metadata.version) {
+    return go_full("version " + std::to_string(t.state.metadata.version) + " is not newer than the base's " +
+                   std::to_string(b.state.metadata.version));
+  }
   const std::string diff = TableDifference(b, base, t, target);
   if (!diff.empty()) return go_full("tensor table changed since the base (" + diff + ")");
   if (b.state.size() > UINT32_MAX) return go_full("more tensors than a delta indexes");
