@@ -3,7 +3,8 @@
 // delta; it is applied to copies of two fixed base images (the one the seeds
 // were made against, and another), once as given and once with its two
 // checksums recomputed (a hostile writer can do that, so the record checks
-// themselves are reached). Applied must either fail with a bounded message
+// themselves are reached); ReadContents (what `viper inspect` lists) reads
+// it too. Apply must either fail with a bounded message
 // or rebuild an image that parses with its checksums verified and carries the
 // version the delta names (a forged delta may describe another valid image;
 // it may never yield one that fails its own checks).
@@ -65,6 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Try(images.other_base, d);
   auto header = delta::ReadHeader(d.data(), d.size());
   if (!header.ok()) (void)header.status().ToString();
+  auto contents = delta::ReadContents(d.data(), d.size());  // what `viper inspect` lists
+  if (!contents.ok() && contents.status().ToString().size() > kMaxMessageBytes) Fail("unbounded message");
   if (d.size() >= delta::kFixedHeaderBytes) {
     // Resealed: both checksums made consistent with the bytes.
     const uint64_t body = viper::Xxh3_64(d.data() + delta::kFixedHeaderBytes, d.size() - delta::kFixedHeaderBytes);

@@ -371,6 +371,50 @@ StatusOr<DeltaHeader> ReadHeader(const std::byte* data, uint64_t size) {
   return h;
 }
 
+StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size) {
+  Contents c;
+  VIPER_ASSIGN_OR_RETURN(c.header, ReadHeader(data, size));
+  const DeltaHeader& h = c.header;
+  if (h.body_bytes != size - kFixedHeaderBytes) {
+    return DataLossError("delta of " + std::to_string(size) + " bytes; its header says " +
+                         std::to_string(h.body_bytes) + " after the fixed header (truncated or trailing bytes)");
+  }
+  const std::byte* body = data + kFixedHeaderBytes;
+  if (Xxh3_64(body, h.body_bytes) != h.body_checksum) return DataLossError("delta body checksum mismatch");
+  if (h.target_header_bytes < 16 || h.target_header_bytes > h.body_bytes || GetU64(body) != h.target_header_bytes - 8) {
+    return InvalidArgumentError("delta's target header of " + std::to_string(h.target_header_bytes) +
+                                " bytes is malformed");
+  }
+  auto metadata = st::ParseMetadata(body, h.target_header_bytes);
+  if (!metadata.ok()) return metadata.status().WithContext("delta's target header");
+  c.target_metadata = std::move(*metadata);
+  const std::byte* p = body + h.target_header_bytes;
+  const std::byte* end = body + h.body_bytes;
+  for (uint64_t r = 0; r < h.record_count; ++r) {
+    if (static_cast<uint64_t>(end - p) < kRecordHeaderBytes) {
+      return DataLossError("delta truncated: record " + std::to_string(r) + " has no room for its header");
+    }
+    RecordInfo info;
+    info.tensor_index = GetU32(p);
+    const uint8_t enc = static_cast<uint8_t>(p[4]);
+    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
+      return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc));
+    }
+    info.encoding = static_cast<Encoding>(enc);
+    info.changed_elements = GetU64(p + 8);
+    info.payload_bytes = GetU64(p + 16);
+    p += kRecordHeaderBytes;
+    if (info.payload_bytes > static_cast<uint64_t>(end - p)) {
+      return DataLossError("delta record " + std::to_string(r) + ": payload of " + std::to_string(info.payload_bytes) +
+                           " bytes, only " + std::to_string(end - p) + " left");
+    }
+    p += info.payload_bytes;
+    c.records.push_back(info);
+  }
+  if (p != end) return InvalidArgumentError("delta has " + std::to_string(end - p) + " bytes after its last record");
+  return c;
+}
+
 StatusOr<ImageId> Identify(const std::byte* image, uint64_t size) {
   VIPER_ASSIGN_OR_RETURN(Image parsed, ParseImage(image, size, "image"));
   return ImageId{parsed.state.metadata.version, parsed.checksum};

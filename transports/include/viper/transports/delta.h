@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,24 @@ struct DeltaHeader {
 // kFixedHeaderBytes of them; the body is not read). DataLoss when the magic
 // or the header's checksum does not match.
 StatusOr<DeltaHeader> ReadHeader(const std::byte* data, uint64_t size);
+
+// A delta's records as listed by ReadContents (without the base, positions
+// are not checked: Apply does that).
+struct RecordInfo {
+  uint32_t tensor_index = 0;  // in the image's data-offset order
+  Encoding encoding = Encoding::kDense;
+  uint64_t changed_elements = 0;
+  uint64_t payload_bytes = 0;
+};
+struct Contents {
+  DeltaHeader header;
+  std::map<std::string, std::string> target_metadata;  // the rebuilt image's __metadata__
+  std::vector<RecordInfo> records;
+};
+// Checks a whole delta without its base (fixed header, body size and
+// checksum, the target header's JSON, each record's header and payload
+// bounds) and lists it: what `viper inspect` shows.
+StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size);
 
 // Per tensor, what Encode chose.
 struct TensorReport {
