@@ -264,17 +264,29 @@ TEST(Delta, DamagedBaseIsCaughtByTheRebuiltChecksum) {
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
 }
 
-TEST(Delta, EveryFlippedByteAndEveryTruncationIsAnError) {
-  std::mt19937_64 rng(10);
-  Model m = MakeModel(rng, 200);
-  const Bytes v1 = m.Image(1);
+// A small delta with sparse records of two sizes and a dense one.
+struct Mixed {
+  Bytes v1, v2;
+  Encoded d;
+};
+Mixed MixedDelta(uint64_t seed, int64_t scale) {
+  std::mt19937_64 rng(seed);
+  Model m = MakeModel(rng, scale);
+  Mixed x;
+  x.v1 = m.Image(1);
   Change(rng, &m.tensors[0], 0.05);
   Change(rng, &m.tensors[1], 0.6);
   Change(rng, &m.tensors[4], 1.0);
-  const Bytes v2 = m.Image(2);
-  Encoded d = Encode(v1, v2);
+  x.v2 = m.Image(2);
+  x.d = Encode(x.v1, x.v2);
+  return x;
+}
+
+TEST(Delta, EveryFlippedByteAndEveryTruncationIsAnError) {
+  const auto [v1, v2, d] = MixedDelta(10, 200);
   ASSERT_FALSE(d.summary.full);
   ASSERT_GT(d.summary.tensors_sparse, 0u);
+  ASSERT_GT(d.summary.tensors_dense, 0u);
   for (std::size_t i = 0; i < d.bytes.size(); ++i) {
     Bytes bad = d.bytes;
     bad[i] ^= std::byte{0x10};
@@ -290,14 +302,7 @@ TEST(Delta, ResealedEditsAreCaughtByTheChecksOrTheRebuiltChecksum) {
   // A hostile delta with consistent checksums: every single-byte edit must
   // be refused by the record checks or, where it only changes a value or the
   // target header, by the rebuilt image's own checksums.
-  std::mt19937_64 rng(11);
-  Model m = MakeModel(rng, 100);
-  const Bytes v1 = m.Image(1);
-  Change(rng, &m.tensors[0], 0.05);
-  Change(rng, &m.tensors[1], 0.6);
-  Change(rng, &m.tensors[5], 1.0);
-  const Bytes v2 = m.Image(2);
-  Encoded d = Encode(v1, v2);
+  const auto [v1, v2, d] = MixedDelta(11, 100);
   ASSERT_FALSE(d.summary.full);
   for (std::size_t i = 0; i < d.bytes.size(); ++i) {
     if (i >= 80 && i < 96) continue;  // the checksums themselves

@@ -125,6 +125,38 @@ TEST(PfsDelta, ChainIsRebuiltAndVerified) {
   EXPECT_TRUE(store.Identify(5).ok());
 }
 
+TEST(PfsDelta, ReadFromAppliesOnlyTheDeltasAfterTheHeldVersion) {
+  const std::string dir = MakeTempDir();
+  PfsStore store = MakeStore(dir, 0);
+  Trainer trainer(8);
+  std::vector<Bytes> images{{}};
+  images.push_back(trainer.Step(0.0));
+  ASSERT_TRUE(store.Write(1, images[1].data(), images[1].size()).ok());
+  for (uint64_t v = 2; v <= 5; ++v) {
+    images.push_back(trainer.Step(0.02));
+    ASSERT_TRUE(store.WriteDelta(v, images[v].data(), images[v].size(), images[v - 1].data(),
+                                 images[v - 1].size()).ok());
+  }
+  // A consumer holding v2 (its back buffer) reads only v3, v4 and v5's deltas.
+  AlignedBuffer back = *AlignedBuffer::Allocate(images[2].size() + 4096);
+  std::memcpy(back.data(), images[2].data(), images[2].size());
+  std::vector<uint64_t> chain;
+  auto size = store.ReadFrom(5, 2, images[2].size(), &back, &chain);
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(chain, (std::vector<uint64_t>{3, 4, 5}));
+  ASSERT_EQ(*size, images[5].size());
+  EXPECT_EQ(std::memcmp(back.data(), images[5].data(), images[5].size()), 0);
+  // Holding a version off the chain (v7 does not exist): the whole chain is read.
+  auto whole = store.ReadFrom(4, 7, images[5].size(), &back, &chain);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(chain, (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(std::memcmp(back.data(), images[4].data(), images[4].size()), 0);
+  // A buffer that claims v3 but holds v4: the delta's base check refuses it.
+  auto wrong = store.ReadFrom(5, 3, images[4].size(), &back, &chain);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kFailedPrecondition) << wrong.status().ToString();
+}
+
 TEST(PfsDelta, FullVersionEveryChainMaxPlusOneAndWhenNotSmaller) {
   const std::string dir = MakeTempDir();
   PfsStore store = MakeStore(dir, 0, /*chain_max=*/2);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "viper/core/checksum.h"
@@ -33,6 +34,24 @@ inline uint64_t Load64(const std::byte* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
+}
+
+// Copies one element of `e` bytes (1, 2, 4 or 8) with a fixed-size copy, not a call.
+inline void CopyElement(std::byte* to, const std::byte* from, unsigned e) {
+  switch (e) {
+    case 1:
+      *to = *from;
+      return;
+    case 2:
+      std::memcpy(to, from, 2);
+      return;
+    case 4:
+      std::memcpy(to, from, 4);
+      return;
+    default:
+      std::memcpy(to, from, 8);
+      return;
+  }
 }
 
 // A parsed image and the viper.checksum its header states.
@@ -152,58 +171,67 @@ class BitWriter {
 
 class BitReader {
  public:
-  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bits_left_(bytes * 8) {}
+  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bytes_(bytes) {}
   // One Rice-coded gap; false when the bits run out or the gap would reach
   // `limit` (the elements left in the tensor).
   bool GetRice(unsigned r, uint64_t limit, uint64_t* gap) {
     uint64_t q = 0;
-    for (;;) {
-      int b = Bit();
-      if (b < 0) return false;
-      if (b == 0) break;
-      if (++q > (limit >> r)) return false;
+    for (;;) {  // the unary part: count one-bits up to the zero
+      Refill();
+      if (fill_ == 0) return false;
+      const uint64_t inverse = ~buf_;  // buf_ has zeros above fill_
+      const unsigned ones = inverse == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(inverse));
+      if (ones < fill_) {
+        q += ones;
+        Consume(ones + 1);
+        break;
+      }
+      q += fill_;
+      Consume(fill_);
+      if (q > (limit >> r)) return false;
     }
+    if (q > (limit >> r)) return false;
     uint64_t low = 0;
-    for (unsigned i = 0; i < r; ++i) {
-      const int b = Bit();
-      if (b < 0) return false;
-      low |= static_cast<uint64_t>(b) << i;
+    if (r > 0) {
+      Refill();
+      if (fill_ < r) return false;
+      low = buf_ & ((1ull << r) - 1);
+      Consume(r);
     }
     *gap = (q << r) | low;
     return *gap < limit;
   }
-  // Bits not read, all of them zero (the last byte's padding).
-  bool RestIsPadding() const {
-    if (bits_left_ != (8 - bit_) % 8) return false;
-    for (uint64_t i = 0; i < bits_left_; ++i) {
-      const uint64_t pos = pos_ * 8 + bit_ + i;
-      if ((p_[pos / 8] >> (pos % 8)) & 1) return false;
-    }
-    return true;
-  }
+  // Bits not read are the last byte's zero padding only.
+  bool RestIsPadding() const { return pos_ == bytes_ && fill_ < 8 && buf_ == 0; }
 
  private:
-  int Bit() {
-    if (bits_left_ == 0) return -1;
-    const int b = (p_[pos_] >> bit_) & 1;
-    if (++bit_ == 8) bit_ = 0, ++pos_;
-    --bits_left_;
-    return b;
+  void Refill() {
+    while (fill_ <= 56 && pos_ < bytes_) {
+      buf_ |= static_cast<uint64_t>(p_[pos_++]) << fill_;
+      fill_ += 8;
+    }
+  }
+  void Consume(unsigned n) {
+    buf_ = n >= 64 ? 0 : buf_ >> n;
+    fill_ -= n;
   }
   const uint8_t* p_;
-  uint64_t bits_left_, pos_ = 0;
-  unsigned bit_ = 0;
+  uint64_t bytes_, pos_ = 0, buf_ = 0;
+  unsigned fill_ = 0;
 };
 
-// Bytes of `k` gaps (LEB128 varints in [p, end)) Rice-coded with parameter r.
-uint64_t RiceBytes(const uint8_t* p, const uint8_t* end, uint64_t k, unsigned r) {
-  uint64_t bits = 0;
+// Bytes of `k` gaps (LEB128 varints in [p, end)) Rice-coded with parameters
+// r0, r0 + 1, r0 + 2, in one pass.
+void RiceBytes3(const uint8_t* p, const uint8_t* end, uint64_t k, unsigned r0, uint64_t out[3]) {
+  uint64_t high[3] = {0, 0, 0};
   for (uint64_t j = 0; j < k; ++j) {
     uint64_t gap = 0;
     GetVarint(&p, end, &gap);
-    bits += 1 + r + (gap >> r);
+    high[0] += gap >> r0;
+    high[1] += gap >> (r0 + 1);
+    high[2] += gap >> (r0 + 2);
   }
-  return (bits + 7) / 8;
+  for (unsigned i = 0; i < 3; ++i) out[i] = (k * (1 + r0 + i) + high[i] + 7) / 8;
 }
 
 // The positions of one tensor's changed elements, as gap varints, found by
@@ -211,16 +239,20 @@ uint64_t RiceBytes(const uint8_t* p, const uint8_t* end, uint64_t k, unsigned r)
 class Scanner {
  public:
   // Scans `bytes` bytes (n elements of `e` bytes) of `a` (base) against `b`
-  // (target). Returns false when it stopped early because neither sparse
-  // encoding can be smaller than dense.
+  // (target), appending the changed elements' gaps (LEB128) and new values
+  // (gathered while the line is in cache) after those of earlier tensors.
+  // Returns false when it stopped early because no sparse record can be
+  // smaller than dense; then call Discard.
   bool Scan(const std::byte* a, const std::byte* b, uint64_t bytes, unsigned e) {
     e_ = e;
+    e_shift_ = static_cast<unsigned>(__builtin_ctz(e));  // e is 1, 2, 4 or 8
+    b_ = b;
     n_ = bytes / e;
     dense_ = bytes;
     k_ = 0;
-    gap_bytes_ = 0;
     next_ = 0;
-    used_ = 0;
+    pos_mark_ = pos_used_;
+    val_mark_ = val_used_;
     const uint64_t words = bytes / 8;
     uint64_t w = 0;
     // Four words per step: the common unchanged case is one OR of four XORs.
@@ -242,43 +274,71 @@ class Scanner {
     }
     return true;
   }
+  // Forgets what the last Scan appended (a dense or unchanged tensor).
+  void Discard() {
+    pos_used_ = pos_mark_;
+    val_used_ = val_mark_;
+  }
 
   uint64_t changed() const { return k_; }
-  uint64_t elements() const { return n_; }
-  // Payload bytes of each encoding.
-  uint64_t GapsPayload() const { return gap_bytes_ + k_ * e_; }
-  const uint8_t* positions() const { return positions_.data(); }
-  uint64_t positions_bytes() const { return used_; }
+  // Where the last Scan's gaps and values start in the buffers, and their sizes.
+  uint64_t positions_offset() const { return pos_mark_; }
+  uint64_t positions_bytes() const { return pos_used_ - pos_mark_; }
+  uint64_t values_offset() const { return val_mark_; }
+  const uint8_t* positions(uint64_t offset) const { return positions_.get() + offset; }
+  const std::byte* values(uint64_t offset) const { return values_.get() + offset; }
 
  private:
   // Records the changed lanes of XOR word `x` (word index `w`).
   inline bool Word(uint64_t x, uint64_t w) {
     if (x == 0) return true;
-    const unsigned lane_bits = 8 * e_;
-    const uint64_t first = w * (8 / e_);
+    // Shifts, not divisions: lanes are 8 << e_shift_ bits wide.
+    const unsigned lane_shift = 3 + e_shift_;
+    const uint64_t first = (w * 8) >> e_shift_;
     while (x != 0) {
-      const unsigned lane = static_cast<unsigned>(__builtin_ctzll(x)) / lane_bits;
+      const unsigned lane = static_cast<unsigned>(__builtin_ctzll(x)) >> lane_shift;
       if (!Record(first + lane)) return false;
-      const unsigned shift = (lane + 1) * lane_bits;
+      const unsigned shift = (lane + 1) << lane_shift;
       x = shift >= 64 ? 0 : x & (~0ull << shift);
     }
     return true;
   }
   inline bool Record(uint64_t index) {
-    if (used_ + 10 > positions_.size()) positions_.resize(std::max<std::size_t>(4096, positions_.size() * 2));
-    const unsigned len = PutVarint(positions_.data() + used_, index - next_);
-    used_ += len;
-    gap_bytes_ += len;
+    if (pos_used_ + 10 > pos_capacity_) Grow(&positions_, pos_used_, &pos_capacity_);
+    if (val_used_ + 8 > val_capacity_) Grow(&values_, val_used_, &val_capacity_);
+    pos_used_ += PutVarint(positions_.get() + pos_used_, index - next_);
+    CopyElement(values_.get() + val_used_, b_ + index * e_, e_);
+    val_used_ += e_;
     next_ = index + 1;
     ++k_;
     // Rice-coded gaps take at least a bit per changed element: once that and
-    // the values reach the dense size, no sparse record can win.
+    // the values reach the dense size, no sparse record can win. And once
+    // 4096 elements are scanned at a changed density where sparse breaks even
+    // with dense (e / (e + 1/8): 97% for 4-byte elements), the tensor is sent
+    // dense without scanning the rest: sparse could only win if the rest were
+    // mostly unchanged, and dense is exact either way (a dense SGD step is
+    // decided in 4096 elements instead of 97% of the tensor).
+    if (next_ >= 4096 && k_ * (8 * e_ + 1) >= next_ * 8 * e_) return false;
     return k_ * e_ + (k_ + 7) / 8 < dense_;
   }
 
-  unsigned e_ = 1;
-  uint64_t n_ = 0, dense_ = 0, k_ = 0, gap_bytes_ = 0, next_ = 0, used_ = 0;
-  std::vector<uint8_t> positions_;
+  // Doubles a buffer (not zero-filled: only the used bytes are ever read).
+  template <typename T>
+  static void Grow(std::unique_ptr<T[]>* buffer, uint64_t used, uint64_t* capacity) {
+    const uint64_t bigger = std::max<uint64_t>(1 << 16, *capacity * 2);
+    std::unique_ptr<T[]> next(new T[bigger]);
+    if (used > 0) std::memcpy(next.get(), buffer->get(), used);
+    *buffer = std::move(next);
+    *capacity = bigger;
+  }
+
+  unsigned e_ = 1, e_shift_ = 0;
+  const std::byte* b_ = nullptr;
+  uint64_t n_ = 0, dense_ = 0, k_ = 0, next_ = 0;
+  uint64_t pos_used_ = 0, pos_mark_ = 0, pos_capacity_ = 0;
+  uint64_t val_used_ = 0, val_mark_ = 0, val_capacity_ = 0;
+  std::unique_ptr<uint8_t[]> positions_;  // every sparse tensor's gaps, in order
+  std::unique_ptr<std::byte[]> values_;   // and their new values
 };
 
 // Bounds-checked writer into the caller's buffer.
@@ -449,68 +509,93 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   std::byte* fixed = w.Take(kFixedHeaderBytes);
   std::memcpy(w.Take(header_bytes), target, header_bytes);
 
-  Scanner scanner;
-  uint64_t records = 0;
+  // Phase 1: scan every tensor and choose its record; stop as soon as the
+  // delta cannot be smaller than the image (nothing copied yet).
+  struct Choice {
+    Encoding encoding = Encoding::kUnchanged;
+    unsigned rice = 0;
+    uint64_t payload = 0;
+    uint64_t positions_offset = 0, positions_bytes = 0, values_offset = 0;  // sparse: in the scanner's buffers
+  };
   const auto& tb = b.state.tensors();
   const auto& tt = t.state.tensors();
+  std::vector<Choice> choices(tt.size());
+  Scanner scanner;
+  uint64_t total = kFixedHeaderBytes + header_bytes;
+  const uint64_t room = std::min(out_capacity, target_size > 0 ? target_size - 1 : 0);
   summary.tensors.reserve(tt.size());
   for (std::size_t i = 0; i < tt.size(); ++i) {
-    const Tensor& old_t = tb[i];
     const Tensor& new_t = tt[i];
     const unsigned e = static_cast<unsigned>(DTypeSize(new_t.dtype));
     TensorReport report;
     report.name = new_t.name;
     report.elements = new_t.size_bytes / e;
-    const bool complete = scanner.Scan(old_t.data, new_t.data, new_t.size_bytes, e);
+    const bool complete = scanner.Scan(tb[i].data, new_t.data, new_t.size_bytes, e);
     report.changed_elements = scanner.changed();
+    Choice& c = choices[i];
     if (complete && scanner.changed() == 0) {
+      scanner.Discard();
       ++summary.tensors_unchanged;
       summary.tensors.push_back(std::move(report));
       continue;
     }
-    Encoding enc = Encoding::kDense;
-    uint64_t payload = new_t.size_bytes;
-    unsigned rice = 0;
+    c.encoding = Encoding::kDense;
+    c.payload = new_t.size_bytes;
     if (complete) {
       // The Rice parameter near log2 of the mean gap, best of three by exact size.
       const uint64_t k = scanner.changed();
       const uint64_t mean_gap = (report.elements - k) / k;
-      const unsigned r0 = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
-      const uint8_t* q = scanner.positions();
-      for (unsigned r = r0 == 0 ? 0 : r0 - 1; r <= std::min(r0 + 1, 56u); ++r) {
-        const uint64_t bytes = RiceBytes(q, q + scanner.positions_bytes(), k, r) + k * e;
-        if (bytes < payload) enc = Encoding::kSparseGaps, payload = bytes, rice = r;
+      const unsigned log_gap = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
+      const unsigned r0 = std::min(log_gap == 0 ? 0u : log_gap - 1, 54u);
+      uint64_t bytes[3];
+      const uint8_t* q = scanner.positions(scanner.positions_offset());
+      RiceBytes3(q, q + scanner.positions_bytes(), k, r0, bytes);
+      for (unsigned j = 0; j < 3; ++j) {
+        if (bytes[j] + k * e < c.payload) c.encoding = Encoding::kSparseGaps, c.payload = bytes[j] + k * e, c.rice = r0 + j;
       }
     }
-    if (!w.Fits(kRecordHeaderBytes + payload)) return go_full("the delta would not be smaller than the image");
-    const uint64_t count = enc == Encoding::kDense ? report.elements : scanner.changed();
-    PutRecordHeader(w.Take(kRecordHeaderBytes), static_cast<uint32_t>(i), enc, e, rice, count, payload);
-    std::byte* p = w.Take(payload);
-    if (enc == Encoding::kDense) {
-      std::memcpy(p, new_t.data, new_t.size_bytes);
+    if (c.encoding == Encoding::kSparseGaps) {
+      c.positions_offset = scanner.positions_offset();
+      c.positions_bytes = scanner.positions_bytes();
+      c.values_offset = scanner.values_offset();
     } else {
-      const uint64_t values_at = payload - scanner.changed() * e;
-      std::byte* values = p + values_at;
-      BitWriter bits(p);
-      // Code the gaps and gather the new values from the recorded positions.
-      const uint8_t* q = scanner.positions();
-      const uint8_t* end = q + scanner.positions_bytes();
-      uint64_t index = 0;
-      for (uint64_t j = 0; j < scanner.changed(); ++j) {
-        uint64_t gap = 0;
-        GetVarint(&q, end, &gap);
-        index += gap;
-        bits.PutRice(gap, rice);
-        std::memcpy(values + j * e, new_t.data + index * e, e);
-        ++index;
-      }
-      VIPER_CHECK(bits.Finish() == values_at);
+      scanner.Discard();
     }
-    report.encoding = enc;
-    report.encoded_bytes = kRecordHeaderBytes + payload;
-    (enc == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;
-    ++records;
+    total += kRecordHeaderBytes + c.payload;
+    if (total > room) return go_full("the delta would not be smaller than the image");
+    report.encoding = c.encoding;
+    report.encoded_bytes = kRecordHeaderBytes + c.payload;
+    (c.encoding == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;
     summary.tensors.push_back(std::move(report));
+  }
+
+  // Phase 2: write the records.
+  uint64_t records = 0;
+  for (std::size_t i = 0; i < tt.size(); ++i) {
+    const Choice& c = choices[i];
+    if (c.encoding == Encoding::kUnchanged) continue;
+    const Tensor& new_t = tt[i];
+    const unsigned e = static_cast<unsigned>(DTypeSize(new_t.dtype));
+    const uint64_t count = c.encoding == Encoding::kDense ? new_t.size_bytes / e : summary.tensors[i].changed_elements;
+    PutRecordHeader(w.Take(kRecordHeaderBytes), static_cast<uint32_t>(i), c.encoding, e, c.rice, count, c.payload);
+    std::byte* p = w.Take(c.payload);
+    ++records;
+    if (c.encoding == Encoding::kDense) {
+      std::memcpy(p, new_t.data, new_t.size_bytes);
+      continue;
+    }
+    // Code the gaps; the new values were gathered by the scan.
+    const uint64_t values_at = c.payload - count * e;
+    BitWriter bits(p);
+    const uint8_t* q = scanner.positions(c.positions_offset);
+    const uint8_t* end = q + c.positions_bytes;
+    for (uint64_t j = 0; j < count; ++j) {
+      uint64_t gap = 0;
+      GetVarint(&q, end, &gap);
+      bits.PutRice(gap, c.rice);
+    }
+    VIPER_CHECK(bits.Finish() == values_at);
+    std::memcpy(p + values_at, scanner.values(c.values_offset), count * e);
   }
   const uint64_t body = w.used() - kFixedHeaderBytes;
   std::memcpy(fixed, kMagic, sizeof(kMagic));
@@ -727,7 +812,7 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
         uint64_t gap = 0;
         VIPER_CHECK(bits.GetRice(rec.rice, n - index, &gap));  // checked by CheckRecords
         index += gap;
-        std::memcpy(t + index * e, values + j * e, e);
+        CopyElement(t + index * e, values + j * e, e);
         ++index;
       }
     }
