@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -138,7 +139,9 @@ TEST(PfsDelta, ReadFromAppliesOnlyTheDeltasAfterTheHeldVersion) {
                                  images[v - 1].size()).ok());
   }
   // A consumer holding v2 (its back buffer) reads only v3, v4 and v5's deltas.
-  AlignedBuffer back = *AlignedBuffer::Allocate(images[2].size() + 4096);
+  auto back_or = AlignedBuffer::Allocate(images[2].size() + 4096);
+  ASSERT_TRUE(back_or.ok());
+  AlignedBuffer back = std::move(*back_or);
   std::memcpy(back.data(), images[2].data(), images[2].size());
   std::vector<uint64_t> chain;
   auto size = store.ReadFrom(5, 2, images[2].size(), &back, &chain);
