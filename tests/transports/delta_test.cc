@@ -97,6 +97,13 @@ StatusOr<Bytes> ApplyToCopy(const Bytes& base, const Bytes& d, uint64_t room = 4
   return buffer;
 }
 
+// Applying `d` to `base` gives exactly `target`.
+void ExpectRebuilds(const Bytes& base, const Bytes& d, const Bytes& target) {
+  auto rebuilt = ApplyToCopy(base, d);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+  EXPECT_EQ(*rebuilt, target);
+}
+
 // Recomputes both checksums of a delta after a deliberate edit, so that the
 // edit reaches the record checks (a hostile writer can do the same).
 void Reseal(Bytes* d) {
@@ -119,9 +126,7 @@ TEST(Delta, FrozenBackboneSendsOnlyTheTrainedTensors) {
   // The head (2007 BF16 elements, all changed) is the only payload: dense.
   EXPECT_EQ(d.summary.tensors[5].encoding, delta::Encoding::kDense);
   EXPECT_LT(d.bytes.size(), v2.size() / 4);
-  auto rebuilt = ApplyToCopy(v1, d.bytes);
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
-  EXPECT_EQ(*rebuilt, v2);
+  ExpectRebuilds(v1, d.bytes, v2);
 }
 
 TEST(Delta, Bf16SmallStepIsSparseGaps) {
@@ -139,9 +144,7 @@ TEST(Delta, Bf16SmallStepIsSparseGaps) {
   // (the entropy is 8.1), plus the 2 value bytes of each changed element.
   const auto& r = d.summary.tensors[0];
   EXPECT_LE(r.encoded_bytes, delta::kRecordHeaderBytes + r.changed_elements * 31 / 10);
-  auto rebuilt = ApplyToCopy(v1, d.bytes);
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
-  EXPECT_EQ(*rebuilt, v2);
+  ExpectRebuilds(v1, d.bytes, v2);
 }
 
 TEST(Delta, HalfChangedIsNeverLargerThanABitmap) {
@@ -157,9 +160,7 @@ TEST(Delta, HalfChangedIsNeverLargerThanABitmap) {
   const auto& r = d.summary.tensors[1];
   EXPECT_EQ(r.encoding, delta::Encoding::kSparseGaps);
   EXPECT_LE(r.encoded_bytes, delta::kRecordHeaderBytes + (r.elements + 7) / 8 + 4 * r.changed_elements);
-  auto rebuilt = ApplyToCopy(v1, d.bytes);
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
-  EXPECT_EQ(*rebuilt, v2);
+  ExpectRebuilds(v1, d.bytes, v2);
 }
 
 TEST(Delta, DenseFp32FallsBackToFull) {
@@ -191,9 +192,7 @@ TEST(Delta, UnchangedVersionIsHeaderOnly) {
   Encoded d = Encode(v1, v2);
   ASSERT_FALSE(d.summary.full);
   EXPECT_EQ(d.summary.tensors_unchanged, m.tensors.size());
-  auto rebuilt = ApplyToCopy(v1, d.bytes);
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
-  EXPECT_EQ(*rebuilt, v2);
+  ExpectRebuilds(v1, d.bytes, v2);
 }
 
 TEST(Delta, HeaderThatGrowsMovesTheData) {
@@ -206,9 +205,7 @@ TEST(Delta, HeaderThatGrowsMovesTheData) {
   ASSERT_NE(v1.size(), v2.size());
   Encoded d = Encode(v1, v2);
   ASSERT_FALSE(d.summary.full);
-  auto rebuilt = ApplyToCopy(v1, d.bytes);
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
-  EXPECT_EQ(*rebuilt, v2);
+  ExpectRebuilds(v1, d.bytes, v2);
   // Without room for the larger image: OutOfRange, nothing written.
   Bytes tight = v1;
   auto refused = delta::Apply(tight.data(), v1.size(), v1.size(), d.bytes.data(), d.bytes.size());

@@ -79,6 +79,22 @@ PfsStore MakeStore(const std::string& dir, int keep, int chain_max = 8) {
   return PfsStore(o);
 }
 
+// Writes version 1 full and versions 2..last as deltas of the one before
+// (`fraction` of the elements changed each time); returns the images by
+// version (images[0] empty), or fewer on a failed write.
+std::vector<Bytes> WriteChain(const PfsStore& store, Trainer* trainer, uint64_t last, double fraction) {
+  std::vector<Bytes> images{{}};
+  images.push_back(trainer->Step(0.0));
+  if (!store.Write(1, images[1].data(), images[1].size()).ok()) return images;
+  for (uint64_t v = 2; v <= last; ++v) {
+    images.push_back(trainer->Step(fraction));
+    auto w = store.WriteDelta(v, images[v].data(), images[v].size(), images[v - 1].data(), images[v - 1].size());
+    EXPECT_TRUE(w.ok() && w->delta) << (w.ok() ? w->delta_report : w.status().ToString());
+    if (!w.ok()) images.pop_back();
+  }
+  return images;
+}
+
 // Reads `version` through ReadChecked and compares it with `image`.
 void ExpectReads(const PfsStore& store, uint64_t version, const Bytes& image) {
   AlignedBuffer buffer;
@@ -130,14 +146,8 @@ TEST(PfsDelta, ReadFromAppliesOnlyTheDeltasAfterTheHeldVersion) {
   const std::string dir = MakeTempDir();
   PfsStore store = MakeStore(dir, 0);
   Trainer trainer(8);
-  std::vector<Bytes> images{{}};
-  images.push_back(trainer.Step(0.0));
-  ASSERT_TRUE(store.Write(1, images[1].data(), images[1].size()).ok());
-  for (uint64_t v = 2; v <= 5; ++v) {
-    images.push_back(trainer.Step(0.02));
-    ASSERT_TRUE(store.WriteDelta(v, images[v].data(), images[v].size(), images[v - 1].data(),
-                                 images[v - 1].size()).ok());
-  }
+  const std::vector<Bytes> images = WriteChain(store, &trainer, 5, 0.02);
+  ASSERT_EQ(images.size(), 6u);
   // A consumer holding v2 (its back buffer) reads only v3, v4 and v5's deltas.
   auto back_or = AlignedBuffer::Allocate(images[2].size() + 4096);
   ASSERT_TRUE(back_or.ok());
@@ -213,14 +223,8 @@ TEST(PfsDelta, MissingOrDamagedLinksAreErrorsNeverImages) {
   const std::string dir = MakeTempDir();
   PfsStore store = MakeStore(dir, 0);
   Trainer trainer(4);
-  std::vector<Bytes> images{{}};
-  images.push_back(trainer.Step(0.0));
-  ASSERT_TRUE(store.Write(1, images[1].data(), images[1].size()).ok());
-  for (uint64_t v = 2; v <= 4; ++v) {
-    images.push_back(trainer.Step(0.05));
-    ASSERT_TRUE(store.WriteDelta(v, images[v].data(), images[v].size(), images[v - 1].data(),
-                                 images[v - 1].size()).ok());
-  }
+  const std::vector<Bytes> images = WriteChain(store, &trainer, 4, 0.05);
+  ASSERT_EQ(images.size(), 5u);
   AlignedBuffer buffer;
   // A flipped byte in the middle link.
   {
