@@ -246,6 +246,10 @@ class Scanner {
   bool Scan(const std::byte* a, const std::byte* b, uint64_t bytes, unsigned e) {
     e_ = e;
     e_shift_ = static_cast<unsigned>(__builtin_ctz(e));  // e is 1, 2, 4 or 8
+    // Per lane of 8e bits: all bits but the top one (low_), the top one (high_).
+    const uint64_t lane_one = e == 8 ? 1 : ~0ull / ((1ull << (8 * e)) - 1);
+    high_ = lane_one << (8 * e - 1);
+    low_ = ~high_;
     b_ = b;
     n_ = bytes / e;
     dense_ = bytes;
@@ -292,14 +296,14 @@ class Scanner {
   // Records the changed lanes of XOR word `x` (word index `w`).
   inline bool Word(uint64_t x, uint64_t w) {
     if (x == 0) return true;
-    // Shifts, not divisions: lanes are 8 << e_shift_ bits wide.
-    const unsigned lane_shift = 3 + e_shift_;
+    // One bit per changed lane, its top bit (no carry crosses a lane:
+    // (x & low) + low < 2^lane_bits), then one step per changed element.
+    uint64_t m = (((x & low_) + low_) | x) & high_;
     const uint64_t first = (w * 8) >> e_shift_;
-    while (x != 0) {
-      const unsigned lane = static_cast<unsigned>(__builtin_ctzll(x)) >> lane_shift;
-      if (!Record(first + lane)) return false;
-      const unsigned shift = (lane + 1) << lane_shift;
-      x = shift >= 64 ? 0 : x & (~0ull << shift);
+    const unsigned lane_shift = 3 + e_shift_;
+    while (m != 0) {
+      if (!Record(first + (static_cast<unsigned>(__builtin_ctzll(m)) >> lane_shift))) return false;
+      m &= m - 1;
     }
     return true;
   }
@@ -333,6 +337,7 @@ class Scanner {
   }
 
   unsigned e_ = 1, e_shift_ = 0;
+  uint64_t low_ = 0, high_ = 0;
   const std::byte* b_ = nullptr;
   uint64_t n_ = 0, dense_ = 0, k_ = 0, next_ = 0;
   uint64_t pos_used_ = 0, pos_mark_ = 0, pos_capacity_ = 0;
