@@ -1,6 +1,8 @@
 // viper inspect: list the tensors and metadata of a .safetensors file and
-// verify its checksums (data, and header in format 2).
+// verify its checksums (data, and header in format 2); or list a PFS delta
+// file (model-v<N>.delta, viper/transports/delta.h) and check its own checksums.
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli_util.h"
@@ -8,6 +10,7 @@
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
 #include "viper/core/units.h"
+#include "viper/transports/delta.h"
 
 namespace viper {
 namespace cli {
@@ -17,6 +20,55 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
+}
+
+// A delta file: what it rebuilds from what, and its records.
+int InspectDelta(const std::string& file, const std::byte* data, uint64_t size, const std::string& json_path) {
+  namespace delta = transports::delta;
+  auto contents = delta::ReadContents(data, size);
+  if (!contents.ok()) return Fail("inspect", contents.status().WithContext(file));
+  const delta::DeltaHeader& h = contents->header;
+  FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
+  std::fprintf(table, "file          %s\n", file.c_str());
+  std::fprintf(table, "kind          delta: rebuilds version %llu (checksum %s, %s) from version %llu (checksum %s)\n",
+               static_cast<unsigned long long>(h.target_version), ChecksumToHex(h.target_checksum).c_str(),
+               FormatBytes(h.target_image_bytes).c_str(), static_cast<unsigned long long>(h.base_version),
+               ChecksumToHex(h.base_checksum).c_str());
+  std::fprintf(table, "size          %s (%llu bytes)\n", FormatBytes(size).c_str(), static_cast<unsigned long long>(size));
+  std::fprintf(table, "checksum      delta header and body verified; the rebuilt image is verified against "
+                      "its own checksum when applied\n");
+  std::fprintf(table, "metadata      %zu entries (of the rebuilt image)\n", contents->target_metadata.size());
+  for (const auto& [key, value] : contents->target_metadata) {
+    std::fprintf(table, "  %s = %s\n", key.c_str(), value.c_str());
+  }
+  std::fprintf(table, "records       %zu (tensors not listed are unchanged)\n", contents->records.size());
+  std::fprintf(table, "  %-8s  %-12s  %-16s  %s\n", "tensor", "encoding", "elements", "bytes");
+  for (const auto& r : contents->records) {
+    std::fprintf(table, "  %-8u  %-12s  %-16llu  %llu\n", r.tensor_index, delta::ToString(r.encoding),
+                 static_cast<unsigned long long>(r.changed_elements), static_cast<unsigned long long>(r.payload_bytes));
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["file"] = file;
+    j["kind"] = "delta";
+    j["size_bytes"] = size;
+    j["base_version"] = h.base_version;
+    j["base_checksum"] = ChecksumToHex(h.base_checksum);
+    j["version"] = h.target_version;
+    j["checksum"] = ChecksumToHex(h.target_checksum);
+    j["image_bytes"] = h.target_image_bytes;
+    j["metadata"] = contents->target_metadata;
+    j["records"] = nlohmann::json::array();
+    for (const auto& r : contents->records) {
+      j["records"].push_back({{"tensor", r.tensor_index},
+                              {"encoding", delta::ToString(r.encoding)},
+                              {"elements", r.changed_elements},
+                              {"bytes", r.payload_bytes}});
+    }
+    Status st = WriteJson(j, json_path, "inspect");
+    if (!st.ok()) return Fail("inspect", st);
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -53,7 +105,9 @@ int RunInspect(const std::vector<std::string>& args) {
       "viper.checksum (XXH3-64 of the data section) and, in format 2, viper.header_checksum (the tensor "
       "table and metadata). A file without any viper.* key is valid but listed as unverified. Exit 1 with "
       "the parser's message on a malformed or corrupt file, including one whose viper.* keys are damaged "
-      "(e.g. a checksum key that no longer reads viper.checksum). Only a regular file is read (a FIFO or "
+      "(e.g. a checksum key that no longer reads viper.checksum). A PFS delta file (model-v<N>.delta) is "
+      "listed as one: the version it rebuilds and its base (version and checksum), its records (tensor, "
+      "encoding, changed elements, bytes), its own checksums verified. Only a regular file is read (a FIFO or "
       "device is refused without blocking; a symbolic link unless --follow-symlinks); messages never quote "
       "the file's bytes before they parse as a safetensors header.");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
@@ -65,6 +119,10 @@ int RunInspect(const std::vector<std::string>& args) {
   auto buffer = safetensors::ReadFileBuffer(file, read_options);
   if (!buffer.ok()) return Fail("inspect", buffer.status());
   const std::byte* data = buffer->bytes.get();
+  if (buffer->size >= sizeof(transports::delta::kMagic) &&
+      std::memcmp(data, transports::delta::kMagic, sizeof(transports::delta::kMagic)) == 0) {
+    return InspectDelta(file, data, buffer->size, json_path);
+  }
   safetensors::ParseOptions options;
   options.verify_checksum = !no_verify;
   options.require_checksum = require_checksum;

@@ -11,6 +11,11 @@
 // and their file removed with unlinkat relative to that descriptor. A
 // symbolic link, FIFO, socket or device under a version's name is listed as
 // skipped and never read nor removed.
+//
+// Delta versions (flat layout, model-v<N>.delta; PfsStore::WriteDelta) are
+// judged as a consumer reads them: rebuilt from their chain through
+// PfsStore::ReadChecked (the same no-follow rules), each step verified; the
+// status names the chain. --keep never removes a base a kept delta needs.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -73,6 +78,7 @@ struct Found {
   std::string entry;    // the name in the directory: the file (flat) or the version directory (tf-serving)
   std::string path;     // what messages show
   std::string skipped;  // non-empty: not a regular file/directory (why); never read nor removed
+  bool delta = false;   // a delta file (flat layout)
 };
 
 // The version entries of directory `dir_fd` in `layout`, ascending.
@@ -93,6 +99,10 @@ StatusOr<std::vector<Found>> ListVersions(int dir_fd, const std::string& dir, Pf
     f.entry = name;
     if (layout == PfsStore::Layout::kFlat) {
       auto v = PfsStore::VersionFromFileName(name);
+      if (!v) {
+        v = PfsStore::VersionFromDeltaFileName(name);
+        f.delta = true;
+      }
       if (!v) continue;
       f.version = *v;
       f.path = dir + "/" + name;
@@ -122,7 +132,13 @@ StatusOr<std::vector<Found>> ListVersions(int dir_fd, const std::string& dir, Pf
     found.push_back(std::move(f));
   }
   ::closedir(d);
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.version < b.version; });
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.version != b.version ? a.version < b.version : a.delta < b.delta;
+  });
+  // A version with both files is read from its full one (as a consumer does).
+  found.erase(std::unique(found.begin(), found.end(),
+                          [](const Found& a, const Found& b) { return a.version == b.version; }),
+              found.end());
   return found;
 }
 
@@ -174,7 +190,35 @@ struct Judged {
   int64_t iteration = -1;
   std::string status;  // TrustText, or the reason it is refused
   std::optional<safetensors::ChecksumKind> checksum;
+  std::vector<uint64_t> chain;  // a delta: the versions read to rebuild it
 };
+
+// A delta version, rebuilt from its chain exactly as a consumer's PfsStore does.
+Judged JudgeDelta(const std::string& dir, const Found& f, bool accept_unverified, bool o_direct,
+                  AlignedBuffer* buffer) {
+  Judged j;
+  PfsStore::Options options;
+  options.dir = dir;
+  options.require_checksum = !accept_unverified;
+  options.o_direct = o_direct;
+  PfsStore store(options);
+  auto checked = store.ReadChecked(f.version, buffer);
+  if (!checked.ok()) {
+    j.status = checked.status().ToString();
+    return j;
+  }
+  j.ok = true;
+  j.verified = checked->verified();
+  j.bytes = checked->bytes;
+  j.iteration = checked->state.metadata.iteration;
+  j.checksum = checked->info.checksum;
+  j.chain = checked->chain;
+  std::string chain;
+  for (uint64_t v : j.chain) chain += (chain.empty() ? "v" : " -> v") + std::to_string(v);
+  j.status = checked->TrustText() + ", delta of v" + std::to_string(j.chain.size() >= 2 ? j.chain[j.chain.size() - 2] : 0) +
+             " (rebuilt: " + chain + ")";
+  return j;
+}
 
 Judged Judge(int dir_fd, const Found& f, PfsStore::Layout layout, bool accept_unverified, bool o_direct,
              AlignedBuffer* buffer) {
@@ -288,14 +332,16 @@ int RunModelDir(const std::vector<std::string>& args) {
       "refuse versions without Viper's checksum: the default (kept for older scripts)")(
       "keep", po::value(&keep)->default_value(keep),
       "after listing, keep the N newest versions a consumer would accept (invalid versions do not count) and "
-      "remove every version older than the oldest of them; the served version, newer versions and anything "
-      "that is not a regular file are never removed (default 0: remove nothing)")(
+      "remove every version older than the oldest of them; the served version, newer versions, the bases a "
+      "kept delta version is rebuilt from and anything that is not a regular file are never removed "
+      "(default 0: remove nothing)")(
       "o-direct", po::bool_switch(&o_direct),
       "read with O_DIRECT (bypass the page cache), as a consumer configured so would; default off")(
       "json", po::value(&json_path),
       "also write the listing as JSON to this path ('-' = stdout); keys: dir, layout, judged_as, versions "
-      "[{version, path, bytes, iteration, ok, verified, checksum (none|data only (legacy)|data+header), "
-      "status}], valid_versions, served_version, served_verified, removed");
+      "[{version, path, kind (full|delta), chain and base_version (delta), bytes, iteration, ok, verified, "
+      "checksum (none|data only (legacy)|data+header), status}], valid_versions, served_version, "
+      "served_verified, removed");
   po::variables_map vm;
   const int rc = ParseOrHelp(
       args, desc, &vm,
@@ -304,7 +350,9 @@ int RunModelDir(const std::vector<std::string>& args) {
       "checks it as a consumer does (safetensors header, Viper's data and header checksums, viper.version "
       "against the file name; by default a file without Viper's checksum is refused, as a default consumer "
       "refuses it) and prints version, iteration, size and status: verified (data+header), verified (data "
-      "only, legacy), unverified (with --accept-unverified), or the reason it is refused. The served version "
+      "only, legacy), unverified (with --accept-unverified), or the reason it is refused. A delta version "
+      "(model-v<N>.delta) is rebuilt from its chain as a consumer does, and its status says which version it "
+      "is a delta of and the chain read (e.g. v4 -> v5 -> v6). The served version "
       "is the newest valid one, as a polling consumer picks it. Nothing is followed: a symbolic link, FIFO or "
       "device under a version's name is skipped, never read nor removed. Exit 1 when a version is refused or "
       "skipped, or none is valid.");
@@ -341,11 +389,20 @@ int RunModelDir(const std::vector<std::string>& args) {
   // --json -: stdout holds only the JSON document; the table goes to stderr.
   FILE* const table = JsonToStdout(json_path) ? stderr : stdout;
   std::fprintf(table, "%-10s %-12s %-14s %s\n", "version", "iteration", "bytes", "status");
+  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> chains;  // valid deltas' chains
   for (const Found& f : *versions) {
-    const Judged judged = Judge(dir_fd.get(), f, *parsed_layout, accept_unverified, o_direct, &buffer);
+    const Judged judged = f.delta && f.skipped.empty()
+                              ? JudgeDelta(dir, f, accept_unverified, o_direct, &buffer)
+                              : Judge(dir_fd.get(), f, *parsed_layout, accept_unverified, o_direct, &buffer);
     nlohmann::json row;
     row["version"] = f.version;
     row["path"] = f.path;
+    row["kind"] = f.delta ? "delta" : "full";
+    if (f.delta) {
+      row["chain"] = judged.chain;
+      if (judged.chain.size() >= 2) row["base_version"] = judged.chain[judged.chain.size() - 2];
+    }
+    if (judged.ok && f.delta) chains.emplace_back(f.version, judged.chain);
     if (judged.ok) {
       valid.push_back(f.version);
       served = f.version;
@@ -387,9 +444,15 @@ int RunModelDir(const std::vector<std::string>& args) {
     // versions, even refused ones, are another writer's business.
     const std::size_t kept = std::min(valid.size(), static_cast<std::size_t>(keep));
     const uint64_t horizon = valid[valid.size() - kept];
+    // The bases a kept delta is rebuilt from stay too.
+    std::vector<uint64_t> needed;
+    for (const auto& [version, chain] : chains) {
+      if (version >= horizon) needed.insert(needed.end(), chain.begin(), chain.end());
+    }
     std::vector<uint64_t> removed;
     for (const Found& f : *versions) {
       if (f.version >= horizon || !f.skipped.empty()) continue;
+      if (std::find(needed.begin(), needed.end(), f.version) != needed.end()) continue;
       Status st = RemoveVersion(dir_fd.get(), f, *parsed_layout);
       if (!st.ok()) {
         any_bad = true;

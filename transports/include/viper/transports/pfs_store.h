@@ -9,6 +9,19 @@
 // O_DIRECT with page-aligned buffers and several writer threads on disjoint
 // ranges.
 //
+// Delta versions (flat layout only): WriteDelta writes
+//   <dir>/model-v<version>.delta
+// a delta (viper/transports/delta.h; not a safetensors file, so tools that
+// load every *.safetensors never take it for weights) naming its base by
+// version and checksum, when the delta is smaller than the image, the base is
+// in the store with that checksum, and the chain stays within
+// Options::delta_chain_max deltas; otherwise the full version. Read and
+// ReadChecked rebuild a delta version from its chain (the full version it
+// rests on, then each delta, each rebuilt image verified against its
+// checksum); a missing or damaged link is an error, never an image. Keep-N
+// never removes a version a kept delta's chain needs. A version has one file:
+// writing it as one kind removes the other.
+//
 // ReadChecked reads a version and says how far it can be trusted: verified
 // by Viper's checksums (data+header, or data only for legacy files), or a
 // valid safetensors file without Viper's checksum (another writer's), served
@@ -23,6 +36,7 @@
 #include "viper/core/safetensors.h"
 #include "viper/core/status.h"
 #include "viper/transports/aligned_buffer.h"
+#include "viper/transports/delta.h"
 
 namespace viper {
 namespace transports {
@@ -51,8 +65,12 @@ class PfsStore {
     int writer_threads = 1;
     // Bytes per pwrite()/pread() call.
     uint64_t io_chunk_bytes = 64ull << 20;
-    // Versions kept after a write (older ones are removed); 0 = keep all.
+    // Versions kept after a write (older ones are removed, except the bases
+    // a kept delta's chain needs); 0 = keep all.
     int keep_versions = 2;
+    // WriteDelta: at most this many deltas between a version and the full
+    // version its chain rests on (a reader applies that many); then a full one.
+    int delta_chain_max = 8;
     // ReadChecked refuses a file without Viper's checksum (DataLoss) instead
     // of returning it as unverified.
     bool require_checksum = false;
@@ -65,13 +83,33 @@ class PfsStore {
     uint64_t bytes = 0;  // file size
     double write_s = 0;  // pwrite calls
     double sync_s = 0;   // fsync of the file, rename, fsync of the directory
+    // WriteDelta: a delta was written (else the full image), against
+    // base_version; encode_s is the diff and encoding; delta_report the
+    // codec's BriefReport (why a full version, when one was written).
+    bool delta = false;
+    uint64_t base_version = 0;
+    double encode_s = 0;
+    std::string delta_report;
+  };
+
+  // One version's file, as Describe reads it.
+  struct VersionFile {
+    uint64_t version = 0;
+    std::string path;
+    uint64_t bytes = 0;         // file size
+    bool delta = false;         // a delta file (else a full image)
+    uint64_t base_version = 0;  // delta: the version it applies to
+    uint64_t base_checksum = 0;
+    uint64_t checksum = 0;      // the (rebuilt) image's viper.checksum; 0 when the file has none
+    uint64_t image_bytes = 0;   // size of the (rebuilt) image
   };
 
   // A version read and checked by ReadChecked.
   struct Checked {
     ModelState state;               // tensors are views into the buffer given to ReadChecked
     safetensors::ParseInfo info;    // header size, metadata, which checksums were verified
-    uint64_t bytes = 0;             // file size
+    uint64_t bytes = 0;             // image size (the file's, for a full version)
+    std::vector<uint64_t> chain;    // versions read: the full one, then each delta applied
     bool verified() const { return info.checksum != safetensors::ChecksumKind::kNone; }
     // "verified (data+header)", "verified (data only, legacy)" or "unverified
     // (no Viper checksum)".
@@ -83,9 +121,13 @@ class PfsStore {
 
   // The final path of version `version` in the configured layout.
   std::string PathFor(uint64_t version) const;
+  // The path of version `version`'s delta file (flat layout).
+  std::string DeltaPathFor(uint64_t version) const;
   // Parses a flat-layout file name ("model-v12.safetensors" -> 12); nullopt
   // for anything else, temporaries included.
   static std::optional<uint64_t> VersionFromFileName(const std::string& name);
+  // The same for a delta file name ("model-v12.delta" -> 12).
+  static std::optional<uint64_t> VersionFromDeltaFileName(const std::string& name);
   // Parses a tf-serving version directory name ("12" -> 12); nullopt for
   // anything but 1 to 19 decimal digits.
   static std::optional<uint64_t> VersionFromDirName(const std::string& name);
@@ -101,8 +143,26 @@ class PfsStore {
   // one) first and tries once more, so the disk need not hold N + 1.
   StatusOr<WriteStats> Write(uint64_t version, const std::byte* data, uint64_t size) const;
 
-  // Versions with a complete file under a final name, ascending.
+  // Writes version `version`, whose full image is `data` (`size` bytes), as
+  // a delta against `base` (`base_size` bytes: the full image of an earlier
+  // version, e.g. the producer's previous one), or as a full version (see
+  // the top of this file for when); WriteStats says which and why. Same
+  // file rules, pruning and failure behaviour as Write. InvalidArgument when
+  // either image is not a Viper format-2 image.
+  StatusOr<WriteStats> WriteDelta(uint64_t version, const std::byte* data, uint64_t size, const std::byte* base,
+                                  uint64_t base_size) const;
+
+  // Versions with a complete file (full or delta) under a final name, ascending.
   StatusOr<std::vector<uint64_t>> ListVersions() const;
+
+  // What version `version`'s file is: full or a delta of which base, its
+  // image's checksum (read from the file's header; the data is not read).
+  StatusOr<VersionFile> Describe(uint64_t version) const;
+  // The versions a reader of `version` reads: the full version its chain
+  // rests on, then each delta up to `version` ({version} for a full one).
+  // NotFound naming the missing link; DataLoss for a damaged delta header or
+  // a chain that does not go back in versions.
+  StatusOr<std::vector<uint64_t>> Chain(uint64_t version) const;
 
   // Removes the temporaries (".<name>.tmp-<pid>-<n>[-<host>]") whose writer,
   // a process of this host, is dead; returns their names. Write and Prune
@@ -121,11 +181,22 @@ class PfsStore {
   StatusOr<FileId> Identify(uint64_t version) const;
 
   // Reads version `version` into `buffer` (grown when too small); returns the
-  // file size. The bytes are not validated here (the Subscriber parses and
-  // verifies them). Only a regular file is read: a symbolic link (the file's
+  // image size. The bytes of a full version are not validated here (the
+  // Subscriber parses and verifies them); a delta version is rebuilt from
+  // its chain, each step verified (delta::Apply). Only a regular file is read: a symbolic link (the file's
   // or, tf-serving, the version directory's), a FIFO or a device is refused
   // (FailedPrecondition) without blocking and without reading a byte.
   StatusOr<uint64_t> Read(uint64_t version, AlignedBuffer* buffer) const;
+
+  // The version-aware read of a consumer whose `buffer` holds version
+  // `held`'s image (`held_size` bytes, e.g. its back buffer): when
+  // `version`'s chain passes through `held`, only the deltas after it are
+  // read and applied in place (each rebuilt image verified); otherwise the
+  // version is read whole (Read). Returns the image size and sets `*chain`
+  // to the versions whose files were read. After an error the buffer holds
+  // no version.
+  StatusOr<uint64_t> ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
+                              std::vector<uint64_t>* chain) const;
 
   // Reads version `version` into `buffer` and checks it: a well-formed
   // safetensors file, Viper's checksums when it carries any (a damaged
@@ -147,12 +218,30 @@ class PfsStore {
   // unless `replace` (the rewrite path), which removes the entry itself.
   Status Remove(uint64_t version) const;
   Status Remove(uint64_t version, bool replace) const;
-  StatusOr<WriteStats> WriteOnce(uint64_t version, const std::byte* data, uint64_t size) const;
+  // Removes version `version`'s file of the other kind than `delta` (flat).
+  Status RemoveKind(uint64_t version, bool delta) const;
+  StatusOr<WriteStats> WriteOnce(uint64_t version, const std::byte* data, uint64_t size, bool delta = false) const;
+  // Write's ENOSPC retry and pruning around WriteOnce.
+  StatusOr<WriteStats> WriteFile(uint64_t version, const std::byte* data, uint64_t size, bool delta) const;
+  // Whether version `version` is a delta file only (flat layout: its delta
+  // file exists as a regular file and its full file does not).
+  bool IsDeltaVersion(uint64_t version) const;
+  // Adds to `keep` every version the chains of the versions in it need.
+  void AddChainBases(std::vector<uint64_t>* keep) const;
+  // Read with the chain it followed.
+  StatusOr<uint64_t> ReadImage(uint64_t version, AlignedBuffer* buffer, std::vector<uint64_t>* chain) const;
+  // Rebuilds delta version `version` from its chain into `buffer`.
+  StatusOr<uint64_t> ReadChain(uint64_t version, AlignedBuffer* buffer, std::vector<uint64_t>* chain) const;
+  // Applies the delta files of `versions` in order to the `size`-byte image in `buffer`.
+  StatusOr<uint64_t> ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size, AlignedBuffer* buffer) const;
+  // The whole delta file of `version` (at most `max_bytes`, else DataLoss).
+  StatusOr<std::vector<std::byte>> ReadDeltaFile(uint64_t version, uint64_t max_bytes) const;
   // Removes all but the `keep_older` newest versions older than `version`;
   // returns how many it removed.
   std::size_t PruneOlder(uint64_t version, int keep_older) const;
-  // Opens version `version`'s file for reading (see Read); returns the fd.
-  StatusOr<int> OpenVersion(uint64_t version, bool o_direct) const;
+  // Opens version `version`'s file (its delta file when `delta`) for reading
+  // (see Read); returns the fd.
+  StatusOr<int> OpenVersion(uint64_t version, bool o_direct, bool delta = false) const;
 
   Options options_;
 };
