@@ -76,7 +76,11 @@ expect_in "$tmp/err" "train/loss, lr, val/loss" "unknown tag: the tags present"
 expect_rc 2 "negative --iterations-per-epoch" "$viper" log-info --log "$data/keras_training.log" --iterations-per-epoch -1
 expect_rc 2 "unknown --format" "$viper" log-info --log "$data/bom.csv" --format protobuf
 expect_rc 1 "/dev/zero" "$viper" log-info --log /dev/zero
-expect_in "$tmp/err" "longer than the limit of 1048576 bytes" "/dev/zero: the line limit"
+expect_in "$tmp/err" "is not a regular file or a pipe" "/dev/zero: a device is refused at once, named"
+mkfifo "$tmp/nobody.csv"
+expect_rc 1 "a FIFO that no writer opens" "$viper" log-info --log "$tmp/nobody.csv"
+expect_in "$tmp/err" "is a pipe and nothing was written to it within 10 s" "a FIFO without a writer fails after the pipe wait, named"
+expect_rc 0 "a pipe with a writer (process substitution)" "$viper" log-info --log <(printf 'iteration,train_loss\n1,2.5\n2,2.25\n')
 expect_rc 1 "--max-rows" "$viper" log-info --log "$data/bom.csv" --max-rows 10
 expect_in "$tmp/err" "more than 10 rows" "--max-rows: the limit in the message"
 
