@@ -751,6 +751,43 @@ TEST(TrainerTest, StalenessTableDiagonalIsTheLogAndOldVersionsDecay) {
   }
 }
 
+// Deferred (the live producer's way): versions are only kept during the run
+// and evaluated after it. Unbounded, the table is the immediate one bit for
+// bit; bounded, it holds the immediate table's rows of the versions kept at
+// the end, and no others.
+TEST(TrainerTest, DeferredStalenessTableEqualsTheImmediateOne) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(60, 12, 10, 6), test = Synthetic(60, 12, 10, 7);
+  for (int64_t max_versions : {0, 4}) {
+    Trainer::Options o = SyntheticOptions();
+    o.epochs = 2;  // 100 iterations, 10 validation points
+    o.drift = Trainer::Drift::kPriorShift;  // the traffic changes at every point from 31 to 71
+    o.drift_at_iteration = 31;
+    o.drift_duration_iterations = 40;
+    o.staleness_table = true;
+    o.staleness_max_versions = max_versions;
+    auto immediate = Trainer::Create(o, train, val, test);
+    o.staleness_deferred = true;
+    auto deferred = Trainer::Create(o, train, val, test);
+    ASSERT_TRUE(immediate.ok() && deferred.ok()) << deferred.status().ToString();
+    ASSERT_TRUE((*immediate)->Run(nullptr).ok());
+    LogRecord r;
+    while (!(*deferred)->done()) ASSERT_TRUE((*deferred)->Step(&r).ok());
+    EXPECT_TRUE((*deferred)->staleness_table().records.empty()) << "nothing evaluated during the run";
+    const StalenessTable d = (*deferred)->FinishStalenessTable();
+    const StalenessTable i = (*immediate)->staleness_table();
+    const std::vector<int64_t> kept = (*deferred)->staleness_versions();
+    std::vector<StalenessRecord> expected;
+    for (const auto& row : i.records) {
+      if (std::find(kept.begin(), kept.end(), row.version_iteration) != kept.end()) expected.push_back(row);
+    }
+    if (max_versions == 0) {
+      EXPECT_EQ(expected.size(), i.records.size());
+    }
+    EXPECT_EQ(FormatStalenessCsv(d), FormatStalenessCsv(StalenessTable{i.source, expected})) << max_versions;
+    EXPECT_TRUE((*deferred)->FinishStalenessTable().records.size() == d.records.size()) << "idempotent";
+  }
+}
+
 // With a bound on the kept versions the table thins them evenly and always
 // keeps the newest; without one it keeps them all.
 TEST(TrainerTest, StalenessMaxVersionsBoundsTheKeptVersions) {

@@ -66,6 +66,7 @@ class Consumer {
     so.transfer_timeout_s = 2 * o_.consumer_timeout_s + 5;
     so.pfs_dir = o_.pfs_dir;
     so.session_id = session_;  // never another run's version
+    so.hmac_key_file = o_.hmac_key_file;  // nor one not signed under this key
     so.poll_period_s = o_.poll_period_s;
     so.preallocate_bytes = ExpectedModelBytes(o_) + (1 << 20);
     // Swap times, on the receiving thread, from the first version on (set in

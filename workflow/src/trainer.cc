@@ -253,6 +253,7 @@ bool Trainer::Options::IsValid(std::string* error) const {
   if (staleness_table && val_every_iterations <= 0) {
     return fail("val_every_iterations must be positive with staleness_table (versions are kept at validation points)");
   }
+  if (staleness_deferred && !staleness_table) return fail("staleness_deferred needs staleness_table");
   if (staleness_table && test_samples <= 0) {
     return fail("test_samples must be positive with staleness_table (its test_loss is the traffic's truth)");
   }
@@ -524,6 +525,15 @@ Evaluation Trainer::Validate() const { return EvaluateOn(model_, false, iteratio
 Evaluation Trainer::Test() const { return EvaluateOn(model_, true, iteration_); }
 
 void Trainer::RecordStaleness(int64_t iteration) {
+  KeepStalenessVersion(iteration);
+  if (options_.staleness_deferred) {
+    staleness_pending_.push_back(iteration);
+    return;
+  }
+  EvaluateKeptVersions(iteration);
+}
+
+void Trainer::KeepStalenessVersion(int64_t iteration) {
   const int64_t point = validation_points_ - 1;
   // The previous newest stays only if it is on the stride's grid.
   if (!kept_.empty() && kept_.back().point % staleness_stride_ != 0) kept_.pop_back();
@@ -540,8 +550,13 @@ void Trainer::RecordStaleness(int64_t iteration) {
     kept_ = std::move(thinned);
   }
   staleness_peak_ = std::max(staleness_peak_, static_cast<int64_t>(kept_.size()));
+}
+
+// One row per kept version v <= iteration, on the traffic of `iteration`.
+void Trainer::EvaluateKeptVersions(int64_t iteration) {
   const TrafficState traffic = DriftTrafficState(options_, iteration);
   for (KeptVersion& v : kept_) {
+    if (v.iteration > iteration) break;  // kept_ is oldest first
     const KeptVersion::Measured* m = nullptr;
     for (const auto& earlier : v.measured) {
       if (earlier.traffic == traffic) m = &earlier;
@@ -562,6 +577,14 @@ void Trainer::RecordStaleness(int64_t iteration) {
     r.test_accuracy = m->test.accuracy;
     staleness_rows_.push_back(r);
   }
+}
+
+StalenessTable Trainer::FinishStalenessTable() {
+  const auto begin = std::chrono::steady_clock::now();
+  for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
+  staleness_pending_.clear();
+  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return staleness_table();
 }
 
 StalenessTable Trainer::staleness_table() const {
@@ -687,6 +710,7 @@ StatusOr<Trainer::Summary> Trainer::Run(TrainingLogWriter* log, const IterationC
       planned_iterations_ < options_.epochs * iterations_per_epoch()) {
     s.termination = "max_iterations";
   }
+  if (options_.staleness_deferred) FinishStalenessTable();
   s.iterations = iteration_;
   s.epochs_started = epoch_ + 1;
   s.iterations_per_epoch = iterations_per_epoch();

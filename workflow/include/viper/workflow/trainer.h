@@ -144,6 +144,15 @@ class Trainer {
     // index is a multiple of a stride that doubles each time, plus the newest.
     // Each kept version costs model_bytes of float32 copies.
     int64_t staleness_max_versions = 0;
+    // Staleness table, deferred: at each validation point only keep the
+    // version (a float32 copy of the parameters) and remember the point;
+    // FinishStalenessTable() evaluates every pair after training, off the
+    // training path (the live producer: after its timed window). The pairs
+    // are those of the immediate table restricted to the versions still kept
+    // at the end: with staleness_max_versions 0 the same table, bit for bit;
+    // with a bound, versions thinned away during the run have no rows (their
+    // diagonal included).
+    bool staleness_deferred = false;
 
     // False (and a message naming the field) when a value is out of range.
     bool IsValid(std::string* error) const;
@@ -239,6 +248,14 @@ class Trainer {
   // The staleness table so far (Options::staleness_table), rows sorted by
   // (version_iteration, traffic_iteration); empty without it.
   StalenessTable staleness_table() const;
+  // Deferred table (Options::staleness_deferred): evaluates every kept
+  // version at every validation point seen so far (v <= t) and returns the
+  // table (staleness_table()). Its seconds count in staleness_seconds().
+  StalenessTable FinishStalenessTable();
+  // Seconds spent on the staleness table so far (copies and evaluations),
+  // and the most versions it has kept at once.
+  double staleness_seconds() const { return staleness_seconds_; }
+  int64_t staleness_versions_peak() const { return staleness_peak_; }
   // Iterations of the versions kept now, oldest first.
   std::vector<int64_t> staleness_versions() const;
   // Bytes of the kept versions' parameters now (versions x model bytes).
@@ -255,6 +272,8 @@ class Trainer {
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
   void RecordStaleness(int64_t iteration);
+  void KeepStalenessVersion(int64_t iteration);
+  void EvaluateKeptVersions(int64_t iteration);
 
   Options options_;
   Mlp model_;
@@ -267,6 +286,7 @@ class Trainer {
   mutable std::unique_ptr<Traffic> val_traffic_, test_traffic_;  // the last drifted samples gathered
   std::vector<KeptVersion> kept_;                                // staleness table: kept versions
   std::vector<StalenessRecord> staleness_rows_;
+  std::vector<int64_t> staleness_pending_;  // deferred: validation points not evaluated yet
   int64_t staleness_stride_ = 1;  // kept: validation points whose index is a multiple of it, and the newest
   int64_t staleness_peak_ = 0;
   int64_t staleness_evaluations_ = 0, staleness_reused_ = 0;
