@@ -8,6 +8,7 @@
 #include "live_exchange.h"
 #include "live_roles.h"
 #include "live_workloads.h"
+#include "viper/core/log.h"
 #include "viper/transports/subscriber.h"
 
 namespace viper {
@@ -38,10 +39,18 @@ class Consumer {
       // message follows it.
       end_ = WaitEnd(comm_, MonotonicSeconds() + o_.consumer_timeout_s);
     }
-    if (!first.ok() || !end_) {
+    if (!end_) {
       const std::string why = first.ok() ? ss.message : first.message();
       return AbortedError(Who() + ": producer (rank 0) lost after " + std::to_string(results_.requests.size()) +
                           " requests served with the last good version: " + why);
+    }
+    if (!first.ok()) {
+      // The producer ended the run normally but no version of it was ever
+      // servable here (all refused: another run's, a wrong key): report
+      // anyway, so that the producer fails the run naming this consumer
+      // rather than this rank aborting the job with a "lost producer".
+      Log(LogLevel::kWarning, "consumer",
+          Who() + ": served no version of this run (" + first.message() + "); reporting to the producer");
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
