@@ -224,7 +224,9 @@ int RunRun(const std::vector<std::string>& args) {
       "recurring: length of each rotated or upright period, in iterations (>= 1)")(
       "drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
       "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9)")(
-      "drift-prior-mass", po::value(&o.trainer.drift_prior_mass)->default_value(o.trainer.drift_prior_mass),
+      "drift-prior-mass",
+      po::value(&o.trainer.drift_prior_mass)
+          ->default_value(o.trainer.drift_prior_mass, (std::ostringstream() << o.trainer.drift_prior_mass).str()),
       "prior-shift: the share of the target prior --drift-prior-classes hold together, in (0, 1]")(
       "staleness-table", po::value(&staleness_out),
       "trainer: write the run's staleness table (CSV version_iteration,traffic_iteration,val_loss,val_accuracy,"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -148,7 +149,14 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
   EXPECT_EQ(c->judge, "diagonal");
   EXPECT_EQ(c->truth_metric, "test_loss");
   ASSERT_TRUE(r->staleness.has_value());
-  for (const auto& rec : r->log.records) EXPECT_EQ(rec.val_loss.has_value(), rec.test_loss.has_value());
+  // The log's test column: at every validation point and at every published
+  // version (kept and evaluated on its own traffic after the run), nowhere else.
+  std::set<int64_t> published;
+  for (const auto& v : r->versions) published.insert(v.iteration);
+  for (const auto& rec : r->log.records) {
+    EXPECT_EQ(rec.test_loss.has_value(), rec.val_loss.has_value() || published.count(rec.iteration) > 0)
+        << rec.iteration;
+  }
 }
 
 TEST(LiveMpi, TrainerEpochSyncPublishesAtEpochBoundaries) {
@@ -206,12 +214,34 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   EXPECT_LE(*r->traffic_iteration_mae, static_cast<double>(r->total_iterations));
 
   // The run's table: every pair v <= t of the 19 validation points (5, 10,
-  // ..., 90 and the last, 93), all versions kept: 19 * 20 / 2 rows.
+  // ..., 90 and the last, 93), all kept: 19 * 20 / 2 rows; plus each
+  // published version that is not a validation point (version 0 at W = 19,
+  // the fixed schedule's checkpoints) on its own traffic and every later
+  // point's.
   ASSERT_TRUE(r->staleness.has_value());
   const StalenessTable& table = *r->staleness;
-  EXPECT_EQ(table.records.size(), 190u);
-  EXPECT_EQ(r->staleness_versions_kept, 19);
+  std::vector<int64_t> grid;
+  for (int64_t t = 5; t <= 90; t += 5) grid.push_back(t);
+  grid.push_back(93);
+  size_t expected_rows = 190;
+  int64_t extra = 0;
+  for (const auto& v : r->versions) {
+    if (std::find(grid.begin(), grid.end(), v.iteration) != grid.end()) continue;
+    ++extra;
+    expected_rows += 1 + static_cast<size_t>(std::count_if(grid.begin(), grid.end(),
+                                                           [&](int64_t t) { return t > v.iteration; }));
+  }
+  EXPECT_GE(extra, 1);  // version 0 at 19
+  EXPECT_EQ(table.records.size(), expected_rows);
+  EXPECT_EQ(r->staleness_versions_kept, 19 + extra);
   EXPECT_GT(r->staleness_bytes_peak, 0u);
+  // Every published version is a row of its own, from its diagonal on.
+  for (const auto& v : r->versions) {
+    const bool own = std::any_of(table.records.begin(), table.records.end(), [&](const StalenessRecord& x) {
+      return x.version_iteration == v.iteration && x.traffic_iteration == v.iteration;
+    });
+    EXPECT_TRUE(own) << "version " << v.version << " at " << v.iteration;
+  }
   // Its diagonal is the run's log, bit for bit (validation as the producer
   // measured it during the run; test as the log's column now says).
   std::map<int64_t, const StalenessRecord*> diagonal;

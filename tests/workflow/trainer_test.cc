@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -785,6 +787,56 @@ TEST(TrainerTest, DeferredStalenessTableEqualsTheImmediateOne) {
     }
     EXPECT_EQ(FormatStalenessCsv(d), FormatStalenessCsv(StalenessTable{i.source, expected})) << max_versions;
     EXPECT_TRUE((*deferred)->FinishStalenessTable().records.size() == d.records.size()) << "idempotent";
+  }
+}
+
+// KeepCurrentVersion (the live producer's published versions): a version
+// kept between validation points gets its own row on its own traffic and on
+// every later point's, each the kept copy evaluated on that traffic; a
+// validation point is kept already, and a bounded table keeps no extras.
+TEST(TrainerTest, KeepCurrentVersionAddsExactRowsOffTheValidationGrid) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(60, 12, 10, 6), test = Synthetic(60, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.epochs = 2;  // 100 iterations, validation every 10
+  o.drift = Trainer::Drift::kPriorShift;
+  o.drift_at_iteration = 31;
+  o.drift_duration_iterations = 40;
+  o.staleness_table = true;
+  o.staleness_deferred = true;
+  for (int64_t max_versions : {0, 4}) {
+    o.staleness_max_versions = max_versions;
+    auto t = Trainer::Create(o, train, val, test);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    LogRecord r;
+    std::optional<ModelState> at33;
+    while (!(*t)->done()) {
+      ASSERT_TRUE((*t)->Step(&r).ok());
+      if (r.iteration == 33 || r.iteration == 40) (*t)->KeepCurrentVersion();  // 40 is a validation point
+      if (r.iteration == 33) at33 = (*t)->model().Clone().state();
+    }
+    const StalenessTable table = (*t)->FinishStalenessTable();
+    std::map<int64_t, double> row33;
+    int64_t rows40 = 0;
+    for (const auto& x : table.records) {
+      if (x.version_iteration == 33) row33[x.traffic_iteration] = x.test_loss;
+      if (x.version_iteration == 40) ++rows40;
+    }
+    if (max_versions != 0) {
+      EXPECT_TRUE(row33.empty()) << "a bounded table keeps no extra versions";
+      EXPECT_EQ((*t)->staleness_extra_versions(), 0);
+      continue;
+    }
+    EXPECT_EQ((*t)->staleness_extra_versions(), 1) << "40 was kept as a validation point already";
+    EXPECT_EQ(rows40, 7);  // 40, 50, ..., 100
+    // 33 on its own traffic and on 40, 50, ..., 100.
+    ASSERT_EQ(row33.size(), 8u);
+    EXPECT_EQ(row33.begin()->first, 33);
+    ASSERT_TRUE(at33.has_value());
+    for (int64_t traffic : {33, 60, 100}) {
+      auto independent = Evaluate(*at33, DriftedSamples(o, test, traffic));
+      ASSERT_TRUE(independent.ok());
+      EXPECT_EQ(row33.at(traffic), independent->mean_loss) << traffic;
+    }
   }
 }
 

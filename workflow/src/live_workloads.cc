@@ -82,7 +82,11 @@ class TrainerWorkload : public ProducerWorkload {
   int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
   Status Step(LogRecord* record) override { return trainer_->Step(record); }
   const ModelState& model() const override { return trainer_->model().state(); }
-  void Published() override { served_ = trainer_->model().state(); }
+  void Published() override {
+    served_ = trainer_->model().state();
+    // The table keeps every published version (an exact row for each served version).
+    trainer_->KeepCurrentVersion();
+  }
   std::optional<double> RevalidatePublished() override {
     if (!served_) return std::nullopt;
     auto e = Evaluate(*served_, trainer_->DriftedView(trainer_->validation(), trainer_->iterations_done()));
@@ -96,9 +100,10 @@ class TrainerWorkload : public ProducerWorkload {
     table.source = "viper run";
     s->staleness_keep_s = keep_s;
     s->staleness_evaluate_s = trainer_->staleness_seconds() - keep_s;
-    s->staleness_versions_kept = static_cast<int64_t>(trainer_->staleness_versions().size());
+    const int64_t extra = trainer_->staleness_extra_versions();
+    s->staleness_versions_kept = static_cast<int64_t>(trainer_->staleness_versions().size()) + extra;
     s->staleness_bytes_peak =
-        static_cast<uint64_t>(trainer_->staleness_versions_peak()) * trainer_->model().SizeBytes();
+        static_cast<uint64_t>(trainer_->staleness_versions_peak() + extra) * trainer_->model().SizeBytes();
     return table;
   }
 

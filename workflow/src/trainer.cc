@@ -554,33 +554,59 @@ void Trainer::KeepStalenessVersion(int64_t iteration) {
 
 // One row per kept version v <= iteration, on the traffic of `iteration`.
 void Trainer::EvaluateKeptVersions(int64_t iteration) {
-  const TrafficState traffic = DriftTrafficState(options_, iteration);
   for (KeptVersion& v : kept_) {
     if (v.iteration > iteration) break;  // kept_ is oldest first
-    const KeptVersion::Measured* m = nullptr;
-    for (const auto& earlier : v.measured) {
-      if (earlier.traffic == traffic) m = &earlier;
-    }
-    if (m != nullptr) {
-      ++staleness_reused_;
-    } else {
-      v.measured.push_back({traffic, EvaluateOn(v.model, false, iteration), EvaluateOn(v.model, true, iteration)});
-      m = &v.measured.back();
-      ++staleness_evaluations_;
-    }
-    StalenessRecord r;
-    r.version_iteration = v.iteration;
-    r.traffic_iteration = iteration;
-    r.val_loss = m->val.mean_loss;
-    r.val_accuracy = m->val.accuracy;
-    r.test_loss = m->test.mean_loss;
-    r.test_accuracy = m->test.accuracy;
-    staleness_rows_.push_back(r);
+    EvaluateVersion(v, iteration);
   }
+  for (KeptVersion& v : extra_kept_) {
+    if (v.iteration > iteration) break;  // extra_kept_ too
+    EvaluateVersion(v, iteration);
+  }
+}
+
+// The row (version, iteration): `version` on the traffic of `iteration`,
+// reusing an evaluation made on the same traffic.
+void Trainer::EvaluateVersion(KeptVersion& v, int64_t iteration) {
+  const TrafficState traffic = DriftTrafficState(options_, iteration);
+  const KeptVersion::Measured* m = nullptr;
+  for (const auto& earlier : v.measured) {
+    if (earlier.traffic == traffic) m = &earlier;
+  }
+  if (m != nullptr) {
+    ++staleness_reused_;
+  } else {
+    v.measured.push_back({traffic, EvaluateOn(v.model, false, iteration), EvaluateOn(v.model, true, iteration)});
+    m = &v.measured.back();
+    ++staleness_evaluations_;
+  }
+  StalenessRecord r;
+  r.version_iteration = v.iteration;
+  r.traffic_iteration = iteration;
+  r.val_loss = m->val.mean_loss;
+  r.val_accuracy = m->val.accuracy;
+  r.test_loss = m->test.mean_loss;
+  r.test_accuracy = m->test.accuracy;
+  staleness_rows_.push_back(r);
+}
+
+int64_t Trainer::staleness_extra_versions() const { return static_cast<int64_t>(extra_kept_.size()); }
+
+void Trainer::KeepCurrentVersion() {
+  if (!options_.staleness_table || !options_.staleness_deferred || options_.staleness_max_versions != 0) return;
+  if (iteration_ == 0 || (!kept_.empty() && kept_.back().iteration == iteration_)) return;
+  if (!extra_kept_.empty() && extra_kept_.back().iteration == iteration_) return;
+  const auto begin = std::chrono::steady_clock::now();
+  extra_kept_.push_back(KeptVersion{iteration_, -1, model_.Clone(), {}});
+  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
 StalenessTable Trainer::FinishStalenessTable() {
   const auto begin = std::chrono::steady_clock::now();
+  // KeepCurrentVersion's versions on their own traffic (the diagonal), then
+  // every version on every validation point's.
+  for (KeptVersion& v : extra_kept_) {
+    if (v.measured.empty()) EvaluateVersion(v, v.iteration);
+  }
   for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
   staleness_pending_.clear();
   staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

@@ -91,10 +91,13 @@ class LiveRun {
     // The producer does not evaluate the test subset during the run
     // (log_test is ignored: the consumers measure the truth).
     // trainer.staleness_table (and staleness_max_versions): the producer
-    // keeps a float32 copy of the model at every validation point during the
-    // run and evaluates every pair after training (Trainer's deferred table,
-    // staleness_deferred is set here), off the timed window: Summary::
-    // staleness, and the log's test columns from its diagonal.
+    // keeps a float32 copy of the model at every validation point and, with
+    // staleness_max_versions 0, of every version it publishes
+    // (Trainer::KeepCurrentVersion) during the run, and evaluates every pair
+    // after training (Trainer's deferred table, staleness_deferred is set
+    // here), off the timed window: Summary::staleness, and the log's test
+    // columns from its diagonal. Every published version is then a row of
+    // its own, never interpolated between validation points.
     Trainer::Options trainer = DefaultTrainerOptions();
     // Replay workload: the log (CSV/JSON lines, .gz ok; needs wall times).
     std::string log_path;

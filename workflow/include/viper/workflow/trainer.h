@@ -248,6 +248,17 @@ class Trainer {
   // The staleness table so far (Options::staleness_table), rows sorted by
   // (version_iteration, traffic_iteration); empty without it.
   StalenessTable staleness_table() const;
+  // Deferred table, unbounded (staleness_max_versions 0): keeps the current
+  // parameters as one more version of the table, never thinned, when the
+  // current iteration is not a validation point (those are kept already):
+  // the live producer keeps each version it publishes, so that every served
+  // version is an exact row rather than interpolated between validation
+  // points. FinishStalenessTable evaluates it on its own iteration's traffic
+  // (its diagonal) and on every later validation point's. One model copy
+  // each. No-op otherwise.
+  void KeepCurrentVersion();
+  // Versions kept by KeepCurrentVersion.
+  int64_t staleness_extra_versions() const;
   // Deferred table (Options::staleness_deferred): evaluates every kept
   // version at every validation point seen so far (v <= t) and returns the
   // table (staleness_table()). Its seconds count in staleness_seconds().
@@ -274,6 +285,7 @@ class Trainer {
   void RecordStaleness(int64_t iteration);
   void KeepStalenessVersion(int64_t iteration);
   void EvaluateKeptVersions(int64_t iteration);
+  void EvaluateVersion(KeptVersion& version, int64_t iteration);
 
   Options options_;
   Mlp model_;
@@ -285,6 +297,7 @@ class Trainer {
   double test_seconds_ = 0.0;
   mutable std::unique_ptr<Traffic> val_traffic_, test_traffic_;  // the last drifted samples gathered
   std::vector<KeptVersion> kept_;                                // staleness table: kept versions
+  std::vector<KeptVersion> extra_kept_;                          // KeepCurrentVersion's, by iteration
   std::vector<StalenessRecord> staleness_rows_;
   std::vector<int64_t> staleness_pending_;  // deferred: validation points not evaluated yet
   int64_t staleness_stride_ = 1;  // kept: validation points whose index is a multiple of it, and the newest
