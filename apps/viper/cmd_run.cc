@@ -231,10 +231,11 @@ int RunRun(const std::vector<std::string>& args) {
       "staleness-table", po::value(&staleness_out),
       "trainer: write the run's staleness table (CSV version_iteration,traffic_iteration,val_loss,val_accuracy,"
       "test_loss,test_accuracy; gzip when it ends in .gz; rank 0). During the run the producer only keeps a "
-      "float32 copy of the model at every validation point (a memcpy of 4 bytes per parameter: 814,120 bytes "
-      "for --hidden 256); after training, outside the timed window, it evaluates every kept version v on every "
-      "later point t's drifted validation and test subsets, one row per (v, t). The diagonal is the run's "
-      "val_loss and test_loss; --compare-simulation then judges with its test_loss")(
+      "float32 copy of the model at every validation point and (unbounded table) at every version it publishes "
+      "(a memcpy of 4 bytes per parameter: 814,120 bytes for --hidden 256); after training, outside the timed "
+      "window, it evaluates every kept version v on every later point t's drifted validation and test subsets "
+      "(a published version also on its own), one row per (v, t). The diagonal is the run's val_loss and "
+      "test_loss; --compare-simulation then judges with its test_loss")(
       "staleness-max-versions",
       po::value(&o.trainer.staleness_max_versions)->default_value(o.trainer.staleness_max_versions),
       "bound on the versions the staleness table keeps (0 = all; else >= 2), as viper train: over it the kept "

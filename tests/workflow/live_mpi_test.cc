@@ -214,22 +214,30 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   EXPECT_LE(*r->traffic_iteration_mae, static_cast<double>(r->total_iterations));
 
   // The run's table: every pair v <= t of the 19 validation points (5, 10,
-  // ..., 90 and the last, 93), all kept: 19 * 20 / 2 rows; plus each
-  // published version that is not a validation point (version 0 at W = 19,
-  // the fixed schedule's checkpoints) on its own traffic and every later
-  // point's.
+  // ..., 90 and the last, 93), all kept, plus the traffic just before the
+  // swap (49); and each published version that is not a validation point
+  // (version 0 at W = 19, the fixed schedule's checkpoints) on its own
+  // traffic and every later point's.
   ASSERT_TRUE(r->staleness.has_value());
   const StalenessTable& table = *r->staleness;
   std::vector<int64_t> grid;
   for (int64_t t = 5; t <= 90; t += 5) grid.push_back(t);
   grid.push_back(93);
-  size_t expected_rows = 190;
+  // Traffic points: the validation points and, around the swap's step, 49
+  // and 50 (50 is one already).
+  std::set<int64_t> traffic(grid.begin(), grid.end());
+  traffic.insert(49);
+  size_t expected_rows = 0;
+  for (int64_t v : grid) {
+    expected_rows += static_cast<size_t>(std::count_if(traffic.begin(), traffic.end(), [&](int64_t t) { return t >= v; }));
+  }
   int64_t extra = 0;
   for (const auto& v : r->versions) {
     if (std::find(grid.begin(), grid.end(), v.iteration) != grid.end()) continue;
     ++extra;
-    expected_rows += 1 + static_cast<size_t>(std::count_if(grid.begin(), grid.end(),
-                                                           [&](int64_t t) { return t > v.iteration; }));
+    std::set<int64_t> own(traffic.begin(), traffic.end());
+    own.insert(v.iteration);
+    expected_rows += static_cast<size_t>(std::count_if(own.begin(), own.end(), [&](int64_t t) { return t >= v.iteration; }));
   }
   EXPECT_GE(extra, 1);  // version 0 at 19
   EXPECT_EQ(table.records.size(), expected_rows);

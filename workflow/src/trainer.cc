@@ -607,6 +607,28 @@ StalenessTable Trainer::FinishStalenessTable() {
   for (KeptVersion& v : extra_kept_) {
     if (v.measured.empty()) EvaluateVersion(v, v.iteration);
   }
+  // A step of the traffic between two validation points (a label swap, the
+  // class-incremental traffic growing, a recurring domain switching; not
+  // every iteration of a ramp) gets knots on both sides of it, s - 1 and s,
+  // so that a surface linear between knots holds the step where it is
+  // rather than spreading it over the points around it. Their traffic equals
+  // a neighbour's, so their evaluations are mostly reused.
+  if (!staleness_pending_.empty()) {
+    std::vector<int64_t> knots = staleness_pending_;
+    const int64_t first = staleness_pending_.front(), last = staleness_pending_.back();
+    for (int64_t i = first + 2; i <= last; ++i) {
+      const TrafficState before = DriftTrafficState(options_, i - 1), at = DriftTrafficState(options_, i);
+      if (at == before) continue;
+      const bool ramp = !(DriftTrafficState(options_, i - 2) == before) &&
+                        (i + 1 > last || !(DriftTrafficState(options_, i + 1) == at));
+      if (ramp) continue;
+      knots.push_back(i - 1);
+      knots.push_back(i);
+    }
+    std::sort(knots.begin(), knots.end());
+    knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
+    staleness_pending_ = std::move(knots);
+  }
   for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
   staleness_pending_.clear();
   staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
