@@ -147,11 +147,13 @@ class Trainer {
     // Staleness table, deferred: at each validation point only keep the
     // version (a float32 copy of the parameters) and remember the point;
     // FinishStalenessTable() evaluates every pair after training, off the
-    // training path (the live producer: after its timed window). The pairs
-    // are those of the immediate table restricted to the versions still kept
-    // at the end: with staleness_max_versions 0 the same table, bit for bit;
-    // with a bound, versions thinned away during the run have no rows (their
-    // diagonal included).
+    // training path (the live producer: after its timed window). The rows on
+    // validation points are those of the immediate table restricted to the
+    // versions still kept at the end (with staleness_max_versions 0 all of
+    // them, bit for bit; with a bound, versions thinned away during the run
+    // have no rows, their diagonal included). It adds traffic knots s - 1 and
+    // s around each step of the traffic between validation points (see
+    // FinishStalenessTable), and KeepCurrentVersion's versions.
     bool staleness_deferred = false;
 
     // False (and a message naming the field) when a value is out of range.
