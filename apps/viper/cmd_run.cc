@@ -13,12 +13,14 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "drift_options.h"
 #include "viper/config.h"
 #include "viper/core/units.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/private_dir.h"
 #if VIPER_HAVE_MPI
 #include "viper/workflow/live.h"
+#include "viper/workflow/trainer_log.h"
 #endif
 
 namespace viper {
@@ -137,7 +139,8 @@ int RunRun(const std::vector<std::string>& args) {
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden;
-  std::string drift = "none", swap_classes = "0,6";
+  std::string drift = "none", swap_classes = "0,6", prior_classes, staleness_out;
+  for (int c : o.trainer.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
   bool compare = false, quiet = false;
   po::options_description desc("Options");
   desc.add_options()("help,h", "show this help")(
@@ -162,6 +165,11 @@ int RunRun(const std::vector<std::string>& args) {
       "pfs-dir", po::value(&o.pfs_dir),
       "pfs tier: directory shared by all ranks (created 0700 when missing; refused when another user owns it "
       "or group/others may write into it; default: a private directory made for the run, removed at its end)")(
+      "hmac-key-file", po::value(&o.hmac_key_file),
+      "pfs tier: a key file only you can read (a regular file of 16 to 4096 bytes, yours, mode 0600 or "
+      "stricter): each version file carries an HMAC-SHA256 under it and consumers serve only versions that "
+      "verify under their key (one SHA-256 pass over each version). A consumer given another key serves "
+      "nothing and the run fails")(
       "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
       "poll: seconds between directory scans, in (0, 86400]")("requests-per-s",
                                                po::value(&o.requests_per_s)->default_value(o.requests_per_s),
@@ -188,9 +196,14 @@ int RunRun(const std::vector<std::string>& args) {
       "trainer: test subset the consumers' requests cycle over (images, the next ones after the validation "
       "subset, disjoint from it; > 0, val + test <= 10000)")(
       "drift", po::value(&drift)->default_value(drift),
-      "trainer: none | class-incremental (training sees classes 0..K-1 first; the traffic always holds all "
-      "10) | label-swap (two labels exchanged in training and traffic) | rotation (inputs of training and "
-      "traffic rotate)")(
+      "trainer; every kind drifts training and the traffic (the validation subset and the consumers' requests) "
+      "alike: none | class-incremental (classes 0..K-1 first, then all 10; before the drift the traffic holds "
+      "only classes 0..K-1) | label-swap (two labels exchanged from --drift-at-iteration on) | rotation (inputs "
+      "rotated by an angle growing from 0 to --drift-rotation-degrees over --drift-duration iterations) | "
+      "recurring (inputs rotated by --drift-rotation-degrees during alternate periods of --drift-period "
+      "iterations: rotated, upright, rotated, ...) | prior-shift (the class prior moves from the data's own to "
+      "one giving --drift-prior-mass to --drift-prior-classes over --drift-duration iterations; the traffic is "
+      "resampled to it)")(
       "drift-at-iteration", po::value(&o.trainer.drift_at_iteration)->default_value(0),
       "trainer: first drifted iteration (iterations, >= 2 and <= the run's last; required with --drift)")(
       "drift-initial-classes", po::value(&o.trainer.drift_initial_classes)->default_value(o.trainer.drift_initial_classes),
@@ -200,10 +213,34 @@ int RunRun(const std::vector<std::string>& args) {
       "Shirt)")(
       "drift-rotation-degrees",
       po::value(&o.trainer.drift_rotation_degrees)->default_value(o.trainer.drift_rotation_degrees),
-      "rotation: final angle (degrees counter-clockwise, |angle| <= 360)")(
+      "rotation: final angle; recurring: the angle of the rotated periods (degrees counter-clockwise, "
+      "|angle| <= 360)")(
       "drift-duration",
       po::value(&o.trainer.drift_duration_iterations)->default_value(o.trainer.drift_duration_iterations),
-      "rotation: iterations from --drift-at-iteration until the final angle (0 = at once)")(
+      "rotation: iterations from --drift-at-iteration until the final angle; prior-shift: iterations over "
+      "which the prior moves to its target (0 = at once)")(
+      "drift-period",
+      po::value(&o.trainer.drift_period_iterations)->default_value(o.trainer.drift_period_iterations),
+      "recurring: length of each rotated or upright period, in iterations (>= 1)")(
+      "drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
+      "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9)")(
+      "drift-prior-mass",
+      po::value(&o.trainer.drift_prior_mass)
+          ->default_value(o.trainer.drift_prior_mass, (std::ostringstream() << o.trainer.drift_prior_mass).str()),
+      "prior-shift: the share of the target prior --drift-prior-classes hold together, in (0, 1]")(
+      "staleness-table", po::value(&staleness_out),
+      "trainer: write the run's staleness table (CSV version_iteration,traffic_iteration,val_loss,val_accuracy,"
+      "test_loss,test_accuracy; gzip when it ends in .gz; rank 0). During the run the producer only keeps a "
+      "float32 copy of the model at every validation point and (unbounded table) at every version it publishes "
+      "(a memcpy of 4 bytes per parameter: 814,120 bytes for --hidden 256); after training, outside the timed "
+      "window, it evaluates every kept version v on every later point t's drifted validation and test subsets "
+      "(a published version also on its own), one row per (v, t). The diagonal is the run's val_loss and "
+      "test_loss; --compare-simulation then judges with its test_loss")(
+      "staleness-max-versions",
+      po::value(&o.trainer.staleness_max_versions)->default_value(o.trainer.staleness_max_versions),
+      "bound on the versions the staleness table keeps (0 = all; else >= 2), as viper train: over it the kept "
+      "versions are thinned evenly, so memory is at most K x the model's bytes; versions thinned away during "
+      "the run have no rows (the evaluation comes after it)")(
       "seed", po::value(&o.trainer.seed)->default_value(o.trainer.seed),
       "trainer: seed of weights and shuffling")(
       "log", po::value(&o.log_path),
@@ -225,7 +262,10 @@ int RunRun(const std::vector<std::string>& args) {
       "trace", po::value(&trace_path),
       "write a Chrome trace (producer, transfer, notification, consumers) to PATH")(
       "compare-simulation", po::bool_switch(&compare),
-      "simulate the same log, schedule and measured costs; print predicted vs measured")(
+      "simulate the same log, schedule and measured costs; print predicted vs measured. The simulator judges "
+      "as the consumers measure: on the test subset (the producer keeps the versions and evaluates them after "
+      "the run, as for --staleness-table), with drifting traffic on the run's staleness table (test_loss of "
+      "each request's version and traffic iteration)")(
       "quiet", po::bool_switch(&quiet), "no progress lines on stderr");
   po::variables_map vm;
   const int parsed = ParseOrHelp(
@@ -236,8 +276,8 @@ int RunRun(const std::vector<std::string>& args) {
       "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with "
       "the\n"
       "version they hold, charging each the real loss of that version (trainer: evaluated on an image of the\n"
-      "test subset, disjoint from the validation subset the planner sees; with --drift label-swap or rotation\n"
-      "the image is drifted as at the producer's current iteration, estimated by the consumer).\n"
+      "test subset, disjoint from the validation subset the planner sees; with --drift the subset is drifted\n"
+      "as at the producer's current iteration, estimated by the consumer).\n"
       "Times are seconds since the end of warm-up.\n"
       "Exit codes: 0 ok; 1 failure (a lost producer, bad input); 2 bad usage (an option value: the message names\n"
       "it); 3 the run finished but lost consumers (Open MPI's orte_enable_recovery; the 'lost consumer(s)' line\n"
@@ -321,28 +361,32 @@ int RunRun(const std::vector<std::string>& args) {
     }
     const struct {
       const char* option;
-      D applies_to;
-    } specific[] = {{"drift-initial-classes", D::kClassIncremental},
-                    {"drift-swap-classes", D::kLabelSwap},
-                    {"drift-rotation-degrees", D::kRotation},
-                    {"drift-duration", D::kRotation}};
+      D applies_to, or_to;
+    } specific[] = {{"drift-initial-classes", D::kClassIncremental, D::kClassIncremental},
+                    {"drift-swap-classes", D::kLabelSwap, D::kLabelSwap},
+                    {"drift-rotation-degrees", D::kRotation, D::kRecurring},
+                    {"drift-duration", D::kRotation, D::kPriorShift},
+                    {"drift-period", D::kRecurring, D::kRecurring},
+                    {"drift-prior-classes", D::kPriorShift, D::kPriorShift},
+                    {"drift-prior-mass", D::kPriorShift, D::kPriorShift}};
     for (const auto& f : specific) {
-      if (given(f.option) && o.trainer.drift != f.applies_to) {
-        return usage(std::string("--") + f.option + ": applies to --drift " + workflow::Trainer::ToString(f.applies_to) +
-                     " only (got --drift " + drift + ")");
+      if (given(f.option) && o.trainer.drift != f.applies_to && o.trainer.drift != f.or_to) {
+        std::string kinds = workflow::Trainer::ToString(f.applies_to);
+        if (f.or_to != f.applies_to) kinds += " or " + std::string(workflow::Trainer::ToString(f.or_to));
+        return usage(std::string("--") + f.option + ": applies to --drift " + kinds + " only (got --drift " +
+                     drift + ")");
       }
     }
-    const auto comma = swap_classes.find(',');
-    try {
-      if (comma == std::string::npos) throw std::invalid_argument("no comma");
-      size_t used_a = 0, used_b = 0;
-      const std::string a = swap_classes.substr(0, comma), b = swap_classes.substr(comma + 1);
-      o.trainer.drift_swap_class_a = std::stoi(a, &used_a);
-      o.trainer.drift_swap_class_b = std::stoi(b, &used_b);
-      if (used_a != a.size() || used_b != b.size()) throw std::invalid_argument("trailing characters");
-    } catch (...) {
-      return usage("--drift-swap-classes: expected two classes A,B (e.g. 0,6), got '" + swap_classes + "'");
+    for (const Status& st : {ParseSwapClasses(swap_classes, &o.trainer), ParsePriorClasses(prior_classes, &o.trainer)}) {
+      if (!st.ok()) return usage(st.message());
     }
+    // The run's own table: asked for, or needed by --compare-simulation to
+    // judge on the consumers' test subset (trainer; a replay judges its log).
+    if (given("staleness-max-versions") && staleness_out.empty() && !compare) {
+      return usage("--staleness-max-versions: given without --staleness-table or --compare-simulation");
+    }
+    o.trainer.staleness_table =
+        !staleness_out.empty() || (compare && o.workload == workflow::LiveRun::Workload::kTrainer);
   }
   // No --pfs-dir: a fresh private directory for this run (mkdtemp, 0700),
   // made by rank 0 once MPI is up and removed at the end (issue 26).
@@ -359,6 +403,11 @@ int RunRun(const std::vector<std::string>& args) {
         {"trainer.drift_swap_class_b", "--drift-swap-classes (B)"},
         {"trainer.drift_rotation_degrees", "--drift-rotation-degrees"},
         {"trainer.drift_duration_iterations", "--drift-duration"},
+        {"trainer.drift_period_iterations", "--drift-period"},
+        {"trainer.drift_prior_classes", "--drift-prior-classes"},
+        {"trainer.drift_prior_mass", "--drift-prior-mass"},
+        {"trainer.staleness_max_versions", "--staleness-max-versions"},
+        {"trainer.staleness_table", "--staleness-table"},
         {"trainer.val_samples + test_samples", "--val-samples + --test-samples"},
         {"trainer.val_samples", "--val-samples"},
         {"trainer.test_samples", "--test-samples"},
@@ -373,6 +422,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"warmup_iterations", "--warmup"},
         {"warmup_fraction", "--warmup"},
         {"notify", "--notify"},
+        {"hmac_key_file", "--hmac-key-file"},
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
         {"poll_period_s", "--poll-period-s"},
@@ -431,6 +481,28 @@ int RunRun(const std::vector<std::string>& args) {
   // Finished, but some consumers were lost: not a clean success.
   const int done_code = s.lost_consumers.empty() ? kExitOk : kExitLostConsumers;
   nlohmann::json j = ToJson(s);
+  if (s.staleness) {
+    j["staleness_table"] = {{"path", staleness_out.empty() ? nlohmann::json() : nlohmann::json(staleness_out)},
+                            {"rows", s.staleness->records.size()},
+                            {"versions_kept", s.staleness_versions_kept},
+                            {"max_versions", o.trainer.staleness_max_versions},
+                            {"bytes_kept_peak", s.staleness_bytes_peak},
+                            {"keep_seconds", s.staleness_keep_s},
+                            {"evaluate_seconds", s.staleness_evaluate_s}};
+    std::fprintf(table, "staleness table: %zu rows, %lld versions kept (%.1f MB at most), copies %.3f s during "
+                 "the run, evaluation %.2f s after it%s%s\n",
+                 s.staleness->records.size(), static_cast<long long>(s.staleness_versions_kept),
+                 static_cast<double>(s.staleness_bytes_peak) / 1e6, s.staleness_keep_s, s.staleness_evaluate_s,
+                 staleness_out.empty() ? "" : " -> ", staleness_out.c_str());
+  }
+  if (!staleness_out.empty()) {
+    if (!s.staleness) {
+      std::cerr << "viper run: --staleness-table: the producer recorded no table\n";
+      return leave(kExitFailure);
+    }
+    auto st = workflow::WriteStalenessTable(*s.staleness, staleness_out);
+    if (!st.ok()) return leave(Fail("run", st.WithContext("--staleness-table")));
+  }
   if (compare) {
     auto c = workflow::CompareWithSimulation(s, o);
     if (!c.ok()) {
@@ -445,11 +517,14 @@ int RunRun(const std::vector<std::string>& args) {
                   c->predicted_update_latency_s.value_or(0) * 1e3,
                   c->measured_update_latency_s.value_or(0) * 1e3);
       std::fprintf(table, "simulator: %s\n", c->simulator_report.c_str());
+      std::fprintf(table, "judge: %s on %s\n", c->judge.c_str(), c->truth_metric.c_str());
       j["simulation"] = {{"cil_per_consumer", c->predicted_cil_per_consumer},
                          {"measured_cil_per_consumer", c->measured_cil_per_consumer},
                          {"cil_error", c->cil_error},
                          {"requests", c->predicted_requests},
-                         {"update_latency_s", c->predicted_update_latency_s.value_or(0)}};
+                         {"update_latency_s", c->predicted_update_latency_s.value_or(0)},
+                         {"judge", c->judge},
+                         {"truth_metric", c->truth_metric}};
     }
   }
   std::fflush(table);

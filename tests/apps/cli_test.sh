@@ -144,6 +144,22 @@ if [ -f "$log" ]; then
     expect_rc 2 "run --warmup 150%" "$viper" run --warmup 150%
     expect_rc 0 "run --help" "$viper" run --help
     expect_in "$tmp/out" "3 the run finished but lost consumers" "run --help documents exit 3"
+    # The drift kinds of viper train and the run's staleness table (no MPI: refused before it starts).
+    expect_rc 2 "run --drift-prior-mass off prior-shift" "$viper" run --drift recurring --drift-at-iteration 100 --drift-prior-mass 0.5
+    expect_in "$tmp/err" "--drift-prior-mass: applies to --drift prior-shift only" "run names the drift an option applies to"
+    expect_rc 2 "run --drift-prior-classes 0,11" "$viper" run --drift prior-shift --drift-at-iteration 100 --drift-prior-classes 0,11
+    expect_in "$tmp/err" "--drift-prior-classes: '11' is not a class" "run names the bad class"
+    expect_rc 2 "run --drift-period 0" "$viper" run --drift recurring --drift-at-iteration 100 --drift-period 0
+    expect_in "$tmp/err" "--drift-period must be >= 1" "run names --drift-period"
+    expect_rc 2 "run --staleness-max-versions alone" "$viper" run --staleness-max-versions 4
+    expect_in "$tmp/err" "given without --staleness-table" "run says what --staleness-max-versions needs"
+    expect_rc 2 "run --staleness-max-versions 1" "$viper" run --staleness-table "$tmp/t.csv" --staleness-max-versions 1
+    expect_in "$tmp/err" "--staleness-max-versions must be 0" "run names --staleness-max-versions"
+    expect_rc 2 "run replay --staleness-table" "$viper" run --workload replay --log "$log" --staleness-table "$tmp/t.csv"
+    expect_in "$tmp/err" "--staleness-table: a replay has no model versions" "run refuses a replay's table"
+    printf '0123456789abcdef0123456789abcdef' >"$tmp/hmac.key"; chmod 600 "$tmp/hmac.key"
+    expect_rc 2 "run --hmac-key-file on the host tier" "$viper" run --transport host --hmac-key-file "$tmp/hmac.key"
+    expect_in "$tmp/err" "--hmac-key-file: needs tier pfs" "run names --hmac-key-file"
   fi
   # Program_options' own errors become one sentence: option, value, accepted values.
   expect_rc 2 "simulate --transport nvme" "$viper" simulate --log "$log" --transport nvme

@@ -63,7 +63,33 @@ grep -q "producer (rank 0) lost after [0-9]* requests served with the last good 
   fail "silent producer: no clear message from the consumers"
 echo "ok: consumers serve the last good version, then exit non-zero"
 
-# 3. A consumer killed mid-run (mpirun --mca orte_enable_recovery 1 keeps the
+# 3. Signed versions over the pfs tier (--hmac-key-file): with the
+#    producer's key the consumer serves them; a consumer given another key
+#    serves none of them, and the run fails naming it (exit 1) instead of
+#    reporting a run that served nothing. MPMD: rank 0 and rank 1 get their
+#    own key files. Short runs (93 iterations of a 32-wide MLP).
+umask 077
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/key"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/other.key"
+small=(run --workload trainer --train-samples 2000 --epochs 3 --hidden 32 --val-samples 200 --transport pfs
+       --strategy epoch --consumer-timeout-s 10 --producer-timeout-s 30)
+mkdir -m 700 "$work/pfs"
+"$mpiexec" --oversubscribe -np 2 "$viper" "${small[@]}" --pfs-dir "$work/pfs" --hmac-key-file "$work/key" \
+  >"$work/out" 2>"$work/err"; rc=$?
+[ $rc -eq 0 ] || fail "hmac: exit $rc with the right key, expected 0"
+grep -q "every version delivered to every consumer: yes" "$work/out" || fail "hmac: versions not delivered with the right key"
+ls "$work/pfs" | grep -q . || fail "hmac: no version files in the pfs directory"
+echo "ok: versions signed with --hmac-key-file are served"
+mkdir -m 700 "$work/pfs2"
+"$mpiexec" --oversubscribe -np 1 "$viper" "${small[@]}" --pfs-dir "$work/pfs2" --hmac-key-file "$work/key" : \
+  -np 1 "$viper" "${small[@]}" --pfs-dir "$work/pfs2" --hmac-key-file "$work/other.key" >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 1 ] || fail "hmac: exit $rc with the consumer's key wrong, expected 1"
+grep -q "consumer rank(s) 1 never received a version of this run" "$work/err" ||
+  fail "hmac: the failure does not name the starved consumer"
+echo "ok: a consumer with the wrong key serves nothing and the run fails naming it"
+
+# 4. A consumer killed mid-run (mpirun --mca orte_enable_recovery 1 keeps the
 #    job alive): the producer finishes training, reports the lost rank and
 #    still collects the survivor's requests; nobody waits in MPI_Finalize.
 #    Opt-in (VIPER_TEST_KILL_RANK=1), like the transports kill test: under

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
+#include "viper/schedulers/staleness.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/publisher.h"
 #include "viper/workflow/live.h"
@@ -107,6 +109,7 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kOptimal;
   o.mode = transports::Mode::kAsync;
+  o.trainer.staleness_table = true;  // as --compare-simulation sets it: the versions' test loss after the run
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) {
@@ -137,10 +140,23 @@ TEST(LiveMpi, TrainerOptimalAsyncHostDeliversEveryVersion) {
     EXPECT_GE(rank, 1);
     EXPECT_LT(rank, Size());
   }
-  // The simulator runs on the same log and schedule.
+  // The simulator runs on the same log and schedule, judged as the consumers
+  // measure: the test subset (the log's test column, evaluated after the
+  // run); without drift every version's loss is its own (the diagonal).
   auto c = CompareWithSimulation(*r, o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_GT(c->predicted_cil_per_consumer, 0);
+  EXPECT_EQ(c->judge, "diagonal");
+  EXPECT_EQ(c->truth_metric, "test_loss");
+  ASSERT_TRUE(r->staleness.has_value());
+  // The log's test column: at every validation point and at every published
+  // version (kept and evaluated on its own traffic after the run), nowhere else.
+  std::set<int64_t> published;
+  for (const auto& v : r->versions) published.insert(v.iteration);
+  for (const auto& rec : r->log.records) {
+    EXPECT_EQ(rec.test_loss.has_value(), rec.val_loss.has_value() || published.count(rec.iteration) > 0)
+        << rec.iteration;
+  }
 }
 
 TEST(LiveMpi, TrainerEpochSyncPublishesAtEpochBoundaries) {
@@ -172,11 +188,13 @@ TEST(LiveMpi, TrainerOnlineReplans) {
 TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
-  // N = 93, W = 19; labels 0 and 6 swap from iteration 50 on, in training and traffic.
+  // N = 93, W = 19; labels 0 and 6 swap from iteration 50 on, in training and
+  // traffic. The run records its staleness table (evaluated after training).
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kFixed;
   o.trainer.drift = Trainer::Drift::kLabelSwap;
   o.trainer.drift_at_iteration = 50;
+  o.trainer.staleness_table = true;
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) return;
@@ -194,6 +212,84 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   ASSERT_TRUE(r->traffic_iteration_bias.has_value());
   EXPECT_TRUE(std::isfinite(*r->traffic_iteration_mae));
   EXPECT_LE(*r->traffic_iteration_mae, static_cast<double>(r->total_iterations));
+
+  // The run's table: every pair v <= t of the 19 validation points (5, 10,
+  // ..., 90 and the last, 93), all kept, plus the traffic just before the
+  // swap (49); and each published version that is not a validation point
+  // (version 0 at W = 19, the fixed schedule's checkpoints) on its own
+  // traffic and every later point's.
+  ASSERT_TRUE(r->staleness.has_value());
+  const StalenessTable& table = *r->staleness;
+  std::vector<int64_t> grid;
+  for (int64_t t = 5; t <= 90; t += 5) grid.push_back(t);
+  grid.push_back(93);
+  // Traffic points: the validation points and, around the swap's step, 49
+  // and 50 (50 is one already).
+  std::set<int64_t> traffic(grid.begin(), grid.end());
+  traffic.insert(49);
+  size_t expected_rows = 0;
+  for (int64_t v : grid) {
+    expected_rows += static_cast<size_t>(std::count_if(traffic.begin(), traffic.end(), [&](int64_t t) { return t >= v; }));
+  }
+  int64_t extra = 0;
+  for (const auto& v : r->versions) {
+    if (std::find(grid.begin(), grid.end(), v.iteration) != grid.end()) continue;
+    ++extra;
+    std::set<int64_t> own(traffic.begin(), traffic.end());
+    own.insert(v.iteration);
+    expected_rows += static_cast<size_t>(std::count_if(own.begin(), own.end(), [&](int64_t t) { return t >= v.iteration; }));
+  }
+  EXPECT_GE(extra, 1);  // version 0 at 19
+  EXPECT_EQ(table.records.size(), expected_rows);
+  EXPECT_EQ(r->staleness_versions_kept, 19 + extra);
+  EXPECT_GT(r->staleness_bytes_peak, 0u);
+  // Every published version is a row of its own, from its diagonal on.
+  for (const auto& v : r->versions) {
+    const bool own = std::any_of(table.records.begin(), table.records.end(), [&](const StalenessRecord& x) {
+      return x.version_iteration == v.iteration && x.traffic_iteration == v.iteration;
+    });
+    EXPECT_TRUE(own) << "version " << v.version << " at " << v.iteration;
+  }
+  // Its diagonal is the run's log, bit for bit (validation as the producer
+  // measured it during the run; test as the log's column now says).
+  std::map<int64_t, const StalenessRecord*> diagonal;
+  for (const auto& row : table.records) {
+    if (row.version_iteration == row.traffic_iteration) diagonal[row.version_iteration] = &row;
+  }
+  int64_t points = 0;
+  for (const auto& rec : r->log.records) {
+    if (!rec.val_loss) continue;
+    ++points;
+    ASSERT_TRUE(diagonal.count(rec.iteration)) << rec.iteration;
+    EXPECT_EQ(diagonal[rec.iteration]->val_loss, *rec.val_loss) << rec.iteration;
+    ASSERT_TRUE(rec.test_loss.has_value()) << rec.iteration;
+    EXPECT_EQ(diagonal[rec.iteration]->test_loss, *rec.test_loss) << rec.iteration;
+  }
+  EXPECT_EQ(points, 19);
+  // Off the diagonal, a version is judged on later traffic: the same before
+  // the swap at 50 (identical traffic, identical bits), different after it.
+  auto at = [&](int64_t v, int64_t t) {
+    const auto row = std::find_if(table.records.begin(), table.records.end(), [&](const StalenessRecord& x) {
+      return x.version_iteration == v && x.traffic_iteration == t;
+    });
+    EXPECT_NE(row, table.records.end()) << v << ", " << t;
+    return row == table.records.end() ? -1.0 : row->test_loss;
+  };
+  EXPECT_EQ(at(5, 45), at(5, 5));
+  EXPECT_NE(at(45, 93), at(45, 45));
+  // It covers every published version on the traffic up to N.
+  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
+  ASSERT_TRUE(surface.ok()) << surface.status().ToString();
+  EXPECT_TRUE(surface->CheckCovers(r->warmup_iterations, r->total_iterations).ok());
+  for (const auto& v : r->versions) {
+    EXPECT_TRUE(surface->At(v.iteration, static_cast<double>(r->total_iterations)).ok()) << v.iteration;
+  }
+  // The simulation judges each request on the table.
+  auto c = CompareWithSimulation(*r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->judge, "staleness table");
+  EXPECT_EQ(c->truth_metric, "test_loss");
+  EXPECT_GT(c->predicted_cil_per_consumer, 0);
 }
 
 TEST(LiveMpi, ReplayPrefixOverPfs) {

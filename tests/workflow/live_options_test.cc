@@ -114,6 +114,54 @@ TEST(LiveOptions, DriftAndSubsetsAreValidated) {
   EXPECT_TRUE(bad.IsValid(&error)) << error;
 }
 
+// The drift kinds a live run takes (every one drifts the consumers'
+// traffic) and its staleness table's options.
+TEST(LiveOptions, NewDriftKindsAndTheStalenessTableAreValidated) {
+  std::string error;
+  LiveRun::Options o;
+  o.trainer.train_samples = 2000;
+  o.trainer.epochs = 3;  // 93 iterations
+  o.trainer.drift_at_iteration = 40;
+  for (auto kind : {Trainer::Drift::kClassIncremental, Trainer::Drift::kLabelSwap, Trainer::Drift::kRotation,
+                    Trainer::Drift::kRecurring, Trainer::Drift::kPriorShift}) {
+    LiveRun::Options k = o;
+    k.trainer.drift = kind;
+    EXPECT_TRUE(k.IsValid(&error)) << Trainer::ToString(kind) << ": " << error;
+  }
+  LiveRun::Options bad = o;
+  bad.trainer.drift = Trainer::Drift::kRecurring;
+  bad.trainer.drift_period_iterations = 0;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_period_iterations"), std::string::npos) << error;
+  bad = o;
+  bad.trainer.drift = Trainer::Drift::kPriorShift;
+  bad.trainer.drift_prior_mass = 0;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_prior_mass"), std::string::npos) << error;
+  bad.trainer.drift_prior_mass = 0.9;
+  bad.trainer.drift_prior_classes = {0, 0};
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.drift_prior_classes"), std::string::npos) << error;
+
+  // The table: trainer only, validation points and a bound of 0 or >= 2.
+  LiveRun::Options table = o;
+  table.trainer.staleness_table = true;
+  EXPECT_TRUE(table.IsValid(&error)) << error;
+  bad = table;
+  bad.trainer.staleness_max_versions = 1;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.staleness_max_versions"), std::string::npos) << error;
+  bad = table;
+  bad.trainer.val_every_iterations = 0;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.val_every_iterations"), std::string::npos) << error;
+  bad = table;
+  bad.workload = LiveRun::Workload::kReplay;
+  bad.log_path = "some.csv";
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("trainer.staleness_table"), std::string::npos) << error;
+}
+
 TEST(LiveOptions, WorkloadRoundTrips) {
   for (auto w : {LiveRun::Workload::kTrainer, LiveRun::Workload::kReplay}) {
     auto back = LiveRun::WorkloadFromString(LiveRun::ToString(w));

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -748,6 +750,110 @@ TEST(TrainerTest, StalenessTableDiagonalIsTheLogAndOldVersionsDecay) {
     EXPECT_EQ(text.substr(0, text.find('\n')),
               "version_iteration,traffic_iteration,val_loss,val_accuracy,test_loss,test_accuracy");
     fs::remove(path);
+  }
+}
+
+// Deferred (the live producer's way): versions are only kept during the run
+// and evaluated after it. Unbounded, the table is the immediate one bit for
+// bit; bounded, it holds the immediate table's rows of the versions kept at
+// the end, and no others.
+TEST(TrainerTest, DeferredStalenessTableEqualsTheImmediateOne) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(60, 12, 10, 6), test = Synthetic(60, 12, 10, 7);
+  for (int64_t max_versions : {0, 4}) {
+    Trainer::Options o = SyntheticOptions();
+    o.epochs = 2;  // 100 iterations, 10 validation points
+    o.drift = Trainer::Drift::kPriorShift;  // the traffic changes at every point from 31 to 71
+    o.drift_at_iteration = 31;
+    o.drift_duration_iterations = 40;
+    o.staleness_table = true;
+    o.staleness_max_versions = max_versions;
+    auto immediate = Trainer::Create(o, train, val, test);
+    o.staleness_deferred = true;
+    auto deferred = Trainer::Create(o, train, val, test);
+    ASSERT_TRUE(immediate.ok() && deferred.ok()) << deferred.status().ToString();
+    ASSERT_TRUE((*immediate)->Run(nullptr).ok());
+    LogRecord r;
+    while (!(*deferred)->done()) ASSERT_TRUE((*deferred)->Step(&r).ok());
+    EXPECT_TRUE((*deferred)->staleness_table().records.empty()) << "nothing evaluated during the run";
+    StalenessTable d = (*deferred)->FinishStalenessTable();
+    const std::size_t all_rows = d.records.size();
+    const StalenessTable i = (*immediate)->staleness_table();
+    // The deferred table adds knots around the prior shift's kinks (its
+    // start at 31/32 and end at 70/71, off the validation points): rows on
+    // traffic that is not a validation point are compared apart.
+    std::vector<StalenessRecord> at_points;
+    int64_t knots = 0;
+    for (const auto& row : d.records) {
+      if (row.traffic_iteration % 10 == 0) {
+        at_points.push_back(row);
+      } else {
+        ++knots;
+        EXPECT_TRUE(row.traffic_iteration == 31 || row.traffic_iteration == 32 || row.traffic_iteration == 70 ||
+                    row.traffic_iteration == 71) << row.traffic_iteration;
+      }
+    }
+    EXPECT_GT(knots, 0);
+    d.records = at_points;
+    const std::vector<int64_t> kept = (*deferred)->staleness_versions();
+    std::vector<StalenessRecord> expected;
+    for (const auto& row : i.records) {
+      if (std::find(kept.begin(), kept.end(), row.version_iteration) != kept.end()) expected.push_back(row);
+    }
+    if (max_versions == 0) {
+      EXPECT_EQ(expected.size(), i.records.size());
+    }
+    EXPECT_EQ(FormatStalenessCsv(d), FormatStalenessCsv(StalenessTable{i.source, expected})) << max_versions;
+    EXPECT_EQ((*deferred)->FinishStalenessTable().records.size(), all_rows) << "idempotent";
+  }
+}
+
+// KeepCurrentVersion (the live producer's published versions): a version
+// kept between validation points gets its own row on its own traffic and on
+// every later point's, each the kept copy evaluated on that traffic; a
+// validation point is kept already, and a bounded table keeps no extras.
+TEST(TrainerTest, KeepCurrentVersionAddsExactRowsOffTheValidationGrid) {
+  const Samples train = Synthetic(400, 12, 10, 5), val = Synthetic(60, 12, 10, 6), test = Synthetic(60, 12, 10, 7);
+  Trainer::Options o = SyntheticOptions();
+  o.epochs = 2;  // 100 iterations, validation every 10
+  o.drift = Trainer::Drift::kPriorShift;
+  o.drift_at_iteration = 31;
+  o.drift_duration_iterations = 40;
+  o.staleness_table = true;
+  o.staleness_deferred = true;
+  for (int64_t max_versions : {0, 4}) {
+    o.staleness_max_versions = max_versions;
+    auto t = Trainer::Create(o, train, val, test);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    LogRecord r;
+    std::optional<ModelState> at33;
+    while (!(*t)->done()) {
+      ASSERT_TRUE((*t)->Step(&r).ok());
+      if (r.iteration == 33 || r.iteration == 40) (*t)->KeepCurrentVersion();  // 40 is a validation point
+      if (r.iteration == 33) at33 = (*t)->model().Clone().state();
+    }
+    const StalenessTable table = (*t)->FinishStalenessTable();
+    std::map<int64_t, double> row33;
+    int64_t rows40 = 0;
+    for (const auto& x : table.records) {
+      if (x.version_iteration == 33) row33[x.traffic_iteration] = x.test_loss;
+      if (x.version_iteration == 40) ++rows40;
+    }
+    if (max_versions != 0) {
+      EXPECT_TRUE(row33.empty()) << "a bounded table keeps no extra versions";
+      EXPECT_EQ((*t)->staleness_extra_versions(), 0);
+      continue;
+    }
+    EXPECT_EQ((*t)->staleness_extra_versions(), 1) << "40 was kept as a validation point already";
+    EXPECT_EQ(rows40, 8);  // 40, 50, ..., 100 and 71 (the knot after the shift's end at 70/71)
+    // 33 on its own traffic, on 40, 50, ..., 100 and on 71.
+    ASSERT_EQ(row33.size(), 9u);
+    EXPECT_EQ(row33.begin()->first, 33);
+    ASSERT_TRUE(at33.has_value());
+    for (int64_t traffic : {33, 60, 100}) {
+      auto independent = Evaluate(*at33, DriftedSamples(o, test, traffic));
+      ASSERT_TRUE(independent.ok());
+      EXPECT_EQ(row33.at(traffic), independent->mean_loss) << traffic;
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "live_exchange.h"
 #include "live_roles.h"
+#include "live_workloads.h"
 #include "viper/schedulers/scenario.h"
 #include "viper/simulator/compare.h"
 
@@ -58,6 +59,10 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   if (host_protocol == transports::HostProtocol::kOneSided) {
     return Fail(error, "host_protocol: a live run takes shm or two-sided");
   }
+  if (!hmac_key_file.empty() && tier != transports::Tier::kPfs) {
+    return Fail(error, "hmac_key_file: needs tier pfs (only version files in a shared directory are signed; the "
+                       "other tiers move versions inside the MPI job)");
+  }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");
@@ -86,6 +91,9 @@ bool LiveRun::Options::IsValid(std::string* error) const {
                                "): the drift would never happen");
       }
     }
+  }
+  if (workload == Workload::kReplay && trainer.staleness_table) {
+    return Fail(error, "trainer.staleness_table: a replay has no model versions to evaluate (needs workload trainer)");
   }
   if (workload == Workload::kReplay && trainer.drift != Trainer::Drift::kNone) {
     return Fail(error, "trainer.drift: a replay has no trainer to drift (the log's losses are replayed as recorded)");
@@ -200,9 +208,9 @@ std::string LiveRun::Summary::ChromeTrace() const {
 std::string LiveSimulationComparison::BriefReport() const {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
-                "CIL per consumer: simulated %.2f, measured %.2f (%+.1f%%); requests %.0f vs %.0f",
+                "CIL per consumer: simulated %.2f, measured %.2f (%+.1f%%); requests %.0f vs %.0f; judge %s on %s",
                 predicted_cil_per_consumer, measured_cil_per_consumer, cil_error * 100, predicted_requests,
-                measured_requests_per_consumer);
+                measured_requests_per_consumer, judge.c_str(), truth_metric.c_str());
   return buf;
 }
 
@@ -240,6 +248,13 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
     if (r.wall_time_s) r.wall_time_s = *r.wall_time_s - removed;
   }
   log.source = "live run log";
+  // The judge is what the consumers measure: the test subset (the log's test
+  // column is the run's table's diagonal), and under drifting traffic each
+  // request's (version, traffic iteration) pair of the table.
+  const bool has_test = std::any_of(log.records.begin(), log.records.end(),
+                                    [](const LogRecord& r) { return r.test_loss.has_value(); });
+  if (has_test) sco.truth_metric = predictor::LossMetric::kTestLoss;
+  if (s.staleness && internal::DriftChangesTraffic(o)) sco.staleness = *s.staleness;
   VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(log, sco));
   if (!sc.truth) return FailedPreconditionError("the live log does not cover N");
   auto so = simulator::SimulatorOptionsFor(sc);
@@ -254,6 +269,8 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   c.measured_requests_per_consumer = reporting > 0 ? static_cast<double>(s.requests) / reporting : 0;
   c.predicted_update_latency_s = r.mean_update_latency_s;
   c.measured_update_latency_s = s.mean_update_latency_s;
+  c.judge = r.judge;
+  c.truth_metric = predictor::ToString(sc.truth_metric);
   c.simulator_report = r.BriefReport();
   return c;
 }

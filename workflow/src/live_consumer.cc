@@ -8,6 +8,7 @@
 #include "live_exchange.h"
 #include "live_roles.h"
 #include "live_workloads.h"
+#include "viper/core/log.h"
 #include "viper/transports/subscriber.h"
 
 namespace viper {
@@ -38,10 +39,18 @@ class Consumer {
       // message follows it.
       end_ = WaitEnd(comm_, MonotonicSeconds() + o_.consumer_timeout_s);
     }
-    if (!first.ok() || !end_) {
+    if (!end_) {
       const std::string why = first.ok() ? ss.message : first.message();
       return AbortedError(Who() + ": producer (rank 0) lost after " + std::to_string(results_.requests.size()) +
                           " requests served with the last good version: " + why);
+    }
+    if (!first.ok()) {
+      // The producer ended the run normally but no version of it was ever
+      // servable here (all refused: another run's, a wrong key): report
+      // anyway, so that the producer fails the run naming this consumer
+      // rather than this rank aborting the job with a "lost producer".
+      Log(LogLevel::kWarning, "consumer",
+          Who() + ": served no version of this run (" + first.message() + "); reporting to the producer");
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -66,6 +75,7 @@ class Consumer {
     so.transfer_timeout_s = 2 * o_.consumer_timeout_s + 5;
     so.pfs_dir = o_.pfs_dir;
     so.session_id = session_;  // never another run's version
+    so.hmac_key_file = o_.hmac_key_file;  // nor one not signed under this key
     so.poll_period_s = o_.poll_period_s;
     so.preallocate_bytes = ExpectedModelBytes(o_) + (1 << 20);
     // Swap times, on the receiving thread, from the first version on (set in

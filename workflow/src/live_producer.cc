@@ -58,6 +58,7 @@ class Producer {
     VIPER_RETURN_IF_ERROR(EveryConsumerGotThisRun(results));
     SummarizeRequests(results);
     SummarizeRun(static_cast<int>(results.size()));
+    FinishStalenessTable();
     return s_;
   }
 
@@ -97,6 +98,7 @@ class Producer {
     po.peer_timeout_s = o_.consumer_timeout_s;
     po.pfs_dir = o_.pfs_dir;
     po.session_id = session_;  // each version carries the run's identity
+    po.hmac_key_file = o_.hmac_key_file;
     po.staging_bytes = ExpectedModelBytes(o_) + (1 << 20);
     VIPER_ASSIGN_OR_RETURN(pub_, transports::Publisher::Create(po));
     return Status::Ok();
@@ -162,13 +164,11 @@ class Producer {
     sco.seconds_per_iteration = s_.seconds_per_iteration;
     sco.log_iteration_times = false;
     sco.request_interval_s = 1.0 / o_.requests_per_s;
+    // sigma and delta as measured (delta already holds the poll wait).
+    sco.tier = schedulers::MeasuredCost{cost.stall_s, cost.delay_s};
     TrainingLog warm = s_.log;
     warm.source = "live warm-up";
     VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(warm, sco));
-    // The scenario's TierCost (phases for the simulator) is not used here:
-    // the planners see the measured sigma and delta.
-    sc.problem.cost = cost;
-    VIPER_RETURN_IF_ERROR(sc.problem.Validate());
     sc.iterations_per_epoch = work_->iterations_per_epoch();
     s_.metric = predictor::ToString(sc.metric);
     if (o_.strategy == schedulers::StrategyKind::kOnline) {
@@ -407,6 +407,28 @@ class Producer {
       s_.traffic_iteration_bias = bias_sum / static_cast<double>(judged);
       s_.traffic_iteration_mae = abs_sum / static_cast<double>(judged);
     }
+  }
+
+  // After the run (the consumers are done, the window closed): the kept
+  // versions evaluated on every validation point's traffic; the log's test
+  // columns are the table's diagonal.
+  void FinishStalenessTable() {
+    s_.staleness = work_->FinishStalenessTable(&s_);
+    if (!s_.staleness) return;
+    std::map<int64_t, const StalenessRecord*> diagonal;
+    for (const auto& r : s_.staleness->records) {
+      if (r.version_iteration == r.traffic_iteration) diagonal[r.version_iteration] = &r;
+    }
+    for (auto& rec : s_.log.records) {
+      auto d = diagonal.find(rec.iteration);
+      if (d == diagonal.end()) continue;
+      rec.test_loss = d->second->test_loss;
+      rec.test_accuracy = d->second->test_accuracy;
+    }
+    Info("staleness table: " + std::to_string(s_.staleness->records.size()) + " rows, " +
+         std::to_string(s_.staleness_versions_kept) + " versions kept, copies " +
+         std::to_string(s_.staleness_keep_s) + " s during the run, evaluation " +
+         std::to_string(s_.staleness_evaluate_s) + " s after it");
   }
 
   // Iterations done at `time_s` (since the common origin), from the timeline.

@@ -82,12 +82,29 @@ class TrainerWorkload : public ProducerWorkload {
   int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
   Status Step(LogRecord* record) override { return trainer_->Step(record); }
   const ModelState& model() const override { return trainer_->model().state(); }
-  void Published() override { served_ = trainer_->model().state(); }
+  void Published() override {
+    served_ = trainer_->model().state();
+    // The table keeps every published version (an exact row for each served version).
+    trainer_->KeepCurrentVersion();
+  }
   std::optional<double> RevalidatePublished() override {
     if (!served_) return std::nullopt;
     auto e = Evaluate(*served_, trainer_->DriftedView(trainer_->validation(), trainer_->iterations_done()));
     if (!e.ok()) return std::nullopt;
     return e->mean_loss;
+  }
+  std::optional<StalenessTable> FinishStalenessTable(LiveRun::Summary* s) override {
+    if (!trainer_->options().staleness_table) return std::nullopt;
+    const double keep_s = trainer_->staleness_seconds();
+    StalenessTable table = trainer_->FinishStalenessTable();
+    table.source = "viper run";
+    s->staleness_keep_s = keep_s;
+    s->staleness_evaluate_s = trainer_->staleness_seconds() - keep_s;
+    const int64_t extra = trainer_->staleness_extra_versions();
+    s->staleness_versions_kept = static_cast<int64_t>(trainer_->staleness_versions().size()) + extra;
+    s->staleness_bytes_peak =
+        static_cast<uint64_t>(trainer_->staleness_versions_peak() + extra) * trainer_->model().SizeBytes();
+    return table;
   }
 
  private:
@@ -142,9 +159,13 @@ class ReplayWorkload : public ProducerWorkload {
 };
 
 
-// Requests cycle over the trainer's test subset; drifting traffic drifts the
-// one image of each request (a rotation of one image is cheap; the whole
-// subset per request is not).
+// Requests cycle over the trainer's test subset as drifted at the request's
+// traffic iteration: request j gets image (j + offset) mod n of
+// DriftedSamples(test, traffic), n its size. A drift that acts on each image
+// alone (label swap, rotation, recurring) drifts just that image (the same
+// bits as the image of the drifted subset; a rotation of one image is cheap);
+// one that acts on the set (class-incremental before its drift, a prior
+// shift) drifts the whole subset, kept until the traffic state changes.
 class TrainerLoss : public LossOracle {
  public:
   TrainerLoss(Trainer::Options trainer, Samples test, int64_t offset)
@@ -164,16 +185,25 @@ class TrainerLoss : public LossOracle {
       model_ = std::make_unique<Mlp>(std::move(*m));
       cached_version_ = version.state.metadata.version;
     }
-    const int64_t n = static_cast<int64_t>(labels_.size());
-    const int64_t j = (request + offset_) % n;
     Eigen::MatrixXf x;
     std::vector<int32_t> y;
-    if (traffic_iteration >= 0) {
-      const Samples one = DriftedSamples(trainer_, test_.Subset({j}), traffic_iteration);
-      one.GatherAll(&x, &y);
-    } else {
+    const TrafficState state =
+        traffic_iteration >= 0 ? DriftTrafficState(trainer_, traffic_iteration) : TrafficState();
+    if (state.Identity()) {
+      const int64_t j = (request + offset_) % static_cast<int64_t>(labels_.size());
       x = inputs_.col(j);
       y = {labels_[static_cast<size_t>(j)]};
+    } else if (!state.only_initial_classes && state.prior_progress == 0.0) {
+      const int64_t j = (request + offset_) % test_.size();
+      DriftedSamples(trainer_, test_.Subset({j}), state).GatherAll(&x, &y);
+    } else {
+      if (!drifted_ || !(drifted_state_ == state)) {
+        drifted_ = DriftedSamples(trainer_, test_, state);
+        drifted_state_ = state;
+      }
+      if (drifted_->empty()) return FailedPreconditionError("the drifted test subset is empty");
+      const int64_t j = (request + offset_) % drifted_->size();
+      drifted_->Subset({j}).GatherAll(&x, &y);
     }
     return Evaluate(*model_, x, y, 1).mean_loss;
   }
@@ -186,6 +216,8 @@ class TrainerLoss : public LossOracle {
   int64_t offset_ = 0;
   std::unique_ptr<Mlp> model_;
   uint64_t cached_version_ = 0;
+  std::optional<Samples> drifted_;  // the whole subset drifted as at drifted_state_
+  TrafficState drifted_state_;
 };
 
 class ReplayLoss : public LossOracle {
@@ -208,6 +240,8 @@ StatusOr<std::unique_ptr<ProducerWorkload>> MakeProducerWorkload(const LiveRun::
   if (o.workload == LiveRun::Workload::kTrainer) {
     Trainer::Options to = o.trainer;
     to.log_test = false;  // the consumers measure the truth on the test subset
+    // The table's evaluations wait until training is over (FinishStalenessTable).
+    to.staleness_deferred = to.staleness_table;
     VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
     return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(std::move(trainer)));
   }
@@ -253,11 +287,8 @@ uint64_t ExpectedModelBytes(const LiveRun::Options& o) {
 }
 
 
-// True when the trainer's drift changes what the inference traffic costs
-// (label swap, rotation); classes arriving in training do not.
 bool DriftChangesTraffic(const LiveRun::Options& o) {
-  return o.workload == LiveRun::Workload::kTrainer &&
-         (o.trainer.drift == Trainer::Drift::kLabelSwap || o.trainer.drift == Trainer::Drift::kRotation);
+  return o.workload == LiveRun::Workload::kTrainer && o.trainer.drift != Trainer::Drift::kNone;
 }
 
 void SleepUntil(double t, const std::function<bool()>& stop) {

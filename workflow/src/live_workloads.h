@@ -36,6 +36,10 @@ class ProducerWorkload {
   // The served version's loss on the current validation sample (with the
   // data as they are now); nullopt when the workload cannot re-measure it.
   virtual std::optional<double> RevalidatePublished() { return std::nullopt; }
+  // After training: the staleness table of the versions kept during the run
+  // (trainer with Options::trainer.staleness_table), its cost in `s`;
+  // nullopt without one.
+  virtual std::optional<StalenessTable> FinishStalenessTable(LiveRun::Summary* s) { return std::nullopt; }
 };
 
 // The trainer, or the replay (its tensors on CUDA device 0 for the gpu tier).
@@ -62,8 +66,8 @@ int64_t WarmupOf(const LiveRun::Options& o, int64_t first, int64_t last);
 // Bytes of the published model (replay: model_bytes; trainer: its MLP's F32 parameters).
 uint64_t ExpectedModelBytes(const LiveRun::Options& o);
 
-// True when the trainer's drift changes what the inference traffic costs
-// (label swap, rotation); classes arriving in training do not.
+// True when the trainer's traffic drifts (every drift kind does: see
+// DriftedSamples): consumers then need the producer's iteration.
 bool DriftChangesTraffic(const LiveRun::Options& o);
 
 // Sleeps until monotonic time `t`, checking `stop` (may be empty) every 50 ms.

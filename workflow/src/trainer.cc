@@ -253,6 +253,7 @@ bool Trainer::Options::IsValid(std::string* error) const {
   if (staleness_table && val_every_iterations <= 0) {
     return fail("val_every_iterations must be positive with staleness_table (versions are kept at validation points)");
   }
+  if (staleness_deferred && !staleness_table) return fail("staleness_deferred needs staleness_table");
   if (staleness_table && test_samples <= 0) {
     return fail("test_samples must be positive with staleness_table (its test_loss is the traffic's truth)");
   }
@@ -524,6 +525,15 @@ Evaluation Trainer::Validate() const { return EvaluateOn(model_, false, iteratio
 Evaluation Trainer::Test() const { return EvaluateOn(model_, true, iteration_); }
 
 void Trainer::RecordStaleness(int64_t iteration) {
+  KeepStalenessVersion(iteration);
+  if (options_.staleness_deferred) {
+    staleness_pending_.push_back(iteration);
+    return;
+  }
+  EvaluateKeptVersions(iteration);
+}
+
+void Trainer::KeepStalenessVersion(int64_t iteration) {
   const int64_t point = validation_points_ - 1;
   // The previous newest stays only if it is on the stride's grid.
   if (!kept_.empty() && kept_.back().point % staleness_stride_ != 0) kept_.pop_back();
@@ -540,28 +550,89 @@ void Trainer::RecordStaleness(int64_t iteration) {
     kept_ = std::move(thinned);
   }
   staleness_peak_ = std::max(staleness_peak_, static_cast<int64_t>(kept_.size()));
-  const TrafficState traffic = DriftTrafficState(options_, iteration);
+}
+
+// One row per kept version v <= iteration, on the traffic of `iteration`.
+void Trainer::EvaluateKeptVersions(int64_t iteration) {
   for (KeptVersion& v : kept_) {
-    const KeptVersion::Measured* m = nullptr;
-    for (const auto& earlier : v.measured) {
-      if (earlier.traffic == traffic) m = &earlier;
-    }
-    if (m != nullptr) {
-      ++staleness_reused_;
-    } else {
-      v.measured.push_back({traffic, EvaluateOn(v.model, false, iteration), EvaluateOn(v.model, true, iteration)});
-      m = &v.measured.back();
-      ++staleness_evaluations_;
-    }
-    StalenessRecord r;
-    r.version_iteration = v.iteration;
-    r.traffic_iteration = iteration;
-    r.val_loss = m->val.mean_loss;
-    r.val_accuracy = m->val.accuracy;
-    r.test_loss = m->test.mean_loss;
-    r.test_accuracy = m->test.accuracy;
-    staleness_rows_.push_back(r);
+    if (v.iteration > iteration) break;  // kept_ is oldest first
+    EvaluateVersion(v, iteration);
   }
+  for (KeptVersion& v : extra_kept_) {
+    if (v.iteration > iteration) break;  // extra_kept_ too
+    EvaluateVersion(v, iteration);
+  }
+}
+
+// The row (version, iteration): `version` on the traffic of `iteration`,
+// reusing an evaluation made on the same traffic.
+void Trainer::EvaluateVersion(KeptVersion& v, int64_t iteration) {
+  const TrafficState traffic = DriftTrafficState(options_, iteration);
+  const KeptVersion::Measured* m = nullptr;
+  for (const auto& earlier : v.measured) {
+    if (earlier.traffic == traffic) m = &earlier;
+  }
+  if (m != nullptr) {
+    ++staleness_reused_;
+  } else {
+    v.measured.push_back({traffic, EvaluateOn(v.model, false, iteration), EvaluateOn(v.model, true, iteration)});
+    m = &v.measured.back();
+    ++staleness_evaluations_;
+  }
+  StalenessRecord r;
+  r.version_iteration = v.iteration;
+  r.traffic_iteration = iteration;
+  r.val_loss = m->val.mean_loss;
+  r.val_accuracy = m->val.accuracy;
+  r.test_loss = m->test.mean_loss;
+  r.test_accuracy = m->test.accuracy;
+  staleness_rows_.push_back(r);
+}
+
+int64_t Trainer::staleness_extra_versions() const { return static_cast<int64_t>(extra_kept_.size()); }
+
+void Trainer::KeepCurrentVersion() {
+  if (!options_.staleness_table || !options_.staleness_deferred || options_.staleness_max_versions != 0) return;
+  if (iteration_ == 0 || (!kept_.empty() && kept_.back().iteration == iteration_)) return;
+  if (!extra_kept_.empty() && extra_kept_.back().iteration == iteration_) return;
+  const auto begin = std::chrono::steady_clock::now();
+  extra_kept_.push_back(KeptVersion{iteration_, -1, model_.Clone(), {}});
+  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+StalenessTable Trainer::FinishStalenessTable() {
+  const auto begin = std::chrono::steady_clock::now();
+  // KeepCurrentVersion's versions on their own traffic (the diagonal), then
+  // every version on every validation point's.
+  for (KeptVersion& v : extra_kept_) {
+    if (v.measured.empty()) EvaluateVersion(v, v.iteration);
+  }
+  // A step of the traffic between two validation points (a label swap, the
+  // class-incremental traffic growing, a recurring domain switching; not
+  // every iteration of a ramp) gets knots on both sides of it, s - 1 and s,
+  // so that a surface linear between knots holds the step where it is
+  // rather than spreading it over the points around it. Their traffic equals
+  // a neighbour's, so their evaluations are mostly reused.
+  if (!staleness_pending_.empty()) {
+    std::vector<int64_t> knots = staleness_pending_;
+    const int64_t first = staleness_pending_.front(), last = staleness_pending_.back();
+    for (int64_t i = first + 2; i <= last; ++i) {
+      const TrafficState before = DriftTrafficState(options_, i - 1), at = DriftTrafficState(options_, i);
+      if (at == before) continue;
+      const bool ramp = !(DriftTrafficState(options_, i - 2) == before) &&
+                        (i + 1 > last || !(DriftTrafficState(options_, i + 1) == at));
+      if (ramp) continue;
+      knots.push_back(i - 1);
+      knots.push_back(i);
+    }
+    std::sort(knots.begin(), knots.end());
+    knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
+    staleness_pending_ = std::move(knots);
+  }
+  for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
+  staleness_pending_.clear();
+  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return staleness_table();
 }
 
 StalenessTable Trainer::staleness_table() const {
@@ -687,6 +758,7 @@ StatusOr<Trainer::Summary> Trainer::Run(TrainingLogWriter* log, const IterationC
       planned_iterations_ < options_.epochs * iterations_per_epoch()) {
     s.termination = "max_iterations";
   }
+  if (options_.staleness_deferred) FinishStalenessTable();
   s.iterations = iteration_;
   s.epochs_started = epoch_ + 1;
   s.iterations_per_epoch = iterations_per_epoch();

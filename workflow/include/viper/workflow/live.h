@@ -64,6 +64,13 @@ class LiveRun {
     schedulers::StrategyKind strategy = schedulers::StrategyKind::kOptimal;
     // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
     std::string pfs_dir;
+    // pfs tier: a key file only this user can read (transports::Publisher::
+    // Options::hmac_key_file): every version file carries an HMAC-SHA256
+    // under it and the consumers serve only versions that verify under
+    // theirs. Empty = none. Other tiers refuse it: their versions travel
+    // over MPI or shared memory inside the job and never sit in a shared
+    // directory where another writer could plant one.
+    std::string hmac_key_file;
     // poll: seconds between directory scans on the consumers.
     double poll_period_s = 1.0;
     // Requests per second each consumer serves (fixed rate, first at version 0's arrival).
@@ -76,11 +83,21 @@ class LiveRun {
     // consumers' requests cycle over the trainer's test subset (test images
     // [val_samples, val_samples + test_samples), disjoint from the validation
     // subset the producer observes), each consumer from its own offset. With
-    // a drift that changes the traffic (label-swap, rotation) each request's
-    // image is drifted as at the producer's estimated current iteration (see
-    // Request::traffic_iteration); class-incremental does not change it.
-    // The producer does not evaluate the test subset itself (log_test is
-    // ignored: the consumers measure the truth).
+    // a drift (every kind drifts the traffic) each request is served from the
+    // test subset as DriftedSamples has it at the producer's estimated
+    // current iteration (Request::traffic_iteration): request j gets image
+    // (j + offset) mod |drifted subset| of it, so over the subset a version's
+    // requests average the staleness table's test_loss(version, traffic).
+    // The producer does not evaluate the test subset during the run
+    // (log_test is ignored: the consumers measure the truth).
+    // trainer.staleness_table (and staleness_max_versions): the producer
+    // keeps a float32 copy of the model at every validation point and, with
+    // staleness_max_versions 0, of every version it publishes
+    // (Trainer::KeepCurrentVersion) during the run, and evaluates every pair
+    // after training (Trainer's deferred table, staleness_deferred is set
+    // here), off the timed window: Summary::staleness, and the log's test
+    // columns from its diagonal. Every published version is then a row of
+    // its own, never interpolated between validation points.
     Trainer::Options trainer = DefaultTrainerOptions();
     // Replay workload: the log (CSV/JSON lines, .gz ok; needs wall times).
     std::string log_path;
@@ -132,8 +149,8 @@ class LiveRun {
     int64_t iteration = 0;   // that version's iteration
     double loss = 0;         // real loss charged
     double staleness_s = 0;  // time_s - checkpoint_s of the version
-    // Trainer with label-swap or rotation drift: the producer iteration whose
-    // drift state the request's image was given, as the consumer estimated it
+    // Trainer with a drift: the producer iteration whose drift state the
+    // request's image was given, as the consumer estimated it
     // (the producer announces its iteration and time every 10 ms after
     // warm-up; the consumer adds the time since the last announcement over
     // tau between the last two). -1 when the traffic does not drift.
@@ -178,6 +195,16 @@ class LiveRun {
     std::vector<VersionStats> versions;
     std::vector<Request> request_log;  // in-window requests, by consumer then time
     TrainingLog log;                   // the producer's iterations (trainer: real losses)
+    // Options::trainer.staleness_table: the run's own table (source "viper
+    // run"), evaluated after training from the kept versions; the log's
+    // test_loss/test_accuracy are its diagonal. What it cost: seconds copying
+    // versions during the run (on the producer's training path), seconds
+    // evaluating after it, the copies' bytes at most, and the versions kept.
+    std::optional<StalenessTable> staleness;
+    double staleness_keep_s = 0;
+    double staleness_evaluate_s = 0;
+    uint64_t staleness_bytes_peak = 0;
+    int64_t staleness_versions_kept = 0;
 
     // "optimal over host/async/push: 12 versions, CIL 512.3 (256.1 per consumer) ..."
     std::string BriefReport() const;
@@ -202,13 +229,22 @@ struct LiveSimulationComparison {
   double predicted_requests = 0;
   double measured_requests_per_consumer = 0;
   std::optional<double> predicted_update_latency_s, measured_update_latency_s;
+  // What the simulator charged each request: "staleness table" (the run's
+  // table's test_loss at the request's version and traffic iteration) or
+  // "diagonal" (the version's own loss on `truth_metric`).
+  std::string judge;
+  std::string truth_metric;  // "test_loss" (the consumers' subset), else the planning metric
   std::string simulator_report;
   std::string BriefReport() const;
 };
 
-// Needs the producer's Summary. The simulator's true curve is the run's own
-// log (metric as planned), tau its per-iteration wall times, the tier the
-// measured mean stall and update latency.
+// Needs the producer's Summary. The simulator judges as the consumers
+// measure: with a drifting traffic and the run's staleness table, each
+// request is charged the table's test_loss(version, traffic iteration);
+// otherwise the version's test loss (the log's test column, the table's
+// diagonal) when the run has it, else the planning metric. tau: the log's
+// per-iteration wall times; the tier: the measured mean stall and update
+// latency.
 StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary& summary,
                                                          const LiveRun::Options& options);
 

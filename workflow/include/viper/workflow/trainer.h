@@ -144,6 +144,17 @@ class Trainer {
     // index is a multiple of a stride that doubles each time, plus the newest.
     // Each kept version costs model_bytes of float32 copies.
     int64_t staleness_max_versions = 0;
+    // Staleness table, deferred: at each validation point only keep the
+    // version (a float32 copy of the parameters) and remember the point;
+    // FinishStalenessTable() evaluates every pair after training, off the
+    // training path (the live producer: after its timed window). The rows on
+    // validation points are those of the immediate table restricted to the
+    // versions still kept at the end (with staleness_max_versions 0 all of
+    // them, bit for bit; with a bound, versions thinned away during the run
+    // have no rows, their diagonal included). It adds traffic knots s - 1 and
+    // s around each step of the traffic between validation points (see
+    // FinishStalenessTable), and KeepCurrentVersion's versions.
+    bool staleness_deferred = false;
 
     // False (and a message naming the field) when a value is out of range.
     bool IsValid(std::string* error) const;
@@ -239,6 +250,25 @@ class Trainer {
   // The staleness table so far (Options::staleness_table), rows sorted by
   // (version_iteration, traffic_iteration); empty without it.
   StalenessTable staleness_table() const;
+  // Deferred table, unbounded (staleness_max_versions 0): keeps the current
+  // parameters as one more version of the table, never thinned, when the
+  // current iteration is not a validation point (those are kept already):
+  // the live producer keeps each version it publishes, so that every served
+  // version is an exact row rather than interpolated between validation
+  // points. FinishStalenessTable evaluates it on its own iteration's traffic
+  // (its diagonal) and on every later validation point's. One model copy
+  // each. No-op otherwise.
+  void KeepCurrentVersion();
+  // Versions kept by KeepCurrentVersion.
+  int64_t staleness_extra_versions() const;
+  // Deferred table (Options::staleness_deferred): evaluates every kept
+  // version at every validation point seen so far (v <= t) and returns the
+  // table (staleness_table()). Its seconds count in staleness_seconds().
+  StalenessTable FinishStalenessTable();
+  // Seconds spent on the staleness table so far (copies and evaluations),
+  // and the most versions it has kept at once.
+  double staleness_seconds() const { return staleness_seconds_; }
+  int64_t staleness_versions_peak() const { return staleness_peak_; }
   // Iterations of the versions kept now, oldest first.
   std::vector<int64_t> staleness_versions() const;
   // Bytes of the kept versions' parameters now (versions x model bytes).
@@ -255,6 +285,9 @@ class Trainer {
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
   void RecordStaleness(int64_t iteration);
+  void KeepStalenessVersion(int64_t iteration);
+  void EvaluateKeptVersions(int64_t iteration);
+  void EvaluateVersion(KeptVersion& version, int64_t iteration);
 
   Options options_;
   Mlp model_;
@@ -266,7 +299,9 @@ class Trainer {
   double test_seconds_ = 0.0;
   mutable std::unique_ptr<Traffic> val_traffic_, test_traffic_;  // the last drifted samples gathered
   std::vector<KeptVersion> kept_;                                // staleness table: kept versions
+  std::vector<KeptVersion> extra_kept_;                          // KeepCurrentVersion's, by iteration
   std::vector<StalenessRecord> staleness_rows_;
+  std::vector<int64_t> staleness_pending_;  // deferred: validation points not evaluated yet
   int64_t staleness_stride_ = 1;  // kept: validation points whose index is a multiple of it, and the newest
   int64_t staleness_peak_ = 0;
   int64_t staleness_evaluations_ = 0, staleness_reused_ = 0;
