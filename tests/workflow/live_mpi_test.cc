@@ -240,7 +240,9 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
     expected_rows += static_cast<size_t>(std::count_if(own.begin(), own.end(), [&](int64_t t) { return t >= v.iteration; }));
   }
   EXPECT_GE(extra, 1);  // version 0 at 19
-  EXPECT_EQ(table.records.size(), expected_rows);
+  std::string published;
+  for (const auto& v : r->versions) published += " " + std::to_string(v.iteration);
+  EXPECT_EQ(table.records.size(), expected_rows) << "published versions at" << published;
   EXPECT_EQ(r->staleness_versions_kept, 19 + extra);
   EXPECT_GT(r->staleness_bytes_peak, 0u);
   // Every published version is a row of its own, from its diagonal on.

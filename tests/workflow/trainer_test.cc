@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "viper/core/safetensors.h"
@@ -828,22 +829,29 @@ TEST(TrainerTest, KeepCurrentVersionAddsExactRowsOffTheValidationGrid) {
     std::optional<ModelState> at33;
     while (!(*t)->done()) {
       ASSERT_TRUE((*t)->Step(&r).ok());
-      if (r.iteration == 33 || r.iteration == 40) (*t)->KeepCurrentVersion();  // 40 is a validation point
+      // 40 is a validation point; 71 is the knot after the shift's end (a
+      // version published there once got its diagonal row twice).
+      if (r.iteration == 33 || r.iteration == 40 || r.iteration == 71) (*t)->KeepCurrentVersion();
       if (r.iteration == 33) at33 = (*t)->model().Clone().state();
     }
     const StalenessTable table = (*t)->FinishStalenessTable();
     std::map<int64_t, double> row33;
-    int64_t rows40 = 0;
+    int64_t rows40 = 0, rows71 = 0;
+    std::set<std::pair<int64_t, int64_t>> pairs;
     for (const auto& x : table.records) {
       if (x.version_iteration == 33) row33[x.traffic_iteration] = x.test_loss;
       if (x.version_iteration == 40) ++rows40;
+      if (x.version_iteration == 71) ++rows71;
+      EXPECT_TRUE(pairs.insert({x.version_iteration, x.traffic_iteration}).second)
+          << "pair (" << x.version_iteration << ", " << x.traffic_iteration << ") twice";
     }
     if (max_versions != 0) {
       EXPECT_TRUE(row33.empty()) << "a bounded table keeps no extra versions";
       EXPECT_EQ((*t)->staleness_extra_versions(), 0);
       continue;
     }
-    EXPECT_EQ((*t)->staleness_extra_versions(), 1) << "40 was kept as a validation point already";
+    EXPECT_EQ((*t)->staleness_extra_versions(), 2) << "40 was kept as a validation point already";
+    EXPECT_EQ(rows71, 4);  // 71 (once), 80, 90, 100
     EXPECT_EQ(rows40, 8);  // 40, 50, ..., 100 and 71 (the knot after the shift's end at 70/71)
     // 33 on its own traffic, on 40, 50, ..., 100 and on 71.
     ASSERT_EQ(row33.size(), 9u);

@@ -602,11 +602,6 @@ void Trainer::KeepCurrentVersion() {
 
 StalenessTable Trainer::FinishStalenessTable() {
   const auto begin = std::chrono::steady_clock::now();
-  // KeepCurrentVersion's versions on their own traffic (the diagonal), then
-  // every version on every validation point's.
-  for (KeptVersion& v : extra_kept_) {
-    if (v.measured.empty()) EvaluateVersion(v, v.iteration);
-  }
   // A step of the traffic between two validation points (a label swap, the
   // class-incremental traffic growing, a recurring domain switching; not
   // every iteration of a ramp) gets knots on both sides of it, s - 1 and s,
@@ -628,6 +623,15 @@ StalenessTable Trainer::FinishStalenessTable() {
     std::sort(knots.begin(), knots.end());
     knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
     staleness_pending_ = std::move(knots);
+  }
+  // KeepCurrentVersion's versions on their own traffic (the diagonal; once:
+  // a version published on a knot gets that row below), then every version
+  // on every validation point's and knot's.
+  for (KeptVersion& v : extra_kept_) {
+    if (v.measured.empty() &&
+        !std::binary_search(staleness_pending_.begin(), staleness_pending_.end(), v.iteration)) {
+      EvaluateVersion(v, v.iteration);
+    }
   }
   for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
   staleness_pending_.clear();
