@@ -92,7 +92,9 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
                              {"superseded", v.superseded},
                              {"requests", v.requests},
                              {"loss_sum", v.loss_sum},
-                             {"bytes", v.bytes}});
+                             {"bytes", v.bytes},
+                             {"written_bytes", v.written_bytes},
+                             {"encoding", v.encoding}});
   }
   return j;
 }
@@ -170,6 +172,11 @@ int RunRun(const std::vector<std::string>& args) {
       "stricter): each version file carries an HMAC-SHA256 under it and consumers serve only versions that "
       "verify under their key (one SHA-256 pass over each version). A consumer given another key serves "
       "nothing and the run fails")(
+      "delta", po::bool_switch(&o.pfs_delta),
+      "pfs tier: write each version after the first as a delta against the previous one when that is smaller "
+      "(model-v<N>.delta: only the elements whose bits changed; a full version every 9th, or when the delta "
+      "is not smaller); consumers rebuild each version from its chain and verify its checksum before serving "
+      "it. The producer keeps a copy of the previous version (one model of host memory). Default: off")(
       "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
       "poll: seconds between directory scans, in (0, 86400]")("requests-per-s",
                                                po::value(&o.requests_per_s)->default_value(o.requests_per_s),
@@ -423,6 +430,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"warmup_fraction", "--warmup"},
         {"notify", "--notify"},
         {"hmac_key_file", "--hmac-key-file"},
+        {"pfs_delta", "--delta"},
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
         {"poll_period_s", "--poll-period-s"},

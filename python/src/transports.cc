@@ -326,6 +326,8 @@ void BindTransports(py::module_& m) {
       .def_readonly("stall_s", &Publisher::VersionReport::stall_s)
       .def_readonly("snapshot_s", &Publisher::VersionReport::snapshot_s)
       .def_readonly("transfer_s", &Publisher::VersionReport::transfer_s)
+      .def_readonly("written_bytes", &Publisher::VersionReport::written_bytes)
+      .def_readonly("encoding", &Publisher::VersionReport::encoding)
       .def_readonly("notify_s", &Publisher::VersionReport::notify_s)
       .def_readonly("superseded", &Publisher::VersionReport::superseded)
       .def_readonly("sent", &Publisher::VersionReport::sent)
@@ -354,7 +356,7 @@ void BindTransports(py::module_& m) {
                        uint64_t staging_bytes, int snapshot_threads, std::vector<int> subscriber_ranks,
                        double peer_timeout_s, bool wait_for_servable, bool o_direct, int pfs_keep_versions,
                        int producer_id, int gpu_device, uint64_t chunk_bytes, const std::string& session_id,
-                       const std::string& hmac_key_file) {
+                       const std::string& hmac_key_file, bool pfs_delta) {
              Publisher::Options o;
              o.tier = EnumOrRaise(transports::TierFromString(tier), "tier", tier, "gpu, host or pfs");
              o.mode = EnumOrRaise(transports::ModeFromString(mode), "mode", mode, "sync or async");
@@ -375,6 +377,7 @@ void BindTransports(py::module_& m) {
              o.chunk_bytes = chunk_bytes;
              o.session_id = session_id;
              o.hmac_key_file = hmac_key_file;
+             o.pfs_delta = pfs_delta;
              std::string error;
              if (!o.IsValid(&error)) throw py::value_error("Publisher: " + error);
              return std::make_unique<PyPublisher>(o);
@@ -383,7 +386,7 @@ void BindTransports(py::module_& m) {
            py::arg("fanout"), py::arg("staging_bytes"), py::arg("snapshot_threads"), py::arg("subscriber_ranks"),
            py::arg("peer_timeout_s"), py::arg("wait_for_servable"), py::arg("o_direct"), py::arg("pfs_keep_versions"),
            py::arg("producer_id"), py::arg("gpu_device"), py::arg("chunk_bytes"), py::arg("session_id") = "",
-           py::arg("hmac_key_file") = "")
+           py::arg("hmac_key_file") = "", py::arg("pfs_delta") = false)
       .def("publish", &PyPublisher::Publish, py::arg("specs"), py::arg("iteration"))
       .def("_publish_native", &PyPublisher::PublishNative, py::arg("state"), py::arg("iteration"))
       .def("flush", &PyPublisher::Flush)

@@ -316,6 +316,9 @@ TEST(LiveMpi, ReplayPrefixOverPfs) {
   o.strategy = schedulers::StrategyKind::kFixed;
   o.requests_per_s = 200;
   o.verbose = false;
+  // Versions after the first go as deltas (--delta): the replay's tensors do
+  // not change, so each is a small file the consumers rebuild and verify.
+  o.pfs_delta = true;
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   MPI_Barrier(MPI_COMM_WORLD);
@@ -323,6 +326,19 @@ TEST(LiveMpi, ReplayPrefixOverPfs) {
   fs::remove_all(dir);
   CheckProducerSummary(*r);
   EXPECT_EQ(r->total_iterations, 500);
+  ASSERT_GE(r->versions.size(), 2u);
+  for (const auto& v : r->versions) {
+    if (v.superseded) continue;
+    if (v.version == 0) {
+      EXPECT_EQ(v.encoding, "full");
+      EXPECT_EQ(v.written_bytes, v.bytes);
+    } else if (v.version % 9 == 0) {  // a full version after 8 deltas (pfs_delta_chain_max)
+      EXPECT_EQ(v.encoding.rfind("full", 0), 0u) << v.version << ": " << v.encoding;
+    } else {
+      EXPECT_EQ(v.encoding.rfind("delta of version ", 0), 0u) << v.version << ": " << v.encoding;
+      EXPECT_LT(v.written_bytes, v.bytes / 100) << v.version;
+    }
+  }
   // The loss of a replayed version is the logged one: the same for every
   // request it served, and taken from the log's curve at its iteration.
   std::map<uint64_t, double> loss_of;

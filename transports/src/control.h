@@ -33,6 +33,9 @@ struct SendOutcome {
   std::vector<Publisher::ConsumerResult> consumers;
   double transfer_s = 0;
   double notify_s = 0;
+  // What the tier wrote (VersionReport::written_bytes, encoding).
+  uint64_t written_bytes = 0;
+  std::string encoding;
   // The consumers this send dropped (ConsumerResult::lost).
   std::vector<int> Lost() const {
     std::vector<int> lost;

@@ -36,6 +36,10 @@ bool Publisher::Options::IsValid(std::string* error) const {
   if (pfs_writer_threads < 1 || pfs_writer_threads > 64)
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
+  if (pfs_delta && tier != Tier::kPfs) return fail("pfs_delta: only the pfs tier writes delta versions so far");
+  if (pfs_delta && pfs_layout != PfsStore::Layout::kFlat)
+    return fail("pfs_delta: delta versions need the flat layout (tf-serving directories hold full models)");
+  if (pfs_delta_chain_max < 1 || pfs_delta_chain_max > 1000) return fail("pfs_delta_chain_max: must be in [1, 1000]");
   if (snapshot_threads < 0 || snapshot_threads > 64)
     return fail("snapshot_threads: must be in [0, 64] (0 = one per usable CPU, at most 4)");
   if (gpu_device < 0) return fail("gpu_device: must be >= 0");
@@ -55,6 +59,7 @@ std::string Publisher::VersionReport::BriefReport() const {
   std::ostringstream s;
   s << "version " << version << " (iteration " << iteration << ", " << bytes << " bytes): stall " << stall_s
     << " s, snapshot " << snapshot_s << " s, transfer " << transfer_s << " s";
+  if (!encoding.empty()) s << ", " << encoding << " (" << written_bytes << " bytes written)";
   if (superseded) s << ", superseded";
   for (const auto& c : consumers) {
     s << "; rank " << c.rank << ": "
@@ -292,6 +297,8 @@ class Publisher::Impl {
     report->consumers.insert(report->consumers.end(), out.consumers.begin(), out.consumers.end());
     report->transfer_s = out.transfer_s;
     report->notify_s = out.notify_s;
+    report->written_bytes = out.written_bytes;
+    report->encoding = out.encoding;
     const std::vector<int> lost = out.Lost();
     std::lock_guard<std::mutex> lock(mu_);
     lost_.insert(lost_.end(), lost.begin(), lost.end());
@@ -363,6 +370,8 @@ class Publisher::Impl {
         rep.bytes = r.bytes;
         rep.transfer_s = r.transfer_s;
         rep.notify_s = r.notify_s;
+        rep.written_bytes = r.written_bytes;
+        rep.encoding = r.encoding;
         rep.consumers = r.consumers;
         rep.sent = st.ok();
         if (!st.ok()) {

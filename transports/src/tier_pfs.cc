@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tier_pfs.h"
 #include "viper/transports/private_dir.h"
@@ -22,9 +24,16 @@ class PfsSender : public TierSender {
 
   Status Send(const StagedVersion& s, double start_s, SendOutcome* out) override {
     const double t0 = MonotonicSeconds();
-    auto stats = store_->Write(s.version(), s.image(), s.image_bytes());
+    auto stats = options_.pfs_delta && !base_.empty()
+                     ? store_->WriteDelta(s.version(), s.image(), s.image_bytes(), base_.data(), base_.size())
+                     : store_->Write(s.version(), s.image(), s.image_bytes());
     if (!stats.ok()) return stats.status();
     out->transfer_s = MonotonicSeconds() - t0;
+    out->written_bytes = stats->bytes;
+    out->encoding = stats->delta ? "delta of version " + std::to_string(stats->base_version)
+                                 : (stats->delta_report.empty() ? "full" : "full (" + stats->delta_report + ")");
+    // The next version's base: this image, as the directory now holds it.
+    if (options_.pfs_delta) base_.assign(s.image(), s.image() + s.image_bytes());
     if (control_ == nullptr) return Status::Ok();  // poll: the consumers find it themselves
     const Announce a =
         control_->AnnounceStaged(kAnnouncePfs, s.version(), s.iteration(), s.image_bytes(), s.checksum());
@@ -36,6 +45,7 @@ class PfsSender : public TierSender {
   Publisher::Options options_;
   std::unique_ptr<PfsStore> store_;
   ProducerControl* control_;
+  std::vector<std::byte> base_;  // pfs_delta: the previous version's image
 };
 
 }  // namespace
@@ -48,6 +58,7 @@ StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const SenderSetup& setup) {
   po.writer_threads = options.pfs_writer_threads;
   po.keep_versions = options.pfs_keep_versions;
   po.layout = options.pfs_layout;
+  po.delta_chain_max = options.pfs_delta_chain_max;
   std::string error;
   if (!po.IsValid(&error)) return InvalidArgumentError("pfs options: " + error);
   // Created when missing (0700, as PyTorch DCP and save_pretrained create

@@ -63,6 +63,9 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     return Fail(error, "hmac_key_file: needs tier pfs (only version files in a shared directory are signed; the "
                        "other tiers move versions inside the MPI job)");
   }
+  if (pfs_delta && tier != transports::Tier::kPfs) {
+    return Fail(error, "pfs_delta: needs tier pfs (only the pfs tier writes delta versions so far)");
+  }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");

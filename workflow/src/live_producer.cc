@@ -99,6 +99,7 @@ class Producer {
     po.pfs_dir = o_.pfs_dir;
     po.session_id = session_;  // each version carries the run's identity
     po.hmac_key_file = o_.hmac_key_file;
+    po.pfs_delta = o_.pfs_delta;
     po.staging_bytes = ExpectedModelBytes(o_) + (1 << 20);
     VIPER_ASSIGN_OR_RETURN(pub_, transports::Publisher::Create(po));
     return Status::Ok();
@@ -329,6 +330,8 @@ class Producer {
         v.notify_s = r.notify_s;
         v.superseded = r.superseded;
         v.bytes = r.bytes;
+        v.written_bytes = r.written_bytes;
+        v.encoding = r.encoding;
       }
       if (p.version > 0) s_.total_stall_s += v.stall_s;
       index_[v.version] = s_.versions.size();

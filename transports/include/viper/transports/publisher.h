@@ -86,6 +86,14 @@ class Publisher {
     int pfs_writer_threads = 1;
     int pfs_keep_versions = 2;
     PfsStore::Layout pfs_layout = PfsStore::Layout::kFlat;  // file naming in pfs_dir
+    // pfs tier, flat layout: write each version after the first as a delta
+    // against the previous one (PfsStore::WriteDelta: a full version instead
+    // when the delta is not smaller, every pfs_delta_chain_max + 1 versions,
+    // or when the previous one is not in the directory). Readers rebuild a
+    // delta version from its chain and verify it before it is served. The
+    // sender keeps a copy of the previous image (one model of host memory).
+    bool pfs_delta = false;
+    int pfs_delta_chain_max = 8;
     // The run's identity (private_dir.h: NewSessionId), written into each
     // version's metadata as viper-run.session; Subscribers given the same
     // session_id serve only versions that carry it. Empty = none.
@@ -135,6 +143,12 @@ class Publisher {
     // gpu: until every consumer acknowledged its copy) / write the file.
     double transfer_s = 0;
     double notify_s = 0;           // push messages after a pfs write
+    // What the tier wrote for this version: pfs, the file's bytes (a delta
+    // file is smaller than `bytes`); 0 on tiers that do not say. And how:
+    // "full", or "delta of version N" (pfs_delta), with the codec's reason
+    // when a full version was written instead.
+    uint64_t written_bytes = 0;
+    std::string encoding;
     bool superseded = false;       // async: replaced by a newer snapshot before it was sent
     bool sent = false;             // the background send finished (sync: always)
     std::vector<ConsumerResult> consumers;

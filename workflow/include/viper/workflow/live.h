@@ -71,6 +71,11 @@ class LiveRun {
     // over MPI or shared memory inside the job and never sit in a shared
     // directory where another writer could plant one.
     std::string hmac_key_file;
+    // pfs tier: write each version after the first as a delta against the
+    // previous one when that is smaller (transports::Publisher::Options::
+    // pfs_delta; consumers rebuild and verify it). The report's encoding
+    // column says what each version was written as.
+    bool pfs_delta = false;
     // poll: seconds between directory scans on the consumers.
     double poll_period_s = 1.0;
     // Requests per second each consumer serves (fixed rate, first at version 0's arrival).
@@ -140,6 +145,11 @@ class LiveRun {
     int64_t requests = 0;     // requests it served (all consumers, in the window)
     double loss_sum = 0;      // their summed loss
     uint64_t bytes = 0;       // serialized size
+    // What the tier wrote (pfs: the file's bytes; a delta is smaller than
+    // `bytes`) and how ("full", "delta of version N"); 0 / empty where the
+    // tier does not say.
+    uint64_t written_bytes = 0;
+    std::string encoding;
   };
 
   struct Request {
