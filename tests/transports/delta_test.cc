@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -36,7 +38,9 @@ struct Model {
       EXPECT_TRUE(m.Add(std::move(*t)).ok());
     }
     m.metadata.version = version;
-    m.metadata.iteration = static_cast<int64_t>(version) * 10;
+    // version x 10, without signed overflow for the 19-digit versions below.
+    constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / 10;
+    m.metadata.iteration = version <= kMax ? static_cast<int64_t>(version) * 10 : static_cast<int64_t>(version / 10);
     auto image = safetensors::Serialize(m);
     EXPECT_TRUE(image.ok()) << image.status().ToString();
     return *image;
