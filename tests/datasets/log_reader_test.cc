@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -339,8 +340,11 @@ TEST(LogReaderTest, DirectoryIsRejected) {
 class GzipFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("viper-log-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
+    // A private directory with an unpredictable name (mkdtemp, 0700): the
+    // files these tests create there cannot be pre-created by another user.
+    std::string tmpl = (std::filesystem::temp_directory_path() / "viper-log-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
