@@ -48,6 +48,7 @@ int RunTrain(const std::vector<std::string>& args) {
   std::string dataset = "fashion-mnist", hidden = JoinWidths(o.hidden_widths), optimizer = "sgd", drift = "none";
   std::string swap_classes = std::to_string(o.drift_swap_class_a) + "," + std::to_string(o.drift_swap_class_b);
   std::string prior_classes;
+  std::string lr_milestones;
   for (int c : o.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
   std::string log_out, save_model, json_path, staleness_out;
   double progress_every_s = 2.0;
@@ -73,6 +74,10 @@ int RunTrain(const std::vector<std::string>& args) {
        "stop after N iterations (0 = no cap)")
       ("cosine", po::bool_switch(&o.cosine_schedule),
        "cosine learning-rate decay from --lr to 0 over the planned iterations")
+      ("lr-milestones", po::value(&lr_milestones)->default_value(""),
+       "step changes of the learning rate, 'ITER:FACTOR[,ITER:FACTOR...]': from iteration ITER on the rate is "
+       "multiplied by FACTOR (> 0; cumulative, on top of --cosine; iterations increasing, >= 2); e.g. 1500:0.1 "
+       "decays it, 1500:60 makes an SGD run diverge (the shipped collapse run)")
       ("drift", po::value(&drift)->default_value(drift),
        "data stream; every kind drifts training, validation and test (the traffic) alike: none; "
        "class-incremental (classes 0..k-1 first, then all 10; before the drift the validation and test samples "
@@ -156,6 +161,8 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!swap.ok()) return usage_error(swap.message());
   Status prior = ParsePriorClasses(prior_classes, &o);
   if (!prior.ok()) return usage_error(prior.message());
+  Status milestones = ParseLrMilestones(lr_milestones, &o);
+  if (!milestones.ok()) return usage_error(milestones.message());
   o.staleness_table = !staleness_out.empty();
   {
     // Parameters the widths imply (784 inputs, 10 classes), before allocating.
@@ -179,7 +186,7 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!o.IsValid(&error)) {
     // Name the flag, not the field.
     static const std::pair<const char*, const char*> kFlags[] = {
-        {"learning_rate", "--lr"}, {"momentum", "--momentum"}, {"adam_beta1", "--beta1"},
+        {"learning_rate", "--lr"}, {"lr_milestones", "--lr-milestones"}, {"momentum", "--momentum"}, {"adam_beta1", "--beta1"},
         {"adam_beta2", "--beta2"}, {"adam_epsilon", "--adam-eps"}, {"batch_size", "--batch"},
         {"epochs", "--epochs"}, {"max_iterations", "--max-iterations"}, {"train_samples", "--train-samples"},
         {"hidden_widths", "--hidden"}, {"drift_at_iteration", "--drift-at-iteration"},
@@ -263,6 +270,11 @@ int RunTrain(const std::vector<std::string>& args) {
     j["batch_size"] = o.batch_size;
     j["epochs"] = o.epochs;
     j["cosine_schedule"] = o.cosine_schedule;
+    if (!o.lr_milestones.empty()) {
+      nlohmann::json ms = nlohmann::json::array();
+      for (const auto& m : o.lr_milestones) ms.push_back({{"iteration", m.iteration}, {"factor", m.factor}});
+      j["lr_milestones"] = ms;
+    }
     j["drift"] = Trainer::ToString(o.drift);
     if (o.drift != Trainer::Drift::kNone) j["drift_at_iteration"] = o.drift_at_iteration;
     if (o.drift == Trainer::Drift::kClassIncremental) j["drift_initial_classes"] = o.drift_initial_classes;

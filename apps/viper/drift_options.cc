@@ -1,5 +1,6 @@
 #include "drift_options.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -33,6 +34,34 @@ Status ParsePriorClasses(const std::string& text, workflow::Trainer::Options* o)
     classes.push_back(static_cast<int>(v));
   }
   o->drift_prior_classes = classes;
+  return Status::Ok();
+}
+
+Status ParseLrMilestones(const std::string& text, workflow::Trainer::Options* o) {
+  std::vector<workflow::Trainer::Options::LrMilestone> milestones;
+  std::stringstream ss(text);
+  std::string item;
+  while (!text.empty() && std::getline(ss, item, ',')) {
+    const std::size_t colon = item.find(':');
+    char* end_i = nullptr;
+    char* end_f = nullptr;
+    workflow::Trainer::Options::LrMilestone m;
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < item.size();
+    if (ok) {
+      const std::string it = item.substr(0, colon), f = item.substr(colon + 1);
+      errno = 0;
+      m.iteration = std::strtoll(it.c_str(), &end_i, 10);
+      ok = *end_i == '\0' && errno == 0;
+      m.factor = std::strtod(f.c_str(), &end_f);
+      ok = ok && *end_f == '\0' && errno == 0;
+    }
+    if (!ok) {
+      return InvalidArgumentError("--lr-milestones: '" + item +
+                                  "' is not ITER:FACTOR (expected e.g. 1500:0.1 or 1500:0.1,3000:0.1)");
+    }
+    milestones.push_back(m);
+  }
+  o->lr_milestones = milestones;
   return Status::Ok();
 }
 

@@ -16,6 +16,9 @@ Status ParseSwapClasses(const std::string& text, workflow::Trainer::Options* o);
 // "a,b,...": the classes a prior shift favours, each in [0, 9].
 // InvalidArgument naming --drift-prior-classes and the item.
 Status ParsePriorClasses(const std::string& text, workflow::Trainer::Options* o);
+// --lr-milestones: 'ITER:FACTOR[,ITER:FACTOR...]' (empty = none) into
+// o->lr_milestones; range checks are Options::IsValid's.
+Status ParseLrMilestones(const std::string& text, workflow::Trainer::Options* o);
 
 }  // namespace cli
 }  // namespace viper

@@ -5,7 +5,8 @@
 # (default /tmp); the figures in datasets/README.md come from those summaries.
 # The drift runs and the no-drift control sgd-h256 also write their staleness
 # table, <name>.staleness.csv.gz (datasets/README.md, "Staleness tables").
-# ONLY="name ..." regenerates only those runs. rotate-sgd-h256 bounds its table
+# ONLY="name ..." regenerates only those runs. collapse-sgd-h256 diverges at
+# iteration 2500 (--lr-milestones 2500:60): a model that must never be published. rotate-sgd-h256 bounds its table
 # to 24 kept versions: every point of its 1500-iteration ramp is new traffic
 # for every kept version, so an unbounded table costs ~1,500 evaluations of
 # 7,000 images (about 9 minutes on the shared 2-core VM).
@@ -45,3 +46,9 @@ run_table recur-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 
 run_table prior-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
                       --drift prior-shift --drift-prior-classes 0,2,4,6 --drift-prior-mass 0.9 \
                       --drift-at-iteration 1500 --drift-duration 1000
+# A run that collapses: at iteration 2500 the learning rate jumps 60x (0.05 -> 3,
+# a mistaken step schedule) and SGD diverges to chance level for good. No
+# traffic drift: every version after the collapse is worse on today's traffic
+# than any served before it, so a planner must never publish one.
+run_table collapse-sgd-h256 --hidden 256 --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --lr-milestones 2500:60

@@ -137,6 +137,10 @@ if [ -f "$log" ]; then
   expect_rc 2 "fit --warmup 0.2" "$viper" fit --log "$log" --warmup 0.2
   expect_rc 2 "train --lr nan" "$viper" train --lr nan
   expect_in "$tmp/err" "--lr" "train names the flag, not the field"
+  expect_rc 2 "train --lr-milestones garbage" "$viper" train --lr-milestones 2500:sixty
+  expect_in "$tmp/err" "'2500:sixty' is not ITER:FACTOR" "train names the bad milestone"
+  expect_rc 2 "train --lr-milestones out of order" "$viper" train --lr-milestones 2500:60,100:0.1
+  expect_in "$tmp/err" "--lr-milestones[1]: iterations must increase" "train names the milestone flag and index"
   expect_rc 2 "train --hidden absurd" "$viper" train --hidden 1000000,1000000
   expect_in "$tmp/err" "the limit is 250000000" "train states the parameter limit"
   if "$viper" run --help >/dev/null 2>&1; then

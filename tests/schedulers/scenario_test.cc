@@ -65,6 +65,7 @@ Schedule UpTo(const Schedule& s, int64_t last) {
 TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
   const auto logs = datasets::ShippedLogFiles();
   ASSERT_GE(logs.size(), 7u) << "shipped logs missing in " << datasets::ShippedLogDirectory();
+  int oracle_checks = 0;
   for (const std::string& path : logs) {
     auto log = datasets::LogReader::ReadFile(path, {});
     ASSERT_TRUE(log.ok()) << log.status().ToString();
@@ -92,12 +93,19 @@ TEST(ScenarioTest, NoStrategyPeeksAtLaterRows) {
             << path << ", " << ToString(k) << ": decisions up to iteration " << s << " changed with later rows";
       }
       // The oracle does read the future: the check above would catch a peek.
+      // (Unless it publishes nothing after s either way: after the collapse
+      // of collapse-sgd-h256 every version is bad, altered or not.)
       auto a = PlanStrategy(*base, StrategyKind::kOracle);
       auto b = PlanStrategy(*altered, StrategyKind::kOracle);
       ASSERT_TRUE(a.ok() && b.ok());
+      const bool publishes_after = (!a->schedule.empty() && a->schedule.back() > s) ||
+                                   (!b->schedule.empty() && b->schedule.back() > s);
+      if (!publishes_after) continue;
+      ++oracle_checks;
       EXPECT_NE(a->schedule, b->schedule) << path << ": the oracle should see the altered future";
     }
   }
+  EXPECT_GE(oracle_checks, 2 * (static_cast<int>(logs.size()) - 1)) << "the oracle check should run on all but one log";
 }
 
 // The judge reads test_loss where the log has it, and never lets a planner observe it.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <filesystem>
 
@@ -106,14 +107,70 @@ TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {
     ASSERT_TRUE(table.ok()) << table.status().ToString();
     auto sc = MakeScenario(*log, Options(*table));
     ASSERT_TRUE(sc.ok()) << name << ": " << sc.status().ToString();
-    if (name.rfind("sgd-h256.", 0) == 0) continue;  // the no-drift control
+    // No traffic drift: the control, and the run that collapses (its stale
+    // pairs equal their diagonal; its later versions are the bad ones).
+    if (name.rfind("sgd-h256.", 0) == 0 || name.rfind("collapse-", 0) == 0) continue;
     double worst = 0;
     for (const auto& g : sc->staleness_truth->Grid()) {
       worst = std::max(worst, g.loss - *sc->staleness_truth->At(g.version, static_cast<double>(g.version)));
     }
     EXPECT_GT(worst, 0.1) << name << ": a traffic drift should make some stale pair cost more";
   }
-  EXPECT_GE(tables, 6);
+  EXPECT_GE(tables, 7);
+}
+
+// A run that collapses (collapse-sgd-h256: the learning rate jumps 60x at
+// 2500 and SGD diverges): no version from the collapse on is ever better
+// than one from before it, so the closed loop must never publish one, on
+// any tier, in either window, judged on the table or on the diagonal. The
+// oracle, which knows, never does either; epoch does (the test can fail).
+TEST(StalenessScenarioTest, OnlineNeverPublishesACollapsedModel) {
+  const std::string dir = datasets::ShippedLogDirectory();
+  auto log = datasets::LogReader::ReadFile(dir + "/collapse-sgd-h256.csv.gz", {});
+  auto table = datasets::StalenessReader::ReadFile(dir + "/collapse-sgd-h256.staleness.csv.gz", {});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  // The collapse: the first validation point at more than twice the best
+  // validation loss before it.
+  int64_t collapse = 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& r : log->records) {
+    if (!r.val_loss) continue;
+    if (*r.val_loss > 2 * best) {
+      collapse = r.iteration;
+      break;
+    }
+    best = std::min(best, *r.val_loss);
+  }
+  ASSERT_GT(collapse, 2000) << "the shipped run should collapse late (at 2500)";
+  int epoch_collapsed = 0;
+  for (Tier tier : {Tier::kGpu, Tier::kHost, Tier::kPfs}) {
+    for (WindowKind window : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
+      for (bool with_table : {true, false}) {
+        ScenarioOptions o;
+        o.warmup_fraction = 0.2;
+        o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
+        o.problem_template.requests.window = window;
+        if (window == WindowKind::kRequestCount) o.problem_template.requests.request_count = 3747;
+        if (with_table) o.staleness = *table;
+        auto sc = MakeScenario(*log, o);
+        ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+        const std::string what = std::string(ToString(tier)) + "/" + ToString(window) + (with_table ? "/table" : "/diagonal");
+        for (StrategyKind k : {StrategyKind::kOnline, StrategyKind::kOracle}) {
+          auto plan = PlanStrategy(*sc, k);
+          ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().ToString();
+          for (int64_t c : plan->schedule) {
+            EXPECT_LT(c, collapse) << what << ": " << ToString(k) << " published version " << c
+                                   << ", after the collapse at " << collapse << "; " << plan->summary.message;
+          }
+        }
+        auto epoch = PlanStrategy(*sc, StrategyKind::kEpoch);
+        ASSERT_TRUE(epoch.ok());
+        if (!epoch->schedule.empty() && epoch->schedule.back() >= collapse) ++epoch_collapsed;
+      }
+    }
+  }
+  EXPECT_GT(epoch_collapsed, 0) << "checkpointing every epoch should publish a collapsed version";
 }
 
 }  // namespace

@@ -383,6 +383,36 @@ TEST(TrainerTest, CosineScheduleAndLengths) {
   EXPECT_TRUE(s->last_val_loss.has_value());  // the last iteration validates
 }
 
+// Milestones multiply the rate from their iteration on, cumulatively and on
+// top of the cosine schedule; bad ones are refused with the index.
+TEST(TrainerTest, LearningRateMilestones) {
+  Trainer::Options o = SyntheticOptions();
+  o.cosine_schedule = true;
+  o.max_iterations = 60;
+  o.lr_milestones = {{20, 0.1}, {40, 60.0}};
+  auto t = Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<double> lrs;
+  ASSERT_TRUE((*t)->Run(nullptr, [&](const LogRecord&, const Trainer& tr) {
+                  lrs.push_back(tr.learning_rate());
+                  return true;
+                }).ok());
+  ASSERT_EQ(lrs.size(), 60u);
+  auto cosine = [](int64_t i) { return 0.05 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(i - 1) / 60.0)); };
+  EXPECT_NEAR(lrs[18], cosine(19), 1e-12);              // iteration 19: before the first milestone
+  EXPECT_NEAR(lrs[19], cosine(20) * 0.1, 1e-12);        // iteration 20: x 0.1
+  EXPECT_NEAR(lrs[39], cosine(40) * 0.1 * 60.0, 1e-12);  // iteration 40: x 6 in all
+  std::string error;
+  o.lr_milestones = {{20, 0.1}, {20, 2.0}};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("lr_milestones[1]: iterations must increase"), std::string::npos) << error;
+  o.lr_milestones = {{1, 0.1}};
+  EXPECT_FALSE(o.IsValid(&error));
+  o.lr_milestones = {{5, 0.0}};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("factor must be finite and > 0"), std::string::npos) << error;
+}
+
 TEST(TrainerTest, StopsWhenTheCallbackSaysSo) {
   auto t = Trainer::Create(SyntheticOptions(), Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6));
   ASSERT_TRUE(t.ok());

@@ -199,6 +199,16 @@ bool Trainer::Options::IsValid(std::string* error) const {
     if (hidden_widths[i] <= 0) return fail("hidden_widths[" + std::to_string(i) + "] must be positive");
   }
   if (!(std::isfinite(learning_rate) && learning_rate > 0.0)) return fail("learning_rate must be positive");
+  for (std::size_t i = 0; i < lr_milestones.size(); ++i) {
+    const LrMilestone& m = lr_milestones[i];
+    const std::string at = "lr_milestones[" + std::to_string(i) + "]";
+    if (m.iteration < 2) return fail(at + ": iteration must be >= 2, got " + std::to_string(m.iteration));
+    if (i > 0 && m.iteration <= lr_milestones[i - 1].iteration) {
+      return fail(at + ": iterations must increase, got " + std::to_string(m.iteration) + " after " +
+                  std::to_string(lr_milestones[i - 1].iteration));
+    }
+    if (!(std::isfinite(m.factor) && m.factor > 0.0)) return fail(at + ": factor must be finite and > 0");
+  }
   if (!in_unit(momentum)) return fail("momentum must be in [0, 1)");
   if (!in_unit(adam_beta1)) return fail("adam_beta1 must be in [0, 1)");
   if (!in_unit(adam_beta2)) return fail("adam_beta2 must be in [0, 1)");
@@ -425,9 +435,13 @@ std::vector<int> Trainer::ActiveClasses(int64_t iteration) const {
 }
 
 double Trainer::LearningRateAt(int64_t iteration) const {
-  if (!options_.cosine_schedule || planned_iterations_ <= 0) return options_.learning_rate;
+  double step = 1.0;
+  for (const Options::LrMilestone& m : options_.lr_milestones) {
+    if (iteration >= m.iteration) step *= m.factor;
+  }
+  if (!options_.cosine_schedule || planned_iterations_ <= 0) return options_.learning_rate * step;
   const double progress = static_cast<double>(iteration - 1) / static_cast<double>(planned_iterations_);
-  return options_.learning_rate * 0.5 * (1.0 + std::cos(kPi * progress));
+  return options_.learning_rate * step * 0.5 * (1.0 + std::cos(kPi * progress));
 }
 
 void Trainer::StartEpoch(bool all_classes) {

@@ -95,6 +95,17 @@ class Trainer {
     // Cosine decay of the learning rate from learning_rate to 0 over the
     // planned iterations: lr_i = lr * (1 + cos(pi * (i - 1) / N)) / 2.
     bool cosine_schedule = false;
+    // Step changes of the learning rate (PyTorch's MultiStepLR, with a factor
+    // per milestone): from iteration `iteration` on, the rate is multiplied
+    // by `factor` (cumulative, on top of the cosine schedule). Iterations
+    // strictly increasing and >= 2, factors finite and > 0. A factor above
+    // 1 can make the run diverge: that is how the shipped collapse run was
+    // made (a model that must never be published).
+    struct LrMilestone {
+      int64_t iteration = 0;
+      double factor = 1.0;
+    };
+    std::vector<LrMilestone> lr_milestones;
     // Stream of training data.
     Drift drift = Drift::kNone;
     // First iteration of the drift (>= 2; required with any drift): the first
