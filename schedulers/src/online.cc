@@ -127,6 +127,7 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
                   static_cast<long long>(served_measurements), max_decay_per_s);
     s += buf;
   }
+  if (cost_updates > 0) s += ", cost re-measured " + std::to_string(cost_updates) + " times";
   return s;
 }
 
@@ -374,6 +375,14 @@ double OnlinePlanner::MarginFor(double sigma) const { return options_.gate_z * s
 double OnlinePlanner::GateMargin() const {
   if (options_.gate_z <= 0 || measured_.size() == 0) return 0.0;
   return MarginFor(Noise());
+}
+
+Status OnlinePlanner::SetCost(const CheckpointCost& cost) {
+  std::string error;
+  if (!cost.IsValid(&error)) return InvalidArgumentError("the measured checkpoint cost: " + error);
+  problem_.cost = cost;
+  ++summary_.cost_updates;
+  return Status::Ok();
 }
 
 Status OnlinePlanner::ObserveServed(double loss) {

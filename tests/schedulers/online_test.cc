@@ -201,3 +201,54 @@ TEST(OnlinePlannerTest, PlanStartFieldsAreExactAgainstTheReference) {
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+// The measured cost of the next update (a delta version moves fewer bytes):
+// after SetCost the re-plans charge the new cost, so a planner that learned
+// its checkpoints became cheap publishes more of them than one still
+// planning with the first version's cost. A bad cost is refused.
+TEST(OnlinePlannerTest, PlansWithTheMeasuredCostOfTheNextUpdate) {
+  Problem expensive = CheapProblem();
+  expensive.cost.stall_s = 5.0;  // 100 iterations of training per checkpoint
+  expensive.cost.delay_s = 8.0;
+  auto run = [&](bool cheaper_after_first) {
+    OnlinePlanner planner(expensive, Forecasters());
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> e(0.0, 0.003);
+    for (int64_t i = 20; i <= expensive.total_iterations; i += 20) {
+      const double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 600.0) + e(rng);
+      EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+      auto now = planner.ShouldCheckpoint(i);
+      EXPECT_TRUE(now.ok()) << now.status().ToString();
+      if (!*now) continue;
+      EXPECT_TRUE(planner.Commit(i).ok());
+      if (cheaper_after_first && planner.taken().size() == 1) {
+        CheckpointCost delta_cost;
+        delta_cost.stall_s = 0.01;
+        delta_cost.delay_s = 0.1;
+        EXPECT_TRUE(planner.SetCost(delta_cost).ok());
+      }
+    }
+    return planner;
+  };
+  const OnlinePlanner full = run(false), delta = run(true);
+  EXPECT_EQ(full.summary().cost_updates, 0);
+  EXPECT_EQ(delta.summary().cost_updates, 1);
+  EXPECT_DOUBLE_EQ(delta.problem().cost.stall_s, 0.01);
+  EXPECT_GT(delta.taken().size(), full.taken().size() + 2)  // 70 against 3 when written
+      << "full: " << full.summary().BriefReport(static_cast<int64_t>(full.taken().size()))
+      << "; delta: " << delta.summary().BriefReport(static_cast<int64_t>(delta.taken().size()));
+  EXPECT_NE(delta.summary().BriefReport(1).find("cost re-measured 1 times"), std::string::npos);
+  OnlinePlanner planner(CheapProblem(), Forecasters());
+  CheckpointCost bad;
+  bad.stall_s = -1;
+  EXPECT_FALSE(planner.SetCost(bad).ok());
+  EXPECT_DOUBLE_EQ(planner.problem().cost.stall_s, 0.01);  // unchanged
+}
+
+}  // namespace
+}  // namespace schedulers
+}  // namespace viper

@@ -140,6 +140,7 @@ class OnlinePlanner {
     double max_certified_gap = 0;  // largest relative gap a re-plan was certified at (<= replan_gap)
     int64_t served_measurements = 0;  // ObserveServed() calls
     double max_decay_per_s = 0;       // the largest decay rate a re-plan used (loss per second)
+    int64_t cost_updates = 0;         // SetCost() calls
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -163,6 +164,11 @@ class OnlinePlanner {
   // the current validation sample (a live producer that re-validates it
   // after its data changed; offline, the staleness table's val_loss).
   Status ObserveServed(double loss);
+  // The cost of the next checkpoint as measured (a live producer after each
+  // version: with delta updates a version's stall and update latency follow
+  // the bytes it moves, not the model's size). Later re-plans charge it to
+  // every future checkpoint. InvalidArgument for a cost that is not valid.
+  Status SetCost(const CheckpointCost& cost);
   // The served versions' decay rate now, loss per second (0: none measured).
   double DecayPerSecond() const;
 
