@@ -70,7 +70,20 @@ class Planner {
       throw py::value_error("cost: stall_s and delay_s must be finite and >= 0, got " + std::to_string(stall_s) +
                             " and " + std::to_string(delay_s));
     }
-    if (built_) throw py::value_error("cost: the plan was made at the end of the warm-up; set the cost before it");
+    if (built_ && online_) {
+      // The closed loop re-plans at every measurement: later re-plans charge
+      // the measured cost of the next update (a delta version's, say).
+      schedulers::CheckpointCost c;
+      c.stall_s = stall_s;
+      c.delay_s = std::max(delay_s, stall_s);
+      OkOrRaise(online_->SetCost(c));
+      return;
+    }
+    if (built_) {
+      throw py::value_error("cost: the " + std::string(schedulers::ToString(kind_)) +
+                            " plan was made at the end of the warm-up; set the cost before it (only online re-plans "
+                            "with a cost measured later)");
+    }
     o_.stall_s = stall_s;
     o_.delay_s = std::max(delay_s, stall_s);
   }

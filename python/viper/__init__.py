@@ -439,8 +439,11 @@ class Planner:
                                  int(min_spacing))
 
     def set_cost(self, cost):
-        """The checkpoint cost, before the warm-up ends: (stall_s, delay_s),
-        a dict, or a VersionReport."""
+        """The checkpoint cost: (stall_s, delay_s), a dict, or a VersionReport.
+        Before the warm-up ends it is the cost the plan is made with; after
+        it, online only, the measured cost of the next update (e.g. the last
+        delta version's report), which later re-plans charge to every
+        checkpoint."""
         self._p.set_cost(*_cost_of(cost, self._poll_period_s))
 
     def observe(self, iteration, train_loss=None, val_loss=None):

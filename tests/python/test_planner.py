@@ -69,8 +69,15 @@ def test_cost_from_a_report_or_set_later():
     p.should_checkpoint(101)
     r = p.report()
     assert r["stall_s"] == pytest.approx(0.002) and r["delay_s"] == pytest.approx(0.005)
+    # online re-plans with a cost measured later (a delta version's)
+    p.set_cost((0.0005, 0.001))
+    assert "cost re-measured 1 times" in p.report()["summary"]
+    o = viper.Planner("optimal", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
+    for i in range(1, 102):
+        o.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+    o.should_checkpoint(101)
     with pytest.raises(ValueError, match="before"):
-        p.set_cost((0.1, 0.1))
+        o.set_cost((0.1, 0.1))
 
 
 def test_tau_is_measured_when_not_given():
