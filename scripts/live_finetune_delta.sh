@@ -32,18 +32,23 @@ done
 import json, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 for mode in ("full", "delta"):
-    lat, cil, written, full, versions = [], [], [], [], []
+    lat, cil, written, full, versions, per_request, seconds, transfer = [], [], [], [], [], [], [], []
     for i in range(1, runs + 1):
         j = json.load(open(f"{out}/{mode}-{i}.json"))
         lat.append(j["mean_update_latency_s"] * 1e3)
         cil.append(j["cil_per_consumer"])
         later = [v for v in j["versions"] if v["version"] > 0 and v.get("written_bytes")]
         versions.append(len(j["versions"]))
+        per_request.append(j["cil"] / j["requests"])
+        seconds.append(j["training_end_s"])
+        transfer += [v["transfer_s"] * 1e3 for v in later]
         written += [v["written_bytes"] for v in later]
         full += [v["bytes"] for v in later]
     sd = lambda x: statistics.stdev(x) if len(x) > 1 else 0.0
     print(f"{mode:5s}: update latency {statistics.mean(lat):.1f} +- {sd(lat):.1f} ms {['%.1f' % x for x in lat]}, "
           f"CIL per consumer {statistics.mean(cil):.1f} +- {sd(cil):.1f} {['%.1f' % x for x in cil]}, "
           f"versions {versions}, bytes written per later version median {statistics.median(written):.0f} of "
-          f"{statistics.median(full):.0f} (min {min(written)}, max {max(written)})")
+          f"{statistics.median(full):.0f} (min {min(written)}, max {max(written)}), producer write (transfer_s) "
+          f"median {statistics.median(transfer):.1f} ms, mean loss per request "
+          f"{['%.4f' % x for x in per_request]}, training {['%.1f' % x for x in seconds]} s")
 PY
