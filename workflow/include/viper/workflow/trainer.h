@@ -3,7 +3,9 @@
 // schedule and on a drifting stream (classes arriving, two labels swapped,
 // inputs rotating, a recurring rotated domain, or a shifting class prior).
 // Deterministic given a seed: the same options give the same losses,
-// iteration by iteration.
+// iteration by iteration. Fine-tuning: start from saved parameters
+// (Options::init_model_path) and keep some tensors frozen
+// (Options::freeze_layers, freeze_tensors).
 //
 // Iterations are numbered from 1. An epoch is one pass over the current
 // training pool (the remainder that does not fill a batch is skipped); the
