@@ -14,6 +14,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "drift_options.h"
+#include "finetune_options.h"
 #include "viper/config.h"
 #include "viper/core/units.h"
 #include "viper/transports/mpi_session.h"
@@ -140,7 +141,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
-  std::string hidden;
+  std::string hidden, freeze;
   std::string drift = "none", swap_classes = "0,6", prior_classes, staleness_out;
   for (int c : o.trainer.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
   bool compare = false, quiet = false;
@@ -191,6 +192,8 @@ int RunRun(const std::vector<std::string>& args) {
       "max-iterations", po::value(&o.trainer.max_iterations)->default_value(o.trainer.max_iterations),
       "trainer: stop after N iterations (0 = no cap)")(
       "hidden", po::value(&hidden), "trainer: hidden widths, comma-separated (default 256)")(
+      "init-model", po::value(&o.trainer.init_model_path), (std::string("trainer: ") + kInitModelHelp).c_str())(
+      "freeze", po::value(&freeze), (std::string("trainer: ") + kFreezeHelp).c_str())(
       "batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size),
       "trainer: samples per mini-batch")(
       "learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate),
@@ -387,6 +390,12 @@ int RunRun(const std::vector<std::string>& args) {
     for (const Status& st : {ParseSwapClasses(swap_classes, &o.trainer), ParsePriorClasses(prior_classes, &o.trainer)}) {
       if (!st.ok()) return usage(st.message());
     }
+    for (const char* f : {"init-model", "freeze"}) {
+      if (given(f) && o.workload != workflow::LiveRun::Workload::kTrainer) {
+        return usage(std::string("--") + f + ": needs --workload trainer (a replay has no parameters to start from or freeze)");
+      }
+    }
+    if (Status st = ParseFreeze(freeze, &o.trainer); !st.ok()) return usage(st.message());
     // The run's own table: asked for, or needed by --compare-simulation to
     // judge on the consumers' test subset (trainer; a replay judges its log).
     if (given("staleness-max-versions") && staleness_out.empty() && !compare) {
@@ -402,6 +411,7 @@ int RunRun(const std::vector<std::string>& args) {
   o.verbose = !quiet;
   std::string error;
   if (!o.IsValid(&error)) {
+    if (NameFinetuneFlag("trainer.", &error)) return usage(error);
     // Name the command-line option rather than the field.
     static const std::pair<const char*, const char*> kFlags[] = {
         {"trainer.drift_at_iteration", "--drift-at-iteration"},
@@ -489,6 +499,8 @@ int RunRun(const std::vector<std::string>& args) {
   // Finished, but some consumers were lost: not a clean success.
   const int done_code = s.lost_consumers.empty() ? kExitOk : kExitLostConsumers;
   nlohmann::json j = ToJson(s);
+  if (!o.trainer.init_model_path.empty()) j["init_model"] = o.trainer.init_model_path;
+  if (!freeze.empty()) j["freeze"] = freeze;
   if (s.staleness) {
     j["staleness_table"] = {{"path", staleness_out.empty() ? nlohmann::json() : nlohmann::json(staleness_out)},
                             {"rows", s.staleness->records.size()},

@@ -9,6 +9,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "drift_options.h"
+#include "finetune_options.h"
 #include "viper/core/safetensors.h"
 #include "viper/workflow/trainer.h"
 #include "viper/workflow/trainer_log.h"
@@ -50,8 +51,9 @@ int RunTrain(const std::vector<std::string>& args) {
   std::string prior_classes;
   std::string lr_milestones;
   for (int c : o.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
-  std::string log_out, save_model, json_path, staleness_out;
+  std::string log_out, save_model, json_path, staleness_out, freeze;
   double progress_every_s = 2.0;
+  int64_t save_every = 0;
   po::options_description desc("Options");
   desc.add_options()("help,h", "print this help")
       ("dataset", po::value(&dataset)->default_value(dataset), "data set (only fashion-mnist)")
@@ -131,7 +133,14 @@ int RunTrain(const std::vector<std::string>& args) {
        "bound on the versions the staleness table keeps (0 = all; else >= 2): over it the kept versions are "
        "thinned evenly (validation points on a stride that doubles each time, plus the newest), so memory is at "
        "most K x the model's bytes")
-      ("save-model", po::value(&save_model), "write the final parameters as a .safetensors file")
+      ("save-model", po::value(&save_model),
+       "write the final parameters as a .safetensors file (the tensors of torch.nn.Sequential(Linear, ReLU, ..., "
+       "Linear): 0.weight, 0.bias, 2.weight, ...; --init-model reads it back)")
+      ("save-every", po::value(&save_every)->default_value(save_every),
+       "also write the parameters every N iterations, as <--save-model without .safetensors>-it<iteration>"
+       ".safetensors (the versions a producer would publish; 0 = only the final one)")
+      ("init-model", po::value(&o.init_model_path), kInitModelHelp)
+      ("freeze", po::value(&freeze), kFreezeHelp)
       ("progress-every", po::value(&progress_every_s)->default_value(progress_every_s),
        "seconds between progress lines on stderr (0 = none)")
       ("json", po::value(&json_path), "also write the summary as JSON to this path ('-' = stdout only JSON, the summary line goes to stderr); schema viper.train/1");
@@ -163,6 +172,8 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!prior.ok()) return usage_error(prior.message());
   Status milestones = ParseLrMilestones(lr_milestones, &o);
   if (!milestones.ok()) return usage_error(milestones.message());
+  Status frozen = ParseFreeze(freeze, &o);
+  if (!frozen.ok()) return usage_error(frozen.message());
   o.staleness_table = !staleness_out.empty();
   {
     // Parameters the widths imply (784 inputs, 10 classes), before allocating.
@@ -178,12 +189,15 @@ int RunTrain(const std::vector<std::string>& args) {
                          " parameters; the limit is 250000000 (1 GB of float32 weights)");
     }
   }
+  if (save_every > 0 && save_model.empty()) return usage_error("--save-every: needs --save-model (the files' prefix)");
   for (const Status& st : {CheckInteger("--batch", o.batch_size, 1, 60000),
+                           CheckInteger("--save-every", save_every, 0, 1000000000),
                            CheckReal("--progress-every", progress_every_s, 0, 86400, false, "0 = none")}) {
     if (!st.ok()) return usage_error(st.message());
   }
   std::string error;
   if (!o.IsValid(&error)) {
+    if (NameFinetuneFlag("", &error)) return usage_error(error);
     // Name the flag, not the field.
     static const std::pair<const char*, const char*> kFlags[] = {
         {"learning_rate", "--lr"}, {"lr_milestones", "--lr-milestones"}, {"momentum", "--momentum"}, {"adam_beta1", "--beta1"},
@@ -219,11 +233,34 @@ int RunTrain(const std::vector<std::string>& args) {
                Trainer::ToString(o.optimizer), JoinWidths(o.hidden_widths).c_str(),
                static_cast<long long>(t.model().NumParameters()), t.model().SizeBytes(),
                static_cast<long long>(t.planned_iterations()), static_cast<long long>(t.iterations_per_epoch()));
+  if (!o.init_model_path.empty()) std::fprintf(stderr, "viper train: parameters from %s\n", o.init_model_path.c_str());
+  if (t.frozen_parameters() > 0) {
+    std::string names;
+    for (const auto& n : t.frozen_tensors()) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "viper train: frozen %s (%lld of %lld parameters)\n", names.c_str(),
+                 static_cast<long long>(t.frozen_parameters()), static_cast<long long>(t.model().NumParameters()));
+  }
   const bool tty = isatty(STDERR_FILENO);
   double next_progress_s = progress_every_s, last_wall = 0;
   int64_t last_iteration = 0;
   std::optional<double> val_loss, val_acc, test_loss;
+  std::string save_prefix = save_model;
+  if (const std::string ext = ".safetensors";
+      save_prefix.size() > ext.size() && save_prefix.compare(save_prefix.size() - ext.size(), ext.size(), ext) == 0) {
+    save_prefix.resize(save_prefix.size() - ext.size());
+  }
+  Status save_status;
+  int64_t saved = 0;
   auto progress = [&](const LogRecord& r, const Trainer& tr) {
+    if (save_every > 0 && r.iteration % save_every == 0) {
+      const std::string path = save_prefix + "-it" + std::to_string(r.iteration) + ".safetensors";
+      save_status = safetensors::WriteFileAtomic(tr.model().state(), path);
+      if (!save_status.ok()) {
+        save_status = save_status.WithContext("--save-every");
+        return false;
+      }
+      ++saved;
+    }
     if (r.val_loss) {
       val_loss = r.val_loss;
       val_acc = r.val_accuracy;
@@ -246,6 +283,11 @@ int RunTrain(const std::vector<std::string>& args) {
   auto summary = t.Run(log.get(), progress);
   if (tty && progress_every_s > 0) std::fprintf(stderr, "\n");
   if (!summary.ok()) return Fail("train", summary.status());
+  if (!save_status.ok()) return Fail("train", save_status);
+  if (saved > 0) {
+    std::fprintf(stderr, "viper train: wrote %lld intermediate models (%s-it<N>.safetensors)\n",
+                 static_cast<long long>(saved), save_prefix.c_str());
+  }
   if (log) {
     Status st = log->Close();
     if (!st.ok()) return Fail("train", st);
@@ -294,6 +336,9 @@ int RunTrain(const std::vector<std::string>& args) {
     j["val_samples"] = o.val_samples;
     j["test_samples"] = o.test_samples;
     j["seed"] = o.seed;
+    if (!o.init_model_path.empty()) j["init_model"] = o.init_model_path;
+    j["frozen_tensors"] = t.frozen_tensors();
+    j["frozen_parameters"] = t.frozen_parameters();
     const auto& s = *summary;
     j["termination"] = s.termination;
     j["iterations"] = s.iterations;

@@ -29,13 +29,28 @@ the current validation and traffic samples at each validation point) and
 writes it next to the --json file (--staleness-table to choose); with the
 online strategy it gives the planner the served version's re-measured
 validation loss (Planner.observe_served) at each validation point.
+
+--bf16: the consumers serve BF16 weights. The producer keeps FP32 master
+weights in its optimizer (as mixed-precision trainers do) and publishes their
+BF16 rounding; fine-tuned with a small step after the warm-up (--finetune-lr,
+e.g. 1e-4) most BF16 values round back to what they were, so only a small
+share of the bytes changes between versions.
+--delta (--tier pfs): each version after the first is written as a delta
+against the previous one when that is smaller (Publisher(pfs_delta=True));
+the consumers rebuild and verify it. Each version's bytes written and its
+encoding are printed and go into the JSON (written_bytes, encoding).
+
+    mpirun -np 2 python3 examples/pytorch/train_and_serve.py --tier pfs \\
+        --bf16 --finetune-lr 1e-4 --delta --iterations 400 --warmup 100
 """
 import argparse
 import gzip
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 from mpi4py import MPI  # initialises MPI first (MPI_THREAD_MULTIPLE, mpi4py's default); viper uses it as is
@@ -45,6 +60,7 @@ import torch
 from torch.nn.utils.stateless import functional_call
 
 import viper
+from delta_bounds import base_version, bounds
 
 TAG_END = 77  # producer -> consumer: training is over, the last version number
 TAG_TRAFFIC = 78  # producer -> consumer: the iteration the traffic has drifted to
@@ -60,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--hidden", type=int, default=128, help="hidden width of the MLP 784-H-10")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--finetune-lr", type=float, default=0.0,
+                   help="learning rate after the warm-up (0 = --lr): the warm-up trains the model version 0 "
+                        "serves, the rest fine-tunes it with small steps")
     p.add_argument("--train-samples", type=int, default=0, help="training pool size (0 = all not in validation)")
     p.add_argument("--val-samples", type=int, default=1000, help="the producer's validation subset (training images)")
     p.add_argument("--val-every", type=int, default=20, help="iterations between validation losses")
@@ -69,7 +88,13 @@ def parse_args(argv):
     p.add_argument("--tier", default="host", choices=["host", "pfs", "gpu"])
     p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--notify", default="push", choices=["push", "poll"])
-    p.add_argument("--pfs-dir", default="", help="pfs tier: a directory all ranks see")
+    p.add_argument("--pfs-dir", default="",
+                   help="pfs tier: a directory all ranks see (default: a private one made for the run and removed "
+                        "at its end)")
+    p.add_argument("--bf16", action="store_true",
+                   help="publish BF16 weights (the BF16 rounding of the FP32 master weights the optimizer keeps)")
+    p.add_argument("--delta", action="store_true",
+                   help="pfs tier: write versions after the first as deltas when smaller (Publisher(pfs_delta=True))")
     p.add_argument("--poll-period", type=float, default=0.1, help="notify poll: seconds between scans")
     p.add_argument("--drift", default="none", choices=["none", "class-incremental", "label-swap", "rotation"])
     p.add_argument("--drift-at", type=int, default=0, help="iteration the drift starts (0 = N/2)")
@@ -91,8 +116,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if not 0 < a.warmup < a.iterations:
         p.error(f"--warmup must be in (0, --iterations), got {a.warmup}")
-    if a.tier == "pfs" and not a.pfs_dir:
-        p.error("--tier pfs needs --pfs-dir")
+    if a.delta and a.tier != "pfs":
+        p.error("--delta needs --tier pfs")
     if a.notify == "poll" and a.tier != "pfs":
         p.error("--notify poll needs --tier pfs")
     if a.drift_at == 0:
@@ -161,8 +186,16 @@ def make_model(hidden, seed):
     return torch.nn.Sequential(torch.nn.Linear(784, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
 
 
-def model_bytes(model):
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+def model_bytes(model, bf16=False):
+    return sum(t.numel() * (2 if bf16 else t.element_size()) for t in model.state_dict().values())
+
+
+def published_state(a, model):
+    """What the consumers get: the state_dict, or its BF16 rounding (--bf16)."""
+    state = model.state_dict()
+    if a.bf16:
+        return {k: v.to(torch.bfloat16) for k, v in state.items()}
+    return state
 
 
 # ---------------------------------------------------------------------------
@@ -180,7 +213,8 @@ def produce(a, comm, t_base):
     model = make_model(a.hidden, a.seed)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     pub = viper.Publisher(tier=a.tier, mode=a.mode, notify=a.notify, pfs_dir=a.pfs_dir,
-                          staging_bytes=model_bytes(model) + (1 << 20), peer_timeout_s=30)
+                          staging_bytes=model_bytes(model, a.bf16) + (1 << 20), peer_timeout_s=30,
+                          pfs_delta=a.delta)
     planner = viper.Planner(a.strategy, total_iterations=a.iterations, warmup=a.warmup,
                             requests=a.requests_per_s, poll_period_s=a.poll_period if a.notify == "poll" else 0)
 
@@ -201,6 +235,7 @@ def produce(a, comm, t_base):
     served_it, served_measured = None, 0
 
     published = []  # (version, iteration, start relative to t_warm, report)
+    kept = {}  # --delta: version -> the state published
     t_warm = None
     planning_s = 0.0
     cursor, order = 0, None
@@ -240,9 +275,15 @@ def produce(a, comm, t_base):
         if it > a.warmup:
             planning_s += time.monotonic() - t0
         if it == a.warmup:  # version 0, the warm-up model; its cost is what the planner plans with
+            if a.finetune_lr > 0:
+                for group in opt.param_groups:
+                    group["lr"] = a.finetune_lr
             t_warm = time.monotonic()
             tau = (t_warm - t_start) / a.warmup
-            report = pub.publish(model.state_dict(), it)
+            state = published_state(a, model)
+            report = pub.publish(state, it)
+            if a.delta:  # kept to count each delta's bound against its base
+                kept[report.version] = {k: v.detach().clone() for k, v in state.items()}
             published.append((report.version, it, 0.0, report))
             served_it = it
             if recorder is not None:
@@ -252,7 +293,10 @@ def produce(a, comm, t_base):
             planner.set_cost(r0)  # sigma, delta measured on version 0, as `viper run` does
         elif publish:
             start = time.monotonic()
-            report = pub.publish(model.state_dict(), it)
+            state = published_state(a, model)
+            report = pub.publish(state, it)
+            if a.delta:  # kept to count each delta's bound against its base
+                kept[report.version] = {k: v.detach().clone() for k, v in state.items()}
             published.append((report.version, it, start - t_warm, report))
             planner.commit(it)
             served_it = it
@@ -266,6 +310,11 @@ def produce(a, comm, t_base):
         comm.send(last, dest=r, tag=TAG_END)
     results = comm.gather(None, root=0)[1:]
     s = summarise(a, planner, published, reports, results, t_warm - t_base, training_end, tau, planning_s, r0)
+    for v in s["versions"]:
+        base = base_version(v["encoding"])
+        if base is not None:
+            v.update(bounds(kept[base], kept[v["version"]]))
+            v["over_values_bound"] = v["written_bytes"] / max(1.0, v["values_bound_bytes"])
     if recorder is not None:
         recorder.write(a.staleness_table)
         s["staleness_table"] = {"path": a.staleness_table, "rows": len(recorder.rows),
@@ -293,7 +342,8 @@ def summarise(a, planner, published, reports, results, t_warm, training_end, tau
                          "stall_s": rep.stall_s, "snapshot_s": r.snapshot_s, "transfer_s": r.transfer_s,
                          "notify_s": r.notify_s, "discovery_s": 0.0, "load_s": 0.0, "update_latency_s": 0.0,
                          "max_update_latency_s": 0.0, "delivered_to": 0, "superseded": r.superseded,
-                         "requests": 0, "loss_sum": 0.0, "bytes": r.bytes})
+                         "requests": 0, "loss_sum": 0.0, "bytes": r.bytes, "written_bytes": r.written_bytes,
+                         "encoding": r.encoding})
     starts = {v: s for v, _, s, _ in published}
     for res in results:
         for version, servable, receive_s, verify_s in res["swaps"]:
@@ -343,7 +393,7 @@ def summarise(a, planner, published, reports, results, t_warm, training_end, tau
         "mean_update_latency_s": sum(later) / len(later) if later else None,
         "every_version_delivered": all(v["delivered_to"] == len(results) for v in versions if not v["superseded"]),
         "versions": versions,
-        "drift": a.drift,
+        "drift": a.drift, "bf16": a.bf16, "delta": a.delta,
         "state_dict_s": max([s for res in results for s in res["state_dict_s"]] or [0.0]),
     }
 
@@ -360,7 +410,7 @@ def consume(a, comm, t_base):
     swaps = []  # (version, servable time, receive_s, verify_s): on the receiving thread
     model = make_model(a.hidden, 0)  # the architecture; each version's tensors are used in place
     sub = viper.Subscriber(tier=a.tier, notify=a.notify, pfs_dir=a.pfs_dir, poll_period_s=a.poll_period,
-                           producer_timeout_s=300, preallocate_bytes=model_bytes(model) + (1 << 20),
+                           producer_timeout_s=300, preallocate_bytes=model_bytes(model, a.bf16) + (1 << 20),
                            callback=lambda v: swaps.append((v.version, time.monotonic() - t_base, v.receive_s,
                                                             v.verify_s)))
     sub.wait_for_version(0, timeout_s=600)
@@ -387,6 +437,8 @@ def consume(a, comm, t_base):
         if held is None or cur.version != held.version:
             t0 = time.monotonic()
             params = cur.state_dict()  # views of the received bytes: no copy
+            if a.bf16:  # computed in FP32 from the served BF16 values (one small copy per version)
+                params = {k: v.float() for k, v in params.items()}
             state_dict_s.append(time.monotonic() - t0)
             held = cur
         j = (q + offset) % len(y)
@@ -407,6 +459,18 @@ def main(argv):
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         sys.exit("train_and_serve: needs at least 2 ranks: mpirun -np 3 python3 train_and_serve.py")
+    made_dir = None
+    if a.tier == "pfs" and not a.pfs_dir:  # a private directory for this run (mkdtemp: 0700)
+        made_dir = tempfile.mkdtemp(prefix="viper-example-") if comm.Get_rank() == 0 else None
+        a.pfs_dir = comm.bcast(made_dir, root=0)
+    try:
+        return run(a, comm)
+    finally:
+        if made_dir:
+            shutil.rmtree(made_dir, ignore_errors=True)
+
+
+def run(a, comm):
     comm.Barrier()
     t_base = time.monotonic()  # CLOCK_MONOTONIC: one clock for every rank of this node
     t_base = comm.bcast(t_base, root=0)
@@ -426,6 +490,24 @@ def main(argv):
           f"{(s['mean_update_latency_s'] or 0) * 1e3:.2f} ms, stall {s['total_stall_s']:.3f} s "
           f"({s['slowdown_fraction'] * 100:.2f}% slowdown); state_dict() in hand after at most "
           f"{s['state_dict_s'] * 1e3:.3f} ms", file=sys.stderr)
+    if a.delta or a.bf16:
+        later = [v for v in s["versions"][1:] if not v["superseded"]]
+        full = sum(v["bytes"] for v in later)
+        written = sum(v["written_bytes"] for v in later)
+        for v in s["versions"]:
+            if v["superseded"]:
+                print(f"  version {v['version']:3d} (iteration {v['iteration']:5d}): superseded before it was written",
+                      file=sys.stderr)
+                continue
+            bound = ""
+            if "changed_elements" in v:
+                bound = (f"; {100.0 * v['changed_elements'] / v['elements']:.1f}% of the elements changed, "
+                         f"written / values bound {v['over_values_bound']:.3f}")
+            print(f"  version {v['version']:3d} (iteration {v['iteration']:5d}): wrote {v['written_bytes']:9d} of "
+                  f"{v['bytes']:9d} bytes ({100.0 * v['written_bytes'] / max(1, v['bytes']):5.1f}%), "
+                  f"{v['encoding']}{bound}", file=sys.stderr)
+        print(f"the {len(later)} versions written after the first: {written} bytes of {full} full ({100.0 * written / max(1, full):.1f}%)",
+              file=sys.stderr)
     if "staleness_table" in s:
         t = s["staleness_table"]
         print(f"staleness table: {t['path']} ({t['rows']} rows, {t['versions_kept']} versions kept in "
@@ -448,9 +530,18 @@ def main(argv):
             if last.get("version0_test_loss") is not None and last.get("later_versions_mean_test_loss") is not None \
                     and not last["later_versions_mean_test_loss"] < last["version0_test_loss"]:
                 problems.append("on the last traffic the versions after the warm-up measure no better than version 0")
+        elif a.finetune_lr > 0:
+            pass  # small steps after the warm-up move the loss by less than the per-request noise: not judged
         elif v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
             if not sum(v["loss_sum"] for v in later) / n_later < v0["loss_sum"] / v0["requests"]:
                 problems.append("the versions after the warm-up serve no better than version 0")
+        if a.delta and len(s["versions"]) >= 2:
+            # A small-step BF16 model changes few bytes: at least one later version must be a smaller delta.
+            deltas = [v for v in s["versions"][1:] if v["encoding"].startswith("delta")]
+            if not deltas:
+                problems.append("--delta: no version was written as a delta")
+            elif not all(v["written_bytes"] < v["bytes"] for v in deltas):
+                problems.append("--delta: a delta version was not smaller than the full one")
         if problems:
             print("train_and_serve --check: " + "; ".join(problems), file=sys.stderr)
             return 1

@@ -22,6 +22,7 @@
 #include "viper/workflow/mlp.h"
 #include "viper/workflow/trainer.h"
 #include "viper/workflow/trainer_log.h"
+#include "synthetic_samples.h"
 
 namespace viper {
 namespace workflow {
@@ -42,23 +43,7 @@ std::string TempPath(const std::string& name) {
   return (fs::temp_directory_path() / ("viper_workflow_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-// A synthetic, linearly separable-ish data set: class c has a bump on feature c.
-Samples Synthetic(int64_t n, int64_t features, int classes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Samples s;
-  s.features = features;
-  s.pixels.resize(static_cast<std::size_t>(n * features));
-  s.labels.resize(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const int label = static_cast<int>(rng() % static_cast<uint64_t>(classes));
-    s.labels[static_cast<std::size_t>(i)] = static_cast<uint8_t>(label);
-    for (int64_t f = 0; f < features; ++f) {
-      s.pixels[static_cast<std::size_t>(i * features + f)] = static_cast<uint8_t>(rng() % 100);
-    }
-    s.pixels[static_cast<std::size_t>(i * features + label)] = 255;
-  }
-  return s;
-}
+using synthetic::Synthetic;
 
 TEST(TrainerTest, DefaultOptionsAreValid) {
   std::string error;

@@ -3,7 +3,9 @@
 // schedule and on a drifting stream (classes arriving, two labels swapped,
 // inputs rotating, a recurring rotated domain, or a shifting class prior).
 // Deterministic given a seed: the same options give the same losses,
-// iteration by iteration.
+// iteration by iteration. Fine-tuning: start from saved parameters
+// (Options::init_model_path) and keep some tensors frozen
+// (Options::freeze_layers, freeze_tensors).
 //
 // Iterations are numbered from 1. An epoch is one pass over the current
 // training pool (the remainder that does not fill a batch is skipped); the
@@ -136,6 +138,22 @@ class Trainer {
     double drift_prior_mass = 0.9;
     // Seed of the weight initialisation and of the shuffling.
     uint64_t seed = 1;
+    // Fine-tuning: start from the parameters in this .safetensors file
+    // instead of the seeded initialisation (empty = fresh parameters). It
+    // must hold exactly this MLP's tensors ("0.weight", "0.bias", ...), F32,
+    // with the shapes the input size, hidden_widths and classes imply (e.g. a
+    // file of `viper train --save-model` with the same --hidden), every value
+    // finite. Create fails naming the file, the tensor and the value.
+    std::string init_model_path;
+    // Frozen tensors take no step: no gradient update and no optimiser state
+    // (no momentum, no Adam moments), so their bytes are identical in every
+    // version. freeze_layers = N freezes layers 0..N-1 (weight and bias each,
+    // input side first; fewer than the MLP's layers, so the output layer
+    // always trains); freeze_tensors names tensors to freeze in addition
+    // ("0.weight", "2.bias", ...: MlpWeightName / MlpBiasName of an existing
+    // layer, each once). At least one tensor must stay trainable.
+    int64_t freeze_layers = 0;
+    std::vector<std::string> freeze_tensors;
     // Validate (and test) every this many iterations and at the last one; 0 = never.
     int64_t val_every_iterations = 50;
     // Validation subset: the first val_samples images of the test split.
@@ -178,6 +196,7 @@ class Trainer {
     int64_t iterations_per_epoch = 0;     // over the full training pool
     int64_t parameters = 0;               // number of parameters
     std::size_t model_bytes = 0;          // parameter bytes (float32)
+    int64_t frozen_parameters = 0;        // parameters of frozen tensors (never updated)
     double seconds = 0.0;                 // wall time of the run, less test_seconds
     double seconds_per_iteration = 0.0;   // seconds / iterations
     double samples_per_second = 0.0;      // training samples per second
@@ -240,6 +259,11 @@ class Trainer {
 
   const Options& options() const { return options_; }
   const Mlp& model() const { return model_; }
+  // Whether parameter tensor `index` (model().state() order) is frozen, and
+  // the names of the frozen tensors in that order.
+  bool frozen(int index) const { return frozen_[static_cast<std::size_t>(index)]; }
+  std::vector<std::string> frozen_tensors() const;
+  int64_t frozen_parameters() const;
   int64_t planned_iterations() const { return planned_iterations_; }
   int64_t iterations_done() const { return iteration_; }
   bool done() const { return iteration_ >= planned_iterations_; }
@@ -336,8 +360,20 @@ class Trainer {
   Mlp::Workspace workspace_;
   Eigen::MatrixXf batch_inputs_;
   std::vector<int32_t> batch_labels_;
+  std::vector<bool> frozen_;  // per parameter tensor: no update (Options::freeze_*)
   std::chrono::steady_clock::time_point start_;
 };
+
+// The parameters of `path` (a .safetensors file) checked against the MLP
+// `expected` describes and copied into it: exactly its tensors, F32, the
+// same shapes, every value finite. Errors name the file, the tensor and,
+// for a bad value, its position and value. Trainer::Create uses it for
+// Options::init_model_path.
+Status LoadMlpParameters(const std::string& path, Mlp* expected);
+// Which parameter tensors of an MLP with `layers` layers the options freeze
+// (MlpWeightName/MlpBiasName order: 0.weight, 0.bias, 2.weight, ...); an
+// unknown or repeated name is InvalidArgument naming it and the valid ones.
+StatusOr<std::vector<bool>> FrozenTensorMask(const Trainer::Options& options, int layers);
 
 // What the drift does to the traffic at one iteration. Equal states give
 // equal drifted samples, bit for bit (DriftedSamples is a function of it),
