@@ -5,10 +5,10 @@
 // slices of a reference whole model of the version it serves, and a
 // producer or consumer rank dropping out mid-version must never leave the
 // group serving a mix of versions.
-#include <mpi.h>
+#include "viper/transports/group.h"
 
 #include <gtest/gtest.h>
-
+#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,7 +18,6 @@
 
 #include "group_testing.h"
 #include "mpi_test_util.h"
-#include "viper/transports/group.h"
 #include "viper/transports/mpi_session.h"
 
 namespace viper {
@@ -35,8 +34,10 @@ struct Case {
 
 // The tensors (about 200 KiB) and both layouts for this world size.
 std::optional<Case> CaseForWorld() {
-  std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0},  {"w1", DType::kBF16, {128, 96}, 0},
-                                 {"norm", DType::kF32, {256}, -1},     {"w2", DType::kF16, {8, 32, 64}, 0},
+  std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0},
+                                 {"w1", DType::kBF16, {128, 96}, 0},
+                                 {"norm", DType::kF32, {256}, -1},
+                                 {"w2", DType::kF16, {8, 32, 64}, 0},
                                  {"step", DType::kI64, {}, -1}};
   Case c;
   c.p = c.q = t;
@@ -145,7 +146,8 @@ class GroupFixture {
     sub_->Serve([&](const ShardVersion& v) {
       served = v.version;
       auto want = q_.Slice(WholeModel(c_.q, v.version), sub_->rank());
-      bytes_ok = want.ok() && SameBytes(v.state, *want) && v.iteration == static_cast<int64_t>(v.version) * 10;
+      bytes_ok =
+          want.ok() && SameBytes(v.state, *want) && v.iteration == static_cast<int64_t>(v.version) * 10;
     });
     EXPECT_TRUE(bytes_ok) << "consumer rank " << sub_->rank() << " serves version " << served
                           << " with bytes that are not its slices";
@@ -286,7 +288,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup, ::testing::Values(Mode::kDoubleBuffer,
 // exactly version 1 (or, bounded, nothing once version 2 was copied in).
 TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   const char* kill = std::getenv("VIPER_TEST_KILL_GROUP");
-  if (kill == nullptr) GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=producer|consumer (with orte_enable_recovery)";
+  if (kill == nullptr)
+    GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=producer|consumer (with orte_enable_recovery)";
   const bool kill_producer = std::string(kill) == "producer";
   GroupFixture f(GetParam(), 2.0);
   f.collective_checks_ = false;

@@ -60,7 +60,8 @@ void CheckPlan(const ShardLayout& p, const ShardLayout& q) {
         for (uint64_t i = 0; i < k.bytes; ++i) ++written[k.dst_offset + i];
       }
     }
-    for (std::size_t i = 0; i < written.size(); ++i) ASSERT_EQ(written[i], 1) << "consumer " << c << " byte " << i;
+    for (std::size_t i = 0; i < written.size(); ++i)
+      ASSERT_EQ(written[i], 1) << "consumer " << c << " byte " << i;
     EXPECT_TRUE(got == expected) << "consumer " << c;
     // The 1.00 goal: a consumer receives exactly the bytes of its slices.
     EXPECT_EQ(plan->BytesTo(c), q.ShardBytes(c));
@@ -68,8 +69,10 @@ void CheckPlan(const ShardLayout& p, const ShardLayout& q) {
 }
 
 std::vector<TensorLayout> Tensors(int p_split_w, int p_split_b) {
-  return {{"w", DType::kF32, {8, 12}, p_split_w}, {"b", DType::kBF16, {12}, p_split_b},
-          {"step", DType::kI64, {}, -1}, {"emb", DType::kF16, {4, 6, 10}, p_split_w}};
+  return {{"w", DType::kF32, {8, 12}, p_split_w},
+          {"b", DType::kBF16, {12}, p_split_b},
+          {"step", DType::kI64, {}, -1},
+          {"emb", DType::kF16, {4, 6, 10}, p_split_w}};
 }
 
 TEST(ShardLayout, OffsetsAndBytes) {
@@ -153,8 +156,8 @@ TEST(TransferPlan, TwoToTwoWithAnotherSplitDimension) {
 }
 
 TEST(TransferPlan, FourToTwoReplicatedAndSplit) {
-  std::vector<TensorLayout> pt = {{"w", DType::kF32, {8, 12}, 0},    {"ln", DType::kF32, {64}, -1},
-                                  {"ln2", DType::kF32, {64}, -1},    {"ln3", DType::kF32, {64}, -1},
+  std::vector<TensorLayout> pt = {{"w", DType::kF32, {8, 12}, 0},     {"ln", DType::kF32, {64}, -1},
+                                  {"ln2", DType::kF32, {64}, -1},     {"ln3", DType::kF32, {64}, -1},
                                   {"emb", DType::kF16, {4, 6, 8}, 2}, {"step", DType::kI64, {}, -1}};
   std::vector<TensorLayout> qt = pt;
   qt[0].split_dim = 1;  // consumers split w by columns

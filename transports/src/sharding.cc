@@ -121,15 +121,17 @@ void SortAndMerge(std::vector<ByteCopy>* copies) {
 }  // namespace
 
 StatusOr<ShardLayout> ShardLayout::Make(int ranks, std::vector<TensorLayout> tensors) {
-  if (ranks < 1) return InvalidArgumentError("shard layout: ranks is " + std::to_string(ranks) + ", must be >= 1");
+  if (ranks < 1)
+    return InvalidArgumentError("shard layout: ranks is " + std::to_string(ranks) + ", must be >= 1");
   std::set<std::string> names;
   for (const TensorLayout& t : tensors) {
     if (t.name.empty()) return InvalidArgumentError("shard layout: a tensor has an empty name");
-    if (!names.insert(t.name).second) return InvalidArgumentError("shard layout: tensor '" + t.name + "' appears twice");
+    if (!names.insert(t.name).second)
+      return InvalidArgumentError("shard layout: tensor '" + t.name + "' appears twice");
     for (std::size_t d = 0; d < t.shape.size(); ++d) {
       if (t.shape[d] < 0) {
-        return InvalidArgumentError("shard layout: tensor '" + t.name + "' has dimension " + std::to_string(d) +
-                                    " of size " + std::to_string(t.shape[d]));
+        return InvalidArgumentError("shard layout: tensor '" + t.name + "' has dimension " +
+                                    std::to_string(d) + " of size " + std::to_string(t.shape[d]));
       }
     }
     if (t.split_dim < -1 || t.split_dim >= static_cast<int>(t.shape.size())) {
@@ -204,24 +206,25 @@ Status ShardLayout::CheckShard(const ModelState& shard, int rank) const {
     const TensorLayout& l = tensors_[t];
     const Tensor& x = shard.tensors()[t];
     if (x.name != l.name) {
-      return InvalidArgumentError(who + ": tensor " + std::to_string(t) + " is '" + x.name + "', the layout has '" +
-                                  l.name + "'");
+      return InvalidArgumentError(who + ": tensor " + std::to_string(t) + " is '" + x.name +
+                                  "', the layout has '" + l.name + "'");
     }
     if (x.dtype != l.dtype) {
-      return InvalidArgumentError(who + ": tensor '" + l.name + "' is " + ToString(x.dtype) + ", the layout says " +
-                                  ToString(l.dtype));
+      return InvalidArgumentError(who + ": tensor '" + l.name + "' is " + ToString(x.dtype) +
+                                  ", the layout says " + ToString(l.dtype));
     }
     const std::vector<int64_t> want = LocalShape(t, rank);
     if (x.shape != want) {
-      std::string why = l.split_dim < 0 ? " (replicated)"
-                                        : " (dimension " + std::to_string(l.split_dim) + " of " +
-                                              ShapeString(l.shape) + " split across " + std::to_string(ranks_) +
-                                              " ranks)";
+      std::string why = l.split_dim < 0
+                            ? " (replicated)"
+                            : " (dimension " + std::to_string(l.split_dim) + " of " + ShapeString(l.shape) +
+                                  " split across " + std::to_string(ranks_) + " ranks)";
       return InvalidArgumentError(who + ": tensor '" + l.name + "' has shape " + ShapeString(x.shape) +
                                   ", the layout says " + ShapeString(want) + why);
     }
     if (x.memory != MemoryKind::kHost) {
-      return InvalidArgumentError(who + ": tensor '" + l.name + "' is in device memory (the host tier needs host memory)");
+      return InvalidArgumentError(who + ": tensor '" + l.name +
+                                  "' is in device memory (the host tier needs host memory)");
     }
     if (x.size_bytes != LocalBytes(t, rank) || (x.data == nullptr && x.size_bytes > 0)) {
       return InvalidArgumentError(who + ": tensor '" + l.name + "' holds " + std::to_string(x.size_bytes) +
@@ -232,7 +235,8 @@ Status ShardLayout::CheckShard(const ModelState& shard, int rank) const {
 }
 
 StatusOr<ModelState> ShardLayout::Slice(const ModelState& whole, int rank) const {
-  if (rank < 0 || rank >= ranks_) return InvalidArgumentError("Slice: rank " + std::to_string(rank) + " out of range");
+  if (rank < 0 || rank >= ranks_)
+    return InvalidArgumentError("Slice: rank " + std::to_string(rank) + " out of range");
   ModelState out;
   out.metadata = whole.metadata;
   for (std::size_t t = 0; t < tensors_.size(); ++t) {
@@ -240,8 +244,9 @@ StatusOr<ModelState> ShardLayout::Slice(const ModelState& whole, int rank) const
     const Tensor* src = whole.Find(l.name);
     if (src == nullptr) return InvalidArgumentError("Slice: the model has no tensor '" + l.name + "'");
     if (src->shape != l.shape || src->dtype != l.dtype || src->size_bytes != src->ExpectedBytes()) {
-      return InvalidArgumentError("Slice: tensor '" + l.name + "' is " + ToString(src->dtype) + ShapeString(src->shape) +
-                                  ", the layout says " + ToString(l.dtype) + ShapeString(l.shape));
+      return InvalidArgumentError("Slice: tensor '" + l.name + "' is " + ToString(src->dtype) +
+                                  ShapeString(src->shape) + ", the layout says " + ToString(l.dtype) +
+                                  ShapeString(l.shape));
     }
     Tensor dst = Tensor::Allocate(l.name, l.dtype, LocalShape(t, rank));
     Side a{std::vector<int64_t>(l.shape.size(), 0), l.shape, 0};
@@ -280,7 +285,8 @@ StatusOr<ShardLayout> ShardLayout::Parse(const std::string& text) {
     const std::string where = "shard layout, line " + std::to_string(n) + " ('" + line.substr(0, 80) + "'): ";
     if (n == 1) {
       std::string word;
-      if (!(ls >> word >> ranks) || word != "ranks") return InvalidArgumentError(where + "expected 'ranks <count>'");
+      if (!(ls >> word >> ranks) || word != "ranks")
+        return InvalidArgumentError(where + "expected 'ranks <count>'");
       continue;
     }
     TensorLayout t;
@@ -317,9 +323,9 @@ StatusOr<TransferPlan> TransferPlan::Make(const ShardLayout& p, const ShardLayou
   for (std::size_t t = 0; t < pt.size(); ++t) {
     if (pt[t].name != qt[t].name || pt[t].dtype != qt[t].dtype || pt[t].shape != qt[t].shape) {
       return InvalidArgumentError("transfer plan: tensor " + std::to_string(t) + " is '" + pt[t].name + "' " +
-                                  ToString(pt[t].dtype) + ShapeString(pt[t].shape) + " for the producers and '" +
-                                  qt[t].name + "' " + ToString(qt[t].dtype) + ShapeString(qt[t].shape) +
-                                  " for the consumers");
+                                  ToString(pt[t].dtype) + ShapeString(pt[t].shape) +
+                                  " for the producers and '" + qt[t].name + "' " + ToString(qt[t].dtype) +
+                                  ShapeString(qt[t].shape) + " for the consumers");
     }
   }
   TransferPlan plan;

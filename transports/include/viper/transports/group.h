@@ -82,24 +82,25 @@ class ShardedPublisher {
   };
 
   struct Summary {
-    bool published = false;   // false: rank 0 decided not to publish
-    uint64_t version = 0;     // the group's version number (from 1)
+    bool published = false;       // false: rank 0 decided not to publish
+    uint64_t version = 0;         // the group's version number (from 1)
     uint64_t shard_checksum = 0;  // XXH3 of this rank's shard image
-    uint64_t sent_bytes = 0;  // bytes this rank sent (its planned bytes, or fewer on failure)
-    bool sent = false;        // every send of this rank completed
+    uint64_t sent_bytes = 0;      // bytes this rank sent (its planned bytes, or fewer on failure)
+    bool sent = false;            // every send of this rank completed
     // Producer rank 0 only (the others: false / 0): whether the consumer
     // group committed the version, and the whole version's checksum as the
     // consumers computed it.
     bool committed = false;
     uint64_t whole_checksum = 0;
-    double update_s = 0;   // Publish start to return (rank 0: to the Ack)
-    std::string message;   // what went wrong, if anything
+    double update_s = 0;  // Publish start to return (rank 0: to the Ack)
+    std::string message;  // what went wrong, if anything
     std::string BriefReport() const;
   };
 
   // Collective with the consumers' ShardedSubscriber::Create. `layout` is the
   // producer layout (the same on every producer rank).
-  static StatusOr<std::unique_ptr<ShardedPublisher>> Create(const GroupRanks& ranks, const ShardLayout& layout,
+  static StatusOr<std::unique_ptr<ShardedPublisher>> Create(const GroupRanks& ranks,
+                                                            const ShardLayout& layout,
                                                             const Options& options);
   ~ShardedPublisher();
 
@@ -147,17 +148,17 @@ class ShardedSubscriber {
   };
 
   struct Summary {
-    bool received = false;     // a version began (headers arrived)
+    bool received = false;  // a version began (headers arrived)
     uint64_t version = 0;
-    bool verified = false;     // this rank's pieces all matched their digests
-    bool committed = false;    // the group swapped to it
+    bool verified = false;        // this rank's pieces all matched their digests
+    bool committed = false;       // the group swapped to it
     uint64_t received_bytes = 0;  // bytes that landed on this rank
     uint64_t slice_bytes = 0;     // this rank's slices (the layout)
     uint64_t staging_bytes = 0;   // extra memory this rank held for the version (back buffer or bucket)
-    double receive_s = 0;      // first header to the last piece verified
-    double commit_s = 0;       // the vote and decision
-    double pause_s = 0;        // bounded mode: serving paused (first copy to decision)
-    bool serving = false;      // a version is served after this call
+    double receive_s = 0;         // first header to the last piece verified
+    double commit_s = 0;          // the vote and decision
+    double pause_s = 0;           // bounded mode: serving paused (first copy to decision)
+    bool serving = false;         // a version is served after this call
     std::string message;
     std::string BriefReport() const;
   };
@@ -167,8 +168,10 @@ class ShardedSubscriber {
   // `target`, in bounded mode: this rank's tensors to receive into
   // (CheckShard against `layout`), owned by the caller and outliving this
   // object; nullptr in double-buffer mode.
-  static StatusOr<std::unique_ptr<ShardedSubscriber>> Create(const GroupRanks& ranks, const ShardLayout& layout,
-                                                             const Options& options, ModelState* target = nullptr);
+  static StatusOr<std::unique_ptr<ShardedSubscriber>> Create(const GroupRanks& ranks,
+                                                             const ShardLayout& layout,
+                                                             const Options& options,
+                                                             ModelState* target = nullptr);
   ~ShardedSubscriber();
 
   // Receives the next version: waits up to `wait_s` for it to begin, then
