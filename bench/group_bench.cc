@@ -2,9 +2,9 @@
 // Run under six ranks (4 producers, 2 consumers), alone:
 //   mpirun --oversubscribe -np 6 build/bench/viper-bench --benchmark_filter=TransportsGroup
 // The model (Arg 0 bytes, 8 F32 matrices of 1024 columns plus a replicated
-// vector) is split by rows on the 4 producer ranks and by columns on the 2
-// consumer ranks, so every consumer rank needs a piece of every producer
-// rank's shard. In the same run, one after the other, each with 2 warm-up
+// vector) is split by rows on the 4 producer ranks and by rows (Arg 2 = 0)
+// or columns (1) on the 2 consumer ranks; by columns every consumer rank
+// needs a piece of every producer rank's shard. In the same run, one after the other, each with 2 warm-up
 // versions and then the benchmark's iterations, all sync, on the host tier:
 //   shm:     one whole-model update of the same total bytes, Publisher on
 //            rank 0 (shm protocol) -> Subscriber on rank 4: publish start to
@@ -59,14 +59,18 @@ MpiSession* GroupBenchSession() {
   return session.get();
 }
 
-std::vector<TensorLayout> Tensors(uint64_t bytes, bool consumer) {
+// The model; `consumer_split` (-1: the producers' layout, split by rows)
+// is the dimension the consumers split the matrices along.
+std::vector<TensorLayout> Tensors(uint64_t bytes, int consumer_split) {
   const int64_t cols = 1024;
   int64_t rows = static_cast<int64_t>(bytes / 8 / cols / 4);
   rows -= rows % (kProducers * kConsumers);
   std::vector<TensorLayout> t;
-  for (int i = 0; i < 8; ++i)
-    t.push_back({"w" + std::to_string(i), DType::kF32, {rows, cols}, consumer ? 1 : 0});
-  t.push_back({"norm", DType::kF32, {cols}, consumer ? 0 : -1});  // replicated on the producers
+  for (int i = 0; i < 8; ++i) {
+    t.push_back(
+        {"w" + std::to_string(i), DType::kF32, {rows, cols}, consumer_split < 0 ? 0 : consumer_split});
+  }
+  t.push_back({"norm", DType::kF32, {cols}, consumer_split < 0 ? -1 : 0});  // replicated on the producers
   return t;
 }
 
@@ -145,12 +149,12 @@ struct GroupFigures {
 };
 
 // 4 -> 2 groups (`bucket_bytes` 0: double buffer), `n` timed versions.
-GroupFigures GroupUpdate(uint64_t bytes, uint64_t bucket_bytes, int n) {
+GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_bytes, int n) {
   const int rank = GroupBenchSession()->rank();
   GroupFigures f;
   GroupRanks ranks{{0, 1, 2, 3}, {4, 5}};
-  auto p = ShardLayout::Make(kProducers, Tensors(bytes, false));
-  auto q = ShardLayout::Make(kConsumers, Tensors(bytes, true));
+  auto p = ShardLayout::Make(kProducers, Tensors(bytes, -1));
+  auto q = ShardLayout::Make(kConsumers, Tensors(bytes, consumer_split));
   if (!p.ok() || !q.ok()) {
     f.error = (p.ok() ? q.status() : p.status()).ToString();
     return f;
@@ -193,7 +197,10 @@ GroupFigures GroupUpdate(uint64_t bytes, uint64_t bucket_bytes, int n) {
   return f;
 }
 
-// Arg 0: model bytes; Arg 1: bucket bytes of the bounded consumers.
+// Arg 0: model bytes; Arg 1: bucket bytes of the bounded consumers; Arg 2:
+// the dimension the consumers split the matrices along (0: rows, 4 -> 2
+// pieces of whole rows, each its own message; 1: columns, every row cut in
+// two, 2 KiB runs gathered in hindexed messages).
 void BM_TransportsGroupReshard(benchmark::State& state) {
   MpiSession* s = GroupBenchSession();
   if (s == nullptr || s->size() != kProducers + kConsumers) {
@@ -202,11 +209,12 @@ void BM_TransportsGroupReshard(benchmark::State& state) {
   }
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const uint64_t bucket = static_cast<uint64_t>(state.range(1));
+  const int split = static_cast<int>(state.range(2));
   const int n = static_cast<int>(state.max_iterations);
   std::string error;
   const double shm_s = ShmUpdateSeconds(bytes, n, &error);
-  const GroupFigures group = GroupUpdate(bytes, 0, n);
-  const GroupFigures bounded = GroupUpdate(bytes, bucket, n);
+  const GroupFigures group = GroupUpdate(bytes, split, 0, n);
+  const GroupFigures bounded = GroupUpdate(bytes, split, bucket, n);
   for (auto _ : state) state.SetIterationTime(group.update_s);
   if (s->rank() != 0) {
     state.SetLabel("rank " + std::to_string(s->rank()));
@@ -232,8 +240,10 @@ void BM_TransportsGroupReshard(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_TransportsGroupReshard)
-    ->Args({64 << 20, 4 << 20})
-    ->Args({256 << 20, 16 << 20})
+    ->Args({64 << 20, 4 << 20, 0})
+    ->Args({64 << 20, 4 << 20, 1})
+    ->Args({256 << 20, 16 << 20, 0})
+    ->Args({256 << 20, 16 << 20, 1})
     ->Iterations(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

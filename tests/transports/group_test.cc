@@ -32,13 +32,16 @@ struct Case {
   std::vector<TensorLayout> p, q;
 };
 
-// The tensors (about 200 KiB) and both layouts for this world size.
+// The tensors (about 1.2 MiB) and both layouts for this world size.
 std::optional<Case> CaseForWorld() {
   std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0},
                                  {"w1", DType::kBF16, {128, 96}, 0},
                                  {"norm", DType::kF32, {256}, -1},
                                  {"w2", DType::kF16, {8, 32, 64}, 0},
-                                 {"step", DType::kI64, {}, -1}};
+                                 {"step", DType::kI64, {}, -1},
+                                 // 1 MiB split by rows on both sides: its pieces (256 KiB and more)
+                                 // travel as one message per copy, the others' as hindexed types.
+                                 {"big", DType::kF32, {64, 4096}, 0}};
   Case c;
   c.p = c.q = t;
   switch (Size()) {

@@ -151,6 +151,40 @@ StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks) {
 // Waits for `requests` until all complete or `deadline_s`; `completed(i)`
 // runs once per request as it completes. On the deadline the rest are
 // cancelled (receives) or let go, and false is returned.
+std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies) {
+  std::vector<std::vector<ByteCopy>> out(1);
+  for (const ByteCopy& c : copies) {
+    if (c.bytes >= kOwnMessageBytes) {
+      out.push_back({c});
+    } else {
+      out[0].push_back(c);
+    }
+  }
+  if (out[0].empty()) out.erase(out.begin());
+  return out;
+}
+
+Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  int rc;
+  if (blocks.size() == 1) {
+    rc = send ? MPI_Isend(blocks[0].data, static_cast<int>(blocks[0].bytes), MPI_BYTE, peer, tag, comm,
+                          request)
+              : MPI_Irecv(blocks[0].data, static_cast<int>(blocks[0].bytes), MPI_BYTE, peer, tag, comm,
+                          request);
+  } else {
+    VIPER_ASSIGN_OR_RETURN(MPI_Datatype type, BlocksType(blocks));
+    rc = send ? MPI_Isend(MPI_BOTTOM, 1, type, peer, tag, comm, request)
+              : MPI_Irecv(MPI_BOTTOM, 1, type, peer, tag, comm, request);
+    MPI_Type_free(&type);
+  }
+  if (rc != MPI_SUCCESS) {
+    return AbortedError(std::string(send ? "MPI_Isend to" : "MPI_Irecv from") + " rank " +
+                        std::to_string(peer) + " failed");
+  }
+  return Status::Ok();
+}
+
 bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
              const std::function<void(int)>& completed) {
   std::size_t left = requests->size();

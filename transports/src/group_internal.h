@@ -95,6 +95,19 @@ uint64_t HashBlocks(const std::vector<Block>& blocks);
 // An MPI type covering `blocks` at their absolute addresses (use with
 // MPI_BOTTOM). Each block < 2 GiB (a window is).
 StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks);
+// How a piece (one producer rank's bytes of one window of a consumer rank's
+// image) travels: each copy of at least kOwnMessageBytes as its own
+// contiguous message (Open MPI's shared-memory transport copies those once,
+// on the receiver), the smaller ones (a column split's runs) together as one
+// message of an hindexed type, posted first. Both sides cut the same copies
+// the same way; the piece's digest covers all of them in order.
+inline constexpr uint64_t kOwnMessageBytes = 64 << 10;
+std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies);
+// Posts `blocks` as one message (MPI_Isend / MPI_Irecv): contiguous bytes
+// when it is one block, else an hindexed type.
+Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
+                  MPI_Request* request);
+
 // Waits for `requests` until all complete or `deadline_s`; `completed(i)`
 // runs once per request as it completes. On the deadline the rest are
 // cancelled and freed, and false is returned.

@@ -112,19 +112,25 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   // Every piece to every consumer at once, straight from the tensors.
   std::vector<MPI_Request> requests;
   std::vector<uint64_t> request_bytes;
+  auto post = [&](const std::vector<Block>& blocks, int c) -> Status {
+    MPI_Request r;
+    VIPER_RETURN_IF_ERROR(PostBlocks(true, blocks, g_.consumers[c], tag, g_.all, &r));
+    requests.push_back(r);
+    uint64_t n = 0;
+    for (const Block& b : blocks) n += b.bytes;
+    request_bytes.push_back(n);
+    return Status::Ok();
+  };
+  const uint64_t W = g_.window_bytes;
   for (int c = 0; c < Q; ++c) {
-    for (const auto& blocks : pieces[c]) {
-      if (blocks.empty()) continue;
-      VIPER_ASSIGN_OR_RETURN(MPI_Datatype type, BlocksType(blocks));
-      MPI_Request r;
-      const int rc = MPI_Isend(MPI_BOTTOM, 1, type, g_.consumers[c], tag, g_.all, &r);
-      MPI_Type_free(&type);
-      if (rc != MPI_SUCCESS)
-        return AbortedError("MPI_Isend to consumer rank " + std::to_string(c) + " failed");
-      requests.push_back(r);
-      uint64_t n = 0;
-      for (const Block& b : blocks) n += b.bytes;
-      request_bytes.push_back(n);
+    for (std::size_t k = 0; k < pieces[c].size(); ++k) {
+      if (pieces[c][k].empty()) continue;
+      for (const auto& message : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W))) {
+        std::vector<Block> blocks;
+        for (const ByteCopy& b : message)
+          AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
+        VIPER_RETURN_IF_ERROR(post(blocks, c));
+      }
     }
   }
   sum.sent = WaitAll(&requests, MonotonicSeconds() + options_.peer_timeout_s,

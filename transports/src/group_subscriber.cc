@@ -186,32 +186,43 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
                                              Summary* sum) {
   const uint64_t W = g_.window_bytes;
   std::vector<MPI_Request> requests;
-  std::vector<std::vector<Block>> landing;
-  std::vector<uint64_t> expected;
-  for (uint64_t k = k0; k < k1; ++k) {
-    for (int p = 0; p < g_.p_layout.ranks(); ++p) {
+  std::vector<std::size_t> piece_of;        // request -> piece
+  std::vector<std::vector<Block>> landing;  // piece -> where it lands
+  std::vector<std::size_t> left;            // piece -> requests not complete
+  std::vector<uint64_t> expected;           // piece -> its producer's digest
+  for (uint64_t k = k0; k < k1 && sum->message.empty(); ++k) {
+    for (int p = 0; p < g_.p_layout.ranks() && sum->message.empty(); ++p) {
+      const std::vector<ByteCopy> copies = Clip(g_.plan.Copies(p, g_.rank), k * W, (k + 1) * W);
+      if (copies.empty()) continue;
       std::vector<Block> blocks;
-      for (const ByteCopy& c : Clip(g_.plan.Copies(p, g_.rank), k * W, (k + 1) * W)) {
-        blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
+      for (const ByteCopy& c : copies) blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
+      std::vector<std::vector<Block>> messages;
+      for (const auto& message : Messages(copies)) {
+        messages.emplace_back();
+        for (const ByteCopy& c : message)
+          messages.back().push_back({base + (c.dst_offset - k0 * W), c.bytes});
       }
-      if (blocks.empty()) continue;
-      auto type = BlocksType(blocks);
-      MPI_Request r = MPI_REQUEST_NULL;
-      if (!type.ok() ||
-          MPI_Irecv(MPI_BOTTOM, 1, *type, g_.producers[p], DataTag(in.version), g_.all, &r) != MPI_SUCCESS) {
-        sum->message = "MPI_Irecv from producer rank " + std::to_string(p) + " failed";
+      for (const auto& m : messages) {
+        MPI_Request r;
+        Status s = PostBlocks(false, m, g_.producers[p], DataTag(in.version), g_.all, &r);
+        if (!s.ok()) {
+          sum->message = s.message();
+          break;
+        }
+        requests.push_back(r);
+        piece_of.push_back(landing.size());
       }
-      if (type.ok()) MPI_Type_free(&*type);
-      if (r == MPI_REQUEST_NULL) break;
-      requests.push_back(r);
+      left.push_back(messages.size());
       landing.push_back(std::move(blocks));
       expected.push_back(in.headers[p][kHeaderFields + k]);
     }
   }
   int bad = -1;
   const bool all = WaitAll(&requests, in.first_s + options_.peer_timeout_s, [&](int i) {
-    for (const Block& b : landing[i]) sum->received_bytes += b.bytes;
-    if (HashBlocks(landing[i]) != expected[i]) bad = i;
+    const std::size_t piece = piece_of[i];
+    if (--left[piece] > 0) return;
+    for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
+    if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
   });
   if (!all || !sum->message.empty()) {
     if (sum->message.empty()) {
