@@ -1,5 +1,5 @@
 // Sharded groups without MPI (group.h): the same API, Unavailable at run
-// time; the option checks and summaries are the real ones.
+// time; the option checks and summaries are the real ones (group_options.cc).
 #include <cstdio>
 
 #include "group_testing.h"
@@ -11,34 +11,6 @@ namespace transports {
 
 class ShardedPublisher::Impl {};
 class ShardedSubscriber::Impl {};
-
-bool GroupRanks::IsValid(int world_size, std::string* error) const {
-  if (producers.empty() || consumers.empty() || world_size < 1) {
-    *error = "GroupRanks: producers and consumers must both be non-empty";
-    return false;
-  }
-  return true;
-}
-bool ShardedPublisher::Options::IsValid(std::string* error) const {
-  if (!(peer_timeout_s > 0)) {
-    *error = "ShardedPublisher::Options::peer_timeout_s must be > 0";
-    return false;
-  }
-  if (!(decision_timeout_s > 0)) {
-    *error = "ShardedPublisher::Options::decision_timeout_s must be > 0";
-    return false;
-  }
-  return true;
-}
-bool ShardedSubscriber::Options::IsValid(std::string* error) const {
-  if (!(peer_timeout_s > 0)) {
-    *error = "ShardedSubscriber::Options::peer_timeout_s must be > 0";
-    return false;
-  }
-  return true;
-}
-std::string ShardedPublisher::Summary::BriefReport() const { return "version " + std::to_string(version); }
-std::string ShardedSubscriber::Summary::BriefReport() const { return "version " + std::to_string(version); }
 
 ShardedPublisher::ShardedPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShardedPublisher::~ShardedPublisher() = default;
