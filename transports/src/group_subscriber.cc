@@ -80,36 +80,39 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
   Backoff backoff(100);
   while (true) {
     bool progress = false;
+    // Every header waiting from each producer rank: the newest is kept (a
+    // rank that missed whole versions skips their stale headers).
     for (int p = 0; p < P; ++p) {
       auto& h = (*headers)[p];
-      if (!h.empty() && h[1] == target) continue;
-      int flag = 0;
-      MPI_Status st;
-      if (MPI_Iprobe(g_.producers[p], kGroupTagHeader, g_.all, &flag, &st) != MPI_SUCCESS) {
-        return AbortedError("MPI_Iprobe failed");
+      while (true) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(g_.producers[p], kGroupTagHeader, g_.all, &flag, &st) != MPI_SUCCESS) {
+          return AbortedError("MPI_Iprobe failed");
+        }
+        if (!flag) break;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        std::vector<uint64_t> msg((static_cast<std::size_t>(count) + 7) / 8);
+        if (MPI_Recv(msg.data(), count, MPI_BYTE, g_.producers[p], kGroupTagHeader, g_.all,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          return AbortedError("MPI_Recv of a header from producer rank " + std::to_string(p) + " failed");
+        }
+        progress = true;
+        if (static_cast<std::size_t>(count) != words * 8 || msg[0] != kMagic || msg[2 + 4] != nwin) {
+          return DataLossError("header from producer rank " + std::to_string(p) + ": " +
+                               std::to_string(count) + " bytes, expected " + std::to_string(words * 8) +
+                               " (" + std::to_string(nwin) + " windows)");
+        }
+        if (msg[1] <= last_attempted_) continue;  // a version this rank already took part in
+        h = std::move(msg);
+        if (!begun) {
+          begun = true;
+          *first_s = MonotonicSeconds();
+          deadline = *first_s + options_.peer_timeout_s;
+        }
+        target = std::max(target, h[1]);
       }
-      if (!flag) continue;
-      int count = 0;
-      MPI_Get_count(&st, MPI_BYTE, &count);
-      std::vector<uint64_t> msg((static_cast<std::size_t>(count) + 7) / 8);
-      if (MPI_Recv(msg.data(), count, MPI_BYTE, g_.producers[p], kGroupTagHeader, g_.all,
-                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-        return AbortedError("MPI_Recv of a header from producer rank " + std::to_string(p) + " failed");
-      }
-      progress = true;
-      if (static_cast<std::size_t>(count) != words * 8 || msg[0] != kMagic || msg[2 + 4] != nwin) {
-        return DataLossError("header from producer rank " + std::to_string(p) + ": " + std::to_string(count) +
-                             " bytes, expected " + std::to_string(words * 8) + " (" + std::to_string(nwin) +
-                             " windows)");
-      }
-      if (msg[1] <= last_attempted_) continue;  // a version this rank already took part in
-      h = std::move(msg);
-      if (!begun) {
-        begun = true;
-        *first_s = MonotonicSeconds();
-        deadline = *first_s + options_.peer_timeout_s;
-      }
-      target = std::max(target, h[1]);
     }
     int have = 0;
     for (const auto& h : *headers) have += (!h.empty() && h[1] == target) ? 1 : 0;
