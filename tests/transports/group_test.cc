@@ -11,10 +11,13 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "group_testing.h"
 #include "mpi_test_util.h"
@@ -214,6 +217,47 @@ TEST_P(MpiGroup, EveryConsumerGetsExactlyItsSlices) {
       }
       EXPECT_EQ(f.CheckServed(), version);
     }
+  }
+}
+
+// A reader thread on every consumer rank serves while versions 1-3 arrive:
+// whatever it is handed (double buffer: the current version; bounded: the
+// target, only outside the pause) must be exactly that version's slices,
+// never a version being written.
+TEST_P(MpiGroup, ReadersNeverSeeATornVersion) {
+  GroupFixture f(GetParam());
+  std::map<uint64_t, ModelState> expected;
+  if (!f.producer_) {
+    for (uint64_t v = 1; v <= 3; ++v) expected[v] = *f.q_.Slice(WholeModel(f.c_.q, v), f.sub_->rank());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, torn{0};
+  std::thread reader;
+  if (!f.producer_) {
+    reader = std::thread([&] {
+      while (!stop.load()) {
+        f.sub_->Serve([&](const ShardVersion& v) {
+          auto it = expected.find(v.version);
+          if (it == expected.end() || !SameBytes(v.state, it->second)) ++torn;
+          ++reads;
+        });
+      }
+    });
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      EXPECT_TRUE(f.Publish(version).sent);
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_TRUE(s->committed) << s->BriefReport();
+  }
+  if (!f.producer_) {
+    while (reads.load() < 3) std::this_thread::yield();  // at least a few reads of version 3
+    stop = true;
+    reader.join();
+    EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
   }
 }
 
