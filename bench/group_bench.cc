@@ -1,0 +1,251 @@
+// Sharded producers -> re-sharded consumers (issue 28, transports/group.h).
+// Run under six ranks (4 producers, 2 consumers), alone:
+//   mpirun --oversubscribe -np 6 build/bench/viper-bench --benchmark_filter=TransportsGroup
+// The model (Arg 0 bytes, 8 F32 matrices of 1024 columns plus a replicated
+// vector) is split by rows on the 4 producer ranks and by rows (Arg 2 = 0)
+// or columns (1) on the 2 consumer ranks; by columns every consumer rank
+// needs a piece of every producer rank's shard. In the same run, one after the other, each with 2 warm-up
+// versions and then the benchmark's iterations, all sync, on the host tier:
+//   shm:     one whole-model update of the same total bytes, Publisher on
+//            rank 0 (shm protocol) -> Subscriber on rank 4: publish start to
+//            the consumer's servable acknowledgement (the baseline);
+//   group:   ShardedPublisher 4 -> ShardedSubscriber 2, double buffer:
+//            publish start on producer rank 0 to the consumer group's commit
+//            acknowledgement (the manual time);
+//   bounded: the same with bucket_bytes = Arg 1 into the consumers' own
+//            tensors.
+// Counters: bytes_ratio (max over consumer ranks of bytes received / bytes
+// of its slices; goal 1.00), update_over_shm (group / shm update latency;
+// goal <= 1.2), bounded_over_shm, extra_over_bucket (the largest staging a
+// bounded consumer rank held / bucket_bytes; goal <= 2), pause_s (the
+// longest serving pause of a bounded consumer rank per version).
+#include <benchmark/benchmark.h>
+
+#include "viper/config.h"
+
+#if VIPER_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/transports/group.h"
+#include "viper/transports/mpi_session.h"
+#include "viper/transports/publisher.h"
+#include "viper/transports/subscriber.h"
+
+namespace {
+
+using namespace viper;              // NOLINT
+using namespace viper::transports;  // NOLINT
+
+constexpr int kProducers = 4;
+constexpr int kConsumers = 2;
+constexpr int kWarmUp = 2;
+
+MpiSession* GroupBenchSession() {
+  static std::unique_ptr<MpiSession> session = [] {
+    int argc = 0;
+    char** argv = nullptr;
+    auto s = MpiSession::Init(&argc, &argv);
+    return s.ok() ? std::move(*s) : nullptr;
+  }();
+  return session.get();
+}
+
+// The model; `consumer_split` (-1: the producers' layout, split by rows)
+// is the dimension the consumers split the matrices along.
+std::vector<TensorLayout> Tensors(uint64_t bytes, int consumer_split) {
+  const int64_t cols = 1024;
+  int64_t rows = static_cast<int64_t>(bytes / 8 / cols / 4);
+  rows -= rows % (kProducers * kConsumers);
+  std::vector<TensorLayout> t;
+  for (int i = 0; i < 8; ++i) {
+    t.push_back(
+        {"w" + std::to_string(i), DType::kF32, {rows, cols}, consumer_split < 0 ? 0 : consumer_split});
+  }
+  t.push_back({"norm", DType::kF32, {cols}, consumer_split < 0 ? -1 : 0});  // replicated on the producers
+  return t;
+}
+
+ModelState Allocate(const ShardLayout& l, int rank, uint32_t seed) {
+  ModelState m;
+  for (std::size_t t = 0; t < l.tensors().size(); ++t) {
+    Tensor x = Tensor::Allocate(l.tensors()[t].name, l.tensors()[t].dtype, l.LocalShape(t, rank));
+    uint32_t* p = x.As<uint32_t>();
+    for (std::size_t i = 0; i < x.size_bytes / 4; ++i) p[i] = seed + static_cast<uint32_t>(i);
+    (void)m.Add(std::move(x));
+  }
+  return m;
+}
+
+double MaxOverWorld(double v) {
+  double out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+// The baseline: rank 0 -> rank 4, whole model, shm, sync; ranks 1-3 and 5
+// take part in the collective setup only (their subscribers stop at once).
+// Returns the mean update latency over `n` versions on rank 0.
+double ShmUpdateSeconds(uint64_t bytes, int n, std::string* error) {
+  const int rank = GroupBenchSession()->rank();
+  ModelState whole;
+  for (int t = 0; t < 8; ++t) {
+    Tensor x = Tensor::Allocate("w" + std::to_string(t), DType::kF32, {static_cast<int64_t>(bytes / 8 / 4)});
+    (void)whole.Add(std::move(x));
+  }
+  double total = 0;
+  if (rank == 0) {
+    Publisher::Options o;
+    o.mode = Mode::kSync;
+    o.host_protocol = HostProtocol::kShm;
+    o.subscriber_ranks = {kProducers};
+    o.staging_bytes = bytes + (1 << 20);
+    auto pub = Publisher::Create(o);
+    if (!pub.ok()) {
+      *error = pub.status().ToString();
+    }
+    for (int v = 0; pub.ok() && v < kWarmUp + n; ++v) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto r = (*pub)->Publish(whole, v);
+      if (!r.ok() || r->consumers.empty() || !r->consumers[0].delivered) {
+        *error = "shm version not delivered";
+      } else if (v >= kWarmUp) {
+        total += r->consumers[0].servable_s;
+      }
+    }
+    if (pub.ok()) (void)(*pub)->Close();
+  } else {
+    Subscriber::Options so;
+    so.preallocate_bytes = rank == kProducers ? bytes + (1 << 20) : 0;
+    auto sub = Subscriber::Create(so);
+    if (sub.ok() && rank != kProducers) (*sub)->Stop();
+    for (int v = 0; v < kWarmUp + n; ++v) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (sub.ok() && rank == kProducers) (void)(*sub)->WaitForVersion(v, 600);
+    }
+    if (sub.ok()) {
+      if (rank == kProducers) (*sub)->WaitUntilDone(60);
+      (*sub)->Stop();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return total / n;
+}
+
+struct GroupFigures {
+  double update_s = 0;     // mean, rank 0
+  double bytes_ratio = 0;  // max over consumer ranks
+  double extra_bytes = 0;  // max staging over consumer ranks
+  double pause_s = 0;      // max per version over consumer ranks
+  std::string error;
+};
+
+// 4 -> 2 groups (`bucket_bytes` 0: double buffer), `n` timed versions.
+GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_bytes, int n) {
+  const int rank = GroupBenchSession()->rank();
+  GroupFigures f;
+  GroupRanks ranks{{0, 1, 2, 3}, {4, 5}};
+  auto p = ShardLayout::Make(kProducers, Tensors(bytes, -1));
+  auto q = ShardLayout::Make(kConsumers, Tensors(bytes, consumer_split));
+  if (!p.ok() || !q.ok()) {
+    f.error = (p.ok() ? q.status() : p.status()).ToString();
+    return f;
+  }
+  double total = 0, ratio = 0, extra = 0, pause = 0;
+  if (rank < kProducers) {
+    ModelState shard = Allocate(*p, rank, 7);
+    auto pub = ShardedPublisher::Create(ranks, *p, ShardedPublisher::Options());
+    for (int v = 0; pub.ok() && v < kWarmUp + n; ++v) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto s = (*pub)->Publish(shard, v);
+      if (rank == 0 && (!s.ok() || !s->committed))
+        f.error = s.ok() ? s->BriefReport() : s.status().ToString();
+      if (s.ok() && v >= kWarmUp) total += s->update_s;
+      if (s.ok() && std::getenv("VIPER_BENCH_VERBOSE"))
+        std::fprintf(stderr, "%s\n", s->BriefReport().c_str());
+    }
+    if (!pub.ok()) f.error = pub.status().ToString();
+  } else {
+    ModelState target;
+    ShardedSubscriber::Options o;
+    o.bucket_bytes = bucket_bytes;
+    if (bucket_bytes > 0) target = Allocate(*q, rank - kProducers, 0);
+    auto sub = ShardedSubscriber::Create(ranks, *q, o, bucket_bytes > 0 ? &target : nullptr);
+    for (int v = 0; sub.ok() && v < kWarmUp + n; ++v) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto s = (*sub)->ReceiveNext(600);
+      if (!s.ok() || v < kWarmUp) continue;
+      ratio = std::max(ratio, static_cast<double>(s->received_bytes) / static_cast<double>(s->slice_bytes));
+      extra = std::max(extra, static_cast<double>(s->staging_bytes));
+      pause = std::max(pause, s->pause_s);
+      if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", s->BriefReport().c_str());
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  f.update_s = total / n;
+  f.bytes_ratio = MaxOverWorld(ratio);
+  f.extra_bytes = MaxOverWorld(extra);
+  f.pause_s = MaxOverWorld(pause);
+  return f;
+}
+
+// Arg 0: model bytes; Arg 1: bucket bytes of the bounded consumers; Arg 2:
+// the dimension the consumers split the matrices along (0: rows, 4 -> 2
+// pieces of whole rows, each its own message; 1: columns, every row cut in
+// two, 2 KiB runs gathered in hindexed messages).
+void BM_TransportsGroupReshard(benchmark::State& state) {
+  MpiSession* s = GroupBenchSession();
+  if (s == nullptr || s->size() != kProducers + kConsumers) {
+    state.SkipWithError("run under mpirun -np 6 (4 producer and 2 consumer ranks), alone");
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const uint64_t bucket = static_cast<uint64_t>(state.range(1));
+  const int split = static_cast<int>(state.range(2));
+  const int n = static_cast<int>(state.max_iterations);
+  std::string error;
+  const double shm_s = ShmUpdateSeconds(bytes, n, &error);
+  const GroupFigures group = GroupUpdate(bytes, split, 0, n);
+  const GroupFigures bounded = GroupUpdate(bytes, split, bucket, n);
+  for (auto _ : state) state.SetIterationTime(group.update_s);
+  if (s->rank() != 0) {
+    state.SetLabel("rank " + std::to_string(s->rank()));
+    return;
+  }
+  for (const std::string& e : {error, group.error, bounded.error}) {
+    if (!e.empty()) state.SkipWithError(e.c_str());
+  }
+  using benchmark::Counter;
+  state.counters["shm_update_s"] = shm_s;
+  state.counters["group_update_s"] = group.update_s;
+  state.counters["bounded_update_s"] = bounded.update_s;
+  state.counters["bytes_ratio"] = group.bytes_ratio;
+  state.counters["bounded_bytes_ratio"] = bounded.bytes_ratio;
+  state.counters["update_over_shm"] = group.update_s / shm_s;
+  state.counters["bounded_over_shm"] = bounded.update_s / shm_s;
+  state.counters["extra_over_bucket"] = bounded.extra_bytes / static_cast<double>(bucket);
+  state.counters["pause_s"] = bounded.pause_s;
+  state.counters["double_buffer_extra_over_slices"] =
+      group.extra_bytes / static_cast<double>(bytes / kConsumers);
+}
+
+}  // namespace
+
+BENCHMARK(BM_TransportsGroupReshard)
+    ->Args({64 << 20, 4 << 20, 0})
+    ->Args({64 << 20, 4 << 20, 1})
+    ->Args({256 << 20, 16 << 20, 0})
+    ->Args({256 << 20, 16 << 20, 1})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+#endif  // VIPER_HAVE_MPI

@@ -1,0 +1,395 @@
+// Sharded producer and consumer groups over MPI (group.h, issue 28). The
+// world size picks the case: 5 ranks = 4 producers -> 1 consumer (split
+// along dimension 0), 4 = 2 -> 2 with another split dimension, 6 = 4 -> 2
+// with replicated and split tensors. Every consumer's bytes must equal the
+// slices of a reference whole model of the version it serves, and a
+// producer or consumer rank dropping out mid-version must never leave the
+// group serving a mix of versions.
+#include "viper/transports/group.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "group_testing.h"
+#include "mpi_test_util.h"
+#include "viper/transports/mpi_session.h"
+
+namespace viper {
+namespace transports {
+namespace {
+
+using testing_util::Rank;
+using testing_util::Size;
+
+struct Case {
+  int producers = 0;
+  std::vector<TensorLayout> p, q;
+};
+
+// The tensors (about 1.2 MiB) and both layouts for this world size.
+std::optional<Case> CaseForWorld() {
+  std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0},
+                                 {"w1", DType::kBF16, {128, 96}, 0},
+                                 {"norm", DType::kF32, {256}, -1},
+                                 {"w2", DType::kF16, {8, 32, 64}, 0},
+                                 {"step", DType::kI64, {}, -1},
+                                 // 1 MiB split by rows on both sides: its pieces (256 KiB and more)
+                                 // travel as one message per copy, the others' as hindexed types.
+                                 {"big", DType::kF32, {64, 4096}, 0}};
+  Case c;
+  c.p = c.q = t;
+  switch (Size()) {
+    case 5:  // 4 -> 1: the consumer holds the whole model
+      c.producers = 4;
+      for (auto& x : c.q) x.split_dim = -1;
+      return c;
+    case 4:  // 2 -> 2: producers by rows, consumers by columns
+      c.producers = 2;
+      c.q[0].split_dim = 1;
+      c.q[1].split_dim = 1;
+      c.q[3].split_dim = 2;
+      return c;
+    case 6:  // 4 -> 2: replicated norm split by the consumers, w2 by another dimension
+      c.producers = 4;
+      c.p[1].split_dim = -1;  // w1 replicated on the producers
+      c.q[0].split_dim = 1;
+      c.q[2].split_dim = 0;
+      c.q[3].split_dim = 1;
+      return c;
+    default:
+      return std::nullopt;
+  }
+}
+
+// The whole model of `version`: every byte drawn from a generator seeded by
+// the version (and a fixed iteration tag).
+ModelState WholeModel(const std::vector<TensorLayout>& tensors, uint64_t version) {
+  ModelState m;
+  std::mt19937_64 rng(1000 + version);
+  for (const TensorLayout& t : tensors) {
+    Tensor x = Tensor::Allocate(t.name, t.dtype, t.shape);
+    for (std::size_t i = 0; i < x.size_bytes; ++i) x.data[i] = static_cast<std::byte>(rng());
+    EXPECT_TRUE(m.Add(std::move(x)).ok());
+  }
+  return m;
+}
+
+bool SameBytes(const ModelState& a, const ModelState& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const Tensor &x = a.tensors()[i], &y = b.tensors()[i];
+    if (x.name != y.name || x.size_bytes != y.size_bytes || std::memcmp(x.data, y.data, x.size_bytes) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+enum class Mode { kDoubleBuffer, kBounded };
+
+// One test's two groups and this rank's role.
+class GroupFixture {
+ public:
+  explicit GroupFixture(Mode mode, double peer_timeout_s = 30) {
+    c_ = *CaseForWorld();
+    for (int r = 0; r < Size(); ++r) (r < c_.producers ? ranks_.producers : ranks_.consumers).push_back(r);
+    producer_ = Rank() < c_.producers;
+    MPI_Comm_split(MPI_COMM_WORLD, producer_ ? 0 : 1, Rank(), &side_);
+    const int P = c_.producers, Q = Size() - P;
+    p_ = *ShardLayout::Make(P, c_.p);
+    q_ = *ShardLayout::Make(Q, c_.q);
+    if (producer_) {
+      ShardedPublisher::Options o;
+      o.peer_timeout_s = peer_timeout_s;
+      auto pub = ShardedPublisher::Create(ranks_, p_, o);
+      EXPECT_TRUE(pub.ok()) << pub.status().message();
+      if (pub.ok()) pub_ = std::move(*pub);
+    } else {
+      ShardedSubscriber::Options o;
+      o.peer_timeout_s = peer_timeout_s;
+      ModelState* target = nullptr;
+      if (mode == Mode::kBounded) {
+        o.bucket_bytes = 16 << 10;  // 16 KiB: several buckets per consumer
+        auto t = q_.Slice(WholeModel(c_.q, 0), Rank() - P);
+        target_ = std::move(*t);
+        target = &target_;
+      }
+      auto sub = ShardedSubscriber::Create(ranks_, q_, o, target);
+      EXPECT_TRUE(sub.ok()) << sub.status().message();
+      if (sub.ok()) sub_ = std::move(*sub);
+    }
+  }
+  ~GroupFixture() {
+    if (!collective_checks_) return;  // a rank of this job is dead: no collectives
+    MPI_Comm_free(&side_);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  // Producers: publish `version`'s slices.
+  ShardedPublisher::Summary Publish(uint64_t version, bool publish = true) {
+    auto shard = p_.Slice(WholeModel(c_.p, version), pub_->rank());
+    EXPECT_TRUE(shard.ok());
+    auto s = pub_->Publish(*shard, static_cast<int64_t>(version) * 10, publish);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    return s.ok() ? *s : ShardedPublisher::Summary{};
+  }
+
+  // Consumers: the version served (0: none) after checking its bytes are
+  // the slices of that version's whole model; all consumer ranks that serve
+  // one serve the same.
+  uint64_t CheckServed() {
+    uint64_t served = 0;
+    bool bytes_ok = true;
+    sub_->Serve([&](const ShardVersion& v) {
+      served = v.version;
+      auto want = q_.Slice(WholeModel(c_.q, v.version), sub_->rank());
+      bytes_ok =
+          want.ok() && SameBytes(v.state, *want) && v.iteration == static_cast<int64_t>(v.version) * 10;
+    });
+    EXPECT_TRUE(bytes_ok) << "consumer rank " << sub_->rank() << " serves version " << served
+                          << " with bytes that are not its slices";
+    if (!collective_checks_) return served;
+    std::vector<uint64_t> all(Size() - c_.producers);
+    MPI_Allgather(&served, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, side_);
+    std::set<uint64_t> serving;
+    for (uint64_t v : all) {
+      if (v != 0) serving.insert(v);
+    }
+    EXPECT_LE(serving.size(), 1u) << "the consumer group serves a mix of versions";
+    return served;
+  }
+
+  Case c_;
+  GroupRanks ranks_;
+  bool producer_ = false;
+  MPI_Comm side_ = MPI_COMM_NULL;
+  ShardLayout p_, q_;
+  std::unique_ptr<ShardedPublisher> pub_;
+  std::unique_ptr<ShardedSubscriber> sub_;
+  ModelState target_;
+  bool collective_checks_ = true;  // false once a rank may have died
+};
+
+class MpiGroup : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  }
+};
+
+// Three versions and a step rank 0 decides to skip: every consumer rank
+// serves each version with exactly its slices, received exactly once.
+TEST_P(MpiGroup, EveryConsumerGetsExactlyItsSlices) {
+  GroupFixture f(GetParam());
+  for (uint64_t step = 1; step <= 4; ++step) {
+    const bool publish = step != 3;  // rank 0 skips step 3 (the others say yes: rank 0 decides)
+    const uint64_t version = step < 3 ? step : step - 1;
+    if (f.producer_) {
+      auto s = f.Publish(version, f.pub_->rank() == 0 ? publish : true);
+      EXPECT_EQ(s.published, publish);
+      if (!publish) continue;
+      EXPECT_EQ(s.version, version);
+      EXPECT_TRUE(s.sent) << s.BriefReport();
+      EXPECT_EQ(s.sent_bytes, f.pub_->plan().BytesFrom(f.pub_->rank()));
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
+    } else {
+      if (!publish) continue;
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_TRUE(s->committed) << s->BriefReport();
+      // The 1.00 goal: exactly this rank's slice bytes arrived.
+      EXPECT_EQ(s->received_bytes, f.q_.ShardBytes(f.sub_->rank()));
+      EXPECT_EQ(s->slice_bytes, f.q_.ShardBytes(f.sub_->rank()));
+      if (GetParam() == Mode::kBounded) {
+        EXPECT_EQ(s->staging_bytes, 16u << 10);  // one bucket of extra memory
+        EXPECT_GT(s->pause_s, 0);
+      }
+      EXPECT_EQ(f.CheckServed(), version);
+    }
+  }
+}
+
+// A reader thread on every consumer rank serves while versions 1-3 arrive:
+// whatever it is handed (double buffer: the current version; bounded: the
+// target, only outside the pause) must be exactly that version's slices,
+// never a version being written.
+TEST_P(MpiGroup, ReadersNeverSeeATornVersion) {
+  GroupFixture f(GetParam());
+  std::map<uint64_t, ModelState> expected;
+  if (!f.producer_) {
+    for (uint64_t v = 1; v <= 3; ++v) expected[v] = *f.q_.Slice(WholeModel(f.c_.q, v), f.sub_->rank());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, torn{0};
+  std::thread reader;
+  if (!f.producer_) {
+    reader = std::thread([&] {
+      while (!stop.load()) {
+        f.sub_->Serve([&](const ShardVersion& v) {
+          auto it = expected.find(v.version);
+          if (it == expected.end() || !SameBytes(v.state, it->second)) ++torn;
+          ++reads;
+        });
+      }
+    });
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      EXPECT_TRUE(f.Publish(version).sent);
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_TRUE(s->committed) << s->BriefReport();
+  }
+  if (!f.producer_) {
+    while (reads.load() < 3) std::this_thread::yield();  // at least a few reads of version 3
+    stop = true;
+    reader.join();
+    EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
+  }
+}
+
+// Versions 1-3 with a fault the caller set for version 2 (consumer rank
+// `dropped`, if >= 0, drops out then): no rank commits version 2, every
+// consumer rank serves version 1 after it (double buffer; bounded: version
+// 1, or nothing where buckets of version 2 were already copied in), and all
+// serve version 3.
+void ExpectVersionTwoLost(GroupFixture& f, Mode mode, int dropped = -1) {
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      auto s = f.Publish(version);
+      if (f.pub_->rank() == 0) {
+        EXPECT_EQ(s.committed, version != 2) << s.BriefReport();
+      }
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    if (version == 2 && f.sub_->rank() == dropped) {
+      EXPECT_FALSE(s.ok());
+    } else {
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
+    }
+    const uint64_t served = f.CheckServed();
+    if (version == 2) {
+      EXPECT_TRUE(served == 1 || (mode == Mode::kBounded && served == 0)) << served;
+    } else {
+      EXPECT_EQ(served, version);
+    }
+  }
+}
+
+// Producer rank P-1 stops after its headers in version 2.
+TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
+  GroupFixture f(GetParam(), 2.0);
+  if (f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
+    internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
+  }
+  ExpectVersionTwoLost(f, GetParam());
+}
+
+// Consumer rank 1 drops out after the headers of version 2 (no bytes, no
+// vote): the others must not commit version 2.
+TEST_P(MpiGroup, ConsumerDroppingMidVersionNeverServesAMix) {
+  if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
+  GroupFixture f(GetParam(), 2.0);
+  if (!f.producer_ && f.sub_->rank() == 1) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
+  }
+  ExpectVersionTwoLost(f, GetParam(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup, ::testing::Values(Mode::kDoubleBuffer, Mode::kBounded),
+                         [](const ::testing::TestParamInfo<Mode>& i) {
+                           return i.param == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded";
+                         });
+
+// A rank really killed mid-version (_exit after the headers of version 2;
+// mpirun --mca orte_enable_recovery 1 keeps the others running):
+// VIPER_TEST_KILL_GROUP=producer kills the last producer rank, =consumer
+// consumer rank 1. The survivors never commit version 2, and cannot commit
+// version 3 without the dead rank: every live consumer rank still serves
+// exactly version 1 (or, bounded, nothing once version 2 was copied in).
+TEST_P(MpiGroup, KilledRankNeverServesAMix) {
+  const char* kill = std::getenv("VIPER_TEST_KILL_GROUP");
+  if (kill == nullptr)
+    GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=producer|consumer (with orte_enable_recovery)";
+  const bool kill_producer = std::string(kill) == "producer";
+  GroupFixture f(GetParam(), 2.0);
+  f.collective_checks_ = false;
+  if (kill_producer && f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
+    internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kExitAfterHeaders);
+  }
+  if (!kill_producer && !f.producer_ && f.sub_->rank() == 1) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kExitAfterHeaders);
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
+      auto s = f.pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
+      if (s.ok() && f.pub_->rank() == 0) {
+        EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
+      }
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    if (s.ok()) {
+      EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
+    }
+    const uint64_t served = f.CheckServed();
+    EXPECT_TRUE(served == 1 || (version > 1 && GetParam() == Mode::kBounded && served == 0)) << served;
+  }
+}
+
+TEST(MpiGroupSetup, RefusesBadInput) {
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  GroupRanks bad{{0, 1}, {1}};
+  std::string error;
+  EXPECT_FALSE(bad.IsValid(Size(), &error));
+  EXPECT_NE(error.find("rank 1 appears twice"), std::string::npos) << error;
+  ShardedSubscriber::Options o;
+  o.bucket_bytes = 4096;  // bounded without a target
+  auto layout = ShardLayout::Make(1, {{"a", DType::kF32, {4}, -1}});
+  auto s = ShardedSubscriber::Create(GroupRanks{{0}, {1}}, *layout, o, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("bounded mode needs"), std::string::npos) << s.status().message();
+  EXPECT_TRUE(ShardedPublisher::Options().IsValid(&error)) << error;
+  EXPECT_TRUE(ShardedSubscriber::Options().IsValid(&error)) << error;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace transports
+}  // namespace viper
+
+int main(int argc, char** argv) {
+  auto session = viper::transports::MpiSession::Init(&argc, &argv);
+  if (!session.ok()) {
+    std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+    return 1;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) {
+    // A job that has lost a rank ends without MPI_Finalize (Open MPI 4.1's
+    // finalize can wait for ever on the dead rank).
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}

@@ -1,0 +1,203 @@
+// Sharded producers and re-sharded consumers (issue 28), host tier,
+// two-sided MPI.
+//
+// A producer group of P ranks publishes one version together, each rank its
+// shard of a ShardLayout; a consumer group of Q ranks with its own layout
+// receives it, each rank exactly its slices (TransferPlan, computed once at
+// creation), from all producer ranks in parallel, verifies them and the
+// group swaps all its ranks to the version together or not at all.
+//
+//   producers (P ranks)                      consumers (Q ranks)
+//   rank 0 decides: Decide -> ranks 1..P-1
+//   each: header (version, shard digest,  -> each consumer rank: all headers,
+//         one digest per window per pair)      then the windows' bytes from
+//   each: the windows' bytes (an MPI             every producer at once,
+//         hindexed type straight from the        each piece hashed and checked
+//         tensors, no staging copy)            Vote -> consumer rank 0
+//                                              consumer rank 0: Commit (yes
+//                                              only if every rank voted ok for
+//                                              the version) -> ranks 1..Q-1
+//   producer rank 0 <- Ack (committed,       <- consumer rank 0
+//                    whole checksum)
+//
+// Checksums: XXH3-64. A producer rank's shard checksum is XXH3 of its shard
+// image (its tensors in layout order); the checksum of the whole version is
+// XXH3 of the P shard checksums (little-endian uint64, producer rank order),
+// computed by every consumer rank from the headers and carried back to
+// producer rank 0 in the Ack. What a consumer verifies before its vote is
+// finer: every piece it receives (one producer rank's bytes of one window of
+// its image) against the digest the producer computed over the same bytes
+// in the same order.
+//
+// Memory. Default: a consumer rank receives into a back buffer of its shard
+// size and swaps it in (the double buffer). Bounded (`bucket_bytes` > 0 and
+// a target): it receives one window of `bucket_bytes` at a time into a
+// staging buffer of that size, verifies it and copies it into the target
+// tensors it owns (its engine's parameters): serving pauses from the first
+// copy to the group's commit decision (Serve returns false meanwhile; the
+// summary says how long). If the group then does not commit, the target
+// holds parts of two versions and the rank serves nothing until a version
+// commits (never a mix).
+//
+// Both groups are made together: every producer and consumer rank calls
+// Create (collective over the union of both groups, MPI_Comm_create_group),
+// groups of one job made one pair at a time in the same order everywhere.
+// MPI must be initialised with MPI_THREAD_MULTIPLE (MpiSession). Without MPI
+// Create returns Unavailable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "viper/core/model_state.h"
+#include "viper/core/status.h"
+#include "viper/transports/sharding.h"
+
+namespace viper {
+namespace transports {
+
+// Which ranks of MPI_COMM_WORLD make up the two groups (disjoint; group rank
+// i is the i-th entry).
+struct GroupRanks {
+  std::vector<int> producers;
+  std::vector<int> consumers;
+  // Checks: both non-empty, no rank twice, every rank in [0, world_size).
+  bool IsValid(int world_size, std::string* error) const;
+};
+
+class ShardedPublisher {
+ public:
+  struct Options {
+    // Every wait on another rank (the decision, a send, the Ack) gives up
+    // after this long; the version is then not delivered.
+    double peer_timeout_s = 30;
+    // How long a producer rank other than 0 waits in Publish for rank 0's
+    // decision (rank 0 may still be training, or finishing the previous
+    // version's wait for the consumers).
+    double decision_timeout_s = 600;
+    bool IsValid(std::string* error) const;
+  };
+
+  struct Summary {
+    bool published = false;       // false: rank 0 decided not to publish
+    uint64_t version = 0;         // the group's version number (from 1)
+    uint64_t shard_checksum = 0;  // XXH3 of this rank's shard image
+    uint64_t sent_bytes = 0;      // bytes this rank sent (its planned bytes, or fewer on failure)
+    bool sent = false;            // every send of this rank completed
+    // Producer rank 0 only (the others: false / 0): whether the consumer
+    // group committed the version, and the whole version's checksum as the
+    // consumers computed it.
+    bool committed = false;
+    uint64_t whole_checksum = 0;
+    double update_s = 0;  // Publish start to return (rank 0: to the Ack)
+    std::string message;  // what went wrong, if anything
+    std::string BriefReport() const;
+  };
+
+  // Collective with the consumers' ShardedSubscriber::Create. `layout` is the
+  // producer layout (the same on every producer rank).
+  static StatusOr<std::unique_ptr<ShardedPublisher>> Create(const GroupRanks& ranks,
+                                                            const ShardLayout& layout,
+                                                            const Options& options);
+  ~ShardedPublisher();
+
+  // Publishes this rank's `shard` (its slices, CheckShard) if producer rank
+  // 0's `publish` is true (the others' is ignored: they follow rank 0's
+  // decision). Every producer rank calls it once per step. Returns when
+  // this rank's sends are done (the shard may change then) and, on rank 0,
+  // the consumers' Ack has arrived. An error: bad input, or MPI itself
+  // failed; a version the consumers did not take is a Summary with
+  // committed = false.
+  StatusOr<Summary> Publish(const ModelState& shard, int64_t iteration, bool publish = true);
+
+  int rank() const;  // in the producer group
+  const TransferPlan& plan() const;
+
+  class Impl;
+  Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h
+
+ private:
+  explicit ShardedPublisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One committed version as a consumer rank serves it: its slices.
+struct ShardVersion {
+  uint64_t version = 0;
+  int64_t iteration = 0;
+  uint64_t whole_checksum = 0;  // the group version's (see above)
+  ModelState state;             // this rank's slices (views into the buffer, or the target's tensors)
+};
+
+class ShardedSubscriber {
+ public:
+  struct Options {
+    // Every wait on another rank once a version has begun gives up after
+    // this long (the version is then not committed anywhere).
+    double peer_timeout_s = 30;
+    // 0: double buffer (a back buffer of the shard size). > 0: bounded
+    // mode, receiving into the target tensors through a staging buffer of
+    // this many bytes (needs a target). The same on every consumer rank.
+    uint64_t bucket_bytes = 0;
+    // Double buffer: the largest message (each < 2 GiB).
+    uint64_t chunk_bytes = 64ull << 20;
+    bool IsValid(std::string* error) const;
+  };
+
+  struct Summary {
+    bool received = false;  // a version began (headers arrived)
+    uint64_t version = 0;
+    bool verified = false;        // this rank's pieces all matched their digests
+    bool committed = false;       // the group swapped to it
+    uint64_t received_bytes = 0;  // bytes that landed on this rank
+    uint64_t slice_bytes = 0;     // this rank's slices (the layout)
+    uint64_t staging_bytes = 0;   // extra memory this rank held for the version (back buffer or bucket)
+    double receive_s = 0;         // first header to the last piece verified
+    double commit_s = 0;          // the vote and decision
+    double pause_s = 0;           // bounded mode: serving paused (first copy to decision)
+    bool serving = false;         // a version is served after this call
+    std::string message;
+    std::string BriefReport() const;
+  };
+
+  // Collective with the producers' ShardedPublisher::Create. `layout` is
+  // this group's layout (its tensors the producers', in their order).
+  // `target`, in bounded mode: this rank's tensors to receive into
+  // (CheckShard against `layout`), owned by the caller and outliving this
+  // object; nullptr in double-buffer mode.
+  static StatusOr<std::unique_ptr<ShardedSubscriber>> Create(const GroupRanks& ranks,
+                                                             const ShardLayout& layout,
+                                                             const Options& options,
+                                                             ModelState* target = nullptr);
+  ~ShardedSubscriber();
+
+  // Receives the next version: waits up to `wait_s` for it to begin, then
+  // takes part in the group's commit. Every consumer rank calls it once per
+  // published version. NotFound when no version began within `wait_s`.
+  StatusOr<Summary> ReceiveNext(double wait_s);
+
+  // Calls `fn` with the version this rank serves, holding it stable for the
+  // call; false (fn not called) when none is served (none yet, bounded mode
+  // mid-commit, or after a failed bounded commit).
+  bool Serve(const std::function<void(const ShardVersion&)>& fn) const;
+  // Double-buffer mode: the served version (kept alive by the pointer);
+  // nullptr when none is, and always in bounded mode (use Serve).
+  std::shared_ptr<const ShardVersion> Current() const;
+  uint64_t version() const;  // served version, 0: none
+
+  int rank() const;  // in the consumer group
+  const TransferPlan& plan() const;
+
+  class Impl;
+  Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h
+
+ private:
+  explicit ShardedSubscriber(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace transports
+}  // namespace viper

@@ -1,0 +1,215 @@
+// Sharded groups (group.h): what both halves share (group_internal.h). The
+// option checks and the summaries are group_options.cc; the producer's half is
+// group_publisher.cc, the consumer's group_subscriber.cc. Messages travel on
+// a private communicator over the union of both groups
+// (MPI_Comm_create_group, MPI_ERRORS_RETURN); every wait has a deadline.
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "group_internal.h"
+#include "viper/core/checksum.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+Status BcastText(MPI_Comm comm, int root, std::string* text) {
+  uint64_t n = text->size();
+  if (MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm) != MPI_SUCCESS) return AbortedError("MPI_Bcast failed");
+  text->resize(n);
+  if (n > 0 && MPI_Bcast(&(*text)[0], static_cast<int>(n), MPI_CHAR, root, comm) != MPI_SUCCESS) {
+    return AbortedError("MPI_Bcast failed");
+  }
+  return Status::Ok();
+}
+
+// Collective over both groups: the union communicator, both layouts (each
+// group's rank 0 sends its own; every rank checks its layout is that one),
+// the consumers' window size, the plan.
+StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const ShardLayout& mine,
+                               uint64_t window_bytes) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return UnavailableError("sharded groups: MPI is not initialised (MpiSession::Init first)");
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  std::string error;
+  if (!ranks.IsValid(world, &error)) return InvalidArgumentError("sharded groups: " + error);
+  const std::vector<int>& side = producer ? ranks.producers : ranks.consumers;
+  auto at = std::find(side.begin(), side.end(), me);
+  if (at == side.end()) {
+    return InvalidArgumentError("sharded groups: world rank " + std::to_string(me) + " is not one of the " +
+                                (producer ? "producer" : "consumer") + " ranks");
+  }
+  if (mine.ranks() != static_cast<int>(side.size())) {
+    return InvalidArgumentError("sharded groups: the layout has " + std::to_string(mine.ranks()) +
+                                " ranks, the " + (producer ? "producer" : "consumer") + " group " +
+                                std::to_string(side.size()));
+  }
+  std::vector<int> all(ranks.producers);
+  all.insert(all.end(), ranks.consumers.begin(), ranks.consumers.end());
+  std::sort(all.begin(), all.end());
+  auto union_rank = [&](int w) {
+    return static_cast<int>(std::lower_bound(all.begin(), all.end(), w) - all.begin());
+  };
+  GroupSetup g;
+  g.rank = static_cast<int>(at - side.begin());
+  for (int w : ranks.producers) g.producers.push_back(union_rank(w));
+  for (int w : ranks.consumers) g.consumers.push_back(union_rank(w));
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_incl(world_group, static_cast<int>(all.size()), all.data(), &group);
+  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, kGroupCreateTag, &g.all);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  if (rc != MPI_SUCCESS) return AbortedError("sharded groups: MPI_Comm_create_group failed");
+  MPI_Comm_set_errhandler(g.all, MPI_ERRORS_RETURN);
+
+  std::string p_text = producer ? mine.Serialize() : "", q_text = producer ? "" : mine.Serialize();
+  const std::string own = mine.Serialize();
+  VIPER_RETURN_IF_ERROR(BcastText(g.all, g.producers[0], &p_text));
+  VIPER_RETURN_IF_ERROR(BcastText(g.all, g.consumers[0], &q_text));
+  if (MPI_Bcast(&window_bytes, 1, MPI_UINT64_T, g.consumers[0], g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Bcast failed");
+  }
+  int same = (producer ? p_text : q_text) == own ? 1 : 0, all_same = 0;
+  if (MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Allreduce failed");
+  }
+  if (!all_same) {
+    return InvalidArgumentError(same ? "sharded groups: another rank's layout differs from its group rank 0's"
+                                     : "sharded groups: this rank's layout differs from its group rank 0's");
+  }
+  VIPER_ASSIGN_OR_RETURN(g.p_layout, ShardLayout::Parse(p_text));
+  VIPER_ASSIGN_OR_RETURN(g.q_layout, ShardLayout::Parse(q_text));
+  VIPER_ASSIGN_OR_RETURN(g.plan, TransferPlan::Make(g.p_layout, g.q_layout));
+  g.window_bytes = window_bytes;
+  return g;
+}
+
+// The copies of `copies` (sorted by destination) that fall in [lo, hi) of
+// the destination, clipped to it.
+std::vector<ByteCopy> Clip(const std::vector<ByteCopy>& copies, uint64_t lo, uint64_t hi) {
+  std::vector<ByteCopy> out;
+  for (const ByteCopy& c : copies) {
+    const uint64_t a = std::max(lo, c.dst_offset), b = std::min(hi, c.dst_offset + c.bytes);
+    if (a >= b) continue;
+    out.push_back({c.src_offset + (a - c.dst_offset), a, b - a});
+  }
+  return out;
+}
+
+void AppendBlocks(const ModelState& shard, const ShardLayout& layout, int rank, uint64_t offset,
+                  uint64_t bytes, std::vector<Block>* out) {
+  std::size_t t = 0;
+  while (t + 1 < shard.size() && layout.LocalOffset(t + 1, rank) <= offset) ++t;
+  while (bytes > 0) {
+    while (layout.LocalOffset(t, rank) + layout.LocalBytes(t, rank) <= offset) ++t;
+    const uint64_t in = offset - layout.LocalOffset(t, rank);
+    const uint64_t n = std::min(bytes, layout.LocalBytes(t, rank) - in);
+    out->push_back({shard.tensors()[t].data + in, n});
+    offset += n;
+    bytes -= n;
+  }
+}
+
+uint64_t HashBlocks(const std::vector<Block>& blocks) {
+  Xxh3Hasher h;
+  for (const Block& b : blocks) h.Update(b.data, b.bytes);
+  return h.Digest();
+}
+
+// An MPI type covering `blocks` at their absolute addresses (use with
+// MPI_BOTTOM). Each block < 2 GiB (a window is).
+StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks) {
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> displacements;
+  for (const Block& b : blocks) {
+    MPI_Aint a;
+    MPI_Get_address(b.data, &a);
+    lengths.push_back(static_cast<int>(b.bytes));
+    displacements.push_back(a);
+  }
+  MPI_Datatype type;
+  if (MPI_Type_create_hindexed(static_cast<int>(blocks.size()), lengths.data(), displacements.data(),
+                               MPI_BYTE, &type) != MPI_SUCCESS ||
+      MPI_Type_commit(&type) != MPI_SUCCESS) {
+    return AbortedError("MPI_Type_create_hindexed failed");
+  }
+  return type;
+}
+
+// Waits for `requests` until all complete or `deadline_s`; `completed(i)`
+// runs once per request as it completes. On the deadline the rest are
+// cancelled (receives) or let go, and false is returned.
+std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies) {
+  std::vector<std::vector<ByteCopy>> out(1);
+  for (const ByteCopy& c : copies) {
+    if (c.bytes >= kOwnMessageBytes) {
+      out.push_back({c});
+    } else {
+      out[0].push_back(c);
+    }
+  }
+  if (out[0].empty()) out.erase(out.begin());
+  return out;
+}
+
+Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  int rc;
+  if (blocks.size() == 1) {
+    rc = send ? MPI_Isend(blocks[0].data, static_cast<int>(blocks[0].bytes), MPI_BYTE, peer, tag, comm,
+                          request)
+              : MPI_Irecv(blocks[0].data, static_cast<int>(blocks[0].bytes), MPI_BYTE, peer, tag, comm,
+                          request);
+  } else {
+    VIPER_ASSIGN_OR_RETURN(MPI_Datatype type, BlocksType(blocks));
+    rc = send ? MPI_Isend(MPI_BOTTOM, 1, type, peer, tag, comm, request)
+              : MPI_Irecv(MPI_BOTTOM, 1, type, peer, tag, comm, request);
+    MPI_Type_free(&type);
+  }
+  if (rc != MPI_SUCCESS) {
+    return AbortedError(std::string(send ? "MPI_Isend to" : "MPI_Irecv from") + " rank " +
+                        std::to_string(peer) + " failed");
+  }
+  return Status::Ok();
+}
+
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
+             const std::function<void(int)>& completed) {
+  std::size_t left = requests->size();
+  std::vector<int> indices(requests->size());
+  Backoff backoff(50);
+  while (left > 0) {
+    int n = 0;
+    if (MPI_Testsome(static_cast<int>(requests->size()), requests->data(), &n, indices.data(),
+                     MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+      break;
+    }
+    if (n == MPI_UNDEFINED) break;
+    for (int i = 0; i < n; ++i) completed(indices[i]);
+    left -= static_cast<std::size_t>(n);
+    if (n > 0) {
+      backoff.Reset();
+      continue;
+    }
+    if (MonotonicSeconds() > deadline_s) break;
+    backoff.Pause();
+  }
+  if (left == 0) return true;
+  for (MPI_Request& r : *requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Request_free(&r);
+  }
+  return false;
+}
+
+}  // namespace internal
+
+}  // namespace transports
+}  // namespace viper

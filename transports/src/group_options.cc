@@ -1,0 +1,97 @@
+// Sharded groups (group.h): the option checks and the summaries, the same
+// with and without MPI (group.cc and group_publisher.cc /
+// group_subscriber.cc need it; group_stub.cc stands in for them).
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "viper/core/checksum.h"
+#include "viper/transports/group.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+// "1.234" (seconds, for messages; declared in group_internal.h).
+std::string Seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3f", s);
+  return b;
+}
+
+}  // namespace internal
+
+bool GroupRanks::IsValid(int world_size, std::string* error) const {
+  if (producers.empty() || consumers.empty()) {
+    *error = "GroupRanks: producers and consumers must both be non-empty";
+    return false;
+  }
+  std::set<int> seen;
+  for (const auto* side : {&producers, &consumers}) {
+    for (int r : *side) {
+      if (r < 0 || r >= world_size) {
+        *error =
+            "GroupRanks: rank " + std::to_string(r) + " is not in [0, " + std::to_string(world_size) + ")";
+        return false;
+      }
+      if (!seen.insert(r).second) {
+        *error = "GroupRanks: rank " + std::to_string(r) + " appears twice";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool ShardedPublisher::Options::IsValid(std::string* error) const {
+  if (!(peer_timeout_s > 0)) {
+    *error = "ShardedPublisher::Options::peer_timeout_s must be > 0";
+    return false;
+  }
+  if (!(decision_timeout_s > 0)) {
+    *error = "ShardedPublisher::Options::decision_timeout_s must be > 0";
+    return false;
+  }
+  return true;
+}
+
+bool ShardedSubscriber::Options::IsValid(std::string* error) const {
+  if (!(peer_timeout_s > 0)) {
+    *error = "ShardedSubscriber::Options::peer_timeout_s must be > 0";
+    return false;
+  }
+  if (bucket_bytes >= (1ull << 31)) {
+    *error = "ShardedSubscriber::Options::bucket_bytes must be < 2 GiB (one message per producer and bucket)";
+    return false;
+  }
+  if (chunk_bytes == 0 || chunk_bytes >= (1ull << 31)) {
+    *error = "ShardedSubscriber::Options::chunk_bytes must be in (0, 2 GiB)";
+    return false;
+  }
+  return true;
+}
+
+std::string ShardedPublisher::Summary::BriefReport() const {
+  if (!published) return "not published (rank 0 decided so)";
+  std::string s = "version " + std::to_string(version) + ": sent " + std::to_string(sent_bytes) + " bytes" +
+                  (sent ? "" : " (incomplete)") + ", shard checksum " + ChecksumToHex(shard_checksum);
+  if (whole_checksum != 0 || committed) {
+    s += committed ? ", committed by the consumers" : ", not committed";
+    s += ", whole " + ChecksumToHex(whole_checksum);
+  }
+  s += ", " + internal::Seconds(update_s) + " s";
+  return message.empty() ? s : s + ": " + message;
+}
+
+std::string ShardedSubscriber::Summary::BriefReport() const {
+  if (!received) return "no version" + (message.empty() ? std::string() : ": " + message);
+  std::string s = "version " + std::to_string(version) + ": " + std::to_string(received_bytes) + " of " +
+                  std::to_string(slice_bytes) + " slice bytes, " + (verified ? "verified" : "not verified") +
+                  ", " + (committed ? "committed" : "not committed") + ", receive " +
+                  internal::Seconds(receive_s) + " s, commit " + internal::Seconds(commit_s) + " s";
+  if (pause_s > 0) s += ", paused " + internal::Seconds(pause_s) + " s";
+  return message.empty() ? s : s + ": " + message;
+}
+
+}  // namespace transports
+}  // namespace viper

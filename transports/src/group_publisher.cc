@@ -1,0 +1,186 @@
+// The producer's half of the sharded groups (group.h, group_internal.h).
+#include <unistd.h>
+
+#include "group_internal.h"
+#include "group_testing.h"
+#include "viper/core/checksum.h"
+
+namespace viper {
+namespace transports {
+
+using namespace internal;  // NOLINT: the protocol's constants and helpers
+
+// ---- producer ---------------------------------------------------------------
+
+class ShardedPublisher::Impl {
+ public:
+  Impl(GroupSetup g, Options o) : g_(std::move(g)), options_(o) {}
+
+  StatusOr<Summary> Publish(const ModelState& shard, int64_t iteration, bool publish);
+
+  GroupSetup g_;
+  Options options_;
+  uint64_t last_version_ = 0;
+  uint64_t fault_version_ = 0;
+  GroupFault fault_ = GroupFault::kNone;
+
+ private:
+  // Rank 0's decision, sent to the others; theirs, received.
+  Status Decide(int64_t iteration, bool publish, DecideMsg* d);
+};
+
+Status ShardedPublisher::Impl::Decide(int64_t iteration, bool publish, DecideMsg* d) {
+  const int P = g_.p_layout.ranks();
+  if (g_.rank == 0) {
+    d->version = publish ? last_version_ + 1 : last_version_;
+    d->iteration = iteration;
+    d->publish = publish ? 1 : 0;
+    for (int r = 1; r < P; ++r) {
+      // A producer rank that is gone misses the version; the others go on.
+      (void)internal::SendPod(g_.all, g_.producers[r], kGroupTagDecide, *d, options_.peer_timeout_s);
+    }
+    return Status::Ok();
+  }
+  const uint64_t last = last_version_;
+  if (!WaitPod<DecideMsg>(g_.all, g_.producers[0], kGroupTagDecide,
+                          MonotonicSeconds() + options_.decision_timeout_s, d,
+                          [last](const DecideMsg& m) { return m.version >= last; })) {
+    return AbortedError("producer rank " + std::to_string(g_.rank) +
+                        ": no decision from producer rank 0 within " + Seconds(options_.decision_timeout_s) +
+                        " s");
+  }
+  return Status::Ok();
+}
+
+StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelState& shard,
+                                                                    int64_t iteration, bool publish) {
+  const double t0 = MonotonicSeconds();
+  const int Q = g_.q_layout.ranks();
+  Summary sum;
+  DecideMsg d;
+  VIPER_RETURN_IF_ERROR(Decide(iteration, publish, &d));
+  if (!d.publish) return sum;
+  last_version_ = d.version;
+  sum.published = true;
+  sum.version = d.version;
+  const Status valid = g_.p_layout.CheckShard(shard, g_.rank);
+  const int tag = DataTag(d.version);
+
+  // Digests and blocks of every piece, then the headers.
+  std::vector<std::vector<uint64_t>> headers(Q);
+  std::vector<std::vector<std::vector<Block>>> pieces(Q);
+  if (valid.ok()) {
+    Xxh3Hasher whole;
+    for (const Tensor& t : shard.tensors()) whole.Update(t.data, t.size_bytes);
+    sum.shard_checksum = whole.Digest();
+  }
+  for (int c = 0; c < Q; ++c) {
+    const uint64_t W = g_.window_bytes;
+    const uint64_t nwin = Windows(g_.q_layout.ShardBytes(c), W);
+    headers[c] = {kMagic,
+                  d.version,
+                  static_cast<uint64_t>(d.iteration),
+                  sum.shard_checksum,
+                  valid.ok() ? 1u : 0u,
+                  static_cast<uint64_t>(g_.rank),
+                  nwin};
+    pieces[c].resize(nwin);
+    for (uint64_t k = 0; k < nwin; ++k) {
+      uint64_t digest = 0;
+      if (valid.ok()) {
+        for (const ByteCopy& b : Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W)) {
+          AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &pieces[c][k]);
+        }
+        if (!pieces[c][k].empty()) digest = HashBlocks(pieces[c][k]);
+      }
+      headers[c].push_back(digest);
+    }
+  }
+  for (int c = 0; c < Q; ++c) {
+    Status s = internal::SendBytesWithin(g_.all, g_.consumers[c], kGroupTagHeader, headers[c].data(),
+                                         headers[c].size() * sizeof(uint64_t), options_.peer_timeout_s);
+    if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
+  }
+  if (!valid.ok()) return valid;
+  if (fault_version_ == d.version && fault_ == GroupFault::kExitAfterHeaders) _exit(0);
+  if (fault_version_ == d.version && fault_ == GroupFault::kStopAfterHeaders) {
+    sum.message = "fault injected: stopped after the headers";
+    sum.update_s = MonotonicSeconds() - t0;
+    return sum;
+  }
+
+  // Every piece to every consumer at once, straight from the tensors.
+  std::vector<MPI_Request> requests;
+  std::vector<uint64_t> request_bytes;
+  auto post = [&](const std::vector<Block>& blocks, int c) -> Status {
+    MPI_Request r;
+    VIPER_RETURN_IF_ERROR(PostBlocks(true, blocks, g_.consumers[c], tag, g_.all, &r));
+    requests.push_back(r);
+    uint64_t n = 0;
+    for (const Block& b : blocks) n += b.bytes;
+    request_bytes.push_back(n);
+    return Status::Ok();
+  };
+  const uint64_t W = g_.window_bytes;
+  for (int c = 0; c < Q; ++c) {
+    for (std::size_t k = 0; k < pieces[c].size(); ++k) {
+      if (pieces[c][k].empty()) continue;
+      for (const auto& message : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W))) {
+        std::vector<Block> blocks;
+        for (const ByteCopy& b : message)
+          AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
+        VIPER_RETURN_IF_ERROR(post(blocks, c));
+      }
+    }
+  }
+  sum.sent = WaitAll(&requests, MonotonicSeconds() + options_.peer_timeout_s,
+                     [&](int i) { sum.sent_bytes += request_bytes[i]; });
+  if (!sum.sent && sum.message.empty()) {
+    sum.message = "not every consumer rank took its bytes within " + Seconds(options_.peer_timeout_s) + " s";
+  }
+  if (g_.rank == 0) {
+    VoteMsg ack;
+    const uint64_t v = d.version;
+    // The consumers decide within two peer timeouts of their first header
+    // (the bytes, then the votes).
+    if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * options_.peer_timeout_s, &ack,
+                         [v](const VoteMsg& m) { return m.version == v; })) {
+      sum.committed = ack.yes == 1;
+      sum.whole_checksum = ack.whole_checksum;
+    } else if (sum.message.empty()) {
+      sum.message = "no acknowledgement from consumer rank 0";
+    }
+  }
+  sum.update_s = MonotonicSeconds() - t0;
+  return sum;
+}
+
+ShardedPublisher::ShardedPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardedPublisher::~ShardedPublisher() = default;
+
+StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const GroupRanks& ranks,
+                                                                     const ShardLayout& layout,
+                                                                     const Options& options) {
+  std::string error;
+  if (!options.IsValid(&error)) return InvalidArgumentError(error);
+  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, true, layout, 0));
+  return std::unique_ptr<ShardedPublisher>(
+      new ShardedPublisher(std::make_unique<Impl>(std::move(g), options)));
+}
+
+StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState& shard, int64_t iteration,
+                                                              bool publish) {
+  return impl_->Publish(shard, iteration, publish);
+}
+int ShardedPublisher::rank() const { return impl_->g_.rank; }
+const TransferPlan& ShardedPublisher::plan() const { return impl_->g_.plan; }
+
+namespace internal {
+void SetFault(ShardedPublisher* publisher, uint64_t version, GroupFault fault) {
+  publisher->impl_for_testing()->fault_version_ = version;
+  publisher->impl_for_testing()->fault_ = fault;
+}
+}  // namespace internal
+
+}  // namespace transports
+}  // namespace viper

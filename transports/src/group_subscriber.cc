@@ -1,0 +1,450 @@
+// The consumer's half of the sharded groups (group.h, group_internal.h).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+
+#include "group_internal.h"
+#include "group_testing.h"
+#include "keep_until_finalize.h"
+#include "viper/core/checksum.h"
+#include "viper/transports/aligned_buffer.h"
+
+namespace viper {
+namespace transports {
+
+using namespace internal;  // NOLINT: the protocol's constants and helpers
+
+// ---- consumer ---------------------------------------------------------------
+
+class ShardedSubscriber::Impl {
+ public:
+  Impl(GroupSetup g, Options o, ModelState* target) : g_(std::move(g)), options_(o), target_(target) {}
+
+  StatusOr<Summary> ReceiveNext(double wait_s);
+
+  GroupSetup g_;
+  Options options_;
+  ModelState* target_;  // bounded mode
+  uint64_t last_attempted_ = 0;
+  uint64_t fault_version_ = 0;
+  GroupFault fault_ = GroupFault::kNone;
+
+  // Double buffer: the served version and the spare back buffer.
+  mutable std::mutex mu_;
+  std::shared_ptr<const ShardVersion> current_;
+  std::shared_ptr<AlignedBuffer> spare_;
+  // Bounded: the target, served under serve_mu_ while bounded_serving_.
+  mutable std::shared_mutex serve_mu_;
+  bool bounded_serving_ = false;
+  ShardVersion bounded_;
+  std::shared_ptr<AlignedBuffer> staging_;
+
+ private:
+  // All P headers of the next version (the first within wait_s, the rest
+  // within the peer timeout). NotFound when none began.
+  Status ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers, double* first_s);
+  // The consumer group's decision: every rank's vote to rank 0, its answer
+  // back. Rank 0 also acknowledges to producer rank 0.
+  bool Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s);
+
+  // The steps of ReceiveNext, in order.
+  struct Incoming;
+  // The headers; the version's number even when they fail.
+  Status ReadHeaders(double wait_s, Incoming* in);
+  // Windows [k0, k1) of this rank's image from every producer rank at once,
+  // window k0 landing at `base`; each piece checked against its digest.
+  // False (and sum->message) when a piece is late, lost or wrong.
+  bool ReceiveWindows(const Incoming& in, uint64_t k0, uint64_t k1, std::byte* base, Summary* sum);
+  // Double buffer: all windows into a back buffer (the spare, if no reader
+  // holds it).
+  bool ReceiveDoubleBuffer(const Incoming& in, Summary* sum, std::shared_ptr<AlignedBuffer>* buffer);
+  void InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
+  // Bounded: window by window through the staging bucket into the target;
+  // takes `paused` (serving stops) before the first copy.
+  bool ReceiveBounded(const Incoming& in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
+                      double* pause_start);
+};
+
+Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers,
+                                               double* first_s) {
+  const int P = g_.p_layout.ranks();
+  const uint64_t nwin = Windows(g_.q_layout.ShardBytes(g_.rank), g_.window_bytes);
+  const std::size_t words = kHeaderFields + nwin;
+  headers->assign(P, {});
+  uint64_t target = 0;
+  double deadline = MonotonicSeconds() + wait_s;
+  bool begun = false;
+  Backoff backoff(100);
+  while (true) {
+    bool progress = false;
+    // Every header waiting from each producer rank: the newest is kept (a
+    // rank that missed whole versions skips their stale headers).
+    for (int p = 0; p < P; ++p) {
+      auto& h = (*headers)[p];
+      while (true) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(g_.producers[p], kGroupTagHeader, g_.all, &flag, &st) != MPI_SUCCESS) {
+          return AbortedError("MPI_Iprobe failed");
+        }
+        if (!flag) break;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        std::vector<uint64_t> msg((static_cast<std::size_t>(count) + 7) / 8);
+        if (MPI_Recv(msg.data(), count, MPI_BYTE, g_.producers[p], kGroupTagHeader, g_.all,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          return AbortedError("MPI_Recv of a header from producer rank " + std::to_string(p) + " failed");
+        }
+        progress = true;
+        if (static_cast<std::size_t>(count) != words * 8 || msg[0] != kMagic || msg[2 + 4] != nwin) {
+          return DataLossError("header from producer rank " + std::to_string(p) + ": " +
+                               std::to_string(count) + " bytes, expected " + std::to_string(words * 8) +
+                               " (" + std::to_string(nwin) + " windows)");
+        }
+        if (msg[1] <= last_attempted_) continue;  // a version this rank already took part in
+        h = std::move(msg);
+        if (!begun) {
+          begun = true;
+          *first_s = MonotonicSeconds();
+          deadline = *first_s + options_.peer_timeout_s;
+        }
+        target = std::max(target, h[1]);
+      }
+    }
+    int have = 0;
+    for (const auto& h : *headers) have += (!h.empty() && h[1] == target) ? 1 : 0;
+    if (begun && have == P) return Status::Ok();
+    if (MonotonicSeconds() > deadline) break;
+    if (!progress) backoff.Pause();
+  }
+  if (!begun) return NotFoundError("no version began within " + Seconds(wait_s) + " s");
+  last_attempted_ = target;
+  return AbortedError("version " + std::to_string(target) +
+                      ": not every producer rank's header came within " + Seconds(options_.peer_timeout_s) +
+                      " s");
+}
+
+bool ShardedSubscriber::Impl::Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s) {
+  const int Q = g_.q_layout.ranks();
+  VoteMsg vote;
+  vote.version = version;
+  vote.yes = ok ? 1 : 0;
+  vote.whole_checksum = whole;
+  if (g_.rank != 0) {
+    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, options_.peer_timeout_s).ok())
+      return false;
+    VoteMsg decision;
+    return WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, deadline_s, &decision,
+                            [version](const VoteMsg& m) { return m.version == version; }) &&
+           decision.yes == 1;
+  }
+  bool yes = ok;
+  for (int c = 1; c < Q && yes; ++c) {
+    VoteMsg v;
+    yes = WaitPod<VoteMsg>(g_.all, g_.consumers[c], kGroupTagVote, deadline_s, &v,
+                           [version](const VoteMsg& m) { return m.version == version; }) &&
+          v.yes == 1 && v.whole_checksum == whole;
+  }
+  vote.yes = yes ? 1 : 0;
+  for (int c = 1; c < Q; ++c)
+    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, options_.peer_timeout_s);
+  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, options_.peer_timeout_s);
+  return yes;
+}
+
+// What the headers of one version said.
+struct ShardedSubscriber::Impl::Incoming {
+  uint64_t version = 0;
+  int64_t iteration = 0;
+  uint64_t whole = 0;  // XXH3 of the producers' shard checksums
+  double first_s = 0;  // when the first header came
+  std::vector<std::vector<uint64_t>> headers;
+};
+
+Status ShardedSubscriber::Impl::ReadHeaders(double wait_s, Incoming* in) {
+  Status hs = ReceiveHeaders(wait_s, &in->headers, &in->first_s);
+  if (hs.code() == StatusCode::kNotFound) return hs;
+  for (const auto& h : in->headers) {
+    if (!h.empty()) in->version = std::max(in->version, h[1]);
+  }
+  last_attempted_ = std::max(last_attempted_, in->version);
+  if (!hs.ok()) return hs;
+  Xxh3Hasher h;
+  for (std::size_t p = 0; p < in->headers.size(); ++p) {
+    h.Update(&in->headers[p][3], sizeof(uint64_t));
+    if (in->headers[p][4] != 1) {
+      return FailedPreconditionError("producer rank " + std::to_string(p) +
+                                     " had no valid shard for version " + std::to_string(in->version));
+    }
+  }
+  in->whole = h.Digest();
+  in->iteration = static_cast<int64_t>(in->headers[0][2]);
+  return Status::Ok();
+}
+
+bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, uint64_t k1, std::byte* base,
+                                             Summary* sum) {
+  const uint64_t W = g_.window_bytes;
+  std::vector<MPI_Request> requests;
+  std::vector<std::size_t> piece_of;        // request -> piece
+  std::vector<std::vector<Block>> landing;  // piece -> where it lands
+  std::vector<std::size_t> left;            // piece -> requests not complete
+  std::vector<uint64_t> expected;           // piece -> its producer's digest
+  for (uint64_t k = k0; k < k1 && sum->message.empty(); ++k) {
+    for (int p = 0; p < g_.p_layout.ranks() && sum->message.empty(); ++p) {
+      const std::vector<ByteCopy> copies = Clip(g_.plan.Copies(p, g_.rank), k * W, (k + 1) * W);
+      if (copies.empty()) continue;
+      std::vector<Block> blocks;
+      for (const ByteCopy& c : copies) blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
+      std::vector<std::vector<Block>> messages;
+      for (const auto& message : Messages(copies)) {
+        messages.emplace_back();
+        for (const ByteCopy& c : message)
+          messages.back().push_back({base + (c.dst_offset - k0 * W), c.bytes});
+      }
+      for (const auto& m : messages) {
+        MPI_Request r;
+        Status s = PostBlocks(false, m, g_.producers[p], DataTag(in.version), g_.all, &r);
+        if (!s.ok()) {
+          sum->message = s.message();
+          break;
+        }
+        requests.push_back(r);
+        piece_of.push_back(landing.size());
+      }
+      left.push_back(messages.size());
+      landing.push_back(std::move(blocks));
+      expected.push_back(in.headers[p][kHeaderFields + k]);
+    }
+  }
+  int bad = -1;
+  const bool all = WaitAll(&requests, in.first_s + options_.peer_timeout_s, [&](int i) {
+    const std::size_t piece = piece_of[i];
+    if (--left[piece] > 0) return;
+    for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
+    if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
+  });
+  if (!all || !sum->message.empty()) {
+    if (sum->message.empty()) {
+      sum->message = "version " + std::to_string(in.version) +
+                     ": not every producer rank's bytes came within " + Seconds(options_.peer_timeout_s) +
+                     " s";
+    }
+    return false;
+  }
+  if (bad >= 0) {
+    sum->message = "version " + std::to_string(in.version) + ": a piece does not match its producer's digest";
+    return false;
+  }
+  return true;
+}
+
+bool ShardedSubscriber::Impl::ReceiveDoubleBuffer(const Incoming& in, Summary* sum,
+                                                  std::shared_ptr<AlignedBuffer>* buffer) {
+  const uint64_t bytes = g_.q_layout.ShardBytes(g_.rank);
+  if (spare_ && spare_.use_count() == 1 && spare_->capacity() >= bytes) {
+    *buffer = spare_;
+  } else {
+    auto b = AlignedBuffer::Allocate(std::max<uint64_t>(bytes, 1));
+    if (!b.ok()) {
+      sum->message = b.status().message();
+      return false;
+    }
+    *buffer = std::make_shared<AlignedBuffer>(std::move(*b));
+  }
+  sum->staging_bytes = (*buffer)->capacity();
+  if (ReceiveWindows(in, 0, Windows(bytes, g_.window_bytes), (*buffer)->data(), sum)) return true;
+  // Receives that could not be cancelled may still land: that memory is
+  // MPI's until MPI_Finalize.
+  internal::KeepUntilFinalize(*buffer);
+  if (spare_ == *buffer) spare_.reset();
+  buffer->reset();
+  return false;
+}
+
+void ShardedSubscriber::Impl::InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer) {
+  auto v = std::make_shared<ShardVersion>();
+  v->version = in.version;
+  v->iteration = in.iteration;
+  v->whole_checksum = in.whole;
+  v->state.metadata.version = in.version;
+  v->state.metadata.iteration = in.iteration;
+  for (std::size_t t = 0; t < g_.q_layout.tensors().size(); ++t) {
+    const TensorLayout& tl = g_.q_layout.tensors()[t];
+    Tensor x;
+    x.name = tl.name;
+    x.dtype = tl.dtype;
+    x.shape = g_.q_layout.LocalShape(t, g_.rank);
+    x.owner = buffer;
+    x.data = buffer->data() + g_.q_layout.LocalOffset(t, g_.rank);
+    x.size_bytes = g_.q_layout.LocalBytes(t, g_.rank);
+    (void)v->state.Add(std::move(x));  // the layout's names are unique (ShardLayout::Make)
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (current_ && !current_->state.tensors().empty()) {
+    spare_ = std::static_pointer_cast<AlignedBuffer>(current_->state.tensors()[0].owner);
+  }
+  current_ = std::move(v);
+}
+
+bool ShardedSubscriber::Impl::ReceiveBounded(const Incoming& in, Summary* sum,
+                                             std::unique_lock<std::shared_mutex>* paused,
+                                             double* pause_start) {
+  const uint64_t W = g_.window_bytes;
+  const uint64_t bytes = g_.q_layout.ShardBytes(g_.rank);
+  if (!staging_) {
+    auto b = AlignedBuffer::Allocate(W);
+    if (!b.ok()) {
+      sum->message = b.status().message();
+      return false;
+    }
+    staging_ = std::make_shared<AlignedBuffer>(std::move(*b));
+  }
+  sum->staging_bytes = staging_->capacity();
+  for (uint64_t k = 0; k < Windows(bytes, W); ++k) {
+    if (!ReceiveWindows(in, k, k + 1, staging_->data(), sum)) {
+      internal::KeepUntilFinalize(staging_);  // as in ReceiveDoubleBuffer
+      staging_.reset();
+      return false;
+    }
+    if (!paused->owns_lock()) {  // verified: into the target, serving paused from here
+      paused->lock();
+      *pause_start = MonotonicSeconds();
+      bounded_serving_ = false;
+    }
+    std::vector<Block> dst;
+    AppendBlocks(*target_, g_.q_layout, g_.rank, k * W, std::min(W, bytes - k * W), &dst);
+    uint64_t off = 0;
+    for (const Block& b : dst) {
+      std::memcpy(b.data, staging_->data() + off, b.bytes);
+      off += b.bytes;
+    }
+  }
+  return true;
+}
+
+StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double wait_s) {
+  Summary sum;
+  sum.slice_bytes = g_.q_layout.ShardBytes(g_.rank);
+  Incoming in;
+  const Status hs = ReadHeaders(wait_s, &in);
+  if (hs.code() == StatusCode::kNotFound) return hs;
+  sum.received = true;
+  sum.version = in.version;
+  if (fault_version_ == in.version && fault_ == GroupFault::kExitAfterHeaders) _exit(0);
+  if (fault_version_ == in.version && fault_ == GroupFault::kStopAfterHeaders) {
+    return AbortedError("fault injected: stopped after the headers of version " + std::to_string(in.version));
+  }
+  if (!hs.ok()) sum.message = hs.message();
+  std::shared_ptr<AlignedBuffer> buffer;  // double buffer
+  std::unique_lock<std::shared_mutex> paused(serve_mu_,
+                                             std::defer_lock);  // bounded: held from the first copy
+  double pause_start = 0;
+  const bool bounded = target_ != nullptr;
+  sum.verified = hs.ok() && (bounded ? ReceiveBounded(in, &sum, &paused, &pause_start)
+                                     : ReceiveDoubleBuffer(in, &sum, &buffer));
+  sum.receive_s = MonotonicSeconds() - in.first_s;
+  const double c0 = MonotonicSeconds();
+  // The decision waits at most one more peer timeout after the bytes'.
+  sum.committed = Commit(in.version, sum.verified, in.whole, in.first_s + 2 * options_.peer_timeout_s);
+  sum.commit_s = MonotonicSeconds() - c0;
+  if (bounded) {
+    const bool copied = paused.owns_lock();
+    if (sum.committed) {
+      if (!copied) paused.lock();  // an empty shard: nothing was copied
+      bounded_.version = in.version;
+      bounded_.iteration = in.iteration;
+      bounded_.whole_checksum = in.whole;
+      bounded_.state = *target_;
+      bounded_.state.metadata.version = in.version;
+      bounded_.state.metadata.iteration = in.iteration;
+      bounded_serving_ = true;  // else, once copied into, the target is torn: nothing is served
+    }
+    if (copied) sum.pause_s = MonotonicSeconds() - pause_start;
+    sum.serving = bounded_serving_;
+    if (paused.owns_lock()) paused.unlock();
+  } else {
+    if (sum.committed) {
+      InstallDoubleBuffer(in, buffer);
+    } else if (buffer && buffer != spare_ && buffer.use_count() == 1) {
+      spare_ = buffer;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    sum.serving = current_ != nullptr;
+  }
+  if (!sum.committed && sum.message.empty()) {
+    sum.message = sum.verified ? "another consumer rank did not verify version " + std::to_string(in.version)
+                               : "not verified";
+  }
+  return sum;
+}
+
+ShardedSubscriber::ShardedSubscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardedSubscriber::~ShardedSubscriber() = default;
+
+StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const GroupRanks& ranks,
+                                                                       const ShardLayout& layout,
+                                                                       const Options& options,
+                                                                       ModelState* target) {
+  std::string error;
+  if (!options.IsValid(&error)) return InvalidArgumentError(error);
+  // Local checks that every consumer rank makes the same way (the options
+  // are the same everywhere), so none leaves the collective setup alone.
+  if ((options.bucket_bytes > 0) != (target != nullptr)) {
+    return InvalidArgumentError(
+        "ShardedSubscriber: bounded mode needs both bucket_bytes > 0 and a target (double buffer: neither)");
+  }
+  const uint64_t window = options.bucket_bytes > 0 ? options.bucket_bytes : options.chunk_bytes;
+  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, false, layout, window));
+  if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
+  return std::unique_ptr<ShardedSubscriber>(
+      new ShardedSubscriber(std::make_unique<Impl>(std::move(g), options, target)));
+}
+
+StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::ReceiveNext(double wait_s) {
+  return impl_->ReceiveNext(wait_s);
+}
+
+bool ShardedSubscriber::Serve(const std::function<void(const ShardVersion&)>& fn) const {
+  if (impl_->target_ == nullptr) {
+    auto v = Current();
+    if (!v) return false;
+    fn(*v);
+    return true;
+  }
+  std::shared_lock<std::shared_mutex> l(impl_->serve_mu_);
+  if (!impl_->bounded_serving_) return false;
+  fn(impl_->bounded_);
+  return true;
+}
+
+std::shared_ptr<const ShardVersion> ShardedSubscriber::Current() const {
+  if (impl_->target_ != nullptr) return nullptr;
+  std::lock_guard<std::mutex> l(impl_->mu_);
+  return impl_->current_;
+}
+
+uint64_t ShardedSubscriber::version() const {
+  if (impl_->target_ != nullptr) {
+    std::shared_lock<std::shared_mutex> l(impl_->serve_mu_);
+    return impl_->bounded_serving_ ? impl_->bounded_.version : 0;
+  }
+  auto v = Current();
+  return v ? v->version : 0;
+}
+
+int ShardedSubscriber::rank() const { return impl_->g_.rank; }
+const TransferPlan& ShardedSubscriber::plan() const { return impl_->g_.plan; }
+
+namespace internal {
+void SetFault(ShardedSubscriber* subscriber, uint64_t version, GroupFault fault) {
+  subscriber->impl_for_testing()->fault_version_ = version;
+  subscriber->impl_for_testing()->fault_ = fault;
+}
+}  // namespace internal
+
+}  // namespace transports
+}  // namespace viper
