@@ -141,6 +141,10 @@ if [ -f "$log" ]; then
   expect_in "$tmp/err" "'2500:sixty' is not ITER:FACTOR" "train names the bad milestone"
   expect_rc 2 "train --lr-milestones out of order" "$viper" train --lr-milestones 2500:60,100:0.1
   expect_in "$tmp/err" "--lr-milestones[1]: iterations must increase" "train names the milestone flag and index"
+  expect_rc 2 "train --freeze a tensor it does not have" "$viper" train --freeze x --max-iterations 1
+  expect_in "$tmp/err" "'x' is not a tensor of this MLP" "train names the bad --freeze tensor and lists the MLP's"
+  expect_rc 1 "train --init-model a missing file" "$viper" train --init-model "$tmp/no-such.safetensors" --max-iterations 1
+  expect_in "$tmp/err" "no-such.safetensors" "train names the missing --init-model file"
   expect_rc 2 "train --hidden absurd" "$viper" train --hidden 1000000,1000000
   expect_in "$tmp/err" "the limit is 250000000" "train states the parameter limit"
   if "$viper" run --help >/dev/null 2>&1; then
