@@ -144,6 +144,7 @@ class DeltaReceiver : public TierReceiver {
 StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   const double t0 = MonotonicSeconds();
   const std::shared_ptr<const ModelVersion> base = std::move(base_);
+  if (base == nullptr) return InternalError("the delta path received an announcement it did not take");
   const auto decoded = DecodeHostPayload(a);  // Takes decoded it already
   const HostPayload p = decoded.ok() ? *decoded : HostPayload{};
   Ready ready = control_->ReadyFor(a);
