@@ -624,6 +624,8 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   std::mt19937 rng(11);
   for (uint64_t v = 0; v < 5; ++v) {
+    // Before the publish: the consumer may serve v before Publish returns.
+    const uint64_t moved_before = (*sub)->summary().bytes_moved;
     if (v > 0) {
       // About 1% of one tensor's elements change; the others stay (frozen).
       Tensor& x = m.mutable_tensors()[1];
@@ -641,7 +643,6 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
       struct stat st;
       EXPECT_EQ(::stat((dir + "/model-v" + std::to_string(v) + ".delta").c_str(), &st), 0) << v;
     }
-    const uint64_t moved_before = (*sub)->summary().bytes_moved;
     auto got = (*sub)->WaitForVersion(v, 10);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     if ((*got)->state.metadata.version == v && v > 0 && (*sub)->summary().delta_versions > 0) {
