@@ -237,7 +237,9 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   }
   out->encoding = delta_.Encoding(static_cast<int>(via_delta.size()));
   out->written_bytes = delta_.delta_bytes();
-  delta_.Commit(!via_mpi.empty() || !via_delta.empty());
+  bool other_node = false;  // auto diffs only for consumers on other nodes
+  for (const auto& r : ready) other_node |= strncmp(r.second.host, control_->host(), sizeof(r.second.host)) != 0;
+  delta_.Commit(other_node);
   return Status::Ok();
 }
 

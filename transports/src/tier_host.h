@@ -49,8 +49,8 @@ struct HostPayload {
   // A delta offered (tier_host_delta.h): delta_bytes > 0 bytes, in messages
   // of delta_chunk_bytes, against the version delta_base_version whose
   // viper.checksum is delta_base_checksum. A consumer holding that base may
-  // answer Ready with kPathDelta; one on the producer's node that maps the
-  // segment only when delta_shm = 1 (else the shm copy is as fast).
+  // answer Ready with kPathDelta; one on the producer's node only when
+  // delta_shm = 1 (else its link, shared memory, is as fast as the apply).
   uint64_t delta_bytes = 0;
   uint64_t delta_chunk_bytes = 0;
   uint64_t delta_base_version = 0;

@@ -82,8 +82,8 @@ bool HostDeltaOffer::Takes(const Ready& ready) const {
          ready.held_checksum == base_checksum_;
 }
 
-void HostDeltaOffer::Commit(bool mpi) {
-  keep_ = options_.delta == DeltaMode::kOn || mpi;
+void HostDeltaOffer::Commit(bool other_node) {
+  keep_ = options_.delta == DeltaMode::kOn || other_node;
   if (!keep_ || next_bytes_ == 0) {
     base_bytes_ = 0;  // no base: the next version is full for everyone
     return;
@@ -123,9 +123,11 @@ class DeltaReceiver : public TierReceiver {
     if (h == nullptr || h->state.metadata.version != p->delta_base_version ||
         h->checksum != p->delta_base_checksum)
       return false;
-    const bool shm_here = p->shm_name[0] != '\0' && control_->options().allow_shm &&
-                          strncmp(a.host, control_->host(), sizeof(a.host)) == 0;
-    if (shm_here && p->delta_shm == 0) return false;
+    // On the producer's node the link is shared memory (the shm segment, or
+    // MPI's own shared-memory transport for two-sided), as fast as the
+    // apply: the full version unless the producer offers the delta there too.
+    const bool same_node = strncmp(a.host, control_->host(), sizeof(a.host)) == 0;
+    if (same_node && p->delta_shm == 0) return false;
     base_ = std::move(held);
     return true;
   }

@@ -13,7 +13,9 @@
 //
 // Consumer (a receive path, tried before shm and two-sided): it takes the
 // announcement only when the version it serves is the offered base (version
-// and viper.checksum) and answers Ready with kPathDelta, naming what it holds
+// and viper.checksum), and, on the producer's node, only when the producer
+// offers it there too (delta on; auto: a link of shared memory is as fast as
+// the consumer's copy and apply), and answers Ready with kPathDelta, naming what it holds
 // (Ready::held_version/held_checksum; the producer checks them). Then, all
 // kTagData from the producer (never relayed): the delta in messages of
 // delta_chunk_bytes. The consumer copies the image it serves into a landing
@@ -57,7 +59,9 @@ class HostDeltaOffer {
   bool built() const { return next_bytes_ > 0; }
   // A delta is offered for the version Prepare built.
   bool offered() const { return offered_; }
-  // Whether consumers that map the shm segment are offered it too (kOn).
+  // Whether consumers on the producer's node are offered it too (kOn): there
+  // the link is shared memory (the segment, or MPI's shared-memory
+  // transport), as fast as the consumer's copy and apply.
   bool for_shm() const { return options_.delta == DeltaMode::kOn; }
   void Offer(HostPayload* p) const;
   // Whether a consumer that answered `ready` takes the delta.
@@ -70,10 +74,11 @@ class HostDeltaOffer {
   const std::byte* data() const { return next_.data() + header_bytes_; }
   // Memory the delta's sends read, for KeepUntilFinalize when one fails.
   std::shared_ptr<const void> delta_memory() const { return delta_; }
-  // After the send: the built image is the next version's base. `mpi`:
-  // whether any consumer took this version over MPI (auto keeps a base
-  // only while some do: shm consumers are offered no delta).
-  void Commit(bool mpi);
+  // After the send: the built image is the next version's base.
+  // `other_node`: whether any consumer that took this version is on
+  // another node than the producer (auto keeps a base only while some are:
+  // consumers on its node are offered no delta).
+  void Commit(bool other_node);
   // "delta v7 <- v6: ... (to 2 consumers)" or "full (<reason>)"; "" when no delta was tried.
   std::string Encoding(int takers) const;
   uint64_t delta_bytes() const { return offered_ ? summary_.delta_bytes : 0; }
