@@ -139,6 +139,7 @@ int RunRun(const std::vector<std::string>& args) {
               notify = transports::ToString(o.notify), mode = transports::ToString(o.mode),
               strategy = schedulers::ToString(o.strategy);
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
+  std::string delta = transports::ToString(o.delta);
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -173,11 +174,15 @@ int RunRun(const std::vector<std::string>& args) {
       "stricter): each version file carries an HMAC-SHA256 under it and consumers serve only versions that "
       "verify under their key (one SHA-256 pass over each version). A consumer given another key serves "
       "nothing and the run fails")(
-      "delta", po::bool_switch(&o.pfs_delta),
-      "pfs tier: write each version after the first as a delta against the previous one when that is smaller "
-      "(model-v<N>.delta: only the elements whose bits changed; a full version every 9th, or when the delta "
-      "is not smaller); consumers rebuild each version from its chain and verify its checksum before serving "
-      "it. The producer keeps a copy of the previous version (one model of host memory). Default: off")(
+      "delta", po::value(&delta)->default_value(delta),
+      "auto | on | off. Delta versions: only what changed since the version a consumer "
+      "holds. host (shm, two-sided): the producer keeps the last version and sends a consumer that holds it "
+      "a delta instead of the image (auto: over MPI only, when smaller; on: shared-memory consumers too); the "
+      "consumer rebuilds it in a copy of its version and verifies the checksum before serving it; others get "
+      "the full version. pfs: on writes each version after the first as a delta file when smaller "
+      "(model-v<N>.delta; a full version every 9th; consumers rebuild from the version they hold or the "
+      "chain); auto and off write full files. The producer keeps a copy of the previous version (one model "
+      "of host memory). gpu: off or auto only")(
       "poll-period-s", po::value(&o.poll_period_s)->default_value(o.poll_period_s),
       "poll: seconds between directory scans, in (0, 86400]")("requests-per-s",
                                                po::value(&o.requests_per_s)->default_value(o.requests_per_s),
@@ -319,6 +324,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto fo = transports::FanoutFromString(fanout);
   if (!fo) return usage("--fanout: expected node, direct or tree, got '" + fanout + "'");
   o.fanout = *fo;
+  auto dm = transports::DeltaModeFromString(delta);
+  if (!dm) return usage("--delta: expected auto, on or off, got '" + delta + "'");
+  o.delta = *dm;
   auto hp = transports::HostProtocolFromString(host_protocol);
   if (!hp || *hp == transports::HostProtocol::kOneSided) {
     return usage("--host-protocol: expected shm or two-sided, got '" + host_protocol + "'");
@@ -441,6 +449,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"notify", "--notify"},
         {"hmac_key_file", "--hmac-key-file"},
         {"pfs_delta", "--delta"},
+        {"delta", "--delta"},
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
         {"poll_period_s", "--poll-period-s"},

@@ -314,6 +314,8 @@ void BindTransports(py::module_& m) {
       .def_readonly("servable_s", &Publisher::ConsumerResult::servable_s)
       .def_readonly("load_s", &Publisher::ConsumerResult::load_s)
       .def_readonly("message", &Publisher::ConsumerResult::message)
+      .def_readonly("bytes_moved", &Publisher::ConsumerResult::bytes_moved)
+      .def_readonly("encoding", &Publisher::ConsumerResult::encoding)
       .def("__repr__", [](const Publisher::ConsumerResult& c) {
         return "ConsumerResult(rank=" + std::to_string(c.rank) + ", delivered=" + (c.delivered ? "True" : "False") +
                ", servable_s=" + std::to_string(c.servable_s) + ")";
@@ -356,7 +358,7 @@ void BindTransports(py::module_& m) {
                        uint64_t staging_bytes, int snapshot_threads, std::vector<int> subscriber_ranks,
                        double peer_timeout_s, bool wait_for_servable, bool o_direct, int pfs_keep_versions,
                        int producer_id, int gpu_device, uint64_t chunk_bytes, const std::string& session_id,
-                       const std::string& hmac_key_file, bool pfs_delta) {
+                       const std::string& hmac_key_file, bool pfs_delta, const std::string& delta) {
              Publisher::Options o;
              o.tier = EnumOrRaise(transports::TierFromString(tier), "tier", tier, "gpu, host or pfs");
              o.mode = EnumOrRaise(transports::ModeFromString(mode), "mode", mode, "sync or async");
@@ -378,6 +380,7 @@ void BindTransports(py::module_& m) {
              o.session_id = session_id;
              o.hmac_key_file = hmac_key_file;
              o.pfs_delta = pfs_delta;
+             o.delta = EnumOrRaise(transports::DeltaModeFromString(delta), "delta", delta, "auto, on or off");
              std::string error;
              if (!o.IsValid(&error)) throw py::value_error("Publisher: " + error);
              return std::make_unique<PyPublisher>(o);
@@ -386,7 +389,7 @@ void BindTransports(py::module_& m) {
            py::arg("fanout"), py::arg("staging_bytes"), py::arg("snapshot_threads"), py::arg("subscriber_ranks"),
            py::arg("peer_timeout_s"), py::arg("wait_for_servable"), py::arg("o_direct"), py::arg("pfs_keep_versions"),
            py::arg("producer_id"), py::arg("gpu_device"), py::arg("chunk_bytes"), py::arg("session_id") = "",
-           py::arg("hmac_key_file") = "", py::arg("pfs_delta") = false)
+           py::arg("hmac_key_file") = "", py::arg("pfs_delta") = false, py::arg("delta") = "auto")
       .def("publish", &PyPublisher::Publish, py::arg("specs"), py::arg("iteration"))
       .def("_publish_native", &PyPublisher::PublishNative, py::arg("state"), py::arg("iteration"))
       .def("flush", &PyPublisher::Flush)

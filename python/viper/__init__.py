@@ -303,20 +303,26 @@ class Publisher:
     `pfs_delta` (pfs): each version after the first is written as a delta
     against the previous one when that is smaller (the report's `encoding`
     and `written_bytes` say what was written); Subscribers rebuild and
-    verify it. The Publisher keeps a copy of the previous version. A
+    verify it. The Publisher keeps a copy of the previous version.
+    `delta` ("auto", "on" or "off"; Publisher::Options::delta): host tier, a
+    consumer that holds the last version gets only what changed (auto: over
+    MPI, when smaller; on: shared-memory consumers too), rebuilt and
+    verified before it is served; each report's consumers say which
+    `encoding` they got and `bytes_moved`. pfs: "on" is `pfs_delta`. A
     failed background write (async, e.g. a full disk) is raised once, by the
     next publish/flush/close, and then cleared."""
 
     def __init__(self, tier="host", mode="async", notify="push", pfs_dir="", *, host_protocol="shm", fanout="node",
                  staging_bytes=0, snapshot_threads=0, subscriber_ranks=None, peer_timeout_s=30.0,
                  wait_for_servable=True, o_direct=False, pfs_keep_versions=2, producer_id=0, gpu_device=0,
-                 chunk_bytes=64 << 20, session_id="", hmac_key_file="", pfs_delta=False):
+                 chunk_bytes=64 << 20, session_id="", hmac_key_file="", pfs_delta=False, delta="auto"):
         self._tier = tier
         self._layout = None
         self._pub = _viper.Publisher(tier, mode, notify, str(pfs_dir), host_protocol, fanout, staging_bytes,
                                      snapshot_threads, list(subscriber_ranks or []), peer_timeout_s,
                                      wait_for_servable, o_direct, pfs_keep_versions, producer_id, gpu_device,
-                                     chunk_bytes, str(session_id), str(hmac_key_file), bool(pfs_delta))
+                                     chunk_bytes, str(session_id), str(hmac_key_file), bool(pfs_delta),
+                                     str(delta))
 
     def publish(self, state_dict, iteration, metadata=None):
         """Publishes `state_dict` as the next version, taken after training

@@ -223,3 +223,26 @@ def test_pfs_delta_bf16_small_steps_are_rebuilt_bit_identical(tmp_path):
             got = v.state_dict()
             assert torch.equal(got["w"], w) and torch.equal(got["b"], b)
         assert (tmp_path / "model-v3.delta").exists()
+
+
+def test_delta_option_on_writes_pfs_deltas_and_bad_values_are_refused(tmp_path):
+    """Publisher(delta=...): "on" on the pfs tier writes delta files (as
+    pfs_delta), and the consumer, which holds the previous version, rebuilds
+    from it; an unknown mode, or "on" where versions always go whole (gpu),
+    is a ValueError naming the option."""
+    torch.manual_seed(1)
+    w = torch.randn(128, 256)
+    with viper.Publisher(tier="pfs", notify="poll", mode="sync", pfs_dir=tmp_path, pfs_keep_versions=0,
+                         delta="on") as pub, \
+            viper.Subscriber(tier="pfs", notify="poll", pfs_dir=tmp_path, poll_period_s=0.005) as sub:
+        for version in range(3):
+            if version > 0:
+                w[version, :8] += 1.0  # a few elements change
+            r = pub.publish({"w": w}, version)
+            assert r.encoding == ("full" if version == 0 else "delta of version %d" % (version - 1)), r.encoding
+            v = sub.wait_for_version(version, timeout_s=10)
+            assert torch.equal(v.state_dict()["w"], w)
+    with pytest.raises(ValueError, match="delta"):
+        viper.Publisher(tier="pfs", notify="poll", mode="sync", pfs_dir=tmp_path, delta="sometimes")
+    with pytest.raises(ValueError, match="delta: on needs tier host"):
+        viper.Publisher(tier="gpu", mode="sync", delta="on")

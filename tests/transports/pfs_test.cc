@@ -624,6 +624,8 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   std::mt19937 rng(11);
   for (uint64_t v = 0; v < 5; ++v) {
+    // Before the publish: the consumer may serve v before Publish returns.
+    const uint64_t moved_before = (*sub)->summary().bytes_moved;
     if (v > 0) {
       // About 1% of one tensor's elements change; the others stay (frozen).
       Tensor& x = m.mutable_tensors()[1];
@@ -643,6 +645,14 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
     }
     auto got = (*sub)->WaitForVersion(v, 10);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
+    if ((*got)->state.metadata.version == v && v > 0 && (*sub)->summary().delta_versions > 0) {
+      // The consumer held v - 1 (it polls each version before the next is
+      // published): it read v's delta file only, not the chain's full base.
+      struct stat st;
+      ASSERT_EQ(::stat((dir + "/model-v" + std::to_string(v) + ".delta").c_str(), &st), 0);
+      EXPECT_EQ((*sub)->summary().bytes_moved - moved_before, static_cast<uint64_t>(st.st_size))
+          << "version " << v << ": " << (*sub)->summary().BriefReport();
+    }
     ASSERT_EQ((*got)->state.tensors().size(), m.tensors().size());
     for (size_t t = 0; t < m.tensors().size(); ++t) {
       const Tensor& a = (*got)->state.tensors()[t];
@@ -651,6 +661,8 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
       EXPECT_EQ(std::memcmp(a.data, b.data, b.size_bytes), 0) << "version " << v << " tensor " << t;
     }
   }
+  // Each delta version was rebuilt from the version held (v1..v4).
+  EXPECT_EQ((*sub)->summary().delta_versions, 4u) << (*sub)->summary().BriefReport();
   (*sub)->Stop();
   // A consumer that starts now holds no base: it reads v4 through its chain.
   auto fresh = Subscriber::Create(PollSubscriberOptions(dir));

@@ -3,6 +3,8 @@
 // announcement belongs to, and each tier's payload decoder.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -254,6 +256,26 @@ TEST(TierTable, DecodersRefuseFieldsTheirReceiversCouldNotUse) {
   EXPECT_NE(host.check_payload(a).message().find("routed is 2, expected 0 or 1"), std::string::npos)
       << host.check_payload(a).ToString();
 
+  // A delta offer (tier_host_delta.h) must fit the image and be cut in
+  // messages a receive can post (1 byte to 1 GiB each).
+  HostPayload offer = *p;
+  offer.delta_bytes = 1000;
+  offer.delta_chunk_bytes = 512;
+  offer.delta_base_version = 3;
+  SetTierPayload(offer, &a);
+  EXPECT_TRUE(host.check_payload(a).ok()) << host.check_payload(a).ToString();
+  for (auto spoil : std::vector<std::function<void(HostPayload*)>>{
+           [](HostPayload* q) { q->delta_chunk_bytes = 0; },
+           [](HostPayload* q) { q->delta_chunk_bytes = (1ull << 30) + 1; },
+           [&](HostPayload* q) { q->delta_bytes = a.image_bytes + 1; },
+           [](HostPayload* q) { q->delta_shm = 2; }}) {
+    HostPayload bad = offer;
+    spoil(&bad);
+    SetTierPayload(bad, &a);
+    EXPECT_NE(host.check_payload(a).message().find("inconsistent delta offer"), std::string::npos)
+        << host.check_payload(a).ToString();
+  }
+
   // A pipeline cannot cut by 0 bytes (it would never end).
   const TierEntry& gpu = Entry("gpu");
   Announce g = Valid(kAnnounceGpu);
@@ -262,6 +284,32 @@ TEST(TierTable, DecodersRefuseFieldsTheirReceiversCouldNotUse) {
   SetTierPayload(q, &g);
   EXPECT_NE(gpu.check_payload(g).message().find("chunk_bytes 0 is outside [1, 2^30]"), std::string::npos)
       << gpu.check_payload(g).ToString();
+}
+
+TEST(PublisherDeltaOption, NamesRoundTripAndOnIsRefusedWhereVersionsGoWhole) {
+  for (DeltaMode m : {DeltaMode::kOff, DeltaMode::kAuto, DeltaMode::kOn})
+    EXPECT_EQ(DeltaModeFromString(ToString(m)), m);
+  EXPECT_FALSE(DeltaModeFromString("sometimes").has_value());
+  Publisher::Options o;
+  EXPECT_EQ(o.delta, DeltaMode::kAuto);  // the default
+  std::string error;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.delta = DeltaMode::kOn;
+  EXPECT_TRUE(o.IsValid(&error)) << error;  // host, shm
+  o.host_protocol = HostProtocol::kOneSided;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("delta: on needs tier host (shm or two-sided) or pfs"), std::string::npos) << error;
+  o.host_protocol = HostProtocol::kTwoSided;
+  o.tier = Tier::kGpu;
+  EXPECT_FALSE(o.IsValid(&error));
+  o.delta = DeltaMode::kAuto;  // auto: whole versions there, no error
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.tier = Tier::kPfs;
+  o.pfs_dir = "/tmp/x";
+  o.delta = DeltaMode::kOn;
+  o.pfs_layout = PfsStore::Layout::kTfServing;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("delta: on with tier pfs needs the flat layout"), std::string::npos) << error;
 }
 
 TEST(TierTable, RandomAnnouncementsAreDecodedOrRefusedNeverReadPastTheirEnd) {

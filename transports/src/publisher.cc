@@ -20,6 +20,25 @@
 namespace viper {
 namespace transports {
 
+const char* ToString(DeltaMode mode) {
+  switch (mode) {
+    case DeltaMode::kOff:
+      return "off";
+    case DeltaMode::kAuto:
+      return "auto";
+    case DeltaMode::kOn:
+      return "on";
+  }
+  return "?";
+}
+
+std::optional<DeltaMode> DeltaModeFromString(const std::string& name) {
+  for (DeltaMode m : {DeltaMode::kOff, DeltaMode::kAuto, DeltaMode::kOn}) {
+    if (name == ToString(m)) return m;
+  }
+  return std::nullopt;
+}
+
 bool Publisher::Options::IsValid(std::string* error) const {
   auto fail = [&](const std::string& m) {
     if (error) *error = m;
@@ -37,6 +56,11 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
   if (pfs_delta && tier != Tier::kPfs) return fail("pfs_delta: only the pfs tier writes delta versions so far");
+  if (delta == DeltaMode::kOn &&
+      (tier == Tier::kGpu || (tier == Tier::kHost && host_protocol == HostProtocol::kOneSided)))
+    return fail("delta: on needs tier host (shm or two-sided) or pfs (gpu and one-sided versions go whole)");
+  if (delta == DeltaMode::kOn && tier == Tier::kPfs && pfs_layout != PfsStore::Layout::kFlat)
+    return fail("delta: on with tier pfs needs the flat layout (tf-serving directories hold full models)");
   if (pfs_delta && pfs_layout != PfsStore::Layout::kFlat)
     return fail("pfs_delta: delta versions need the flat layout (tf-serving directories hold full models)");
   if (pfs_delta_chain_max < 1 || pfs_delta_chain_max > 1000) return fail("pfs_delta_chain_max: must be in [1, 1000]");

@@ -47,6 +47,7 @@ bool Subscriber::Options::IsValid(std::string* error) const {
 std::string Subscriber::Summary::BriefReport() const {
   std::ostringstream s;
   s << received << " versions received, " << rejected << " rejected";
+  if (delta_versions > 0) s << ", " << delta_versions << " rebuilt from deltas (" << bytes_moved << " bytes moved)";
   if (producer_finished) s << ", producer finished";
   if (producer_lost) s << ", producer LOST";
   if (!message.empty()) s << " (" << message << ")";
@@ -134,7 +135,7 @@ class Subscriber::Impl {
   // are made first, right after the control, in the producer's order.
   Status MakePaths() {
     const std::vector<const internal::TierEntry*> tiers = internal::ReceiverTiers(options_, control_ != nullptr);
-    const internal::ReceiverSetup setup{options_, control_.get(), &pool_};
+    const internal::ReceiverSetup setup{options_, control_.get(), &pool_, [this] { return Current(); }};
     std::vector<std::vector<std::unique_ptr<internal::TierReceiver>>> made(tiers.size());
     for (bool collective : {true, false}) {
       for (std::size_t i = 0; i < tiers.size(); ++i) {
@@ -156,7 +157,7 @@ class Subscriber::Impl {
   // and its viper.checksum equal the landed checksum. Anything else is
   // DataLoss and nothing is swapped in.
   Status VerifyAndSwap(const internal::Landed& landed, uint64_t expected_version) {
-    if (landed.verified) return Install(landed.verified);  // gpu: verified on the device
+    if (landed.verified) return Install(landed.verified, landed);  // gpu: verified on the device
     const double t0 = MonotonicSeconds();
     const std::string& source = landed.source;
     const uint64_t size = landed.size;
@@ -248,11 +249,11 @@ class Subscriber::Impl {
     version->source = source;
     version->receive_s = landed.receive_s;
     version->verify_s = MonotonicSeconds() - t0;
-    return Install(std::move(version));
+    return Install(std::move(version), landed);
   }
 
-  // Makes `version` current unless a newer one already is.
-  Status Install(std::shared_ptr<ModelVersion> version) {
+  // Makes `version` (which `landed` brought) current unless a newer one already is.
+  Status Install(std::shared_ptr<ModelVersion> version, const internal::Landed& landed) {
     const uint64_t size = version->size_bytes;
     Callback cb;
     {
@@ -263,6 +264,8 @@ class Subscriber::Impl {
       }
       current_ = version;
       ++summary_.received;
+      summary_.bytes_moved += landed.moved_bytes;
+      if (landed.from_delta) ++summary_.delta_versions;
       samples_.push_back({options_.tier, Mode::kSync, "load", size, version->receive_s + version->verify_s});
       cb = callback_;
     }
@@ -294,7 +297,7 @@ class Subscriber::Impl {
 
   // Reads version `version` from the PFS directory and swaps it in.
   Status LoadPfs(uint64_t version) {
-    VIPER_ASSIGN_OR_RETURN(const internal::Landed landed, pfs_->Load(version));
+    VIPER_ASSIGN_OR_RETURN(const internal::Landed landed, pfs_->Load(version, Current()));
     return VerifyAndSwap(landed, version);
   }
 

@@ -96,6 +96,8 @@ struct Landed {
   // segment, from the file, device to device): the whole image on every
   // tier today; a delta path lands fewer and rebuilds the rest.
   uint64_t moved_bytes = 0;
+  // Rebuilt from a delta against the version the subscriber held.
+  bool from_delta = false;
   std::string source;
   double receive_s = 0;
   // Hashed while it landed: the header must end at data_offset and carry
@@ -148,7 +150,19 @@ struct ReceiverSetup {
   const Subscriber::Options& options;
   ConsumerControl* control = nullptr;  // nullptr: notify poll
   LandingPool* pool = nullptr;         // landing buffers of host-memory paths
+  // The version the subscriber serves now (nullptr: none yet): what a
+  // version-aware path rebuilds from (a delta applied to a copy of it).
+  std::function<std::shared_ptr<const ModelVersion>()> held;
 };
+
+// The image of `held` when it can be a delta's base (a host-memory image
+// with Viper's checksum); nullptr otherwise.
+inline const ModelVersion* HeldImage(const std::shared_ptr<const ModelVersion>& held) {
+  if (!held || held->memory != MemoryKind::kHost || held->bytes == nullptr || !held->verified ||
+      held->checksum == 0)
+    return nullptr;
+  return held.get();
+}
 
 struct TierEntry {
   const char* name;  // for messages and tests

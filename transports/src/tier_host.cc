@@ -16,6 +16,7 @@
 #include "mpi_link.h"
 #include "shm_segment.h"
 #include "tier_host.h"
+#include "tier_host_delta.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 
@@ -61,7 +62,8 @@ std::vector<ChunkedTransfer> Sends(const std::vector<int>& ranks, const std::vec
 
 class HostSender : public TierSender {
  public:
-  explicit HostSender(ProducerControl* control) : control_(control), options_(control->options()) {}
+  explicit HostSender(ProducerControl* control)
+      : control_(control), options_(control->options()), delta_(options_) {}
 
   bool Streams() const override { return true; }
   void Prepare(uint64_t staging_bytes) override { (void)EnsureSegment(staging_bytes, staging_bytes); }
@@ -93,6 +95,7 @@ class HostSender : public TierSender {
   std::unique_ptr<ShmSegment> segment_;  // shm protocol
   uint64_t segment_generation_ = 0;
   bool shm_failed_ = false;  // the segment could not be made: two-sided from then on
+  HostDeltaOffer delta_;     // the base kept and the delta offered (tier_host_delta.h)
 };
 
 HostSender::Messages HostSender::Cut(const std::vector<ByteRange>& merged, uint64_t header_bytes) const {
@@ -121,6 +124,7 @@ Announce HostSender::AnnounceStream(const StreamSource& src, uint64_t data_chunk
     std::snprintf(p.shm_name, sizeof(p.shm_name), "%s", segment_->name().c_str());
     p.shm_payload_bytes = segment_->payload_bytes();
   }
+  delta_.Offer(&p);
   SetTierPayload(p, &a);
   return a;
 }
@@ -132,6 +136,10 @@ Announce HostSender::AnnounceStream(const StreamSource& src, uint64_t data_chunk
 // in between its MPI calls to the others; that copy also hashes it.
 Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* out) {
   const double t0 = MonotonicSeconds();
+  // Delta: the image built (and hashed) first, then diffed against the base
+  // kept; the digest is then known before any byte moves.
+  VIPER_RETURN_IF_ERROR(delta_.Prepare(src));
+  const bool known = delta_.built();
   std::vector<ByteRange> merged = MergeRanges(src.ranges);
   Messages m = Cut(merged, src.header_bytes);
   std::vector<Chunk>& chunks = m.chunks;
@@ -152,42 +160,57 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   // or never will: the name can go (nothing is left in /dev/shm if this
   // process dies).
   if (offer_shm) segment_->Unlink();
-  std::vector<int> via_shm;
+  std::vector<int> via_shm, via_delta;
   ReadyList via_mpi;
   for (const auto& r : ready) {
-    if (offer_shm && r.second.path == kPathShm)
+    if (r.second.path == kPathDelta) {
+      // Only for the base offered, which it says it holds.
+      if (delta_.Takes(r.second)) {
+        via_delta.push_back(r.first);
+      } else {
+        control_->Drop(r.first, "answered a delta for version " + std::to_string(r.second.held_version) +
+                                    ", which is not the base offered", out);
+      }
+    } else if (offer_shm && r.second.path == kPathShm) {
       via_shm.push_back(r.first);
-    else
+    } else {
       via_mpi.push_back(r);
+    }
   }
   if (via_shm.empty()) shm.reset();
   std::vector<int> acking;  // every consumer the version is on its way to
   const FanoutPlan fan = control_->Route(a, payload.routed != 0, via_mpi, out, &acking);
   acking.insert(acking.end(), via_shm.begin(), via_shm.end());
+  acking.insert(acking.end(), via_delta.begin(), via_delta.end());
 
-  // The digest comes from the shm copy when there is one (it hashes what it
-  // copies); else from a hasher over the sources: on a thread where it gets
-  // its own CPU (e.g. mpirun --bind-to none), else in slices between MPI
-  // calls.
+  // The digest comes from the built image when there is one, else from the
+  // shm copy when there is one (it hashes what it copies); else from a
+  // hasher over the sources: on a thread where it gets its own CPU (e.g.
+  // mpirun --bind-to none), else in slices between MPI calls.
   std::optional<SliceHasher> hasher;
-  if (!shm) hasher.emplace(std::move(merged), /*use_thread=*/HaveSpareCpu());
-  auto hashed = [&] { return shm ? shm->done() : hasher->done(); };
+  if (!shm && !known) hasher.emplace(std::move(merged), /*use_thread=*/HaveSpareCpu());
+  auto hashed = [&] { return shm ? shm->done() : (known || hasher->done()); };
   ChunkHooks hooks;
-  hooks.background = [&] { return shm ? shm->Step(kShmProgressBytes) : hasher->Step(kHashSliceBytes); };
+  hooks.background = [&] {
+    if (shm) return shm->Step(kShmProgressBytes);
+    return hasher ? hasher->Step(kHashSliceBytes) : false;
+  };
   std::shared_ptr<const std::byte> header;
   auto make_header = [&] {
     if (header) return;
-    header = src.header(shm ? shm->Digest() : hasher->Digest());
+    header = known ? delta_.header() : src.header(shm ? shm->Digest() : hasher->Digest());
     chunks.back().data = const_cast<std::byte*>(header.get());  // only read
     if (shm) shm->Complete(header.get());
   };
-  hooks.ready = [&](const ChunkedTransfer&, std::size_t index) {
+  hooks.ready = [&](const ChunkedTransfer& t, std::size_t index) {
+    if (t.chunks != &chunks) return true;  // a delta: complete before it is sent
     if (index + 1 < chunks.size()) return true;
     if (!hashed()) return false;
     make_header();
     return true;
   };
   std::vector<ChunkedTransfer> transfers = Sends(fan.ChildrenOf(control_->rank()), &chunks);
+  for (ChunkedTransfer& t : Sends(via_delta, delta_.chunks())) transfers.push_back(std::move(t));
   RunChunked(control_->link().comm, options_.max_inflight_chunks, &transfers,
              MonotonicSeconds() + options_.peer_timeout_s, hooks);
   if (shm) {
@@ -196,7 +219,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     }
     make_header();
   }
-  DropFailed(transfers, {m.plan, header}, src.owners, out, &acking);
+  DropFailed(transfers, {m.plan, header, delta_.delta_memory()}, src.owners, out, &acking);
   const double sent_s = MonotonicSeconds() - t0;
   // With shm consumers always: the segment is rewritten by the next version
   // only once each has its copy.
@@ -206,6 +229,17 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   // Two-sided: until the sends completed. shm: until every consumer had
   // acknowledged its copy (copying it out is its transfer).
   out->transfer_s = via_shm.empty() ? sent_s : MonotonicSeconds() - t0;
+  // What each consumer was sent; the built image is the next base.
+  const std::string delta_of = "delta of version " + std::to_string(delta_.base_version());
+  for (auto& c : out->consumers) {
+    const bool took = std::find(via_delta.begin(), via_delta.end(), c.rank) != via_delta.end();
+    c.encoding = took ? delta_of : "full";
+  }
+  out->encoding = delta_.Encoding(static_cast<int>(via_delta.size()));
+  out->written_bytes = delta_.delta_bytes();
+  bool other_node = false;  // auto diffs only for consumers on other nodes
+  for (const auto& r : ready) other_node |= strncmp(r.second.host, control_->host(), sizeof(r.second.host)) != 0;
+  delta_.Commit(other_node);
   return Status::Ok();
 }
 
@@ -529,6 +563,7 @@ StatusOr<std::unique_ptr<TierSender>> MakeHostSender(const SenderSetup& setup) {
 
 StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeHostReceivers(const ReceiverSetup& setup) {
   std::vector<std::unique_ptr<TierReceiver>> paths;
+  paths.push_back(MakeHostDeltaReceiver(setup));                                   // holds the base offered
   paths.push_back(std::make_unique<ShmReceiver>(setup.control, setup.pool));       // same node, segment mapped
   paths.push_back(std::make_unique<TwoSidedReceiver>(setup.control, setup.pool));  // any node
   return paths;

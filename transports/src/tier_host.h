@@ -46,6 +46,16 @@ struct HostPayload {
   uint64_t routed = 0;             // 1 = a Route follows the consumer's Ready
   uint64_t shm_payload_bytes = 0;  // shm: the segment's payload size
   char shm_name[64] = {0};         // shm: the segment's name; empty: two-sided only
+  // A delta offered (tier_host_delta.h): delta_bytes > 0 bytes, in messages
+  // of delta_chunk_bytes, against the version delta_base_version whose
+  // viper.checksum is delta_base_checksum. A consumer holding that base may
+  // answer Ready with kPathDelta; one on the producer's node only when
+  // delta_shm = 1 (else its link, shared memory, is as fast as the apply).
+  uint64_t delta_bytes = 0;
+  uint64_t delta_chunk_bytes = 0;
+  uint64_t delta_base_version = 0;
+  uint64_t delta_base_checksum = 0;
+  uint64_t delta_shm = 0;
 };
 
 // The host tier's decoder: the payload's size, a terminated segment name
@@ -57,6 +67,14 @@ inline StatusOr<HostPayload> DecodeHostPayload(const Announce& a) {
     return DataLossError("announcement of version " + std::to_string(a.version) +
                          " (tier host): the shm segment name is not terminated");
   }
+  if (p.delta_shm > 1 || (p.delta_bytes > 0 && (p.delta_chunk_bytes == 0 || p.delta_chunk_bytes > (1ull << 30) ||
+                                                   p.delta_bytes > a.image_bytes))) {
+    return DataLossError("announcement of version " + std::to_string(a.version) +
+                         " (tier host): inconsistent delta offer (" + std::to_string(p.delta_bytes) + " bytes in " +
+                         std::to_string(p.delta_chunk_bytes) + "-byte messages for a " +
+                         std::to_string(a.image_bytes) + "-byte image, delta_shm " + std::to_string(p.delta_shm) +
+                         ")");
+  }
   if (p.routed > 1) {
     return DataLossError("announcement of version " + std::to_string(a.version) + " (tier host): routed is " +
                          std::to_string(p.routed) + ", expected 0 or 1");
@@ -65,7 +83,8 @@ inline StatusOr<HostPayload> DecodeHostPayload(const Announce& a) {
 }
 
 StatusOr<std::unique_ptr<TierSender>> MakeHostSender(const SenderSetup& setup);
-// Two paths: shm (same node, segment mapped), then two-sided (any node).
+// Three paths: a delta against the version held (when offered for it,
+// tier_host_delta.h), shm (same node, segment mapped), then two-sided (any node).
 StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeHostReceivers(const ReceiverSetup& setup);
 
 }  // namespace internal

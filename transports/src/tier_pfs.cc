@@ -4,6 +4,8 @@
 // buffer, pushed or polled.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +26,8 @@ class PfsSender : public TierSender {
 
   Status Send(const StagedVersion& s, double start_s, SendOutcome* out) override {
     const double t0 = MonotonicSeconds();
-    auto stats = options_.pfs_delta && !base_.empty()
+    const bool delta = options_.pfs_delta || options_.delta == DeltaMode::kOn;
+    auto stats = delta && !base_.empty()
                      ? store_->WriteDelta(s.version(), s.image(), s.image_bytes(), base_.data(), base_.size())
                      : store_->Write(s.version(), s.image(), s.image_bytes());
     if (!stats.ok()) return stats.status();
@@ -33,7 +36,7 @@ class PfsSender : public TierSender {
     out->encoding = stats->delta ? "delta of version " + std::to_string(stats->base_version)
                                  : (stats->delta_report.empty() ? "full" : "full (" + stats->delta_report + ")");
     // The next version's base: this image, as the directory now holds it.
-    if (options_.pfs_delta) base_.assign(s.image(), s.image() + s.image_bytes());
+    if (delta) base_.assign(s.image(), s.image() + s.image_bytes());
     if (control_ == nullptr) return Status::Ok();  // poll: the consumers find it themselves
     const Announce a =
         control_->AnnounceStaged(kAnnouncePfs, s.version(), s.iteration(), s.image_bytes(), s.checksum());
@@ -70,7 +73,7 @@ StatusOr<std::unique_ptr<TierSender>> MakePfsSender(const SenderSetup& setup) {
 }
 
 StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakePfsReceivers(const ReceiverSetup& setup) {
-  auto pfs = std::make_unique<PfsReceiver>(setup.options, setup.pool);
+  auto pfs = std::make_unique<PfsReceiver>(setup.options, setup.pool, setup.held);
   struct stat st;
   if (::lstat(setup.options.pfs_dir.c_str(), &st) == 0) VIPER_RETURN_IF_ERROR(pfs->CheckDirectory());
   std::vector<std::unique_ptr<TierReceiver>> paths;
@@ -78,7 +81,9 @@ StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakePfsReceivers(const Rece
   return paths;
 }
 
-PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool) : pool_(pool) {
+PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool,
+                         std::function<std::shared_ptr<const ModelVersion>()> held)
+    : pool_(pool), held_(std::move(held)) {
   PfsStore::Options po;
   po.dir = options.pfs_dir;
   po.o_direct = options.o_direct;
@@ -90,19 +95,58 @@ Status PfsReceiver::CheckDirectory() const {
   return CheckPrivateDirectory(store_->options().dir, /*allow_root_owner=*/true);
 }
 
-StatusOr<Landed> PfsReceiver::Load(uint64_t version) {
+StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const ModelVersion>& held) {
   const double t0 = MonotonicSeconds();
   VIPER_RETURN_IF_ERROR(CheckDirectory());
-  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<AlignedBuffer> buffer, pool_->Acquire(4096));
-  // PfsStore::Read grows the buffer it is given; give it a private one.
+  // A base to rebuild from: the served image, when the version's chain
+  // passes through it (else reading it whole is all there is to do).
+  const ModelVersion* base = HeldImage(held);
+  if (base != nullptr) {
+    auto chain = store_->Chain(version);
+    const uint64_t held_version = base->state.metadata.version;
+    if (!chain.ok() || held_version >= version ||
+        std::find(chain->begin(), chain->end(), held_version) == chain->end())
+      base = nullptr;
+  }
+  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<AlignedBuffer> buffer,
+                         pool_->Acquire(base != nullptr ? base->size_bytes : 4096));
+  // PfsStore grows the buffer it is given; give it a private one.
   AlignedBuffer local = std::move(*buffer);
-  auto size = store_->Read(version, &local);
+  std::vector<uint64_t> read;
+  StatusOr<uint64_t> size = 0;
+  if (base != nullptr) {
+    std::memcpy(local.data(), base->bytes, base->size_bytes);  // the back buffer's copy of the held image
+    size = store_->ReadFrom(version, base->state.metadata.version, base->size_bytes, &local, &read);
+  } else {
+    size = store_->Read(version, &local);
+    read = {version};
+  }
   *buffer = std::move(local);
   if (!size.ok()) return size.status();
   Landed landed;
   landed.buffer = buffer;
   landed.size = *size;
-  landed.moved_bytes = *size;
+  landed.moved_bytes = 0;
+  landed.from_delta = base != nullptr && !read.empty();
+  if (base != nullptr) {
+    // The files read: each delta after the held version.
+    for (uint64_t v : read) {
+      auto f = store_->Describe(v);
+      landed.moved_bytes += f.ok() ? f->bytes : 0;
+    }
+  } else {
+    // Read whole: a full file's size, or (a delta version rebuilt from its
+    // chain) every file of the chain.
+    auto chain = store_->Chain(version);
+    if (chain.ok() && chain->size() > 1) {
+      for (uint64_t v : *chain) {
+        auto f = store_->Describe(v);
+        landed.moved_bytes += f.ok() ? f->bytes : 0;
+      }
+    } else {
+      landed.moved_bytes = *size;
+    }
+  }
   landed.source = store_->PathFor(version);
   landed.receive_s = MonotonicSeconds() - t0;
   return landed;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +30,11 @@ StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakePfsReceivers(const Rece
 // versions, and what its poll loop reads.
 class PfsReceiver : public TierReceiver {
  public:
-  PfsReceiver(const Subscriber::Options& options, LandingPool* pool);
+  // `held`: the version the subscriber serves (ReceiverSetup::held; may be empty).
+  PfsReceiver(const Subscriber::Options& options, LandingPool* pool,
+              std::function<std::shared_ptr<const ModelVersion>()> held = {});
   bool Takes(const Announce& a) override { return a.kind == kAnnouncePfs; }
-  StatusOr<Landed> Receive(const Announce& a) override { return Load(a.version); }
+  StatusOr<Landed> Receive(const Announce& a) override { return Load(a.version, held_ ? held_() : nullptr); }
   std::string Source(const Announce& a) const override { return store_->PathFor(a.version); }
   StatusOr<std::vector<uint64_t>> Versions() const { return store_->ListVersions(); }
   std::string PathFor(uint64_t version) const { return store_->PathFor(version); }
@@ -39,12 +42,18 @@ class PfsReceiver : public TierReceiver {
   // The directory, when it exists, must be private (private_dir.h; owned by
   // this user or root). Checked at Create and before each read.
   Status CheckDirectory() const;
-  // Reads version `version` into a landing buffer.
-  StatusOr<Landed> Load(uint64_t version);
+  // Reads version `version` into a landing buffer. Version-aware: when its
+  // delta chain passes through `held` (the version the subscriber serves),
+  // the held image is copied into the landing buffer and only the deltas
+  // after it are read and applied (PfsStore::ReadFrom, each rebuilt image
+  // verified); otherwise the version is read whole. Landed::moved_bytes is
+  // the size of the files read (the deltas', or the chain's).
+  StatusOr<Landed> Load(uint64_t version, const std::shared_ptr<const ModelVersion>& held);
 
  private:
   std::unique_ptr<PfsStore> store_;
   LandingPool* pool_;
+  std::function<std::shared_ptr<const ModelVersion>()> held_;
 };
 
 }  // namespace internal

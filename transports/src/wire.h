@@ -114,6 +114,7 @@ enum ReceivePath : int32_t {
   kPathMpi = 0,      // as announced over MPI: two-sided stream, one-sided window, gpu pinned-host pipeline
   kPathShm = 1,      // host, shm protocol: copied out of the producer's segment (no data over MPI)
   kPathCudaIpc = 2,  // gpu: device to device by CUDA IPC (no data over MPI)
+  kPathDelta = 3,    // host: a delta against the version it holds (Ready::held_*), over MPI
 };
 
 struct Ready {
@@ -125,6 +126,10 @@ struct Ready {
   char host[64] = {0};         // the consumer's node name (fan-out by node)
   int32_t reserved = 0;
   int32_t padding = 0;
+  // The version the consumer serves now and its viper.checksum (0, 0: none):
+  // what a delta can be applied to (host tier, tier_host_delta.h).
+  uint64_t held_version = 0;
+  uint64_t held_checksum = 0;
 };
 
 // Most ranks one relay forwards a version to.

@@ -66,6 +66,9 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   if (pfs_delta && tier != transports::Tier::kPfs) {
     return Fail(error, "pfs_delta: needs tier pfs (only the pfs tier writes delta versions so far)");
   }
+  if (delta == transports::DeltaMode::kOn && tier == transports::Tier::kGpu) {
+    return Fail(error, "delta: on needs tier host (shm or two-sided) or pfs (gpu versions go whole)");
+  }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");

@@ -100,6 +100,7 @@ class Producer {
     po.session_id = session_;  // each version carries the run's identity
     po.hmac_key_file = o_.hmac_key_file;
     po.pfs_delta = o_.pfs_delta;
+    po.delta = o_.delta;
     po.staging_bytes = ExpectedModelBytes(o_) + (1 << 20);
     VIPER_ASSIGN_OR_RETURN(pub_, transports::Publisher::Create(po));
     return Status::Ok();

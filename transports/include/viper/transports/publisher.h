@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@
 
 namespace viper {
 namespace transports {
+
+// Version-aware delta updates (issue 27): whether a consumer that holds the
+// base the producer kept receives only what changed (viper/transports/delta.h).
+enum class DeltaMode {
+  kOff,   // every version whole
+  kAuto,  // a delta where a consumer holds the base, the delta is smaller and
+          // the link is slower than memory (host: consumers on other nodes;
+          // on the producer's node, shm or two-sided, the link is shared
+          // memory and the full copy is faster than diff + apply); pfs: off
+  kOn,    // a delta whenever one is smaller, shm consumers and pfs included
+};
+const char* ToString(DeltaMode mode);  // "off", "auto", "on"
+std::optional<DeltaMode> DeltaModeFromString(const std::string& name);
 
 class Publisher {
  public:
@@ -92,8 +106,24 @@ class Publisher {
     // or when the previous one is not in the directory). Readers rebuild a
     // delta version from its chain and verify it before it is served. The
     // sender keeps a copy of the previous image (one model of host memory).
+    // (pfs_delta = true is delta = kOn on the pfs tier; either turns it on.)
     bool pfs_delta = false;
     int pfs_delta_chain_max = 8;
+    // Delta versions (DeltaMode above). host tier, two-sided and shm: the
+    // producer keeps the last version's image (one model of host memory, two
+    // more while encoding) and, for each consumer whose Ready says it holds
+    // that version (version and checksum) and, with auto, is on another
+    // node (measured on one node, BM_TransportsHostDelta: a 2%-changed
+    // version as a delta took 1.8-2.7x a full send, the diff and apply
+    // costing more than shared memory saves), sends a delta instead of the image
+    // (directly, not through the fan-out relays); a consumer holding
+    // anything else (new, restarted, one that missed or rejected a version)
+    // gets the full version. The consumer rebuilds the image in a copy of
+    // the version it serves and verifies it before it is swapped in; a
+    // delta that fails is rejected (the consumer keeps serving its version)
+    // and that consumer gets the next version whole. pfs tier: kOn writes
+    // delta files as pfs_delta (kAuto: full files). gpu and one-sided: full.
+    DeltaMode delta = DeltaMode::kAuto;
     // The run's identity (private_dir.h: NewSessionId), written into each
     // version's metadata as viper-run.session; Subscribers given the same
     // session_id serve only versions that carry it. Empty = none.
@@ -126,6 +156,8 @@ class Publisher {
     // counted them (acknowledged versions, rejected ones too): the whole
     // image on every tier today; a delta path moves less.
     uint64_t bytes_moved = 0;
+    // How it was sent: "full", or "delta of version N" (host tier).
+    std::string encoding;
     std::string message;      // why it failed, when it did
   };
 
@@ -146,7 +178,10 @@ class Publisher {
     // What the tier wrote for this version: pfs, the file's bytes (a delta
     // file is smaller than `bytes`); 0 on tiers that do not say. And how:
     // "full", or "delta of version N" (pfs_delta), with the codec's reason
-    // when a full version was written instead.
+    // when a full version was written instead. host tier with a delta
+    // offered: written_bytes is the delta's size and encoding the codec's
+    // BriefReport (per tensor: unchanged / sparse / dense counts) with how
+    // many consumers took it; ConsumerResult::encoding says which each got.
     uint64_t written_bytes = 0;
     std::string encoding;
     bool superseded = false;       // async: replaced by a newer snapshot before it was sent

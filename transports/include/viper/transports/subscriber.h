@@ -95,6 +95,11 @@ class Subscriber {
   struct Summary {
     uint64_t received = 0;           // versions swapped in
     uint64_t rejected = 0;           // versions refused (never served)
+    // Bytes that reached this consumer for the versions swapped in (the
+    // files read, the bytes received): less than their images when some
+    // were rebuilt from a delta against the version held.
+    uint64_t bytes_moved = 0;
+    uint64_t delta_versions = 0;     // versions swapped in that were rebuilt from a delta
     bool producer_finished = false;  // the producer closed cleanly
     bool producer_lost = false;      // the producer went silent or the link broke
     std::string message;             // why it stopped, or the last rejection

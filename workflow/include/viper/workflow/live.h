@@ -28,6 +28,7 @@
 #include "viper/core/training_log.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/strategy.h"
+#include "viper/transports/publisher.h"
 #include "viper/transports/types.h"
 #include "viper/workflow/trainer.h"
 
@@ -76,6 +77,12 @@ class LiveRun {
     // pfs_delta; consumers rebuild and verify it). The report's encoding
     // column says what each version was written as.
     bool pfs_delta = false;
+    // Delta versions (transports::DeltaMode, Publisher::Options::delta):
+    // auto (a consumer holding the last version gets a delta over MPI;
+    // shared-memory consumers and pfs get full versions), on (deltas on
+    // shm and pfs too; pfs: as pfs_delta), off. host (shm, two-sided) and
+    // pfs; the gpu tier refuses on.
+    transports::DeltaMode delta = transports::DeltaMode::kAuto;
     // poll: seconds between directory scans on the consumers.
     double poll_period_s = 1.0;
     // Requests per second each consumer serves (fixed rate, first at version 0's arrival).

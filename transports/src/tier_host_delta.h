@@ -1,0 +1,106 @@
+// The host tier's delta path (issue 27), both halves (tier_host_delta.cc;
+// MPI builds only): version-aware delta updates over two-sided MPI, a
+// capability of the host tier's entry (tier_host.h) rather than a tier of
+// its own.
+//
+// Producer (HostDeltaOffer, driven by HostSender): keeps the image of the
+// last version it sent (the base). For a new version it builds the image
+// (one copy of the data, hashed as it is copied, then the header) and, when
+// the mode calls for it (Publisher::Options::delta), encodes it against the
+// base (delta::Encode). When the delta is smaller, the announcement offers
+// it (HostPayload::delta_*: its size, message size, the base's version and
+// checksum).
+//
+// Consumer (a receive path, tried before shm and two-sided): it takes the
+// announcement only when the version it serves is the offered base (version
+// and viper.checksum), and, on the producer's node, only when the producer
+// offers it there too (delta on; auto: a link of shared memory is as fast as
+// the consumer's copy and apply), and answers Ready with kPathDelta, naming what it holds
+// (Ready::held_version/held_checksum; the producer checks them). Then, all
+// kTagData from the producer (never relayed): the delta in messages of
+// delta_chunk_bytes. The consumer copies the image it serves into a landing
+// buffer (its back buffer), applies the delta there (delta::Apply: every
+// field checked first, the rebuilt image parsed with its checksums
+// verified, its version and viper.checksum compared with the delta's) and
+// hands it to verify-and-swap as an image whose data was hashed. A delta
+// that does not apply is an error for that version only: the consumer keeps
+// serving what it holds, acknowledges the version as rejected, and the next
+// version comes whole (its held version is no longer the producer's base).
+// Consumers that hold another version, or none, get the full version in the
+// same pass (shm or two-sided, fan-out included).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi_link.h"
+#include "tier.h"
+#include "tier_host.h"
+#include "viper/transports/aligned_buffer.h"
+#include "viper/transports/delta.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+class HostDeltaOffer {
+ public:
+  explicit HostDeltaOffer(const Publisher::Options& options) : options_(options) {}
+
+  // When the mode keeps a base (delta on; auto while some consumer takes
+  // versions over MPI): builds `src`'s image (copy + hash + header) and,
+  // when a base is kept, encodes it against the base. Sets the digest and
+  // header the full stream then uses (no second hash). Otherwise does nothing
+  // (built() false).
+  Status Prepare(const StreamSource& src);
+  bool built() const { return next_bytes_ > 0; }
+  // A delta is offered for the version Prepare built.
+  bool offered() const { return offered_; }
+  // Whether consumers on the producer's node are offered it too (kOn): there
+  // the link is shared memory (the segment, or MPI's shared-memory
+  // transport), as fast as the consumer's copy and apply.
+  bool for_shm() const { return options_.delta == DeltaMode::kOn; }
+  void Offer(HostPayload* p) const;
+  // Whether a consumer that answered `ready` takes the delta.
+  bool Takes(const Ready& ready) const;
+  // The delta's messages (kTagData, in order).
+  const std::vector<Chunk>* chunks() const { return &chunks_; }
+  // The built image's data digest and header (valid after Prepare).
+  uint64_t digest() const { return digest_; }
+  std::shared_ptr<const std::byte> header() const { return header_; }
+  const std::byte* data() const { return next_.data() + header_bytes_; }
+  // Memory the delta's sends read, for KeepUntilFinalize when one fails.
+  std::shared_ptr<const void> delta_memory() const { return delta_; }
+  // After the send: the built image is the next version's base.
+  // `other_node`: whether any consumer that took this version is on
+  // another node than the producer (auto keeps a base only while some are:
+  // consumers on its node are offered no delta).
+  void Commit(bool other_node);
+  // "delta v7 <- v6: ... (to 2 consumers)" or "full (<reason>)"; "" when no delta was tried.
+  std::string Encoding(int takers) const;
+  uint64_t delta_bytes() const { return offered_ ? summary_.delta_bytes : 0; }
+  uint64_t base_version() const { return base_version_; }
+
+ private:
+  const Publisher::Options& options_;
+  bool keep_ = true;  // auto: until a version went to shm consumers only
+  AlignedBuffer base_, next_;
+  std::shared_ptr<AlignedBuffer> delta_;
+  uint64_t base_bytes_ = 0, base_version_ = 0, base_checksum_ = 0;
+  uint64_t next_bytes_ = 0, next_version_ = 0, header_bytes_ = 0;
+  uint64_t digest_ = 0;
+  std::shared_ptr<const std::byte> header_;
+  bool tried_ = false, offered_ = false;
+  delta::EncodeSummary summary_;
+  std::vector<Chunk> chunks_;
+};
+
+// The consumer's delta path (first of the host tier's receive paths).
+std::unique_ptr<TierReceiver> MakeHostDeltaReceiver(const ReceiverSetup& setup);
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
