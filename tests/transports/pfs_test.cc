@@ -663,6 +663,13 @@ TEST(PfsPublisher, DeltaVersionsAreRebuiltBitIdenticalByAPollingConsumer) {
   }
   // Each delta version was rebuilt from the version held (v1..v4).
   EXPECT_EQ((*sub)->summary().delta_versions, 4u) << (*sub)->summary().BriefReport();
+  // The cost samples carry the bytes a delta version's transfer wrote, not
+  // the image's: the cost model sees what updates really move.
+  int small_transfers = 0;
+  for (const auto& c : (*pub)->CostSamples()) {
+    if (c.phase == "transfer" && c.bytes < m.tensors()[1].size_bytes / 10) ++small_transfers;
+  }
+  EXPECT_EQ(small_transfers, 4);
   (*sub)->Stop();
   // A consumer that starts now holds no base: it reads v4 through its chain.
   auto fresh = Subscriber::Create(PollSubscriberOptions(dir));

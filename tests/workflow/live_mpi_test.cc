@@ -183,6 +183,40 @@ TEST(LiveMpi, TrainerOnlineReplans) {
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) return;
   CheckProducerSummary(*r);
+  // Full versions only (host, one node): version 0's cost throughout.
+  EXPECT_EQ(r->plan_report.find("cost re-measured"), std::string::npos) << r->plan_report;
+}
+
+// With delta versions (pfs, the first layer frozen so deltas are small) the
+// closed loop re-plans with the measured cost of the latest version sent
+// (issue 27 item 4); without deltas it keeps version 0's cost.
+TEST(LiveMpi, TrainerOnlineReplansWithTheDeltasCost) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  char dir[256] = {0};
+  if (Rank() == 0) {
+    const fs::path d = fs::temp_directory_path() / ("viper-live-delta-cost-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
+  }
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  LiveRun::Options o = SmallTrainer();
+  o.strategy = schedulers::StrategyKind::kOnline;
+  o.tier = transports::Tier::kPfs;
+  o.notify = transports::Notify::kPush;
+  o.pfs_dir = dir;
+  o.pfs_delta = true;
+  o.trainer.freeze_layers = 1;  // 784 x 32 weights frozen: a delta is the head
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() != 0) return;
+  fs::remove_all(dir);
+  CheckProducerSummary(*r);
+  int deltas = 0;
+  for (const auto& v : r->versions) deltas += v.encoding.rfind("delta of version ", 0) == 0 ? 1 : 0;
+  ASSERT_GT(deltas, 0) << r->plan_report;
+  EXPECT_NE(r->plan_report.find("cost re-measured"), std::string::npos) << r->plan_report;
 }
 
 TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {

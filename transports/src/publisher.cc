@@ -274,13 +274,19 @@ class Publisher::Impl {
     std::vector<CostSample> out;
     for (const auto& r : reports_) {
       if (r.superseded) continue;
+      // The bytes each phase actually moved (issue 27: a delta version
+      // moves less than its image): the snapshot copies the whole image; the
+      // transfer what the tier wrote (a pfs delta file) where it says, else
+      // the image; the update and load what reached that consumer.
       out.push_back({options_.tier, options_.mode, "stall", r.bytes, r.stall_s});
       if (!r.sent) continue;
-      out.push_back({options_.tier, options_.mode, "transfer", r.bytes, r.transfer_s});
+      out.push_back({options_.tier, options_.mode, "transfer", r.written_bytes > 0 ? r.written_bytes : r.bytes,
+                     r.transfer_s});
       for (const auto& c : r.consumers) {
         if (!c.delivered) continue;
-        out.push_back({options_.tier, options_.mode, "update", r.bytes, c.servable_s});
-        if (c.load_s > 0) out.push_back({options_.tier, options_.mode, "load", r.bytes, c.load_s});
+        const uint64_t moved = c.bytes_moved > 0 ? c.bytes_moved : r.bytes;
+        out.push_back({options_.tier, options_.mode, "update", moved, c.servable_s});
+        if (c.load_s > 0) out.push_back({options_.tier, options_.mode, "load", moved, c.load_s});
       }
     }
     return out;

@@ -142,18 +142,40 @@ class Producer {
   // slowest consumer's servable time when acknowledged, else snapshot +
   // transfer (+ half a poll period when polling).
   schedulers::CheckpointCost MeasuredCost() {
-    const auto reports = pub_->Reports();
-    const auto& r0 = reports.front();
-    double servable = 0;
-    for (const auto& c : r0.consumers) servable = std::max(servable, c.servable_s);
-    double delta = servable > 0 ? servable : r0.snapshot_s + r0.transfer_s + r0.notify_s;
-    if (o_.notify == transports::Notify::kPoll) delta += 0.5 * o_.poll_period_s;
-    schedulers::CheckpointCost cost;
-    cost.stall_s = r0.stall_s;
-    cost.delay_s = std::max(delta, r0.stall_s);
+    const schedulers::CheckpointCost cost = CostOf(pub_->Reports().front());
     s_.planned_stall_s = cost.stall_s;
     s_.planned_delay_s = cost.delay_s;
     return cost;
+  }
+
+  // sigma and delta of one version as measured (see MeasuredCost).
+  schedulers::CheckpointCost CostOf(const transports::Publisher::VersionReport& r) const {
+    double servable = 0;
+    for (const auto& c : r.consumers) servable = std::max(servable, c.servable_s);
+    double delta = servable > 0 ? servable : r.snapshot_s + r.transfer_s + r.notify_s;
+    if (o_.notify == transports::Notify::kPoll) delta += 0.5 * o_.poll_period_s;
+    schedulers::CheckpointCost cost;
+    cost.stall_s = r.stall_s;
+    cost.delay_s = std::max(delta, r.stall_s);
+    return cost;
+  }
+
+  // Delta versions cost what they move, not what the model weighs: once the
+  // latest version sent moved less than its image (a delta file, or a
+  // consumer that took a delta), the closed loop re-plans with its measured
+  // cost as the next update's (issue 27 item 4). Runs without deltas keep
+  // version 0's cost, as the simulation they are compared with does.
+  Status UpdateOnlineCost() {
+    if (!online_) return Status::Ok();
+    const auto reports = pub_->Reports();
+    for (auto r = reports.rbegin(); r != reports.rend(); ++r) {
+      if (r->version == 0 || !r->sent || r->superseded) continue;
+      bool moved_less = r->written_bytes > 0 && r->written_bytes < r->bytes;
+      for (const auto& c : r->consumers) moved_less = moved_less || (c.bytes_moved > 0 && c.bytes_moved < r->bytes);
+      if (!moved_less) return Status::Ok();
+      return online_->SetCost(CostOf(*r));
+    }
+    return Status::Ok();
   }
 
   // The planning context from the warm-up (the scenario picks the metric and
@@ -245,7 +267,10 @@ class Producer {
       if (!checkpoint) continue;
       VIPER_RETURN_IF_ERROR(Publish(it_));
       s_.schedule.push_back(it_);
-      if (online_) VIPER_RETURN_IF_ERROR(online_->Commit(it_));
+      if (online_) {
+        VIPER_RETURN_IF_ERROR(online_->Commit(it_));
+        VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
+      }
       while (next < plan_.size() && plan_[next] <= it_) ++next;
       if (published_.back().version % 10 == 0) {
         Info("published version " + std::to_string(published_.back().version) + " at iteration " +
