@@ -165,11 +165,16 @@ class Producer {
   // consumer that took a delta), the closed loop re-plans with its measured
   // cost as the next update's (issue 27 item 4). Runs without deltas keep
   // version 0's cost, as the simulation they are compared with does.
+  // Checked after each commit and at each validation point until the
+  // latest version has been sent (async: a commit's own version is still in
+  // flight), each version at most once.
   Status UpdateOnlineCost() {
-    if (!online_) return Status::Ok();
+    if (!online_ || published_.empty() || costed_version_ >= published_.back().version) return Status::Ok();
     const auto reports = pub_->Reports();
     for (auto r = reports.rbegin(); r != reports.rend(); ++r) {
-      if (r->version == 0 || !r->sent || r->superseded) continue;
+      if (r->version <= costed_version_) break;
+      if (!r->sent || r->superseded) continue;
+      costed_version_ = r->version;
       bool moved_less = r->written_bytes > 0 && r->written_bytes < r->bytes;
       for (const auto& c : r->consumers) moved_less = moved_less || (c.bytes_moved > 0 && c.bytes_moved < r->bytes);
       if (!moved_less) return Status::Ok();
@@ -262,6 +267,7 @@ class Producer {
       if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
       if (online_) {
+        if (s_.log.records.back().val_loss) VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
         VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
       }
       if (!checkpoint) continue;
@@ -499,6 +505,7 @@ class Producer {
   std::vector<std::pair<double, int64_t>> timeline_;
   schedulers::Schedule plan_;
   std::unique_ptr<schedulers::OnlinePlanner> online_;
+  uint64_t costed_version_ = 0;  // the latest version whose cost UpdateOnlineCost looked at
   int64_t revalidations_ = 0;  // served version re-measured for the gate
 };
 
