@@ -7,6 +7,11 @@ reference; the producers publish views of their rows of the real
 parameters, and every consumer's tensors must equal its reference slices
 (ShardLayout.slice, C++) bit for bit after each version. Bounded mode
 (received into the consumer module's parameters) and double buffer."""
+import functools
+import os
+import sys
+import traceback
+
 import numpy
 import pytest
 import torch
@@ -53,12 +58,30 @@ def setup():
     return rank, model, opt, whole, p_layout, q_layout
 
 
+def abort_on_failure(fn):
+    """A failure on one rank ends the whole job at once (mpirun aborts the
+    others) instead of leaving its peers waiting for their timeouts."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            # Run with -s (CTest does): pytest's capture would swallow this.
+            print(f"rank {viper.mpi.rank()}: failed, aborting the job", file=sys.stderr)
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+    return wrapped
+
+
+@abort_on_failure
 def run_group(bucket_bytes):
     rank, model, opt, whole, p_layout, q_layout = setup()
     assert p_layout.split() == {n: ("split", 0) for n in whole}
     if rank in PRODUCERS:
         p = PRODUCERS.index(rank)
-        pub = viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, peer_timeout_s=60)
+        pub = viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30)
         assert pub.rank == p
         # This rank's rows of the live parameters: views, published in place.
         shard = {}
@@ -81,9 +104,9 @@ def run_group(bucket_bytes):
     assert {n: tuple(t.shape) for n, t in own.items()} == {n: q_layout.local_shape(n, q) for n in own}
     if bucket_bytes:
         sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, target=own, bucket_bytes=bucket_bytes,
-                                      peer_timeout_s=60)
+                                      peer_timeout_s=30)
     else:
-        sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, peer_timeout_s=60)
+        sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30)
     assert sub.rank == q and sub.version == 0
     assert not sub.serve(lambda v: pytest.fail("nothing is served yet"))
     for k in range(VERSIONS):
