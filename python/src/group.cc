@@ -5,6 +5,7 @@
 // MpiSession with MPI_THREAD_MULTIPLE) before creating a group object; here
 // it must already be active. Group objects free their communicators in
 // close(); the package closes live ones at exit before MPI is finalised.
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -179,19 +180,15 @@ class PyShardedSubscriber {
   // Calls fn(version, iteration, whole_checksum) while the served version
   // is held stable; false when none is served.
   bool Serve(const py::function& fn) const {
-    py::error_already_set* error = nullptr;
+    std::exception_ptr error;  // rethrown once Serve has let go of the version
     const bool served = Get().Serve([&](const ShardVersion& v) {
       try {
         fn(v.version, v.iteration, v.whole_checksum);
-      } catch (py::error_already_set& e) {
-        error = new py::error_already_set(std::move(e));
+      } catch (...) {
+        error = std::current_exception();
       }
     });
-    if (error != nullptr) {
-      py::error_already_set e = std::move(*error);
-      delete error;
-      throw e;
-    }
+    if (error) std::rethrow_exception(error);
     return served;
   }
   py::object Current() const {

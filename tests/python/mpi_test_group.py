@@ -26,12 +26,12 @@ VERSIONS = 3
 
 def whole_model():
     torch.manual_seed(11)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 16))
 
 
 def train_step(model, opt, step):
     g = torch.Generator().manual_seed(100 + step)
-    x, y = torch.randn(24, 16, generator=g), torch.randint(0, 8, (24,), generator=g)
+    x, y = torch.randn(24, 64, generator=g), torch.randint(0, 16, (24,), generator=g)
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
@@ -43,7 +43,7 @@ CONSUMER_SPLIT = {"0.weight": ("split", 1), "0.bias": "replicated", "2.weight": 
 def consumer_module():
     # Row-parallel style: each rank holds half of every weight's input columns.
     torch.manual_seed(99)
-    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    return torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(64, 16))
 
 
 def setup():
@@ -115,6 +115,10 @@ def run_group(bucket_bytes):
         s = sub.receive_next(wait_s=60)
         assert s["committed"] and s["verified"] and s["serving"] and s["version"] == k + 1, s["brief"]
         assert s["received_bytes"] == s["slice_bytes"] == q_layout.shard_bytes(q)
+        if bucket_bytes:  # one bucket of staging, not a back buffer
+            assert bucket_bytes <= s["staging_bytes"] < s["slice_bytes"], s["brief"]
+        else:
+            assert s["staging_bytes"] >= s["slice_bytes"], s["brief"]
         seen = []
 
         def check(v):
@@ -124,6 +128,8 @@ def run_group(bucket_bytes):
                 assert torch.equal(got[n], ref), f"version {k + 1}: consumer {q}'s '{n}' differs from its slice"
             seen.append(v.version)
 
+        with pytest.raises(ZeroDivisionError):  # fn's error reaches the caller, the version is let go
+            sub.serve(lambda v: 1 / 0)
         assert sub.serve(check) and seen == [k + 1]
         if bucket_bytes:
             assert sub.current() is None
@@ -136,7 +142,7 @@ def run_group(bucket_bytes):
 
 
 def test_bounded_into_module_parameters():
-    run_group(bucket_bytes=512)
+    run_group(bucket_bytes=4096)
 
 
 def test_double_buffer():
