@@ -91,7 +91,10 @@ def run_group(bucket_bytes):
         p_layout.check_shard(shard, p)
         for k in range(VERSIONS):
             train_step(model, opt, k)
-            s = pub.publish(shard, iteration=10 * (k + 1))
+            if k == 1:  # rank 0 decides not to (the others' True is ignored): no version
+                s = pub.publish(shard, iteration=10 * (k + 1), publish=p != 0)
+                assert not s["published"] and s["sent_bytes"] == 0, s["brief"]
+            s = pub.publish(shard, iteration=10 * (k + 1), publish=p == 0 or k != 1)
             assert s["published"] and s["sent"] and s["version"] == k + 1, s["brief"]
             assert s["sent_bytes"] == pub._pub.sends_bytes > 0
             if p == 0:
@@ -138,6 +141,8 @@ def run_group(bucket_bytes):
         else:
             cur = sub.current()
             assert cur.version == k + 1
+    with pytest.raises(TimeoutError):  # no further version
+        sub.receive_next(wait_s=0.2)
     sub.close()
 
 
