@@ -88,6 +88,8 @@ def run_group(bucket_bytes):
         for n, t in whole.items():
             rows = p_layout.local_shape(n, p)[0]
             shard[n] = t.narrow(0, p * rows, rows)
+            if p == 1:
+                shard[n] = shard[n].numpy()  # numpy arrays work too (sharing the parameters' memory)
         p_layout.check_shard(shard, p)
         for k in range(VERSIONS):
             train_step(model, opt, k)
