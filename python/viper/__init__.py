@@ -618,6 +618,11 @@ class ShardLayout:
         return f"ShardLayout(ranks={self.ranks}, split={self.split()})"
 
 
+def _check_layout(layout, what):
+    if not isinstance(layout, ShardLayout):
+        raise ValueError(f"{what}: layout must be a viper.ShardLayout, got {type(layout).__name__}")
+
+
 class ShardedPublisher:
     """One rank of a producer group (C++ transports::ShardedPublisher, host
     tier, two-sided MPI). Every producer and consumer rank creates its
@@ -627,6 +632,7 @@ class ShardedPublisher:
     producer rank)."""
 
     def __init__(self, layout, producers, consumers, *, peer_timeout_s=30.0, decision_timeout_s=600.0):
+        _check_layout(layout, "ShardedPublisher")
         _, size = mpi.init()
         self._layout = layout
         self._pub = _viper.ShardedPublisher(list(producers), list(consumers), size, layout._l, float(peer_timeout_s),
@@ -691,6 +697,7 @@ class ShardedSubscriber:
 
     def __init__(self, layout, producers, consumers, *, target=None, bucket_bytes=0, peer_timeout_s=30.0,
                  chunk_bytes=64 << 20):
+        _check_layout(layout, "ShardedSubscriber")
         _, size = mpi.init()
         self._layout = layout
         self._target = None if target is None else layout.ordered(target, "ShardedSubscriber target")

@@ -177,3 +177,5 @@ def test_layout_errors():
     rank, _ = viper.mpi.init()
     with pytest.raises(ValueError, match="ShardedPublisher"):
         viper.ShardedPublisher(layout, [0, 1], [1, 2])  # rank 1 in both groups
+    with pytest.raises(ValueError, match="ShardLayout"):
+        viper.ShardedSubscriber(layout.serialize(), [0, 1], [2, 3])
