@@ -72,6 +72,7 @@ Buffer TensorBuffer(std::shared_ptr<const void> owner, const Tensor& t);
 py::list DescribeTensors(const ModelState& state, const std::byte* base);
 
 void BindFiles(py::module_& m);
+void BindGroup(py::module_& m);
 void BindPlanner(py::module_& m);
 void BindStaleness(py::module_& m);
 void BindTransports(py::module_& m);

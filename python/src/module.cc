@@ -144,4 +144,5 @@ PYBIND11_MODULE(_viper, m) {
   viper::python::BindPlanner(m);
   viper::python::BindStaleness(m);
   viper::python::BindTransports(m);
+  viper::python::BindGroup(m);
 }
