@@ -201,7 +201,7 @@ int RunRun(const std::vector<std::string>& args) {
       "freeze", po::value(&freeze), (std::string("trainer: ") + kFreezeHelp).c_str())(
       "batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size),
       "trainer: samples per mini-batch")(
-      "learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate),
+      "learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate, (std::ostringstream() << o.trainer.learning_rate).str()),
       "trainer: peak learning rate")(
       "val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations),
       "trainer: validate every N iterations (the planner's curve)")(
