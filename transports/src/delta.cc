@@ -586,6 +586,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   summary.full_bytes = target_size;
   summary.base_version = b.state.metadata.version;
   summary.target_version = t.state.metadata.version;
+  static const char kNotSmaller[] = "the delta would not be smaller than the image's data section";
   auto go_full = [&](std::string reason) {
     summary.full = true;
     summary.reason = std::move(reason);
@@ -600,14 +601,19 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   const std::string diff = TableDifference(b, base, t, target);
   if (!diff.empty()) return go_full("tensor table changed since the base (" + diff + ")");
   if (b.state.size() > UINT32_MAX) return go_full("more tensors than a delta indexes");
-  // Never larger than the full image, whatever room the caller gave.
-  Writer w(out, std::min(out_capacity, target_size > 0 ? target_size - 1 : 0));
+  // A delta must save on the tensor bytes, not on the header alone: it is
+  // smaller than the target's data section (format 1's rule, delta with the
+  // whole header < image, came to the same), whatever room the caller gave.
+  // Else a dense step would become a delta a few KB under the image.
   const uint64_t header_bytes = t.info.data_offset;
+  const uint64_t data_bytes = target_size - header_bytes;
+  const uint64_t room = std::min(out_capacity, data_bytes > 0 ? data_bytes - 1 : 0);
+  Writer w(out, room);
   const std::string_view base_json = TrimmedJson(base, b.info.data_offset);
   const std::string_view target_json = TrimmedJson(target, header_bytes);
   const HeaderPatch patch = DiffHeaders(base_json, target_json);
   summary.header_patch_bytes = patch.wire_bytes();
-  if (!w.Fits(kFixedHeaderBytes + patch.wire_bytes())) return go_full("the delta would not be smaller than the image");
+  if (!w.Fits(kFixedHeaderBytes + patch.wire_bytes())) return go_full(kNotSmaller);
   std::byte* fixed = w.Take(kFixedHeaderBytes);
   std::byte* patch_out = w.Take(patch.wire_bytes());
   PutU64(patch_out, patch.prefix);
@@ -628,7 +634,6 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   std::vector<Choice> choices(tt.size());
   Scanner scanner;
   uint64_t total = kFixedHeaderBytes + patch.wire_bytes();
-  const uint64_t room = std::min(out_capacity, target_size > 0 ? target_size - 1 : 0);
   summary.tensors.reserve(tt.size());
   for (std::size_t i = 0; i < tt.size(); ++i) {
     const Tensor& new_t = tt[i];
@@ -668,7 +673,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
       scanner.Discard();
     }
     total += kRecordHeaderBytes + c.payload;
-    if (total > room) return go_full("the delta would not be smaller than the image");
+    if (total > room) return go_full(kNotSmaller);
     report.encoding = c.encoding;
     report.encoded_bytes = kRecordHeaderBytes + c.payload;
     (c.encoding == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;

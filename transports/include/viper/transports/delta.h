@@ -6,7 +6,8 @@
 // viper.checksum, the XXH3-64 of the data section). A delta exists only
 // between two images with the same tensor table (names, dtypes, shapes and
 // data offsets; the header's metadata may differ); otherwise, or when the
-// delta would not be smaller than the new image, Encode says "send the full
+// delta would not be smaller than the new image's data section (it must save
+// on tensor bytes, not on the header alone), Encode says "send the full
 // version" instead.
 //
 // Per tensor, whichever is smallest of:
