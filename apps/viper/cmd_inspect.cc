@@ -128,7 +128,8 @@ int RunInspect(const std::vector<std::string>& args) {
   if (!buffer.ok()) return Fail("inspect", buffer.status());
   const std::byte* data = buffer->bytes.get();
   if (buffer->size >= sizeof(transports::delta::kMagic) &&
-      std::memcmp(data, transports::delta::kMagic, sizeof(transports::delta::kMagic)) == 0) {
+      (std::memcmp(data, transports::delta::kMagic, sizeof(transports::delta::kMagic)) == 0 ||
+       std::memcmp(data, transports::delta::kMagicVersion1, sizeof(transports::delta::kMagic)) == 0)) {
     return InspectDelta(file, data, buffer->size, json_path);
   }
   safetensors::ParseOptions options;
