@@ -37,7 +37,14 @@ int InspectDelta(const std::string& file, const std::byte* data, uint64_t size, 
   std::fprintf(table, "size          %s (%llu bytes)\n", FormatBytes(size).c_str(), static_cast<unsigned long long>(size));
   std::fprintf(table, "checksum      delta header and body verified; the rebuilt image is verified against "
                       "its own checksum when applied\n");
-  std::fprintf(table, "metadata      %zu entries (of the rebuilt image)\n", contents->target_metadata.size());
+  std::fprintf(table, "header        a %llu-byte patch of the base's header (%llu JSON bytes shared)\n",
+               static_cast<unsigned long long>(contents->header_patch_bytes),
+               static_cast<unsigned long long>(contents->header_shared_bytes));
+  if (contents->header_shared_bytes == 0) {
+    std::fprintf(table, "metadata      %zu entries (of the rebuilt image)\n", contents->target_metadata.size());
+  } else {
+    std::fprintf(table, "metadata      (of the rebuilt image: needs the base; `viper inspect` the rebuilt version)\n");
+  }
   for (const auto& [key, value] : contents->target_metadata) {
     std::fprintf(table, "  %s = %s\n", key.c_str(), value.c_str());
   }
@@ -57,7 +64,8 @@ int InspectDelta(const std::string& file, const std::byte* data, uint64_t size, 
     j["version"] = h.target_version;
     j["checksum"] = ChecksumToHex(h.target_checksum);
     j["image_bytes"] = h.target_image_bytes;
-    j["metadata"] = contents->target_metadata;
+    j["header_patch_bytes"] = contents->header_patch_bytes;
+    if (contents->header_shared_bytes == 0) j["metadata"] = contents->target_metadata;
     j["records"] = nlohmann::json::array();
     for (const auto& r : contents->records) {
       j["records"].push_back({{"tensor", r.tensor_index},
@@ -120,7 +128,8 @@ int RunInspect(const std::vector<std::string>& args) {
   if (!buffer.ok()) return Fail("inspect", buffer.status());
   const std::byte* data = buffer->bytes.get();
   if (buffer->size >= sizeof(transports::delta::kMagic) &&
-      std::memcmp(data, transports::delta::kMagic, sizeof(transports::delta::kMagic)) == 0) {
+      (std::memcmp(data, transports::delta::kMagic, sizeof(transports::delta::kMagic)) == 0 ||
+       std::memcmp(data, transports::delta::kMagicVersion1, sizeof(transports::delta::kMagic)) == 0)) {
     return InspectDelta(file, data, buffer->size, json_path);
   }
   safetensors::ParseOptions options;

@@ -14,6 +14,8 @@
 
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
+#include "viper/transports/aligned_buffer.h"
+#include "staging.h"  // internal: PadHeader, the staged images' header padding
 
 namespace viper {
 namespace transports {
@@ -131,6 +133,101 @@ TEST(Delta, FrozenBackboneSendsOnlyTheTrainedTensors) {
   EXPECT_EQ(d.summary.tensors[5].encoding, delta::Encoding::kDense);
   EXPECT_LT(d.bytes.size(), v2.size() / 4);
   ExpectRebuilds(v1, d.bytes, v2);
+}
+
+// `image` as the staging path writes it: the header padded with spaces to
+// AlignedBuffer::kAlignmentBytes (PadHeader), for O_DIRECT.
+Bytes Padded(const Bytes& image) {
+  const uint64_t header = 8 + [&] {
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(image[i]) << (8 * i);
+    return n;
+  }();
+  const std::string padded = internal::PadHeader(std::string(reinterpret_cast<const char*>(image.data()), header),
+                                                 AlignedBuffer::kAlignmentBytes);
+  Bytes out(padded.size() + image.size() - header);
+  std::memcpy(out.data(), padded.data(), padded.size());
+  std::memcpy(out.data() + padded.size(), image.data() + header, image.size() - header);
+  return out;
+}
+
+TEST(Delta, FrozenBackboneHeaderIsASmallPatchOfTheBase) {
+  // Issue 27: a delta used to carry the target's 4,096-byte padded header
+  // whole. Between two versions only viper.version, viper.checksum,
+  // viper.header_checksum and the iteration differ: the patch carries those
+  // bytes, the rebuilt header is the padded one bit for bit.
+  std::mt19937_64 rng(13);
+  Model m = MakeModel(rng);
+  const Bytes v1 = Padded(m.Image(41));
+  Change(rng, &m.tensors[5], 1.0);
+  const Bytes v2 = Padded(m.Image(42));
+  auto id = delta::Identify(v2.data(), v2.size());  // still a valid image
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  Encoded d = Encode(v1, v2);
+  ASSERT_FALSE(d.summary.full) << d.summary.reason;
+  // 24 + the JSON from viper.checksum to the iteration (168 bytes here), of a 4,096-byte header.
+  EXPECT_LE(d.summary.header_patch_bytes, 256u) << "the header part of the delta";
+  const uint64_t head = m.tensors[5].bytes.size();
+  EXPECT_LE(d.bytes.size(), delta::kFixedHeaderBytes + 256 + delta::kRecordHeaderBytes + head);
+  auto contents = delta::ReadContents(d.bytes.data(), d.bytes.size());
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  EXPECT_EQ(contents->header_patch_bytes, d.summary.header_patch_bytes);
+  EXPECT_GT(contents->header_shared_bytes, 0u);
+  EXPECT_EQ(contents->header.target_header_bytes, 4096u);
+  ExpectRebuilds(v1, d.bytes, v2);
+  // An unpadded base and a padded target (and the reverse): the padding is rebuilt, not shared.
+  ExpectRebuilds(Padded(m.Image(41)), Encode(Padded(m.Image(41)), m.Image(43)).bytes, m.Image(43));
+  ExpectRebuilds(m.Image(41), Encode(m.Image(41), Padded(m.Image(43))).bytes, Padded(m.Image(43)));
+}
+
+TEST(Delta, FormatOneIsRefusedByName) {
+  std::mt19937_64 rng(14);
+  Model m = MakeModel(rng);
+  const Bytes v1 = m.Image(1), v2 = m.Image(2);
+  Encoded d = Encode(v1, v2);
+  Bytes old = d.bytes;
+  std::memcpy(old.data(), delta::kMagicVersion1, sizeof(delta::kMagicVersion1));
+  Reseal(&old);
+  auto r = ApplyToCopy(v1, old);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("VIPERDL1"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("full version"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(delta::ReadContents(old.data(), old.size()).ok());
+}
+
+TEST(Delta, HostileHeaderPatchesAreRefused) {
+  std::mt19937_64 rng(15);
+  Model m = MakeModel(rng, 100);
+  const Bytes v1 = Padded(m.Image(1));
+  Change(rng, &m.tensors[0], 0.05);
+  const Bytes v2 = Padded(m.Image(2));
+  Encoded d = Encode(v1, v2);
+  ASSERT_FALSE(d.summary.full);
+  constexpr std::size_t kPatch = delta::kFixedHeaderBytes;
+  auto with = [&](std::size_t at, uint64_t value) {
+    Bytes bad = d.bytes;
+    for (int i = 0; i < 8; ++i) bad[at + i] = static_cast<std::byte>(value >> (8 * i));
+    Reseal(&bad);
+    auto r = ApplyToCopy(v1, bad);
+    EXPECT_FALSE(r.ok()) << "patch field at " << at << " = " << value;
+    (void)delta::ReadContents(bad.data(), bad.size());  // must not crash or allocate the claimed sizes
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(with(kPatch, 1ull << 60).find("header patch"), std::string::npos);       // prefix
+  EXPECT_NE(with(kPatch + 8, 1ull << 60).find("header patch"), std::string::npos);   // suffix
+  EXPECT_NE(with(kPatch + 16, 1ull << 60).find("header patch"), std::string::npos);  // JSON bytes
+  EXPECT_NE(with(kPatch + 16, 4000).find("header patch"), std::string::npos);        // fits, but not in the body
+  // A prefix past the base's JSON (the target's is longer than 4,000 bytes of padding allow).
+  Bytes big = d.bytes;
+  const uint64_t json = 4088;
+  for (int i = 0; i < 8; ++i) big[kPatch + i] = static_cast<std::byte>(json >> (8 * i));
+  for (int i = 0; i < 8; ++i) big[kPatch + 8 + i] = std::byte{0};
+  for (int i = 0; i < 8; ++i) big[kPatch + 16 + i] = static_cast<std::byte>(json >> (8 * i));
+  Reseal(&big);
+  auto r = ApplyToCopy(v1, big);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("base JSON"), std::string::npos) << r.status().ToString();
 }
 
 TEST(Delta, Bf16SmallStepIsSparseGaps) {
@@ -331,7 +428,9 @@ TEST(Delta, HostileRecordsNameTheField) {
   ASSERT_EQ(d.summary.tensors[0].encoding, delta::Encoding::kSparseGaps);
   auto h = delta::ReadHeader(d.bytes.data(), d.bytes.size());
   ASSERT_TRUE(h.ok());
-  const std::size_t rec = delta::kFixedHeaderBytes + h->target_header_bytes;
+  auto contents = delta::ReadContents(d.bytes.data(), d.bytes.size());
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  const std::size_t rec = delta::kFixedHeaderBytes + contents->header_patch_bytes;
   auto with = [&](std::size_t at, uint64_t value, int width) {
     Bytes bad = d.bytes;
     for (int i = 0; i < width; ++i) bad[at + i] = static_cast<std::byte>(value >> (8 * i));

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "viper/core/checksum.h"
@@ -363,6 +364,90 @@ class Writer {
   uint64_t capacity_, used_ = 0;
 };
 
+// The JSON of a safetensors header of `header_bytes` (8-byte length prefix +
+// JSON + padding) without its trailing padding spaces.
+std::string_view TrimmedJson(const std::byte* header, uint64_t header_bytes) {
+  const char* json = reinterpret_cast<const char*>(header) + 8;
+  uint64_t n = header_bytes - 8;
+  while (n > 0 && json[n - 1] == ' ') --n;
+  return {json, static_cast<std::size_t>(n)};
+}
+
+// The target header as a patch of the base's: the shared prefix and suffix
+// of the two trimmed JSONs, and the target's trimmed JSON length (its
+// padding spaces up to target_header_bytes are implied).
+struct HeaderPatch {
+  uint64_t prefix = 0, suffix = 0, json_bytes = 0;
+  uint64_t middle_bytes() const { return json_bytes - prefix - suffix; }
+  uint64_t wire_bytes() const { return kHeaderPatchFixedBytes + middle_bytes(); }
+};
+
+HeaderPatch DiffHeaders(std::string_view base, std::string_view target) {
+  HeaderPatch patch;
+  patch.json_bytes = target.size();
+  const uint64_t shorter = std::min(base.size(), target.size());
+  while (patch.prefix < shorter && base[patch.prefix] == target[patch.prefix]) ++patch.prefix;
+  while (patch.suffix < shorter - patch.prefix &&
+         base[base.size() - 1 - patch.suffix] == target[target.size() - 1 - patch.suffix]) {
+    ++patch.suffix;
+  }
+  return patch;
+}
+
+// Reads and checks the header patch at the start of the body (without the
+// base: the lengths against the body and the target header; with `base_json`
+// also against the base's JSON).
+StatusOr<HeaderPatch> ReadHeaderPatch(const DeltaHeader& h, const std::byte* body, const std::string_view* base_json) {
+  if (h.target_header_bytes < 16 || h.target_header_bytes % 8 != 0 || h.target_header_bytes > h.target_image_bytes) {
+    return InvalidArgumentError("delta's target header of " + std::to_string(h.target_header_bytes) +
+                                " bytes is malformed (at least 16, a multiple of 8, inside the " +
+                                std::to_string(h.target_image_bytes) + "-byte image)");
+  }
+  if (h.body_bytes < kHeaderPatchFixedBytes) {
+    return DataLossError("delta truncated: a body of " + std::to_string(h.body_bytes) +
+                         " bytes has no room for the header patch's " + std::to_string(kHeaderPatchFixedBytes));
+  }
+  HeaderPatch patch;
+  patch.prefix = GetU64(body);
+  patch.suffix = GetU64(body + 8);
+  patch.json_bytes = GetU64(body + 16);
+  const uint64_t json_room = h.target_header_bytes - 8;
+  if (patch.json_bytes > json_room || patch.prefix > patch.json_bytes ||
+      patch.suffix > patch.json_bytes - patch.prefix) {
+    return InvalidArgumentError("delta's header patch (shared prefix " + std::to_string(patch.prefix) + ", suffix " +
+                                std::to_string(patch.suffix) + ", JSON " + std::to_string(patch.json_bytes) +
+                                " bytes) does not fit a " + std::to_string(json_room) + "-byte target JSON");
+  }
+  if (patch.middle_bytes() > h.body_bytes - kHeaderPatchFixedBytes) {
+    return DataLossError("delta's header patch carries " + std::to_string(patch.middle_bytes()) + " bytes; only " +
+                         std::to_string(h.body_bytes - kHeaderPatchFixedBytes) + " are left in the body");
+  }
+  if (base_json != nullptr && (patch.prefix > base_json->size() || patch.suffix > base_json->size() - patch.prefix)) {
+    return InvalidArgumentError("delta's header patch shares " + std::to_string(patch.prefix) + " + " +
+                                std::to_string(patch.suffix) + " bytes with a base JSON of " +
+                                std::to_string(base_json->size()));
+  }
+  return patch;
+}
+
+// A safetensors header of `header_bytes` (at least 8 + the patch's JSON)
+// from the base's JSON and a checked patch: the length prefix, the shared
+// prefix, the carried bytes, the shared suffix, then spaces (the padding of
+// Viper's PadHeader and of safetensors writers) up to `header_bytes`.
+std::string RebuildHeader(uint64_t header_bytes, const HeaderPatch& patch, const std::byte* body,
+                          std::string_view base_json) {
+  std::string header(header_bytes, ' ');
+  PutU64(reinterpret_cast<std::byte*>(header.data()), header_bytes - 8);
+  char* out = header.data() + 8;
+  if (patch.prefix > 0) std::memcpy(out, base_json.data(), patch.prefix);
+  if (patch.middle_bytes() > 0) std::memcpy(out + patch.prefix, body + kHeaderPatchFixedBytes, patch.middle_bytes());
+  if (patch.suffix > 0) {
+    std::memcpy(out + patch.prefix + patch.middle_bytes(), base_json.data() + base_json.size() - patch.suffix,
+                patch.suffix);
+  }
+  return header;
+}
+
 void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
                      uint64_t payload) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
@@ -415,7 +500,11 @@ StatusOr<DeltaHeader> ReadHeader(const std::byte* data, uint64_t size) {
     return DataLossError("delta truncated: " + std::to_string(size) + " bytes, the fixed header alone is " +
                          std::to_string(kFixedHeaderBytes));
   }
-  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) return DataLossError("not a Viper delta (no VIPERDL1 magic)");
+  if (std::memcmp(data, kMagicVersion1, sizeof(kMagicVersion1)) == 0) {
+    return InvalidArgumentError("delta format 1 (VIPERDL1: the target header carried whole) is no longer read; this "
+                                "build reads VIPERDL2 (the header as a patch of the base's): send the full version");
+  }
+  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) return DataLossError("not a Viper delta (no VIPERDL2 magic)");
   const uint64_t stated = GetU64(data + 88);
   const uint64_t actual = Xxh3_64(data, 88);
   if (stated != actual) {
@@ -446,14 +535,17 @@ StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size) {
   }
   const std::byte* body = data + kFixedHeaderBytes;
   if (Xxh3_64(body, h.body_bytes) != h.body_checksum) return DataLossError("delta body checksum mismatch");
-  if (h.target_header_bytes < 16 || h.target_header_bytes > h.body_bytes || GetU64(body) != h.target_header_bytes - 8) {
-    return InvalidArgumentError("delta's target header of " + std::to_string(h.target_header_bytes) +
-                                " bytes is malformed");
+  VIPER_ASSIGN_OR_RETURN(HeaderPatch patch, ReadHeaderPatch(h, body, nullptr));
+  c.header_patch_bytes = patch.wire_bytes();
+  c.header_shared_bytes = patch.prefix + patch.suffix;
+  if (c.header_shared_bytes == 0) {  // the whole JSON is carried: its metadata can be listed without the base
+    // Unpadded (8 + the JSON): bounded by the body, whatever target_header_bytes claims.
+    const std::string header = RebuildHeader(8 + patch.json_bytes, patch, body, std::string_view());
+    auto metadata = st::ParseMetadata(reinterpret_cast<const std::byte*>(header.data()), header.size());
+    if (!metadata.ok()) return metadata.status().WithContext("delta's target header");
+    c.target_metadata = std::move(*metadata);
   }
-  auto metadata = st::ParseMetadata(body, h.target_header_bytes);
-  if (!metadata.ok()) return metadata.status().WithContext("delta's target header");
-  c.target_metadata = std::move(*metadata);
-  const std::byte* p = body + h.target_header_bytes;
+  const std::byte* p = body + patch.wire_bytes();
   const std::byte* end = body + h.body_bytes;
   for (uint64_t r = 0; r < h.record_count; ++r) {
     if (static_cast<uint64_t>(end - p) < kRecordHeaderBytes) {
@@ -494,10 +586,12 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   summary.full_bytes = target_size;
   summary.base_version = b.state.metadata.version;
   summary.target_version = t.state.metadata.version;
+  static const char kNotSmaller[] = "the delta would not be smaller than the image's data section";
   auto go_full = [&](std::string reason) {
     summary.full = true;
     summary.reason = std::move(reason);
     summary.delta_bytes = 0;
+    summary.header_patch_bytes = 0;
     return summary;
   };
   if (t.state.metadata.version <= b.state.metadata.version) {
@@ -507,12 +601,25 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   const std::string diff = TableDifference(b, base, t, target);
   if (!diff.empty()) return go_full("tensor table changed since the base (" + diff + ")");
   if (b.state.size() > UINT32_MAX) return go_full("more tensors than a delta indexes");
-  // Never larger than the full image, whatever room the caller gave.
-  Writer w(out, std::min(out_capacity, target_size > 0 ? target_size - 1 : 0));
+  // A delta must save on the tensor bytes, not on the header alone: it is
+  // smaller than the target's data section (format 1's rule, delta with the
+  // whole header < image, came to the same), whatever room the caller gave.
+  // Else a dense step would become a delta a few KB under the image.
   const uint64_t header_bytes = t.info.data_offset;
-  if (!w.Fits(kFixedHeaderBytes + header_bytes)) return go_full("the delta would not be smaller than the image");
+  const uint64_t data_bytes = target_size - header_bytes;
+  const uint64_t room = std::min(out_capacity, data_bytes > 0 ? data_bytes - 1 : 0);
+  Writer w(out, room);
+  const std::string_view base_json = TrimmedJson(base, b.info.data_offset);
+  const std::string_view target_json = TrimmedJson(target, header_bytes);
+  const HeaderPatch patch = DiffHeaders(base_json, target_json);
+  summary.header_patch_bytes = patch.wire_bytes();
+  if (!w.Fits(kFixedHeaderBytes + patch.wire_bytes())) return go_full(kNotSmaller);
   std::byte* fixed = w.Take(kFixedHeaderBytes);
-  std::memcpy(w.Take(header_bytes), target, header_bytes);
+  std::byte* patch_out = w.Take(patch.wire_bytes());
+  PutU64(patch_out, patch.prefix);
+  PutU64(patch_out + 8, patch.suffix);
+  PutU64(patch_out + 16, patch.json_bytes);
+  std::memcpy(patch_out + kHeaderPatchFixedBytes, target_json.data() + patch.prefix, patch.middle_bytes());
 
   // Phase 1: scan every tensor and choose its record; stop as soon as the
   // delta cannot be smaller than the image (nothing copied yet).
@@ -526,8 +633,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   const auto& tt = t.state.tensors();
   std::vector<Choice> choices(tt.size());
   Scanner scanner;
-  uint64_t total = kFixedHeaderBytes + header_bytes;
-  const uint64_t room = std::min(out_capacity, target_size > 0 ? target_size - 1 : 0);
+  uint64_t total = kFixedHeaderBytes + patch.wire_bytes();
   summary.tensors.reserve(tt.size());
   for (std::size_t i = 0; i < tt.size(); ++i) {
     const Tensor& new_t = tt[i];
@@ -567,7 +673,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
       scanner.Discard();
     }
     total += kRecordHeaderBytes + c.payload;
-    if (total > room) return go_full("the delta would not be smaller than the image");
+    if (total > room) return go_full(kNotSmaller);
     report.encoding = c.encoding;
     report.encoded_bytes = kRecordHeaderBytes + c.payload;
     (c.encoding == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;
@@ -636,12 +742,13 @@ std::string Where(uint64_t r, uint32_t index, const Tensor& t) {
          "')";
 }
 
-// Checks every record of the body (after the target header) against the
+// Checks every record of the body (from `records_at`, after the header patch) against the
 // base's tensors: indices ascending and in range, element sizes, counts,
 // payload sizes, every position inside its tensor, the body used exactly.
-StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte* body, const Image& base) {
+StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte* body, uint64_t records_at,
+                                           const Image& base) {
   std::vector<Record> records;
-  const std::byte* p = body + h.target_header_bytes;
+  const std::byte* p = body + records_at;
   const std::byte* end = body + h.body_bytes;
   const auto& tensors = base.state.tensors();
   int64_t previous = -1;
@@ -761,12 +868,8 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
         std::to_string(base_size) + " bytes)");
   }
   const uint64_t data_bytes = base_size - base.info.data_offset;
-  if (h.target_header_bytes < 16 || h.target_header_bytes % 8 != 0 || h.target_header_bytes > h.body_bytes ||
-      GetU64(body) != h.target_header_bytes - 8) {
-    return InvalidArgumentError("delta's target header of " + std::to_string(h.target_header_bytes) +
-                                " bytes is malformed (at least 16, a multiple of 8, its length prefix + 8, inside the "
-                                "body of " + std::to_string(h.body_bytes) + ")");
-  }
+  const std::string_view base_json = TrimmedJson(buffer, base.info.data_offset);
+  VIPER_ASSIGN_OR_RETURN(HeaderPatch patch, ReadHeaderPatch(h, body, &base_json));
   if (h.target_image_bytes != h.target_header_bytes + data_bytes) {
     return InvalidArgumentError("delta says the image has " + std::to_string(h.target_image_bytes) + " bytes; its " +
                                 std::to_string(h.target_header_bytes) + "-byte header and the base's " +
@@ -777,7 +880,9 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
     return OutOfRangeError("the rebuilt image needs " + std::to_string(h.target_image_bytes) +
                            " bytes; the buffer holds " + std::to_string(capacity));
   }
-  VIPER_ASSIGN_OR_RETURN(std::vector<Record> records, CheckRecords(h, body, base));
+  VIPER_ASSIGN_OR_RETURN(std::vector<Record> records, CheckRecords(h, body, patch.wire_bytes(), base));
+  // The target header, rebuilt before the base's is overwritten.
+  const std::string header = RebuildHeader(h.target_header_bytes, patch, body, base_json);
 
   // Everything is checked: rewrite the buffer (from here on it no longer holds the base).
   struct Slot {
@@ -796,7 +901,7 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
   if (h.target_header_bytes != old_offset) {
     std::memmove(buffer + h.target_header_bytes, buffer + old_offset, data_bytes);
   }
-  std::memcpy(buffer, body, h.target_header_bytes);
+  std::memcpy(buffer, header.data(), h.target_header_bytes);
   std::byte* data = buffer + h.target_header_bytes;
   for (const Record& rec : records) {
     const Slot& s = table[rec.index];

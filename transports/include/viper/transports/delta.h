@@ -6,7 +6,8 @@
 // viper.checksum, the XXH3-64 of the data section). A delta exists only
 // between two images with the same tensor table (names, dtypes, shapes and
 // data offsets; the header's metadata may differ); otherwise, or when the
-// delta would not be smaller than the new image, Encode says "send the full
+// delta would not be smaller than the new image's data section (it must save
+// on tensor bytes, not on the header alone), Encode says "send the full
 // version" instead.
 //
 // Per tensor, whichever is smallest of:
@@ -31,12 +32,22 @@
 //
 // Wire format (all integers little-endian), documented in transports/README.md:
 //   fixed header, kFixedHeaderBytes:
-//     "VIPERDL1", base version, base checksum (its viper.checksum), target
+//     "VIPERDL2", base version, base checksum (its viper.checksum), target
 //     version, target checksum (its viper.checksum), target image bytes,
 //     target header bytes (8 + N of the target's safetensors header), base
 //     image bytes, record count, body bytes, XXH3-64 of the body, XXH3-64 of
 //     the fixed header's first 88 bytes;
-//   body: the target's safetensors header (target header bytes), then one
+//   body: the target's safetensors header as a patch of the base's (format
+//     2; format 1, "VIPERDL1", carried it whole, padding included, and is
+//     refused by name): u64 shared prefix, u64 shared suffix, u64 JSON bytes
+//     (the target's JSON without its trailing padding spaces), then the JSON
+//     bytes between prefix and suffix. Prefix and suffix are the longest
+//     common ones of the two trimmed JSONs (between versions of one model,
+//     only viper.version, viper.checksum and the like differ: some 100
+//     bytes, where the padded header is 4,096 or more). Apply rebuilds the
+//     header bit for bit: length prefix (target header bytes - 8), prefix,
+//     carried bytes, suffix, then spaces up to target header bytes (the
+//     padding of staging.cc's PadHeader and of safetensors writers). Then one
 //     record per changed tensor, in ascending tensor order:
 //       u32 tensor index (data-offset order), u8 encoding (1 sparse-gaps,
 //       3 dense; 2 is not used), u8 element bytes, u8 Rice parameter (gaps; else 0), u8
@@ -64,10 +75,14 @@ namespace viper {
 namespace transports {
 namespace delta {
 
-constexpr char kMagic[8] = {'V', 'I', 'P', 'E', 'R', 'D', 'L', '1'};
+constexpr char kMagic[8] = {'V', 'I', 'P', 'E', 'R', 'D', 'L', '2'};
+// Format 1 carried the target header whole; ReadHeader refuses it by name.
+constexpr char kMagicVersion1[8] = {'V', 'I', 'P', 'E', 'R', 'D', 'L', '1'};
 constexpr uint64_t kFixedHeaderBytes = 96;
 // Bytes of one record's header before its payload.
 constexpr uint64_t kRecordHeaderBytes = 24;
+// Bytes of the header patch before the bytes it carries.
+constexpr uint64_t kHeaderPatchFixedBytes = 24;
 
 enum class Encoding : uint8_t { kUnchanged = 0, kSparseGaps = 1, kDense = 3 };
 // "unchanged", "sparse-gaps", "dense".
@@ -101,7 +116,11 @@ struct RecordInfo {
 };
 struct Contents {
   DeltaHeader header;
-  std::map<std::string, std::string> target_metadata;  // the rebuilt image's __metadata__
+  uint64_t header_patch_bytes = 0;   // the header patch on the wire (24 + the JSON bytes it carries)
+  uint64_t header_shared_bytes = 0;  // JSON bytes taken from the base's header
+  // The rebuilt image's __metadata__: only when the patch carries the whole
+  // JSON (header_shared_bytes 0); otherwise it needs the base (empty here).
+  std::map<std::string, std::string> target_metadata;
   std::vector<RecordInfo> records;
 };
 // Checks a whole delta without its base (fixed header, body size and
@@ -126,6 +145,7 @@ struct EncodeSummary {
   uint64_t full_bytes = 0;        // size of the new image
   uint64_t base_version = 0, target_version = 0;
   uint64_t tensors_unchanged = 0, tensors_sparse = 0, tensors_dense = 0;
+  uint64_t header_patch_bytes = 0;    // of delta_bytes, the target header's patch (0 when full)
   std::vector<TensorReport> tensors;  // every tensor, in data-offset order (empty when full by table)
   // Bytes a consumer receives: delta_bytes, or full_bytes when full.
   uint64_t BytesMoved() const { return full ? full_bytes : delta_bytes; }
