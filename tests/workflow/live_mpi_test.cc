@@ -207,6 +207,7 @@ TEST(LiveMpi, TrainerOnlineReplansWithTheDeltasCost) {
   o.pfs_dir = dir;
   o.pfs_delta = true;
   o.trainer.freeze_layers = 1;  // 784 x 32 weights frozen: a delta is the head
+  o.trainer.epochs = 10;         // ~300 iterations: enough measurements that online publishes
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   MPI_Barrier(MPI_COMM_WORLD);
