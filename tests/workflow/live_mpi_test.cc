@@ -4,6 +4,7 @@
 // their own result. Sizes are small so that each run takes seconds.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
 
 #include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
@@ -55,6 +57,19 @@ LiveRun::Options SmallTrainer() {
   o.producer_timeout_s = 60;
   o.verbose = false;
   return o;
+}
+
+// A fresh directory made on rank 0 by mkdtemp (mode 0700, a name another
+// local user cannot predict or pre-create), its path shared with every rank;
+// empty on every rank if it could not be made.
+std::string SharedTempDir(const std::string& prefix) {
+  char dir[256] = {0};
+  if (Rank() == 0) {
+    std::string name = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    if (::mkdtemp(name.data()) != nullptr) std::snprintf(dir, sizeof(dir), "%s", name.c_str());
+  }
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
 }
 
 // Checks that hold for every completed run on rank 0.
@@ -193,13 +208,8 @@ TEST(LiveMpi, TrainerOnlineReplans) {
 TEST(LiveMpi, TrainerOnlineReplansWithTheDeltasCost) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
-  char dir[256] = {0};
-  if (Rank() == 0) {
-    const fs::path d = fs::temp_directory_path() / ("viper-live-delta-cost-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
-  }
-  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string dir = SharedTempDir("viper-live-delta-cost");
+  ASSERT_FALSE(dir.empty());
   LiveRun::Options o = SmallTrainer();
   o.strategy = schedulers::StrategyKind::kOnline;
   o.tier = transports::Tier::kPfs;
@@ -331,14 +341,8 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
 
 TEST(LiveMpi, ReplayPrefixOverPfs) {
   const std::string log = datasets::ShippedLogDirectory() + "/sgd-h32.csv.gz";
-  // A temp directory named on rank 0 and shared with every rank.
-  char dir[256] = {0};
-  if (Rank() == 0) {
-    const fs::path d = fs::temp_directory_path() / ("viper-live-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
-  }
-  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string dir = SharedTempDir("viper-live-test");
+  ASSERT_FALSE(dir.empty());
   LiveRun::Options o;
   o.workload = LiveRun::Workload::kReplay;
   o.log_path = log;
@@ -394,10 +398,10 @@ TEST(LiveMpi, ReplayPrefixOverPfs) {
 // higher numbers than this run will reach) in the directory. Polling
 // consumers must serve only this run's versions, never the stale ones.
 TEST(LiveMpi, ReplayPollNeverServesAnEarlierRunsVersions) {
-  char dir[256] = {0};
+  const std::string dir = SharedTempDir("viper-live-stale");
+  ASSERT_FALSE(dir.empty());
   if (Rank() == 0) {
-    const fs::path d = fs::temp_directory_path() / ("viper-live-stale-" + std::to_string(::getpid()));
-    fs::remove_all(d);
+    const fs::path d = dir;
     transports::Publisher::Options po;
     po.tier = transports::Tier::kPfs;
     po.notify = transports::Notify::kPoll;
@@ -413,9 +417,8 @@ TEST(LiveMpi, ReplayPollNeverServesAnEarlierRunsVersions) {
       for (int v = 0; v <= 12; ++v) EXPECT_TRUE((*stale)->Publish(m, 900000 + v).ok());
       EXPECT_TRUE((*stale)->Close().ok());
     }
-    std::snprintf(dir, sizeof(dir), "%s", d.c_str());
   }
-  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);  // the earlier run's versions are there before this run starts
   LiveRun::Options o;
   o.workload = LiveRun::Workload::kReplay;
   o.log_path = datasets::ShippedLogDirectory() + "/sgd-h32.csv.gz";
