@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ auto CheckEnum(const char* option) {
     auto parsed = FromString(value);
     if (!parsed.ok()) throw OptionValueError(std::string("--") + option + " " + value + ": " + parsed.status().message());
   };
+}
+
+// A real-valued option whose --help default reads as written (0.05), not as
+// the binary double (0.050000000000000003).
+inline po::typed_value<double>* RealOption(double* value) {
+  return po::value(value)->default_value(*value, (std::ostringstream() << *value).str());
 }
 
 // Range checks of numeric option values. Each returns an InvalidArgument

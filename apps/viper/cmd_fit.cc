@@ -220,7 +220,7 @@ int RunFit(const std::vector<std::string>& args) {
       ("metric", po::value(&metric)->default_value(metric), "loss to fit: train_loss | val_loss")
       ("select", po::value(&select)->default_value(select), "model selection: best-mse (Viper: lowest warm-up MSE) | validation (fit on the first part, score the rest, refit the winner) | ensemble (weights 1/validation MSE)")
       ("families", po::value(&families)->default_value(families), "comma-separated families, or 'all' / 'viper' (exp2,exp3,lin2,expd3)")
-      ("validation-fraction", po::value(&o.validation_fraction)->default_value(o.validation_fraction, (std::ostringstream() << o.validation_fraction).str()), "share of the warm-up points fitted when scoring on the rest, in (0, 1)")
+      ("validation-fraction", RealOption(&o.validation_fraction), "share of the warm-up points fitted when scoring on the rest, in (0, 1)")
       ("robust-loss", po::value(&robust)->default_value(robust), "robust loss on residuals: none | huber | cauchy (scale = factor x noise sigma from a running-median MAD)")
       ("robust-scale", po::value(&o.robust_scale_factor)->default_value(o.robust_scale_factor), "robust-loss scale in noise standard deviations, in (0, 1000]")
       ("starts", po::value(&o.starts_per_family)->default_value(o.starts_per_family), "starting points per family, 1..8")

@@ -201,7 +201,7 @@ int RunRun(const std::vector<std::string>& args) {
       "freeze", po::value(&freeze), (std::string("trainer: ") + kFreezeHelp).c_str())(
       "batch-size", po::value(&o.trainer.batch_size)->default_value(o.trainer.batch_size),
       "trainer: samples per mini-batch")(
-      "learning-rate", po::value(&o.trainer.learning_rate)->default_value(o.trainer.learning_rate, (std::ostringstream() << o.trainer.learning_rate).str()),
+      "learning-rate", RealOption(&o.trainer.learning_rate),
       "trainer: peak learning rate")(
       "val-every", po::value(&o.trainer.val_every_iterations)->default_value(o.trainer.val_every_iterations),
       "trainer: validate every N iterations (the planner's curve)")(
@@ -240,8 +240,7 @@ int RunRun(const std::vector<std::string>& args) {
       "drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
       "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9)")(
       "drift-prior-mass",
-      po::value(&o.trainer.drift_prior_mass)
-          ->default_value(o.trainer.drift_prior_mass, (std::ostringstream() << o.trainer.drift_prior_mass).str()),
+      RealOption(&o.trainer.drift_prior_mass),
       "prior-shift: the share of the target prior --drift-prior-classes hold together, in (0, 1]")(
       "staleness-table", po::value(&staleness_out),
       "trainer: write the run's staleness table (CSV version_iteration,traffic_iteration,val_loss,val_accuracy,"

@@ -18,12 +18,6 @@ namespace viper {
 namespace cli {
 namespace {
 
-// A default as --help shows it: 0.05, not 0.050000000000000003.
-std::string Shortest(double x) { return (std::ostringstream() << x).str(); }
-
-}  // namespace
-namespace {
-
 using workflow::Trainer;
 
 StatusOr<std::vector<int64_t>> ParseWidths(const std::string& text) {
@@ -70,11 +64,11 @@ int RunTrain(const std::vector<std::string>& args) {
       ("hidden", po::value(&hidden)->default_value(hidden),
        "hidden-layer widths, comma-separated, input side first (e.g. 1024,1024; 'none' = linear)")
       ("optimizer", po::value(&optimizer)->default_value(optimizer), "sgd (with momentum) or adam")
-      ("lr", po::value(&o.learning_rate)->default_value(o.learning_rate, Shortest(o.learning_rate)), "peak learning rate")
-      ("momentum", po::value(&o.momentum)->default_value(o.momentum, Shortest(o.momentum)), "SGD momentum in [0, 1)")
-      ("beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, Shortest(o.adam_beta1)), "Adam first-moment decay in [0, 1)")
-      ("beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, Shortest(o.adam_beta2)), "Adam second-moment decay in [0, 1)")
-      ("adam-eps", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, Shortest(o.adam_epsilon)), "Adam epsilon (> 0)")
+      ("lr", RealOption(&o.learning_rate), "peak learning rate")
+      ("momentum", RealOption(&o.momentum), "SGD momentum in [0, 1)")
+      ("beta1", RealOption(&o.adam_beta1), "Adam first-moment decay in [0, 1)")
+      ("beta2", RealOption(&o.adam_beta2), "Adam second-moment decay in [0, 1)")
+      ("adam-eps", RealOption(&o.adam_epsilon), "Adam epsilon (> 0)")
       ("batch", po::value(&o.batch_size)->default_value(o.batch_size), "samples per mini-batch")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs),
        "length in epochs of the full training set (epochs * floor(samples / batch) iterations)")
@@ -113,7 +107,7 @@ int RunTrain(const std::vector<std::string>& args) {
       ("drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
        "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9; default the "
        "upper-body garments T-shirt/top, Pullover, Coat, Shirt)")
-      ("drift-prior-mass", po::value(&o.drift_prior_mass)->default_value(o.drift_prior_mass, Shortest(o.drift_prior_mass)),
+      ("drift-prior-mass", RealOption(&o.drift_prior_mass),
        "prior-shift: the share of the target prior that --drift-prior-classes hold together, in (0, 1] (the other "
        "classes share the rest equally)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the initialisation and the shuffling")

@@ -81,7 +81,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("change-threshold", po::value(&sc.online.change_threshold)->default_value(sc.online.change_threshold), "Page-Hinkley alarm threshold, in noise sd, in (0, 1e6]: lower reacts faster to drift and re-fits more often")
       ("change-allowance", po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")
       ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median)")
-      ("replan-gap", po::value(&sc.online.replan_gap)->default_value(sc.online.replan_gap, (std::ostringstream() << sc.online.replan_gap).str()), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
+      ("replan-gap", RealOption(&sc.online.replan_gap), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
   desc->add(plan).add(req).add(cost).add(loop);
 }
 
