@@ -188,6 +188,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
             }
             rows[schedulers::ToString(k)] = {
                 {"cil", r->sim.cil},
+                {"diverged_requests", r->sim.diverged_requests},
                 {"regret_vs_oracle", *r->regret_vs_oracle},
                 {"change_vs_epoch", r->change_vs_epoch ? nlohmann::json(*r->change_vs_epoch) : nlohmann::json()},
                 {"checkpoints", r->sim.checkpoints},

@@ -29,6 +29,8 @@ nlohmann::json SummaryToJson(const TrainingLog& log, const LogSummary& s) {
   opt("min_loss_iteration", s.min_loss_iteration);
   j["validation_points"] = s.val_points;
   j["dropped_non_finite_rows"] = s.dropped_non_finite;
+  j["diverged_values"] = s.diverged_values;
+  j["first_diverged_iteration"] = s.first_diverged_iteration ? nlohmann::json(*s.first_diverged_iteration) : nlohmann::json();
   j["format"] = log.format;
   j["training_points"] = s.train_points;
   j["evaluation_only"] = log.EvaluationOnly();
@@ -108,6 +110,11 @@ int RunLogInfo(const std::vector<std::string>& args) {
   }
   if (s.dropped_non_finite) {
     std::fprintf(out, "dropped rows           %lld (non-finite values)\n", static_cast<long long>(s.dropped_non_finite));
+  }
+  if (s.diverged_values) {
+    std::fprintf(out, "diverged               %lld non-finite losses kept as +inf (never served), the first at iteration "
+                "%lld\n",
+                static_cast<long long>(s.diverged_values), static_cast<long long>(*s.first_diverged_iteration));
   }
   if (!json_path.empty()) {
     Status st = WriteJson(SummaryToJson(*log, s), json_path, "log-info");

@@ -241,6 +241,12 @@ int RunSimulate(const std::vector<std::string>& args) {
   }
   std::fprintf(table, "\nCIL: simulated on the true curve. predicted: what the planner expected (fluid model, predicted curve).\n"
               "regret: CIL / oracle CIL - 1. staleness: mean request time minus its version's checkpoint time.\n");
+  for (const auto& r : rows) {
+    if (r.sim.diverged_requests == 0) continue;
+    std::fprintf(table, "%s served %lld of %lld requests from a diverged model (a non-finite loss): its CIL is +inf\n",
+                schedulers::ToString(r.kind), static_cast<long long>(r.sim.diverged_requests),
+                static_cast<long long>(r.sim.requests));
+  }
 
   if (!json_path.empty()) {
     nlohmann::json j;
@@ -272,7 +278,8 @@ int RunSimulate(const std::vector<std::string>& args) {
     for (const auto& r : rows) {
       nlohmann::json s;
       s["strategy"] = schedulers::ToString(r.kind);
-      s["cil"] = r.sim.cil;
+      s["cil"] = r.sim.cil;  // +inf (a diverged model served) is written as null
+      s["diverged_requests"] = r.sim.diverged_requests;
       s["predicted_cil"] = r.plan.summary.predicted.cil;
       s["regret_vs_oracle"] = r.regret_vs_oracle ? nlohmann::json(*r.regret_vs_oracle) : nlohmann::json();
       s["change_vs_epoch"] = r.change_vs_epoch ? nlohmann::json(*r.change_vs_epoch) : nlohmann::json();

@@ -50,6 +50,7 @@ int RunTrain(const std::vector<std::string>& args) {
   std::string swap_classes = std::to_string(o.drift_swap_class_a) + "," + std::to_string(o.drift_swap_class_b);
   std::string prior_classes;
   std::string lr_milestones;
+  std::string on_divergence = "stop";
   for (int c : o.drift_prior_classes) prior_classes += (prior_classes.empty() ? "" : ",") + std::to_string(c);
   std::string log_out, save_model, json_path, staleness_out, freeze;
   double progress_every_s = 2.0;
@@ -80,6 +81,10 @@ int RunTrain(const std::vector<std::string>& args) {
        "step changes of the learning rate, 'ITER:FACTOR[,ITER:FACTOR...]': from iteration ITER on the rate is "
        "multiplied by FACTOR (> 0; cumulative, on top of --cosine; iterations increasing, >= 2); e.g. 1500:0.1 "
        "decays it, 1500:60 makes an SGD run diverge (the shipped collapse run)")
+      ("on-divergence", po::value(&on_divergence)->default_value(on_divergence),
+       "a NaN/inf training loss: stop (an error naming the iteration) or continue (train the diverged model on, "
+       "as a loop without a NaN check would, logging NaN losses: a run to test that a planner never publishes "
+       "it; read its log with --non-finite diverged)")
       ("drift", po::value(&drift)->default_value(drift),
        "data stream; every kind drifts training, validation and test (the traffic) alike: none; "
        "class-incremental (classes 0..k-1 first, then all 10; before the drift the validation and test samples "
@@ -172,6 +177,10 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!prior.ok()) return usage_error(prior.message());
   Status milestones = ParseLrMilestones(lr_milestones, &o);
   if (!milestones.ok()) return usage_error(milestones.message());
+  if (on_divergence != "stop" && on_divergence != "continue") {
+    return usage_error("--on-divergence: expected stop or continue, got '" + on_divergence + "'");
+  }
+  o.continue_after_divergence = on_divergence == "continue";
   Status frozen = ParseFreeze(freeze, &o);
   if (!frozen.ok()) return usage_error(frozen.message());
   o.staleness_table = !staleness_out.empty();

@@ -30,7 +30,7 @@ void AddLogReaderOptions(po::options_description* desc, LogOptions* o) {
   datasets::LogReader::Options& r = o->reader;
   desc->add_options()
       ("format", po::value(&o->format)->default_value(o->format)->notifier(CheckEnum<datasets::LogFormatFromString>("format")), ("log format: " + datasets::LogFormatNames() + " (auto: from the file name and content)").c_str())
-      ("non-finite", po::value(&o->non_finite)->default_value(o->non_finite)->notifier(CheckEnum<datasets::NonFinitePolicyFromString>("non-finite")), "NaN/inf losses: reject (error naming the line) or drop (skip the row, count it)")
+      ("non-finite", po::value(&o->non_finite)->default_value(o->non_finite)->notifier(CheckEnum<datasets::NonFinitePolicyFromString>("non-finite")), "NaN/inf losses in the log and its staleness table: reject (an error naming the line), drop (skip the row, count it) or diverged (keep it as +inf: the model diverged there; the judge charges a request served by it +inf and no planner that sees the loss publishes it)")
       ("iteration-column", po::value(&r.iteration_column), "name of the iteration column (default: iteration|iter|step|global_step; names match case-insensitively)")
       ("epoch-column", po::value(&r.epoch_column), "name of the epoch column (default: epoch)")
       ("loss-column", po::value(&r.loss_column), "name of the training-loss column (default: train_loss|loss|training_loss|train/loss|total_loss)")

@@ -288,7 +288,9 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
   std::string table_path = o.staleness == "auto" ? StalenessTableBeside(log_options.path)
                                                   : o.staleness == "none" ? std::string() : o.staleness;
   if (!table_path.empty()) {
-    VIPER_ASSIGN_OR_RETURN(so.staleness, datasets::StalenessReader::ReadFile(table_path, {}));
+    datasets::StalenessReader::Options table_options;
+    VIPER_ASSIGN_OR_RETURN(table_options.non_finite, datasets::NonFinitePolicyFromString(log_options.non_finite));
+    VIPER_ASSIGN_OR_RETURN(so.staleness, datasets::StalenessReader::ReadFile(table_path, table_options));
   }
 
   auto sc = schedulers::MakeScenario(ctx.log, so);

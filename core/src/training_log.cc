@@ -1,6 +1,7 @@
 #include "viper/core/training_log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace viper {
@@ -27,7 +28,15 @@ LogSummary Summarize(const TrainingLog& log) {
   LogSummary s;
   s.rows = static_cast<int64_t>(log.records.size());
   s.dropped_non_finite = log.dropped_non_finite;
+  s.diverged_values = log.diverged_values;
   if (log.records.empty()) return s;
+  for (const auto& r : log.records) {
+    auto inf = [](const std::optional<double>& x) { return x && !std::isfinite(*x); };
+    if (inf(r.train_loss) || inf(r.val_loss) || inf(r.test_loss)) {
+      s.first_diverged_iteration = r.iteration;
+      break;
+    }
+  }
   s.first_iteration = log.records.front().iteration;
   s.last_iteration = log.records.back().iteration;
 

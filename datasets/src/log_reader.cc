@@ -214,12 +214,21 @@ StatusOr<LogFormat> LogFormatFromString(const std::string& name) {
   return InvalidArgumentError("unknown log format " + Excerpt(name, 40) + " (expected " + LogFormatNames() + ")");
 }
 
-const char* ToString(NonFinitePolicy policy) { return policy == NonFinitePolicy::kReject ? "reject" : "drop"; }
+const char* ToString(NonFinitePolicy policy) {
+  switch (policy) {
+    case NonFinitePolicy::kReject: return "reject";
+    case NonFinitePolicy::kDrop: return "drop";
+    case NonFinitePolicy::kDiverged: return "diverged";
+  }
+  return "?";
+}
 
 StatusOr<NonFinitePolicy> NonFinitePolicyFromString(const std::string& name) {
   if (name == "reject") return NonFinitePolicy::kReject;
   if (name == "drop") return NonFinitePolicy::kDrop;
-  return InvalidArgumentError("unknown non-finite policy " + Excerpt(name, 40) + " (expected reject or drop)");
+  if (name == "diverged") return NonFinitePolicy::kDiverged;
+  return InvalidArgumentError("unknown non-finite policy " + Excerpt(name, 40) +
+                              " (expected reject, drop or diverged)");
 }
 
 bool LogReader::Options::IsValid(std::string* error) const {

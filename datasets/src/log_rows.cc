@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -280,12 +281,25 @@ Status Builder::Add(const Values& v, const std::string& where, int64_t line) {
       {&r.test_loss, kTestLoss}, {&r.test_accuracy, kTestAcc}, {&r.wall_time_s, kWallTime}};
   for (const auto& [value, f] : checked) {
     if (!*value || std::isfinite(**value)) continue;
+    if (o_.non_finite == NonFinitePolicy::kDiverged && f != kWallTime) {
+      // A diverged model: its losses are +inf (never served), an accuracy of
+      // NaN says nothing.
+      ++log_.diverged_values;
+      if (f == kValAcc || f == kTestAcc) {
+        value->reset();
+      } else {
+        **value = std::numeric_limits<double>::infinity();
+      }
+      continue;
+    }
     if (o_.non_finite == NonFinitePolicy::kDrop) {
       ++log_.dropped_non_finite;
       return Status::Ok();
     }
     return InvalidArgumentError(where + ": " + col(f) + ": " + kFieldInfo[f].what + " is not finite (" +
-                                Num(**value) + "); pass --non-finite drop to skip such rows");
+                                Num(**value) + (f == kWallTime ? ")" : "); pass --non-finite diverged to keep it as a "
+                                                                        "diverged model (never served) or --non-finite "
+                                                                        "drop to skip such rows"));
   }
   return Append(std::move(r), where, line);
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -110,8 +111,11 @@ StatusOr<int64_t> ParseIteration(std::string_view cell, const std::string& colum
 
 // A loss (finite, >= 0) or an accuracy (in [0, 1]); an empty cell is absent,
 // an error where `required`.
+// Under NonFinitePolicy kDiverged a NaN/inf loss is +inf and a NaN/inf
+// accuracy absent; under kDrop either sets *drop.
 StatusOr<std::optional<double>> ParseMeasure(std::string_view cell, const std::string& column, bool accuracy,
-                                             bool required, const std::string& where) {
+                                             bool required, const std::string& where, NonFinitePolicy policy,
+                                             bool* drop) {
   const std::string at = where + ": column '" + column + "': ";
   const char* expected = accuracy ? "an accuracy in [0, 1]" : "a finite loss >= 0";
   if (cell.empty()) {
@@ -122,6 +126,14 @@ StatusOr<std::optional<double>> ParseMeasure(std::string_view cell, const std::s
   // ParseNumber reads null / None as absent: here they are not numbers.
   if (!v) return InvalidArgumentError(at + "expected " + expected + ", got " + Excerpt(cell));
   const char* wrong = nullptr;
+  if (!std::isfinite(*v) && policy != NonFinitePolicy::kReject) {
+    if (policy == NonFinitePolicy::kDrop) {
+      *drop = true;
+      return std::optional<double>();
+    }
+    if (accuracy) return std::optional<double>();
+    return std::optional<double>(std::numeric_limits<double>::infinity());
+  }
   if (std::isnan(*v)) {
     wrong = "not a number";
   } else if (*v < 0) {
@@ -132,8 +144,12 @@ StatusOr<std::optional<double>> ParseMeasure(std::string_view cell, const std::s
     wrong = "not finite";
   }
   if (wrong) {
+    const bool non_finite = !std::isfinite(*v);
     return InvalidArgumentError(at + (accuracy ? "accuracy " : "loss ") + Excerpt(cell) + " is " + wrong +
-                                " (expected " + expected + ")");
+                                " (expected " + expected +
+                                (non_finite ? "; pass --non-finite diverged to keep it as a diverged model, never "
+                                              "served, or --non-finite drop to skip the row)"
+                                            : ")"));
   }
   return v;
 }
@@ -214,11 +230,13 @@ StatusOr<StalenessTable> StalenessReader::Parse(std::string_view text, const std
                                   std::to_string(r.traffic_iteration) + " (column '" + name(kTraffic) +
                                   "'); expected version_iteration <= traffic_iteration");
     }
+    bool drop = false;
     for (const Column c : {kValLoss, kValAcc, kTestLoss, kTestAcc}) {
       if (header.field[c] < 0) continue;
       const bool accuracy = c == kValAcc || c == kTestAcc;
-      VIPER_ASSIGN_OR_RETURN(std::optional<double> v,
-                             ParseMeasure(cell(c), name(c), accuracy, kRequired[c], where));
+      VIPER_ASSIGN_OR_RETURN(std::optional<double> v, ParseMeasure(cell(c), name(c), accuracy, kRequired[c], where,
+                                                                   options.non_finite, &drop));
+      if (drop) break;
       switch (c) {
         case kValLoss:
           r.val_loss = *v;
@@ -234,6 +252,7 @@ StatusOr<StalenessTable> StalenessReader::Parse(std::string_view text, const std
           break;
       }
     }
+    if (drop) continue;
     rows.push_back(std::move(row));
   }
   if (rows.empty()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "families.h"
@@ -259,7 +260,7 @@ CurveData CurveData::Suffix(double after_iteration) const {
   return out;
 }
 
-StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric) {
+StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric, bool keep_diverged) {
   CurveData out;
   for (size_t row = 0; row < log.records.size(); ++row) {
     const LogRecord& r = log.records[row];
@@ -267,16 +268,17 @@ StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric) {
                                      : metric == LossMetric::kValLoss ? r.val_loss
                                                                       : r.test_loss;
     if (!v) continue;
-    if (!std::isfinite(*v)) {
+    if (!std::isfinite(*v) && !keep_diverged) {
       return InvalidArgumentError(log.source + ": row " + std::to_string(row + 1) + " (iteration " +
-                                  std::to_string(r.iteration) + "): " + ToString(metric) + " is not finite");
+                                  std::to_string(r.iteration) + "): " + ToString(metric) +
+                                  " is not finite (the model diverged there: fit the rows before it)");
     }
     if (!out.iterations.empty() && static_cast<double>(r.iteration) <= out.iterations.back()) {
       return InvalidArgumentError(log.source + ": row " + std::to_string(row + 1) + ": iteration " +
                                   std::to_string(r.iteration) + " does not increase");
     }
     out.iterations.push_back(static_cast<double>(r.iteration));
-    out.losses.push_back(*v);
+    out.losses.push_back(std::isfinite(*v) ? *v : std::numeric_limits<double>::infinity());
   }
   if (out.iterations.empty()) {
     const int64_t val = log.ValLossPoints();

@@ -128,6 +128,7 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
     s += buf;
   }
   if (cost_updates > 0) s += ", cost re-measured " + std::to_string(cost_updates) + " times";
+  if (diverged > 0) s += ", " + std::to_string(diverged) + " diverged measurements (never published)";
   return s;
 }
 
@@ -139,12 +140,18 @@ Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind ki
     return InvalidArgumentError("observation at iteration " + std::to_string(iteration) + " after iteration " +
                                 std::to_string(last_iteration_) + ": observations must come in iteration order");
   }
-  if (!std::isfinite(loss)) {
-    return InvalidArgumentError("observation at iteration " + std::to_string(iteration) + " is not finite");
-  }
   last_iteration_ = iteration;
   ++summary_.observations;
   if (kind != options_.metric) return Status::Ok();  // training losses next to a validation metric: counted only
+  if (!std::isfinite(loss)) {
+    // NaN or inf: the model diverged: no measurement to forecast or gate on, so no
+    // checkpoint here (decisions are taken at measurements); a training
+    // average that would hold it starts afresh.
+    ++summary_.diverged;
+    smoothing_.clear();
+    if (measured_now_ && *measured_now_ == iteration) measured_now_.reset();
+    return Status::Ok();
+  }
   double value = loss;
   if (kind == ObservationKind::kTraining) {
     smoothing_.push_back(loss);

@@ -1,5 +1,6 @@
 #include "viper/schedulers/problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -184,7 +185,13 @@ Status Problem::CheckSchedule(const Schedule& schedule) const {
   return Status::Ok();
 }
 
-Status LossCurve::CheckCovers(const Problem& problem) const {
+int64_t LossCurve::DivergedIn(int64_t first, int64_t last) const {
+  int64_t n = 0;
+  for (int64_t i = std::max(first, first_); i <= std::min(last, last_iteration()); ++i) n += std::isinf(at(i)) ? 1 : 0;
+  return n;
+}
+
+Status LossCurve::CheckCovers(const Problem& problem, bool allow_diverged) const {
   if (losses_.empty() || !Covers(problem.warmup_iterations) || !Covers(problem.total_iterations)) {
     std::ostringstream os;
     os << "loss curve covers iterations " << first_ << ".." << last_iteration() << " but the problem needs "
@@ -193,6 +200,7 @@ Status LossCurve::CheckCovers(const Problem& problem) const {
   }
   for (int64_t i = problem.warmup_iterations; i <= problem.total_iterations; ++i) {
     const double l = at(i);
+    if (allow_diverged && l == std::numeric_limits<double>::infinity() && i > problem.warmup_iterations) continue;
     if (!std::isfinite(l) || l < 0.0) {
       return InvalidArgumentError("loss at iteration " + std::to_string(i) + " is " + std::to_string(l) +
                                   " (losses must be finite and >= 0)");

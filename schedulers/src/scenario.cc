@@ -164,7 +164,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   if (o.metric) {
     sc.metric = *o.metric;
   } else {
-    auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss);
+    auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss, /*keep_diverged=*/true);
     const bool enough =
         val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >= o.predictor.min_points;
     // An evaluation-only log (no training loss at all) plans on its validation series.
@@ -175,17 +175,29 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
     return InvalidArgumentError("the planning metric cannot be test_loss: that is the served truth the schedules "
                                 "are judged on (planners observe train_loss or val_loss)");
   }
-  VIPER_ASSIGN_OR_RETURN(sc.points, predictor::ExtractCurve(log, sc.metric));
+  // A diverged model's loss stays +inf (LogReader's --non-finite diverged):
+  // the judge charges it, `online` observes it and never publishes it; the
+  // warm-up the predictor fits must be free of it.
+  VIPER_ASSIGN_OR_RETURN(sc.points, predictor::ExtractCurve(log, sc.metric, /*keep_diverged=*/true));
   // The truth: test_loss when the log has it, else the planning metric.
   if (o.truth_metric) {
     sc.truth_metric = *o.truth_metric;
   } else {
-    sc.truth_metric = predictor::ExtractCurve(log, predictor::LossMetric::kTestLoss).ok()
+    sc.truth_metric = predictor::ExtractCurve(log, predictor::LossMetric::kTestLoss, true).ok()
                           ? predictor::LossMetric::kTestLoss
                           : sc.metric;
   }
   sc.separate_truth = sc.truth_metric != sc.metric;
   sc.observed = sc.points.Prefix(static_cast<double>(W));
+  for (size_t i = 0; i < sc.observed.size(); ++i) {
+    if (std::isinf(sc.observed.losses[i])) {
+      return InvalidArgumentError(log.source + ": the run diverged during the warm-up: its " +
+                                  predictor::ToString(sc.metric) + " is not finite at iteration " +
+                                  std::to_string(static_cast<int64_t>(sc.observed.iterations[i])) +
+                                  " (the warm-up ends at " + std::to_string(W) +
+                                  "); there is no model to plan from: give a warm-up that ends before it");
+    }
+  }
   if (static_cast<int>(sc.observed.size()) < o.predictor.min_points) {
     const size_t need = static_cast<size_t>(o.predictor.min_points);
     const std::string longer = WarmupFor(sc.points, need, first, last);
@@ -245,11 +257,16 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
 
   if (N <= last) {
     if (sc.separate_truth) {
-      VIPER_ASSIGN_OR_RETURN(auto truth_points, predictor::ExtractCurve(log, sc.truth_metric));
+      VIPER_ASSIGN_OR_RETURN(auto truth_points, predictor::ExtractCurve(log, sc.truth_metric, true));
       VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(truth_points, W, N));
     } else {
       VIPER_ASSIGN_OR_RETURN(sc.truth, InterpolateCurve(sc.points, W, N));
     }
+  }
+  if (sc.truth && std::isinf(sc.truth->at(W))) {
+    return InvalidArgumentError(log.source + ": the model at the end of the warm-up (iteration " + std::to_string(W) +
+                                ") diverged: its " + predictor::ToString(sc.truth_metric) +
+                                " is not finite, so no version could be served: give a shorter warm-up");
   }
   if (o.staleness) VIPER_RETURN_IF_ERROR(AttachStaleness(log, *o.staleness, &sc));
   VIPER_ASSIGN_OR_RETURN(auto fit, predictor::LearningCurvePredictor::Fit(sc.observed, o.predictor));

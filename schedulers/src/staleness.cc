@@ -20,11 +20,16 @@ std::string Pair(int64_t v, double t) {
   return buf;
 }
 
-// Linear interpolation on knots xs (increasing) with values ys; constant beyond the ends.
+// Linear interpolation on knots xs (increasing) with values ys; constant
+// beyond the ends. A knot of +inf (a diverged version's diagonal) makes the
+// whole interval on either side of it +inf: between a measured model and a
+// diverged one nothing says when it diverged.
 double Lerp(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
   if (x <= xs.front()) return ys.front();
   if (x >= xs.back()) return ys.back();
   const size_t j = static_cast<size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
+  if (x == xs[j - 1]) return ys[j - 1];
+  if (std::isinf(ys[j - 1]) || std::isinf(ys[j])) return std::numeric_limits<double>::infinity();
   const double w = (x - xs[j - 1]) / (xs[j] - xs[j - 1]);
   return ys[j - 1] + w * (ys[j] - ys[j - 1]);
 }
@@ -51,17 +56,18 @@ StatusOr<StalenessSurface> StalenessSurface::Make(const StalenessTable& table, S
       return InvalidArgumentError(src + ": pair " + Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
                                   " has traffic before the version (expected traffic_iteration >= version_iteration)");
     }
-    if (!std::isfinite(x) || x < 0) {
+    // +inf is a diverged model (NonFinitePolicy::kDiverged); NaN is not a loss.
+    if (std::isnan(x) || x < 0 || x == -std::numeric_limits<double>::infinity()) {
       return InvalidArgumentError(src + ": " + ToString(sample) + " of pair " +
                                   Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
-                                  " must be finite and >= 0");
+                                  " must be >= 0 (or +inf: a diverged model)");
     }
     if (i > 0 && rec[i - 1].version_iteration == r.version_iteration &&
         rec[i - 1].traffic_iteration == r.traffic_iteration) {
       return InvalidArgumentError(src + ": pair " + Pair(r.version_iteration, static_cast<double>(r.traffic_iteration)) +
                                   " appears twice");
     }
-    s.min_loss_ = std::min(s.min_loss_, x);
+    if (std::isfinite(x)) s.min_loss_ = std::min(s.min_loss_, x);
     if (r.traffic_iteration == r.version_iteration) {
       s.diag_v_.push_back(static_cast<double>(r.version_iteration));
       s.diag_l_.push_back(x);
@@ -78,12 +84,23 @@ StatusOr<StalenessSurface> StalenessSurface::Make(const StalenessTable& table, S
     size_t j = i;
     const bool has_diag = rec[j].traffic_iteration == row.version;
     const double d = has_diag ? value(rec[j]) : s.Diagonal(v);
+    // A diverged version (its own-time loss +inf) is +inf on every traffic;
+    // its row says nothing about decay and judges no other version.
+    row.diverged = std::isinf(d);
     row.traffic.push_back(v);
     row.excess.push_back(0.0);
     if (has_diag) ++j;
     for (; j < rec.size() && rec[j].version_iteration == row.version; ++j) {
+      const double x = value(rec[j]);
+      if (std::isinf(x) && !row.diverged) {
+        return InvalidArgumentError(
+            src + ": " + ToString(sample) + " of pair " +
+            Pair(row.version, static_cast<double>(rec[j].traffic_iteration)) + " is +inf (a diverged model) but " +
+            "version " + std::to_string(row.version) + "'s own-time loss is finite: a model that diverged is " +
+            "diverged on every traffic, so give +inf on its diagonal too");
+      }
       row.traffic.push_back(static_cast<double>(rec[j].traffic_iteration));
-      row.excess.push_back(value(rec[j]) - d);
+      row.excess.push_back(row.diverged ? 0.0 : x - d);
     }
     row.prefix.assign(row.traffic.size(), 0.0);
     row.min_excess = 0.0;
@@ -115,7 +132,7 @@ const StalenessSurface::Row* StalenessSurface::RowFor(int64_t version, double tr
                              [](int64_t v, const Row& r) { return v < r.version; });
   while (it != rows_.begin()) {
     --it;
-    if (it->traffic.back() >= traffic) return &*it;
+    if (!it->diverged && it->traffic.back() >= traffic) return &*it;
   }
   return nullptr;
 }
@@ -144,7 +161,9 @@ StatusOr<double> StalenessSurface::At(int64_t version, double traffic) const {
   const Row* row = RowFor(version, traffic);
   if (!row) return NotCovered(version, traffic);
   const double v = static_cast<double>(version);
-  return std::max(0.0, Diagonal(v) + Excess(*row, traffic) - Excess(*row, v));
+  const double d = Diagonal(v);
+  if (std::isinf(d)) return d;  // a diverged model
+  return std::max(0.0, d + Excess(*row, traffic) - Excess(*row, v));
 }
 
 StatusOr<double> StalenessSurface::Integral(int64_t version, double p0, double p1) const {
@@ -156,6 +175,7 @@ StatusOr<double> StalenessSurface::Integral(int64_t version, double p0, double p
   if (p1 == p0) return 0.0;
   const Row* row = RowFor(version, p1);
   if (!row) return NotCovered(version, p1);
+  if (Diverged(version)) return std::numeric_limits<double>::infinity();
   const double c = Diagonal(v) - Excess(*row, v);
   if (c + row->min_excess >= 0) {
     return c * (p1 - p0) + ExcessIntegral(*row, p1) - ExcessIntegral(*row, p0);
@@ -185,6 +205,8 @@ Status StalenessSurface::CheckCovers(int64_t first_version, int64_t last_traffic
   return NotCovered(first_version, static_cast<double>(last_traffic));
 }
 
+bool StalenessSurface::Diverged(int64_t version) const { return std::isinf(Diagonal(static_cast<double>(version))); }
+
 std::vector<int64_t> StalenessSurface::Versions() const {
   std::vector<int64_t> v;
   v.reserve(rows_.size());
@@ -196,7 +218,9 @@ std::vector<StalenessSurface::GridPoint> StalenessSurface::Grid() const {
   std::vector<GridPoint> g;
   for (const auto& r : rows_) {
     const double d = Diagonal(static_cast<double>(r.version));
-    for (size_t k = 0; k < r.traffic.size(); ++k) g.push_back({r.version, r.traffic[k], d + r.excess[k]});
+    for (size_t k = 0; k < r.traffic.size(); ++k) {
+      g.push_back({r.version, r.traffic[k], r.diverged ? d : d + r.excess[k]});
+    }
   }
   return g;
 }
@@ -309,12 +333,17 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   VIPER_RETURN_IF_ERROR(p.Validate());
   const int64_t W = p.warmup_iterations, N = p.total_iterations;
   VIPER_RETURN_IF_ERROR(s.CheckCovers(W, N));
+  if (s.Diverged(W)) {
+    return InvalidArgumentError(s.source() + ": the model at the end of the warm-up (iteration " + std::to_string(W) +
+                                ") diverged (its loss is +inf): there is no version to serve");
+  }
+  // A diverged version is never a candidate: it must never be served.
   std::vector<int64_t> cand;
   for (int64_t v : s.Versions()) {
-    if (v > W && v <= N) cand.push_back(v);
+    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
   }
   for (int64_t v : extra) {
-    if (v > W && v <= N) cand.push_back(v);
+    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
   }
   std::sort(cand.begin(), cand.end());
   cand.erase(std::unique(cand.begin(), cand.end()), cand.end());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -76,6 +77,10 @@ StatusOr<LossCurve> InterpolateCurve(const predictor::CurveData& points, int64_t
       v = y.front();
     } else if (k + 1 >= x.size()) {
       v = y.back();
+    } else if (xi == x[k]) {
+      v = y[k];
+    } else if (std::isinf(y[k]) || std::isinf(y[k + 1])) {
+      v = std::numeric_limits<double>::infinity();  // next to a diverged model: nothing says when it diverged
     } else {
       const double w = (xi - x[k]) / (x[k + 1] - x[k]);
       v = y[k] + w * (y[k + 1] - y[k]);
@@ -89,6 +94,37 @@ namespace {
 
 predictor::CurveData PointsUpTo(const predictor::CurveData& d, int64_t last) {
   return d.Prefix(static_cast<double>(last));
+}
+
+// The true curve as the exact solver takes it: a diverged model's +inf
+// becomes a finite loss D so large that one request served by it costs more
+// than every request of the run served at the worst finite loss (plus the
+// drift term at the longest age), so the optimum never publishes it and the
+// solver's arithmetic stays finite. The judge still charges +inf.
+StatusOr<LossCurve> ChargeDivergedForSolver(const Problem& p, const LossCurve& truth) {
+  VIPER_RETURN_IF_ERROR(truth.CheckCovers(p, /*allow_diverged=*/true).WithContext("true curve"));
+  const int64_t W = p.warmup_iterations, N = p.total_iterations;
+  if (truth.DivergedIn(W, N) == 0) return truth;
+  double worst = 0;
+  for (int64_t i = W; i <= N; ++i) {
+    if (std::isfinite(truth.at(i))) worst = std::max(worst, truth.at(i));
+  }
+  const int64_t most = std::min(p.MaxCheckpoints(), N - W);
+  const double span_s = static_cast<double>(N - W) * p.seconds_per_iteration +
+                        static_cast<double>(most) * p.cost.stall_s + p.cost.delay_s +
+                        std::max(0.0, p.WindowEnd(most));
+  const double requests = span_s * p.requests.RatePerSecond() + static_cast<double>(p.requests.request_count) +
+                          static_cast<double>(p.requests.trace_s.size()) + 1.0;
+  const double charged = 4.0 * (requests + 1.0) * (worst + std::fabs(p.drift_per_s) * span_s + 1.0);
+  if (!std::isfinite(charged)) {
+    return InvalidArgumentError("the true curve has diverged iterations and the run is too long to charge them a "
+                                "finite loss for the exact solver");
+  }
+  std::vector<double> losses(truth.losses());
+  for (double& l : losses) {
+    if (std::isinf(l)) l = charged;
+  }
+  return LossCurve(truth.first_iteration(), std::move(losses));
 }
 
 class StrategyImpl : public Strategy {
@@ -149,8 +185,8 @@ class StrategyImpl : public Strategy {
           break;
         }
         if (!in.truth) return FailedPreconditionError("oracle needs the true curve");
-        VIPER_RETURN_IF_ERROR(in.truth->CheckCovers(p).WithContext("true curve"));
-        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, *in.truth));
+        VIPER_ASSIGN_OR_RETURN(const LossCurve charged, ChargeDivergedForSolver(p, *in.truth));
+        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, charged));
         s.exact = true;
         s.message = "exact optimal schedule on the true curve (a bound, not a strategy)";
         break;
@@ -166,10 +202,11 @@ class StrategyImpl : public Strategy {
           if (it > p.total_iterations) break;
           VIPER_RETURN_IF_ERROR(planner.Observe(it, obs.losses[i], in.observed_kind));
           if (in.observed_staleness && in.observed_kind == ObservationKind::kValidation && it > p.warmup_iterations) {
-            // The served version re-measured on this moment's validation sample.
+            // The served version re-measured on this moment's validation sample
+            // (never a diverged one: the planner does not publish those).
             const int64_t served = planner.taken().empty() ? p.warmup_iterations : planner.taken().back();
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, static_cast<double>(it)));
-            VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
+            if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));

@@ -40,9 +40,15 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     if (o.kind == schedulers::StrategyKind::kOracle) oracle = o.sim.cil;
     if (o.kind == schedulers::StrategyKind::kEpoch) epoch = o.sim.cil;
   }
+  // A schedule that served a diverged model has CIL +inf: its regret is +inf;
+  // two such schedules are not compared (inf / inf).
+  auto ratio = [](double a, double b) -> std::optional<double> {
+    if (!(b > 0) || (std::isinf(a) && std::isinf(b))) return std::nullopt;
+    return a / b - 1;
+  };
   for (auto& o : c.outcomes) {
-    if (oracle && *oracle > 0) o.regret_vs_oracle = o.sim.cil / *oracle - 1;
-    if (epoch && *epoch > 0) o.change_vs_epoch = o.sim.cil / *epoch - 1;
+    if (oracle) o.regret_vs_oracle = ratio(o.sim.cil, *oracle);
+    if (epoch) o.change_vs_epoch = ratio(o.sim.cil, *epoch);
   }
   return c;
 }

@@ -246,6 +246,7 @@ class Engine {
         own = l.ok() ? *l : std::numeric_limits<double>::quiet_NaN();
       }
       const double loss = own + rho * age;
+      if (std::isinf(loss)) ++r_.diverged_requests;
       r_.cil += loss;
       ++v.requests;
       staleness.push_back(age);
@@ -328,7 +329,8 @@ StatusOr<SimulationResult> Simulator::Run(const LossCurve& true_curve, const Sch
   p.slowdown_budget_s.reset();  // baselines that ignore the budget can still be judged
   p.min_spacing_iterations = 1;
   VIPER_RETURN_IF_ERROR(p.CheckSchedule(schedule).WithContext("schedule"));
-  VIPER_RETURN_IF_ERROR(true_curve.CheckCovers(p).WithContext("true loss curve"));
+  // +inf is a diverged model, charged as such (never at W: version 0 serves first).
+  VIPER_RETURN_IF_ERROR(true_curve.CheckCovers(p, /*allow_diverged=*/true).WithContext("true loss curve"));
   if (options_.staleness) {
     VIPER_RETURN_IF_ERROR(options_.staleness->CheckCovers(p.warmup_iterations, p.total_iterations));
   }
@@ -341,7 +343,11 @@ std::string SimulationResult::BriefReport() const {
   std::snprintf(buf, sizeof(buf), "cil %.6g over %lld requests, %lld checkpoints, slowdown %.3f s, staleness %.3f s",
                 cil, static_cast<long long>(requests), static_cast<long long>(checkpoints), slowdown_s,
                 mean_staleness_s.value_or(0.0));
-  return buf;
+  std::string s = buf;
+  if (diverged_requests > 0) {
+    s += ", " + std::to_string(diverged_requests) + " requests served by a diverged model";
+  }
+  return s;
 }
 
 std::string SimulationResult::ChromeTrace() const {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 namespace viper {
@@ -306,6 +307,35 @@ TEST(LogReaderTest, NanLossDroppedAndCountedWhenAllowed) {
   EXPECT_EQ(r->records.size(), 2u);
   EXPECT_EQ(r->dropped_non_finite, 2);
   EXPECT_EQ(r->records[1].iteration, 4);
+}
+
+TEST(LogReaderTest, DivergedPolicyKeepsNonFiniteLossesAsInfinity) {
+  Options o;
+  o.non_finite = NonFinitePolicy::kDiverged;
+  auto r = ParseText(
+      "iteration,loss,val_loss,val_accuracy,test_loss\n1,2.0,2.1,0.5,2.2\n2,-nan,nan,nan,inf\n3,nan,,,\n", "a.csv",
+      o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->records.size(), 3u);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(r->records[1].train_loss, inf);
+  EXPECT_EQ(r->records[1].val_loss, inf);
+  EXPECT_EQ(r->records[1].test_loss, inf);
+  EXPECT_FALSE(r->records[1].val_accuracy.has_value()) << "a NaN accuracy says nothing";
+  EXPECT_EQ(r->records[2].train_loss, inf);
+  EXPECT_EQ(r->diverged_values, 5);
+  EXPECT_EQ(r->dropped_non_finite, 0);
+  const LogSummary s = Summarize(*r);
+  ASSERT_TRUE(s.first_diverged_iteration.has_value());
+  EXPECT_EQ(*s.first_diverged_iteration, 2);
+  // A wall time is not a loss: still an error.
+  ExpectError(ParseText("iteration,loss,wall_time\n1,2.0,0.5\n2,1.9,nan\n", "w.csv", o), {"w.csv:3", "not finite"});
+  // The default names the policy that keeps a diverged run.
+  ExpectError(ParseText("iteration,loss\n1,2.0\n2,nan\n", "a.csv"), {"a.csv:3", "--non-finite diverged"});
+  auto named = NonFinitePolicyFromString("diverged");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(*named, NonFinitePolicy::kDiverged);
+  EXPECT_STREQ(ToString(NonFinitePolicy::kDiverged), "diverged");
 }
 
 TEST(LogReaderTest, AllRowsDroppedIsAnError) {

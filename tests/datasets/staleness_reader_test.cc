@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -349,6 +350,28 @@ TEST(StalenessHostileTest, LossNotFiniteOrNegative) {
   ExpectError(OneRow("0,0,null,,1,"), {"t.csv:2:", "column 'val_loss'", "'null'"});
   ExpectError(OneRow("0,0,0x1p3,,1,"), {"t.csv:2:", "column 'val_loss'", "'0x1p3'"});
   ExpectError(OneRow("0,0,1.5kg,,1,"), {"t.csv:2:", "column 'val_loss'", "'1.5kg'"});
+}
+
+TEST(StalenessReaderTest, NonFiniteLossesFollowThePolicy) {
+  const std::string text = std::string(kHeader) + "0,0,1,0.5,1.1,0.5\n0,5,1.2,,1.3,\n5,5,nan,nan,-nan,0.1\n";
+  ExpectError(ParseText(text), {"t.csv:4:", "column 'val_loss'", "--non-finite diverged"});
+  Options o;
+  o.non_finite = NonFinitePolicy::kDiverged;
+  auto t = ParseText(text, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->records.size(), 3u);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(t->records[2].val_loss, inf);
+  EXPECT_EQ(t->records[2].test_loss, inf);
+  EXPECT_FALSE(t->records[2].val_accuracy.has_value());
+  EXPECT_EQ(t->records[2].test_accuracy, 0.1);
+  o.non_finite = NonFinitePolicy::kDrop;
+  auto d = ParseText(text, o);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->records.size(), 2u) << "the NaN row is dropped (its pair is then missing)";
+  // Under diverged a negative finite loss is still an error.
+  o.non_finite = NonFinitePolicy::kDiverged;
+  ExpectError(ParseText(std::string(kHeader) + "0,0,-1,,1,\n", o), {"t.csv:2:", "negative"});
 }
 
 TEST(StalenessHostileTest, AccuracyOutsideZeroOne) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace viper {
@@ -72,13 +73,52 @@ TEST(OnlinePlannerTest, DefaultOptionsAreValidAndBadOnesAreNamed) {
   EXPECT_NE(error.find("gate_z"), std::string::npos);
 }
 
-TEST(OnlinePlannerTest, ObservationsMustBeOrderedAndFinite) {
+TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
   OnlinePlanner planner(CheapProblem(), Forecasters());
   EXPECT_TRUE(planner.Observe(50, 1.0, ObservationKind::kValidation).ok());
   EXPECT_FALSE(planner.Observe(40, 1.0, ObservationKind::kValidation).ok());
-  EXPECT_FALSE(planner.Observe(60, std::nan(""), ObservationKind::kValidation).ok());
   EXPECT_FALSE(planner.ObserveServed(-1).ok());
   EXPECT_FALSE(*planner.ShouldCheckpoint(50));  // the warm-up: never
+}
+
+// A run that diverges at 1000 (NaN, then +inf, as the log reader keeps them
+// with --non-finite diverged): the loop never checkpoints at a non-finite
+// measurement, however cheap checkpoints are, and counts them; before the
+// divergence it publishes as usual (so the test can fail).
+TEST(OnlinePlannerTest, NeverCheckpointsADivergedModel) {
+  const Problem p = CheapProblem();
+  OnlinePlanner planner(p, Forecasters());
+  int diverged = 0;
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 400.0);
+    if (i >= 1000) {
+      v = i % 40 == 0 ? std::nan("") : std::numeric_limits<double>::infinity();
+      ++diverged;
+    }
+    ASSERT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok()) << i;
+    auto now = planner.ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    if (i >= 1000) EXPECT_FALSE(*now) << "checkpoint of a diverged model at " << i;
+    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+  }
+  ASSERT_FALSE(planner.taken().empty());
+  EXPECT_LT(planner.taken().back(), 1000);
+  EXPECT_EQ(planner.summary().diverged, diverged);
+  EXPECT_NE(planner.summary().BriefReport(1).find("diverged"), std::string::npos);
+  // The training loss as the metric: a smoothing window that holds a
+  // non-finite loss is never a measurement.
+  OnlinePlanner::Options o;
+  o.metric = ObservationKind::kTraining;
+  o.training_smoothing = 4;
+  OnlinePlanner t(p, Forecasters(), o);
+  for (int64_t i = 1; i <= 400; ++i) {
+    const double v = i > 300 && i % 7 == 0 ? std::nan("") : 1.0 + 100.0 / static_cast<double>(i);
+    ASSERT_TRUE(t.Observe(i, v, ObservationKind::kTraining).ok());
+    auto now = t.ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok());
+    if (*now) ASSERT_TRUE(t.Commit(i).ok());
+  }
+  EXPECT_GT(t.summary().diverged, 0);
 }
 
 // A decreasing curve with little noise: the loop publishes as the loss falls,

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "viper/schedulers/cil_model.h"
@@ -251,6 +252,59 @@ TEST(StalenessOracleTest, AfterASwapTheOracleReplacesTheStaleVersion) {
   ASSERT_TRUE(sol.ok());
   ASSERT_FALSE(sol->schedule.empty());
   EXPECT_GE(sol->schedule.back(), 60);
+}
+
+// A run that diverges at 60 (a diverged model's losses are +inf, as the
+// readers keep NaN/inf with --non-finite diverged): every version from 60 on
+// is +inf on every traffic, the versions between 50 and 60 too (nothing says
+// when it diverged), older versions keep their own rows, and the oracle never
+// publishes a diverged version however cheap checkpoints are.
+TEST(StalenessSurfaceTest, ADivergedVersionIsInfiniteAndNeverPublished) {
+  const double inf = std::numeric_limits<double>::infinity();
+  LossFn f = [&](int64_t v, int64_t t) { return v >= 60 ? inf : Curve(v) + 0.01 * static_cast<double>(t - v); };
+  auto s = StalenessSurface::Make(Grid(0, 100, 10, f), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_TRUE(s->Diverged(60));
+  EXPECT_TRUE(s->Diverged(55));
+  EXPECT_TRUE(s->Diverged(100));
+  EXPECT_FALSE(s->Diverged(50));
+  EXPECT_EQ(*s->At(70, 90), inf);
+  EXPECT_EQ(*s->At(55, 60), inf);
+  EXPECT_NEAR(*s->At(50, 90), f(50, 90), 1e-12);
+  EXPECT_NEAR(*s->At(45, 95), 0.5 * (Curve(40) + Curve(50)) + 0.01 * 50, 1e-12);
+  EXPECT_EQ(*s->Integral(70, 70, 80), inf);
+  EXPECT_EQ(*s->Integral(70, 75, 75), 0.0);
+  EXPECT_TRUE(std::isfinite(s->min_loss()));
+  for (WindowKind w : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
+    Problem p = Small(w);
+    p.cost.stall_s = 0.01;
+    p.cost.delay_s = 0.1;
+    auto sol = SolveOptimalOnSurface(p, *s);
+    ASSERT_TRUE(sol.ok()) << sol.status().message();
+    ASSERT_FALSE(sol->schedule.empty());
+    for (int64_t c : sol->schedule) EXPECT_LT(c, 60) << ToString(w);
+    EXPECT_TRUE(std::isfinite(sol->objective));
+    // A schedule that publishes one is charged +inf.
+    auto bad = EvaluateOnSurface(p, *s, {30, 70});
+    ASSERT_TRUE(bad.ok()) << bad.status().message();
+    EXPECT_EQ(bad->cil, inf);
+  }
+  // +inf off the diagonal of a finite version is not a diverged model.
+  StalenessTable t = Grid(0, 20, 10, [](int64_t, int64_t) { return 1.0; });
+  t.records[1].test_loss = inf;  // (0, 10)
+  auto bad = StalenessSurface::Make(t, StalenessSample::kTest);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("(version 0, traffic 10)"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("diverged"), std::string::npos) << bad.status().message();
+  // NaN is never a loss here (the readers turn it into +inf or an error).
+  t.records[1].test_loss = std::nan("");
+  EXPECT_FALSE(StalenessSurface::Make(t, StalenessSample::kTest).ok());
+  // A diverged model at the end of the warm-up leaves nothing to serve.
+  Problem p = Small(WindowKind::kWhileTraining);
+  p.warmup_iterations = 60;
+  auto none = SolveOptimalOnSurface(p, *s);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("diverged"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include <random>
 
@@ -112,6 +114,32 @@ TEST(SimulatorTest, SyncPushTimeline) {
   EXPECT_EQ(r->versions[2].requests, 2);
   // Staleness: 0 - 0, 4.2 - 2, 8.6 - 6.5, 12 - 6.5 -> mean (0 + 2.2 + 2.1 + 5.5) / 4 = 2.45.
   EXPECT_NEAR(*r->mean_staleness_s, 2.45, 1e-12);
+}
+
+TEST(SimulatorTest, ADivergedVersionIsChargedInfinity) {
+  // SyncPushTimeline's world with the model diverged from iteration 4 on
+  // (+inf): publishing 2 and 5, v2 serves 2 requests from a diverged model
+  // (CIL +inf); publishing 2 and 3 serves none (CIL 10 + 8 + 7 + 7 = 32).
+  LossCurve curve = LinearCurve();
+  std::vector<double> l = curve.losses();
+  for (size_t i = 4; i < l.size(); ++i) l[i] = std::numeric_limits<double>::infinity();
+  const LossCurve diverged(0, l);
+  Simulator sim(Tiny(true, Notification::kPush));
+  auto bad = sim.Run(diverged, {2, 5});
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_EQ(bad->diverged_requests, 2);
+  EXPECT_EQ(bad->cil, std::numeric_limits<double>::infinity());
+  EXPECT_NE(bad->BriefReport().find("2 requests served by a diverged model"), std::string::npos);
+  auto good = sim.Run(diverged, {2, 3});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->diverged_requests, 0);
+  EXPECT_DOUBLE_EQ(good->cil, 32.0);
+  // Version 0 serves first: a curve diverged at W is an error, as is NaN.
+  l[0] = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(sim.Run(LossCurve(0, l), {2}).ok());
+  l[0] = 10;
+  l[5] = std::nan("");
+  EXPECT_FALSE(sim.Run(LossCurve(0, l), {2}).ok());
 }
 
 TEST(SimulatorTest, SyncPollTimeline) {

@@ -737,9 +737,9 @@ Status Trainer::Step(LogRecord* record) {
   }
   RotateImages(&batch_inputs_, DriftRotationDegrees(options_, iteration));
   const float loss = model_.LossAndGradient(batch_inputs_, batch_labels_, &gradients_, &workspace_);
-  if (!std::isfinite(loss)) {
+  if (!std::isfinite(loss) && !options_.continue_after_divergence) {
     return AbortedError("training diverged at iteration " + std::to_string(iteration) + " (loss " +
-                        std::to_string(loss) + "); try a lower learning rate");
+                        std::to_string(loss) + "); try a lower learning rate, or --on-divergence continue to log the diverged run");
   }
   last_learning_rate_ = LearningRateAt(iteration);
   ApplyUpdate(last_learning_rate_);

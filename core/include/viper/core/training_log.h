@@ -28,6 +28,8 @@ struct TrainingLog {
   std::string format;               // the format it was read as ("csv", "tfevents", ...; empty = unknown)
   std::vector<LogRecord> records;
   int64_t dropped_non_finite = 0;   // rows dropped for NaN/inf losses (when allowed)
+  // NaN/inf losses kept as +inf: the model diverged there (--non-finite diverged).
+  int64_t diverged_values = 0;
   // Entries that summarise the run rather than log a step (Hugging Face's
   // final train_loss/train_runtime entry): skipped, never a loss point.
   int64_t skipped_summary_rows = 0;
@@ -72,6 +74,8 @@ struct LogSummary {
   int64_t train_points = 0;                     // rows with a training loss
   int64_t timed_rows = 0;                       // rows with a wall time
   int64_t dropped_non_finite = 0;
+  int64_t diverged_values = 0;                  // losses kept as +inf (a diverged model)
+  std::optional<int64_t> first_diverged_iteration;
 };
 
 LogSummary Summarize(const TrainingLog& log);

@@ -57,7 +57,15 @@ StatusOr<LogFormat> LogFormatFromString(const std::string& name);
 // "auto|csv|keras|..." for help texts and messages.
 std::string LogFormatNames();
 
-enum class NonFinitePolicy { kReject, kDrop };
+// What a NaN or infinite value in a log means.
+//  kReject:   an error naming the file, line and column.
+//  kDrop:     the row is skipped and counted (TrainingLog::dropped_non_finite).
+//  kDiverged: the model diverged there: a non-finite train/val/test loss is
+//             kept as +infinity (a version that must never be served; the
+//             judge charges it +inf, the planners never publish it); a
+//             non-finite accuracy is absent; a non-finite wall time is
+//             still an error. Counted in TrainingLog::diverged_values.
+enum class NonFinitePolicy { kReject, kDrop, kDiverged };
 const char* ToString(NonFinitePolicy policy);
 StatusOr<NonFinitePolicy> NonFinitePolicyFromString(const std::string& name);
 
@@ -102,8 +110,9 @@ class LogReader {
     // The wall-time column holds seconds per iteration (durations), not a
     // clock: the reader accumulates it. Always so for detectron2.
     bool time_is_duration = false;
-    // What to do with a NaN or infinite loss: reject the file, or drop the
-    // row and count it in TrainingLog::dropped_non_finite.
+    // What to do with a NaN or infinite loss: reject the file, drop the row
+    // (counted in TrainingLog::dropped_non_finite), or keep it as a diverged
+    // model (+inf, counted in TrainingLog::diverged_values).
     NonFinitePolicy non_finite = NonFinitePolicy::kReject;
     // Limits: the longest line of a text log, the most data rows (records
     // of an event file), the most bytes read (after decompression).

@@ -40,6 +40,12 @@ class StalenessReader {
     int64_t max_rows = kDefaultMaxRows;
     // The most bytes read, after decompression.
     int64_t max_bytes = kDefaultMaxBytes;
+    // A NaN or infinite loss, as for training logs (LogReader::Options):
+    // reject (an error naming the line), drop (skip the row: the pair is
+    // missing and interpolated), or diverged (kept as +inf: a version whose
+    // own-time loss is +inf is a diverged model, never served). A non-finite
+    // accuracy is absent under drop and diverged.
+    NonFinitePolicy non_finite = NonFinitePolicy::kReject;
 
     // False, with the field and the violated constraint in *error, when a
     // limit is not positive.

@@ -83,8 +83,11 @@ struct CurveData {
 };
 
 // The rows of `log` that carry `metric`. Fails when none do, or when the
-// iterations are not strictly increasing (the message names the row).
-StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric);
+// iterations are not strictly increasing (the message names the row), or
+// at a non-finite loss unless `keep_diverged`: then it is kept as +inf (a
+// diverged model, LogReader's NonFinitePolicy::kDiverged), for the judge and
+// a planner that observes it; never give such points to a fit.
+StatusOr<CurveData> ExtractCurve(const TrainingLog& log, LossMetric metric, bool keep_diverged = false);
 
 }  // namespace predictor
 }  // namespace viper

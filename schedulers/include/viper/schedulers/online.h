@@ -141,6 +141,7 @@ class OnlinePlanner {
     int64_t served_measurements = 0;  // ObserveServed() calls
     double max_decay_per_s = 0;       // the largest decay rate a re-plan used (loss per second)
     int64_t cost_updates = 0;         // SetCost() calls
+    int64_t diverged = 0;             // non-finite measurements of the metric (a diverged model, never published)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -152,7 +153,9 @@ class OnlinePlanner {
 
   // One observation, in iteration order (several per iteration allowed:
   // the training loss, then the validation loss). InvalidArgument when the
-  // iteration goes back or the loss is not finite.
+  // iteration goes back. A NaN or infinite loss of the metric is a diverged
+  // model: no checkpoint is taken at that measurement, and it enters neither
+  // the forecast nor the noise estimate (Summary::diverged counts them).
   Status Observe(int64_t iteration, double loss, ObservationKind kind);
   // Whether to checkpoint after `iteration` (called once per iteration after
   // its observations, iterations increasing). False during the warm-up.

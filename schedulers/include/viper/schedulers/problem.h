@@ -170,8 +170,12 @@ class LossCurve {
   const std::vector<double>& losses() const { return losses_; }
   size_t size() const { return losses_.size(); }
 
-  // OK when the curve covers [W, N] of `problem` with finite, non-negative losses.
-  Status CheckCovers(const Problem& problem) const;
+  // OK when the curve covers [W, N] of `problem` with finite, non-negative
+  // losses; with `allow_diverged`, +inf (a diverged model) too, except at W
+  // (version 0 is served from the start).
+  Status CheckCovers(const Problem& problem, bool allow_diverged = false) const;
+  // Iterations in [first, last] whose loss is +inf (a diverged model).
+  int64_t DivergedIn(int64_t first, int64_t last) const;
 
  private:
   int64_t first_ = 0;

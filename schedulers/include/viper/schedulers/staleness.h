@@ -18,6 +18,13 @@
 // version made after c does not inherit the step its older neighbour took.
 // Fractional traffic (between iterations) is linear in t as well.
 //
+// Diverged models. A loss of +inf (a NaN or inf read with
+// NonFinitePolicy::kDiverged) is a model that diverged: it must be +inf on
+// its own diagonal and then counts as +inf on every traffic (a table with
+// +inf off the diagonal of a finite version is an error). The diagonal
+// between a measured version and a diverged one is +inf (nothing says when it
+// diverged), and a diverged row never judges another version's decay.
+//
 // Coverage. A pair (v, t) is covered when some grid version a <= v has a row
 // reaching t; anything else is an error naming the pair, never an
 // extrapolation.
@@ -45,7 +52,8 @@ const char* ToString(StalenessSample sample);
 class StalenessSurface {
  public:
   // InvalidArgument naming the table when it is empty, has no diagonal row,
-  // or holds a pair with t < v or a negative or non-finite loss.
+  // or holds a pair with t < v or a negative or NaN loss (or +inf off the
+  // diagonal of a finite version).
   static StatusOr<StalenessSurface> Make(const StalenessTable& table, StalenessSample sample);
 
   // L(version, traffic), traffic >= version (fractional traffic
@@ -67,6 +75,11 @@ class StalenessSurface {
     double traffic, loss;
   };
   std::vector<GridPoint> Grid() const;
+  // A diverged model: the diagonal at `version` is +inf (a grid version
+  // whose own-time loss is +inf, or a version interpolated against one).
+  // At() and Integral() charge it +inf on every traffic; the oracle never
+  // publishes it.
+  bool Diverged(int64_t version) const;
   // The table's file (for messages) and sample.
   const std::string& source() const { return source_; }
   StalenessSample sample() const { return sample_; }
@@ -80,6 +93,7 @@ class StalenessSurface {
     std::vector<double> excess;   // P at the knots (excess[0] == 0)
     std::vector<double> prefix;   // integral of P from version to each knot
     double min_excess = 0.0;      // the smallest P (< 0: some stale pair beats the diagonal)
+    bool diverged = false;        // its own-time loss is +inf (then every excess is 0)
   };
   // The row judging (version, traffic), or nullptr.
   const Row* RowFor(int64_t version, double traffic) const;

@@ -52,7 +52,10 @@ struct RequestRecord {
 
 // The outcome of one run.
 struct SimulationResult {
-  double cil = 0.0;                 // sum of the charged losses of all requests
+  double cil = 0.0;                 // sum of the charged losses of all requests (+inf when a diverged version served one)
+  // Requests served by a diverged model (its loss +inf: a NaN/inf loss read
+  // with --non-finite diverged); any makes cil +inf.
+  int64_t diverged_requests = 0;
   int64_t requests = 0;
   int64_t checkpoints = 0;          // m
   double slowdown_s = 0.0;          // total producer stall

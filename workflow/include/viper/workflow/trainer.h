@@ -108,6 +108,12 @@ class Trainer {
       double factor = 1.0;
     };
     std::vector<LrMilestone> lr_milestones;
+    // A non-finite training loss: false = stop with an error naming the
+    // iteration; true = go on training the diverged model as a PyTorch loop
+    // without a NaN check would (its weights turn NaN and stay so), logging
+    // its non-finite losses, so that a log and a staleness table of a run
+    // that diverges can be made (read them with --non-finite diverged).
+    bool continue_after_divergence = false;
     // Stream of training data.
     Drift drift = Drift::kNone;
     // First iteration of the drift (>= 2; required with any drift): the first
