@@ -66,7 +66,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const Case& c : kCases) {
     LogReader::Options options;
     options.format = c.format;
-    options.non_finite = (size & 1) ? NonFinitePolicy::kDrop : NonFinitePolicy::kReject;
+    options.non_finite = size % 3 == 0 ? NonFinitePolicy::kReject
+                         : size % 3 == 1 ? NonFinitePolicy::kDrop
+                                         : NonFinitePolicy::kDiverged;
     Check(LogReader::Parse(text, c.source, options), size);
   }
 

@@ -5,7 +5,8 @@
 // that starts like gzip also goes through ReadFile as a .csv.gz file. Every
 // table it accepts is checked against the reader's contract (iterations in
 // 0..2^53 with v <= t, sorted by (v, t) without a repeated pair, losses
-// finite and >= 0, accuracies in [0, 1]) and must read back from its own
+// finite and >= 0, or +inf under --non-finite diverged, accuracies in
+// [0, 1]; also read with the drop and diverged policies) and must read back from its own
 // FormatStalenessCsv text as the same pairs. Every error's message is
 // formatted and bounded. A crash, leak, hang or sanitizer report is a
 // finding; scripts/fuzz.sh runs it, fuzz/README.md says how.
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -36,7 +38,8 @@ using viper::datasets::StalenessReader;
 
 bool Accuracy(const std::optional<double>& a) { return !a || (*a >= 0 && *a <= 1); }
 
-void Check(const viper::StatusOr<StalenessTable>& table, std::size_t input_size, bool reread) {
+void Check(const viper::StatusOr<StalenessTable>& table, std::size_t input_size, bool reread,
+           bool diverged = false) {
   if (!table.ok()) {
     const std::string message = table.status().ToString();
     // A person reads it: it quotes a bounded excerpt of the input, never all of it.
@@ -55,8 +58,10 @@ void Check(const viper::StatusOr<StalenessTable>& table, std::size_t input_size,
       Fail("accepted iterations v=" + std::to_string(r.version_iteration) +
            " t=" + std::to_string(r.traffic_iteration) + " at record " + std::to_string(i));
     }
-    if (!(std::isfinite(r.val_loss) && r.val_loss >= 0 && std::isfinite(r.test_loss) && r.test_loss >= 0)) {
-      Fail("accepted a loss that is negative or not finite at record " + std::to_string(i));
+    // Under --non-finite diverged a loss may be +inf (a diverged model), never NaN or negative.
+    const double top = diverged ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::max();
+    if (!(r.val_loss >= 0 && r.val_loss <= top && r.test_loss >= 0 && r.test_loss <= top)) {
+      Fail("accepted a loss that is negative, NaN or (not diverged) infinite at record " + std::to_string(i));
     }
     if (!Accuracy(r.val_accuracy) || !Accuracy(r.test_accuracy)) {
       Fail("accepted an accuracy outside [0, 1] at record " + std::to_string(i));
@@ -74,6 +79,7 @@ void Check(const viper::StatusOr<StalenessTable>& table, std::size_t input_size,
   const std::string text = viper::FormatStalenessCsv(*table);
   StalenessReader::Options options;
   options.max_bytes = static_cast<int64_t>(text.size()) + 1;
+  if (diverged) options.non_finite = viper::datasets::NonFinitePolicy::kDiverged;
   const auto again = StalenessReader::Parse(text, "rewritten.csv", options);
   if (!again.ok()) Fail("the writer's text of an accepted table is refused: " + again.status().ToString());
   if (again->records.size() != records.size()) Fail("the writer's text reads back with another row count");
@@ -98,6 +104,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tight.max_line_bytes = 48;
   tight.max_bytes = 512;
   Check(StalenessReader::Parse(text, "fuzz.csv", tight), size, /*reread=*/false);
+  // NaN/inf as a diverged model (+inf) or dropped rows, as the planning commands may read them.
+  StalenessReader::Options diverged;
+  diverged.non_finite = viper::datasets::NonFinitePolicy::kDiverged;
+  Check(StalenessReader::Parse(text, "fuzz.csv", diverged), size, /*reread=*/true, /*diverged=*/true);
+  StalenessReader::Options drop;
+  drop.non_finite = viper::datasets::NonFinitePolicy::kDrop;
+  Check(StalenessReader::Parse(text, "fuzz.csv", drop), size, /*reread=*/true);
 
   // gzip: through a file, the way a .csv.gz table is read.
   if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) {

@@ -312,7 +312,10 @@ class Sweep:
                     quoted = [(a if a not in ("inf", "-inf", "nan", "NaN") else '"%s"' % a,
                                b if b not in ("inf", "-inf", "nan", "NaN") else '"%s"' % b) for a, b in rows]
                     data = jsonl(quoted)
-            self.log("number-range", name, data)
+            # A non-finite loss is a diverged model by default (kept as +inf);
+            # refused under --non-finite reject, which is what is swept here.
+            extra = ["--non-finite", "reject"] if col == "loss" else []
+            self.log("number-range", name, data, extra=extra)
 
         # 10. Bytes that do not belong in a number.
         junk = ["2\x000", "0x10", "1e", "--1", "1..5", "1 2", "\x01", "\xff", "1e5e5", "+-3"]

@@ -3,6 +3,7 @@
 // Prints one line per case and the summary a planner is held to: median and
 // worst regret vs the oracle, and how often a strategy is worse than epoch.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -37,7 +38,10 @@ double Quantile(std::vector<double> v, double q) {
   const double pos = q * static_cast<double>(v.size() - 1);
   const size_t lo = static_cast<size_t>(pos);
   const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+  const double w = pos - static_cast<double>(lo);
+  // +inf (a schedule that served a diverged model): no interpolation.
+  if (w == 0 || std::isinf(v[lo]) || std::isinf(v[hi])) return w == 0 ? v[lo] : v[hi];
+  return v[lo] + w * (v[hi] - v[lo]);
 }
 
 std::string Stem(const std::string& path) {

@@ -12,7 +12,9 @@ namespace cli {
 struct LogOptions {
   std::string path;
   std::string format = "auto";
-  std::string non_finite = "reject";
+  // A NaN/inf loss is a model that diverged there (kept as +inf, never to be
+  // served): planning and judging a run that diverges is what they are for.
+  std::string non_finite = "diverged";
   datasets::LogReader::Options reader;
 };
 

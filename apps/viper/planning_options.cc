@@ -393,10 +393,17 @@ std::string TruthNote(const PlanningContext& ctx) {
     note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
            "planners observe " + predictor::ToString(ctx.metric);
   } else {
-    const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss).ok();
+    const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss, true).ok();
     note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
            (has_test ? "--truth-metric chose it over the log's test_loss" : "the log has no separate truth column (test_loss)") +
            ",\nso a rule that selects on measured noise is rewarded for it";
+  }
+  if (ctx.log.diverged_values > 0) {
+    const LogSummary s = Summarize(ctx.log);
+    note += "\nthe run diverged: " + std::to_string(ctx.log.diverged_values) +
+            " NaN/inf losses read as a diverged model (+inf), the first at iteration " +
+            std::to_string(s.first_diverged_iteration.value_or(0)) +
+            "; a request served by one is charged +inf (--non-finite reject refuses such a log)";
   }
   if (TruthIsTrainingLoss(ctx)) {
     note += "\nwarning: the truth is the per-batch TRAINING loss, a noisy stand-in for the loss served requests "

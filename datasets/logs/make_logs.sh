@@ -52,3 +52,10 @@ run_table prior-sgd-h256  --hidden 256   --optimizer sgd  --lr 0.05  --momentum 
 # than any served before it, so a planner must never publish one.
 run_table collapse-sgd-h256 --hidden 256 --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
                       --lr-milestones 2500:60
+# A run that diverges to NaN: the same run with the learning rate x1e12 at
+# 2500 (a units mistake in a schedule). Its losses pass 1e21 and turn NaN at
+# the next step; with --on-divergence continue the trainer goes on training
+# the NaN model, as a loop without a NaN check would, and logs NaN. Read it
+# with --non-finite diverged: every version from 2500 on must never be served.
+run_table diverge-sgd-h256 --hidden 256 --optimizer sgd  --lr 0.05  --momentum 0.9 --epochs 5  --val-every 50 \
+                      --lr-milestones 2500:1e12 --on-divergence continue

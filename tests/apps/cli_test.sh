@@ -41,7 +41,9 @@ expect_rc 2 "log-info with an unknown option" "$viper" log-info --log "$tmp/ok.c
 expect_rc 1 "log-info on a missing file" "$viper" log-info --log "$tmp/missing.csv"
 expect_in "$tmp/err" "missing.csv" "error names the file"
 printf 'iteration,train_loss\n1,2.0\n2,nan\n' >"$tmp/nan.csv"
-expect_rc 1 "log-info on a NaN loss" "$viper" log-info --log "$tmp/nan.csv"
+expect_rc 0 "log-info on a NaN loss (a diverged model by default)" "$viper" log-info --log "$tmp/nan.csv"
+expect_in "$tmp/out" "diverged               1 non-finite losses kept as +inf" "log-info reports the divergence"
+expect_rc 1 "log-info refusing a NaN loss" "$viper" log-info --log "$tmp/nan.csv" --non-finite reject
 expect_in "$tmp/err" "nan.csv:3" "error names file and line"
 expect_rc 0 "log-info dropping NaN" "$viper" log-info --log "$tmp/nan.csv" --non-finite drop
 expect_in "$tmp/out" "dropped rows" "dropped rows are reported"
@@ -74,6 +76,21 @@ if [ -f "$log" ]; then
   expect_rc 1 "another run's table is refused" "$viper" simulate --log "$log" -q --staleness "$src/datasets/logs/swap-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "is not a staleness table of" "the error says the table is another run's"
   expect_rc 2 "an empty --staleness is bad usage" "$viper" simulate --log "$swap" -q --staleness ""
+  # A run that diverges to NaN: read as a diverged model by default; the judge charges epoch +inf, online never serves one.
+  div="$src/datasets/logs/diverge-sgd-h256.csv.gz"
+  expect_rc 0 "simulate a run that diverges" "$viper" simulate --log "$div" -q --staleness auto --transport host --strategies epoch,online,oracle --json "$tmp/div.json"
+  expect_in "$tmp/out" "the run diverged: " "simulate says the run diverged"
+  expect_in "$tmp/out" "epoch served " "simulate names the strategy that served a diverged model"
+  expect_not_in "$tmp/out" "online served " "online never serves a diverged model"
+  "$py" -c "
+import json, sys
+d = {s['strategy']: s for s in json.load(open('$tmp/div.json'))['strategies']}
+assert d['epoch']['diverged_requests'] > 0 and d['epoch']['cil'] is None, d['epoch']
+assert d['online']['diverged_requests'] == 0 and d['online']['cil'] > 0, d['online']
+assert max(d['online']['schedule'] + [0]) < 2500, d['online']['schedule']
+" && passes=$((passes + 1)) || fail "the JSON counts diverged requests (epoch > 0, online 0)"
+  expect_rc 1 "--non-finite reject refuses a diverged run" "$viper" simulate --log "$div" -q --non-finite reject
+  expect_in "$tmp/err" "diverge-sgd-h256.csv.gz:2503" "the refusal names the file and line"
   # evaluate with a table: the val-oracle row (the exact optimum on val_loss judged on test_loss) per case and in the summary.
   expect_rc 0 "evaluate with a staleness table" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu --warmups 20% --windows while-training --strategies online --json "$tmp/ev.json"
   expect_in "$tmp/out" "(val-oracle +" "each case with a table shows the val-oracle's regret"

@@ -101,15 +101,22 @@ TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {
     if (at == std::string::npos) continue;
     ++tables;
     const std::string log_path = (e.path().parent_path() / (name.substr(0, at) + ".csv.gz")).string();
-    auto log = datasets::LogReader::ReadFile(log_path, {});
-    auto table = datasets::StalenessReader::ReadFile(e.path().string(), {});
+    // As the planning commands read them: a NaN is a diverged model.
+    datasets::LogReader::Options lo;
+    lo.non_finite = datasets::NonFinitePolicy::kDiverged;
+    datasets::StalenessReader::Options to;
+    to.non_finite = datasets::NonFinitePolicy::kDiverged;
+    auto log = datasets::LogReader::ReadFile(log_path, lo);
+    auto table = datasets::StalenessReader::ReadFile(e.path().string(), to);
     ASSERT_TRUE(log.ok()) << log.status().ToString();
     ASSERT_TRUE(table.ok()) << table.status().ToString();
     auto sc = MakeScenario(*log, Options(*table));
     ASSERT_TRUE(sc.ok()) << name << ": " << sc.status().ToString();
-    // No traffic drift: the control, and the run that collapses (its stale
-    // pairs equal their diagonal; its later versions are the bad ones).
-    if (name.rfind("sgd-h256.", 0) == 0 || name.rfind("collapse-", 0) == 0) continue;
+    // No traffic drift: the control, and the runs that collapse or diverge
+    // (their stale pairs equal their diagonal; later versions are the bad ones).
+    if (name.rfind("sgd-h256.", 0) == 0 || name.rfind("collapse-", 0) == 0 || name.rfind("diverge-", 0) == 0) {
+      continue;
+    }
     double worst = 0;
     for (const auto& g : sc->staleness_truth->Grid()) {
       worst = std::max(worst, g.loss - *sc->staleness_truth->At(g.version, static_cast<double>(g.version)));
@@ -171,6 +178,66 @@ TEST(StalenessScenarioTest, OnlineNeverPublishesACollapsedModel) {
     }
   }
   EXPECT_GT(epoch_collapsed, 0) << "checkpointing every epoch should publish a collapsed version";
+}
+
+// A run that diverges to NaN (diverge-sgd-h256: the learning rate x1e12 at
+// 2500; its losses pass 1e21 and turn NaN, and it trains on as a loop without
+// a NaN check would), read with --non-finite diverged: neither online nor the
+// oracle publishes a version from 2500 on, in either window, with the table
+// or on the diagonal; epoch does (the test can fail).
+TEST(StalenessScenarioTest, OnlineNeverPublishesADivergedModel) {
+  const std::string dir = datasets::ShippedLogDirectory();
+  datasets::LogReader::Options lo;
+  lo.non_finite = datasets::NonFinitePolicy::kDiverged;
+  datasets::StalenessReader::Options to;
+  to.non_finite = datasets::NonFinitePolicy::kDiverged;
+  auto log = datasets::LogReader::ReadFile(dir + "/diverge-sgd-h256.csv.gz", lo);
+  auto table = datasets::StalenessReader::ReadFile(dir + "/diverge-sgd-h256.staleness.csv.gz", to);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  const LogSummary summary = Summarize(*log);
+  ASSERT_TRUE(summary.first_diverged_iteration.has_value());
+  ASSERT_GT(*summary.first_diverged_iteration, 2500);
+  ASSERT_LT(*summary.first_diverged_iteration, 2600);
+  // The same log read by default refuses the NaN, naming the line.
+  auto refused = datasets::LogReader::ReadFile(dir + "/diverge-sgd-h256.csv.gz", {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--non-finite diverged"), std::string::npos);
+  int epoch_diverged = 0;
+  for (WindowKind window : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
+    for (bool with_table : {true, false}) {
+      ScenarioOptions o;
+      o.warmup_fraction = 0.2;
+      o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
+      o.problem_template.requests.window = window;
+      if (window == WindowKind::kRequestCount) o.problem_template.requests.request_count = 3747;
+      if (with_table) o.staleness = *table;
+      auto sc = MakeScenario(*log, o);
+      ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+      const std::string what = std::string(ToString(window)) + (with_table ? "/table" : "/diagonal");
+      for (StrategyKind k : {StrategyKind::kOnline, StrategyKind::kOracle}) {
+        auto plan = PlanStrategy(*sc, k);
+        ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().ToString();
+        for (int64_t c : plan->schedule) {
+          EXPECT_LT(c, 2500) << what << ": " << ToString(k) << " published version " << c << "; "
+                             << plan->summary.message;
+        }
+        if (k == StrategyKind::kOnline) {
+          EXPECT_NE(plan->summary.message.find("diverged measurements"), std::string::npos) << plan->summary.message;
+        }
+      }
+      auto epoch = PlanStrategy(*sc, StrategyKind::kEpoch);
+      ASSERT_TRUE(epoch.ok());
+      if (!epoch->schedule.empty() && epoch->schedule.back() > *summary.first_diverged_iteration) ++epoch_diverged;
+    }
+  }
+  EXPECT_GT(epoch_diverged, 0) << "checkpointing every epoch should publish a diverged version";
+  // A warm-up that reaches the divergence leaves nothing to plan from.
+  ScenarioOptions late;
+  late.warmup_iterations = 3000;
+  auto sc = MakeScenario(*log, late);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_NE(sc.status().message().find("diverged during the warm-up"), std::string::npos) << sc.status().message();
 }
 
 }  // namespace
