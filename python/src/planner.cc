@@ -93,11 +93,11 @@ class Planner {
       throw py::value_error("observe: iteration " + std::to_string(iteration) + " goes back (last was " +
                             std::to_string(last_iteration_) + ")");
     }
-    for (const auto& [name, v] : {std::pair{"train_loss", train}, std::pair{"val_loss", val}}) {
-      if (v && !std::isfinite(*v)) {
-        throw py::value_error(std::string("observe: ") + name + " at iteration " + std::to_string(iteration) +
-                              " is not finite");
-      }
+    // A NaN/inf loss is a model that diverged there: kept as +inf (the
+    // closed loop never checkpoints it; a warm-up that holds one cannot be
+    // planned from, and Build says so).
+    for (std::optional<double>* v : {&train, &val}) {
+      if (*v && !std::isfinite(**v)) **v = std::numeric_limits<double>::infinity();
     }
     const double now = transports::MonotonicSeconds();
     if (!t0_) t0_ = now;
