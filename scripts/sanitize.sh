@@ -2,13 +2,16 @@
 # The test suite under clang's sanitizers, each in its own build dir:
 #   asan  build-asan/: the test suite, MPI tests included, under
 #         AddressSanitizer + LeakSanitizer + UBSan with float-cast-overflow,
-#         every report fatal; less four tests that run in the plain CTest
+#         every report fatal; less six tests that run in the plain CTest
 #         pass only (VIPER_SANITIZE_ALL=1 runs them too): the install test
 #         (its consumer project would link gcc's sanitizer runtime), the
 #         fault tests whose fixed peer timeouts do not hold at ASan's speed
-#         (a consumer killed mid-transfer, the live job's faults), and the
+#         (a consumer killed mid-transfer, the live job's faults), the
 #         scenario test that plans every shipped log twice with every
-#         strategy (7 minutes under ASan).
+#         strategy (7 minutes under ASan), and two more whose work is
+#         planning or fitting real curves many times over code the other
+#         tests run under ASan too (the collapse run planned 36 ways: 77 s;
+#         the predictor on flat, noisy and non-monotone curves: 86 s).
 #   tsan  build-tsan/: the threaded engine's tests (staging threads, async
 #         snapshot, polling consumer, the host tier's double buffer, the
 #         races test) under ThreadSanitizer, built without MPI (Open MPI is
@@ -51,7 +54,7 @@ run_asan() {
   stamp "asan: configuring and building $dir (clang, -O1, no bench)"
   configure "$dir" Asan
   cmake --build "$dir" -j "$jobs"
-  local skip=(-LE '^install$' -E '^(transports\.mpi_kill_|workflow\.live_faults$|schedulers\.ScenarioTest\.NoStrategyPeeksAtLaterRows$)')
+  local skip=(-LE '^install$' -E '^(transports\.mpi_kill_|workflow\.live_faults$|schedulers\.ScenarioTest\.NoStrategyPeeksAtLaterRows$|schedulers\.StalenessScenarioTest\.OnlineNeverPublishesACollapsedModel$|predictor\.LearningCurvePredictor\.SurvivesFlatNoisyAndNonMonotoneCurves$)')
   [ "${VIPER_SANITIZE_ALL:-0}" = 1 ] && skip=()
   stamp "asan: running ctest ${skip[*]}"
   (cd "$dir" && ctest --output-on-failure -j "$test_jobs" "${skip[@]}")
