@@ -80,7 +80,9 @@ std::vector<double> ArrivalTimes(const RequestModel& requests, double window_end
 StatusOr<Evaluation> Evaluate(const Problem& problem, const LossCurve& curve, const Schedule& schedule,
                               CountingMode mode) {
   VIPER_RETURN_IF_ERROR(problem.Validate());
-  VIPER_RETURN_IF_ERROR(curve.CheckCovers(problem));
+  // A diverged model (+inf) is charged +inf for the requests it serves
+  // (a version that serves none costs nothing).
+  VIPER_RETURN_IF_ERROR(curve.CheckCovers(problem, /*allow_diverged=*/true));
   {
     // Order and range only: spacing and budget are not enforced here.
     Problem loose = problem;

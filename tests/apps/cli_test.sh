@@ -89,6 +89,8 @@ assert d['epoch']['diverged_requests'] > 0 and d['epoch']['cil'] is None, d['epo
 assert d['online']['diverged_requests'] == 0 and d['online']['cil'] > 0, d['online']
 assert max(d['online']['schedule'] + [0]) < 2500, d['online']['schedule']
 " && passes=$((passes + 1)) || fail "the JSON counts diverged requests (epoch > 0, online 0)"
+  expect_rc 0 "plan a run that diverges" "$viper" plan --log "$div" --transport host --strategy epoch,online
+  expect_match "$tmp/out" "^epoch .* inf " "plan charges epoch's diverged versions +inf on the log"
   expect_rc 1 "--non-finite reject refuses a diverged run" "$viper" simulate --log "$div" -q --non-finite reject
   expect_in "$tmp/err" "diverge-sgd-h256.csv.gz:2503" "the refusal names the file and line"
   # evaluate with a table: the val-oracle row (the exact optimum on val_loss judged on test_loss) per case and in the summary.

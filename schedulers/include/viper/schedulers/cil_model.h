@@ -61,7 +61,8 @@ struct Evaluation {
   std::string BriefReport() const;
 };
 
-// Evaluates `schedule` on `curve` (which must cover [W, N]). Fails with
+// Evaluates `schedule` on `curve` (which must cover [W, N]; a diverged
+// model's +inf is charged to the requests it serves, so the CIL is +inf). Fails with
 // InvalidArgument on a bad problem, curve or schedule (unsorted, outside
 // (W, N]); min spacing and the budget are not enforced here, so baselines that
 // ignore them can still be judged.
