@@ -40,10 +40,10 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     if (o.kind == schedulers::StrategyKind::kOracle) oracle = o.sim.cil;
     if (o.kind == schedulers::StrategyKind::kEpoch) epoch = o.sim.cil;
   }
-  // A schedule that served a diverged model has CIL +inf: its regret is +inf;
-  // two such schedules are not compared (inf / inf).
+  // A schedule that served a diverged model has CIL +inf: its regret is +inf,
+  // and nothing is compared with it (a change against +inf says nothing).
   auto ratio = [](double a, double b) -> std::optional<double> {
-    if (!(b > 0) || (std::isinf(a) && std::isinf(b))) return std::nullopt;
+    if (!(b > 0) || std::isinf(b)) return std::nullopt;
     return a / b - 1;
   };
   for (auto& o : c.outcomes) {
