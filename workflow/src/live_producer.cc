@@ -284,8 +284,12 @@ class Producer {
       }
     }
     if (online_) {
-      s_.plan_report = online_->summary().BriefReport(static_cast<int64_t>(online_->taken().size())) +
-                       ", served version re-measured " + std::to_string(revalidations_) + "x";
+      // The summary says "served version re-measured N times" when the
+      // re-measurements reached the planner; say it here only otherwise.
+      s_.plan_report = online_->summary().BriefReport(static_cast<int64_t>(online_->taken().size()));
+      if (online_->summary().served_measurements == 0 && revalidations_ > 0) {
+        s_.plan_report += ", served version re-measured " + std::to_string(revalidations_) + "x";
+      }
     }
     s_.iterations_done = it_;
     s_.training_end_s = Now() - t_warm_;
