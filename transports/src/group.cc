@@ -142,19 +142,43 @@ StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks) {
   return type;
 }
 
-// Waits for `requests` until all complete or `deadline_s`; `completed(i)`
-// runs once per request as it completes. On the deadline the rest are
-// cancelled (receives) or let go, and false is returned.
-std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies) {
-  std::vector<std::vector<ByteCopy>> out(1);
+std::vector<Message> Messages(const std::vector<ByteCopy>& copies, uint64_t pack_bytes) {
+  std::vector<Message> out;
+  std::vector<Message> own;
+  uint64_t in_last = 0;  // bytes in the last packed message
   for (const ByteCopy& c : copies) {
     if (c.bytes >= kOwnMessageBytes) {
-      out.push_back({c});
-    } else {
-      out[0].push_back(c);
+      own.push_back({{c}, false});
+      continue;
+    }
+    ByteCopy rest = c;
+    while (rest.bytes > 0) {
+      if (out.empty() || in_last == pack_bytes) {
+        out.push_back({{}, true});
+        in_last = 0;
+      }
+      const uint64_t n = std::min(rest.bytes, pack_bytes - in_last);
+      out.back().copies.push_back({rest.src_offset, rest.dst_offset, n});
+      in_last += n;
+      rest.src_offset += n;
+      rest.dst_offset += n;
+      rest.bytes -= n;
     }
   }
-  if (out[0].empty()) out.erase(out.begin());
+  out.insert(out.end(), own.begin(), own.end());
+  return out;
+}
+
+std::vector<Block> Coalesce(const std::vector<Block>& blocks) {
+  std::vector<Block> out;
+  for (const Block& b : blocks) {
+    if (b.bytes == 0) continue;
+    if (!out.empty() && out.back().data + out.back().bytes == b.data) {
+      out.back().bytes += b.bytes;
+    } else {
+      out.push_back(b);
+    }
+  }
   return out;
 }
 
@@ -179,28 +203,34 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
   return Status::Ok();
 }
 
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed) {
-  std::size_t left = requests->size();
+bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
+               const std::function<void(int)>& completed, const std::function<bool()>& done) {
+  std::size_t left = 0;
+  for (const MPI_Request& r : *requests) left += r == MPI_REQUEST_NULL ? 0 : 1;
   std::vector<int> indices(requests->size());
   Backoff backoff(50);
-  while (left > 0) {
+  while (left > 0 && !done()) {
     int n = 0;
     if (MPI_Testsome(static_cast<int>(requests->size()), requests->data(), &n, indices.data(),
                      MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-      break;
+      return false;
     }
-    if (n == MPI_UNDEFINED) break;
+    if (n == MPI_UNDEFINED) return false;
     for (int i = 0; i < n; ++i) completed(indices[i]);
     left -= static_cast<std::size_t>(n);
     if (n > 0) {
       backoff.Reset();
       continue;
     }
-    if (MonotonicSeconds() > deadline_s) break;
+    if (MonotonicSeconds() > deadline_s) return false;
     backoff.Pause();
   }
-  if (left == 0) return true;
+  return true;
+}
+
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
+             const std::function<void(int)>& completed) {
+  if (WaitUntil(requests, deadline_s, completed, [] { return false; })) return true;
   for (MPI_Request& r : *requests) {
     if (r == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&r);

@@ -28,10 +28,15 @@ inline constexpr int kGroupTagVote = 3;
 inline constexpr int kGroupTagCommit = 4;
 inline constexpr int kGroupTagAck = 5;
 inline constexpr int kGroupTagDataBase =
-    16384;  // + version % 16384: a late piece of a failed version never matches a later one
+    16384;  // + 2 * (version % 8192): a late piece of a failed version never matches a later one
 inline constexpr int kGroupCreateTag = 2811;  // MPI_Comm_create_group
 
-inline int DataTag(uint64_t version) { return kGroupTagDataBase + static_cast<int>(version % 16384); }
+// Data messages of a version: packed ones (`packed`, see Messages) on one
+// tag, the others on the next, so each class keeps its own order between a
+// pair of ranks while the producer posts them at different times.
+inline int DataTag(uint64_t version, bool packed) {
+  return kGroupTagDataBase + 2 * static_cast<int>(version % 8192) + (packed ? 1 : 0);
+}
 
 // Producer rank 0 -> the other producer ranks, once per step.
 struct DecideMsg {
@@ -96,23 +101,44 @@ uint64_t HashBlocks(const std::vector<Block>& blocks);
 // MPI_BOTTOM). Each block < 2 GiB (a window is).
 StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks);
 // How a piece (one producer rank's bytes of one window of a consumer rank's
-// image) travels: each copy of at least kOwnMessageBytes as its own
-// contiguous message (Open MPI's shared-memory transport copies those once,
-// on the receiver), the smaller ones (a column split's runs) together as one
-// message of an hindexed type, posted first. Both sides cut the same copies
-// the same way; the piece's digest covers all of them in order.
+// image) travels: each copy of at least kOwnMessageBytes as its own message
+// (contiguous on the producer; Open MPI's shared-memory transport copies
+// those once, on the receiver); the smaller ones (a column split's runs) as
+// a byte stream in plan order, cut into messages of at most `pack_bytes`
+// (`packed`): the producer packs each into a slot of its send bucket
+// (PackSlotBytes x kPackSlots, at most one consumer window) and sends it
+// contiguous, the consumer receives it straight into place (runs contiguous
+// on its side merge into one block). Both sides cut the same copies the
+// same way; the piece's digest covers all of them in order.
 inline constexpr uint64_t kOwnMessageBytes = 64 << 10;
-std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies);
+inline constexpr int kPackSlots = 4;
+struct Message {
+  std::vector<ByteCopy> copies;
+  bool packed = false;
+};
+std::vector<Message> Messages(const std::vector<ByteCopy>& copies, uint64_t pack_bytes);
+// The size of one slot of a producer's send bucket for consumer windows of
+// `window` bytes: kPackSlots slots fill at most one window, each at most 1 MiB.
+inline uint64_t PackSlotBytes(uint64_t window) {
+  const uint64_t slot = window / kPackSlots;
+  return slot == 0 ? 1 : (slot < (1u << 20) ? slot : (1u << 20));
+}
+// Merges blocks adjacent in memory.
+std::vector<Block> Coalesce(const std::vector<Block>& blocks);
 // Posts `blocks` as one message (MPI_Isend / MPI_Irecv): contiguous bytes
 // when it is one block, else an hindexed type.
 Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
                   MPI_Request* request);
 
-// Waits for `requests` until all complete or `deadline_s`; `completed(i)`
-// runs once per request as it completes. On the deadline the rest are
-// cancelled and freed, and false is returned.
+// Waits for `requests` (those not yet MPI_REQUEST_NULL) until all complete
+// or `deadline_s`; `completed(i)` runs once per request as it completes. On
+// the deadline the rest are cancelled and freed, and false is returned.
 bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
              const std::function<void(int)>& completed);
+// Waits as WaitAll, but returns true as soon as `done()` holds (checked
+// after each completion), and cancels nothing on the deadline (false).
+bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
+               const std::function<void(int)>& completed, const std::function<bool()>& done);
 
 // Receives T messages from `source` with `tag` until one with our magic for
 // which `wanted` holds (others are stale: dropped), or `deadline_s`.

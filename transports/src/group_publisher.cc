@@ -1,9 +1,14 @@
 // The producer's half of the sharded groups (group.h, group_internal.h).
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "group_internal.h"
 #include "group_testing.h"
+#include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
+#include "viper/transports/aligned_buffer.h"
 
 namespace viper {
 namespace transports {
@@ -23,6 +28,7 @@ class ShardedPublisher::Impl {
   uint64_t last_version_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
+  std::shared_ptr<AlignedBuffer> bucket_;  // the send bucket for packed runs (kPackSlots slots)
 
  private:
   // Rank 0's decision, sent to the others; theirs, received.
@@ -64,7 +70,6 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   sum.published = true;
   sum.version = d.version;
   const Status valid = g_.p_layout.CheckShard(shard, g_.rank);
-  const int tag = DataTag(d.version);
 
   // Digests and blocks of every piece, then the headers.
   std::vector<std::vector<uint64_t>> headers(Q);
@@ -109,34 +114,89 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     return sum;
   }
 
-  // Every piece to every consumer at once, straight from the tensors.
+  // Every piece to every consumer at once: the large copies straight from
+  // the tensors, all posted now; the small runs packed slot by slot into
+  // the send bucket (packing slot k + 1 while slot k is on its way), the
+  // consumers served in turn.
   std::vector<MPI_Request> requests;
   std::vector<uint64_t> request_bytes;
-  auto post = [&](const std::vector<Block>& blocks, int c) -> Status {
-    MPI_Request r;
-    VIPER_RETURN_IF_ERROR(PostBlocks(true, blocks, g_.consumers[c], tag, g_.all, &r));
+  auto posted = [&](MPI_Request r, uint64_t n) {
     requests.push_back(r);
-    uint64_t n = 0;
-    for (const Block& b : blocks) n += b.bytes;
     request_bytes.push_back(n);
-    return Status::Ok();
   };
   const uint64_t W = g_.window_bytes;
+  const uint64_t slot_bytes = PackSlotBytes(W);
+  std::vector<std::vector<std::vector<ByteCopy>>> packed(Q);  // per consumer, in order
   for (int c = 0; c < Q; ++c) {
     for (std::size_t k = 0; k < pieces[c].size(); ++k) {
       if (pieces[c][k].empty()) continue;
-      for (const auto& message : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W))) {
+      for (Message& m : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W), slot_bytes)) {
+        if (m.packed) {
+          packed[c].push_back(std::move(m.copies));
+          continue;
+        }
         std::vector<Block> blocks;
-        for (const ByteCopy& b : message)
+        for (const ByteCopy& b : m.copies)
           AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
-        VIPER_RETURN_IF_ERROR(post(blocks, c));
+        MPI_Request r;
+        VIPER_RETURN_IF_ERROR(PostBlocks(true, Coalesce(blocks), g_.consumers[c], DataTag(d.version, false),
+                                         g_.all, &r));
+        posted(r, m.copies.front().bytes);
       }
     }
   }
-  sum.sent = WaitAll(&requests, MonotonicSeconds() + options_.peer_timeout_s,
-                     [&](int i) { sum.sent_bytes += request_bytes[i]; });
-  if (!sum.sent && sum.message.empty()) {
-    sum.message = "not every consumer rank took its bytes within " + Seconds(options_.peer_timeout_s) + " s";
+  const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+  auto count = [&](int i) { sum.sent_bytes += request_bytes[i]; };
+  bool ok = true;
+  std::size_t total_packed = 0;
+  for (const auto& p : packed) total_packed += p.size();
+  if (total_packed > 0) {
+    if (!bucket_ || bucket_->capacity() < slot_bytes * kPackSlots) {
+      auto b = AlignedBuffer::Allocate(slot_bytes * kPackSlots);
+      if (!b.ok()) return b.status();
+      bucket_ = std::make_shared<AlignedBuffer>(std::move(*b));
+    }
+    sum.staging_bytes = bucket_->capacity();
+    std::vector<std::size_t> slot_request(kPackSlots, SIZE_MAX);  // request using each slot
+    std::vector<std::size_t> next(Q, 0);
+    int slot = 0;
+    for (std::size_t sent = 0; ok && sent < total_packed;) {
+      for (int c = 0; ok && c < Q; ++c) {
+        if (next[c] == packed[c].size()) continue;
+        const std::vector<ByteCopy>& m = packed[c][next[c]++];
+        const std::size_t busy = slot_request[slot];
+        if (busy != SIZE_MAX) {
+          ok = WaitUntil(&requests, deadline, count, [&] { return requests[busy] == MPI_REQUEST_NULL; });
+          if (!ok) break;
+        }
+        std::byte* out = bucket_->data() + slot * slot_bytes;
+        uint64_t n = 0;
+        std::vector<Block> blocks;
+        for (const ByteCopy& b : m) AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
+        for (const Block& b : blocks) {
+          std::memcpy(out + n, b.data, b.bytes);
+          n += b.bytes;
+        }
+        MPI_Request r;
+        VIPER_RETURN_IF_ERROR(
+            PostBlocks(true, {{out, n}}, g_.consumers[c], DataTag(d.version, true), g_.all, &r));
+        slot_request[slot] = requests.size();
+        posted(r, n);
+        slot = (slot + 1) % kPackSlots;
+        ++sent;
+      }
+    }
+  }
+  sum.sent = WaitAll(&requests, deadline, count) && ok;
+  if (!sum.sent) {
+    // Sends that could not be cancelled may still read the bucket: MPI's
+    // until MPI_Finalize.
+    if (bucket_) internal::KeepUntilFinalize(bucket_);
+    bucket_.reset();
+    if (sum.message.empty()) {
+      sum.message =
+          "not every consumer rank took its bytes within " + Seconds(options_.peer_timeout_s) + " s";
+    }
   }
   if (g_.rank == 0) {
     VoteMsg ack;
