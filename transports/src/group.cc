@@ -3,9 +3,6 @@
 // group_publisher.cc, the consumer's group_subscriber.cc. Messages travel on
 // a private communicator over the union of both groups
 // (MPI_Comm_create_group, MPI_ERRORS_RETURN); every wait has a deadline.
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -31,7 +28,7 @@ Status BcastText(MPI_Comm comm, int root, std::string* text) {
 // group's rank 0 sends its own; every rank checks its layout is that one),
 // the consumers' window size, the plan.
 StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const ShardLayout& mine,
-                               uint64_t window_bytes, bool single_copy) {
+                               uint64_t window_bytes) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
@@ -90,58 +87,7 @@ StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const Sha
   VIPER_ASSIGN_OR_RETURN(g.q_layout, ShardLayout::Parse(q_text));
   VIPER_ASSIGN_OR_RETURN(g.plan, TransferPlan::Make(g.p_layout, g.q_layout));
   g.window_bytes = window_bytes;
-
-  // Single copy: one node (a shared-memory communicator over all of the
-  // union) and a probe word of every producer rank readable by every
-  // consumer rank; every rank learns the outcome.
-  int wish = single_copy ? 1 : 0;
-  if (MPI_Bcast(&wish, 1, MPI_INT, g.consumers[0], g.all) != MPI_SUCCESS)
-    return AbortedError("sharded groups: MPI_Bcast failed");
-  MPI_Comm node;
-  int union_size = 0, node_size = 0;
-  MPI_Comm_size(g.all, &union_size);
-  if (MPI_Comm_split_type(g.all, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return AbortedError("sharded groups: MPI_Comm_split_type failed");
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
-  const uint64_t probe = kMagic;
-  uint64_t own_id[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&probe)};
-  std::vector<uint64_t> ids(2 * static_cast<std::size_t>(union_size));
-  if (MPI_Allgather(own_id, 2, MPI_UINT64_T, ids.data(), 2, MPI_UINT64_T, g.all) != MPI_SUCCESS)
-    return AbortedError("sharded groups: MPI_Allgather failed");
-  int can = wish && node_size == union_size ? 1 : 0;
-  if (can && !producer) {
-    for (int u : g.producers) {
-      uint64_t word = 0;
-      struct iovec local{&word, sizeof(word)};
-      struct iovec remote{reinterpret_cast<void*>(ids[2 * u + 1]), sizeof(word)};
-      if (process_vm_readv(static_cast<pid_t>(ids[2 * u]), &local, 1, &remote, 1, 0) !=
-              static_cast<ssize_t>(sizeof(word)) ||
-          word != kMagic) {
-        can = 0;
-      }
-    }
-  }
-  int all_can = 0;
-  if (MPI_Allreduce(&can, &all_can, 1, MPI_INT, MPI_MIN, g.all) != MPI_SUCCESS)
-    return AbortedError("sharded groups: MPI_Allreduce failed");
-  g.single_copy = all_can == 1;
-  for (int u = 0; u < union_size; ++u) g.pids.push_back(static_cast<int64_t>(ids[2 * u]));
   return g;
-}
-
-uint64_t ReadWindows(const GroupSetup& g, int p, int c) {
-  const uint64_t W = g.window_bytes;
-  uint64_t n = 0;
-  for (uint64_t k = 0; k < Windows(g.q_layout.ShardBytes(c), W); ++k) {
-    for (const Message& m : Messages(Clip(g.plan.Copies(p, c), k * W, (k + 1) * W), PackSlotBytes(W))) {
-      if (m.packed) {
-        ++n;
-        break;
-      }
-    }
-  }
-  return n;
 }
 
 // The copies of `copies` (sorted by destination) that fall in [lo, hi) of
@@ -158,18 +104,13 @@ std::vector<ByteCopy> Clip(const std::vector<ByteCopy>& copies, uint64_t lo, uin
 
 void AppendBlocks(const ModelState& shard, const ShardLayout& layout, int rank, uint64_t offset,
                   uint64_t bytes, std::vector<Block>* out) {
-  AppendBlocksAt([&](std::size_t t) { return shard.tensors()[t].data; }, layout, rank, offset, bytes, out);
-}
-
-void AppendBlocksAt(const std::function<std::byte*(std::size_t)>& base, const ShardLayout& layout, int rank,
-                    uint64_t offset, uint64_t bytes, std::vector<Block>* out) {
   std::size_t t = 0;
-  while (t + 1 < layout.tensors().size() && layout.LocalOffset(t + 1, rank) <= offset) ++t;
+  while (t + 1 < shard.size() && layout.LocalOffset(t + 1, rank) <= offset) ++t;
   while (bytes > 0) {
     while (layout.LocalOffset(t, rank) + layout.LocalBytes(t, rank) <= offset) ++t;
     const uint64_t in = offset - layout.LocalOffset(t, rank);
     const uint64_t n = std::min(bytes, layout.LocalBytes(t, rank) - in);
-    out->push_back({base(t) + in, n});
+    out->push_back({shard.tensors()[t].data + in, n});
     offset += n;
     bytes -= n;
   }

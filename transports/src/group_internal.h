@@ -27,7 +27,6 @@ inline constexpr int kGroupTagHeader = 2;
 inline constexpr int kGroupTagVote = 3;
 inline constexpr int kGroupTagCommit = 4;
 inline constexpr int kGroupTagAck = 5;
-inline constexpr int kGroupTagRead = 6;  // consumer -> producer: windows read (single copy)
 inline constexpr int kGroupTagDataBase =
     16384;  // + 2 * (version % 8192): a late piece of a failed version never matches a later one
 inline constexpr int kGroupCreateTag = 2811;  // MPI_Comm_create_group
@@ -70,22 +69,13 @@ struct GroupSetup {
   ShardLayout p_layout, q_layout;
   TransferPlan plan;
   uint64_t window_bytes = 0;  // the consumers' window (bucket or chunk)
-  // Single copy: every rank on one node and each consumer rank may read the
-  // producers' memory (process_vm_readv): the small runs are read by the
-  // consumer straight from the producer's tensors into place (their
-  // addresses follow the header's digests), not sent packed.
-  bool single_copy = false;
-  std::vector<int64_t> pids;  // union rank -> process id (single copy)
 };
 
 // Collective over both groups: the union communicator, both layouts (each
 // group's rank 0 sends its own; every rank checks its layout is that one),
 // the consumers' window size (`window_bytes`, the consumer side's), the plan.
-// `single_copy`: the consumer side's wish (Options::single_copy); the setup
-// turns it on only where every consumer rank could read every producer
-// rank's memory.
 StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const ShardLayout& mine,
-                               uint64_t window_bytes, bool single_copy);
+                               uint64_t window_bytes);
 
 // Windows of `window` bytes covering `bytes`.
 inline uint64_t Windows(uint64_t bytes, uint64_t window) { return (bytes + window - 1) / window; }
@@ -105,10 +95,6 @@ struct Block {
 // image, held as the separate tensors of `shard`.
 void AppendBlocks(const ModelState& shard, const ShardLayout& layout, int rank, uint64_t offset,
                   uint64_t bytes, std::vector<Block>* out);
-// The same with tensor t of the image at `base(t)` (single copy: another
-// process's addresses, from its header).
-void AppendBlocksAt(const std::function<std::byte*(std::size_t)>& base, const ShardLayout& layout, int rank,
-                    uint64_t offset, uint64_t bytes, std::vector<Block>* out);
 // XXH3 of the blocks in order.
 uint64_t HashBlocks(const std::vector<Block>& blocks);
 // An MPI type covering `blocks` at their absolute addresses (use with
@@ -137,9 +123,6 @@ inline uint64_t PackSlotBytes(uint64_t window) {
   const uint64_t slot = window / kPackSlots;
   return slot == 0 ? 1 : (slot < (1u << 20) ? slot : (1u << 20));
 }
-// Windows consumer rank `c` reads from producer rank `p` (single copy): the
-// windows where that pair has packed messages.
-uint64_t ReadWindows(const GroupSetup& g, int p, int c);
 // Merges blocks adjacent in memory.
 std::vector<Block> Coalesce(const std::vector<Block>& blocks);
 // Posts `blocks` as one message (MPI_Isend / MPI_Irecv): contiguous bytes

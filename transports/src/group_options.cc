@@ -87,9 +87,7 @@ std::string ShardedPublisher::Summary::BriefReport() const {
 std::string ShardedSubscriber::Summary::BriefReport() const {
   if (!received) return "no version" + (message.empty() ? std::string() : ": " + message);
   std::string s = "version " + std::to_string(version) + ": " + std::to_string(received_bytes) + " of " +
-                  std::to_string(slice_bytes) + " slice bytes" +
-                  (read_bytes > 0 ? " (" + std::to_string(read_bytes) + " read single-copy)" : "") + ", " +
-                  (verified ? "verified" : "not verified") +
+                  std::to_string(slice_bytes) + " slice bytes, " + (verified ? "verified" : "not verified") +
                   ", " + (committed ? "committed" : "not committed") + ", receive " +
                   internal::Seconds(receive_s) + " s, commit " + internal::Seconds(commit_s) + " s";
   if (pause_s > 0) s += ", paused " + internal::Seconds(pause_s) + " s";

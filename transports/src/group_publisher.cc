@@ -100,10 +100,6 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
       }
       headers[c].push_back(digest);
     }
-    if (g_.single_copy) {  // where the consumers read the small runs
-      for (std::size_t t = 0; t < g_.p_layout.tensors().size(); ++t)
-        headers[c].push_back(valid.ok() ? reinterpret_cast<uint64_t>(shard.tensors()[t].data) : 0);
-    }
   }
   for (int c = 0; c < Q; ++c) {
     Status s = internal::SendBytesWithin(g_.all, g_.consumers[c], kGroupTagHeader, headers[c].data(),
@@ -154,37 +150,6 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   bool ok = true;
   std::size_t total_packed = 0;
   for (const auto& p : packed) total_packed += p.size();
-  if (g_.single_copy && total_packed > 0) {
-    // The consumers read the small runs themselves: wait until each says
-    // it has read every window it reads from this rank.
-    std::vector<uint64_t> want(Q), got(Q, 0), bytes(Q, 0);
-    for (int c = 0; c < Q; ++c) {
-      want[c] = ReadWindows(g_, g_.rank, c);
-      for (const auto& m : packed[c])
-        for (const ByteCopy& b : m) bytes[c] += b.bytes;
-    }
-    Backoff backoff(50);
-    for (int c = 0; ok && c < Q;) {
-      if (got[c] >= want[c]) {
-        sum.sent_bytes += bytes[c];
-        ++c;
-        continue;
-      }
-      VoteMsg done;
-      auto r = internal::TryRecvPod(g_.all, g_.consumers[c], kGroupTagRead, &done);
-      if (!r.ok()) {
-        ok = false;
-      } else if (*r) {
-        if (done.magic == kMagic && done.version == d.version) got[c] += done.yes;
-        backoff.Reset();
-      } else if (MonotonicSeconds() > deadline) {
-        ok = false;
-      } else {
-        backoff.Pause();
-      }
-    }
-    total_packed = 0;
-  }
   if (total_packed > 0) {
     if (!bucket_ || bucket_->capacity() < slot_bytes * kPackSlots) {
       auto b = AlignedBuffer::Allocate(slot_bytes * kPackSlots);
@@ -258,7 +223,7 @@ StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const Group
                                                                      const Options& options) {
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError(error);
-  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, true, layout, 0, false));
+  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, true, layout, 0));
   return std::unique_ptr<ShardedPublisher>(
       new ShardedPublisher(std::make_unique<Impl>(std::move(g), options)));
 }

@@ -1,9 +1,7 @@
 // The consumer's half of the sharded groups (group.h, group_internal.h).
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -20,35 +18,6 @@ namespace transports {
 using namespace internal;  // NOLINT: the protocol's constants and helpers
 
 // ---- consumer ---------------------------------------------------------------
-
-namespace {
-
-// Reads `remote` (blocks of process `pid`) into `local` (the same sizes, in
-// order), IOV_MAX blocks a call.
-Status ReadRemote(pid_t pid, const std::vector<Block>& local, const std::vector<Block>& remote) {
-  constexpr std::size_t kBatch = 1024;  // IOV_MAX on Linux
-  std::vector<iovec> l, r;
-  for (std::size_t i = 0; i < local.size(); i += kBatch) {
-    const std::size_t n = std::min(kBatch, local.size() - i);
-    l.resize(n);
-    r.resize(n);
-    ssize_t want = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      l[j] = {local[i + j].data, local[i + j].bytes};
-      r[j] = {remote[i + j].data, remote[i + j].bytes};
-      want += static_cast<ssize_t>(local[i + j].bytes);
-    }
-    const ssize_t got = process_vm_readv(pid, l.data(), n, r.data(), n, 0);
-    if (got != want) {
-      return AbortedError("process_vm_readv of " + std::to_string(want) + " bytes from process " +
-                          std::to_string(pid) + " read " + std::to_string(got) +
-                          (got < 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
-    }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 class ShardedSubscriber::Impl {
  public:
@@ -103,7 +72,7 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
                                                double* first_s) {
   const int P = g_.p_layout.ranks();
   const uint64_t nwin = Windows(g_.q_layout.ShardBytes(g_.rank), g_.window_bytes);
-  const std::size_t words = kHeaderFields + nwin + (g_.single_copy ? g_.p_layout.tensors().size() : 0);
+  const std::size_t words = kHeaderFields + nwin;
   headers->assign(P, {});
   uint64_t target = 0;
   double deadline = MonotonicSeconds() + wait_s;
@@ -224,10 +193,6 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
   std::vector<std::vector<Block>> landing;  // piece -> where it lands
   std::vector<std::size_t> left;            // piece -> requests not complete
   std::vector<uint64_t> expected;           // piece -> its producer's digest
-  const int P = g_.p_layout.ranks();
-  const uint64_t nwin = Windows(g_.q_layout.ShardBytes(g_.rank), W);
-  std::vector<std::vector<Block>> read_local(P), read_remote(P);  // single copy, per producer
-  std::vector<uint64_t> read_windows(P, 0);
   for (uint64_t k = k0; k < k1 && sum->message.empty(); ++k) {
     for (int p = 0; p < g_.p_layout.ranks() && sum->message.empty(); ++p) {
       const std::vector<ByteCopy> copies = Clip(g_.plan.Copies(p, g_.rank), k * W, (k + 1) * W);
@@ -235,32 +200,11 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
       std::vector<Block> blocks;
       for (const ByteCopy& c : copies) blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
       // Straight into place: runs contiguous here (a column split's rows,
-      // packed by the producer) land as one block; single copy: read here
-      // from the producer's tensors, below.
+      // packed by the producer) land as one block.
       const std::vector<Message> messages = Messages(copies, PackSlotBytes(W));
-      std::size_t posted = 0;
-      bool reads = false;
       for (const Message& m : messages) {
         std::vector<Block> at;
         for (const ByteCopy& c : m.copies) at.push_back({base + (c.dst_offset - k0 * W), c.bytes});
-        if (m.packed && g_.single_copy) {
-          for (const ByteCopy& c : m.copies) {
-            const std::size_t before = read_remote[p].size();
-            AppendBlocksAt(
-                [&](std::size_t t) {
-                  return reinterpret_cast<std::byte*>(in.headers[p][kHeaderFields + nwin + t]);
-                },
-                g_.p_layout, p, c.src_offset, c.bytes, &read_remote[p]);
-            uint64_t off = 0;
-            for (std::size_t i = before; i < read_remote[p].size(); ++i) {
-              read_local[p].push_back({base + (c.dst_offset - k0 * W) + off, read_remote[p][i].bytes});
-              off += read_remote[p][i].bytes;
-            }
-          }
-          reads = true;
-          continue;
-        }
-        ++posted;
         MPI_Request r;
         Status s = PostBlocks(false, Coalesce(at), g_.producers[p], DataTag(in.version, m.packed), g_.all, &r);
         if (!s.ok()) {
@@ -270,43 +214,17 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
         requests.push_back(r);
         piece_of.push_back(landing.size());
       }
-      read_windows[p] += reads ? 1 : 0;
-      left.push_back(posted);
+      left.push_back(messages.size());
       landing.push_back(std::move(blocks));
       expected.push_back(in.headers[p][kHeaderFields + k]);
     }
   }
-  // Single copy: the small runs of every producer rank, read straight from
-  // its tensors into place; then each is told how many windows were read
-  // (it keeps its tensors unchanged until then). A piece without MPI
-  // messages is complete now.
   int bad = -1;
-  for (int p = 0; p < g_.p_layout.ranks() && sum->message.empty(); ++p) {
-    if (read_windows[p] == 0) continue;
-    const Status rs = ReadRemote(static_cast<pid_t>(g_.pids[g_.producers[p]]), read_local[p], read_remote[p]);
-    if (!rs.ok()) {
-      sum->message = "version " + std::to_string(in.version) + ": producer rank " + std::to_string(p) + ": " +
-                     rs.message();
-      break;
-    }
-    for (const Block& b : read_local[p]) sum->read_bytes += b.bytes;
-    VoteMsg done;
-    done.version = in.version;
-    done.yes = read_windows[p];
-    (void)internal::SendPod(g_.all, g_.producers[p], kGroupTagRead, done, options_.peer_timeout_s);
-  }
-  auto piece_done = [&](std::size_t piece) {
-    for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
-    if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
-  };
-  if (sum->message.empty()) {
-    for (std::size_t piece = 0; piece < left.size(); ++piece) {
-      if (left[piece] == 0) piece_done(piece);
-    }
-  }
   const bool all = WaitAll(&requests, in.first_s + options_.peer_timeout_s, [&](int i) {
     const std::size_t piece = piece_of[i];
-    if (--left[piece] == 0) piece_done(piece);
+    if (--left[piece] > 0) return;
+    for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
+    if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
   });
   if (!all || !sum->message.empty()) {
     if (sum->message.empty()) {
@@ -479,7 +397,7 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
         "ShardedSubscriber: bounded mode needs both bucket_bytes > 0 and a target (double buffer: neither)");
   }
   const uint64_t window = options.bucket_bytes > 0 ? options.bucket_bytes : options.chunk_bytes;
-  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, false, layout, window, options.single_copy));
+  VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, false, layout, window));
   if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
   return std::unique_ptr<ShardedSubscriber>(
       new ShardedSubscriber(std::make_unique<Impl>(std::move(g), options, target)));

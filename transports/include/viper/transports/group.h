@@ -149,14 +149,6 @@ class ShardedSubscriber {
     uint64_t bucket_bytes = 0;
     // Double buffer: the largest message (each < 2 GiB).
     uint64_t chunk_bytes = 64ull << 20;
-    // Small runs (a column split's rows, under 64 KiB each) read by each
-    // consumer rank straight from the producers' tensors into place
-    // (process_vm_readv: one copy), where every rank of both groups is on
-    // one node and the OS lets every consumer rank read every producer
-    // rank; else (or false) the producers pack them into a send bucket and
-    // send them (two copies). The same on every consumer rank (rank 0's
-    // counts).
-    bool single_copy = true;
     bool IsValid(std::string* error) const;
   };
 
@@ -166,7 +158,6 @@ class ShardedSubscriber {
     bool verified = false;        // this rank's pieces all matched their digests
     bool committed = false;       // the group swapped to it
     uint64_t received_bytes = 0;  // bytes that landed on this rank
-    uint64_t read_bytes = 0;      // of which read straight from the producers' tensors (single copy)
     uint64_t slice_bytes = 0;     // this rank's slices (the layout)
     uint64_t staging_bytes = 0;   // extra memory this rank held for the version (back buffer or bucket)
     double receive_s = 0;         // first header to the last piece verified
