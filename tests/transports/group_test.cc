@@ -311,6 +311,43 @@ TEST_P(MpiGroup, ConsumerDroppingMidVersionNeverServesAMix) {
   ExpectVersionTwoLost(f, GetParam(), 1);
 }
 
+// Consumer rank 1 votes yes for version 2 and loses the decision (it
+// receives it and drops it): the others commit version 2; rank 1 must not
+// go on serving version 1 (a mix) but serve nothing while in doubt, then
+// learn the decision from consumer rank 0 at its next ReceiveNext (version
+// 2 committed), and all serve version 3.
+TEST_P(MpiGroup, ConsumerMissingTheDecisionNeverServesAMix) {
+  if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
+  GroupFixture f(GetParam());
+  if (!f.producer_ && f.sub_->rank() == 1) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kDropDecision);
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      auto s = f.Publish(version);
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const bool lost = version == 2 && f.sub_->rank() == 1;
+    EXPECT_EQ(s->committed, !lost) << s->BriefReport();
+    EXPECT_EQ(s->in_doubt, lost) << s->BriefReport();
+    EXPECT_EQ(s->serving, !lost) << s->BriefReport();
+    if (version == 3 && f.sub_->rank() == 1) {
+      EXPECT_EQ(s->resolved_version, 2u) << s->BriefReport();
+      EXPECT_TRUE(s->resolved_committed) << s->BriefReport();
+    } else {
+      EXPECT_EQ(s->resolved_version, 0u) << s->BriefReport();
+    }
+    const uint64_t served = f.CheckServed();  // fails on a mix
+    EXPECT_EQ(served, lost ? 0 : version);
+    if (lost && GetParam() == Mode::kDoubleBuffer) EXPECT_EQ(f.sub_->Current(), nullptr);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup, ::testing::Values(Mode::kDoubleBuffer, Mode::kBounded),
                          [](const ::testing::TestParamInfo<Mode>& i) {
                            return i.param == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded";

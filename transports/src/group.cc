@@ -204,7 +204,8 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
 }
 
 bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
-               const std::function<void(int)>& completed, const std::function<bool()>& done) {
+               const std::function<void(int)>& completed, const std::function<bool()>& done,
+               const std::function<void()>& idle) {
   std::size_t left = 0;
   for (const MPI_Request& r : *requests) left += r == MPI_REQUEST_NULL ? 0 : 1;
   std::vector<int> indices(requests->size());
@@ -223,14 +224,15 @@ bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
       continue;
     }
     if (MonotonicSeconds() > deadline_s) return false;
+    if (idle) idle();
     backoff.Pause();
   }
   return true;
 }
 
 bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed) {
-  if (WaitUntil(requests, deadline_s, completed, [] { return false; })) return true;
+             const std::function<void(int)>& completed, const std::function<void()>& idle) {
+  if (WaitUntil(requests, deadline_s, completed, [] { return false; }, idle)) return true;
   for (MPI_Request& r : *requests) {
     if (r == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&r);

@@ -27,6 +27,11 @@ inline constexpr int kGroupTagHeader = 2;
 inline constexpr int kGroupTagVote = 3;
 inline constexpr int kGroupTagCommit = 4;
 inline constexpr int kGroupTagAck = 5;
+// A consumer rank in doubt (it voted yes and heard no decision) -> consumer
+// rank 0: what did you decide for this version (Query); rank 0's answer
+// (Answer, yes 1 or 0), from its record of decisions.
+inline constexpr int kGroupTagQuery = 6;
+inline constexpr int kGroupTagAnswer = 7;
 inline constexpr int kGroupTagDataBase =
     16384;  // + 2 * (version % 8192): a late piece of a failed version never matches a later one
 inline constexpr int kGroupCreateTag = 2811;  // MPI_Comm_create_group
@@ -133,18 +138,21 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
 // Waits for `requests` (those not yet MPI_REQUEST_NULL) until all complete
 // or `deadline_s`; `completed(i)` runs once per request as it completes. On
 // the deadline the rest are cancelled and freed, and false is returned.
+// `idle`, if set, runs between polls.
 bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed);
+             const std::function<void(int)>& completed, const std::function<void()>& idle = nullptr);
 // Waits as WaitAll, but returns true as soon as `done()` holds (checked
 // after each completion), and cancels nothing on the deadline (false).
 bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
-               const std::function<void(int)>& completed, const std::function<bool()>& done);
+               const std::function<void(int)>& completed, const std::function<bool()>& done,
+               const std::function<void()>& idle = nullptr);
 
 // Receives T messages from `source` with `tag` until one with our magic for
 // which `wanted` holds (others are stale: dropped), or `deadline_s`.
+// `idle`, if set, runs between polls (consumer rank 0 answers queries).
 template <typename T>
 bool WaitPod(MPI_Comm comm, int source, int tag, double deadline_s, T* msg,
-             const std::function<bool(const T&)>& wanted) {
+             const std::function<bool(const T&)>& wanted, const std::function<void()>& idle = nullptr) {
   Backoff backoff(100);
   while (true) {
     auto got = internal::TryRecvPod(comm, source, tag, msg);
@@ -152,6 +160,7 @@ bool WaitPod(MPI_Comm comm, int source, int tag, double deadline_s, T* msg,
     if (*got && msg->magic == kMagic && wanted(*msg)) return true;
     if (*got) continue;  // stale or foreign: next
     if (MonotonicSeconds() > deadline_s) return false;
+    if (idle) idle();
     backoff.Pause();
   }
 }

@@ -157,34 +157,50 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
       bucket_ = std::make_shared<AlignedBuffer>(std::move(*b));
     }
     sum.staging_bytes = bucket_->capacity();
-    std::vector<std::size_t> slot_request(kPackSlots, SIZE_MAX);  // request using each slot
+    // Each slot's request (SIZE_MAX: free) and consumer. The next message
+    // goes to a free slot, for the consumer with the fewest packed sends in
+    // flight (one that does not take its bytes does not hold up the others
+    // while there are more slots than such consumers).
+    std::vector<std::size_t> slot_request(kPackSlots, SIZE_MAX);
+    std::vector<int> slot_consumer(kPackSlots, -1);
     std::vector<std::size_t> next(Q, 0);
-    int slot = 0;
-    for (std::size_t sent = 0; ok && sent < total_packed;) {
-      for (int c = 0; ok && c < Q; ++c) {
-        if (next[c] == packed[c].size()) continue;
-        const std::vector<ByteCopy>& m = packed[c][next[c]++];
-        const std::size_t busy = slot_request[slot];
-        if (busy != SIZE_MAX) {
-          ok = WaitUntil(&requests, deadline, count, [&] { return requests[busy] == MPI_REQUEST_NULL; });
-          if (!ok) break;
-        }
-        std::byte* out = bucket_->data() + slot * slot_bytes;
-        uint64_t n = 0;
-        std::vector<Block> blocks;
-        for (const ByteCopy& b : m) AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
-        for (const Block& b : blocks) {
-          std::memcpy(out + n, b.data, b.bytes);
-          n += b.bytes;
-        }
-        MPI_Request r;
-        VIPER_RETURN_IF_ERROR(
-            PostBlocks(true, {{out, n}}, g_.consumers[c], DataTag(d.version, true), g_.all, &r));
-        slot_request[slot] = requests.size();
-        posted(r, n);
-        slot = (slot + 1) % kPackSlots;
-        ++sent;
+    auto free_slot = [&]() -> int {
+      for (int i = 0; i < kPackSlots; ++i) {
+        if (slot_request[i] == SIZE_MAX || requests[slot_request[i]] == MPI_REQUEST_NULL) return i;
       }
+      return -1;
+    };
+    for (std::size_t sent = 0; ok && sent < total_packed; ++sent) {
+      int slot = free_slot();
+      if (slot < 0) {
+        ok = WaitUntil(&requests, deadline, count, [&] { return free_slot() >= 0; });
+        if (!ok) break;
+        slot = free_slot();
+      }
+      std::vector<int> in_flight(Q, 0);
+      for (int i = 0; i < kPackSlots; ++i) {
+        if (i != slot && slot_consumer[i] >= 0 && requests[slot_request[i]] != MPI_REQUEST_NULL)
+          ++in_flight[slot_consumer[i]];
+      }
+      int c = -1;
+      for (int x = 0; x < Q; ++x) {
+        if (next[x] < packed[x].size() && (c < 0 || in_flight[x] < in_flight[c])) c = x;
+      }
+      const std::vector<ByteCopy>& m = packed[c][next[c]++];
+      std::byte* out = bucket_->data() + slot * slot_bytes;
+      uint64_t n = 0;
+      std::vector<Block> blocks;
+      for (const ByteCopy& b : m) AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
+      for (const Block& b : blocks) {
+        std::memcpy(out + n, b.data, b.bytes);
+        n += b.bytes;
+      }
+      MPI_Request r;
+      VIPER_RETURN_IF_ERROR(
+          PostBlocks(true, {{out, n}}, g_.consumers[c], DataTag(d.version, true), g_.all, &r));
+      slot_request[slot] = requests.size();
+      slot_consumer[slot] = c;
+      posted(r, n);
     }
   }
   sum.sent = WaitAll(&requests, deadline, count) && ok;

@@ -21,6 +21,9 @@ enum class GroupFault {
   // receiving (consumer) the headers: a rank killed mid-version (mpirun with
   // --mca orte_enable_recovery 1, or Open MPI ends the job).
   kExitAfterHeaders,
+  // Consumer rank other than 0: votes, then receives the group's decision
+  // and drops it (a decision lost on its way): the rank is in doubt.
+  kDropDecision,
 };
 
 // The fault applies to version `version` only.

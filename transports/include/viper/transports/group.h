@@ -164,6 +164,16 @@ class ShardedSubscriber {
     double commit_s = 0;          // the vote and decision
     double pause_s = 0;           // bounded mode: serving paused (first copy to decision)
     bool serving = false;         // a version is served after this call
+    // This rank voted yes for `version` and heard no decision within the
+    // deadline: it serves nothing (neither the old version nor the new)
+    // until it learns the decision (from consumer rank 0, at its next
+    // ReceiveNext) or a later version commits.
+    bool in_doubt = false;
+    // Set when this call first settled an earlier version this rank was in
+    // doubt about: that version, and whether the group had committed it
+    // (then this rank served it from here, until this call's version).
+    uint64_t resolved_version = 0;
+    bool resolved_committed = false;
     std::string message;
     std::string BriefReport() const;
   };
@@ -182,6 +192,9 @@ class ShardedSubscriber {
   // Receives the next version: waits up to `wait_s` for it to begin, then
   // takes part in the group's commit. Every consumer rank calls it once per
   // published version. NotFound when no version began within `wait_s`.
+  // A rank in doubt about an earlier version first asks consumer rank 0 for
+  // its decision (waiting up to min(wait_s, peer_timeout_s); rank 0 answers
+  // while it is in ReceiveNext itself).
   StatusOr<Summary> ReceiveNext(double wait_s);
 
   // Calls `fn` with the version this rank serves, holding it stable for the
