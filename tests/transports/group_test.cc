@@ -134,6 +134,16 @@ class GroupFixture {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
+  // Versions [first, last] (which a known stopped or killed rank makes fail
+  // whatever the timing) wait kKnownFaultTimeout for peers on every rank,
+  // the others the fixture's timeout: the test does not wait out a long
+  // deadline, and nothing it checks depends on the short one.
+  static constexpr double kKnownFaultTimeout = 0.25;
+  void ShortTimeoutFor(uint64_t first, uint64_t last) {
+    if (pub_) internal::SetFaultTimeout(pub_.get(), first, last, kKnownFaultTimeout);
+    if (sub_) internal::SetFaultTimeout(sub_.get(), first, last, kKnownFaultTimeout);
+  }
+
   // Producers: publish `version`'s slices.
   ShardedPublisher::Summary Publish(uint64_t version, bool publish = true) {
     auto shard = p_.Slice(WholeModel(c_.p, version), pub_->rank());
@@ -293,7 +303,8 @@ void ExpectVersionTwoLost(GroupFixture& f, Mode mode, int dropped = -1) {
 
 // Producer rank P-1 stops after its headers in version 2.
 TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 2);
   if (f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
     internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
@@ -304,7 +315,8 @@ TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
 // vote): the others must not commit version 2.
 TEST_P(MpiGroup, ConsumerDroppingMidVersionNeverServesAMix) {
   if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 2);
   if (!f.producer_ && f.sub_->rank() == 1) {
     internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
@@ -364,7 +376,8 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   if (kill == nullptr)
     GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=producer|consumer (with orte_enable_recovery)";
   const bool kill_producer = std::string(kill) == "producer";
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 3);  // a rank is dead from version 2 on: neither can commit
   f.collective_checks_ = false;
   if (kill_producer && f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
     internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kExitAfterHeaders);

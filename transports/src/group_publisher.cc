@@ -29,6 +29,8 @@ class ShardedPublisher::Impl {
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
   std::shared_ptr<AlignedBuffer> bucket_;  // the send bucket for packed runs (kPackSlots slots)
+  FaultTimeout fault_timeout_;
+  double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
 
  private:
   // Rank 0's decision, sent to the others; theirs, received.
@@ -43,7 +45,7 @@ Status ShardedPublisher::Impl::Decide(int64_t iteration, bool publish, DecideMsg
     d->publish = publish ? 1 : 0;
     for (int r = 1; r < P; ++r) {
       // A producer rank that is gone misses the version; the others go on.
-      (void)internal::SendPod(g_.all, g_.producers[r], kGroupTagDecide, *d, options_.peer_timeout_s);
+      (void)internal::SendPod(g_.all, g_.producers[r], kGroupTagDecide, *d, Timeout(d->version));
     }
     return Status::Ok();
   }
@@ -103,7 +105,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   }
   for (int c = 0; c < Q; ++c) {
     Status s = internal::SendBytesWithin(g_.all, g_.consumers[c], kGroupTagHeader, headers[c].data(),
-                                         headers[c].size() * sizeof(uint64_t), options_.peer_timeout_s);
+                                         headers[c].size() * sizeof(uint64_t), Timeout(d.version));
     if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
   }
   if (!valid.ok()) return valid;
@@ -145,7 +147,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
       }
     }
   }
-  const double deadline = MonotonicSeconds() + options_.peer_timeout_s;
+  const double deadline = MonotonicSeconds() + Timeout(d.version);
   auto count = [&](int i) { sum.sent_bytes += request_bytes[i]; };
   bool ok = true;
   std::size_t total_packed = 0;
@@ -211,7 +213,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     bucket_.reset();
     if (sum.message.empty()) {
       sum.message =
-          "not every consumer rank took its bytes within " + Seconds(options_.peer_timeout_s) + " s";
+          "not every consumer rank took its bytes within " + Seconds(Timeout(d.version)) + " s";
     }
   }
   if (g_.rank == 0) {
@@ -219,7 +221,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     const uint64_t v = d.version;
     // The consumers decide within two peer timeouts of their first header
     // (the bytes, then the votes).
-    if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * options_.peer_timeout_s, &ack,
+    if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * Timeout(v), &ack,
                          [v](const VoteMsg& m) { return m.version == v; })) {
       sum.committed = ack.yes == 1;
       sum.whole_checksum = ack.whole_checksum;
@@ -255,6 +257,9 @@ namespace internal {
 void SetFault(ShardedPublisher* publisher, uint64_t version, GroupFault fault) {
   publisher->impl_for_testing()->fault_version_ = version;
   publisher->impl_for_testing()->fault_ = fault;
+}
+void SetFaultTimeout(ShardedPublisher* publisher, uint64_t first, uint64_t last, double seconds) {
+  publisher->impl_for_testing()->fault_timeout_ = {first, last, seconds};
 }
 }  // namespace internal
 

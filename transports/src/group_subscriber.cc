@@ -32,6 +32,8 @@ class ShardedSubscriber::Impl {
   uint64_t last_attempted_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
+  FaultTimeout fault_timeout_;
+  double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
 
   // Double buffer: the served version and the spare back buffer.
   mutable std::mutex mu_;
@@ -136,7 +138,7 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
         if (!begun) {
           begun = true;
           *first_s = MonotonicSeconds();
-          deadline = *first_s + options_.peer_timeout_s;
+          deadline = *first_s + Timeout(h[1]);
         }
         target = std::max(target, h[1]);
       }
@@ -151,7 +153,7 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
   if (!begun) return NotFoundError("no version began within " + Seconds(wait_s) + " s");
   last_attempted_ = target;
   return AbortedError("version " + std::to_string(target) +
-                      ": not every producer rank's header came within " + Seconds(options_.peer_timeout_s) +
+                      ": not every producer rank's header came within " + Seconds(Timeout(target)) +
                       " s");
 }
 
@@ -167,7 +169,7 @@ ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t versio
     // known. Voted yes: only rank 0's decision says; without it the rank is
     // in doubt (a vote that may or may not have arrived included).
     const Outcome unknown = ok ? Outcome::kInDoubt : Outcome::kAborted;
-    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, options_.peer_timeout_s).ok())
+    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, Timeout(version)).ok())
       return unknown;
     VoteMsg decision;
     if (!WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, deadline_s, &decision,
@@ -191,8 +193,8 @@ ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t versio
   while (decisions_.size() > kDecisionsKept) decisions_.erase(decisions_.begin());
   vote.yes = yes ? 1 : 0;
   for (int c = 1; c < Q; ++c)
-    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, options_.peer_timeout_s);
-  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, options_.peer_timeout_s);
+    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, Timeout(version));
+  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, Timeout(version));
   return yes ? Outcome::kCommitted : Outcome::kAborted;
 }
 
@@ -343,7 +345,7 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
   }
   int bad = -1;
   const bool all = WaitAll(
-      &requests, in.first_s + options_.peer_timeout_s,
+      &requests, in.first_s + Timeout(in.version),
       [&](int i) {
         const std::size_t piece = piece_of[i];
         if (--left[piece] > 0) return;
@@ -356,7 +358,7 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
   if (!all || !sum->message.empty()) {
     if (sum->message.empty()) {
       sum->message = "version " + std::to_string(in.version) +
-                     ": not every producer rank's bytes came within " + Seconds(options_.peer_timeout_s) +
+                     ": not every producer rank's bytes came within " + Seconds(Timeout(in.version)) +
                      " s";
     }
     return false;
@@ -476,7 +478,7 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
   sum.receive_s = MonotonicSeconds() - in.first_s;
   const double c0 = MonotonicSeconds();
   // The decision waits at most one more peer timeout after the bytes'.
-  const Outcome outcome = Commit(in.version, sum.verified, in.whole, in.first_s + 2 * options_.peer_timeout_s);
+  const Outcome outcome = Commit(in.version, sum.verified, in.whole, in.first_s + 2 * Timeout(in.version));
   sum.committed = outcome == Outcome::kCommitted;
   sum.in_doubt = outcome == Outcome::kInDoubt;
   sum.commit_s = MonotonicSeconds() - c0;
@@ -586,6 +588,9 @@ namespace internal {
 void SetFault(ShardedSubscriber* subscriber, uint64_t version, GroupFault fault) {
   subscriber->impl_for_testing()->fault_version_ = version;
   subscriber->impl_for_testing()->fault_ = fault;
+}
+void SetFaultTimeout(ShardedSubscriber* subscriber, uint64_t first, uint64_t last, double seconds) {
+  subscriber->impl_for_testing()->fault_timeout_ = {first, last, seconds};
 }
 }  // namespace internal
 
