@@ -126,7 +126,7 @@ std::vector<Message> Messages(const std::vector<ByteCopy>& copies, uint64_t pack
 // `window` bytes: kPackSlots slots fill at most one window, each at most 1 MiB.
 inline uint64_t PackSlotBytes(uint64_t window) {
   const uint64_t slot = window / kPackSlots;
-  return slot == 0 ? 1 : (slot < (1u << 20) ? slot : (1u << 20));
+  return slot == 0 ? 1 : (slot < (4u << 20) ? slot : (4u << 20));
 }
 // Merges blocks adjacent in memory.
 std::vector<Block> Coalesce(const std::vector<Block>& blocks);
