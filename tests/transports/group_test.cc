@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "group_internal.h"
 #include "group_testing.h"
 #include "mpi_test_util.h"
 #include "viper/transports/mpi_session.h"
@@ -401,6 +402,58 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
     const uint64_t served = f.CheckServed();
     EXPECT_TRUE(served == 1 || (version > 1 && GetParam() == Mode::kBounded && served == 0)) << served;
   }
+}
+
+// How a piece is cut into messages (group_internal.h): runs under 64 KiB
+// gathered in plan order into messages of at most 4 MiB (a run cut where a
+// message fills), each larger copy its own message after them; every byte
+// exactly once, in order.
+TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
+  std::vector<ByteCopy> copies;
+  uint64_t dst = 0;
+  for (int i = 0; i < 5000; ++i) {  // 5000 runs of 2 KiB - 4 bytes: 10 MB, cut into 3 messages
+    const uint64_t n = i == 2500 ? (1 << 20) : 2044;
+    copies.push_back({static_cast<uint64_t>(i) * 4096, dst, n});
+    dst += n;
+  }
+  const auto messages = internal::Messages(copies);
+  ASSERT_EQ(messages.size(), 4u);  // 4 MiB, 4 MiB, the rest of the small runs, the 1 MiB copy
+  EXPECT_EQ(messages[3].size(), 1u);
+  EXPECT_EQ(messages[3][0].bytes, 1u << 20);
+  std::vector<ByteCopy> small;
+  for (std::size_t m = 0; m < messages.size(); ++m) {
+    uint64_t bytes = 0;
+    for (const ByteCopy& c : messages[m]) bytes += c.bytes;
+    EXPECT_LE(bytes, internal::kGatherMessageBytes) << "message " << m;
+    if (m < 2) EXPECT_EQ(bytes, internal::kGatherMessageBytes) << "message " << m;
+    if (m < 3) small.insert(small.end(), messages[m].begin(), messages[m].end());
+  }
+  // The small runs, rejoined where a message boundary cut one, are the
+  // input's in order.
+  std::vector<ByteCopy> joined;
+  for (const ByteCopy& c : small) {
+    if (!joined.empty() && joined.back().src_offset + joined.back().bytes == c.src_offset &&
+        joined.back().dst_offset + joined.back().bytes == c.dst_offset) {
+      joined.back().bytes += c.bytes;
+    } else {
+      joined.push_back(c);
+    }
+  }
+  ASSERT_EQ(joined.size(), copies.size() - 1);
+  for (std::size_t i = 0, j = 0; i < copies.size(); ++i) {
+    if (i == 2500) continue;
+    EXPECT_EQ(joined[j].src_offset, copies[i].src_offset) << i;
+    EXPECT_EQ(joined[j].dst_offset, copies[i].dst_offset) << i;
+    EXPECT_EQ(joined[j].bytes, copies[i].bytes) << i;
+    ++j;
+  }
+  std::byte buf[64];
+  const auto blocks = internal::Coalesce({{buf, 8}, {buf + 8, 8}, {buf + 32, 0}, {buf + 40, 8}, {buf + 48, 16}});
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].data, buf);
+  EXPECT_EQ(blocks[0].bytes, 16u);
+  EXPECT_EQ(blocks[1].data, buf + 40);
+  EXPECT_EQ(blocks[1].bytes, 24u);
 }
 
 TEST(MpiGroupSetup, RefusesBadInput) {

@@ -142,23 +142,22 @@ StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks) {
   return type;
 }
 
-std::vector<Message> Messages(const std::vector<ByteCopy>& copies, uint64_t pack_bytes) {
-  std::vector<Message> out;
-  std::vector<Message> own;
-  uint64_t in_last = 0;  // bytes in the last packed message
+std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies) {
+  std::vector<std::vector<ByteCopy>> out, own;
+  uint64_t in_last = 0;  // bytes in the last gathered message
   for (const ByteCopy& c : copies) {
     if (c.bytes >= kOwnMessageBytes) {
-      own.push_back({{c}, false});
+      own.push_back({c});
       continue;
     }
     ByteCopy rest = c;
     while (rest.bytes > 0) {
-      if (out.empty() || in_last == pack_bytes) {
-        out.push_back({{}, true});
+      if (out.empty() || in_last == kGatherMessageBytes) {
+        out.emplace_back();
         in_last = 0;
       }
-      const uint64_t n = std::min(rest.bytes, pack_bytes - in_last);
-      out.back().copies.push_back({rest.src_offset, rest.dst_offset, n});
+      const uint64_t n = std::min(rest.bytes, kGatherMessageBytes - in_last);
+      out.back().push_back({rest.src_offset, rest.dst_offset, n});
       in_last += n;
       rest.src_offset += n;
       rest.dst_offset += n;
@@ -203,36 +202,29 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
   return Status::Ok();
 }
 
-bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
-               const std::function<void(int)>& completed, const std::function<bool()>& done,
-               const std::function<void()>& idle) {
-  std::size_t left = 0;
-  for (const MPI_Request& r : *requests) left += r == MPI_REQUEST_NULL ? 0 : 1;
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
+             const std::function<void(int)>& completed, const std::function<void()>& idle) {
+  std::size_t left = requests->size();
   std::vector<int> indices(requests->size());
   Backoff backoff(50);
-  while (left > 0 && !done()) {
+  while (left > 0) {
     int n = 0;
     if (MPI_Testsome(static_cast<int>(requests->size()), requests->data(), &n, indices.data(),
                      MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-      return false;
+      break;
     }
-    if (n == MPI_UNDEFINED) return false;
+    if (n == MPI_UNDEFINED) break;
     for (int i = 0; i < n; ++i) completed(indices[i]);
     left -= static_cast<std::size_t>(n);
     if (n > 0) {
       backoff.Reset();
       continue;
     }
-    if (MonotonicSeconds() > deadline_s) return false;
+    if (MonotonicSeconds() > deadline_s) break;
     if (idle) idle();
     backoff.Pause();
   }
-  return true;
-}
-
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed, const std::function<void()>& idle) {
-  if (WaitUntil(requests, deadline_s, completed, [] { return false; }, idle)) return true;
+  if (left == 0) return true;
   for (MPI_Request& r : *requests) {
     if (r == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&r);

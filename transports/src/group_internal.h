@@ -33,15 +33,10 @@ inline constexpr int kGroupTagAck = 5;
 inline constexpr int kGroupTagQuery = 6;
 inline constexpr int kGroupTagAnswer = 7;
 inline constexpr int kGroupTagDataBase =
-    16384;  // + 2 * (version % 8192): a late piece of a failed version never matches a later one
+    16384;  // + version % 16384: a late piece of a failed version never matches a later one
 inline constexpr int kGroupCreateTag = 2811;  // MPI_Comm_create_group
 
-// Data messages of a version: packed ones (`packed`, see Messages) on one
-// tag, the others on the next, so each class keeps its own order between a
-// pair of ranks while the producer posts them at different times.
-inline int DataTag(uint64_t version, bool packed) {
-  return kGroupTagDataBase + 2 * static_cast<int>(version % 8192) + (packed ? 1 : 0);
-}
+inline int DataTag(uint64_t version) { return kGroupTagDataBase + static_cast<int>(version % 16384); }
 
 // Producer rank 0 -> the other producer ranks, once per step.
 struct DecideMsg {
@@ -108,26 +103,16 @@ StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks);
 // How a piece (one producer rank's bytes of one window of a consumer rank's
 // image) travels: each copy of at least kOwnMessageBytes as its own message
 // (contiguous on the producer; Open MPI's shared-memory transport copies
-// those once, on the receiver); the smaller ones (a column split's runs) as
-// a byte stream in plan order, cut into messages of at most `pack_bytes`
-// (`packed`): the producer packs each into a slot of its send bucket
-// (PackSlotBytes x kPackSlots, at most one consumer window) and sends it
-// contiguous, the consumer receives it straight into place (runs contiguous
-// on its side merge into one block). Both sides cut the same copies the
+// those once, on the receiver, with CMA); the smaller ones (a column
+// split's runs) as a byte stream in plan order, cut into messages of at
+// most kGatherMessageBytes, each an hindexed type on the producer (Open MPI
+// packs it through its shared-memory fragments) and, where the runs are
+// contiguous on the consumer (a column split's rows are), one contiguous
+// block there (Coalesce), posted first. Both sides cut the same copies the
 // same way; the piece's digest covers all of them in order.
 inline constexpr uint64_t kOwnMessageBytes = 64 << 10;
-inline constexpr int kPackSlots = 4;
-struct Message {
-  std::vector<ByteCopy> copies;
-  bool packed = false;
-};
-std::vector<Message> Messages(const std::vector<ByteCopy>& copies, uint64_t pack_bytes);
-// The size of one slot of a producer's send bucket for consumer windows of
-// `window` bytes: kPackSlots slots fill at most one window, each at most 1 MiB.
-inline uint64_t PackSlotBytes(uint64_t window) {
-  const uint64_t slot = window / kPackSlots;
-  return slot == 0 ? 1 : (slot < (4u << 20) ? slot : (4u << 20));
-}
+inline constexpr uint64_t kGatherMessageBytes = 4 << 20;
+std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies);
 // Merges blocks adjacent in memory.
 std::vector<Block> Coalesce(const std::vector<Block>& blocks);
 // Posts `blocks` as one message (MPI_Isend / MPI_Irecv): contiguous bytes
@@ -135,17 +120,11 @@ std::vector<Block> Coalesce(const std::vector<Block>& blocks);
 Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
                   MPI_Request* request);
 
-// Waits for `requests` (those not yet MPI_REQUEST_NULL) until all complete
-// or `deadline_s`; `completed(i)` runs once per request as it completes. On
+// Waits for `requests` until all complete or `deadline_s`; `completed(i)`
+// runs once per request as it completes, `idle`, if set, between polls. On
 // the deadline the rest are cancelled and freed, and false is returned.
-// `idle`, if set, runs between polls.
 bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
              const std::function<void(int)>& completed, const std::function<void()>& idle = nullptr);
-// Waits as WaitAll, but returns true as soon as `done()` holds (checked
-// after each completion), and cancels nothing on the deadline (false).
-bool WaitUntil(std::vector<MPI_Request>* requests, double deadline_s,
-               const std::function<void(int)>& completed, const std::function<bool()>& done,
-               const std::function<void()>& idle = nullptr);
 
 // Receives T messages from `source` with `tag` until one with our magic for
 // which `wanted` holds (others are stale: dropped), or `deadline_s`.

@@ -75,7 +75,6 @@ std::string ShardedPublisher::Summary::BriefReport() const {
   if (!published) return "not published (rank 0 decided so)";
   std::string s = "version " + std::to_string(version) + ": sent " + std::to_string(sent_bytes) + " bytes" +
                   (sent ? "" : " (incomplete)") + ", shard checksum " + ChecksumToHex(shard_checksum);
-  if (staging_bytes > 0) s += ", send bucket " + std::to_string(staging_bytes) + " bytes";
   if (whole_checksum != 0 || committed) {
     s += committed ? ", committed by the consumers" : ", not committed";
     s += ", whole " + ChecksumToHex(whole_checksum);

@@ -1,14 +1,9 @@
 // The producer's half of the sharded groups (group.h, group_internal.h).
 #include <unistd.h>
 
-#include <cstdint>
-#include <cstring>
-
 #include "group_internal.h"
 #include "group_testing.h"
-#include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
-#include "viper/transports/aligned_buffer.h"
 
 namespace viper {
 namespace transports {
@@ -28,7 +23,6 @@ class ShardedPublisher::Impl {
   uint64_t last_version_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
-  std::shared_ptr<AlignedBuffer> bucket_;  // the send bucket for packed runs (kPackSlots slots)
   FaultTimeout fault_timeout_;
   double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
 
@@ -116,105 +110,32 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     return sum;
   }
 
-  // Every piece to every consumer at once: the large copies straight from
-  // the tensors, all posted now; the small runs packed slot by slot into
-  // the send bucket (packing slot k + 1 while slot k is on its way), the
-  // consumers served in turn.
+  // Every piece to every consumer at once, straight from the tensors.
   std::vector<MPI_Request> requests;
   std::vector<uint64_t> request_bytes;
-  auto posted = [&](MPI_Request r, uint64_t n) {
-    requests.push_back(r);
-    request_bytes.push_back(n);
-  };
   const uint64_t W = g_.window_bytes;
-  const uint64_t slot_bytes = PackSlotBytes(W);
-  std::vector<std::vector<std::vector<ByteCopy>>> packed(Q);  // per consumer, in order
   for (int c = 0; c < Q; ++c) {
     for (std::size_t k = 0; k < pieces[c].size(); ++k) {
       if (pieces[c][k].empty()) continue;
-      for (Message& m : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W), slot_bytes)) {
-        if (m.packed) {
-          packed[c].push_back(std::move(m.copies));
-          continue;
-        }
+      for (const auto& message : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W))) {
         std::vector<Block> blocks;
-        for (const ByteCopy& b : m.copies)
+        uint64_t n = 0;
+        for (const ByteCopy& b : message) {
           AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
+          n += b.bytes;
+        }
         MPI_Request r;
-        VIPER_RETURN_IF_ERROR(PostBlocks(true, Coalesce(blocks), g_.consumers[c], DataTag(d.version, false),
-                                         g_.all, &r));
-        posted(r, m.copies.front().bytes);
+        VIPER_RETURN_IF_ERROR(
+            PostBlocks(true, Coalesce(blocks), g_.consumers[c], DataTag(d.version), g_.all, &r));
+        requests.push_back(r);
+        request_bytes.push_back(n);
       }
     }
   }
-  const double deadline = MonotonicSeconds() + Timeout(d.version);
-  auto count = [&](int i) { sum.sent_bytes += request_bytes[i]; };
-  bool ok = true;
-  std::size_t total_packed = 0;
-  for (const auto& p : packed) total_packed += p.size();
-  if (total_packed > 0) {
-    if (!bucket_ || bucket_->capacity() < slot_bytes * kPackSlots) {
-      auto b = AlignedBuffer::Allocate(slot_bytes * kPackSlots);
-      if (!b.ok()) return b.status();
-      bucket_ = std::make_shared<AlignedBuffer>(std::move(*b));
-    }
-    sum.staging_bytes = bucket_->capacity();
-    // Each slot's request (SIZE_MAX: free) and consumer. The next message
-    // goes to a free slot, for the consumer with the fewest packed sends in
-    // flight (one that does not take its bytes does not hold up the others
-    // while there are more slots than such consumers).
-    std::vector<std::size_t> slot_request(kPackSlots, SIZE_MAX);
-    std::vector<int> slot_consumer(kPackSlots, -1);
-    std::vector<std::size_t> next(Q, 0);
-    auto free_slot = [&]() -> int {
-      for (int i = 0; i < kPackSlots; ++i) {
-        if (slot_request[i] == SIZE_MAX || requests[slot_request[i]] == MPI_REQUEST_NULL) return i;
-      }
-      return -1;
-    };
-    for (std::size_t sent = 0; ok && sent < total_packed; ++sent) {
-      int slot = free_slot();
-      if (slot < 0) {
-        ok = WaitUntil(&requests, deadline, count, [&] { return free_slot() >= 0; });
-        if (!ok) break;
-        slot = free_slot();
-      }
-      std::vector<int> in_flight(Q, 0);
-      for (int i = 0; i < kPackSlots; ++i) {
-        if (i != slot && slot_consumer[i] >= 0 && requests[slot_request[i]] != MPI_REQUEST_NULL)
-          ++in_flight[slot_consumer[i]];
-      }
-      int c = -1;
-      for (int x = 0; x < Q; ++x) {
-        if (next[x] < packed[x].size() && (c < 0 || in_flight[x] < in_flight[c])) c = x;
-      }
-      const std::vector<ByteCopy>& m = packed[c][next[c]++];
-      std::byte* out = bucket_->data() + slot * slot_bytes;
-      uint64_t n = 0;
-      std::vector<Block> blocks;
-      for (const ByteCopy& b : m) AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
-      for (const Block& b : blocks) {
-        std::memcpy(out + n, b.data, b.bytes);
-        n += b.bytes;
-      }
-      MPI_Request r;
-      VIPER_RETURN_IF_ERROR(
-          PostBlocks(true, {{out, n}}, g_.consumers[c], DataTag(d.version, true), g_.all, &r));
-      slot_request[slot] = requests.size();
-      slot_consumer[slot] = c;
-      posted(r, n);
-    }
-  }
-  sum.sent = WaitAll(&requests, deadline, count) && ok;
-  if (!sum.sent) {
-    // Sends that could not be cancelled may still read the bucket: MPI's
-    // until MPI_Finalize.
-    if (bucket_) internal::KeepUntilFinalize(bucket_);
-    bucket_.reset();
-    if (sum.message.empty()) {
-      sum.message =
-          "not every consumer rank took its bytes within " + Seconds(Timeout(d.version)) + " s";
-    }
+  sum.sent = WaitAll(&requests, MonotonicSeconds() + Timeout(d.version),
+                     [&](int i) { sum.sent_bytes += request_bytes[i]; });
+  if (!sum.sent && sum.message.empty()) {
+    sum.message = "not every consumer rank took its bytes within " + Seconds(Timeout(d.version)) + " s";
   }
   if (g_.rank == 0) {
     VoteMsg ack;

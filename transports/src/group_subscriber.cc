@@ -323,14 +323,14 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
       if (copies.empty()) continue;
       std::vector<Block> blocks;
       for (const ByteCopy& c : copies) blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
-      // Straight into place: runs contiguous here (a column split's rows,
-      // packed by the producer) land as one block.
-      const std::vector<Message> messages = Messages(copies, PackSlotBytes(W));
-      for (const Message& m : messages) {
+      // Straight into place: runs contiguous here (a column split's rows)
+      // land as one block.
+      const std::vector<std::vector<ByteCopy>> messages = Messages(copies);
+      for (const auto& m : messages) {
         std::vector<Block> at;
-        for (const ByteCopy& c : m.copies) at.push_back({base + (c.dst_offset - k0 * W), c.bytes});
+        for (const ByteCopy& c : m) at.push_back({base + (c.dst_offset - k0 * W), c.bytes});
         MPI_Request r;
-        Status s = PostBlocks(false, Coalesce(at), g_.producers[p], DataTag(in.version, m.packed), g_.all, &r);
+        Status s = PostBlocks(false, Coalesce(at), g_.producers[p], DataTag(in.version), g_.all, &r);
         if (!s.ok()) {
           sum->message = s.message();
           break;

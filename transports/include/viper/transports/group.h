@@ -87,11 +87,6 @@ class ShardedPublisher {
     uint64_t shard_checksum = 0;  // XXH3 of this rank's shard image
     uint64_t sent_bytes = 0;      // bytes this rank sent (its planned bytes, or fewer on failure)
     bool sent = false;            // every send of this rank completed
-    // Memory this rank held beyond its shard: the send bucket its small
-    // runs (a column split's rows) are packed in, at most one consumer
-    // window (bucket or chunk); 0 when every copy went straight from the
-    // tensors.
-    uint64_t staging_bytes = 0;
     // Producer rank 0 only (the others: false / 0): whether the consumer
     // group committed the version, and the whole version's checksum as the
     // consumers computed it.
