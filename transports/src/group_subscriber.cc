@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <shared_mutex>
 
 #include "group_internal.h"
@@ -49,6 +50,7 @@ class ShardedSubscriber::Impl {
   // answered to ranks in doubt.
   std::map<uint64_t, bool> decisions_;
   static constexpr std::size_t kDecisionsKept = 64;
+  std::vector<std::pair<int, uint64_t>> queries_;  // (union rank, version) not decided yet
   // A rank in doubt: the version it voted yes for and heard no decision
   // about (0: none), what it received (double buffer: the back buffer, kept
   // until the doubt is settled). Double buffer: while withheld_, nothing is
@@ -69,8 +71,8 @@ class ShardedSubscriber::Impl {
   // back. Rank 0 also acknowledges to producer rank 0.
   Outcome Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s);
   // Consumer rank 0: answers every query waiting (its decision; "not
-  // committed" for a version it never decided but has gone past; nothing
-  // yet for one it may still decide).
+  // committed" for a version it never decided but has gone past); one for
+  // a version it may still decide is kept and answered once it has.
   void AnswerQueries();
   // A rank in doubt: the decision, if it arrived late or rank 0 answers
   // within `wait_s`; applies it.
@@ -203,26 +205,29 @@ void ShardedSubscriber::Impl::AnswerQueries() {
     VoteMsg q;
     int from = -1;
     auto got = internal::TryRecvPod(g_.all, MPI_ANY_SOURCE, kGroupTagQuery, &q, &from);
-    if (!got.ok() || !*got) return;
-    if (q.magic != kMagic) continue;
-    auto it = decisions_.find(q.version);
+    if (!got.ok() || !*got) break;
+    if (q.magic == kMagic) queries_.emplace_back(from, q.version);
+  }
+  std::vector<std::pair<int, uint64_t>> later;
+  for (const auto& [from, version] : queries_) {
+    auto it = decisions_.find(version);
     VoteMsg a;
-    a.version = q.version;
+    a.version = version;
     if (it != decisions_.end()) {
       a.yes = it->second ? 1 : 0;
-    } else if (q.version < last_attempted_ ||
-               (!decisions_.empty() && q.version < decisions_.begin()->first)) {
+    } else if (version < last_attempted_ || (!decisions_.empty() && version < decisions_.begin()->first)) {
       // Never decided here, and this rank has gone past it: nobody committed
       // it (only this rank decides). A version older than the record: this
       // rank may have committed it, but a later one committed since or not;
       // answering "not committed" only makes the asker serve nothing.
       a.yes = 0;
     } else {
-      // Not decided yet: the asker asks again.
+      later.emplace_back(from, version);  // not decided yet: answered once it is
       continue;
     }
     (void)internal::SendPod(g_.all, from, kGroupTagAnswer, a, options_.peer_timeout_s);
   }
+  queries_ = std::move(later);
 }
 
 // What the headers of one version said.

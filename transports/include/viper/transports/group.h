@@ -20,6 +20,15 @@
 //   producer rank 0 <- Ack (committed,       <- consumer rank 0
 //                    whole checksum)
 //
+// The group swaps together or not at all: consumer rank 0 alone decides,
+// and records its decision before sending it. A consumer rank that voted
+// yes and hears no decision in time is in doubt (Summary::in_doubt): it
+// serves nothing, neither the old version nor the new, until it learns the
+// decision (at its next ReceiveNext it asks consumer rank 0, which answers
+// while in ReceiveNext itself) or a later version commits. So no two
+// consumer ranks ever serve different versions; a rank in doubt whose rank
+// 0 is gone for good serves nothing for good.
+//
 // Checksums: XXH3-64. A producer rank's shard checksum is XXH3 of its shard
 // image (its tensors in layout order); the checksum of the whole version is
 // XXH3 of the P shard checksums (little-endian uint64, producer rank order),
