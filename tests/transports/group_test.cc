@@ -404,6 +404,42 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   }
 }
 
+// The decider really killed: consumer rank 0 records its decision for
+// version 2 and exits before sending it (VIPER_TEST_KILL_GROUP=decider,
+// orte_enable_recovery). Consumer rank 1 voted yes and hears nothing: it is
+// in doubt and, with nobody left to ask, serves nothing from then on (not
+// version 1: rank 0 had decided to swap); nothing commits version 2 or 3.
+TEST_P(MpiGroup, DecisionLostWithItsDeciderServesNothing) {
+  const char* kill = std::getenv("VIPER_TEST_KILL_GROUP");
+  if (kill == nullptr || std::string(kill) != "decider")
+    GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=decider (with orte_enable_recovery)";
+  if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 3);  // consumer rank 0 is dead from version 2 on
+  f.collective_checks_ = false;
+  if (!f.producer_ && f.sub_->rank() == 0) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kExitAfterDecision);
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
+      auto s = f.pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
+      if (s.ok() && f.pub_->rank() == 0) {
+        EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
+      }
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
+    if (version == 2) {
+      EXPECT_TRUE(s->in_doubt) << s->BriefReport();
+    }
+    EXPECT_EQ(s->resolved_version, 0u) << s->BriefReport();
+    EXPECT_EQ(f.CheckServed(), version == 1 ? 1u : 0u);
+  }
+}
+
 // How a piece is cut into messages (group_internal.h): runs under 64 KiB
 // gathered in plan order into messages of at most 4 MiB (a run cut where a
 // message fills), each larger copy its own message after them; every byte

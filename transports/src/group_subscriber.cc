@@ -191,6 +191,7 @@ ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t versio
   }
   // Recorded before anyone hears it: a rank in doubt gets this answer.
   decisions_[version] = yes;
+  if (fault_version_ == version && fault_ == GroupFault::kExitAfterDecision) _exit(0);
   AnswerQueries();
   while (decisions_.size() > kDecisionsKept) decisions_.erase(decisions_.begin());
   vote.yes = yes ? 1 : 0;
@@ -462,7 +463,7 @@ bool ShardedSubscriber::Impl::ReceiveBounded(const Incoming& in, Summary* sum,
 StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double wait_s) {
   Summary sum;
   sum.slice_bytes = g_.q_layout.ShardBytes(g_.rank);
-  if (doubt_version_ != 0) Resolve(std::min(wait_s, options_.peer_timeout_s), &sum);
+  if (doubt_version_ != 0) Resolve(std::min(wait_s, Timeout(doubt_version_)), &sum);
   Incoming in;
   const Status hs = ReadHeaders(wait_s, &in);
   if (hs.code() == StatusCode::kNotFound) return hs;

@@ -24,6 +24,10 @@ enum class GroupFault {
   // Consumer rank other than 0: votes, then receives the group's decision
   // and drops it (a decision lost on its way): the rank is in doubt.
   kDropDecision,
+  // Consumer rank 0: records its decision, then exits (_exit(0)) before
+  // sending it to anyone: the other consumer ranks that voted yes are in
+  // doubt with nobody left to ask.
+  kExitAfterDecision,
 };
 
 // The fault applies to version `version` only.
