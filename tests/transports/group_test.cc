@@ -484,7 +484,8 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
     ++j;
   }
   std::byte buf[64];
-  const auto blocks = internal::Coalesce({{buf, 8}, {buf + 8, 8}, {buf + 32, 0}, {buf + 40, 8}, {buf + 48, 16}});
+  const auto blocks =
+      internal::Coalesce({{buf, 8}, {buf + 8, 8}, {buf + 32, 0}, {buf + 40, 8}, {buf + 48, 16}});
   ASSERT_EQ(blocks.size(), 2u);
   EXPECT_EQ(blocks[0].data, buf);
   EXPECT_EQ(blocks[0].bytes, 16u);

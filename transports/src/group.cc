@@ -202,8 +202,8 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
   return Status::Ok();
 }
 
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed, const std::function<void()>& idle) {
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s, const std::function<void(int)>& completed,
+             const std::function<void()>& idle) {
   std::size_t left = requests->size();
   std::vector<int> indices(requests->size());
   Backoff backoff(50);

@@ -123,8 +123,8 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
 // Waits for `requests` until all complete or `deadline_s`; `completed(i)`
 // runs once per request as it completes, `idle`, if set, between polls. On
 // the deadline the rest are cancelled and freed, and false is returned.
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed, const std::function<void()>& idle = nullptr);
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s, const std::function<void(int)>& completed,
+             const std::function<void()>& idle = nullptr);
 
 // Receives T messages from `source` with `tag` until one with our magic for
 // which `wanted` holds (others are stale: dropped), or `deadline_s`.

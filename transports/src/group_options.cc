@@ -92,8 +92,8 @@ std::string ShardedSubscriber::Summary::BriefReport() const {
   if (pause_s > 0) s += ", paused " + internal::Seconds(pause_s) + " s";
   if (in_doubt) s += ", in doubt (no decision heard: serving nothing until it is)";
   if (resolved_version > 0) {
-    s += ", version " + std::to_string(resolved_version) + " settled: " +
-         (resolved_committed ? "committed" : "not committed");
+    s += ", version " + std::to_string(resolved_version) +
+         " settled: " + (resolved_committed ? "committed" : "not committed");
   }
   return message.empty() ? s : s + ": " + message;
 }

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <utility>
 #include <shared_mutex>
+#include <utility>
 
 #include "group_internal.h"
 #include "group_testing.h"
@@ -155,8 +155,7 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
   if (!begun) return NotFoundError("no version began within " + Seconds(wait_s) + " s");
   last_attempted_ = target;
   return AbortedError("version " + std::to_string(target) +
-                      ": not every producer rank's header came within " + Seconds(Timeout(target)) +
-                      " s");
+                      ": not every producer rank's header came within " + Seconds(Timeout(target)) + " s");
 }
 
 ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t version, bool ok, uint64_t whole,
@@ -285,8 +284,9 @@ void ShardedSubscriber::Impl::Resolve(double wait_s, Summary* sum) {
   if (!known) {
     VoteMsg q;
     q.version = v;
-    known = internal::SendPod(g_.all, g_.consumers[0], kGroupTagQuery, q, options_.peer_timeout_s).ok() &&
-            WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAnswer, MonotonicSeconds() + wait_s, &d, wanted);
+    known =
+        internal::SendPod(g_.all, g_.consumers[0], kGroupTagQuery, q, options_.peer_timeout_s).ok() &&
+        WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAnswer, MonotonicSeconds() + wait_s, &d, wanted);
   }
   if (!known) return;
   sum->resolved_version = v;
@@ -364,8 +364,7 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
   if (!all || !sum->message.empty()) {
     if (sum->message.empty()) {
       sum->message = "version " + std::to_string(in.version) +
-                     ": not every producer rank's bytes came within " + Seconds(Timeout(in.version)) +
-                     " s";
+                     ": not every producer rank's bytes came within " + Seconds(Timeout(in.version)) + " s";
     }
     return false;
   }
