@@ -154,6 +154,17 @@ class GroupFixture {
     return s.ok() ? *s : ShardedPublisher::Summary{};
   }
 
+  // Producers, in a job that loses a rank: publish `version`'s slices (the
+  // call may fail); rank 0 expects the consumers' commit exactly when
+  // `committed`.
+  void PublishInKillJob(uint64_t version, bool committed) {
+    auto shard = p_.Slice(WholeModel(c_.p, version), pub_->rank());
+    auto s = pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
+    if (s.ok() && pub_->rank() == 0) {
+      EXPECT_EQ(s->committed, committed) << s->BriefReport();
+    }
+  }
+
   // Consumers: the version served (0: none) after checking its bytes are
   // the slices of that version's whole model; all consumer ranks that serve
   // one serve the same.
@@ -388,11 +399,7 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   }
   for (uint64_t version = 1; version <= 3; ++version) {
     if (f.producer_) {
-      auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
-      auto s = f.pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
-      if (s.ok() && f.pub_->rank() == 0) {
-        EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
-      }
+      f.PublishInKillJob(version, version == 1);
       continue;
     }
     auto s = f.sub_->ReceiveNext(30);
@@ -422,11 +429,7 @@ TEST_P(MpiGroup, DecisionLostWithItsDeciderServesNothing) {
   }
   for (uint64_t version = 1; version <= 3; ++version) {
     if (f.producer_) {
-      auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
-      auto s = f.pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
-      if (s.ok() && f.pub_->rank() == 0) {
-        EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
-      }
+      f.PublishInKillJob(version, version == 1);
       continue;
     }
     auto s = f.sub_->ReceiveNext(30);
