@@ -94,6 +94,9 @@ py::dict SubscriberSummary(const ShardedSubscriber::Summary& s) {
   d["commit_s"] = s.commit_s;
   d["pause_s"] = s.pause_s;
   d["serving"] = s.serving;
+  d["in_doubt"] = s.in_doubt;
+  d["resolved_version"] = s.resolved_version;
+  d["resolved_committed"] = s.resolved_committed;
   d["message"] = s.message;
   d["brief"] = s.BriefReport();
   return d;

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "group_internal.h"
 #include "group_testing.h"
 #include "mpi_test_util.h"
 #include "viper/transports/mpi_session.h"
@@ -134,6 +135,16 @@ class GroupFixture {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
+  // Versions [first, last] (which a known stopped or killed rank makes fail
+  // whatever the timing) wait kKnownFaultTimeout for peers on every rank,
+  // the others the fixture's timeout: the test does not wait out a long
+  // deadline, and nothing it checks depends on the short one.
+  static constexpr double kKnownFaultTimeout = 0.25;
+  void ShortTimeoutFor(uint64_t first, uint64_t last) {
+    if (pub_) internal::SetFaultTimeout(pub_.get(), first, last, kKnownFaultTimeout);
+    if (sub_) internal::SetFaultTimeout(sub_.get(), first, last, kKnownFaultTimeout);
+  }
+
   // Producers: publish `version`'s slices.
   ShardedPublisher::Summary Publish(uint64_t version, bool publish = true) {
     auto shard = p_.Slice(WholeModel(c_.p, version), pub_->rank());
@@ -141,6 +152,17 @@ class GroupFixture {
     auto s = pub_->Publish(*shard, static_cast<int64_t>(version) * 10, publish);
     EXPECT_TRUE(s.ok()) << s.status().message();
     return s.ok() ? *s : ShardedPublisher::Summary{};
+  }
+
+  // Producers, in a job that loses a rank: publish `version`'s slices (the
+  // call may fail); rank 0 expects the consumers' commit exactly when
+  // `committed`.
+  void PublishInKillJob(uint64_t version, bool committed) {
+    auto shard = p_.Slice(WholeModel(c_.p, version), pub_->rank());
+    auto s = pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
+    if (s.ok() && pub_->rank() == 0) {
+      EXPECT_EQ(s->committed, committed) << s->BriefReport();
+    }
   }
 
   // Consumers: the version served (0: none) after checking its bytes are
@@ -293,7 +315,8 @@ void ExpectVersionTwoLost(GroupFixture& f, Mode mode, int dropped = -1) {
 
 // Producer rank P-1 stops after its headers in version 2.
 TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 2);
   if (f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
     internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
@@ -304,11 +327,49 @@ TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
 // vote): the others must not commit version 2.
 TEST_P(MpiGroup, ConsumerDroppingMidVersionNeverServesAMix) {
   if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 2);
   if (!f.producer_ && f.sub_->rank() == 1) {
     internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
   ExpectVersionTwoLost(f, GetParam(), 1);
+}
+
+// Consumer rank 1 votes yes for version 2 and loses the decision (it
+// receives it and drops it): the others commit version 2; rank 1 must not
+// go on serving version 1 (a mix) but serve nothing while in doubt, then
+// learn the decision from consumer rank 0 at its next ReceiveNext (version
+// 2 committed), and all serve version 3.
+TEST_P(MpiGroup, ConsumerMissingTheDecisionNeverServesAMix) {
+  if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
+  GroupFixture f(GetParam());
+  if (!f.producer_ && f.sub_->rank() == 1) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kDropDecision);
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      auto s = f.Publish(version);
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const bool lost = version == 2 && f.sub_->rank() == 1;
+    EXPECT_EQ(s->committed, !lost) << s->BriefReport();
+    EXPECT_EQ(s->in_doubt, lost) << s->BriefReport();
+    EXPECT_EQ(s->serving, !lost) << s->BriefReport();
+    if (version == 3 && f.sub_->rank() == 1) {
+      EXPECT_EQ(s->resolved_version, 2u) << s->BriefReport();
+      EXPECT_TRUE(s->resolved_committed) << s->BriefReport();
+    } else {
+      EXPECT_EQ(s->resolved_version, 0u) << s->BriefReport();
+    }
+    const uint64_t served = f.CheckServed();  // fails on a mix
+    EXPECT_EQ(served, lost ? 0 : version);
+    if (lost && GetParam() == Mode::kDoubleBuffer) EXPECT_EQ(f.sub_->Current(), nullptr);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup, ::testing::Values(Mode::kDoubleBuffer, Mode::kBounded),
@@ -327,7 +388,8 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   if (kill == nullptr)
     GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=producer|consumer (with orte_enable_recovery)";
   const bool kill_producer = std::string(kill) == "producer";
-  GroupFixture f(GetParam(), 2.0);
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 3);  // a rank is dead from version 2 on: neither can commit
   f.collective_checks_ = false;
   if (kill_producer && f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
     internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kExitAfterHeaders);
@@ -337,11 +399,7 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   }
   for (uint64_t version = 1; version <= 3; ++version) {
     if (f.producer_) {
-      auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
-      auto s = f.pub_->Publish(*shard, static_cast<int64_t>(version) * 10);
-      if (s.ok() && f.pub_->rank() == 0) {
-        EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
-      }
+      f.PublishInKillJob(version, version == 1);
       continue;
     }
     auto s = f.sub_->ReceiveNext(30);
@@ -351,6 +409,91 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
     const uint64_t served = f.CheckServed();
     EXPECT_TRUE(served == 1 || (version > 1 && GetParam() == Mode::kBounded && served == 0)) << served;
   }
+}
+
+// The decider really killed: consumer rank 0 records its decision for
+// version 2 and exits before sending it (VIPER_TEST_KILL_GROUP=decider,
+// orte_enable_recovery). Consumer rank 1 voted yes and hears nothing: it is
+// in doubt and, with nobody left to ask, serves nothing from then on (not
+// version 1: rank 0 had decided to swap); nothing commits version 2 or 3.
+TEST_P(MpiGroup, DecisionLostWithItsDeciderServesNothing) {
+  const char* kill = std::getenv("VIPER_TEST_KILL_GROUP");
+  if (kill == nullptr || std::string(kill) != "decider")
+    GTEST_SKIP() << "set VIPER_TEST_KILL_GROUP=decider (with orte_enable_recovery)";
+  if (Size() - CaseForWorld()->producers < 2) GTEST_SKIP() << "needs two consumer ranks";
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 3);  // consumer rank 0 is dead from version 2 on
+  f.collective_checks_ = false;
+  if (!f.producer_ && f.sub_->rank() == 0) {
+    internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kExitAfterDecision);
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      f.PublishInKillJob(version, version == 1);
+      continue;
+    }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
+    if (version == 2) {
+      EXPECT_TRUE(s->in_doubt) << s->BriefReport();
+    }
+    EXPECT_EQ(s->resolved_version, 0u) << s->BriefReport();
+    EXPECT_EQ(f.CheckServed(), version == 1 ? 1u : 0u);
+  }
+}
+
+// How a piece is cut into messages (group_internal.h): runs under 64 KiB
+// gathered in plan order into messages of at most 4 MiB (a run cut where a
+// message fills), each larger copy its own message after them; every byte
+// exactly once, in order.
+TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
+  std::vector<ByteCopy> copies;
+  uint64_t dst = 0;
+  for (int i = 0; i < 5000; ++i) {  // 5000 runs of 2 KiB - 4 bytes: 10 MB, cut into 3 messages
+    const uint64_t n = i == 2500 ? (1 << 20) : 2044;
+    copies.push_back({static_cast<uint64_t>(i) * 4096, dst, n});
+    dst += n;
+  }
+  const auto messages = internal::Messages(copies);
+  ASSERT_EQ(messages.size(), 4u);  // 4 MiB, 4 MiB, the rest of the small runs, the 1 MiB copy
+  EXPECT_EQ(messages[3].size(), 1u);
+  EXPECT_EQ(messages[3][0].bytes, 1u << 20);
+  std::vector<ByteCopy> small;
+  for (std::size_t m = 0; m < messages.size(); ++m) {
+    uint64_t bytes = 0;
+    for (const ByteCopy& c : messages[m]) bytes += c.bytes;
+    EXPECT_LE(bytes, internal::kGatherMessageBytes) << "message " << m;
+    if (m < 2) EXPECT_EQ(bytes, internal::kGatherMessageBytes) << "message " << m;
+    if (m < 3) small.insert(small.end(), messages[m].begin(), messages[m].end());
+  }
+  // The small runs, rejoined where a message boundary cut one, are the
+  // input's in order.
+  std::vector<ByteCopy> joined;
+  for (const ByteCopy& c : small) {
+    if (!joined.empty() && joined.back().src_offset + joined.back().bytes == c.src_offset &&
+        joined.back().dst_offset + joined.back().bytes == c.dst_offset) {
+      joined.back().bytes += c.bytes;
+    } else {
+      joined.push_back(c);
+    }
+  }
+  ASSERT_EQ(joined.size(), copies.size() - 1);
+  for (std::size_t i = 0, j = 0; i < copies.size(); ++i) {
+    if (i == 2500) continue;
+    EXPECT_EQ(joined[j].src_offset, copies[i].src_offset) << i;
+    EXPECT_EQ(joined[j].dst_offset, copies[i].dst_offset) << i;
+    EXPECT_EQ(joined[j].bytes, copies[i].bytes) << i;
+    ++j;
+  }
+  std::byte buf[64];
+  const auto blocks =
+      internal::Coalesce({{buf, 8}, {buf + 8, 8}, {buf + 32, 0}, {buf + 40, 8}, {buf + 48, 16}});
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].data, buf);
+  EXPECT_EQ(blocks[0].bytes, 16u);
+  EXPECT_EQ(blocks[1].data, buf + 40);
+  EXPECT_EQ(blocks[1].bytes, 24u);
 }
 
 TEST(MpiGroupSetup, RefusesBadInput) {

@@ -142,19 +142,42 @@ StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks) {
   return type;
 }
 
-// Waits for `requests` until all complete or `deadline_s`; `completed(i)`
-// runs once per request as it completes. On the deadline the rest are
-// cancelled (receives) or let go, and false is returned.
 std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies) {
-  std::vector<std::vector<ByteCopy>> out(1);
+  std::vector<std::vector<ByteCopy>> out, own;
+  uint64_t in_last = 0;  // bytes in the last gathered message
   for (const ByteCopy& c : copies) {
     if (c.bytes >= kOwnMessageBytes) {
-      out.push_back({c});
-    } else {
-      out[0].push_back(c);
+      own.push_back({c});
+      continue;
+    }
+    ByteCopy rest = c;
+    while (rest.bytes > 0) {
+      if (out.empty() || in_last == kGatherMessageBytes) {
+        out.emplace_back();
+        in_last = 0;
+      }
+      const uint64_t n = std::min(rest.bytes, kGatherMessageBytes - in_last);
+      out.back().push_back({rest.src_offset, rest.dst_offset, n});
+      in_last += n;
+      rest.src_offset += n;
+      rest.dst_offset += n;
+      rest.bytes -= n;
     }
   }
-  if (out[0].empty()) out.erase(out.begin());
+  out.insert(out.end(), own.begin(), own.end());
+  return out;
+}
+
+std::vector<Block> Coalesce(const std::vector<Block>& blocks) {
+  std::vector<Block> out;
+  for (const Block& b : blocks) {
+    if (b.bytes == 0) continue;
+    if (!out.empty() && out.back().data + out.back().bytes == b.data) {
+      out.back().bytes += b.bytes;
+    } else {
+      out.push_back(b);
+    }
+  }
   return out;
 }
 
@@ -179,8 +202,8 @@ Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag
   return Status::Ok();
 }
 
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed) {
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s, const std::function<void(int)>& completed,
+             const std::function<void()>& idle) {
   std::size_t left = requests->size();
   std::vector<int> indices(requests->size());
   Backoff backoff(50);
@@ -198,6 +221,7 @@ bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
       continue;
     }
     if (MonotonicSeconds() > deadline_s) break;
+    if (idle) idle();
     backoff.Pause();
   }
   if (left == 0) return true;

@@ -27,6 +27,11 @@ inline constexpr int kGroupTagHeader = 2;
 inline constexpr int kGroupTagVote = 3;
 inline constexpr int kGroupTagCommit = 4;
 inline constexpr int kGroupTagAck = 5;
+// A consumer rank in doubt (it voted yes and heard no decision) -> consumer
+// rank 0: what did you decide for this version (Query); rank 0's answer
+// (Answer, yes 1 or 0), from its record of decisions.
+inline constexpr int kGroupTagQuery = 6;
+inline constexpr int kGroupTagAnswer = 7;
 inline constexpr int kGroupTagDataBase =
     16384;  // + version % 16384: a late piece of a failed version never matches a later one
 inline constexpr int kGroupCreateTag = 2811;  // MPI_Comm_create_group
@@ -96,29 +101,37 @@ uint64_t HashBlocks(const std::vector<Block>& blocks);
 // MPI_BOTTOM). Each block < 2 GiB (a window is).
 StatusOr<MPI_Datatype> BlocksType(const std::vector<Block>& blocks);
 // How a piece (one producer rank's bytes of one window of a consumer rank's
-// image) travels: each copy of at least kOwnMessageBytes as its own
-// contiguous message (Open MPI's shared-memory transport copies those once,
-// on the receiver), the smaller ones (a column split's runs) together as one
-// message of an hindexed type, posted first. Both sides cut the same copies
-// the same way; the piece's digest covers all of them in order.
+// image) travels: each copy of at least kOwnMessageBytes as its own message
+// (contiguous on the producer; Open MPI's shared-memory transport copies
+// those once, on the receiver, with CMA); the smaller ones (a column
+// split's runs) as a byte stream in plan order, cut into messages of at
+// most kGatherMessageBytes, each an hindexed type on the producer (Open MPI
+// packs it through its shared-memory fragments) and, where the runs are
+// contiguous on the consumer (a column split's rows are), one contiguous
+// block there (Coalesce), posted first. Both sides cut the same copies the
+// same way; the piece's digest covers all of them in order.
 inline constexpr uint64_t kOwnMessageBytes = 64 << 10;
+inline constexpr uint64_t kGatherMessageBytes = 4 << 20;
 std::vector<std::vector<ByteCopy>> Messages(const std::vector<ByteCopy>& copies);
+// Merges blocks adjacent in memory.
+std::vector<Block> Coalesce(const std::vector<Block>& blocks);
 // Posts `blocks` as one message (MPI_Isend / MPI_Irecv): contiguous bytes
 // when it is one block, else an hindexed type.
 Status PostBlocks(bool send, const std::vector<Block>& blocks, int peer, int tag, MPI_Comm comm,
                   MPI_Request* request);
 
 // Waits for `requests` until all complete or `deadline_s`; `completed(i)`
-// runs once per request as it completes. On the deadline the rest are
-// cancelled and freed, and false is returned.
-bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s,
-             const std::function<void(int)>& completed);
+// runs once per request as it completes, `idle`, if set, between polls. On
+// the deadline the rest are cancelled and freed, and false is returned.
+bool WaitAll(std::vector<MPI_Request>* requests, double deadline_s, const std::function<void(int)>& completed,
+             const std::function<void()>& idle = nullptr);
 
 // Receives T messages from `source` with `tag` until one with our magic for
 // which `wanted` holds (others are stale: dropped), or `deadline_s`.
+// `idle`, if set, runs between polls (consumer rank 0 answers queries).
 template <typename T>
 bool WaitPod(MPI_Comm comm, int source, int tag, double deadline_s, T* msg,
-             const std::function<bool(const T&)>& wanted) {
+             const std::function<bool(const T&)>& wanted, const std::function<void()>& idle = nullptr) {
   Backoff backoff(100);
   while (true) {
     auto got = internal::TryRecvPod(comm, source, tag, msg);
@@ -126,6 +139,7 @@ bool WaitPod(MPI_Comm comm, int source, int tag, double deadline_s, T* msg,
     if (*got && msg->magic == kMagic && wanted(*msg)) return true;
     if (*got) continue;  // stale or foreign: next
     if (MonotonicSeconds() > deadline_s) return false;
+    if (idle) idle();
     backoff.Pause();
   }
 }

@@ -90,6 +90,11 @@ std::string ShardedSubscriber::Summary::BriefReport() const {
                   ", " + (committed ? "committed" : "not committed") + ", receive " +
                   internal::Seconds(receive_s) + " s, commit " + internal::Seconds(commit_s) + " s";
   if (pause_s > 0) s += ", paused " + internal::Seconds(pause_s) + " s";
+  if (in_doubt) s += ", in doubt (no decision heard: serving nothing until it is)";
+  if (resolved_version > 0) {
+    s += ", version " + std::to_string(resolved_version) +
+         " settled: " + (resolved_committed ? "committed" : "not committed");
+  }
   return message.empty() ? s : s + ": " + message;
 }
 

@@ -23,6 +23,8 @@ class ShardedPublisher::Impl {
   uint64_t last_version_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
+  FaultTimeout fault_timeout_;
+  double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
 
  private:
   // Rank 0's decision, sent to the others; theirs, received.
@@ -37,7 +39,7 @@ Status ShardedPublisher::Impl::Decide(int64_t iteration, bool publish, DecideMsg
     d->publish = publish ? 1 : 0;
     for (int r = 1; r < P; ++r) {
       // A producer rank that is gone misses the version; the others go on.
-      (void)internal::SendPod(g_.all, g_.producers[r], kGroupTagDecide, *d, options_.peer_timeout_s);
+      (void)internal::SendPod(g_.all, g_.producers[r], kGroupTagDecide, *d, Timeout(d->version));
     }
     return Status::Ok();
   }
@@ -64,7 +66,6 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   sum.published = true;
   sum.version = d.version;
   const Status valid = g_.p_layout.CheckShard(shard, g_.rank);
-  const int tag = DataTag(d.version);
 
   // Digests and blocks of every piece, then the headers.
   std::vector<std::vector<uint64_t>> headers(Q);
@@ -98,7 +99,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   }
   for (int c = 0; c < Q; ++c) {
     Status s = internal::SendBytesWithin(g_.all, g_.consumers[c], kGroupTagHeader, headers[c].data(),
-                                         headers[c].size() * sizeof(uint64_t), options_.peer_timeout_s);
+                                         headers[c].size() * sizeof(uint64_t), Timeout(d.version));
     if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
   }
   if (!valid.ok()) return valid;
@@ -112,38 +113,36 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   // Every piece to every consumer at once, straight from the tensors.
   std::vector<MPI_Request> requests;
   std::vector<uint64_t> request_bytes;
-  auto post = [&](const std::vector<Block>& blocks, int c) -> Status {
-    MPI_Request r;
-    VIPER_RETURN_IF_ERROR(PostBlocks(true, blocks, g_.consumers[c], tag, g_.all, &r));
-    requests.push_back(r);
-    uint64_t n = 0;
-    for (const Block& b : blocks) n += b.bytes;
-    request_bytes.push_back(n);
-    return Status::Ok();
-  };
   const uint64_t W = g_.window_bytes;
   for (int c = 0; c < Q; ++c) {
     for (std::size_t k = 0; k < pieces[c].size(); ++k) {
       if (pieces[c][k].empty()) continue;
       for (const auto& message : Messages(Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W))) {
         std::vector<Block> blocks;
-        for (const ByteCopy& b : message)
+        uint64_t n = 0;
+        for (const ByteCopy& b : message) {
           AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &blocks);
-        VIPER_RETURN_IF_ERROR(post(blocks, c));
+          n += b.bytes;
+        }
+        MPI_Request r;
+        VIPER_RETURN_IF_ERROR(
+            PostBlocks(true, Coalesce(blocks), g_.consumers[c], DataTag(d.version), g_.all, &r));
+        requests.push_back(r);
+        request_bytes.push_back(n);
       }
     }
   }
-  sum.sent = WaitAll(&requests, MonotonicSeconds() + options_.peer_timeout_s,
+  sum.sent = WaitAll(&requests, MonotonicSeconds() + Timeout(d.version),
                      [&](int i) { sum.sent_bytes += request_bytes[i]; });
   if (!sum.sent && sum.message.empty()) {
-    sum.message = "not every consumer rank took its bytes within " + Seconds(options_.peer_timeout_s) + " s";
+    sum.message = "not every consumer rank took its bytes within " + Seconds(Timeout(d.version)) + " s";
   }
   if (g_.rank == 0) {
     VoteMsg ack;
     const uint64_t v = d.version;
     // The consumers decide within two peer timeouts of their first header
     // (the bytes, then the votes).
-    if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * options_.peer_timeout_s, &ack,
+    if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * Timeout(v), &ack,
                          [v](const VoteMsg& m) { return m.version == v; })) {
       sum.committed = ack.yes == 1;
       sum.whole_checksum = ack.whole_checksum;
@@ -179,6 +178,9 @@ namespace internal {
 void SetFault(ShardedPublisher* publisher, uint64_t version, GroupFault fault) {
   publisher->impl_for_testing()->fault_version_ = version;
   publisher->impl_for_testing()->fault_ = fault;
+}
+void SetFaultTimeout(ShardedPublisher* publisher, uint64_t first, uint64_t last, double seconds) {
+  publisher->impl_for_testing()->fault_timeout_ = {first, last, seconds};
 }
 }  // namespace internal
 

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include "group_internal.h"
 #include "group_testing.h"
@@ -31,6 +33,8 @@ class ShardedSubscriber::Impl {
   uint64_t last_attempted_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
+  FaultTimeout fault_timeout_;
+  double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
 
   // Double buffer: the served version and the spare back buffer.
   mutable std::mutex mu_;
@@ -42,16 +46,43 @@ class ShardedSubscriber::Impl {
   ShardVersion bounded_;
   std::shared_ptr<AlignedBuffer> staging_;
 
+  // Consumer rank 0: its decisions, by version (the last kDecisionsKept),
+  // answered to ranks in doubt.
+  std::map<uint64_t, bool> decisions_;
+  static constexpr std::size_t kDecisionsKept = 64;
+  std::vector<std::pair<int, uint64_t>> queries_;  // (union rank, version) not decided yet
+  // A rank in doubt: the version it voted yes for and heard no decision
+  // about (0: none), what it received (double buffer: the back buffer, kept
+  // until the doubt is settled). Double buffer: while withheld_, nothing is
+  // served (the old version may already be replaced elsewhere).
+  uint64_t doubt_version_ = 0;
+  int64_t doubt_iteration_ = 0;
+  uint64_t doubt_whole_ = 0;
+  std::shared_ptr<AlignedBuffer> doubt_buffer_;
+  bool withheld_ = false;  // under mu_
+
  private:
+  enum class Outcome { kCommitted, kAborted, kInDoubt };
+  struct Incoming;
   // All P headers of the next version (the first within wait_s, the rest
   // within the peer timeout). NotFound when none began.
   Status ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers, double* first_s);
   // The consumer group's decision: every rank's vote to rank 0, its answer
   // back. Rank 0 also acknowledges to producer rank 0.
-  bool Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s);
+  Outcome Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s);
+  // Consumer rank 0: answers every query waiting (its decision; "not
+  // committed" for a version it never decided but has gone past); one for
+  // a version it may still decide is kept and answered once it has.
+  void AnswerQueries();
+  // A rank in doubt: the decision, if it arrived late or rank 0 answers
+  // within `wait_s`; applies it.
+  void Resolve(double wait_s, Summary* sum);
+  // Serves (committed) or drops the version this rank was in doubt about.
+  void Settle(bool committed);
+  // Enters doubt about `version` (received into `buffer`, double buffer).
+  void EnterDoubt(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
 
-  // The steps of ReceiveNext, in order.
-  struct Incoming;
+  // The steps of ReceiveNext, in order (Incoming: what the headers said).
   // The headers; the version's number even when they fail.
   Status ReadHeaders(double wait_s, Incoming* in);
   // Windows [k0, k1) of this rank's image from every producer rank at once,
@@ -109,7 +140,7 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
         if (!begun) {
           begun = true;
           *first_s = MonotonicSeconds();
-          deadline = *first_s + options_.peer_timeout_s;
+          deadline = *first_s + Timeout(h[1]);
         }
         target = std::max(target, h[1]);
       }
@@ -118,41 +149,85 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
     for (const auto& h : *headers) have += (!h.empty() && h[1] == target) ? 1 : 0;
     if (begun && have == P) return Status::Ok();
     if (MonotonicSeconds() > deadline) break;
+    if (g_.rank == 0) AnswerQueries();
     if (!progress) backoff.Pause();
   }
   if (!begun) return NotFoundError("no version began within " + Seconds(wait_s) + " s");
   last_attempted_ = target;
   return AbortedError("version " + std::to_string(target) +
-                      ": not every producer rank's header came within " + Seconds(options_.peer_timeout_s) +
-                      " s");
+                      ": not every producer rank's header came within " + Seconds(Timeout(target)) + " s");
 }
 
-bool ShardedSubscriber::Impl::Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s) {
+ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t version, bool ok, uint64_t whole,
+                                                                 double deadline_s) {
   const int Q = g_.q_layout.ranks();
   VoteMsg vote;
   vote.version = version;
   vote.yes = ok ? 1 : 0;
   vote.whole_checksum = whole;
   if (g_.rank != 0) {
-    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, options_.peer_timeout_s).ok())
-      return false;
+    // Voted no: rank 0 cannot commit without this rank, the outcome is
+    // known. Voted yes: only rank 0's decision says; without it the rank is
+    // in doubt (a vote that may or may not have arrived included).
+    const Outcome unknown = ok ? Outcome::kInDoubt : Outcome::kAborted;
+    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, Timeout(version)).ok())
+      return unknown;
     VoteMsg decision;
-    return WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, deadline_s, &decision,
-                            [version](const VoteMsg& m) { return m.version == version; }) &&
-           decision.yes == 1;
+    if (!WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, deadline_s, &decision,
+                          [version](const VoteMsg& m) { return m.version == version; })) {
+      return unknown;
+    }
+    if (fault_version_ == version && fault_ == GroupFault::kDropDecision) return unknown;
+    return decision.yes == 1 ? Outcome::kCommitted : Outcome::kAborted;
   }
   bool yes = ok;
   for (int c = 1; c < Q && yes; ++c) {
     VoteMsg v;
-    yes = WaitPod<VoteMsg>(g_.all, g_.consumers[c], kGroupTagVote, deadline_s, &v,
-                           [version](const VoteMsg& m) { return m.version == version; }) &&
+    yes = WaitPod<VoteMsg>(
+              g_.all, g_.consumers[c], kGroupTagVote, deadline_s, &v,
+              [version](const VoteMsg& m) { return m.version == version; }, [this] { AnswerQueries(); }) &&
           v.yes == 1 && v.whole_checksum == whole;
   }
+  // Recorded before anyone hears it: a rank in doubt gets this answer.
+  decisions_[version] = yes;
+  if (fault_version_ == version && fault_ == GroupFault::kExitAfterDecision) _exit(0);
+  AnswerQueries();
+  while (decisions_.size() > kDecisionsKept) decisions_.erase(decisions_.begin());
   vote.yes = yes ? 1 : 0;
   for (int c = 1; c < Q; ++c)
-    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, options_.peer_timeout_s);
-  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, options_.peer_timeout_s);
-  return yes;
+    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, Timeout(version));
+  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, Timeout(version));
+  return yes ? Outcome::kCommitted : Outcome::kAborted;
+}
+
+void ShardedSubscriber::Impl::AnswerQueries() {
+  while (true) {
+    VoteMsg q;
+    int from = -1;
+    auto got = internal::TryRecvPod(g_.all, MPI_ANY_SOURCE, kGroupTagQuery, &q, &from);
+    if (!got.ok() || !*got) break;
+    if (q.magic == kMagic) queries_.emplace_back(from, q.version);
+  }
+  std::vector<std::pair<int, uint64_t>> later;
+  for (const auto& [from, version] : queries_) {
+    auto it = decisions_.find(version);
+    VoteMsg a;
+    a.version = version;
+    if (it != decisions_.end()) {
+      a.yes = it->second ? 1 : 0;
+    } else if (version < last_attempted_ || (!decisions_.empty() && version < decisions_.begin()->first)) {
+      // Never decided here, and this rank has gone past it: nobody committed
+      // it (only this rank decides). A version older than the record: this
+      // rank may have committed it, but a later one committed since or not;
+      // answering "not committed" only makes the asker serve nothing.
+      a.yes = 0;
+    } else {
+      later.emplace_back(from, version);  // not decided yet: answered once it is
+      continue;
+    }
+    (void)internal::SendPod(g_.all, from, kGroupTagAnswer, a, options_.peer_timeout_s);
+  }
+  queries_ = std::move(later);
 }
 
 // What the headers of one version said.
@@ -163,6 +238,61 @@ struct ShardedSubscriber::Impl::Incoming {
   double first_s = 0;  // when the first header came
   std::vector<std::vector<uint64_t>> headers;
 };
+
+void ShardedSubscriber::Impl::EnterDoubt(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer) {
+  doubt_version_ = in.version;
+  doubt_iteration_ = in.iteration;
+  doubt_whole_ = in.whole;
+  doubt_buffer_ = std::move(buffer);
+  std::lock_guard<std::mutex> l(mu_);
+  withheld_ = true;
+}
+
+void ShardedSubscriber::Impl::Settle(bool committed) {
+  if (target_ != nullptr) {
+    std::unique_lock<std::shared_mutex> l(serve_mu_);
+    if (committed) {  // the target holds exactly that version (nothing copied into it since)
+      bounded_.version = doubt_version_;
+      bounded_.iteration = doubt_iteration_;
+      bounded_.whole_checksum = doubt_whole_;
+      bounded_.state = *target_;
+      bounded_.state.metadata.version = doubt_version_;
+      bounded_.state.metadata.iteration = doubt_iteration_;
+      bounded_serving_ = true;
+    }
+  } else {
+    if (committed) {
+      Incoming in;
+      in.version = doubt_version_;
+      in.iteration = doubt_iteration_;
+      in.whole = doubt_whole_;
+      InstallDoubleBuffer(in, doubt_buffer_);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    withheld_ = false;
+  }
+  doubt_version_ = 0;
+  doubt_buffer_.reset();
+}
+
+void ShardedSubscriber::Impl::Resolve(double wait_s, Summary* sum) {
+  const uint64_t v = doubt_version_;
+  auto wanted = [v](const VoteMsg& m) { return m.version == v; };
+  VoteMsg d;
+  // The decision itself, arrived late; else rank 0's answer.
+  bool known = WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, 0, &d, wanted);
+  if (!known) {
+    VoteMsg q;
+    q.version = v;
+    known =
+        internal::SendPod(g_.all, g_.consumers[0], kGroupTagQuery, q, options_.peer_timeout_s).ok() &&
+        WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAnswer, MonotonicSeconds() + wait_s, &d, wanted);
+  }
+  if (!known) return;
+  sum->resolved_version = v;
+  sum->resolved_committed = d.yes == 1;
+  Settle(d.yes == 1);
+}
 
 Status ShardedSubscriber::Impl::ReadHeaders(double wait_s, Incoming* in) {
   Status hs = ReceiveHeaders(wait_s, &in->headers, &in->first_s);
@@ -199,15 +329,14 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
       if (copies.empty()) continue;
       std::vector<Block> blocks;
       for (const ByteCopy& c : copies) blocks.push_back({base + (c.dst_offset - k0 * W), c.bytes});
-      std::vector<std::vector<Block>> messages;
-      for (const auto& message : Messages(copies)) {
-        messages.emplace_back();
-        for (const ByteCopy& c : message)
-          messages.back().push_back({base + (c.dst_offset - k0 * W), c.bytes});
-      }
+      // Straight into place: runs contiguous here (a column split's rows)
+      // land as one block.
+      const std::vector<std::vector<ByteCopy>> messages = Messages(copies);
       for (const auto& m : messages) {
+        std::vector<Block> at;
+        for (const ByteCopy& c : m) at.push_back({base + (c.dst_offset - k0 * W), c.bytes});
         MPI_Request r;
-        Status s = PostBlocks(false, m, g_.producers[p], DataTag(in.version), g_.all, &r);
+        Status s = PostBlocks(false, Coalesce(at), g_.producers[p], DataTag(in.version), g_.all, &r);
         if (!s.ok()) {
           sum->message = s.message();
           break;
@@ -216,22 +345,26 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
         piece_of.push_back(landing.size());
       }
       left.push_back(messages.size());
-      landing.push_back(std::move(blocks));
+      landing.push_back(Coalesce(blocks));  // hashed as fewer, longer blocks (the same digest)
       expected.push_back(in.headers[p][kHeaderFields + k]);
     }
   }
   int bad = -1;
-  const bool all = WaitAll(&requests, in.first_s + options_.peer_timeout_s, [&](int i) {
-    const std::size_t piece = piece_of[i];
-    if (--left[piece] > 0) return;
-    for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
-    if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
-  });
+  const bool all = WaitAll(
+      &requests, in.first_s + Timeout(in.version),
+      [&](int i) {
+        const std::size_t piece = piece_of[i];
+        if (--left[piece] > 0) return;
+        for (const Block& b : landing[piece]) sum->received_bytes += b.bytes;
+        if (HashBlocks(landing[piece]) != expected[piece]) bad = static_cast<int>(piece);
+      },
+      [this] {
+        if (g_.rank == 0) AnswerQueries();
+      });
   if (!all || !sum->message.empty()) {
     if (sum->message.empty()) {
       sum->message = "version " + std::to_string(in.version) +
-                     ": not every producer rank's bytes came within " + Seconds(options_.peer_timeout_s) +
-                     " s";
+                     ": not every producer rank's bytes came within " + Seconds(Timeout(in.version)) + " s";
     }
     return false;
   }
@@ -329,6 +462,7 @@ bool ShardedSubscriber::Impl::ReceiveBounded(const Incoming& in, Summary* sum,
 StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double wait_s) {
   Summary sum;
   sum.slice_bytes = g_.q_layout.ShardBytes(g_.rank);
+  if (doubt_version_ != 0) Resolve(std::min(wait_s, Timeout(doubt_version_)), &sum);
   Incoming in;
   const Status hs = ReadHeaders(wait_s, &in);
   if (hs.code() == StatusCode::kNotFound) return hs;
@@ -349,8 +483,20 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
   sum.receive_s = MonotonicSeconds() - in.first_s;
   const double c0 = MonotonicSeconds();
   // The decision waits at most one more peer timeout after the bytes'.
-  sum.committed = Commit(in.version, sum.verified, in.whole, in.first_s + 2 * options_.peer_timeout_s);
+  const Outcome outcome = Commit(in.version, sum.verified, in.whole, in.first_s + 2 * Timeout(in.version));
+  sum.committed = outcome == Outcome::kCommitted;
+  sum.in_doubt = outcome == Outcome::kInDoubt;
   sum.commit_s = MonotonicSeconds() - c0;
+  // An earlier doubt ends when this version commits (it replaces that
+  // one), when this version is in doubt too (only the newest is kept), or
+  // (bounded) when this version was copied into the target.
+  if (doubt_version_ != 0 && (outcome != Outcome::kAborted || (bounded && paused.owns_lock()))) {
+    doubt_version_ = 0;
+    doubt_buffer_.reset();
+    std::lock_guard<std::mutex> l(mu_);
+    withheld_ = false;
+  }
+  if (sum.in_doubt) EnterDoubt(in, buffer);
   if (bounded) {
     const bool copied = paused.owns_lock();
     if (sum.committed) {
@@ -373,7 +519,11 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
       spare_ = buffer;
     }
     std::lock_guard<std::mutex> l(mu_);
-    sum.serving = current_ != nullptr;
+    sum.serving = current_ != nullptr && !withheld_;
+  }
+  if (sum.in_doubt && sum.message.empty()) {
+    sum.message = "voted yes for version " + std::to_string(in.version) +
+                  " and heard no decision: serving nothing until it is known";
   }
   if (!sum.committed && sum.message.empty()) {
     sum.message = sum.verified ? "another consumer rank did not verify version " + std::to_string(in.version)
@@ -424,7 +574,7 @@ bool ShardedSubscriber::Serve(const std::function<void(const ShardVersion&)>& fn
 std::shared_ptr<const ShardVersion> ShardedSubscriber::Current() const {
   if (impl_->target_ != nullptr) return nullptr;
   std::lock_guard<std::mutex> l(impl_->mu_);
-  return impl_->current_;
+  return impl_->withheld_ ? nullptr : impl_->current_;
 }
 
 uint64_t ShardedSubscriber::version() const {
@@ -443,6 +593,9 @@ namespace internal {
 void SetFault(ShardedSubscriber* subscriber, uint64_t version, GroupFault fault) {
   subscriber->impl_for_testing()->fault_version_ = version;
   subscriber->impl_for_testing()->fault_ = fault;
+}
+void SetFaultTimeout(ShardedSubscriber* subscriber, uint64_t first, uint64_t last, double seconds) {
+  subscriber->impl_for_testing()->fault_timeout_ = {first, last, seconds};
 }
 }  // namespace internal
 

@@ -21,11 +21,33 @@ enum class GroupFault {
   // receiving (consumer) the headers: a rank killed mid-version (mpirun with
   // --mca orte_enable_recovery 1, or Open MPI ends the job).
   kExitAfterHeaders,
+  // Consumer rank other than 0: votes, then receives the group's decision
+  // and drops it (a decision lost on its way): the rank is in doubt.
+  kDropDecision,
+  // Consumer rank 0: records its decision, then exits (_exit(0)) before
+  // sending it to anyone: the other consumer ranks that voted yes are in
+  // doubt with nobody left to ask.
+  kExitAfterDecision,
 };
 
 // The fault applies to version `version` only.
 void SetFault(ShardedPublisher* publisher, uint64_t version, GroupFault fault);
 void SetFault(ShardedSubscriber* subscriber, uint64_t version, GroupFault fault);
+
+// Versions [first, last] use `seconds` for every peer timeout of this rank
+// instead of the options' (set on every rank of both groups). Only for
+// versions a known fault makes fail whatever the timing (a rank stopped or
+// killed in them): a short wait then decides nothing a test checks, and
+// the versions before and after keep the options' timeout.
+struct FaultTimeout {
+  uint64_t first = 0, last = 0;  // none when first == 0
+  double seconds = 0;
+  double For(uint64_t version, double otherwise) const {
+    return first != 0 && version >= first && version <= last ? seconds : otherwise;
+  }
+};
+void SetFaultTimeout(ShardedPublisher* publisher, uint64_t first, uint64_t last, double seconds);
+void SetFaultTimeout(ShardedSubscriber* subscriber, uint64_t first, uint64_t last, double seconds);
 
 }  // namespace internal
 }  // namespace transports

@@ -20,6 +20,15 @@
 //   producer rank 0 <- Ack (committed,       <- consumer rank 0
 //                    whole checksum)
 //
+// The group swaps together or not at all: consumer rank 0 alone decides,
+// and records its decision before sending it. A consumer rank that voted
+// yes and hears no decision in time is in doubt (Summary::in_doubt): it
+// serves nothing, neither the old version nor the new, until it learns the
+// decision (at its next ReceiveNext it asks consumer rank 0, which answers
+// while in ReceiveNext itself) or a later version commits. So no two
+// consumer ranks ever serve different versions; a rank in doubt whose rank
+// 0 is gone for good serves nothing for good.
+//
 // Checksums: XXH3-64. A producer rank's shard checksum is XXH3 of its shard
 // image (its tensors in layout order); the checksum of the whole version is
 // XXH3 of the P shard checksums (little-endian uint64, producer rank order),
@@ -159,6 +168,16 @@ class ShardedSubscriber {
     double commit_s = 0;          // the vote and decision
     double pause_s = 0;           // bounded mode: serving paused (first copy to decision)
     bool serving = false;         // a version is served after this call
+    // This rank voted yes for `version` and heard no decision within the
+    // deadline: it serves nothing (neither the old version nor the new)
+    // until it learns the decision (from consumer rank 0, at its next
+    // ReceiveNext) or a later version commits.
+    bool in_doubt = false;
+    // Set when this call first settled an earlier version this rank was in
+    // doubt about: that version, and whether the group had committed it
+    // (then this rank served it from here, until this call's version).
+    uint64_t resolved_version = 0;
+    bool resolved_committed = false;
     std::string message;
     std::string BriefReport() const;
   };
@@ -177,6 +196,9 @@ class ShardedSubscriber {
   // Receives the next version: waits up to `wait_s` for it to begin, then
   // takes part in the group's commit. Every consumer rank calls it once per
   // published version. NotFound when no version began within `wait_s`.
+  // A rank in doubt about an earlier version first asks consumer rank 0 for
+  // its decision (waiting up to min(wait_s, peer_timeout_s); rank 0 answers
+  // while it is in ReceiveNext itself).
   StatusOr<Summary> ReceiveNext(double wait_s);
 
   // Calls `fn` with the version this rank serves, holding it stable for the
