@@ -719,8 +719,10 @@ class ShardedSubscriber:
         """Receives the next version and takes part in the group's commit;
         every consumer rank calls it once per published version. Returns a
         summary dict (version, verified, committed, received_bytes, receive_s,
-        commit_s, pause_s, serving, message). TimeoutError when no version
-        began within `wait_s`."""
+        commit_s, pause_s, serving, message; in_doubt: this rank voted yes
+        and heard no decision, so it serves nothing until rank 0 answers;
+        resolved_version / resolved_committed: an earlier doubt settled).
+        TimeoutError when no version began within `wait_s`."""
         return self._sub.receive_next(float(wait_s))
 
     def current(self):
