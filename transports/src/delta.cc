@@ -1,6 +1,7 @@
 #include "viper/transports/delta.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -624,6 +625,30 @@ StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size) {
   }
   if (p != end) return InvalidArgumentError("delta has " + std::to_string(end - p) + " bytes after its last record");
   return c;
+}
+
+LinkChoice ChooseOverLink(const LinkCosts& c) {
+  LinkChoice out;
+  if (c.delta_bytes == 0 || c.delta_bytes >= c.image_bytes) {
+    out.reason = "full: no delta smaller than the image";
+    return out;
+  }
+  if (!(c.link_bytes_per_s > 0) || !std::isfinite(c.link_bytes_per_s)) {
+    out.reason = "full: link not measured yet";
+    return out;
+  }
+  out.full_s = static_cast<double>(c.image_bytes) / c.link_bytes_per_s;
+  out.delta_s = std::max(0.0, c.encode_s) + static_cast<double>(c.delta_bytes) / c.link_bytes_per_s +
+                std::max(0.0, c.apply_s);
+  out.delta = out.delta_s < out.full_s;
+  char buf[128];
+  if (out.delta) {
+    std::snprintf(buf, sizeof(buf), "delta: predicted %.3g s < full %.3g s", out.delta_s, out.full_s);
+  } else {
+    std::snprintf(buf, sizeof(buf), "full: predicted delta %.3g s >= full %.3g s", out.delta_s, out.full_s);
+  }
+  out.reason = buf;
+  return out;
 }
 
 StatusOr<ImageId> Identify(const std::byte* image, uint64_t size) {
