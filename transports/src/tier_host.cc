@@ -264,6 +264,10 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     for (const auto& c : out->consumers) {
       if (c.rank == r.first && c.delivered) load_s = c.load_s;
     }
+    // A send completes once MPI has the bytes, which may be before they
+    // land: for a full version, the consumer's receive time when it
+    // acknowledged (its load_s; for a delta, load_s includes the apply).
+    if (!took && moved > 0) seconds = std::max(seconds, load_s);
     delta_.Measure(r.first, r.second, moved, seconds, took, load_s);
   }
   for (auto& c : out->consumers) {

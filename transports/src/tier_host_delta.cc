@@ -31,12 +31,20 @@ Status Reserve(AlignedBuffer* buffer, uint64_t bytes) {
 Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_host) {
   tried_ = offered_ = false;
   chunks_.clear();
-  choices_.clear();
   skipped_.clear();
   next_bytes_ = 0;
   host_ = producer_host;
   ++sends_;
   if (options_.delta == DeltaMode::kOff || !keep_) return Status::Ok();
+  const bool automatic = options_.delta == DeltaMode::kAuto;
+  if (automatic && rest_ > 0) {
+    // No consumer gained at the last measurement: neither the image copy
+    // nor the diff until the next one (choices_ keeps its reasons).
+    --rest_;
+    skipped_ = "auto, no diff until version " + std::to_string(src.version + rest_ + 2);
+    return Status::Ok();
+  }
+  choices_.clear();
   const uint64_t image_bytes = src.header_bytes + src.data_bytes;
   next_version_ = src.version;
   header_bytes_ = src.header_bytes;
@@ -54,21 +62,18 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   std::memcpy(next_.data(), header_.get(), src.header_bytes);
   next_bytes_ = image_bytes;
   if (base_bytes_ == 0) return Status::Ok();  // nothing to diff against yet
-  const bool automatic = options_.delta == DeltaMode::kAuto;
-  if (automatic) {
+  if (automatic && !measure_) {
     // Worth a diff? Predicted from the last delta's size and the measured
     // encode rate (before any: a tiny delta, a free encode, so that a
-    // measured link gets one try); re-measured every 8 versions skipped.
+    // measured link gets one try).
     const uint64_t predicted = delta_fraction_ > 0 ? static_cast<uint64_t>(delta_fraction_ * image_bytes) : 1;
-    if (!ChooseLinks(image_bytes, std::max<uint64_t>(predicted, 1), encode_s_per_byte_ * image_bytes) &&
-        skipped_versions_ < 8) {
-      ++skipped_versions_;
-      skipped_ = "auto, not diffed: no consumer on another node is predicted to gain";
-      choices_.clear();
+    if (!ChooseLinks(image_bytes, std::max<uint64_t>(predicted, 1), encode_s_per_byte_ * image_bytes)) {
+      Rest();
+      skipped_ = "auto, not diffed";
       return Status::Ok();
     }
-    skipped_versions_ = 0;
   }
+  measure_ = false;
   // A buffer the last failed send may still read is kept; take a new one.
   if (!delta_ || delta_.use_count() > 1) delta_ = std::make_shared<AlignedBuffer>();
   VIPER_RETURN_IF_ERROR(Reserve(delta_.get(), next_bytes_));
@@ -92,10 +97,21 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   offered_ = !summary_.full;
   // Auto: offered to the consumers on other nodes predicted to gain, with
   // this version's delta size and encode time.
-  if (offered_ && automatic) offered_ = ChooseLinks(next_bytes_, summary_.delta_bytes, encode_s);
-  if (!offered_) choices_.clear();
+  if (offered_ && automatic) {
+    offered_ = ChooseLinks(next_bytes_, summary_.delta_bytes, encode_s);
+    if (!offered_) Rest();
+  }
+  if (!offered_ && !automatic) choices_.clear();
   if (offered_) AppendChunks(delta_->data(), summary_.delta_bytes, options_.chunk_bytes, &chunks_);
   return Status::Ok();
+}
+
+void HostDeltaOffer::Rest() {
+  // Every 8 versions: 6 without the image copy, one copied (the base), one
+  // diffed whatever the prediction (the encode rate and the delta's size
+  // re-measured).
+  rest_ = 6;
+  measure_ = true;
 }
 
 bool HostDeltaOffer::ChooseLinks(uint64_t image_bytes, uint64_t delta_bytes, double encode_s) {
@@ -179,6 +195,7 @@ std::string HostDeltaOffer::Reason(int rank, bool took) const {
   if (link != links_.end() && !link->second.other_node) return "full: on the producer's node (shared memory)";
   const auto choice = choices_.find(rank);
   if (choice != choices_.end()) {
+    if (!skipped_.empty()) return "full: " + skipped_ + " (" + choice->second.reason + ")";
     if (took || !choice->second.delta) return choice->second.reason;
     return "full: it does not hold " + base;
   }

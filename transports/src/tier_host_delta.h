@@ -128,10 +128,12 @@ class HostDeltaOffer {
   uint64_t sends_ = 0;          // Prepare calls
   std::map<int, Link> links_;
   std::map<int, delta::LinkChoice> choices_;  // this version's, per consumer on another node
-  std::string skipped_;                       // why this version was not encoded ("" when it was)
+  std::string skipped_;                       // why this version was not diffed ("" when it was)
   double encode_s_per_byte_ = 0;              // the producer's diff + encode (0: not measured)
   double delta_fraction_ = 0;                 // the last delta's bytes / image (0: none yet)
-  int skipped_versions_ = 0;                  // encodes skipped in a row (re-measured every 8)
+  int rest_ = 0;          // versions auto builds nothing (no consumer gained at the last measurement)
+  bool measure_ = false;  // diff the next version with a base whatever the prediction
+  void Rest();
 };
 
 // The consumer's delta path (first of the host tier's receive paths).
