@@ -9,13 +9,22 @@
 // the mode calls for it (Publisher::Options::delta), encodes it against the
 // base (delta::Encode). When the delta is smaller, the announcement offers
 // it (HostPayload::delta_*: its size, message size, the base's version and
-// checksum).
+// checksum). Auto decides per consumer on another node by measured speed:
+// it keeps each one's link throughput (its direct transfers' times, or the
+// receive time it acknowledged, whichever is longer) and apply time (its
+// acknowledged load time for a delta less the delta's transfer), and its own
+// diff + encode time, and offers the delta (HostPayload::delta_ranks) to
+// those where encode + delta / link + apply < image / link
+// (delta::ChooseOverLink); the first version to a consumer is full (it
+// measures the link). When none gains, the next 6 versions are neither
+// copied nor diffed, the 8th is diffed whatever the prediction.
 //
 // Consumer (a receive path, tried before shm and two-sided): it takes the
 // announcement only when the version it serves is the offered base (version
 // and viper.checksum), and, on the producer's node, only when the producer
 // offers it there too (delta on; auto: a link of shared memory is as fast as
-// the consumer's copy and apply), and answers Ready with kPathDelta, naming what it holds
+// the consumer's copy and apply), with auto only when its rank is in the
+// offer's delta_ranks, and answers Ready with kPathDelta, naming what it holds
 // (Ready::held_version/held_checksum; the producer checks them). Then, all
 // kTagData from the producer (never relayed): the delta in messages of
 // delta_chunk_bytes. The consumer copies the image it serves into a landing
