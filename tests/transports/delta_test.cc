@@ -5,9 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <limits>
-
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -518,6 +517,66 @@ TEST(Delta, RandomisedVersionsServeOnlyExactImages) {
   // A corruption Apply accepted would have served a different image (asserted above);
   // a flip that leaves the image unchanged (padding) cannot happen: every byte is covered.
   EXPECT_EQ(refused, corrupted);
+}
+
+// The host tier's delta auto, per consumer: a delta only where its predicted
+// time (encode + delta bytes over the measured link + apply) is below the
+// full image's over that link.
+TEST(DeltaChoice, FastLinkGetsTheFullVersionSlowLinkTheDelta) {
+  delta::LinkCosts c;
+  c.image_bytes = 600'000'000;
+  c.delta_bytes = 12'000'000;  // 2%
+  c.encode_s = 0.15;
+  c.apply_s = 0.25;
+  // Shared memory, 10 GB/s: full 0.06 s against 0.4 s of diff and apply.
+  c.link_bytes_per_s = 10e9;
+  delta::LinkChoice fast = delta::ChooseOverLink(c);
+  EXPECT_FALSE(fast.delta) << fast.reason;
+  EXPECT_NEAR(fast.full_s, 0.06, 1e-9);
+  EXPECT_NEAR(fast.delta_s, 0.15 + 0.0012 + 0.25, 1e-9);
+  EXPECT_EQ(fast.reason, "full: predicted delta 0.401 s >= full 0.06 s");
+  // 1 GB/s: full 0.6 s, delta 0.412 s.
+  c.link_bytes_per_s = 1e9;
+  delta::LinkChoice gigabit = delta::ChooseOverLink(c);
+  EXPECT_TRUE(gigabit.delta) << gigabit.reason;
+  EXPECT_EQ(gigabit.reason, "delta: predicted 0.412 s < full 0.6 s");
+  // 100 MB/s: full 6 s, delta 0.52 s.
+  c.link_bytes_per_s = 100e6;
+  delta::LinkChoice slow = delta::ChooseOverLink(c);
+  EXPECT_TRUE(slow.delta) << slow.reason;
+  EXPECT_NEAR(slow.full_s, 6.0, 1e-9);
+  EXPECT_NEAR(slow.delta_s, 0.52, 1e-9);
+  // The break-even: a link where the delta's costs equal the full send's is full.
+  c.link_bytes_per_s = static_cast<double>(c.image_bytes - c.delta_bytes) / (c.encode_s + c.apply_s);
+  EXPECT_FALSE(delta::ChooseOverLink(c).delta);
+  c.link_bytes_per_s *= 0.99;
+  EXPECT_TRUE(delta::ChooseOverLink(c).delta);
+}
+
+TEST(DeltaChoice, UnmeasuredLinkOrNoDeltaIsFull) {
+  delta::LinkCosts c;
+  c.image_bytes = 1 << 20;
+  c.delta_bytes = 1000;
+  c.link_bytes_per_s = 0;  // the first version to a consumer: not measured
+  delta::LinkChoice unknown = delta::ChooseOverLink(c);
+  EXPECT_FALSE(unknown.delta);
+  EXPECT_EQ(unknown.reason, "full: link not measured yet");
+  c.link_bytes_per_s = -1;
+  EXPECT_FALSE(delta::ChooseOverLink(c).delta);
+  c.link_bytes_per_s = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(delta::ChooseOverLink(c).delta);
+  c.link_bytes_per_s = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(delta::ChooseOverLink(c).delta);
+  // A very slow link, but no delta (or one as large as the image): full.
+  c.link_bytes_per_s = 1e3;
+  c.delta_bytes = 0;
+  EXPECT_FALSE(delta::ChooseOverLink(c).delta);
+  c.delta_bytes = c.image_bytes;
+  delta::LinkChoice none = delta::ChooseOverLink(c);
+  EXPECT_FALSE(none.delta);
+  EXPECT_EQ(none.reason, "full: no delta smaller than the image");
+  c.delta_bytes = 1000;
+  EXPECT_TRUE(delta::ChooseOverLink(c).delta);
 }
 
 }  // namespace

@@ -268,7 +268,8 @@ TEST(TierTable, DecodersRefuseFieldsTheirReceiversCouldNotUse) {
            [](HostPayload* q) { q->delta_chunk_bytes = 0; },
            [](HostPayload* q) { q->delta_chunk_bytes = (1ull << 30) + 1; },
            [&](HostPayload* q) { q->delta_bytes = a.image_bytes + 1; },
-           [](HostPayload* q) { q->delta_shm = 2; }}) {
+           [](HostPayload* q) { q->delta_shm = 3; },
+           [](HostPayload* q) { q->delta_ranks[7] = 1; }}) {  // ranks only with delta_shm 2 (auto)
     HostPayload bad = offer;
     spoil(&bad);
     SetTierPayload(bad, &a);

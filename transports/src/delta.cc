@@ -1,6 +1,7 @@
 #include "viper/transports/delta.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -107,55 +108,38 @@ std::string TableDifference(const Image& a, const std::byte* a_data, const Image
   return "";
 }
 
-// Appends LEB128 `v` at `p`; returns the bytes written (at most 10).
-inline unsigned PutVarint(uint8_t* p, uint64_t v) {
-  unsigned n = 0;
-  while (v >= 0x80) {
-    p[n++] = static_cast<uint8_t>(v) | 0x80;
-    v >>= 7;
-  }
-  p[n++] = static_cast<uint8_t>(v);
-  return n;
-}
-// Reads a LEB128 value from [*p, end); false when truncated or over 64 bits.
-inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
-  uint64_t out = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    if (*p >= end) return false;
-    const uint8_t b = *(*p)++;
-    if (shift == 63 && b > 1) return false;
-    out |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) {
-      *v = out;
-      return true;
-    }
-  }
-  return false;
-}
-
 // Golomb-Rice coding of the gaps between changed elements: gap g with
 // parameter r is g >> r one-bits, a zero bit, then the low r bits of g;
 // bits fill each byte from its least significant bit.
 class BitWriter {
  public:
+  // `out` must have 8 bytes of room past the last byte the code takes (the
+  // flush stores a whole word; bytes past the code are overwritten later).
   explicit BitWriter(std::byte* out) : out_(out) {}
-  void Put(uint64_t bits, unsigned count) {  // count <= 57
-    acc_ |= (count == 0 ? 0 : bits & (~0ull >> (64 - count))) << fill_;
+  // Appends the low `count` bits of `bits` (count <= 57; bits above count are zero).
+  inline void Put(uint64_t bits, unsigned count) {
+    acc_ |= bits << fill_;
     fill_ += count;
-    while (fill_ >= 8) {
-      out_[used_++] = static_cast<std::byte>(acc_);
-      acc_ >>= 8;
-      fill_ -= 8;
-    }
+    std::memcpy(out_ + used_, &acc_, 8);  // little-endian: the bytes in stream order
+    const unsigned whole = fill_ >> 3;
+    used_ += whole;
+    acc_ = whole == 8 ? 0 : acc_ >> (8 * whole);
+    fill_ &= 7;
   }
-  void PutRice(uint64_t gap, unsigned r) {
-    for (uint64_t q = gap >> r; q > 0;) {
+  inline void PutRice(uint64_t gap, unsigned r) {
+    uint64_t q = gap >> r;
+    const uint64_t low = r == 0 ? 0 : gap & (~0ull >> (64 - r));
+    if (q + 1 + r <= 57) {  // the usual case: the whole code in one Put
+      Put(((1ull << q) - 1) | (low << (q + 1)), static_cast<unsigned>(q + 1 + r));
+      return;
+    }
+    for (; q > 0;) {
       const unsigned ones = static_cast<unsigned>(std::min<uint64_t>(q, 32));
-      Put(~0ull, ones);
+      Put((1ull << ones) - 1, ones);
       q -= ones;
     }
     Put(0, 1);
-    if (r > 0) Put(gap & (r >= 64 ? ~0ull : (1ull << r) - 1), r);
+    if (r > 0) Put(low, r);
   }
   uint64_t Finish() {  // bytes written
     if (fill_ > 0) out_[used_++] = static_cast<std::byte>(acc_);
@@ -221,130 +205,201 @@ class BitReader {
   unsigned fill_ = 0;
 };
 
-// Bytes of `k` gaps (LEB128 varints in [p, end)) Rice-coded with parameters
-// r0, r0 + 1, r0 + 2, in one pass.
-void RiceBytes3(const uint8_t* p, const uint8_t* end, uint64_t k, unsigned r0, uint64_t out[3]) {
-  uint64_t high[3] = {0, 0, 0};
+// Gaps are kept as u32 words; a gap of 2^32 - 1 or more (only in tensors of
+// over 4G elements) as kWideGap followed by its low and high halves.
+constexpr uint32_t kWideGap = UINT32_MAX;
+
+// Calls f(gap) for each of the `k` gaps stored from `p`.
+template <typename F>
+inline void ForEachGap(const uint32_t* p, uint64_t k, F&& f) {
   for (uint64_t j = 0; j < k; ++j) {
-    uint64_t gap = 0;
-    GetVarint(&p, end, &gap);
+    uint64_t gap = *p++;
+    if (__builtin_expect(gap == kWideGap, 0)) {
+      gap = p[0] | (static_cast<uint64_t>(p[1]) << 32);
+      p += 2;
+    }
+    f(gap);
+  }
+}
+
+// Bytes of `k` gaps (stored from `p`) Rice-coded with parameters r0, r0 + 1,
+// r0 + 2, in one pass.
+void RiceBytes3(const uint32_t* p, uint64_t k, unsigned r0, uint64_t out[3]) {
+  uint64_t high[3] = {0, 0, 0};
+  ForEachGap(p, k, [&](uint64_t gap) {
     high[0] += gap >> r0;
     high[1] += gap >> (r0 + 1);
     high[2] += gap >> (r0 + 2);
-  }
+  });
   for (unsigned i = 0; i < 3; ++i) out[i] = (k * (1 + r0 + i) + high[i] + 7) / 8;
 }
 
-// The positions of one tensor's changed elements, as gap varints, found by
-// one pass over both images.
+// The positions of one tensor's changed elements, as gaps, and their new
+// values, found by one pass over both images.
 class Scanner {
  public:
   // Scans `bytes` bytes (n elements of `e` bytes) of `a` (base) against `b`
-  // (target), appending the changed elements' gaps (LEB128) and new values
-  // (gathered while the line is in cache) after those of earlier tensors.
-  // Returns false when it stopped early because no sparse record can be
-  // smaller than dense; then call Discard.
+  // (target), appending the changed elements' gaps and new values (gathered
+  // while the line is in cache) after those of earlier tensors. Returns
+  // false when it stopped early because no sparse record can be smaller
+  // than dense; then call Discard.
   bool Scan(const std::byte* a, const std::byte* b, uint64_t bytes, unsigned e) {
-    e_ = e;
-    e_shift_ = static_cast<unsigned>(__builtin_ctz(e));  // e is 1, 2, 4 or 8
-    // Per lane of 8e bits: all bits but the top one (low_), the top one (high_).
-    const uint64_t lane_one = e == 8 ? 1 : ~0ull / ((1ull << (8 * e)) - 1);
-    high_ = lane_one << (8 * e - 1);
-    low_ = ~high_;
-    b_ = b;
-    n_ = bytes / e;
-    dense_ = bytes;
-    k_ = 0;
-    next_ = 0;
-    pos_mark_ = pos_used_;
-    val_mark_ = val_used_;
-    const uint64_t words = bytes / 8;
-    uint64_t w = 0;
-    // Four words per step: the common unchanged case is one OR of four XORs.
-    for (; w + 4 <= words; w += 4) {
-      const std::byte* pa = a + 8 * w;
-      const std::byte* pb = b + 8 * w;
-      const uint64_t x0 = Load64(pa) ^ Load64(pb), x1 = Load64(pa + 8) ^ Load64(pb + 8);
-      const uint64_t x2 = Load64(pa + 16) ^ Load64(pb + 16), x3 = Load64(pa + 24) ^ Load64(pb + 24);
-      if ((x0 | x1 | x2 | x3) == 0) continue;
-      if (!Word(x0, w) || !Word(x1, w + 1) || !Word(x2, w + 2) || !Word(x3, w + 3)) return false;
+    switch (e) {
+      case 1:
+        return ScanAs<1>(a, b, bytes);
+      case 2:
+        return ScanAs<2>(a, b, bytes);
+      case 4:
+        return ScanAs<4>(a, b, bytes);
+      default:
+        return ScanAs<8>(a, b, bytes);
     }
-    for (; w < words; ++w) {
-      const uint64_t x = Load64(a + 8 * w) ^ Load64(b + 8 * w);
-      if (x != 0 && !Word(x, w)) return false;
-    }
-    // The last bytes % 8 bytes, a whole number of elements (e divides 8).
-    for (uint64_t off = words * 8; off < bytes; off += e) {
-      if (std::memcmp(a + off, b + off, e) != 0 && !Record(off / e)) return false;
-    }
-    return true;
   }
   // Forgets what the last Scan appended (a dense or unchanged tensor).
   void Discard() {
-    pos_used_ = pos_mark_;
+    gap_used_ = gap_mark_;
     val_used_ = val_mark_;
   }
 
   uint64_t changed() const { return k_; }
-  // Where the last Scan's gaps and values start in the buffers, and their sizes.
-  uint64_t positions_offset() const { return pos_mark_; }
-  uint64_t positions_bytes() const { return pos_used_ - pos_mark_; }
+  // Where the last Scan's gaps and values start in the buffers.
+  uint64_t gaps_offset() const { return gap_mark_; }
   uint64_t values_offset() const { return val_mark_; }
-  const uint8_t* positions(uint64_t offset) const { return positions_.get() + offset; }
+  const uint32_t* gaps(uint64_t offset) const { return gaps_.get() + offset; }
   const std::byte* values(uint64_t offset) const { return values_.get() + offset; }
 
  private:
-  // Records the changed lanes of XOR word `x` (word index `w`).
-  inline bool Word(uint64_t x, uint64_t w) {
-    if (x == 0) return true;
-    // One bit per changed lane, its top bit (no carry crosses a lane:
-    // (x & low) + low < 2^lane_bits), then one step per changed element.
-    uint64_t m = (((x & low_) + low_) | x) & high_;
-    const uint64_t first = (w * 8) >> e_shift_;
-    const unsigned lane_shift = 3 + e_shift_;
-    while (m != 0) {
-      if (!Record(first + (static_cast<unsigned>(__builtin_ctzll(m)) >> lane_shift))) return false;
-      m &= m - 1;
+  // (Over 80 lines: the scan's state lives in locals, in registers: the
+  // values are stored through std::byte pointers, which may alias anything
+  // in memory, so members would be reloaded after every element.)
+  template <unsigned E>
+  bool ScanAs(const std::byte* a, const std::byte* b, uint64_t bytes) {
+    gap_mark_ = gap_used_;
+    val_mark_ = val_used_;
+    uint32_t* g = gaps_.get() + gap_used_;
+    uint32_t* g_end = gaps_.get() + gap_capacity_;
+    std::byte* v = values_.get() + val_used_;
+    std::byte* v_end = values_.get() + val_capacity_;
+    uint64_t k = 0, next = 0;
+    const uint64_t dense = bytes;
+    // Room for `gaps` gap words and `values` value bytes.
+    auto reserve = [&](uint64_t gaps, uint64_t values) {
+      if (__builtin_expect(
+              static_cast<uint64_t>(g_end - g) >= gaps && static_cast<uint64_t>(v_end - v) >= values, 1))
+        return;
+      gap_used_ = static_cast<uint64_t>(g - gaps_.get());
+      val_used_ = static_cast<uint64_t>(v - values_.get());
+      Grow(&gaps_, gap_used_, gaps, &gap_capacity_);
+      Grow(&values_, val_used_, values, &val_capacity_);
+      g = gaps_.get() + gap_used_;
+      g_end = gaps_.get() + gap_capacity_;
+      v = values_.get() + val_used_;
+      v_end = values_.get() + val_capacity_;
+    };
+    // One changed element; false when sparse can no longer win.
+    auto record = [&](uint64_t index) {
+      const uint64_t gap = index - next;
+      if (__builtin_expect(gap < kWideGap, 1)) {
+        *g++ = static_cast<uint32_t>(gap);
+      } else {
+        g[0] = kWideGap;
+        g[1] = static_cast<uint32_t>(gap);
+        g[2] = static_cast<uint32_t>(gap >> 32);
+        g += 3;
+      }
+      std::memcpy(v, b + index * E, E);
+      v += E;
+      next = index + 1;
+      ++k;
+      // Rice-coded gaps take at least a bit per changed element: once that
+      // and the values reach the dense size, no sparse record can win. And
+      // once 4096 elements are scanned at a changed density where sparse
+      // breaks even with dense (e / (e + 1/8): 97% for 4-byte elements), the
+      // tensor is sent dense without scanning the rest: sparse could only win
+      // if the rest were mostly unchanged, and dense is exact either way (a
+      // dense SGD step is decided in 4096 elements instead of 97% of the
+      // tensor).
+      if (next >= 4096 && k * (8 * E + 1) >= next * 8 * E) return false;
+      return k * E + (k + 7) / 8 < dense;
+    };
+    // One bit per changed lane of XOR word `x`, lane i at bit i: per lane of
+    // 8E bits, its top bit set when any is ((x & low) + low carries into it
+    // without crossing into the next lane), then gathered to the bottom
+    // (a multiply whose partial products do not collide: checked for every
+    // pattern).
+    auto lanes = [](uint64_t x) -> uint64_t {
+      if constexpr (E == 8) {
+        return x != 0;
+      } else {
+        constexpr uint64_t kLaneOne = ~0ull / ((1ull << (8 * E)) - 1);
+        constexpr uint64_t kHigh = kLaneOne << (8 * E - 1);
+        constexpr uint64_t kLow = ~kHigh;
+        const uint64_t m = ((((x & kLow) + kLow) | x) & kHigh) >> (8 * E - 1);  // bit 8E i: lane i
+        if constexpr (E == 4) return (m | (m >> 31)) & 3;
+        if constexpr (E == 2) return ((m * 0x0000200040008001ull) >> 45) & 15;
+        return (m * 0x0102040810204080ull) >> 56;
+      }
+    };
+    // The changed elements of a mask of lanes (bit i: element first + i).
+    auto elements = [&](uint64_t mask, uint64_t first) {
+      for (; mask != 0; mask &= mask - 1) {
+        if (!record(first + static_cast<unsigned>(__builtin_ctzll(mask)))) return false;
+      }
+      return true;
+    };
+    bool complete = true;
+    const uint64_t words = bytes / 8;
+    uint64_t w = 0;
+    // A cache line (eight words) per step: the common unchanged case is one
+    // OR of eight XORs and one branch.
+    for (; complete && w + 8 <= words; w += 8) {
+      const std::byte* pa = a + 8 * w;
+      const std::byte* pb = b + 8 * w;
+      uint64_t x[8];
+      for (int i = 0; i < 8; ++i) x[i] = Load64(pa + 8 * i) ^ Load64(pb + 8 * i);
+      if (((x[0] | x[1]) | (x[2] | x[3]) | ((x[4] | x[5]) | (x[6] | x[7]))) == 0) continue;
+      // The block's changed lanes in one mask (64 / E bits), walked in one
+      // loop: a branch per changed element, not per word.
+      uint64_t mask = 0;
+      for (int i = 0; i < 8; ++i) mask |= lanes(x[i]) << (i * (8 / E));
+      reserve(8 * (8 / E) * 3, 64);
+      complete = elements(mask, w * (8 / E));
     }
-    return true;
-  }
-  inline bool Record(uint64_t index) {
-    if (pos_used_ + 10 > pos_capacity_) Grow(&positions_, pos_used_, &pos_capacity_);
-    if (val_used_ + 8 > val_capacity_) Grow(&values_, val_used_, &val_capacity_);
-    pos_used_ += PutVarint(positions_.get() + pos_used_, index - next_);
-    CopyElement(values_.get() + val_used_, b_ + index * e_, e_);
-    val_used_ += e_;
-    next_ = index + 1;
-    ++k_;
-    // Rice-coded gaps take at least a bit per changed element: once that and
-    // the values reach the dense size, no sparse record can win. And once
-    // 4096 elements are scanned at a changed density where sparse breaks even
-    // with dense (e / (e + 1/8): 97% for 4-byte elements), the tensor is sent
-    // dense without scanning the rest: sparse could only win if the rest were
-    // mostly unchanged, and dense is exact either way (a dense SGD step is
-    // decided in 4096 elements instead of 97% of the tensor).
-    if (next_ >= 4096 && k_ * (8 * e_ + 1) >= next_ * 8 * e_) return false;
-    return k_ * e_ + (k_ + 7) / 8 < dense_;
+    for (; complete && w < words; ++w) {
+      const uint64_t x = Load64(a + 8 * w) ^ Load64(b + 8 * w);
+      if (x == 0) continue;
+      reserve((8 / E) * 3, 8);
+      complete = elements(lanes(x), w * (8 / E));
+    }
+    // The last bytes % 8 bytes, a whole number of elements (E divides 8).
+    for (uint64_t off = words * 8; complete && off < bytes; off += E) {
+      if (std::memcmp(a + off, b + off, E) == 0) continue;
+      reserve(3, E);
+      complete = record(off / E);
+    }
+    gap_used_ = static_cast<uint64_t>(g - gaps_.get());
+    val_used_ = static_cast<uint64_t>(v - values_.get());
+    k_ = k;
+    return complete;
   }
 
-  // Doubles a buffer (not zero-filled: only the used bytes are ever read).
+  // Doubles a buffer short of room for `more` entries (not zero-filled:
+  // only the used entries are ever read).
   template <typename T>
-  static void Grow(std::unique_ptr<T[]>* buffer, uint64_t used, uint64_t* capacity) {
-    const uint64_t bigger = std::max<uint64_t>(1 << 16, *capacity * 2);
+  static void Grow(std::unique_ptr<T[]>* buffer, uint64_t used, uint64_t more, uint64_t* capacity) {
+    if (used + more <= *capacity) return;
+    const uint64_t bigger = std::max<uint64_t>({1 << 16, *capacity * 2, used + more});
     std::unique_ptr<T[]> next(new T[bigger]);
-    if (used > 0) std::memcpy(next.get(), buffer->get(), used);
+    if (used > 0) std::memcpy(next.get(), buffer->get(), used * sizeof(T));
     *buffer = std::move(next);
     *capacity = bigger;
   }
 
-  unsigned e_ = 1, e_shift_ = 0;
-  uint64_t low_ = 0, high_ = 0;
-  const std::byte* b_ = nullptr;
-  uint64_t n_ = 0, dense_ = 0, k_ = 0, next_ = 0;
-  uint64_t pos_used_ = 0, pos_mark_ = 0, pos_capacity_ = 0;
+  uint64_t k_ = 0;
+  uint64_t gap_used_ = 0, gap_mark_ = 0, gap_capacity_ = 0;
   uint64_t val_used_ = 0, val_mark_ = 0, val_capacity_ = 0;
-  std::unique_ptr<uint8_t[]> positions_;  // every sparse tensor's gaps, in order
-  std::unique_ptr<std::byte[]> values_;   // and their new values
+  std::unique_ptr<uint32_t[]> gaps_;     // every sparse tensor's gaps, in order
+  std::unique_ptr<std::byte[]> values_;  // and their new values
 };
 
 // Bounds-checked writer into the caller's buffer.
@@ -572,6 +627,30 @@ StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size) {
   return c;
 }
 
+LinkChoice ChooseOverLink(const LinkCosts& c) {
+  LinkChoice out;
+  if (c.delta_bytes == 0 || c.delta_bytes >= c.image_bytes) {
+    out.reason = "full: no delta smaller than the image";
+    return out;
+  }
+  if (!(c.link_bytes_per_s > 0) || !std::isfinite(c.link_bytes_per_s)) {
+    out.reason = "full: link not measured yet";
+    return out;
+  }
+  out.full_s = static_cast<double>(c.image_bytes) / c.link_bytes_per_s;
+  out.delta_s = std::max(0.0, c.encode_s) + static_cast<double>(c.delta_bytes) / c.link_bytes_per_s +
+                std::max(0.0, c.apply_s);
+  out.delta = out.delta_s < out.full_s;
+  char buf[128];
+  if (out.delta) {
+    std::snprintf(buf, sizeof(buf), "delta: predicted %.3g s < full %.3g s", out.delta_s, out.full_s);
+  } else {
+    std::snprintf(buf, sizeof(buf), "full: predicted delta %.3g s >= full %.3g s", out.delta_s, out.full_s);
+  }
+  out.reason = buf;
+  return out;
+}
+
 StatusOr<ImageId> Identify(const std::byte* image, uint64_t size) {
   VIPER_ASSIGN_OR_RETURN(Image parsed, ParseImage(image, size, "image"));
   return ImageId{parsed.state.metadata.version, parsed.checksum};
@@ -627,7 +706,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
     Encoding encoding = Encoding::kUnchanged;
     unsigned rice = 0;
     uint64_t payload = 0;
-    uint64_t positions_offset = 0, positions_bytes = 0, values_offset = 0;  // sparse: in the scanner's buffers
+    uint64_t gaps_offset = 0, values_offset = 0;  // sparse: in the scanner's buffers
   };
   const auto& tb = b.state.tensors();
   const auto& tt = t.state.tensors();
@@ -659,15 +738,13 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
       const unsigned log_gap = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
       const unsigned r0 = std::min(log_gap == 0 ? 0u : log_gap - 1, 54u);
       uint64_t bytes[3];
-      const uint8_t* q = scanner.positions(scanner.positions_offset());
-      RiceBytes3(q, q + scanner.positions_bytes(), k, r0, bytes);
+      RiceBytes3(scanner.gaps(scanner.gaps_offset()), k, r0, bytes);
       for (unsigned j = 0; j < 3; ++j) {
         if (bytes[j] + k * e < c.payload) c.encoding = Encoding::kSparseGaps, c.payload = bytes[j] + k * e, c.rice = r0 + j;
       }
     }
     if (c.encoding == Encoding::kSparseGaps) {
-      c.positions_offset = scanner.positions_offset();
-      c.positions_bytes = scanner.positions_bytes();
+      c.gaps_offset = scanner.gaps_offset();
       c.values_offset = scanner.values_offset();
     } else {
       scanner.Discard();
@@ -682,6 +759,7 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
 
   // Phase 2: write the records.
   uint64_t records = 0;
+  std::vector<std::byte> scratch;
   for (std::size_t i = 0; i < tt.size(); ++i) {
     const Choice& c = choices[i];
     if (c.encoding == Encoding::kUnchanged) continue;
@@ -697,15 +775,15 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
     }
     // Code the gaps; the new values were gathered by the scan.
     const uint64_t values_at = c.payload - count * e;
-    BitWriter bits(p);
-    const uint8_t* q = scanner.positions(c.positions_offset);
-    const uint8_t* end = q + c.positions_bytes;
-    for (uint64_t j = 0; j < count; ++j) {
-      uint64_t gap = 0;
-      GetVarint(&q, end, &gap);
-      bits.PutRice(gap, c.rice);
-    }
+    // The bit writer stores whole words: straight into the delta when the
+    // values behind the bits leave room for its last store, else (a few
+    // changed elements) through a scratch copy.
+    const bool direct = count * e >= 8;
+    if (!direct) scratch.assign(values_at + 8, std::byte{0});
+    BitWriter bits(direct ? p : scratch.data());
+    ForEachGap(scanner.gaps(c.gaps_offset), count, [&](uint64_t gap) { bits.PutRice(gap, c.rice); });
     VIPER_CHECK(bits.Finish() == values_at);
+    if (!direct) std::memcpy(p, scratch.data(), values_at);
     std::memcpy(p + values_at, scanner.values(c.values_offset), count * e);
   }
   const uint64_t body = w.used() - kFixedHeaderBytes;

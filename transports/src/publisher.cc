@@ -89,6 +89,7 @@ std::string Publisher::VersionReport::BriefReport() const {
     s << "; rank " << c.rank << ": "
       << (c.delivered ? "servable after " + std::to_string(c.servable_s) + " s"
                       : (c.lost ? "lost (" + c.message + ")" : "not delivered (" + c.message + ")"));
+    if (!c.encoding_reason.empty()) s << ", " << c.encoding << " (" << c.encoding_reason << ")";
   }
   return s.str();
 }

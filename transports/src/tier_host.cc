@@ -138,7 +138,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   const double t0 = MonotonicSeconds();
   // Delta: the image built (and hashed) first, then diffed against the base
   // kept; the digest is then known before any byte moves.
-  VIPER_RETURN_IF_ERROR(delta_.Prepare(src));
+  VIPER_RETURN_IF_ERROR(delta_.Prepare(src, control_->host()));
   const bool known = delta_.built();
   std::vector<ByteRange> merged = MergeRanges(src.ranges);
   Messages m = Cut(merged, src.header_bytes);
@@ -165,7 +165,7 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   for (const auto& r : ready) {
     if (r.second.path == kPathDelta) {
       // Only for the base offered, which it says it holds.
-      if (delta_.Takes(r.second)) {
+      if (delta_.Takes(r.first, r.second)) {
         via_delta.push_back(r.first);
       } else {
         control_->Drop(r.first, "answered a delta for version " + std::to_string(r.second.held_version) +
@@ -211,8 +211,22 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   };
   std::vector<ChunkedTransfer> transfers = Sends(fan.ChildrenOf(control_->rank()), &chunks);
   for (ChunkedTransfer& t : Sends(via_delta, delta_.chunks())) transfers.push_back(std::move(t));
+  // When each direct transfer completed (delta auto measures its links).
+  std::vector<double> done_s(transfers.size(), 0);
+  const double run_s = MonotonicSeconds();
+  const auto background = hooks.background;
+  hooks.background = [&, background] {
+    const bool work = background();
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      if (done_s[i] == 0 && transfers[i].Done()) done_s[i] = MonotonicSeconds();
+    }
+    return work;
+  };
   RunChunked(control_->link().comm, options_.max_inflight_chunks, &transfers,
              MonotonicSeconds() + options_.peer_timeout_s, hooks);
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    if (done_s[i] == 0 && !transfers[i].failed) done_s[i] = MonotonicSeconds();
+  }
   if (shm) {
     // All consumers on this node, or the MPI sends finished first.
     while (shm->Step(kShmProgressBytes)) {
@@ -234,6 +248,31 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   for (auto& c : out->consumers) {
     const bool took = std::find(via_delta.begin(), via_delta.end(), c.rank) != via_delta.end();
     c.encoding = took ? delta_of : "full";
+  }
+  // What each direct transfer measured (auto's link rates), and why each
+  // consumer got what it got.
+  for (const auto& r : ready) {
+    const bool took = std::find(via_delta.begin(), via_delta.end(), r.first) != via_delta.end();
+    uint64_t moved = 0;
+    double seconds = 0;
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      if (transfers[i].peer != r.first || transfers[i].failed) continue;
+      moved = transfers[i].chunks == &chunks ? image_bytes : delta_.delta_bytes();
+      seconds = done_s[i] - run_s;
+    }
+    double load_s = 0;
+    for (const auto& c : out->consumers) {
+      if (c.rank == r.first && c.delivered) load_s = c.load_s;
+    }
+    // A send completes once MPI has the bytes, which may be before they
+    // land: for a full version, the consumer's receive time when it
+    // acknowledged (its load_s; for a delta, load_s includes the apply).
+    if (!took && moved > 0) seconds = std::max(seconds, load_s);
+    delta_.Measure(r.first, r.second, moved, seconds, took, load_s);
+  }
+  for (auto& c : out->consumers) {
+    const bool took = std::find(via_delta.begin(), via_delta.end(), c.rank) != via_delta.end();
+    c.encoding_reason = delta_.Reason(c.rank, took);
   }
   out->encoding = delta_.Encoding(static_cast<int>(via_delta.size()));
   out->written_bytes = delta_.delta_bytes();

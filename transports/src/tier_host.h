@@ -50,12 +50,18 @@ struct HostPayload {
   // of delta_chunk_bytes, against the version delta_base_version whose
   // viper.checksum is delta_base_checksum. A consumer holding that base may
   // answer Ready with kPathDelta; one on the producer's node only when
-  // delta_shm = 1 (else its link, shared memory, is as fast as the apply).
+  // delta_shm = 1 (else its link, shared memory, is as fast as the apply;
+  // 0 and 2 offer it on other nodes only).
   uint64_t delta_bytes = 0;
   uint64_t delta_chunk_bytes = 0;
   uint64_t delta_base_version = 0;
   uint64_t delta_base_checksum = 0;
   uint64_t delta_shm = 0;
+  // delta_shm = 2 (delta auto, by measured rates): the delta is offered
+  // only to the consumers on other nodes whose rank has its bit here (rank
+  // r: bit r % 64 of word r / 64; ranks below 512), those the producer's
+  // measured rates predict to gain from it (tier_host_delta.h).
+  uint64_t delta_ranks[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
 
 // The host tier's decoder: the payload's size, a terminated segment name
@@ -67,13 +73,16 @@ inline StatusOr<HostPayload> DecodeHostPayload(const Announce& a) {
     return DataLossError("announcement of version " + std::to_string(a.version) +
                          " (tier host): the shm segment name is not terminated");
   }
-  if (p.delta_shm > 1 || (p.delta_bytes > 0 && (p.delta_chunk_bytes == 0 || p.delta_chunk_bytes > (1ull << 30) ||
-                                                   p.delta_bytes > a.image_bytes))) {
-    return DataLossError("announcement of version " + std::to_string(a.version) +
-                         " (tier host): inconsistent delta offer (" + std::to_string(p.delta_bytes) + " bytes in " +
-                         std::to_string(p.delta_chunk_bytes) + "-byte messages for a " +
-                         std::to_string(a.image_bytes) + "-byte image, delta_shm " + std::to_string(p.delta_shm) +
-                         ")");
+  bool ranks = false;
+  for (uint64_t w : p.delta_ranks) ranks |= w != 0;
+  if (p.delta_shm > 2 || (ranks && p.delta_shm != 2) ||
+      (p.delta_bytes > 0 &&
+       (p.delta_chunk_bytes == 0 || p.delta_chunk_bytes > (1ull << 30) || p.delta_bytes > a.image_bytes))) {
+    return DataLossError(
+        "announcement of version " + std::to_string(a.version) + " (tier host): inconsistent delta offer (" +
+        std::to_string(p.delta_bytes) + " bytes in " + std::to_string(p.delta_chunk_bytes) +
+        "-byte messages for a " + std::to_string(a.image_bytes) + "-byte image, delta_shm " +
+        std::to_string(p.delta_shm) + (ranks ? ", delta_ranks set (only with delta_shm 2)" : "") + ")");
   }
   if (p.routed > 1) {
     return DataLossError("announcement of version " + std::to_string(a.version) + " (tier host): routed is " +

@@ -28,11 +28,23 @@ Status Reserve(AlignedBuffer* buffer, uint64_t bytes) {
 
 }  // namespace
 
-Status HostDeltaOffer::Prepare(const StreamSource& src) {
+Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_host) {
   tried_ = offered_ = false;
   chunks_.clear();
+  skipped_.clear();
   next_bytes_ = 0;
+  host_ = producer_host;
+  ++sends_;
   if (options_.delta == DeltaMode::kOff || !keep_) return Status::Ok();
+  const bool automatic = options_.delta == DeltaMode::kAuto;
+  if (automatic && rest_ > 0) {
+    // No consumer gained at the last measurement: neither the image copy
+    // nor the diff until the next one (choices_ keeps its reasons).
+    --rest_;
+    skipped_ = "auto, no diff until version " + std::to_string(src.version + rest_ + 2);
+    return Status::Ok();
+  }
+  choices_.clear();
   const uint64_t image_bytes = src.header_bytes + src.data_bytes;
   next_version_ = src.version;
   header_bytes_ = src.header_bytes;
@@ -50,22 +62,81 @@ Status HostDeltaOffer::Prepare(const StreamSource& src) {
   std::memcpy(next_.data(), header_.get(), src.header_bytes);
   next_bytes_ = image_bytes;
   if (base_bytes_ == 0) return Status::Ok();  // nothing to diff against yet
+  if (automatic && !measure_) {
+    // Worth a diff? Predicted from the last delta's size and the measured
+    // encode rate (before any: a tiny delta, a free encode, so that a
+    // measured link gets one try).
+    const uint64_t predicted = delta_fraction_ > 0 ? static_cast<uint64_t>(delta_fraction_ * image_bytes) : 1;
+    if (!ChooseLinks(image_bytes, std::max<uint64_t>(predicted, 1), encode_s_per_byte_ * image_bytes)) {
+      Rest();
+      skipped_ = "auto, not diffed";
+      return Status::Ok();
+    }
+  }
+  measure_ = false;
   // A buffer the last failed send may still read is kept; take a new one.
   if (!delta_ || delta_.use_count() > 1) delta_ = std::make_shared<AlignedBuffer>();
   VIPER_RETURN_IF_ERROR(Reserve(delta_.get(), next_bytes_));
   tried_ = true;
+  const double t0 = MonotonicSeconds();
   auto encoded = delta::Encode(base_.data(), base_bytes_, next_.data(), next_bytes_, delta_->data(), next_bytes_);
+  const double encode_s = MonotonicSeconds() - t0;
   if (!encoded.ok()) {
     // Not a Viper image pair the codec can diff (it should always be): full.
     summary_ = delta::EncodeSummary{};
     summary_.full = true;
     summary_.reason = encoded.status().ToString();
+    choices_.clear();
     return Status::Ok();
   }
   summary_ = *encoded;
+  const double per_byte = encode_s / static_cast<double>(next_bytes_);
+  encode_s_per_byte_ = encode_s_per_byte_ > 0 ? 0.5 * (encode_s_per_byte_ + per_byte) : per_byte;
+  delta_fraction_ =
+      summary_.full ? 1.0 : static_cast<double>(summary_.delta_bytes) / static_cast<double>(next_bytes_);
   offered_ = !summary_.full;
+  // Auto: offered to the consumers on other nodes predicted to gain, with
+  // this version's delta size and encode time.
+  if (offered_ && automatic) {
+    offered_ = ChooseLinks(next_bytes_, summary_.delta_bytes, encode_s);
+    if (!offered_) Rest();
+  }
+  if (!offered_ && !automatic) choices_.clear();
   if (offered_) AppendChunks(delta_->data(), summary_.delta_bytes, options_.chunk_bytes, &chunks_);
   return Status::Ok();
+}
+
+void HostDeltaOffer::Rest() {
+  // Every 8 versions: 6 without the image copy, one copied (the base), one
+  // diffed whatever the prediction (the encode rate and the delta's size
+  // re-measured).
+  rest_ = 6;
+  measure_ = true;
+}
+
+bool HostDeltaOffer::ChooseLinks(uint64_t image_bytes, uint64_t delta_bytes, double encode_s) {
+  choices_.clear();
+  bool any = false;
+  for (const auto& [rank, link] : links_) {
+    if (!link.other_node) continue;
+    delta::LinkChoice& choice = choices_[rank];
+    if (rank >= kMaxAutoRank) {
+      choice.reason = "full: auto offers deltas to ranks below " + std::to_string(kMaxAutoRank);
+      continue;
+    }
+    delta::LinkCosts costs;
+    costs.image_bytes = image_bytes;
+    costs.delta_bytes = delta_bytes;
+    costs.encode_s = encode_s;
+    // The consumer's copy + apply + verify, as measured; before that, as
+    // long as the producer's diff (a pass over two images each).
+    costs.apply_s =
+        link.apply_s_per_byte > 0 ? link.apply_s_per_byte * static_cast<double>(image_bytes) : encode_s;
+    costs.link_bytes_per_s = link.bytes_per_s;
+    choice = delta::ChooseOverLink(costs);
+    any |= choice.delta;
+  }
+  return any;
 }
 
 void HostDeltaOffer::Offer(HostPayload* p) const {
@@ -75,14 +146,70 @@ void HostDeltaOffer::Offer(HostPayload* p) const {
   p->delta_base_version = base_version_;
   p->delta_base_checksum = base_checksum_;
   p->delta_shm = for_shm() ? 1 : 0;
+  if (options_.delta != DeltaMode::kAuto) return;
+  p->delta_shm = 2;
+  for (const auto& [rank, choice] : choices_) {
+    if (choice.delta && rank >= 0 && rank < kMaxAutoRank) p->delta_ranks[rank / 64] |= 1ull << (rank % 64);
+  }
 }
 
-bool HostDeltaOffer::Takes(const Ready& ready) const {
-  return offered_ && ready.path == kPathDelta && ready.held_version == base_version_ &&
-         ready.held_checksum == base_checksum_;
+bool HostDeltaOffer::Takes(int rank, const Ready& ready) const {
+  if (!offered_ || ready.path != kPathDelta || ready.held_version != base_version_ ||
+      ready.held_checksum != base_checksum_)
+    return false;
+  if (options_.delta != DeltaMode::kAuto) return true;
+  const auto it = choices_.find(rank);
+  return it != choices_.end() && it->second.delta;
+}
+
+void HostDeltaOffer::Measure(int rank, const Ready& ready, uint64_t bytes, double seconds, bool took,
+                             double load_s) {
+  if (options_.delta != DeltaMode::kAuto) return;
+  Link& link = links_[rank];
+  link.seen = sends_;
+  link.other_node = host_ != nullptr && strncmp(ready.host, host_, sizeof(ready.host)) != 0;
+  // Throughput from transfers long enough not to be latency alone.
+  if (seconds > 0 && bytes >= (1u << 20)) {
+    const double rate = static_cast<double>(bytes) / seconds;
+    link.bytes_per_s = link.bytes_per_s > 0 ? 0.5 * (link.bytes_per_s + rate) : rate;
+  }
+  // The consumer's copy + apply + verify: its load time less the delta's transfer.
+  if (took && load_s > 0 && link.bytes_per_s > 0 && next_bytes_ > 0) {
+    const double apply_s = load_s - static_cast<double>(summary_.delta_bytes) / link.bytes_per_s;
+    if (apply_s > 0) {
+      const double per_byte = apply_s / static_cast<double>(next_bytes_);
+      link.apply_s_per_byte = link.apply_s_per_byte > 0 ? 0.5 * (link.apply_s_per_byte + per_byte) : per_byte;
+    }
+  }
+}
+
+std::string HostDeltaOffer::Reason(int rank, bool took) const {
+  if (options_.delta == DeltaMode::kOff) return "";
+  const std::string base = "version " + std::to_string(base_version_);
+  if (options_.delta == DeltaMode::kOn) {
+    if (took) return "delta: on";
+    if (offered_) return "full: it does not hold " + base;
+    return tried_ ? "full: " + summary_.reason : "full: no base kept yet";
+  }
+  const auto link = links_.find(rank);
+  if (link != links_.end() && !link->second.other_node) return "full: on the producer's node (shared memory)";
+  const auto choice = choices_.find(rank);
+  if (choice != choices_.end()) {
+    if (!skipped_.empty()) return "full: " + skipped_ + " (" + choice->second.reason + ")";
+    if (took || !choice->second.delta) return choice->second.reason;
+    return "full: it does not hold " + base;
+  }
+  if (!skipped_.empty()) return "full: " + skipped_;
+  if (link == links_.end() || link->second.bytes_per_s <= 0) return "full: link not measured yet";
+  if (tried_ && summary_.full) return "full: " + summary_.reason;
+  return "full: no base kept yet";
 }
 
 void HostDeltaOffer::Commit(bool other_node) {
+  // Consumers that did not answer this version are no longer served.
+  for (auto it = links_.begin(); it != links_.end();) {
+    it = it->second.seen == sends_ ? std::next(it) : links_.erase(it);
+  }
   keep_ = options_.delta == DeltaMode::kOn || other_node;
   if (!keep_ || next_bytes_ == 0) {
     base_bytes_ = 0;  // no base: the next version is full for everyone
@@ -96,8 +223,11 @@ void HostDeltaOffer::Commit(bool other_node) {
 }
 
 std::string HostDeltaOffer::Encoding(int takers) const {
-  if (!tried_) return "";
-  if (!offered_) return "full (" + summary_.BriefReport() + ")";
+  if (!tried_) return skipped_.empty() ? "" : "full (" + skipped_ + ")";
+  if (!offered_) {
+    if (summary_.full) return "full (" + summary_.BriefReport() + ")";
+    return "full (auto: no consumer on another node is predicted to gain; " + summary_.BriefReport() + ")";
+  }
   return summary_.BriefReport() + " (to " + std::to_string(takers) + " consumer" + (takers == 1 ? "" : "s") + ")";
 }
 
@@ -127,7 +257,12 @@ class DeltaReceiver : public TierReceiver {
     // MPI's own shared-memory transport for two-sided), as fast as the
     // apply: the full version unless the producer offers the delta there too.
     const bool same_node = strncmp(a.host, control_->host(), sizeof(a.host)) == 0;
-    if (same_node && p->delta_shm == 0) return false;
+    if (same_node && p->delta_shm != 1) return false;
+    // Auto: only the consumers the producer chose (by its measured rates).
+    const int me = control_->rank();
+    if (p->delta_shm == 2 && (me < 0 || me >= HostDeltaOffer::kMaxAutoRank ||
+                              (p->delta_ranks[me / 64] & (1ull << (me % 64))) == 0))
+      return false;
     base_ = std::move(held);
     return true;
   }

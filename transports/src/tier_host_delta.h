@@ -9,13 +9,22 @@
 // the mode calls for it (Publisher::Options::delta), encodes it against the
 // base (delta::Encode). When the delta is smaller, the announcement offers
 // it (HostPayload::delta_*: its size, message size, the base's version and
-// checksum).
+// checksum). Auto decides per consumer on another node by measured speed:
+// it keeps each one's link throughput (its direct transfers' times, or the
+// receive time it acknowledged, whichever is longer) and apply time (its
+// acknowledged load time for a delta less the delta's transfer), and its own
+// diff + encode time, and offers the delta (HostPayload::delta_ranks) to
+// those where encode + delta / link + apply < image / link
+// (delta::ChooseOverLink); the first version to a consumer is full (it
+// measures the link). When none gains, the next 6 versions are neither
+// copied nor diffed, the 8th is diffed whatever the prediction.
 //
 // Consumer (a receive path, tried before shm and two-sided): it takes the
 // announcement only when the version it serves is the offered base (version
 // and viper.checksum), and, on the producer's node, only when the producer
 // offers it there too (delta on; auto: a link of shared memory is as fast as
-// the consumer's copy and apply), and answers Ready with kPathDelta, naming what it holds
+// the consumer's copy and apply), with auto only when its rank is in the
+// offer's delta_ranks, and answers Ready with kPathDelta, naming what it holds
 // (Ready::held_version/held_checksum; the producer checks them). Then, all
 // kTagData from the producer (never relayed): the delta in messages of
 // delta_chunk_bytes. The consumer copies the image it serves into a landing
@@ -32,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,12 +60,13 @@ class HostDeltaOffer {
  public:
   explicit HostDeltaOffer(const Publisher::Options& options) : options_(options) {}
 
-  // When the mode keeps a base (delta on; auto while some consumer takes
-  // versions over MPI): builds `src`'s image (copy + hash + header) and,
-  // when a base is kept, encodes it against the base. Sets the digest and
-  // header the full stream then uses (no second hash). Otherwise does nothing
-  // (built() false).
-  Status Prepare(const StreamSource& src);
+  // When the mode keeps a base (delta on; auto while some consumer on
+  // another node than `producer_host` takes versions): builds `src`'s image
+  // (copy + hash + header) and, when a base is kept, encodes it against the
+  // base (auto: only when some consumer on another node is predicted to gain,
+  // ChooseLinks). Sets the digest and header the full stream then uses (no
+  // second hash). Otherwise does nothing (built() false).
+  Status Prepare(const StreamSource& src, const char* producer_host);
   bool built() const { return next_bytes_ > 0; }
   // A delta is offered for the version Prepare built.
   bool offered() const { return offered_; }
@@ -64,8 +75,9 @@ class HostDeltaOffer {
   // transport), as fast as the consumer's copy and apply.
   bool for_shm() const { return options_.delta == DeltaMode::kOn; }
   void Offer(HostPayload* p) const;
-  // Whether a consumer that answered `ready` takes the delta.
-  bool Takes(const Ready& ready) const;
+  // Whether consumer `rank`, which answered `ready`, takes the delta (auto:
+  // only a consumer it was offered to, HostPayload::delta_ranks).
+  bool Takes(int rank, const Ready& ready) const;
   // The delta's messages (kTagData, in order).
   const std::vector<Chunk>* chunks() const { return &chunks_; }
   // The built image's data digest and header (valid after Prepare).
@@ -74,6 +86,15 @@ class HostDeltaOffer {
   const std::byte* data() const { return next_.data() + header_bytes_; }
   // Memory the delta's sends read, for KeepUntilFinalize when one fails.
   std::shared_ptr<const void> delta_memory() const { return delta_; }
+  // After the send, per consumer that answered: its node, and the bytes its
+  // direct transfer moved in `seconds` (0: none measured, e.g. fed by a
+  // relay or over shm), whether it took the delta and, when acknowledged,
+  // its load_s (receive + apply + verify). Feeds auto's rates.
+  void Measure(int rank, const Ready& ready, uint64_t bytes, double seconds, bool took, double load_s);
+  // Why consumer `rank` got what it got ("delta: predicted 0.21 s < full
+  // 0.80 s", "full: on the producer's node", ...); "" when no delta was
+  // considered (delta off).
+  std::string Reason(int rank, bool took) const;
   // After the send: the built image is the next version's base.
   // `other_node`: whether any consumer that took this version is on
   // another node than the producer (auto keeps a base only while some are:
@@ -84,7 +105,22 @@ class HostDeltaOffer {
   uint64_t delta_bytes() const { return offered_ ? summary_.delta_bytes : 0; }
   uint64_t base_version() const { return base_version_; }
 
+  // Auto offers a delta only to ranks below this (HostPayload::delta_ranks).
+  static constexpr int kMaxAutoRank = 512;
+
  private:
+  // What auto measured of one consumer.
+  struct Link {
+    uint64_t seen = 0;  // the last send it answered (sends_)
+    bool other_node = false;
+    double bytes_per_s = 0;       // its recent transfers' throughput (0: not measured)
+    double apply_s_per_byte = 0;  // copy + apply + verify per image byte (0: not measured)
+  };
+  // Auto: per consumer on another node, ChooseOverLink with this version's
+  // (or, before encoding, the predicted) delta size, encode and apply times.
+  // Returns whether any is chosen.
+  bool ChooseLinks(uint64_t image_bytes, uint64_t delta_bytes, double encode_s);
+
   const Publisher::Options& options_;
   bool keep_ = true;  // auto: until a version went to shm consumers only
   AlignedBuffer base_, next_;
@@ -96,6 +132,17 @@ class HostDeltaOffer {
   bool tried_ = false, offered_ = false;
   delta::EncodeSummary summary_;
   std::vector<Chunk> chunks_;
+  // auto
+  const char* host_ = nullptr;  // the producer's node (Prepare)
+  uint64_t sends_ = 0;          // Prepare calls
+  std::map<int, Link> links_;
+  std::map<int, delta::LinkChoice> choices_;  // this version's, per consumer on another node
+  std::string skipped_;                       // why this version was not diffed ("" when it was)
+  double encode_s_per_byte_ = 0;              // the producer's diff + encode (0: not measured)
+  double delta_fraction_ = 0;                 // the last delta's bytes / image (0: none yet)
+  int rest_ = 0;          // versions auto builds nothing (no consumer gained at the last measurement)
+  bool measure_ = false;  // diff the next version with a base whatever the prediction
+  void Rest();
 };
 
 // The consumer's delta path (first of the host tier's receive paths).

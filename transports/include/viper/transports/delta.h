@@ -188,6 +188,31 @@ struct Applied {
 StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity, const std::byte* delta,
                         uint64_t delta_size);
 
+// Whether a delta beats the full image over one link, predicted from
+// measured rates (the host tier's delta auto decides this per consumer on
+// other nodes): a delta costs the producer's diff + encode, the delta's bytes
+// over the link and the consumer's copy + apply + verify; the full version
+// costs the image's bytes over the link. Every time in seconds.
+struct LinkCosts {
+  uint64_t image_bytes = 0;
+  uint64_t delta_bytes = 0;  // 0: no delta (nothing to send as one)
+  double encode_s = 0;       // the producer's diff + encode of this version
+  double apply_s = 0;        // the consumer's copy + apply + verify
+  // Measured throughput to this consumer (bytes / second of its recent
+  // transfers); 0 or less: not measured yet.
+  double link_bytes_per_s = 0;
+};
+struct LinkChoice {
+  bool delta = false;
+  double delta_s = 0, full_s = 0;  // the predictions (0 when the link is not measured)
+  // "delta: predicted 0.21 s < full 0.80 s", "full: predicted delta 0.95 s
+  // >= full 0.61 s", "full: link not measured yet", "full: no delta".
+  std::string reason;
+};
+// A delta only when its predicted time is below the full version's; an
+// unmeasured link or no delta: full.
+LinkChoice ChooseOverLink(const LinkCosts& costs);
+
 // The viper.version and viper.checksum of an image (its header only; the
 // header checksum is verified, the data section is not hashed).
 struct ImageId {

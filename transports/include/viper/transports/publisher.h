@@ -33,9 +33,12 @@ namespace transports {
 enum class DeltaMode {
   kOff,   // every version whole
   kAuto,  // a delta where a consumer holds the base, the delta is smaller and
-          // the link is slower than memory (host: consumers on other nodes;
-          // on the producer's node, shm or two-sided, the link is shared
-          // memory and the full copy is faster than diff + apply); pfs: off
+          // it is predicted faster over that consumer's link (host: per
+          // consumer on another node, from measured rates: encode + delta
+          // bytes / link + apply < image bytes / link; the first version to
+          // a consumer is full, it measures the link; on the producer's node,
+          // shm or two-sided, the link is shared memory and the full copy is
+          // faster than diff + apply); pfs: off
   kOn,    // a delta whenever one is smaller, shm consumers and pfs included
 };
 const char* ToString(DeltaMode mode);  // "off", "auto", "on"
@@ -114,8 +117,10 @@ class Publisher {
     // more while encoding) and, for each consumer whose Ready says it holds
     // that version (version and checksum) and, with auto, is on another
     // node (measured on one node, BM_TransportsHostDelta: a 2%-changed
-    // version as a delta took 1.8-2.7x a full send, the diff and apply
-    // costing more than shared memory saves), sends a delta instead of the image
+    // version as a delta took 1.6-2.9x a full send, the diff and apply
+    // costing more than shared memory saves) and predicted to gain by the
+    // rates measured for it (ConsumerResult::encoding_reason says the
+    // prediction), sends a delta instead of the image
     // (directly, not through the fan-out relays); a consumer holding
     // anything else (new, restarted, one that missed or rejected a version)
     // gets the full version. The consumer rebuilds the image in a copy of
@@ -158,6 +163,11 @@ class Publisher {
     uint64_t bytes_moved = 0;
     // How it was sent: "full", or "delta of version N" (host tier).
     std::string encoding;
+    // Why (host tier with delta on or auto): "delta: predicted 0.21 s < full
+    // 0.80 s", "full: predicted delta 0.95 s >= full 0.61 s", "full: link
+    // not measured yet", "full: on the producer's node (shared memory)",
+    // "full: it does not hold version N", ...; "" with delta off.
+    std::string encoding_reason;
     std::string message;      // why it failed, when it did
   };
 
