@@ -158,11 +158,11 @@ StatusOr<double> StalenessSurface::At(int64_t version, double traffic) const {
   if (!(traffic >= static_cast<double>(version))) {
     return InvalidArgumentError(source_ + ": " + Pair(version, traffic) + " asks for traffic before the version");
   }
-  const Row* row = RowFor(version, traffic);
-  if (!row) return NotCovered(version, traffic);
   const double v = static_cast<double>(version);
   const double d = Diagonal(v);
-  if (std::isinf(d)) return d;  // a diverged model
+  if (std::isinf(d)) return d;  // a diverged model: +inf whatever rows reach `traffic`
+  const Row* row = RowFor(version, traffic);
+  if (!row) return NotCovered(version, traffic);
   return std::max(0.0, d + Excess(*row, traffic) - Excess(*row, v));
 }
 
@@ -173,9 +173,9 @@ StatusOr<double> StalenessSurface::Integral(int64_t version, double p0, double p
                                 std::to_string(p1) + "] of version " + std::to_string(version));
   }
   if (p1 == p0) return 0.0;
+  if (Diverged(version)) return std::numeric_limits<double>::infinity();
   const Row* row = RowFor(version, p1);
   if (!row) return NotCovered(version, p1);
-  if (Diverged(version)) return std::numeric_limits<double>::infinity();
   const double c = Diagonal(v) - Excess(*row, v);
   if (c + row->min_excess >= 0) {
     return c * (p1 - p0) + ExcessIntegral(*row, p1) - ExcessIntegral(*row, p0);

@@ -273,6 +273,16 @@ TEST(StalenessSurfaceTest, ADivergedVersionIsInfiniteAndNeverPublished) {
   EXPECT_NEAR(*s->At(50, 90), f(50, 90), 1e-12);
   EXPECT_NEAR(*s->At(45, 95), 0.5 * (Curve(40) + Curve(50)) + 0.01 * 50, 1e-12);
   EXPECT_EQ(*s->Integral(70, 70, 80), inf);
+  // A diverged version is +inf even where only diverged rows reach the traffic.
+  StalenessTable late = Grid(0, 100, 10, f);
+  late.records.erase(std::remove_if(late.records.begin(), late.records.end(),
+                                    [](const StalenessRecord& r) { return r.version_iteration < 60 && r.traffic_iteration > 60; }),
+                     late.records.end());
+  auto ls = StalenessSurface::Make(late, StalenessSample::kTest);
+  ASSERT_TRUE(ls.ok()) << ls.status().message();
+  EXPECT_EQ(*ls->At(80, 95), inf);
+  EXPECT_EQ(*ls->Integral(80, 85, 95), inf);
+  EXPECT_FALSE(ls->At(50, 95).ok()) << "a finite version still needs a row reaching the traffic";
   EXPECT_EQ(*s->Integral(70, 75, 75), 0.0);
   EXPECT_TRUE(std::isfinite(s->min_loss()));
   for (WindowKind w : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
