@@ -1,12 +1,15 @@
 // viper simulate: the main job. Fits the predictor on the warm-up of a real
 // log, plans with every strategy, and judges each schedule in the
 // discrete-event simulator against the log's TRUE curve.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -32,11 +35,32 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   std::ostringstream curves, warm, marks, bars;
   for (auto* os : {&curves, &warm, &marks, &bars}) os->precision(10);
   const auto& p = ctx.problem;
+  // A run that diverged (+inf) or blew up (1e21) would flatten every other
+  // loss against the axis: when some loss to draw is over 100x the warm-up's
+  // largest, losses are drawn clipped at 4x it, and the title says so.
+  double warm_max = 0, top = 0;
+  for (double l : ctx.observed.losses) warm_max = std::max(warm_max, l);
+  if (ctx.truth) {
+    for (int64_t i = p.warmup_iterations; i <= p.total_iterations; ++i) top = std::max(top, ctx.truth->at(i));
+  }
+  if (ctx.staleness_truth) {
+    for (const auto& g : ctx.staleness_truth->Grid()) top = std::max(top, g.loss);
+  }
+  const double ceiling =
+      warm_max > 0 && top > 100 * warm_max ? 4 * warm_max : std::numeric_limits<double>::infinity();
+  bool clipped = false;
+  auto clip = [&](double l) {
+    if (l > ceiling) {
+      clipped = true;
+      return ceiling;
+    }
+    return l;
+  };
   const int64_t step = std::max<int64_t>(1, (p.total_iterations - p.warmup_iterations) / 2000);
   for (int64_t i = p.warmup_iterations; i <= p.total_iterations; i += step) {
     curves << i << " ";
-    if (ctx.truth) curves << ctx.truth->at(i); else curves << "NaN";
-    curves << " " << ctx.predicted.at(i) << "\n";
+    if (ctx.truth) curves << clip(ctx.truth->at(i)); else curves << "NaN";
+    curves << " " << clip(ctx.predicted.at(i)) << "\n";
   }
   for (size_t k = 0; k < ctx.observed.size(); ++k) warm << ctx.observed.iterations[k] << " " << ctx.observed.losses[k] << "\n";
   bool any_mark = false;
@@ -45,9 +69,14 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
       marks << s << " " << r << "\n";
       any_mark = true;
     }
-    char regret[32] = "";
-    if (rows[r].regret_vs_oracle) std::snprintf(regret, sizeof regret, "%+.2f%%", 100 * *rows[r].regret_vs_oracle);
-    bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << rows[r].sim.cil << " \"" << regret << "\"\n";
+    char regret[48] = "";
+    if (rows[r].sim.diverged_requests > 0) {
+      std::snprintf(regret, sizeof regret, "+inf: served a diverged model");
+    } else if (rows[r].regret_vs_oracle) {
+      std::snprintf(regret, sizeof regret, "%+.2f%%", 100 * *rows[r].regret_vs_oracle);
+    }
+    const double cil = std::isfinite(rows[r].sim.cil) ? rows[r].sim.cil : 0.0;  // +inf: no bar, the label says why
+    bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << cil << " \"" << regret << "\"\n";
   }
   if (!any_mark) marks << "0 -10\n";
   std::string ytics;
@@ -58,8 +87,10 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   heat.precision(10);
   const bool table = ctx.staleness_truth != nullptr;
   if (table) {
-    for (const auto& g : ctx.staleness_truth->Grid()) heat << g.traffic << " " << g.version << " " << g.loss << "\n";
+    for (const auto& g : ctx.staleness_truth->Grid()) heat << g.traffic << " " << g.version << " " << clip(g.loss) << "\n";
   }
+  char clip_note[96] = "";
+  if (clipped) std::snprintf(clip_note, sizeof clip_note, "; losses above %.3g (4x the warm-up's largest) drawn at it", ceiling);
   const std::string truth = predictor::ToString(ctx.truth_metric), observed = predictor::ToString(ctx.metric);
   const std::string title = ctx.log.source + " (planners observe " + observed + ", judged on " + truth +
                             (TruthIsTrainingLoss(ctx) ? ": the noisy per-batch training loss" : "") + "; warm-up " +
@@ -68,7 +99,7 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   gp << "$curves << EOD\n" << curves.str() << "EOD\n$warm << EOD\n" << warm.str() << "EOD\n"
      << "$marks << EOD\n" << marks.str() << "EOD\n$bars << EOD\n" << bars.str() << "EOD\n"
      << (table ? "$heat << EOD\n" + heat.str() + "EOD\n" : std::string())
-     << "set multiplot layout " << (table ? 4 : 3) << ",1 title " << GnuplotQuote(title) << "\n"
+     << "set multiplot layout " << (table ? 4 : 3) << ",1 title " << GnuplotQuote(title + clip_note) << "\n"
      << "set xlabel 'iteration'; set ylabel 'loss'; set grid; set key outside right top\n"
      << "plot $curves u 1:2 w l lw 2 lc rgb '#222222' t " << GnuplotQuote("truth: " + truth + " (log)") << ", "
      << "$curves u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "

@@ -89,6 +89,10 @@ assert d['epoch']['diverged_requests'] > 0 and d['epoch']['cil'] is None, d['epo
 assert d['online']['diverged_requests'] == 0 and d['online']['cil'] > 0, d['online']
 assert max(d['online']['schedule'] + [0]) < 2500, d['online']['schedule']
 " && passes=$((passes + 1)) || fail "the JSON counts diverged requests (epoch > 0, online 0)"
+  if command -v gnuplot >/dev/null 2>&1; then
+    expect_rc 0 "plot a run that diverges" "$viper" simulate --log "$div" -q --staleness auto --transport host --strategies epoch,online,oracle --plot "$tmp/div.png"
+    [ -s "$tmp/div.png" ] && passes=$((passes + 1)) || fail "the diverged run's plot is written"
+  fi
   expect_rc 0 "plan a run that diverges" "$viper" plan --log "$div" --transport host --strategy epoch,online
   expect_match "$tmp/out" "^epoch .* inf " "plan charges epoch's diverged versions +inf on the log"
   expect_rc 1 "--non-finite reject refuses a diverged run" "$viper" simulate --log "$div" -q --non-finite reject
