@@ -1,0 +1,309 @@
+// Applying a delta (delta.h's Apply): every record checked against the
+// base before a byte of the buffer changes, then the rebuilt image verified.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "delta_internal.h"
+#include "viper/core/checksum.h"
+#include "viper/transports/delta.h"
+
+namespace viper {
+namespace transports {
+namespace delta {
+using namespace internal;  // NOLINT: the format's byte helpers, image and header patch
+
+namespace {
+
+// Reads the Golomb-Rice codes that delta.cc's BitWriter wrote (gap g with
+// parameter r: g >> r one-bits, a zero bit, the low r bits of g).
+class BitReader {
+ public:
+  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bytes_(bytes) {}
+  // One Rice-coded gap; false when the bits run out or the gap would reach
+  // `limit` (the elements left in the tensor).
+  bool GetRice(unsigned r, uint64_t limit, uint64_t* gap) {
+    uint64_t q = 0;
+    for (;;) {  // the unary part: count one-bits up to the zero
+      Refill();
+      if (fill_ == 0) return false;
+      const uint64_t inverse = ~buf_;  // buf_ has zeros above fill_
+      const unsigned ones = inverse == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(inverse));
+      if (ones < fill_) {
+        q += ones;
+        Consume(ones + 1);
+        break;
+      }
+      q += fill_;
+      Consume(fill_);
+      if (q > (limit >> r)) return false;
+    }
+    if (q > (limit >> r)) return false;
+    uint64_t low = 0;
+    if (r > 0) {
+      Refill();
+      if (fill_ < r) return false;
+      low = buf_ & ((1ull << r) - 1);
+      Consume(r);
+    }
+    *gap = (q << r) | low;
+    return *gap < limit;
+  }
+  // Bits not read are the last byte's zero padding only.
+  bool RestIsPadding() const { return pos_ == bytes_ && fill_ < 8 && buf_ == 0; }
+
+ private:
+  void Refill() {
+    while (fill_ <= 56 && pos_ < bytes_) {
+      buf_ |= static_cast<uint64_t>(p_[pos_++]) << fill_;
+      fill_ += 8;
+    }
+  }
+  void Consume(unsigned n) {
+    buf_ = n >= 64 ? 0 : buf_ >> n;
+    fill_ -= n;
+  }
+  const uint8_t* p_;
+  uint64_t bytes_, pos_ = 0, buf_ = 0;
+  unsigned fill_ = 0;
+};
+
+// One record, checked against the base.
+struct Record {
+  uint32_t index = 0;
+  unsigned rice = 0;  // the Rice parameter of sparse-gaps
+  Encoding encoding = Encoding::kDense;
+  uint64_t count = 0;
+  const std::byte* payload = nullptr;
+  uint64_t payload_bytes = 0;
+};
+
+std::string Where(uint64_t r, uint32_t index, const Tensor& t) {
+  return "delta record " + std::to_string(r) + " (tensor " + std::to_string(index) + " '" + t.name.substr(0, 64) +
+         "')";
+}
+
+// Checks every record of the body (from `records_at`, after the header patch) against the
+// base's tensors: indices ascending and in range, element sizes, counts,
+// payload sizes, every position inside its tensor, the body used exactly.
+StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte* body, uint64_t records_at,
+                                           const Image& base) {
+  std::vector<Record> records;
+  const std::byte* p = body + records_at;
+  const std::byte* end = body + h.body_bytes;
+  const auto& tensors = base.state.tensors();
+  int64_t previous = -1;
+  for (uint64_t r = 0; r < h.record_count; ++r) {
+    if (static_cast<uint64_t>(end - p) < kRecordHeaderBytes) {
+      return DataLossError("delta truncated: record " + std::to_string(r) + " of " + std::to_string(h.record_count) +
+                           " has no room for its header");
+    }
+    Record rec;
+    rec.index = GetU32(p);
+    const uint8_t enc = static_cast<uint8_t>(p[4]);
+    const unsigned e = static_cast<uint8_t>(p[5]);
+    rec.rice = static_cast<uint8_t>(p[6]);
+    const bool reserved_zero =
+        p[7] == std::byte{0} && (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
+    rec.count = GetU64(p + 8);
+    rec.payload_bytes = GetU64(p + 16);
+    p += kRecordHeaderBytes;
+    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
+      return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc) +
+                                  " (1 sparse-gaps, 3 dense)");
+    }
+    if (rec.index >= tensors.size()) {
+      return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " + std::to_string(rec.index) +
+                                  "; the base has " + std::to_string(tensors.size()));
+    }
+    if (static_cast<int64_t>(rec.index) <= previous) {
+      return InvalidArgumentError("delta record " + std::to_string(r) + ": tensor " + std::to_string(rec.index) +
+                                  " does not follow tensor " + std::to_string(previous) + " (records ascend)");
+    }
+    previous = rec.index;
+    const Tensor& t = tensors[rec.index];
+    const uint64_t te = DTypeSize(t.dtype);
+    const uint64_t n = t.size_bytes / te;
+    if (e != te || !reserved_zero) {
+      return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) + " (the tensor's is " +
+                                  std::to_string(te) + "), Rice parameter " + std::to_string(rec.rice) +
+                                  " (at most 56, only for sparse-gaps) or reserved byte not zero");
+    }
+    if (rec.payload_bytes > static_cast<uint64_t>(end - p)) {
+      return DataLossError(Where(r, rec.index, t) + ": payload of " + std::to_string(rec.payload_bytes) +
+                           " bytes, only " + std::to_string(end - p) + " left in the delta");
+    }
+    rec.payload = p;
+    p += rec.payload_bytes;
+    if (enc == static_cast<uint8_t>(Encoding::kDense)) {
+      rec.encoding = Encoding::kDense;
+      if (rec.count != n || rec.payload_bytes != t.size_bytes) {
+        return InvalidArgumentError(Where(r, rec.index, t) + ": dense record of " + std::to_string(rec.count) +
+                                    " elements / " + std::to_string(rec.payload_bytes) + " bytes; the tensor has " +
+                                    std::to_string(n) + " / " + std::to_string(t.size_bytes));
+      }
+    } else {
+      rec.encoding = Encoding::kSparseGaps;
+      if (rec.count == 0 || rec.count > n || rec.count > rec.payload_bytes / e) {
+        return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(rec.count) +
+                                    " changed elements in a tensor of " + std::to_string(n) + " with " +
+                                    std::to_string(rec.payload_bytes) + " payload bytes");
+      }
+      const uint64_t positions_bytes = rec.payload_bytes - rec.count * e;
+      const uint8_t* q = reinterpret_cast<const uint8_t*>(rec.payload);
+      BitReader bits(q, positions_bytes);
+      uint64_t next = 0;
+      for (uint64_t j = 0; j < rec.count; ++j) {
+        uint64_t gap = 0;
+        if (!bits.GetRice(rec.rice, n - next, &gap)) {
+          return InvalidArgumentError(Where(r, rec.index, t) + ": position " + std::to_string(j) +
+                                      " is truncated or lies past the tensor's " + std::to_string(n) + " elements");
+        }
+        next += gap + 1;
+      }
+      if (!bits.RestIsPadding()) {
+        return InvalidArgumentError(Where(r, rec.index, t) + ": position bits left after the last position");
+      }
+    }
+    records.push_back(rec);
+  }
+  if (p != end) {
+    return InvalidArgumentError("delta has " + std::to_string(end - p) + " bytes after its last record");
+  }
+  return records;
+}
+
+}  // namespace
+
+// (Over 80 lines: check everything, then write, then verify, in one place.)
+StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity, const std::byte* delta,
+                        uint64_t delta_size) {
+  VIPER_ASSIGN_OR_RETURN(DeltaHeader h, ReadHeader(delta, delta_size));
+  if (h.body_bytes != delta_size - kFixedHeaderBytes) {
+    return DataLossError("delta of " + std::to_string(delta_size) + " bytes; its header says " +
+                         std::to_string(h.body_bytes) + " after the " + std::to_string(kFixedHeaderBytes) +
+                         "-byte fixed header (truncated or trailing bytes)");
+  }
+  const std::byte* body = delta + kFixedHeaderBytes;
+  const uint64_t body_sum = Xxh3_64(body, h.body_bytes);
+  if (body_sum != h.body_checksum) {
+    return DataLossError("delta body checksum mismatch: the header says " + ChecksumToHex(h.body_checksum) +
+                         ", the body hashes to " + ChecksumToHex(body_sum));
+  }
+  if (h.target_version <= h.base_version) {
+    return InvalidArgumentError("delta to version " + std::to_string(h.target_version) + " from version " +
+                                std::to_string(h.base_version) + ": a delta goes forward");
+  }
+  auto parsed = ParseImage(buffer, base_size, "the buffer");
+  if (!parsed.ok()) {
+    return FailedPreconditionError("the delta's base (version " + std::to_string(h.base_version) +
+                                   ") is not in the buffer: " + parsed.status().message());
+  }
+  Image& base = *parsed;
+  if (base.state.metadata.version != h.base_version || base.checksum != h.base_checksum ||
+      base_size != h.base_image_bytes) {
+    return FailedPreconditionError(
+        "the delta is against version " + std::to_string(h.base_version) + " (checksum " +
+        ChecksumToHex(h.base_checksum) + ", " + std::to_string(h.base_image_bytes) + " bytes); the buffer holds version " +
+        std::to_string(base.state.metadata.version) + " (checksum " + ChecksumToHex(base.checksum) + ", " +
+        std::to_string(base_size) + " bytes)");
+  }
+  const uint64_t data_bytes = base_size - base.info.data_offset;
+  const std::string_view base_json = TrimmedJson(buffer, base.info.data_offset);
+  VIPER_ASSIGN_OR_RETURN(HeaderPatch patch, ReadHeaderPatch(h, body, &base_json));
+  if (h.target_image_bytes != h.target_header_bytes + data_bytes) {
+    return InvalidArgumentError("delta says the image has " + std::to_string(h.target_image_bytes) + " bytes; its " +
+                                std::to_string(h.target_header_bytes) + "-byte header and the base's " +
+                                std::to_string(data_bytes) + "-byte data section make " +
+                                std::to_string(h.target_header_bytes + data_bytes));
+  }
+  if (h.target_image_bytes > capacity) {
+    return OutOfRangeError("the rebuilt image needs " + std::to_string(h.target_image_bytes) +
+                           " bytes; the buffer holds " + std::to_string(capacity));
+  }
+  VIPER_ASSIGN_OR_RETURN(std::vector<Record> records, CheckRecords(h, body, patch.wire_bytes(), base));
+  // The target header, rebuilt before the base's is overwritten.
+  const std::string header = RebuildHeader(h.target_header_bytes, patch, body, base_json);
+
+  // Everything is checked: rewrite the buffer (from here on it no longer holds the base).
+  struct Slot {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t offset, bytes;
+  };
+  std::vector<Slot> table;
+  table.reserve(base.state.size());
+  for (const Tensor& t : base.state.tensors()) {
+    table.push_back({t.name, t.dtype, t.shape, Offset(base, buffer, t), t.size_bytes});
+  }
+  const uint64_t old_offset = base.info.data_offset;
+  base.state = ModelState();
+  if (h.target_header_bytes != old_offset) {
+    std::memmove(buffer + h.target_header_bytes, buffer + old_offset, data_bytes);
+  }
+  std::memcpy(buffer, header.data(), h.target_header_bytes);
+  std::byte* data = buffer + h.target_header_bytes;
+  for (const Record& rec : records) {
+    const Slot& s = table[rec.index];
+    std::byte* t = data + s.offset;
+    const unsigned e = static_cast<unsigned>(DTypeSize(s.dtype));
+    if (rec.encoding == Encoding::kDense) {
+      std::memcpy(t, rec.payload, s.bytes);
+      continue;
+    }
+    const uint64_t positions_bytes = rec.payload_bytes - rec.count * e;
+    const std::byte* values = rec.payload + positions_bytes;
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(rec.payload);
+    if (rec.encoding == Encoding::kSparseGaps) {
+      BitReader bits(q, positions_bytes);
+      const uint64_t n = s.bytes / e;
+      uint64_t index = 0;
+      for (uint64_t j = 0; j < rec.count; ++j) {
+        uint64_t gap = 0;
+        VIPER_CHECK(bits.GetRice(rec.rice, n - index, &gap));  // checked by CheckRecords
+        index += gap;
+        CopyElement(t + index * e, values + j * e, e);
+        ++index;
+      }
+    }
+  }
+
+  // The rebuilt image must be the version the delta names, bit for bit.
+  Applied out;
+  out.image_bytes = h.target_image_bytes;
+  st::ParseOptions po;
+  po.require_checksum = true;
+  auto state = st::Parse(nullptr, buffer, h.target_image_bytes, po, &out.info);
+  if (!state.ok()) {
+    return DataLossError("the rebuilt version " + std::to_string(h.target_version) +
+                         " fails its checks (a corrupt or misapplied delta): " + state.status().message());
+  }
+  auto sum_it = out.info.metadata.find(st::kChecksumKey);
+  const auto sum = sum_it == out.info.metadata.end() ? std::nullopt : ChecksumFromHex(sum_it->second);
+  if (state->metadata.version != h.target_version || !sum || *sum != h.target_checksum ||
+      out.info.checksum != st::ChecksumKind::kDataAndHeader || !out.info.data_verified) {
+    return DataLossError("the rebuilt image is not version " + std::to_string(h.target_version) + " with checksum " +
+                         ChecksumToHex(h.target_checksum) + " (it says version " +
+                         std::to_string(state->metadata.version) + ")");
+  }
+  const auto& tensors = state->tensors();
+  bool same = tensors.size() == table.size();
+  for (std::size_t i = 0; same && i < tensors.size(); ++i) {
+    same = tensors[i].name == table[i].name && tensors[i].dtype == table[i].dtype &&
+           tensors[i].shape == table[i].shape && tensors[i].size_bytes == table[i].bytes &&
+           static_cast<uint64_t>(tensors[i].data - data) == table[i].offset;
+  }
+  if (!same) {
+    return DataLossError("the rebuilt version " + std::to_string(h.target_version) +
+                         "'s tensor table differs from its base's (a delta only changes tensor bytes)");
+  }
+  out.state = std::move(*state);
+  return out;
+}
+
+}  // namespace delta
+}  // namespace transports
+}  // namespace viper

@@ -1,0 +1,109 @@
+// Internal to the delta codec, not installed: what the encoder (delta.cc),
+// the applier (delta_apply.cc) and the format's shared parts
+// (delta_format.cc) all read: little-endian byte helpers, a parsed image,
+// and the target header carried as a patch of the base's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "viper/transports/delta.h"
+
+namespace viper {
+namespace transports {
+namespace delta {
+namespace internal {
+
+namespace st = safetensors;
+
+inline void PutU64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+inline uint64_t GetU64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+inline uint32_t GetU32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+// Native unaligned 8-byte load (x86-64 and every target Viper builds for are
+// little-endian; only equality of words is used, so byte order is moot).
+inline uint64_t Load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Copies one element of `e` bytes (1, 2, 4 or 8) with a fixed-size copy, not a call.
+inline void CopyElement(std::byte* to, const std::byte* from, unsigned e) {
+  switch (e) {
+    case 1:
+      *to = *from;
+      return;
+    case 2:
+      std::memcpy(to, from, 2);
+      return;
+    case 4:
+      std::memcpy(to, from, 4);
+      return;
+    default:
+      std::memcpy(to, from, 8);
+      return;
+  }
+}
+
+// A parsed image and the viper.checksum its header states.
+struct Image {
+  ModelState state;
+  st::ParseInfo info;
+  uint64_t checksum = 0;
+  uint64_t size = 0;
+};
+StatusOr<Image> ParseImage(const std::byte* data, uint64_t size, const std::string& which);
+
+inline uint64_t Offset(const Image& image, const std::byte* base, const Tensor& t) {
+  return static_cast<uint64_t>(t.data - base) - image.info.data_offset;
+}
+
+// Empty when the two images have the same tensor table (names, dtypes,
+// shapes, offsets), else what differs.
+std::string TableDifference(const Image& a, const std::byte* a_data, const Image& b, const std::byte* b_data);
+
+// The JSON of a safetensors header of `header_bytes` (8-byte length prefix +
+// JSON + padding) without its trailing padding spaces.
+std::string_view TrimmedJson(const std::byte* header, uint64_t header_bytes);
+
+// The target header as a patch of the base's: the shared prefix and suffix
+// of the two trimmed JSONs, and the target's trimmed JSON length (its
+// padding spaces up to target_header_bytes are implied).
+struct HeaderPatch {
+  uint64_t prefix = 0, suffix = 0, json_bytes = 0;
+  uint64_t middle_bytes() const { return json_bytes - prefix - suffix; }
+  uint64_t wire_bytes() const { return kHeaderPatchFixedBytes + middle_bytes(); }
+};
+
+// The shared prefix and suffix of two trimmed JSONs.
+HeaderPatch DiffHeaders(std::string_view base, std::string_view target);
+
+// Reads and checks the header patch at the start of the body (without the
+// base: the lengths against the body and the target header; with `base_json`
+// also against the base's JSON).
+StatusOr<HeaderPatch> ReadHeaderPatch(const DeltaHeader& h, const std::byte* body, const std::string_view* base_json);
+
+// A safetensors header of `header_bytes` (at least 8 + the patch's JSON)
+// from the base's JSON and a checked patch: the length prefix, the shared
+// prefix, the carried bytes, the shared suffix, then spaces (the padding of
+// Viper's PadHeader and of safetensors writers) up to `header_bytes`.
+std::string RebuildHeader(uint64_t header_bytes, const HeaderPatch& patch, const std::byte* body,
+                          std::string_view base_json);
+
+}  // namespace internal
+}  // namespace delta
+}  // namespace transports
+}  // namespace viper
