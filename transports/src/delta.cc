@@ -325,83 +325,6 @@ std::string EncodeSummary::BriefReport() const {
          " dense tensors";
 }
 
-StatusOr<DeltaHeader> ReadHeader(const std::byte* data, uint64_t size) {
-  if (size < kFixedHeaderBytes) {
-    return DataLossError("delta truncated: " + std::to_string(size) + " bytes, the fixed header alone is " +
-                         std::to_string(kFixedHeaderBytes));
-  }
-  if (std::memcmp(data, kMagicVersion1, sizeof(kMagicVersion1)) == 0) {
-    return InvalidArgumentError("delta format 1 (VIPERDL1: the target header carried whole) is no longer read; this "
-                                "build reads VIPERDL2 (the header as a patch of the base's): send the full version");
-  }
-  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) return DataLossError("not a Viper delta (no VIPERDL2 magic)");
-  const uint64_t stated = GetU64(data + 88);
-  const uint64_t actual = Xxh3_64(data, 88);
-  if (stated != actual) {
-    return DataLossError("delta header checksum mismatch: it says " + ChecksumToHex(stated) + ", the header hashes to " +
-                         ChecksumToHex(actual));
-  }
-  DeltaHeader h;
-  h.base_version = GetU64(data + 8);
-  h.base_checksum = GetU64(data + 16);
-  h.target_version = GetU64(data + 24);
-  h.target_checksum = GetU64(data + 32);
-  h.target_image_bytes = GetU64(data + 40);
-  h.target_header_bytes = GetU64(data + 48);
-  h.base_image_bytes = GetU64(data + 56);
-  h.record_count = GetU64(data + 64);
-  h.body_bytes = GetU64(data + 72);
-  h.body_checksum = GetU64(data + 80);
-  return h;
-}
-
-StatusOr<Contents> ReadContents(const std::byte* data, uint64_t size) {
-  Contents c;
-  VIPER_ASSIGN_OR_RETURN(c.header, ReadHeader(data, size));
-  const DeltaHeader& h = c.header;
-  if (h.body_bytes != size - kFixedHeaderBytes) {
-    return DataLossError("delta of " + std::to_string(size) + " bytes; its header says " +
-                         std::to_string(h.body_bytes) + " after the fixed header (truncated or trailing bytes)");
-  }
-  const std::byte* body = data + kFixedHeaderBytes;
-  if (Xxh3_64(body, h.body_bytes) != h.body_checksum) return DataLossError("delta body checksum mismatch");
-  VIPER_ASSIGN_OR_RETURN(HeaderPatch patch, ReadHeaderPatch(h, body, nullptr));
-  c.header_patch_bytes = patch.wire_bytes();
-  c.header_shared_bytes = patch.prefix + patch.suffix;
-  if (c.header_shared_bytes == 0) {  // the whole JSON is carried: its metadata can be listed without the base
-    // Unpadded (8 + the JSON): bounded by the body, whatever target_header_bytes claims.
-    const std::string header = RebuildHeader(8 + patch.json_bytes, patch, body, std::string_view());
-    auto metadata = st::ParseMetadata(reinterpret_cast<const std::byte*>(header.data()), header.size());
-    if (!metadata.ok()) return metadata.status().WithContext("delta's target header");
-    c.target_metadata = std::move(*metadata);
-  }
-  const std::byte* p = body + patch.wire_bytes();
-  const std::byte* end = body + h.body_bytes;
-  for (uint64_t r = 0; r < h.record_count; ++r) {
-    if (static_cast<uint64_t>(end - p) < kRecordHeaderBytes) {
-      return DataLossError("delta truncated: record " + std::to_string(r) + " has no room for its header");
-    }
-    RecordInfo info;
-    info.tensor_index = GetU32(p);
-    const uint8_t enc = static_cast<uint8_t>(p[4]);
-    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
-      return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc));
-    }
-    info.encoding = static_cast<Encoding>(enc);
-    info.changed_elements = GetU64(p + 8);
-    info.payload_bytes = GetU64(p + 16);
-    p += kRecordHeaderBytes;
-    if (info.payload_bytes > static_cast<uint64_t>(end - p)) {
-      return DataLossError("delta record " + std::to_string(r) + ": payload of " + std::to_string(info.payload_bytes) +
-                           " bytes, only " + std::to_string(end - p) + " left");
-    }
-    p += info.payload_bytes;
-    c.records.push_back(info);
-  }
-  if (p != end) return InvalidArgumentError("delta has " + std::to_string(end - p) + " bytes after its last record");
-  return c;
-}
-
 LinkChoice ChooseOverLink(const LinkCosts& c) {
   LinkChoice out;
   if (c.delta_bytes == 0 || c.delta_bytes >= c.image_bytes) {
@@ -426,10 +349,6 @@ LinkChoice ChooseOverLink(const LinkCosts& c) {
   return out;
 }
 
-StatusOr<ImageId> Identify(const std::byte* image, uint64_t size) {
-  VIPER_ASSIGN_OR_RETURN(Image parsed, ParseImage(image, size, "image"));
-  return ImageId{parsed.state.metadata.version, parsed.checksum};
-}
 
 // (Over 80 lines: the one pass over the tensors and the record writing stay together.)
 StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const std::byte* target,
