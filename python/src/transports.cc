@@ -316,6 +316,9 @@ void BindTransports(py::module_& m) {
       .def_readonly("message", &Publisher::ConsumerResult::message)
       .def_readonly("bytes_moved", &Publisher::ConsumerResult::bytes_moved)
       .def_readonly("encoding", &Publisher::ConsumerResult::encoding)
+      .def_readonly("encoding_reason", &Publisher::ConsumerResult::encoding_reason,
+                    "why this consumer got a delta or the full version (empty with delta off), e.g. "
+                    "'full: on the producer's node (shared memory)'")
       .def("__repr__", [](const Publisher::ConsumerResult& c) {
         return "ConsumerResult(rank=" + std::to_string(c.rank) + ", delivered=" + (c.delivered ? "True" : "False") +
                ", servable_s=" + std::to_string(c.servable_s) + ")";

@@ -306,10 +306,11 @@ class Publisher:
     and `written_bytes` say what was written); Subscribers rebuild and
     verify it. The Publisher keeps a copy of the previous version.
     `delta` ("auto", "on" or "off"; Publisher::Options::delta): host tier, a
-    consumer that holds the last version gets only what changed (auto: over
-    MPI, when smaller; on: shared-memory consumers too), rebuilt and
+    consumer that holds the last version gets only what changed (auto: to
+    consumers on other nodes, when the measured link, encode and apply times
+    make it faster; on: every consumer that holds the base), rebuilt and
     verified before it is served; each report's consumers say which
-    `encoding` they got and `bytes_moved`. pfs: "on" is `pfs_delta`. A
+    `encoding` they got, why (`encoding_reason`) and `bytes_moved`. pfs: "on" is `pfs_delta`. A
     failed background write (async, e.g. a full disk) is raised once, by the
     next publish/flush/close, and then cleared."""
 

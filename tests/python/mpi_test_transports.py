@@ -87,6 +87,10 @@ def test_module_bit_for_bit(tier, mode, notify, protocol):
         assert all(r.sent and not r.superseded for r in reports)
         if mode == "sync" and tier == "host":
             assert all(c.delivered and c.servable_s > 0 for r in reports for c in r.consumers)
+            # delta auto (the default) on one node: every version goes whole, and each says why.
+            reasons = [c.encoding_reason for r in reports for c in r.consumers]
+            assert all(c.encoding == "full" for r in reports for c in r.consumers), reasons
+            assert all(x.startswith("full: ") for x in reasons), reasons
     else:
         model = make_model(2)  # different initial weights: only the loads make it equal
         seen = []
