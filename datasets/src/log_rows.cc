@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <limits>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 namespace viper {
