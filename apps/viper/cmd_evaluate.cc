@@ -169,6 +169,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["metric"] = predictor::ToString(ctx->metric);
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
           c["judge"] = JudgeName(*ctx);
+          c["traffic_clock"] = schedulers::ToString(ctx->problem.requests.traffic_clock);
           c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);

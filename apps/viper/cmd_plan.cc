@@ -99,8 +99,9 @@ int RunPlan(const std::vector<std::string>& args) {
   out["delay_s"] = p.cost.delay_s;
   out["prediction"] = ctx.predictor_report;
   out["truth_metric"] = predictor::ToString(ctx.truth_metric);
-    out["judge"] = JudgeName(ctx);
-    out["staleness_table"] = ctx.staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx.staleness_source);
+  out["judge"] = JudgeName(ctx);
+  out["traffic_clock"] = schedulers::ToString(ctx.problem.requests.traffic_clock);
+  out["staleness_table"] = ctx.staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx.staleness_source);
   out["separate_truth"] = ctx.separate_truth;
   out["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
   out["tau_source"] = ctx.tau_source;

@@ -285,6 +285,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["metric"] = predictor::ToString(ctx.metric);
     j["truth_metric"] = predictor::ToString(ctx.truth_metric);
     j["judge"] = JudgeName(ctx);
+    j["traffic_clock"] = schedulers::ToString(ctx.problem.requests.traffic_clock);
     j["staleness_table"] = ctx.staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx.staleness_source);
     j["separate_truth"] = ctx.separate_truth;
     j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);

@@ -52,6 +52,21 @@ StatusOr<WindowKind> WindowKindFromString(const std::string& name) {
                               "' (expected while-training, request-count or end-time)");
 }
 
+const char* ToString(TrafficClock clock) {
+  switch (clock) {
+    case TrafficClock::kProducer: return "producer";
+    case TrafficClock::kWall: return "wall";
+  }
+  return "?";
+}
+
+StatusOr<TrafficClock> TrafficClockFromString(const std::string& name) {
+  for (TrafficClock c : {TrafficClock::kProducer, TrafficClock::kWall}) {
+    if (name == ToString(c)) return c;
+  }
+  return InvalidArgumentError("unknown traffic clock '" + name + "' (expected producer or wall)");
+}
+
 double RequestModel::RatePerSecond() const {
   if (arrivals == ArrivalProcess::kTrace) {
     if (trace_s.empty() || !(trace_s.back() > 0.0)) return 0.0;

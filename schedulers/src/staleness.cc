@@ -295,6 +295,33 @@ StatusOr<double> VersionCost(const Problem& p, const StalenessSurface& s, int64_
                    p.drift_per_s);
 }
 
+// Under the wall clock (TrafficClock::kWall) the traffic is at W + x / tau
+// at wall time x until it reaches N, whatever the producer does: from a
+// version's checkpoint start T it moves linearly from W + T / tau to N, then
+// stays at N.
+size_t WallPieces(const Problem& p, double T, Piece* out) {
+  const double tau = p.seconds_per_iteration;
+  const double W = static_cast<double>(p.warmup_iterations), N = static_cast<double>(p.total_iterations);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double p0 = std::min(N, W + T / tau);
+  size_t n = 0;
+  if (p0 < N) out[n++] = Piece{(N - p0) * tau, p0, N};
+  out[n++] = Piece{inf, N, N};
+  return n;
+}
+
+// VersionCost under the wall clock: the version checkpointed at `at`
+// (version 0: at = W, T = 0) whose checkpoint started at wall time T, from
+// its servable time to local time `end_local`.
+StatusOr<double> WallVersionCost(const Problem& p, const StalenessSurface& s, int64_t at, bool version0, double T,
+                                 double end_local) {
+  Piece pieces[2];
+  const size_t n = WallPieces(p, T, pieces);
+  const double begin = version0 ? 0.0 : p.cost.delay_s;
+  return LocalCost(s, at, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
+                   p.drift_per_s);
+}
+
 }  // namespace
 
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule) {
@@ -321,7 +348,12 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     const int64_t at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
     std::optional<int64_t> next;
     if (k < m) next = schedule[static_cast<size_t>(k)];
-    VIPER_ASSIGN_OR_RETURN(double c, VersionCost(p, s, at, k == 0, next, b - T(k)));
+    double c = 0;
+    if (p.requests.traffic_clock == TrafficClock::kWall) {
+      VIPER_ASSIGN_OR_RETURN(c, WallVersionCost(p, s, at, k == 0, T(k), b - T(k)));
+    } else {
+      VIPER_ASSIGN_OR_RETURN(c, VersionCost(p, s, at, k == 0, next, b - T(k)));
+    }
     e.cil += c;
   }
   e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
@@ -370,11 +402,20 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
                               : static_cast<double>(at(j) - at(i)) * tau + sigma + delta;
     return VersionCost(p, s, at(i), i == 0, at(j), end);
   };
+  const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
+  // Under the wall clock a version's cost depends on when its checkpoint
+  // starts, so on k, the count of checkpoints through the segment's end:
+  // version i (checkpoint k - 1) from A_i to A_j (checkpoint k).
+  auto wall_seg = [&](int64_t i, int64_t j, int64_t k) -> StatusOr<double> {
+    const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k - 1);
+    return WallVersionCost(p, s, at(i), i == 0, T, p.CheckpointStart(at(j), k) + delta - T);
+  };
   // Version i as the last, with k checkpoints through it.
   auto last = [&](int64_t i, int64_t k) -> StatusOr<double> {
     const double R = p.WindowEnd(k);
     const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k);
     if (i > 0 && T + delta >= R) return inf;  // never servable in the window
+    if (wall) return WallVersionCost(p, s, at(i), i == 0, T, R - T);
     return VersionCost(p, s, at(i), i == 0, std::nullopt, R - T);
   };
   auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
@@ -382,7 +423,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   sol.candidates = C;
   VIPER_ASSIGN_OR_RETURN(double best, last(0, 0));
   std::vector<int64_t> best_path;
-  if (while_training && kmax >= C) {
+  if (while_training && kmax >= C && !wall) {
     // One count-free pass: the last version's share does not depend on m.
     std::vector<double> D(static_cast<size_t>(C + 1), inf);
     std::vector<int64_t> from(static_cast<size_t>(C + 1), -1);
@@ -409,10 +450,12 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     sol.layers = 1;
   } else {
     // Layered by count: the window's end (fixed) or a binding budget couples
-    // the last version's share to the number of checkpoints.
-    std::vector<double> S(static_cast<size_t>((C + 1) * (C + 1)), inf);
+    // the last version's share to the number of checkpoints; under the wall
+    // clock every version's share depends on how many stalls came before it.
+    // Under the producer clock segment costs are count-free: computed once.
+    std::vector<double> S(wall ? 0 : static_cast<size_t>((C + 1) * (C + 1)), inf);
     auto S_at = [&](int64_t i, int64_t j) -> double& { return S[static_cast<size_t>(i * (C + 1) + j)]; };
-    for (int64_t j = 1; j <= C; ++j) {
+    for (int64_t j = 1; j <= C && !wall; ++j) {
       for (int64_t i = 0; i < j; ++i) {
         if (!spaced(i, j)) continue;
         VIPER_ASSIGN_OR_RETURN(S_at(i, j), seg(i, j));
@@ -431,8 +474,14 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         if (p.CheckpointStart(at(j), k) + delta >= p.WindowEnd(k)) continue;
         for (int64_t i = k - 1; i < j; ++i) {
           const double d = prev[static_cast<size_t>(i)];
-          const double c = S_at(i, j);
-          if (d == inf || c == inf) continue;
+          if (d == inf) continue;
+          double c = inf;
+          if (!wall) {
+            c = S_at(i, j);
+          } else if (spaced(i, j)) {
+            VIPER_ASSIGN_OR_RETURN(c, wall_seg(i, j, k));
+          }
+          if (c == inf) continue;
           if (d + c + price < cur[static_cast<size_t>(j)]) {
             cur[static_cast<size_t>(j)] = d + c + price;
             from.back()[static_cast<size_t>(j)] = i;

@@ -194,12 +194,16 @@ class Engine {
     ++r_.superseded_versions;
   }
 
-  // The producer's last finished iteration at time t (>= `from`, the last
-  // answer: requests come in time order). Iteration i ends at its training
-  // time plus the stalls of the checkpoints taken before it.
+  // The traffic's iteration at time t (>= `from`, the last answer: requests
+  // come in time order). Producer clock: the producer's last finished
+  // iteration, where iteration i ends at its training time plus the stalls of
+  // the checkpoints taken before it. Wall clock: the last iteration an
+  // unstalled producer would have finished (its training time alone).
   int64_t TrafficIteration(double t, int64_t from) const {
     const auto& p = o_.problem;
+    const bool wall = p.requests.traffic_clock == schedulers::TrafficClock::kWall;
     auto end_of = [&](int64_t i) {
+      if (wall) return TrainingTime(i);
       const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), i) - schedule_.begin();
       return TrainingTime(i) + static_cast<double>(before) * stall_s_;
     };

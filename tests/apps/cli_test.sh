@@ -76,6 +76,12 @@ if [ -f "$log" ]; then
   expect_rc 1 "another run's table is refused" "$viper" simulate --log "$log" -q --staleness "$src/datasets/logs/swap-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "is not a staleness table of" "the error says the table is another run's"
   expect_rc 2 "an empty --staleness is bad usage" "$viper" simulate --log "$swap" -q --staleness ""
+  expect_in "$tmp/st.json" '"traffic_clock": "producer"' "the JSON names the traffic clock (producer by default)"
+  expect_rc 0 "simulate with the wall traffic clock" "$viper" simulate --log "$swap" -q --staleness auto --traffic-clock wall --transport pfs --json "$tmp/stw.json"
+  expect_in "$tmp/stw.json" '"traffic_clock": "wall"' "the JSON says the traffic followed the wall clock"
+  expect_in "$tmp/out" "traffic clock: wall" "the table line says which clock the traffic followed"
+  expect_rc 2 "an unknown --traffic-clock is bad usage" "$viper" simulate --log "$swap" -q --traffic-clock sundial
+  expect_in "$tmp/err" "expected producer or wall" "the error lists the traffic clocks"
   # A run that diverges to NaN: read as a diverged model by default; the judge charges epoch +inf, online never serves one.
   div="$src/datasets/logs/diverge-sgd-h256.csv.gz"
   expect_rc 0 "simulate a run that diverges" "$viper" simulate --log "$div" -q --staleness auto --transport host --strategies epoch,online,oracle --json "$tmp/div.json"

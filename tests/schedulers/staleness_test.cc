@@ -209,22 +209,53 @@ TEST(StalenessOracleTest, EqualsEnumerationOverGridSchedules) {
       if (v > p.warmup_iterations && v <= p.total_iterations) cand.push_back(v);
     }
     ASSERT_LE(cand.size(), 16u);
-    auto sol = SolveOptimalOnSurface(p, *s);
-    ASSERT_TRUE(sol.ok()) << sol.status().message();
-    Schedule best;
-    const double enumerated = BestByEnumeration(p, *s, cand, &best);
-    auto fmt = [](const Schedule& x) {
-      std::string o;
-      for (int64_t i : x) o += std::to_string(i) + " ";
-      return o;
-    };
-    EXPECT_NEAR(sol->objective, enumerated, 1e-9 * enumerated)
-        << "trial " << trial << ": solver {" << fmt(sol->schedule) << "}, enumeration {" << fmt(best) << "}";
-    auto check = EvaluateOnSurface(p, *s, sol->schedule);
-    ASSERT_TRUE(check.ok());
-    EXPECT_NEAR(check->objective, sol->objective, 1e-9 * sol->objective);
-    EXPECT_TRUE(p.CheckSchedule(sol->schedule).ok()) << p.CheckSchedule(sol->schedule).message();
+    // Both clocks: under the wall clock every segment's cost depends on the
+    // stalls before it (the solver's count-layered pass, both windows).
+    for (TrafficClock clock : {TrafficClock::kProducer, TrafficClock::kWall}) {
+      p.requests.traffic_clock = clock;
+      auto sol = SolveOptimalOnSurface(p, *s);
+      ASSERT_TRUE(sol.ok()) << sol.status().message();
+      Schedule best;
+      const double enumerated = BestByEnumeration(p, *s, cand, &best);
+      auto fmt = [](const Schedule& x) {
+        std::string o;
+        for (int64_t i : x) o += std::to_string(i) + " ";
+        return o;
+      };
+      EXPECT_NEAR(sol->objective, enumerated, 1e-9 * enumerated)
+          << "trial " << trial << ", " << ToString(clock) << " clock: solver {" << fmt(sol->schedule)
+          << "}, enumeration {" << fmt(best) << "}";
+      auto check = EvaluateOnSurface(p, *s, sol->schedule);
+      ASSERT_TRUE(check.ok());
+      EXPECT_NEAR(check->objective, sol->objective, 1e-9 * sol->objective);
+      EXPECT_TRUE(p.CheckSchedule(sol->schedule).ok()) << p.CheckSchedule(sol->schedule).message();
+    }
   }
+}
+
+TEST(StalenessOracleTest, UnderTheWallClockStallsDoNotHoldTheTrafficBack) {
+  // L(v, t) = Curve(v) + 0.1 (t - v). A schedule {30} with sigma = 20: under
+  // the producer clock the traffic waits at 30 during the stall; under the
+  // wall clock it moves on, so version 0 (served until A_1) and version 30
+  // both meet later traffic, and the CIL is higher by exactly the extra drift.
+  LossFn f = [](int64_t v, int64_t t) { return Curve(v) + 0.1 * static_cast<double>(t - v); };
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, f), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  Problem p = Small(WindowKind::kWhileTraining);
+  p.warmup_iterations = 0;
+  p.cost.stall_s = 20;
+  p.cost.delay_s = 20;
+  auto producer = EvaluateOnSurface(p, *s, {30});
+  p.requests.traffic_clock = TrafficClock::kWall;
+  auto wall = EvaluateOnSurface(p, *s, {30});
+  ASSERT_TRUE(producer.ok() && wall.ok());
+  // tau = 1, rate 2, W = 0, N = 100, window 120 s. Producer clock: v0 on
+  // [0, 50) sees traffic 0..30 then 30 (stall); v30 on [50, 120) sees 30..100.
+  // Wall clock: v0 on [0, 50) sees 0..50; v30 on [50, 120) sees 50..100 then
+  // 100. Differences in the 0.1 (t - v) term, in request-seconds x 0.1 x 2:
+  //   v0: int_0^50 x dx - (int_0^30 x dx + 30 x 20) = 1250 - 1050 = 200;
+  //   v30: (int_50^100 (x - 30) dx + 70 x 20) - int_30^100 (x - 30) dx = 3650 - 2450 = 1200.
+  EXPECT_NEAR(wall->cil - producer->cil, 2.0 * 0.1 * (200 + 1200), 1e-9);
 }
 
 TEST(StalenessOracleTest, WithoutDriftOnEveryIterationItIsTheDiagonalOptimum) {

@@ -78,6 +78,16 @@ TEST(SimulatorTest, AStalenessTableChargesTheTrafficOfTheRequestsTime) {
   ASSERT_EQ(r->request_log.size(), 4u);
   EXPECT_EQ(r->request_log[3].traffic_iteration, 9);
   EXPECT_NE(r->RequestCsv().find("12,2,5,9,9\n"), std::string::npos) << r->RequestCsv();
+  // The wall clock: iteration i ends at i whatever the stalls, so the
+  // requests see traffic 0, 4, 8 and 10 (training's end caps it): 10 + 10 +
+  // 8 + 10 = 38.
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kWall;
+  auto wall = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(wall.ok()) << wall.status().ToString();
+  EXPECT_DOUBLE_EQ(wall->cil, 38.0);
+  EXPECT_EQ(wall->request_log[1].traffic_iteration, 4);
+  EXPECT_EQ(wall->request_log[3].traffic_iteration, 10);
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
   auto diagonal = Simulator(Tiny(true, Notification::kPush)).Run(LinearCurve(), {2, 5});
   EXPECT_DOUBLE_EQ(diagonal->cil, 28.0);
   EXPECT_EQ(diagonal->judge, "diagonal");

@@ -41,6 +41,21 @@ enum class WindowKind {
 const char* ToString(WindowKind kind);
 StatusOr<WindowKind> WindowKindFromString(const std::string& name);
 
+// Which clock the traffic's drift follows: where the traffic is, on a
+// staleness table's traffic axis, when a request arrives. Only a staleness
+// table reads it (on the diagonal a version is charged its own-time loss).
+enum class TrafficClock {
+  // The producer's iteration: the traffic waits while a checkpoint stalls
+  // the producer. The live trainer's consumers drift their requests this way.
+  kProducer,
+  // Wall time: the traffic is at the iteration an unstalled producer would
+  // have reached (the log's own clock). The world does not wait for a
+  // checkpoint, so stalling cannot hold the traffic back.
+  kWall,
+};
+const char* ToString(TrafficClock clock);
+StatusOr<TrafficClock> TrafficClockFromString(const std::string& name);
+
 // How a new version is discovered by the consumer: viper::Notify of
 // viper/core/transfer.h (push | poll), under the name the planners use.
 using Notification = viper::Notify;
@@ -65,6 +80,8 @@ struct RequestModel {
   int64_t request_count = 0;
   // kEndTime: end of the window, seconds since the end of warm-up (> 0).
   double end_time_s = 0.0;
+  // The clock the traffic's drift follows (staleness tables only).
+  TrafficClock traffic_clock = TrafficClock::kProducer;
 
   // Mean request rate (requests per second) used by the fluid model: 1 /
   // interval_s, or for a trace its count divided by its last arrival time.

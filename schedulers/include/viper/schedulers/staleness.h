@@ -112,8 +112,10 @@ class StalenessSurface {
 // The fluid CIL of `schedule` charged on `surface` (DESIGN.md §1 with
 // L(s_k, t)): version k is served on [A_k, A_{k+1}) clipped to the window,
 // each instant charged L(s_k, p(x)) at rate requests/s, where p(x) is the
-// producer's position: it advances one iteration per tau while training,
-// stays at s_k during checkpoint k's stall and at N after training ends.
+// traffic's position. Under TrafficClock::kProducer it is the producer's: it
+// advances one iteration per tau while training, stays at s_k during
+// checkpoint k's stall and at N after training ends. Under kWall it is
+// min(N, W + x / tau): stalls do not hold it back.
 // Plus the problem's linear drift term, as in cil_model.h. `objective` adds
 // price_per_slowdown_s x m x sigma. Versions never servable inside the window
 // serve nothing.
@@ -130,12 +132,16 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const Stal
 // `extra_candidates` is given, those iterations too) and all become servable
 // inside the window, with the problem's spacing, budget, price and window
 // (both semantics). (Under a drifting table a checkpoint that never serves can
-// still lower a fixed window's CIL a little: its stall holds the producer,
-// and with it the traffic's drift, for sigma. Such schedules are left out: the
-// traffic follows the producer's iteration here as in the trainer, and
-// stalling to hold the traffic back is not a schedule anyone runs.) A dynamic programme over
-// candidates, O(C^2) segment costs once plus O(C^2) per checkpoint count for a
-// fixed window (O(C^2) in all while training). Exact among those candidates,
+// still lower a fixed window's CIL a little under the producer clock: its
+// stall holds the producer, and with it the traffic's drift, for sigma. Such
+// schedules are left out: stalling to hold the traffic back is not a schedule
+// anyone runs, and under the wall clock it holds nothing back.) A dynamic
+// programme over candidates. Producer clock: O(C^2) segment costs once plus
+// O(C^2) per checkpoint count for a fixed window (O(C^2) in all while
+// training). Wall clock: a segment's cost depends on the stalls before it, so
+// O(C^2) segment costs per checkpoint count, for both windows (O(C^3) at
+// worst; a layer whose cheapest state already costs the best complete
+// schedule ends the search). Exact among those candidates,
 // which are every iteration a closed loop that decides at validation points
 // can choose; off-grid schedules are judged by interpolation and are not
 // searched. InvalidArgument when the table does not cover [W, N] or has more
