@@ -42,6 +42,7 @@ class Planner {
     double price_per_slowdown_s = 0;
     std::optional<double> slowdown_budget_s;
     int64_t min_spacing_iterations = 1;
+    std::string traffic_clock = "producer";  // producer | wall (schedulers::TrafficClock)
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -61,6 +62,9 @@ class Planner {
     if (!(o_.request_interval_s >= 0)) throw py::value_error("request_interval_s must be >= 0 (0 = one request per iteration)");
     if (o_.metric != "auto" && o_.metric != "val_loss" && o_.metric != "train_loss") {
       throw py::value_error("metric must be auto, val_loss or train_loss, got '" + o_.metric + "'");
+    }
+    if (!schedulers::TrafficClockFromString(o_.traffic_clock).ok()) {
+      throw py::value_error("traffic_clock must be producer or wall, got '" + o_.traffic_clock + "'");
     }
     if (o_.stall_s || o_.delay_s) SetCost(o_.stall_s.value_or(0), o_.delay_s.value_or(o_.stall_s.value_or(0)));
   }
@@ -162,6 +166,7 @@ class Planner {
     d["checkpoints"] = taken_;
     if (built_) {
       d["metric"] = metric_;
+      d["traffic_clock"] = schedulers::ToString(problem_.requests.traffic_clock);
       d["seconds_per_iteration"] = problem_.seconds_per_iteration;
       d["stall_s"] = problem_.cost.stall_s;
       d["delay_s"] = problem_.cost.delay_s;
@@ -177,6 +182,8 @@ class Planner {
       d["plan"] = online_->last_plan();
       if (online_->served_loss()) d["served_loss"] = *online_->served_loss();
       d["gate_margin"] = online_->GateMargin();
+      d["max_decay_per_s"] = online_->summary().max_decay_per_s;
+      d["max_lag_price"] = online_->summary().max_lag_price;
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;
@@ -211,6 +218,7 @@ class Planner {
     sco.problem_template.price_per_slowdown_s = o_.price_per_slowdown_s;
     sco.problem_template.slowdown_budget_s = o_.slowdown_budget_s;
     sco.problem_template.min_spacing_iterations = o_.min_spacing_iterations;
+    sco.problem_template.requests.traffic_clock = *schedulers::TrafficClockFromString(o_.traffic_clock);
     sco.online.gate_z = o_.gate_z;
     log_.source = "viper.Planner warm-up";
     StatusOr<schedulers::Scenario> sc = InternalError("not made");
@@ -271,7 +279,7 @@ void BindPlanner(py::module_& m) {
                        double seconds_per_iteration, std::optional<double> stall_s, std::optional<double> delay_s,
                        double request_interval_s, const std::string& metric, double gate_z, double drift_per_s,
                        double price_per_slowdown_s, std::optional<double> slowdown_budget_s,
-                       int64_t min_spacing_iterations) {
+                       int64_t min_spacing_iterations, const std::string& traffic_clock) {
              Planner::Options o;
              o.strategy = strategy;
              o.total_iterations = total_iterations;
@@ -286,12 +294,13 @@ void BindPlanner(py::module_& m) {
              o.price_per_slowdown_s = price_per_slowdown_s;
              o.slowdown_budget_s = slowdown_budget_s;
              o.min_spacing_iterations = min_spacing_iterations;
+             o.traffic_clock = traffic_clock;
              return std::make_unique<Planner>(std::move(o));
            }),
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
            py::arg("stall_s"), py::arg("delay_s"), py::arg("request_interval_s"), py::arg("metric"), py::arg("gate_z"),
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
-           py::arg("min_spacing_iterations"))
+           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "producer")
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))

@@ -429,11 +429,15 @@ class Planner:
     given, and the checkpoint cost is `cost` or set_cost(report) (the report
     of the version published at the warm-up). `requests`: each consumer's
     request rate, requests per second (a number, or {"per_s": r} or
-    {"interval_s": t}); None = one request per training iteration."""
+    {"interval_s": t}); None = one request per training iteration.
+    `traffic_clock`: "producer" (the traffic's drift follows the producer's
+    iteration and waits while it stalls) or "wall" (the traffic moves on in
+    real time: every stall leaves later versions further behind it, and
+    online prices that lag from the decay observe_served() measures)."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
-                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0):
+                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="producer"):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None
@@ -444,7 +448,7 @@ class Planner:
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
                                  stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
-                                 int(min_spacing))
+                                 int(min_spacing), str(traffic_clock))
 
     def set_cost(self, cost):
         """The checkpoint cost: (stall_s, delay_s), a dict, or a VersionReport.

@@ -127,6 +127,11 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
                   static_cast<long long>(served_measurements), max_decay_per_s);
     s += buf;
   }
+  if (max_lag_price > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
+    s += buf;
+  }
   if (cost_updates > 0) s += ", cost re-measured " + std::to_string(cost_updates) + " times";
   if (diverged > 0) s += ", " + std::to_string(diverged) + " diverged measurements (never published)";
   return s;
@@ -322,6 +327,18 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     }
     problem.drift_per_s = decay;
     summary_.max_decay_per_s = std::max(summary_.max_decay_per_s, decay);
+  }
+  // Under the wall clock the traffic does not wait for a stall: every version
+  // served after one is sigma older on the traffic than it would have been,
+  // so each request from then on pays decay x sigma more. Priced per second
+  // of stall, for the next checkpoint: decay x the requests left to serve.
+  if (problem.requests.traffic_clock == TrafficClock::kWall && decay > 0) {
+    const double now_s = static_cast<double>(now - W) * problem.seconds_per_iteration +
+                         static_cast<double>(taken_.size()) * problem.cost.stall_s;
+    const double left_s = std::max(0.0, problem.WindowEnd(static_cast<int64_t>(taken_.size())) - now_s);
+    const double lag_price = decay * problem.requests.RatePerSecond() * left_s;
+    problem.price_per_slowdown_s += lag_price;
+    summary_.max_lag_price = std::max(summary_.max_lag_price, lag_price);
   }
   ++summary_.replans;
   bool want = false;

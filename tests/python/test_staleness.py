@@ -218,13 +218,13 @@ def test_an_old_version_pays_on_label_swapped_traffic():
         rec.loss_of(50, "test", traffic_step=50), abs=0.3)
 
 
-def test_the_served_re_measurement_feeds_the_online_planner():
+def drive_online_through_a_swap(planner):
+    """A label swap after step 120; the served version re-measured at every
+    validation point. Returns the recorder and the steps published."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     rec = viper.StalenessRecorder(every=10, max_bytes=1 << 20)
-    planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.001, 0.002),
-                            seconds_per_iteration=0.01, requests={"interval_s": 0.01})
-    served, taken = None, []
+    taken = []
     for step in range(1, 201):
         swap = (0, 1) if step > 120 else None
         x, y = blobs(32, step, swap)
@@ -243,8 +243,33 @@ def test_the_served_re_measurement_feeds_the_online_planner():
             planner.commit(step)
             rec.keep(step, model, served=True)
             taken.append(step)
+    return rec, taken
+
+
+def test_the_served_re_measurement_feeds_the_online_planner():
+    planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.001, 0.002),
+                            seconds_per_iteration=0.01, requests={"interval_s": 0.01})
+    rec, taken = drive_online_through_a_swap(planner)
     assert rec.served_step == (taken[-1] if taken else 50)
     assert planner.report()["checkpoints"] == taken
+
+
+def test_under_the_wall_clock_online_prices_the_lag_a_stall_leaves():
+    # The same measured decay; only the wall clock turns it into a price per
+    # second of stall (the traffic moves on while the producer stalls).
+    reports = {}
+    for clock in ("producer", "wall"):
+        planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.05, 0.06),
+                                seconds_per_iteration=0.01, requests={"interval_s": 0.01}, traffic_clock=clock)
+        drive_online_through_a_swap(planner)
+        reports[clock] = planner.report()
+        assert reports[clock]["traffic_clock"] == clock
+    assert reports["wall"]["max_decay_per_s"] > 0
+    assert reports["producer"]["max_lag_price"] == 0
+    assert reports["wall"]["max_lag_price"] > 0
+    assert "lag priced" in reports["wall"]["summary"]
+    with pytest.raises(ValueError, match="traffic_clock must be producer or wall"):
+        viper.Planner("online", total_iterations=200, warmup=50, traffic_clock="sundial")
 
 
 @pytest.mark.parametrize("kwargs, message", [

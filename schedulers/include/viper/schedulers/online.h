@@ -140,6 +140,9 @@ class OnlinePlanner {
     double max_certified_gap = 0;  // largest relative gap a re-plan was certified at (<= replan_gap)
     int64_t served_measurements = 0;  // ObserveServed() calls
     double max_decay_per_s = 0;       // the largest decay rate a re-plan used (loss per second)
+    // Wall traffic clock: the largest price per second of stall a re-plan
+    // added for the lag a stall leaves (decay x requests left).
+    double max_lag_price = 0;
     int64_t cost_updates = 0;         // SetCost() calls
     int64_t diverged = 0;             // non-finite measurements of the metric (a diverged model, never published)
 
