@@ -213,7 +213,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
             }
             auto vs = schedulers::SolveOptimalOnSurface(ctx->problem, *ctx->staleness_observed);
             if (!vs.ok()) return Fail("evaluate", vs.status().WithContext(name + ": val-oracle"));
-            simulator::Simulator sim(simulator::SimulatorOptionsFor(*ctx));
+            simulator::Simulator::Options vo = simulator::SimulatorOptionsFor(*ctx);
+            vo.published = vs->published;
+            simulator::Simulator sim(vo);
             auto vr = sim.Run(*ctx->truth, vs->schedule);
             if (!vr.ok()) return Fail("evaluate", vr.status().WithContext(name + ": val-oracle"));
             if (oracle_cil && *oracle_cil > 0) {

@@ -228,6 +228,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     // Re-run the traced strategy recording every request.
     simulator::Simulator::Options traced = so;
     traced.record_requests = !requests_csv.empty();
+    traced.published = r.plan.published;
     auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
     if (!result.ok()) return Fail("simulate", result.status());
     if (!trace_path.empty()) {

@@ -283,18 +283,6 @@ size_t LocalPieces(const Problem& p, int64_t at, bool version0, std::optional<in
   return n;
 }
 
-// Cost of the version checkpointed at `at` (version 0: at = W) from its
-// servable time to local time `end_local` (seconds since its checkpoint
-// start), with `next` the following checkpoint.
-StatusOr<double> VersionCost(const Problem& p, const StalenessSurface& s, int64_t at, bool version0,
-                             std::optional<int64_t> next, double end_local) {
-  Piece pieces[6];
-  const size_t n = LocalPieces(p, at, version0, next, pieces);
-  const double begin = version0 ? 0.0 : p.cost.delay_s;
-  return LocalCost(s, at, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
-                   p.drift_per_s);
-}
-
 // Under the wall clock (TrafficClock::kWall) the traffic is at W + x / tau
 // at wall time x until it reaches N, whatever the producer does: from a
 // version's checkpoint start T it moves linearly from W + T / tau to N, then
@@ -310,21 +298,33 @@ size_t WallPieces(const Problem& p, double T, Piece* out) {
   return n;
 }
 
-// VersionCost under the wall clock: the version checkpointed at `at`
-// (version 0: at = W, T = 0) whose checkpoint started at wall time T, from
-// its servable time to local time `end_local`.
-StatusOr<double> WallVersionCost(const Problem& p, const StalenessSurface& s, int64_t at, bool version0, double T,
-                                 double end_local) {
-  Piece pieces[2];
-  const size_t n = WallPieces(p, T, pieces);
-  const double begin = version0 ? 0.0 : p.cost.delay_s;
-  return LocalCost(s, at, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
+// One version's place on the timeline: the checkpoint at iteration `at`
+// (version 0: at = W) that started at wall time T (version 0: 0), followed by
+// the checkpoint at `next` (none: it is the last).
+struct Slot {
+  int64_t at = 0;
+  bool version0 = false;
+  double T = 0;
+  std::optional<int64_t> next;
+};
+
+// The cost of serving the model of iteration `model` in `slot` from its
+// servable time to local time `end_local` (seconds since the slot's
+// checkpoint start): the slot's own model, or an older one it re-publishes.
+StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, const Slot& slot, int64_t model,
+                          double end_local) {
+  Piece pieces[6];
+  const size_t n = p.requests.traffic_clock == TrafficClock::kWall ? WallPieces(p, slot.T, pieces)
+                                                                    : LocalPieces(p, slot.at, slot.version0, slot.next, pieces);
+  const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
+  return LocalCost(s, model, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
                    p.drift_per_s);
 }
 
 }  // namespace
 
-StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule) {
+StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule,
+                                              const std::vector<int64_t>& published) {
   VIPER_RETURN_IF_ERROR(p.Validate());
   for (size_t k = 0; k < schedule.size(); ++k) {
     if (schedule[k] <= p.warmup_iterations || schedule[k] > p.total_iterations ||
@@ -332,6 +332,14 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
       return InvalidArgumentError("schedule[" + std::to_string(k) + "] = " + std::to_string(schedule[k]) +
                                   " is not increasing inside (W, N]");
     }
+    if (!published.empty() && (published[k] < p.warmup_iterations || published[k] > schedule[k])) {
+      return InvalidArgumentError("published[" + std::to_string(k) + "] = " + std::to_string(published[k]) +
+                                  " is not a model of an iteration in [W, " + std::to_string(schedule[k]) + "]");
+    }
+  }
+  if (!published.empty() && published.size() != schedule.size()) {
+    return InvalidArgumentError("published has " + std::to_string(published.size()) + " entries for " +
+                                std::to_string(schedule.size()) + " checkpoints");
   }
   VIPER_RETURN_IF_ERROR(s.CheckCovers(p.warmup_iterations, p.total_iterations));
   const int64_t m = static_cast<int64_t>(schedule.size());
@@ -345,15 +353,13 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     const double a = A(k);
     if (a >= R) break;
     const double b = std::min(R, k < m ? A(k + 1) : R);
-    const int64_t at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
-    std::optional<int64_t> next;
-    if (k < m) next = schedule[static_cast<size_t>(k)];
-    double c = 0;
-    if (p.requests.traffic_clock == TrafficClock::kWall) {
-      VIPER_ASSIGN_OR_RETURN(c, WallVersionCost(p, s, at, k == 0, T(k), b - T(k)));
-    } else {
-      VIPER_ASSIGN_OR_RETURN(c, VersionCost(p, s, at, k == 0, next, b - T(k)));
-    }
+    Slot slot;
+    slot.at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
+    slot.version0 = k == 0;
+    slot.T = T(k);
+    if (k < m) slot.next = schedule[static_cast<size_t>(k)];
+    const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
+    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, slot, model, b - T(k)));
     e.cil += c;
   }
   e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
@@ -361,7 +367,8 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
 }
 
 StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const StalenessSurface& s,
-                                                const std::vector<int64_t>& extra, int64_t max_candidates) {
+                                                const std::vector<int64_t>& extra, int64_t max_candidates,
+                                                double max_republish_work) {
   VIPER_RETURN_IF_ERROR(p.Validate());
   const int64_t W = p.warmup_iterations, N = p.total_iterations;
   VIPER_RETURN_IF_ERROR(s.CheckCovers(W, N));
@@ -390,39 +397,56 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   const double inf = std::numeric_limits<double>::infinity();
   const int64_t g = p.min_spacing_iterations;
   const bool while_training = p.requests.window == WindowKind::kWhileTraining;
+  const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
   const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
+  SurfaceSolution sol;
+  sol.candidates = C;
+  // Re-publishing: every checkpoint may publish any earlier candidate (or
+  // version 0) instead of its own model. A segment's cost is then the
+  // cheapest model over it: C^3 / 6 model-segment costs (times the layers
+  // under the wall clock), searched when within max_republish_work.
+  const double layers_of_work = wall || !while_training ? static_cast<double>(std::max<int64_t>(kmax, 1)) : 1.0;
+  const double work = layers_of_work * std::pow(static_cast<double>(C) + 1, 3) / 6.0;
+  sol.republish_searched = max_republish_work > 0 && (wall ? work : work / layers_of_work) <= max_republish_work;
   // pos[0] = W (version 0), pos[1..C] the candidates.
   std::vector<int64_t> pos(static_cast<size_t>(C + 1));
   pos[0] = W;
   for (int64_t i = 0; i < C; ++i) pos[static_cast<size_t>(i + 1)] = cand[static_cast<size_t>(i)];
   auto at = [&](int64_t i) { return pos[static_cast<size_t>(i)]; };
-  // Segment i -> j: version i from A_i to A_j (count-free).
-  auto seg = [&](int64_t i, int64_t j) -> StatusOr<double> {
+  // The cheapest model slot `slot` (of candidate index i) can serve to
+  // local time `end_local`: its own, or with re-publishing any of 0..i.
+  auto best = [&](int64_t i, const Slot& slot, double end_local, int64_t* model) -> StatusOr<double> {
+    double c_best = inf;
+    int64_t u_best = i;
+    for (int64_t u = sol.republish_searched ? 0 : i; u <= i; ++u) {
+      VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, slot, at(u), end_local));
+      if (c < c_best || (c == c_best && u == i)) {
+        c_best = c;
+        u_best = u;
+      }
+    }
+    if (model) *model = at(u_best);
+    return c_best;
+  };
+  // Segment i -> j: version i from A_i to A_j, j being checkpoint k (k only
+  // matters under the wall clock: the stalls before i set where the traffic is).
+  auto seg = [&](int64_t i, int64_t j, int64_t k, int64_t* model) -> StatusOr<double> {
+    Slot slot{at(i), i == 0, i == 0 ? 0.0 : p.CheckpointStart(at(i), k - 1), at(j)};
     const double end = i == 0 ? static_cast<double>(at(j) - W) * tau + delta
                               : static_cast<double>(at(j) - at(i)) * tau + sigma + delta;
-    return VersionCost(p, s, at(i), i == 0, at(j), end);
-  };
-  const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
-  // Under the wall clock a version's cost depends on when its checkpoint
-  // starts, so on k, the count of checkpoints through the segment's end:
-  // version i (checkpoint k - 1) from A_i to A_j (checkpoint k).
-  auto wall_seg = [&](int64_t i, int64_t j, int64_t k) -> StatusOr<double> {
-    const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k - 1);
-    return WallVersionCost(p, s, at(i), i == 0, T, p.CheckpointStart(at(j), k) + delta - T);
+    return best(i, slot, end, model);
   };
   // Version i as the last, with k checkpoints through it.
-  auto last = [&](int64_t i, int64_t k) -> StatusOr<double> {
+  auto last = [&](int64_t i, int64_t k, int64_t* model) -> StatusOr<double> {
     const double R = p.WindowEnd(k);
     const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k);
     if (i > 0 && T + delta >= R) return inf;  // never servable in the window
-    if (wall) return WallVersionCost(p, s, at(i), i == 0, T, R - T);
-    return VersionCost(p, s, at(i), i == 0, std::nullopt, R - T);
+    return best(i, Slot{at(i), i == 0, T, std::nullopt}, R - T, model);
   };
   auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
-  SurfaceSolution sol;
-  sol.candidates = C;
-  VIPER_ASSIGN_OR_RETURN(double best, last(0, 0));
-  std::vector<int64_t> best_path;
+  double best_total = inf;
+  VIPER_ASSIGN_OR_RETURN(best_total, last(0, 0, nullptr));
+  std::vector<int64_t> path;  // candidate indices of the optimum's checkpoints
   if (while_training && kmax >= C && !wall) {
     // One count-free pass: the last version's share does not depend on m.
     std::vector<double> D(static_cast<size_t>(C + 1), inf);
@@ -432,7 +456,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     for (int64_t j = 1; j <= C; ++j) {
       for (int64_t i = 0; i < j; ++i) {
         if (!spaced(i, j) || D[static_cast<size_t>(i)] == inf) continue;
-        VIPER_ASSIGN_OR_RETURN(double c, seg(i, j));
+        VIPER_ASSIGN_OR_RETURN(double c, seg(i, j, 0, nullptr));
         const double x = D[static_cast<size_t>(i)] + c + price;
         if (x < D[static_cast<size_t>(j)]) {
           D[static_cast<size_t>(j)] = x;
@@ -440,13 +464,13 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         }
       }
       // While training R - T_j = (N - s_j) tau + sigma whatever the count (k = 1 here).
-      VIPER_ASSIGN_OR_RETURN(double tail, last(j, 1));
-      if (D[static_cast<size_t>(j)] + tail < best) {
-        best = D[static_cast<size_t>(j)] + tail;
+      VIPER_ASSIGN_OR_RETURN(double tail, last(j, 1, nullptr));
+      if (D[static_cast<size_t>(j)] + tail < best_total) {
+        best_total = D[static_cast<size_t>(j)] + tail;
         best_j = j;
       }
     }
-    for (int64_t j = best_j; j > 0; j = from[static_cast<size_t>(j)]) best_path.push_back(at(j));
+    for (int64_t j = best_j; j > 0; j = from[static_cast<size_t>(j)]) path.push_back(j);
     sol.layers = 1;
   } else {
     // Layered by count: the window's end (fixed) or a binding budget couples
@@ -458,7 +482,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     for (int64_t j = 1; j <= C && !wall; ++j) {
       for (int64_t i = 0; i < j; ++i) {
         if (!spaced(i, j)) continue;
-        VIPER_ASSIGN_OR_RETURN(S_at(i, j), seg(i, j));
+        VIPER_ASSIGN_OR_RETURN(S_at(i, j), seg(i, j, 0, nullptr));
       }
     }
     std::vector<double> prev(static_cast<size_t>(C + 1), inf), cur(static_cast<size_t>(C + 1));
@@ -479,7 +503,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
           if (!wall) {
             c = S_at(i, j);
           } else if (spaced(i, j)) {
-            VIPER_ASSIGN_OR_RETURN(c, wall_seg(i, j, k));
+            VIPER_ASSIGN_OR_RETURN(c, seg(i, j, k, nullptr));
           }
           if (c == inf) continue;
           if (d + c + price < cur[static_cast<size_t>(j)]) {
@@ -490,9 +514,9 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         const double x = cur[static_cast<size_t>(j)];
         if (x == inf) continue;
         layer_min = std::min(layer_min, x);
-        VIPER_ASSIGN_OR_RETURN(double tail, last(j, k));
-        if (x + tail < best) {
-          best = x + tail;
+        VIPER_ASSIGN_OR_RETURN(double tail, last(j, k, nullptr));
+        if (x + tail < best_total) {
+          best_total = x + tail;
           best_k = k;
           best_j = j;
         }
@@ -500,17 +524,32 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
       sol.layers = k;
       // Every cost is >= 0: a layer whose cheapest state already costs the
       // best complete schedule cannot lead to a better one.
-      if (!(layer_min < best)) break;
+      if (!(layer_min < best_total)) break;
       prev.swap(cur);
     }
     for (int64_t k = best_k, j = best_j; k > 0; --k) {
-      best_path.push_back(at(j));
+      path.push_back(j);
       j = from[static_cast<size_t>(k - 1)][static_cast<size_t>(j)];
     }
   }
-  std::reverse(best_path.begin(), best_path.end());
-  sol.schedule = std::move(best_path);
-  sol.objective = best;
+  std::reverse(path.begin(), path.end());
+  // The model each checkpoint publishes: the cheapest over its segment, as
+  // the passes above charged it.
+  const int64_t m = static_cast<int64_t>(path.size());
+  for (int64_t q = 0; q < m; ++q) {
+    const int64_t i = path[static_cast<size_t>(q)];
+    int64_t model = at(i);
+    if (q + 1 < m) {
+      VIPER_RETURN_IF_ERROR(seg(i, path[static_cast<size_t>(q + 1)], q + 2, &model).status());
+    } else {
+      VIPER_RETURN_IF_ERROR(last(i, m, &model).status());
+    }
+    sol.schedule.push_back(at(i));
+    sol.published.push_back(model);
+    if (model != at(i)) ++sol.republished;
+  }
+  if (sol.republished == 0) sol.published.clear();
+  sol.objective = best_total;
   return sol;
 }
 

@@ -141,6 +141,7 @@ class StrategyImpl : public Strategy {
     PlanSummary& s = plan.summary;
     s.strategy = kind_;
     Solution sol;
+    std::vector<int64_t> published;
     switch (kind_) {
       case StrategyKind::kEpoch: {
         VIPER_ASSIGN_OR_RETURN(sol, EpochSchedule(p, options_.iterations_per_epoch));
@@ -179,9 +180,14 @@ class StrategyImpl : public Strategy {
           sol.schedule = std::move(ss.schedule);
           sol.objective = ss.objective;
           sol.layers = ss.layers;
+          published = std::move(ss.published);
           s.exact = true;
           s.message = "exact optimal schedule on the staleness table's test_loss, among checkpoints at its " +
-                      std::to_string(ss.candidates) + " versions in (W, N] (a bound, not a strategy)";
+                      std::to_string(ss.candidates) + " versions in (W, N]" +
+                      (ss.republish_searched ? ", each publishing its own model or an older one ("
+                                                   + std::to_string(ss.republished) + " re-published)"
+                                             : " (re-publishing not searched: too many versions)") +
+                      " (a bound, not a strategy)";
           break;
         }
         if (!in.truth) return FailedPreconditionError("oracle needs the true curve");
@@ -219,6 +225,7 @@ class StrategyImpl : public Strategy {
       }
     }
     plan.schedule = sol.schedule;
+    plan.published = std::move(published);
     s.dp_layers = sol.layers;
     s.solver_objective = sol.objective;
     s.checkpoints = static_cast<int64_t>(plan.schedule.size());

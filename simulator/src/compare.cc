@@ -30,7 +30,9 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     if (check) {
       if (Status st = check(plan->schedule); !st.ok()) return st.WithContext(schedulers::ToString(kind));
     }
-    Simulator sim(base_options);
+    Simulator::Options options = base_options;
+    options.published = plan->published;
+    Simulator sim(options);
     auto result = sim.Run(*sc.truth, plan->schedule);
     if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));
     c.outcomes.push_back(StrategyOutcome{kind, std::move(*plan), std::move(*result), std::nullopt, std::nullopt});

@@ -60,14 +60,15 @@ class Engine {
     r_.versions.resize(static_cast<size_t>(m + 1));
     VersionRecord& v0 = r_.versions[0];
     v0.version = 0;
-    v0.iteration = p.warmup_iterations;
+    v0.iteration = v0.model_iteration = p.warmup_iterations;
     v0.loss = curve_.at(p.warmup_iterations);
     v0.servable_s = 0.0;
     for (int64_t k = 1; k <= m; ++k) {
       VersionRecord& v = r_.versions[static_cast<size_t>(k)];
       v.version = k;
       v.iteration = schedule_[static_cast<size_t>(k - 1)];
-      v.loss = curve_.at(v.iteration);
+      v.model_iteration = o_.published.empty() ? v.iteration : o_.published[static_cast<size_t>(k - 1)];
+      v.loss = curve_.at(v.model_iteration);
       // The producer timeline is closed-form: training time up to s_k plus
       // the stalls of the k-1 earlier checkpoints (every stall lasts stall_s_).
       v.checkpoint_s = TrainingTime(v.iteration) + static_cast<double>(k - 1) * stall_s_;
@@ -246,7 +247,7 @@ class Engine {
       double own = v.loss;
       if (surface) {
         // Run() checked that the surface covers [W, N], so this cannot fail.
-        auto l = surface->At(v.iteration, static_cast<double>(traffic));
+        auto l = surface->At(v.model_iteration, static_cast<double>(traffic));
         own = l.ok() ? *l : std::numeric_limits<double>::quiet_NaN();
       }
       const double loss = own + rho * age;
@@ -338,6 +339,21 @@ StatusOr<SimulationResult> Simulator::Run(const LossCurve& true_curve, const Sch
   if (options_.staleness) {
     VIPER_RETURN_IF_ERROR(options_.staleness->CheckCovers(p.warmup_iterations, p.total_iterations));
   }
+  if (!options_.published.empty()) {
+    if (options_.published.size() != schedule.size()) {
+      return InvalidArgumentError("published has " + std::to_string(options_.published.size()) +
+                                  " entries but the schedule has " + std::to_string(schedule.size()) + " checkpoints");
+    }
+    for (size_t k = 0; k < schedule.size(); ++k) {
+      const int64_t u = options_.published[k];
+      if (u < p.warmup_iterations || u > schedule[k]) {
+        return InvalidArgumentError("published[" + std::to_string(k) + "] = " + std::to_string(u) +
+                                    ": a checkpoint at iteration " + std::to_string(schedule[k]) +
+                                    " can publish a model of an iteration in [W = " +
+                                    std::to_string(p.warmup_iterations) + ", " + std::to_string(schedule[k]) + "]");
+      }
+    }
+  }
   Engine engine(options_, true_curve, schedule);
   return engine.Run();
 }
@@ -407,7 +423,7 @@ std::string SimulationResult::RequestCsv() const {
   char buf[160];
   for (const auto& r : request_log) {
     std::snprintf(buf, sizeof(buf), "%.9g,%lld,%lld,%lld,%.9g\n", r.time_s, static_cast<long long>(r.version),
-                  static_cast<long long>(versions[static_cast<size_t>(r.version)].iteration),
+                  static_cast<long long>(versions[static_cast<size_t>(r.version)].model_iteration),
                   static_cast<long long>(r.traffic_iteration), r.loss);
     out << buf;
   }

@@ -88,6 +88,23 @@ TEST(SimulatorTest, AStalenessTableChargesTheTrafficOfTheRequestsTime) {
   EXPECT_EQ(wall->request_log[1].traffic_iteration, 4);
   EXPECT_EQ(wall->request_log[3].traffic_iteration, 10);
   o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
+  // Re-publishing: the checkpoint at 5 publishes the kept model of iteration
+  // 2, charged as such: 10 + 8 + (8 + 3) + (8 + 7) = 44; the CSV names the
+  // served model's iteration.
+  o.published = {2, 2};
+  auto again = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_DOUBLE_EQ(again->cil, 44.0);
+  EXPECT_EQ(again->versions[2].iteration, 5);
+  EXPECT_EQ(again->versions[2].model_iteration, 2);
+  EXPECT_NE(again->RequestCsv().find("12,2,2,9,15\n"), std::string::npos) << again->RequestCsv();
+  o.published = {2, 6};  // a model the checkpoint at 5 cannot have
+  auto future = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_FALSE(future.ok());
+  EXPECT_NE(future.status().message().find("published[1] = 6"), std::string::npos) << future.status().message();
+  o.published = {2};
+  EXPECT_FALSE(Simulator(o).Run(LinearCurve(), {2, 5}).ok());
+  o.published.clear();
   auto diagonal = Simulator(Tiny(true, Notification::kPush)).Run(LinearCurve(), {2, 5});
   EXPECT_DOUBLE_EQ(diagonal->cil, 28.0);
   EXPECT_EQ(diagonal->judge, "diagonal");

@@ -124,8 +124,10 @@ struct SurfaceEvaluation {
   double objective = 0.0;
   double window_end_s = 0.0;
 };
+// `published`: the model each checkpoint publishes (empty = its own; an
+// older one in [W, s_k]: a re-publish, charged that model's loss).
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const StalenessSurface& surface,
-                                              const Schedule& schedule);
+                                              const Schedule& schedule, const std::vector<int64_t>& published = {});
 
 // The exact optimum of EvaluateOnSurface's objective over every schedule
 // whose checkpoints are grid versions of the surface inside (W, N] (and, where
@@ -146,15 +148,28 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const Stal
 // can choose; off-grid schedules are judged by interpolation and are not
 // searched. InvalidArgument when the table does not cover [W, N] or has more
 // than max_candidates candidates.
+//
+// Re-publishing: a checkpoint may publish an older model instead of its own
+// (a producer that kept it; recurring domains), at the same stall and
+// delivery. The optimum then lets every checkpoint publish any earlier
+// candidate or version 0, which only changes each segment's cost to the
+// cheapest model over it: C^3 / 6 model-segment costs (times the layers
+// under the wall clock). Searched when that is at most max_republish_work
+// (`republish_searched`; 0 = never), so the bound holds for every strategy
+// that re-publishes kept versions.
 struct SurfaceSolution {
   Schedule schedule;
+  // The model each checkpoint publishes; empty when every one publishes its own.
+  std::vector<int64_t> published;
+  int64_t republished = 0;  // checkpoints that publish an older model
+  bool republish_searched = false;
   double objective = 0.0;
   int64_t candidates = 0;
   int64_t layers = 0;  // checkpoint counts examined (1 while training)
 };
 StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& problem, const StalenessSurface& surface,
                                                 const std::vector<int64_t>& extra_candidates = {},
-                                                int64_t max_candidates = 4000);
+                                                int64_t max_candidates = 4000, double max_republish_work = 2e7);
 
 }  // namespace schedulers
 }  // namespace viper

@@ -92,6 +92,10 @@ struct PlanSummary {
 
 struct Plan {
   Schedule schedule;
+  // The model each checkpoint publishes (simulator::Simulator::Options::
+  // published): empty = its own iteration's; a strategy that re-publishes an
+  // older kept version that measures better on today's traffic fills it.
+  std::vector<int64_t> published;
   PlanSummary summary;
 };
 

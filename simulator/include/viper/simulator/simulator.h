@@ -38,6 +38,9 @@ struct VersionRecord {
   std::optional<double> servable_s;  // swapped in on the consumer (absent: never)
   bool superseded = false;           // dropped for a newer version before being served
   int64_t requests = 0;              // requests it served
+  // The iteration of the model it serves: `iteration`, or for a version that
+  // re-publishes an older kept model (Options::published), that model's.
+  int64_t model_iteration = 0;
   double loss = 0.0;                 // true loss of the version (before drift)
   // servable_s - checkpoint_s, when servable.
   std::optional<double> UpdateLatency() const;
@@ -77,7 +80,8 @@ struct SimulationResult {
   // Chrome trace-event JSON (open in Perfetto or chrome://tracing): producer,
   // transfer, notification and consumer tracks.
   std::string ChromeTrace() const;
-  // Per-request CSV: time_s,version,iteration,traffic_iteration,loss (needs record_requests).
+  // Per-request CSV: time_s,version,iteration,traffic_iteration,loss (needs
+  // record_requests); `iteration` is the served model's (model_iteration).
   std::string RequestCsv() const;
 };
 
@@ -104,6 +108,11 @@ class Simulator {
     // request is charged L(its version's iteration, the traffic iteration at
     // its time). Null = the diagonal (the true curve). Must cover [W, N].
     std::shared_ptr<const schedulers::StalenessSurface> staleness;
+    // The model each checkpoint publishes, one per schedule entry: its own
+    // iteration, or an older one in [W, s_k) the producer kept (a re-publish:
+    // it costs the same stall and delivery, and is charged that model's loss).
+    // Empty = every checkpoint publishes the model of its own iteration.
+    std::vector<int64_t> published;
 
     bool IsValid(std::string* error) const;
   };
