@@ -129,6 +129,8 @@ int RunPlan(const std::vector<std::string>& args) {
     nlohmann::json j;
     j["strategy"] = sch::ToString(k);
     j["schedule"] = plan->schedule;
+    // The model each checkpoint publishes, when a strategy re-published a kept one.
+    if (!plan->published.empty()) j["published"] = plan->published;
     j["checkpoints"] = s.checkpoints;
     j["slowdown_s"] = s.slowdown_s;
     j["predicted_cil"] = s.predicted.cil;

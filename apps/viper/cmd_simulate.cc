@@ -327,6 +327,8 @@ int RunSimulate(const std::vector<std::string>& args) {
       s["exact"] = r.plan.summary.exact;
       s["message"] = r.plan.summary.message;
       s["schedule"] = r.plan.schedule;
+      // The model each checkpoint publishes, when a strategy re-published a kept one.
+      if (!r.plan.published.empty()) s["published"] = r.plan.published;
       list.push_back(s);
     }
     j["strategies"] = list;

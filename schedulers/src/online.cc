@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -107,6 +108,9 @@ bool OnlinePlanner::Options::IsValid(std::string* error) const {
     return fail("replan_gap must be in [0, 0.01], got " + std::to_string(replan_gap));
   }
   if (decay_window < 2) return fail("decay_window must be >= 2, got " + std::to_string(decay_window));
+  if (keep_versions < 0 || keep_versions > 1000) {
+    return fail("keep_versions must be in [0, 1000], got " + std::to_string(keep_versions));
+  }
   return true;
 }
 
@@ -127,6 +131,7 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
                   static_cast<long long>(served_measurements), max_decay_per_s);
     s += buf;
   }
+  if (republished > 0) s += ", " + std::to_string(republished) + " re-published a kept version";
   if (max_lag_price > 0) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
@@ -293,6 +298,9 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
         // The change point: where the alarming sum left zero is only a bound;
         // the best two-level split of the values from there on places it.
         regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
+        if (regime_begin_ > 0) {
+          regime_ends_.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_ - 1]));
+        }
         ph_ = PageHinkley();
         forecaster_.reset();
         forecast_.reset();
@@ -359,6 +367,23 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     ++summary_.gated;
     want = false;
   }
+  // 5. Re-publishing: a kept model that measures better now than both the
+  // candidate and the served version, by the gate's margin.
+  publishing_ = now;
+  publishing_loss_.reset();
+  if (kept_at_ == now && !kept_now_.empty() && served_loss_ &&
+      static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
+      (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations)) {
+    const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    const double margin = MarginFor(sigma);
+    if (best->second < v - margin && best->second < *served_loss_ - margin) {
+      want = true;
+      publishing_ = best->first;
+      publishing_loss_ = best->second;
+    }
+  }
+  decided_at_ = want ? now : -1;
   summary_.plan_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return want;
 }
@@ -379,6 +404,17 @@ Status OnlinePlanner::Commit(int64_t iteration) {
                                 std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
   }
   taken_.push_back(iteration);
+  if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
+    // A re-publish: the kept model serves, at its level measured now.
+    published_.push_back(publishing_);
+    ++summary_.republished;
+    served_loss_ = *publishing_loss_;
+    served_reference_ = std::make_pair(iteration, *publishing_loss_);
+    decided_at_ = -1;
+    return Status::Ok();
+  }
+  published_.push_back(iteration);
+  decided_at_ = -1;
   if (measured_now_ && *measured_now_ == iteration) {
     served_loss_ = measured_.losses.back();
   } else if (forecast_) {
@@ -428,6 +464,37 @@ Status OnlinePlanner::ObserveServed(double loss) {
     decay_points_.emplace_back(age_s, loss - served_reference_->second);
     if (decay_points_.size() > static_cast<size_t>(options_.decay_window)) decay_points_.erase(decay_points_.begin());
   }
+  return Status::Ok();
+}
+
+std::vector<int64_t> OnlinePlanner::KeptVersions() const {
+  std::vector<int64_t> kept;
+  if (options_.keep_versions <= 0) return kept;
+  const int64_t served = served_model();
+  auto add = [&](int64_t m) {
+    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions) return;
+    if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
+  };
+  // Newest first: published models and regime ends merged by iteration.
+  std::vector<int64_t> all(published_);
+  all.insert(all.end(), regime_ends_.begin(), regime_ends_.end());
+  std::sort(all.begin(), all.end(), std::greater<int64_t>());
+  for (int64_t m : all) add(m);
+  add(problem_.warmup_iterations);
+  return kept;
+}
+
+Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
+  if (model_iteration < problem_.warmup_iterations || model_iteration > last_iteration_) {
+    return InvalidArgumentError("kept model of iteration " + std::to_string(model_iteration) + " is not in [W, " +
+                                std::to_string(last_iteration_) + "]");
+  }
+  if (kept_at_ != last_iteration_) {
+    kept_now_.clear();
+    kept_at_ = last_iteration_;
+  }
+  if (!std::isfinite(loss) || loss < 0) return Status::Ok();  // a diverged model is never re-published
+  kept_now_.emplace_back(model_iteration, loss);
   return Status::Ok();
 }
 

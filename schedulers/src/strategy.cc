@@ -210,14 +210,20 @@ class StrategyImpl : public Strategy {
           if (in.observed_staleness && in.observed_kind == ObservationKind::kValidation && it > p.warmup_iterations) {
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
-            const int64_t served = planner.taken().empty() ? p.warmup_iterations : planner.taken().back();
+            const int64_t served = planner.served_model();
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, static_cast<double>(it)));
             if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
+            // The kept models too, on the same sample (for re-publishing).
+            for (int64_t kept : planner.KeptVersions()) {
+              VIPER_ASSIGN_OR_RETURN(double l, in.observed_staleness->At(kept, static_cast<double>(it)));
+              VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
+            }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
         }
         sol.schedule = planner.taken();
+        if (planner.summary().republished > 0) published = planner.published();
         s.replans = planner.summary().replans;
         s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size())) +
                     ": re-plans exactly at every measurement, gates on measured quality";

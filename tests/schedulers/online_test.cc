@@ -71,6 +71,10 @@ TEST(OnlinePlannerTest, DefaultOptionsAreValidAndBadOnesAreNamed) {
   o.gate_z = -1;
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("gate_z"), std::string::npos);
+  o = OnlinePlanner::Options();
+  o.keep_versions = -1;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("keep_versions"), std::string::npos);
 }
 
 TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
@@ -78,6 +82,8 @@ TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
   EXPECT_TRUE(planner.Observe(50, 1.0, ObservationKind::kValidation).ok());
   EXPECT_FALSE(planner.Observe(40, 1.0, ObservationKind::kValidation).ok());
   EXPECT_FALSE(planner.ObserveServed(-1).ok());
+  EXPECT_FALSE(planner.ObserveKept(60, 1.0).ok()) << "a kept model cannot be from the future";
+  EXPECT_TRUE(planner.KeptVersions().empty()) << "the warm-up model is the served one";
   EXPECT_FALSE(*planner.ShouldCheckpoint(50));  // the warm-up: never
 }
 

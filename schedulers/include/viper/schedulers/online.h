@@ -46,6 +46,13 @@
 // drift as a steady one; no drift as none. The re-plan charges every version
 // that rate (the solver's linear drift term, loss + rate x age), the served
 // one from its re-measured level now.
+// Re-publishing (recurring domains). The producer keeps the last
+// keep_versions models it published or measured last before a detected
+// change (and the warm-up's); when they are
+// re-measured on today's validation sample (ObserveKept; offline, the
+// table's val_loss of (kept version, now)) and one measures better than both
+// the candidate and the served version by the gate's margin, the decision is
+// to publish that kept model (publishing()), at the cost of a checkpoint.
 // Re-fitting is geometric (when the regime's points have grown by
 // refit_growth since the last fit), so a regime of n points costs O(log n)
 // fits; the forecast curve is computed once per fit and reused by every
@@ -124,6 +131,8 @@ class OnlinePlanner {
     // Latest re-measurements of served versions the decay rate is fitted on
     // (>= 2).
     int decay_window = 8;
+    // Published models kept for re-publishing (>= 0; 0 = never re-publish).
+    int keep_versions = 8;
 
     bool IsValid(std::string* error) const;
   };
@@ -145,6 +154,7 @@ class OnlinePlanner {
     double max_lag_price = 0;
     int64_t cost_updates = 0;         // SetCost() calls
     int64_t diverged = 0;             // non-finite measurements of the metric (a diverged model, never published)
+    int64_t republished = 0;          // checkpoints that re-published a kept model
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -164,8 +174,23 @@ class OnlinePlanner {
   // its observations, iterations increasing). False during the warm-up.
   StatusOr<bool> ShouldCheckpoint(int64_t iteration);
   // Records a checkpoint taken after `iteration` (after the last one, inside
-  // (W, N]); its measured loss becomes the served version's.
+  // (W, N]); its measured loss becomes the served version's. When the
+  // decision at `iteration` chose a kept model, that model is what it
+  // publishes (publishing()).
   Status Commit(int64_t iteration);
+  // The models it keeps and wants re-measured now (KeptVersions, newest
+  // first; never the served one): their iterations.
+  std::vector<int64_t> KeptVersions() const;
+  // A kept model re-measured now (at the last observed iteration) on the
+  // current validation sample. Non-finite: a diverged model, ignored.
+  Status ObserveKept(int64_t model_iteration, double loss);
+  // The model the last positive decision publishes: its iteration (the
+  // decision's own for a fresh model, older for a re-publish).
+  int64_t publishing() const { return publishing_; }
+  // The model each checkpoint published (parallel to taken()), and the one
+  // served now (W before any checkpoint).
+  const std::vector<int64_t>& published() const { return published_; }
+  int64_t served_model() const { return published_.empty() ? problem_.warmup_iterations : published_.back(); }
   // The served version re-measured now (at the last observed iteration) on
   // the current validation sample (a live producer that re-validates it
   // after its data changed; offline, the staleness table's val_loss).
@@ -229,6 +254,16 @@ class OnlinePlanner {
   // (seconds since the served version's reference, excess over it) of the
   // latest re-measurements, oldest first.
   std::vector<std::pair<double, double>> decay_points_;
+  std::vector<int64_t> published_;
+  // The last model of each regime before a detected change (kept too:
+  // the domain it was trained on may come back).
+  std::vector<int64_t> regime_ends_;
+  // Kept models re-measured at the current iteration: (model, loss).
+  std::vector<std::pair<int64_t, double>> kept_now_;
+  int64_t kept_at_ = -1;    // the iteration of kept_now_
+  int64_t publishing_ = 0;  // the model the last positive decision publishes
+  int64_t decided_at_ = -1;
+  std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
 };
 
 }  // namespace schedulers
