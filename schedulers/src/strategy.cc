@@ -203,19 +203,33 @@ class StrategyImpl : public Strategy {
         oo.metric = in.observed_kind;
         OnlinePlanner planner(p, options_.forecasters, oo);
         const auto& obs = in.observed;
+        const bool with_table = in.observed_staleness && in.observed_kind == ObservationKind::kValidation;
+        const bool wall = with_table && p.requests.traffic_clock == TrafficClock::kWall;
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
-          VIPER_RETURN_IF_ERROR(planner.Observe(it, obs.losses[i], in.observed_kind));
-          if (in.observed_staleness && in.observed_kind == ObservationKind::kValidation && it > p.warmup_iterations) {
+          // Today's validation sample is the traffic now: the producer's
+          // iteration, or under the wall clock where the traffic has got to
+          // while the producer stalled (it + stalls / tau, at most N). Under
+          // the wall clock the candidate is measured there too.
+          double traffic = static_cast<double>(it);
+          double measured = obs.losses[i];
+          if (wall && it > p.warmup_iterations) {
+            traffic = std::min(static_cast<double>(p.total_iterations),
+                               traffic + static_cast<double>(planner.taken().size()) * p.cost.stall_s /
+                                             p.seconds_per_iteration);
+            VIPER_ASSIGN_OR_RETURN(measured, in.observed_staleness->At(it, traffic));
+          }
+          VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));
+          if (with_table && it > p.warmup_iterations) {
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
             const int64_t served = planner.served_model();
-            VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, static_cast<double>(it)));
+            VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, traffic));
             if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
             // The kept models too, on the same sample (for re-publishing).
             for (int64_t kept : planner.KeptVersions()) {
-              VIPER_ASSIGN_OR_RETURN(double l, in.observed_staleness->At(kept, static_cast<double>(it)));
+              VIPER_ASSIGN_OR_RETURN(double l, in.observed_staleness->At(kept, traffic));
               VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
             }
           }
