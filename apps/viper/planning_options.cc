@@ -82,6 +82,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("change-threshold", po::value(&sc.online.change_threshold)->default_value(sc.online.change_threshold), "Page-Hinkley alarm threshold, in noise sd, in (0, 1e6]: lower reacts faster to drift and re-fits more often")
       ("change-allowance", po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")
       ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median)")
+      ("keep-versions", po::value(&sc.online.keep_versions)->default_value(sc.online.keep_versions), "online: models kept for re-publishing, in [0, 1000]: the last ones it published and the last of each regime before a detected change; with a staleness table each is re-measured at every validation point, and one that beats both the candidate and the served version by the gate's margin is published again (recurring domains); 0 = never re-publish")
       ("replan-gap", RealOption(&sc.online.replan_gap), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
   desc->add(plan).add(req).add(cost).add(loop);
 }
@@ -117,6 +118,7 @@ Status ValidatePlanningOptions(const PlanningOptions& o) {
   VIPER_RETURN_IF_ERROR(CheckReal("--change-allowance", sc.online.change_allowance, 0, 1e6, true));
   VIPER_RETURN_IF_ERROR(CheckInteger("--min-fit-points", sc.online.min_fit_points, 3, 1000000));
   VIPER_RETURN_IF_ERROR(CheckReal("--replan-gap", sc.online.replan_gap, 0, 1e-2, false, "0 = exact re-plans"));
+  VIPER_RETURN_IF_ERROR(CheckInteger("--keep-versions", sc.online.keep_versions, 0, 1000, "0 = never re-publish"));
   if (o.arrivals == "trace" && o.request_trace.empty()) {
     return InvalidArgumentError("--arrivals trace needs --request-trace FILE");
   }

@@ -80,6 +80,11 @@ if [ -f "$log" ]; then
   expect_rc 0 "simulate with the wall traffic clock" "$viper" simulate --log "$swap" -q --staleness auto --traffic-clock wall --transport pfs --json "$tmp/stw.json"
   expect_in "$tmp/stw.json" '"traffic_clock": "wall"' "the JSON says the traffic followed the wall clock"
   expect_in "$tmp/out" "traffic clock: wall" "the table line says which clock the traffic followed"
+  expect_rc 0 "simulate recurring domains: online and the oracle re-publish kept models" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport gpu --strategies online,oracle --json "$tmp/rec.json"
+  expect_in "$tmp/rec.json" '"published"' "the JSON lists the model each checkpoint published"
+  expect_in "$tmp/rec.json" "re-published a kept version" "online's summary counts its re-publishes"
+  expect_rc 2 "--keep-versions out of range" "$viper" simulate --log "$swap" -q --keep-versions 5000
+  expect_in "$tmp/err" "--keep-versions" "the error names --keep-versions"
   expect_rc 2 "an unknown --traffic-clock is bad usage" "$viper" simulate --log "$swap" -q --traffic-clock sundial
   expect_in "$tmp/err" "expected producer or wall" "the error lists the traffic clocks"
   # A run that diverges to NaN: read as a diverged model by default; the judge charges epoch +inf, online never serves one.
