@@ -159,6 +159,22 @@ class Planner {
     OkOrRaise(online_->ObserveServed(loss));
   }
 
+  std::vector<int64_t> KeptVersions() const {
+    if (!online_) return {};
+    return online_->KeptVersions();
+  }
+
+  void ObserveKept(int64_t step, double loss) {
+    if (!online_) throw py::value_error("observe_kept: only the online strategy re-publishes kept versions");
+    OkOrRaise(online_->ObserveKept(step, loss));
+  }
+
+  // The step whose model the last positive decision publishes.
+  int64_t Publishing() const {
+    if (!online_) return taken_.empty() ? o_.warmup_iterations : taken_.back();
+    return online_->publishing();
+  }
+
   py::dict Report() const {
     py::dict d;
     d["strategy"] = schedulers::ToString(kind_);
@@ -184,6 +200,8 @@ class Planner {
       d["gate_margin"] = online_->GateMargin();
       d["max_decay_per_s"] = online_->summary().max_decay_per_s;
       d["max_lag_price"] = online_->summary().max_lag_price;
+      d["published"] = online_->published();
+      d["republished"] = online_->summary().republished;
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;
@@ -306,6 +324,9 @@ void BindPlanner(py::module_& m) {
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))
       .def("commit", &Planner::Commit, py::arg("iteration"))
       .def("observe_served", &Planner::ObserveServed, py::arg("loss"))
+      .def("kept_versions", &Planner::KeptVersions)
+      .def("observe_kept", &Planner::ObserveKept, py::arg("step"), py::arg("loss"))
+      .def("publishing", &Planner::Publishing)
       .def("report", &Planner::Report);
 }
 

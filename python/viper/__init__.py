@@ -475,6 +475,23 @@ class Planner:
         """online: the served version re-measured on today's validation data."""
         self._p.observe_served(float(loss))
 
+    def kept_versions(self):
+        """online: the steps of the models it keeps for re-publishing (the
+        last ones it published and the last of each regime before a detected
+        change; never the served one), to re-measure with observe_kept()."""
+        return list(self._p.kept_versions())
+
+    def observe_kept(self, step, loss):
+        """online: the kept model of `step` re-measured on today's validation
+        data (after observe() and observe_served() of this step)."""
+        self._p.observe_kept(int(step), float(loss))
+
+    def publishing(self):
+        """The step whose model to publish when should_checkpoint() said
+        True: the current step's, or an older kept one that measures better
+        on today's data (a re-publish: publish that model, then commit())."""
+        return int(self._p.publishing())
+
     def report(self):
         """What the planner did: strategy, checkpoints, tau, cost, summary..."""
         return self._p.report()

@@ -158,6 +158,23 @@ class StalenessRecorder:
         self._thin()
         return True
 
+    def serve(self, step):
+        """Marks the kept version `step` as the one the consumers serve (a
+        re-publish of an older kept model: Planner.publishing()). KeyError
+        when it is not kept."""
+        step = self._check_step(step, "serve")
+        if step not in self._versions:
+            raise KeyError(f"StalenessRecorder.serve: version {step} is not kept (kept: {self.versions_kept})")
+        self._served = step
+
+    def state_of(self, step):
+        """The kept copy (a state_dict) of version `step`, e.g. to publish it
+        again. KeyError when it is not kept."""
+        step = self._check_step(step, "state_of")
+        if step not in self._versions:
+            raise KeyError(f"StalenessRecorder.state_of: version {step} is not kept (kept: {self.versions_kept})")
+        return self._versions[step]
+
     def _thin(self):
         while self.bytes_kept > self.max_bytes:
             steps = sorted(self._versions)

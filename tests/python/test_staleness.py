@@ -272,6 +272,53 @@ def test_under_the_wall_clock_online_prices_the_lag_a_stall_leaves():
         viper.Planner("online", total_iterations=200, warmup=50, traffic_clock="sundial")
 
 
+def test_online_re_publishes_a_kept_model_when_the_domain_returns():
+    # The labels swap at 100 and back at 200: after 200 the model kept from
+    # before 100 measures better on today's traffic than the one trained on
+    # the swap, and the planner says to publish it again.
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    rec = viper.StalenessRecorder(every=5, max_bytes=1 << 22)
+    planner = viper.Planner("online", total_iterations=300, warmup=50, cost=(0.001, 0.002),
+                            seconds_per_iteration=0.01, requests={"interval_s": 0.01}, metric="val_loss")
+    published = []
+    for step in range(1, 301):
+        swap = (0, 1) if 100 < step <= 200 else None
+        x, y = blobs(32, step, swap)
+        train_step(model, opt, x, y)
+        val = None
+        if step % 5 == 0:
+            rec.maybe_keep(step, model)
+            rec.record(step, blobs(100, 700 + step, swap), blobs(100, 900 + step, swap), CE, model)
+            val = rec.loss_of(step, "val")
+        planner.observe(step, train_loss=CE(model(x), y).item(), val_loss=val)
+        if step == 50:
+            rec.keep(step, model, served=True)
+        if val is not None and step > 51:
+            planner.observe_served(rec.loss_of())
+            for kept in planner.kept_versions():
+                try:
+                    planner.observe_kept(kept, rec.loss_of(kept, "val"))
+                except KeyError:
+                    pass  # thinned out of the recorder: not measured, not re-published
+        if step > 50 and planner.should_checkpoint(step):
+            m = planner.publishing()
+            planner.commit(step)
+            if m == step:
+                rec.keep(step, model, served=True)
+            else:
+                assert m < step and rec.state_of(m) is not None  # the kept copy is what goes out
+                rec.serve(m)
+            published.append((step, m))
+    report = planner.report()
+    assert report["republished"] >= 1, report["summary"]
+    assert [m for _, m in published] == report["published"]
+    again = [(s, m) for s, m in published if m != s]
+    assert all(s > 200 and m <= 100 for s, m in again), again
+    with pytest.raises(KeyError, match="not kept"):
+        rec.serve(57)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(every=0, max_bytes=1 << 20), "every must be an integer > 0"),
     (dict(every=-3, max_bytes=1 << 20), "every must be an integer > 0"),
