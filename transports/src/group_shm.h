@@ -1,0 +1,109 @@
+// Internal: the sharded groups' shared-memory link (group.h, "Links"). Each
+// producer rank owns a ring of `slots` buckets (ShmSegment, as the host
+// tier's); per version it copies its shard image into the ring a bucket at
+// a time and sends every consumer rank a ReadyMsg for each bucket; each
+// consumer rank copies its runs of that bucket out of the ring, checks the
+// digest and answers a ReleaseMsg. A piece here is one producer rank's bytes
+// of one of its buckets for one consumer rank, in the producer's image
+// order; its digest is XXH3 of those bytes in that order (both sides hash
+// them the same way, RunHasher).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "group_internal.h"
+#include "shm_segment.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+// Consumer rank -> producer rank: bucket `bucket` of `version` copied out.
+inline constexpr int kGroupTagRelease = 8;
+// Producer rank -> consumer rank, on DataTag(version): bucket `bucket` is
+// in its slot (bucket % slots); `digest`: that consumer's bytes in it;
+// `shard_checksum`: on the last bucket, XXH3 of the producer's shard image.
+struct ReadyMsg {
+  uint64_t magic = kMagic;
+  uint64_t version = 0;
+  uint64_t bucket = 0;
+  uint64_t digest = 0;
+  uint64_t shard_checksum = 0;
+};
+struct ReleaseMsg {
+  uint64_t magic = kMagic;
+  uint64_t version = 0;
+  uint64_t bucket = 0;
+};
+
+// One side's end of the link, made at Create.
+struct ShmLink {
+  uint64_t bucket_bytes = 0;  // the same for every producer rank
+  int slots = 0;              // 1 or 2
+  std::vector<uint64_t> slot_bytes;                // per producer rank: min(bucket, its shard), >= 1
+  std::vector<uint64_t> buckets;                   // per producer rank: buckets of its shard, >= 1
+  std::unique_ptr<ShmSegment> own;                 // producer: its ring
+  std::vector<std::unique_ptr<ShmSegment>> rings;  // consumer: every producer rank's, mapped read-only
+  uint64_t RingBytes(int p) const { return slot_bytes[p] * static_cast<uint64_t>(slots); }
+};
+
+// Collective over both groups (after MakeGroup): decides the link from
+// every rank's `link` and whether all are on one node; for shm, producer
+// ranks make their rings (`bucket_bytes`, `slots`: producer rank 0's) and
+// consumer ranks map them. nullptr: MPI. An error: kMpi and kShm asked
+// together, or kShm asked where it cannot be had.
+StatusOr<std::unique_ptr<ShmLink>> MakeShmLink(const GroupSetup& g, bool producer, GroupLink link,
+                                               uint64_t bucket_bytes, int slots);
+
+// XXH3 of a sequence of runs, the same digest however they are cut: runs
+// shorter than kDirectBytes are gathered in a small buffer (in cache) and
+// hashed from there, longer ones directly (XXH3 on short inputs costs
+// several times its contiguous rate).
+class RunHasher {
+ public:
+  static constexpr uint64_t kDirectBytes = 16 << 10;
+  static constexpr uint64_t kGatherBytes = 64 << 10;
+  RunHasher() : gather_(kGatherBytes) {}
+  void Add(const std::byte* data, uint64_t bytes);
+  uint64_t Digest();  // flushes; then no more Add
+
+ private:
+  void Flush();
+  Xxh3Hasher hasher_;
+  std::vector<std::byte> gather_;
+  uint64_t used_ = 0;
+};
+
+// `copies` sorted by source offset (the order pieces are hashed in).
+std::vector<ByteCopy> BySource(std::vector<ByteCopy> copies);
+
+// Producer rank `g.rank`: writes `shard` (valid for the layout) into its
+// ring bucket by bucket, announcing each to every consumer rank, and waits
+// until every consumer rank has released every bucket; gives up `timeout_s`
+// after it began.
+struct ShmSent {
+  bool sent = false;  // every consumer rank released every bucket
+  uint64_t sent_bytes = 0;
+  uint64_t shard_checksum = 0;
+  std::string message;
+};
+ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uint64_t version, double timeout_s);
+
+// Consumer rank `g.rank`: every producer rank's buckets of `version`,
+// copied to where `dst` says (the blocks of [offset, offset + bytes) of this
+// rank's image), `first_copy` run once before the first byte is written,
+// `idle` between polls; each piece checked against its digest. `whole`:
+// the version's checksum (from the producers' shard checksums). False (and
+// *message) when a piece is late or wrong.
+bool ShmReceive(const GroupSetup& g, const ShmLink& link, uint64_t version, double deadline_s,
+                const std::function<void(uint64_t, uint64_t, std::vector<Block>*)>& dst,
+                const std::function<void()>& first_copy, const std::function<void()>& idle,
+                uint64_t* received_bytes, uint64_t* whole, std::string* message);
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
