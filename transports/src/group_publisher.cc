@@ -111,15 +111,22 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
   }
   if (!valid.ok()) return valid;
-  if (fault_version_ == d.version && fault_ == GroupFault::kExitAfterHeaders) _exit(0);
-  if (fault_version_ == d.version && fault_ == GroupFault::kStopAfterHeaders) {
+  const bool faulty = fault_version_ == d.version;
+  if (faulty && (fault_ == GroupFault::kExitAfterHeaders || (!shm_ && fault_ == GroupFault::kExitAfterFirstBucket))) {
+    _exit(0);
+  }
+  if (faulty && (fault_ == GroupFault::kStopAfterHeaders || (!shm_ && fault_ == GroupFault::kStopAfterFirstBucket))) {
     sum.message = "fault injected: stopped after the headers";
     sum.update_s = MonotonicSeconds() - t0;
     return sum;
   }
 
   if (shm_) {
-    ShmSent sent = ShmSend(g_, shm_.get(), shard, d.version, Timeout(d.version));
+    auto announced = [&](uint64_t) {
+      if (faulty && fault_ == GroupFault::kExitAfterFirstBucket) _exit(0);
+      return !(faulty && fault_ == GroupFault::kStopAfterFirstBucket);
+    };
+    ShmSent sent = ShmSend(g_, shm_.get(), shard, d.version, Timeout(d.version), announced);
     sum.sent = sent.sent;
     sum.sent_bytes = sent.sent_bytes;
     sum.shard_checksum = sent.shard_checksum;

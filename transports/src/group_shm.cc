@@ -167,7 +167,7 @@ StatusOr<std::unique_ptr<ShmLink>> MakeShmLink(const GroupSetup& g, bool produce
 }
 
 ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uint64_t version,
-                double timeout_s) {
+                double timeout_s, const std::function<bool(uint64_t)>& announced) {
   ShmSent out;
   const int me = g.rank, Q = g.q_layout.ranks(), slots = link->slots;
   const uint64_t bytes = g.p_layout.ShardBytes(me), B = link->bucket_bytes, nb = link->buckets[me];
@@ -238,6 +238,10 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
       r.shard_checksum = b + 1 == nb ? whole.Digest() : 0;
       Status s = SendPod(g.all, g.consumers[c], DataTag(version), r, Left(deadline));
       if (!s.ok() && out.message.empty()) out.message = "consumer rank " + std::to_string(c) + ": " + s.message();
+    }
+    if (announced && !announced(b)) {
+      out.message = "stopped after bucket " + std::to_string(b);
+      return out;
     }
   }
   out.shard_checksum = whole.Digest();
