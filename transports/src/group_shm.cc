@@ -112,10 +112,34 @@ StatusOr<std::unique_ptr<ShmLink>> MakeShmLink(const GroupSetup& g, bool produce
   for (int p = 0; p < P; ++p) largest = std::max(largest, g.p_layout.ShardBytes(p));
   l->bucket_bytes = std::max<uint64_t>(1, std::min(params[0] > 0 ? params[0] : g.window_bytes, largest));
   l->slots = static_cast<int>(params[1]);
+  const int Q = g.q_layout.ranks();
+  l->consumers = Q;
   for (int p = 0; p < P; ++p) {
-    const uint64_t shard = g.p_layout.ShardBytes(p);
-    l->slot_bytes.push_back(std::max<uint64_t>(1, std::min(l->bucket_bytes, shard)));
-    l->buckets.push_back(std::max<uint64_t>(1, Windows(shard, l->bucket_bytes)));
+    const uint64_t nb = std::max<uint64_t>(1, Windows(g.p_layout.ShardBytes(p), l->bucket_bytes));
+    l->buckets.push_back(nb);
+    // Each piece's bytes (a copy cut at bucket boundaries), then offsets.
+    std::vector<uint64_t> table(nb * (Q + 1), 0);
+    for (int c = 0; c < Q; ++c) {
+      for (const ByteCopy& x : g.plan.Copies(p, c)) {
+        for (uint64_t a = x.src_offset, e = x.src_offset + x.bytes; a < e;) {
+          const uint64_t b = a / l->bucket_bytes, n = std::min(e, (b + 1) * l->bucket_bytes) - a;
+          table[b * (Q + 1) + c] += n;
+          a += n;
+        }
+      }
+    }
+    uint64_t largest = 1;
+    for (uint64_t b = 0; b < nb; ++b) {
+      uint64_t at = 0;
+      for (int c = 0; c <= Q; ++c) {
+        const uint64_t n = table[b * (Q + 1) + c];
+        table[b * (Q + 1) + c] = at;
+        at += n;
+      }
+      largest = std::max(largest, at);
+    }
+    l->slot_bytes.push_back(largest);
+    l->piece_offsets.push_back(std::move(table));
   }
 
   std::string error;
@@ -175,7 +199,6 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
   std::vector<std::vector<ByteCopy>> copies(Q);
   std::vector<std::size_t> cursor(Q, 0);
   for (int c = 0; c < Q; ++c) copies[c] = BySource(g.plan.Copies(me, c));
-  std::vector<std::vector<uint64_t>> piece_bytes(Q, std::vector<uint64_t>(nb, 0));
   std::vector<uint64_t> released(Q, 0);  // per consumer rank: buckets [0, released) released
   const double deadline = MonotonicSeconds() + timeout_s;
   Backoff backoff(50);
@@ -189,7 +212,7 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
       if (*got) {
         const int c = IndexOf(g.consumers, from);
         if (c >= 0 && m.magic == kMagic && m.version == version && m.bucket == released[c] && m.bucket < nb) {
-          out.sent_bytes += piece_bytes[c][m.bucket];
+          out.sent_bytes += link->PieceBytes(me, m.bucket, c);
           ++released[c];
         }
         backoff.Reset();
@@ -202,6 +225,7 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
   };
   Xxh3Hasher whole;
   std::vector<Block> blocks;
+  std::vector<uint64_t> written(Q);
   for (uint64_t b = 0; b < nb; ++b) {
     if (b >= static_cast<uint64_t>(slots) && !wait_released(b - slots + 1)) {
       out.message = "not every consumer rank released bucket " + std::to_string(b - slots) + " within " +
@@ -212,21 +236,29 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
     std::byte* slot = link->own->payload() + (b % slots) * slot_bytes;
     blocks.clear();
     AppendBlocks(shard, g.p_layout, me, lo, n, &blocks);
-    std::vector<std::unique_ptr<RunHasher>> pieces;
-    for (int c = 0; c < Q; ++c) pieces.push_back(std::make_unique<RunHasher>());
-    uint64_t w = 0;  // bytes of this bucket written
+    std::vector<std::unique_ptr<Xxh3Hasher>> pieces;
+    for (int c = 0; c < Q; ++c) {
+      pieces.push_back(std::make_unique<Xxh3Hasher>());
+      written[c] = link->PieceOffset(me, b, c);
+    }
+    uint64_t at = lo;  // image offset of the chunk below
     for (const Block& blk : blocks) {
       for (uint64_t off = 0; off < blk.bytes; off += kHotBytes) {
+        // A chunk of the image: hashed (the shard checksum), then each
+        // consumer rank's runs in it appended to its piece and hashed
+        // there, contiguous, while in cache.
         const uint64_t k = std::min(kHotBytes, blk.bytes - off);
-        std::memcpy(slot + w, blk.data + off, k);
-        whole.Update(slot + w, k);
+        const std::byte* src = blk.data + off;
+        whole.Update(src, k);
         for (int c = 0; c < Q; ++c) {
-          ForEachInSource(copies[c], &cursor[c], lo + w, lo + w + k, [&](const ByteCopy& x) {
-            pieces[c]->Add(slot + (x.src_offset - lo), x.bytes);
-            piece_bytes[c][b] += x.bytes;
+          const uint64_t start = written[c];
+          ForEachInSource(copies[c], &cursor[c], at, at + k, [&](const ByteCopy& x) {
+            std::memcpy(slot + written[c], src + (x.src_offset - at), x.bytes);
+            written[c] += x.bytes;
           });
+          if (written[c] > start) pieces[c]->Update(slot + start, written[c] - start);
         }
-        w += k;
+        at += k;
       }
     }
     std::atomic_thread_fence(std::memory_order_release);  // the slot before its Ready
@@ -298,7 +330,9 @@ bool ShmReceive(const GroupSetup& g, const ShmLink& link, uint64_t version, doub
     std::atomic_thread_fence(std::memory_order_acquire);  // its Ready before the slot
     const uint64_t bytes = g.p_layout.ShardBytes(p), b = m.bucket;
     const uint64_t lo = std::min(bytes, b * B), hi = lo + std::min(B, bytes - lo);
-    const std::byte* slot = link.rings[p]->payload() + (b % link.slots) * link.slot_bytes[p];
+    // This rank's piece: contiguous in the slot, in image order.
+    const std::byte* piece_at = link.rings[p]->payload() + (b % link.slots) * link.slot_bytes[p] +
+                                link.PieceOffset(p, b, me);
     RunHasher piece;
     uint64_t pending_bytes = 0;
     auto hash_pending = [&] {
@@ -313,10 +347,9 @@ bool ShmReceive(const GroupSetup& g, const ShmLink& link, uint64_t version, doub
       }
       to.clear();
       dst(x.dst_offset, x.bytes, &to);
-      const std::byte* src = slot + (x.src_offset - lo);
       for (const Block& t : to) {
-        std::memcpy(t.data, src, t.bytes);
-        src += t.bytes;
+        std::memcpy(t.data, piece_at, t.bytes);
+        piece_at += t.bytes;
         pending.push_back(t);
         pending_bytes += t.bytes;
       }

@@ -1,12 +1,20 @@
 // Internal: the sharded groups' shared-memory link (group.h, "Links"). Each
-// producer rank owns a ring of `slots` buckets (ShmSegment, as the host
-// tier's); per version it copies its shard image into the ring a bucket at
-// a time and sends every consumer rank a ReadyMsg for each bucket; each
-// consumer rank copies its runs of that bucket out of the ring, checks the
-// digest and answers a ReleaseMsg. A piece here is one producer rank's bytes
-// of one of its buckets for one consumer rank, in the producer's image
-// order; its digest is XXH3 of those bytes in that order (both sides hash
-// them the same way, RunHasher).
+// producer rank owns a ring of `slots` slots (ShmSegment, as the host
+// tier's); per version it copies its shard image into the ring a bucket
+// (`bucket_bytes` of its image) at a time and sends every consumer rank a
+// ReadyMsg for each bucket; each consumer rank copies its bytes of that
+// bucket out of the ring, checks the digest and answers a ReleaseMsg.
+//
+// A piece is one producer rank's bytes of one bucket for one consumer rank,
+// in the producer's image order; its digest is XXH3 of those bytes in that
+// order. A slot holds a bucket's pieces one after the other in consumer rank
+// order (not the image itself): the producer scatters its image's runs into
+// them as it copies (a column split's 2 KiB runs included) and hashes each
+// piece contiguously, a consumer rank reads its piece as one contiguous
+// range. Bytes no consumer rank takes from this producer are not copied; a
+// byte several consumer ranks take (a tensor they replicate) is copied once
+// per taker, so a slot is the largest bucket's pieces together: the bucket,
+// or less, or, where consumers replicate, up to Q times it.
 #pragma once
 
 #include <cstdint>
@@ -42,10 +50,20 @@ struct ReleaseMsg {
 
 // One side's end of the link, made at Create.
 struct ShmLink {
-  uint64_t bucket_bytes = 0;  // the same for every producer rank
+  uint64_t bucket_bytes = 0;  // of a producer's image, the same for every producer rank
   int slots = 0;              // 1 or 2
-  std::vector<uint64_t> slot_bytes;                // per producer rank: min(bucket, its shard), >= 1
-  std::vector<uint64_t> buckets;                   // per producer rank: buckets of its shard, >= 1
+  int consumers = 0;
+  std::vector<uint64_t> buckets;     // per producer rank: buckets of its shard, >= 1
+  std::vector<uint64_t> slot_bytes;  // per producer rank: its largest bucket's pieces, >= 1
+  // Per producer rank, [bucket * consumers + c]: where consumer rank c's
+  // piece starts in the slot; [.. + consumers]: the bucket's total.
+  std::vector<std::vector<uint64_t>> piece_offsets;
+  uint64_t PieceOffset(int p, uint64_t bucket, int c) const {
+    return piece_offsets[p][bucket * (consumers + 1) + c];
+  }
+  uint64_t PieceBytes(int p, uint64_t bucket, int c) const {
+    return PieceOffset(p, bucket, c + 1) - PieceOffset(p, bucket, c);
+  }
   std::unique_ptr<ShmSegment> own;                 // producer: its ring
   std::vector<std::unique_ptr<ShmSegment>> rings;  // consumer: every producer rank's, mapped read-only
   uint64_t RingBytes(int p) const { return slot_bytes[p] * static_cast<uint64_t>(slots); }
