@@ -50,21 +50,26 @@
 //
 // Links (Options::link, decided together at Create). kMpi: the bytes as
 // above. kShm (every rank of both groups on one node): each producer rank
-// owns a shared-memory ring of `ring_buckets` (1 or 2) buckets of its
-// shard image; it copies its shard into the ring a bucket at a time (one
-// memcpy per bucket, hashing while hot) and tells every consumer rank over
-// MPI (Ready: the bucket, the digest of that consumer's bytes in it); each
-// consumer rank copies its runs straight out of the ring into its back
-// buffer (bounded: its target tensors, no staging bucket), hashes them,
-// checks the digest and tells the producer (Released) so that it can reuse
-// the slot. Only these small messages travel on MPI. The ring is the bytes
-// a producer rank holds beyond its shard; one bucket: the producer waits
-// for every consumer before writing the next; two: it writes one while the
-// consumers copy the other. The shard checksum comes with the last Ready.
+// owns a shared-memory ring of `ring_buckets` (1 or 2) slots; it copies its
+// shard image into the ring a bucket (`bucket_bytes` of the image) at a
+// time, each slot holding the bucket's pieces for consumer rank 0, 1, ...
+// one after the other (the runs scattered as they are copied, each piece
+// hashed contiguously while in cache, with the shard checksum), and tells
+// every consumer rank over MPI (Ready: the bucket, the digest of that
+// consumer's piece); each consumer rank copies its piece, one contiguous
+// range, straight out of the ring into its back buffer (bounded: its
+// target tensors, no staging bucket), hashes it, checks the digest and
+// tells the producer (Released) so that it can reuse the slot. Only these
+// small messages travel on MPI. The ring is the bytes a producer rank holds
+// beyond its shard: one slot (the producer waits for every consumer before
+// writing the next bucket) or two (it writes one while the consumers copy
+// the other); a slot is a bucket, less where some of the bucket goes to no
+// consumer, more where consumer ranks replicate a tensor (each taker's copy
+// is in the slot). The shard checksum comes with the last Ready.
 // kAuto: kShm when every rank of both groups is on one node and every
 // producer's ring could be made and mapped, else kMpi. Every guarantee
 // above holds on both links (a producer killed mid-version: the consumers
-// time out waiting for its Ready and the group commits nothing).
+// time out waiting for its next Ready and the group commits nothing).
 // Segments are named "/viper-<pid>-grp...", created with O_EXCL and mode
 // 0600 and unlinked once every consumer rank has mapped them (as the host
 // tier's: a producer killed before that leaves its segment until a later
@@ -108,10 +113,11 @@ class ShardedPublisher {
  public:
   struct Options {
     GroupLink link = GroupLink::kAuto;
-    // shm link: the ring's bucket (0: the consumers' window, their
-    // bucket_bytes in bounded mode, else chunk_bytes; never more than the
-    // largest producer shard) and how many buckets (1 or 2). Producer rank
-    // 0's values hold for every producer rank.
+    // shm link: the bucket, bytes of a producer's shard image per slot (0:
+    // the consumers' window, their bucket_bytes in bounded mode, else
+    // chunk_bytes; never more than the largest producer shard), and the
+    // ring's slots (1 or 2). Producer rank 0's values hold for every
+    // producer rank.
     uint64_t bucket_bytes = 0;
     int ring_buckets = 2;
     // Every wait on another rank (the decision, a send, the Ack) gives up
