@@ -411,15 +411,14 @@ TEST_P(MpiGroup, ConsumerMissingTheDecisionNeverServesAMix) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup,
-                         ::testing::Values(Param{Mode::kDoubleBuffer, GroupLink::kMpi},
-                                           Param{Mode::kBounded, GroupLink::kMpi},
-                                           Param{Mode::kDoubleBuffer, GroupLink::kShm},
-                                           Param{Mode::kBounded, GroupLink::kShm}),
-                         [](const ::testing::TestParamInfo<Param>& i) {
-                           return std::string(i.param.mode == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded") +
-                                  (i.param.link == GroupLink::kShm ? "_Shm" : "_Mpi");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, MpiGroup,
+    ::testing::Values(Param{Mode::kDoubleBuffer, GroupLink::kMpi}, Param{Mode::kBounded, GroupLink::kMpi},
+                      Param{Mode::kDoubleBuffer, GroupLink::kShm}, Param{Mode::kBounded, GroupLink::kShm}),
+    [](const ::testing::TestParamInfo<Param>& i) {
+      return std::string(i.param.mode == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded") +
+             (i.param.link == GroupLink::kShm ? "_Shm" : "_Mpi");
+    });
 
 // A rank really killed mid-version (_exit in version 2: a producer after
 // announcing its first shm bucket (MPI link: after its headers), a

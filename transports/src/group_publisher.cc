@@ -112,10 +112,12 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   }
   if (!valid.ok()) return valid;
   const bool faulty = fault_version_ == d.version;
-  if (faulty && (fault_ == GroupFault::kExitAfterHeaders || (!shm_ && fault_ == GroupFault::kExitAfterFirstBucket))) {
+  if (faulty &&
+      (fault_ == GroupFault::kExitAfterHeaders || (!shm_ && fault_ == GroupFault::kExitAfterFirstBucket))) {
     _exit(0);
   }
-  if (faulty && (fault_ == GroupFault::kStopAfterHeaders || (!shm_ && fault_ == GroupFault::kStopAfterFirstBucket))) {
+  if (faulty &&
+      (fault_ == GroupFault::kStopAfterHeaders || (!shm_ && fault_ == GroupFault::kStopAfterFirstBucket))) {
     sum.message = "fault injected: stopped after the headers";
     sum.update_s = MonotonicSeconds() - t0;
     return sum;

@@ -93,7 +93,8 @@ StatusOr<std::unique_ptr<ShmLink>> MakeShmLink(const GroupSetup& g, bool produce
   MPI_Comm_free(&node);
   const bool one_node = on_node == everyone;
   if (any[0] && any[1]) {
-    return InvalidArgumentError("sharded groups: link mpi on some ranks and shm on others (use one, or auto)");
+    return InvalidArgumentError(
+        "sharded groups: link mpi on some ranks and shm on others (use one, or auto)");
   }
   if (any[1] && !one_node) {
     return FailedPreconditionError("sharded groups: link shm needs every rank of both groups on one node; " +
@@ -186,7 +187,8 @@ StatusOr<std::unique_ptr<ShmLink>> MakeShmLink(const GroupSetup& g, bool produce
   if (all_ok) return l;
   const std::string why = error.empty() ? "another rank could not make or map its ring" : error;
   if (any[1]) return UnavailableError("sharded groups: link shm: " + why);
-  if (g.rank == 0) Log(LogLevel::kWarning, "transports", "sharded groups: no shm link (" + why + "); over MPI");
+  if (g.rank == 0)
+    Log(LogLevel::kWarning, "transports", "sharded groups: no shm link (" + why + "); over MPI");
   return std::unique_ptr<ShmLink>();
 }
 
@@ -218,7 +220,8 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
         backoff.Reset();
         continue;  // stale ones are dropped
       }
-      if (std::all_of(released.begin(), released.end(), [need](uint64_t r) { return r >= need; })) return true;
+      if (std::all_of(released.begin(), released.end(), [need](uint64_t r) { return r >= need; }))
+        return true;
       if (MonotonicSeconds() > deadline) return false;
       backoff.Pause();
     }
@@ -269,7 +272,8 @@ ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uin
       r.digest = pieces[c]->Digest();
       r.shard_checksum = b + 1 == nb ? whole.Digest() : 0;
       Status s = SendPod(g.all, g.consumers[c], DataTag(version), r, Left(deadline));
-      if (!s.ok() && out.message.empty()) out.message = "consumer rank " + std::to_string(c) + ": " + s.message();
+      if (!s.ok() && out.message.empty())
+        out.message = "consumer rank " + std::to_string(c) + ": " + s.message();
     }
     if (announced && !announced(b)) {
       out.message = "stopped after bucket " + std::to_string(b);
@@ -331,8 +335,8 @@ bool ShmReceive(const GroupSetup& g, const ShmLink& link, uint64_t version, doub
     const uint64_t bytes = g.p_layout.ShardBytes(p), b = m.bucket;
     const uint64_t lo = std::min(bytes, b * B), hi = lo + std::min(B, bytes - lo);
     // This rank's piece: contiguous in the slot, in image order.
-    const std::byte* piece_at = link.rings[p]->payload() + (b % link.slots) * link.slot_bytes[p] +
-                                link.PieceOffset(p, b, me);
+    const std::byte* piece_at =
+        link.rings[p]->payload() + (b % link.slots) * link.slot_bytes[p] + link.PieceOffset(p, b, me);
     RunHasher piece;
     uint64_t pending_bytes = 0;
     auto hash_pending = [&] {

@@ -111,8 +111,8 @@ struct ShmSent {
 };
 // `announced`, if set, runs after each bucket's Ready messages (its
 // number); false: stop there (tests' faults).
-ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uint64_t version, double timeout_s,
-                const std::function<bool(uint64_t)>& announced = nullptr);
+ShmSent ShmSend(const GroupSetup& g, ShmLink* link, const ModelState& shard, uint64_t version,
+                double timeout_s, const std::function<bool(uint64_t)>& announced = nullptr);
 
 // Consumer rank `g.rank`: every producer rank's buckets of `version`,
 // copied to where `dst` says (the blocks of [offset, offset + bytes) of this

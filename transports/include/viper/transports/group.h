@@ -143,7 +143,7 @@ class ShardedPublisher {
     uint64_t whole_checksum = 0;
     double update_s = 0;      // Publish start to return (rank 0: to the Ack)
     uint64_t ring_bytes = 0;  // shm link: the ring this rank holds beyond its shard (0: MPI)
-    std::string message;  // what went wrong, if anything
+    std::string message;      // what went wrong, if anything
     std::string BriefReport() const;
   };
 
