@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -111,7 +112,10 @@ int RingBuckets(Mode mode) { return mode == Mode::kBounded ? 1 : 2; }
 // One test's two groups and this rank's role.
 class GroupFixture {
  public:
-  explicit GroupFixture(const Param& param, double peer_timeout_s = 30) : link_(param.link) {
+  // `expect`: the link the groups must get (default: the one asked for).
+  explicit GroupFixture(const Param& param, double peer_timeout_s = 30,
+                        std::optional<GroupLink> expect = std::nullopt)
+      : link_(param.link), expect_(expect.value_or(param.link)) {
     const Mode mode = param.mode;
     c_ = *CaseForWorld();
     for (int r = 0; r < Size(); ++r) (r < c_.producers ? ranks_.producers : ranks_.consumers).push_back(r);
@@ -129,7 +133,7 @@ class GroupFixture {
       auto pub = ShardedPublisher::Create(ranks_, p_, o);
       EXPECT_TRUE(pub.ok()) << pub.status().message();
       if (pub.ok()) pub_ = std::move(*pub);
-      if (pub_) EXPECT_EQ(pub_->link(), link_) << "the producers do not use the link asked for";
+      if (pub_) EXPECT_EQ(pub_->link(), expect_) << "the producers do not use the link asked for";
     } else {
       ShardedSubscriber::Options o;
       o.peer_timeout_s = peer_timeout_s;
@@ -144,7 +148,7 @@ class GroupFixture {
       auto sub = ShardedSubscriber::Create(ranks_, q_, o, target);
       EXPECT_TRUE(sub.ok()) << sub.status().message();
       if (sub.ok()) sub_ = std::move(*sub);
-      if (sub_) EXPECT_EQ(sub_->link(), link_) << "the consumers do not use the link asked for";
+      if (sub_) EXPECT_EQ(sub_->link(), expect_) << "the consumers do not use the link asked for";
     }
   }
   ~GroupFixture() {
@@ -208,7 +212,7 @@ class GroupFixture {
     return served;
   }
 
-  GroupLink link_;
+  GroupLink link_, expect_;
   Case c_;
   GroupRanks ranks_;
   bool producer_ = false;
@@ -539,6 +543,46 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
   EXPECT_EQ(blocks[0].bytes, 16u);
   EXPECT_EQ(blocks[1].data, buf + 40);
   EXPECT_EQ(blocks[1].bytes, 24u);
+}
+
+// Both groups on two nodes (VIPER_TEST_TWO_NODES, two_nodes.sh: producers on
+// one, consumers on the other): auto takes the MPI link and delivers the
+// slices; shm asked for is refused on every rank, naming the nodes.
+TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
+  if (std::getenv("VIPER_TEST_TWO_NODES") == nullptr) GTEST_SKIP() << "set VIPER_TEST_TWO_NODES (two_nodes.sh)";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  {
+    GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kAuto}, 30, GroupLink::kMpi);
+    if (f.producer_) {
+      auto s = f.Publish(1);
+      if (f.pub_->rank() == 0) EXPECT_TRUE(s.committed) << s.BriefReport();
+      EXPECT_EQ(s.ring_bytes, 0u);
+    } else {
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_TRUE(s->committed) << s->BriefReport();
+      EXPECT_EQ(f.CheckServed(), 1u);
+    }
+  }
+  auto c = CaseForWorld();
+  GroupRanks ranks;
+  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
+  const bool producer = Rank() < c->producers;
+  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
+  ASSERT_TRUE(layout.ok());
+  Status status;
+  if (producer) {
+    ShardedPublisher::Options o;
+    o.link = GroupLink::kShm;
+    status = ShardedPublisher::Create(ranks, *layout, o).status();
+  } else {
+    ShardedSubscriber::Options o;  // auto here: one rank asking for shm is enough
+    status = ShardedSubscriber::Create(ranks, *layout, o).status();
+  }
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+  EXPECT_NE(status.message().find("link shm needs every rank of both groups on one node"), std::string::npos)
+      << status.message();
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // The shm link's digests (group_shm.h): a piece hashed as many short runs
