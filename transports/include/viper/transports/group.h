@@ -40,10 +40,12 @@
 //
 // Memory. Default: a consumer rank receives into a back buffer of its shard
 // size and swaps it in (the double buffer). Bounded (`bucket_bytes` > 0 and
-// a target): it receives one window of `bucket_bytes` at a time into a
-// staging buffer of that size, verifies it and copies it into the target
-// tensors it owns (its engine's parameters): serving pauses from the first
-// copy to the group's commit decision (Serve returns false meanwhile; the
+// a target): on the MPI link it receives one window of `bucket_bytes` at a
+// time into a staging buffer of that size, verifies it and copies it into
+// the target tensors it owns (its engine's parameters); on the shm link it
+// copies straight from the producers' rings into them and verifies as it
+// goes (no staging): serving pauses from the first copy to the group's
+// commit decision (Serve returns false meanwhile; the
 // summary says how long). If the group then does not commit, the target
 // holds parts of two versions and the rank serves nothing until a version
 // commits (never a mix).
