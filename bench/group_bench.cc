@@ -4,21 +4,29 @@
 // The model (Arg 0 bytes, 8 F32 matrices of 1024 columns plus a replicated
 // vector) is split by rows on the 4 producer ranks and by rows (Arg 2 = 0)
 // or columns (1) on the 2 consumer ranks; by columns every consumer rank
-// needs a piece of every producer rank's shard. In the same run, one after the other, each with 2 warm-up
-// versions and then the benchmark's iterations, all sync, on the host tier:
-//   shm:     one whole-model update of the same total bytes, Publisher on
-//            rank 0 (shm protocol) -> Subscriber on rank 4: publish start to
-//            the consumer's servable acknowledgement (the baseline);
-//   group:   ShardedPublisher 4 -> ShardedSubscriber 2, double buffer:
-//            publish start on producer rank 0 to the consumer group's commit
-//            acknowledgement (the manual time);
-//   bounded: the same with bucket_bytes = Arg 1 into the consumers' own
-//            tensors.
+// needs a piece of every producer rank's shard. kRounds rounds in the same
+// run, each one after the other (interleaved), each with 2 warm-up versions
+// and one timed version, all sync, on the host tier; the figures are the
+// medians over the rounds:
+//   shm:       one whole-model update of the same total bytes, Publisher on
+//              rank 0 (shm protocol) -> Subscriber on rank 4: publish start
+//              to the consumer's servable acknowledgement (the baseline);
+//   group shm: ShardedPublisher 4 -> ShardedSubscriber 2, double buffer,
+//              link shm with a ring of 2 buckets of Arg 1 bytes: publish
+//              start on producer rank 0 to the consumer group's commit
+//              acknowledgement (the manual time);
+//   group shm1: the same with a ring of one bucket;
+//   group mpi: the same over two-sided MPI;
+//   bounded:   bucket_bytes = Arg 1 into the consumers' own tensors, on
+//              each link.
 // Counters: bytes_ratio (max over consumer ranks of bytes received / bytes
-// of its slices; goal 1.00), update_over_shm (group / shm update latency;
-// goal <= 1.2), bounded_over_shm, extra_over_bucket (the largest staging a
-// bounded consumer rank held / bucket_bytes; goal <= 2), pause_s (the
-// longest serving pause of a bounded consumer rank per version).
+// of its slices; goal 1.00), update_over_shm (group shm / shm update
+// latency; goal <= 1.2), shm1_update_over_shm, mpi_update_over_shm,
+// bounded_over_shm / bounded_mpi_over_shm, extra_over_bucket (the largest
+// staging a bounded consumer rank held / bucket_bytes, MPI link; goal <=
+// 2; the shm link holds none), ring_over_bucket (a producer rank's ring /
+// bucket), pause_s (the longest serving pause of a bounded consumer rank
+// per version, shm link).
 #include <benchmark/benchmark.h>
 
 #include "viper/config.h"
@@ -48,6 +56,7 @@ using namespace viper::transports;  // NOLINT
 constexpr int kProducers = 4;
 constexpr int kConsumers = 2;
 constexpr int kWarmUp = 2;
+constexpr int kRounds = 5;
 
 MpiSession* GroupBenchSession() {
   static std::unique_ptr<MpiSession> session = [] {
@@ -141,15 +150,19 @@ double ShmUpdateSeconds(uint64_t bytes, int n, std::string* error) {
 }
 
 struct GroupFigures {
-  double update_s = 0;     // mean, rank 0
+  double update_s = 0;     // mean, rank 0 (the other ranks: 0)
   double bytes_ratio = 0;  // max over consumer ranks
   double extra_bytes = 0;  // max staging over consumer ranks
   double pause_s = 0;      // max per version over consumer ranks
+  double ring_bytes = 0;   // max over producer ranks
   std::string error;
 };
 
-// 4 -> 2 groups (`bucket_bytes` 0: double buffer), `n` timed versions.
-GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_bytes, int n) {
+// 4 -> 2 groups over `link` (shm: a ring of `ring_buckets` buckets of
+// `ring_bucket_bytes`); `bucket_bytes` 0: double buffer, else bounded;
+// `n` timed versions.
+GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_bytes, int n, GroupLink link,
+                         uint64_t ring_bucket_bytes, int ring_buckets) {
   const int rank = GroupBenchSession()->rank();
   GroupFigures f;
   GroupRanks ranks{{0, 1, 2, 3}, {4, 5}};
@@ -159,16 +172,21 @@ GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_byt
     f.error = (p.ok() ? q.status() : p.status()).ToString();
     return f;
   }
-  double total = 0, ratio = 0, extra = 0, pause = 0;
+  double total = 0, ratio = 0, extra = 0, pause = 0, ring = 0;
   if (rank < kProducers) {
     ModelState shard = Allocate(*p, rank, 7);
-    auto pub = ShardedPublisher::Create(ranks, *p, ShardedPublisher::Options());
+    ShardedPublisher::Options o;
+    o.link = link;
+    o.bucket_bytes = ring_bucket_bytes;
+    o.ring_buckets = ring_buckets;
+    auto pub = ShardedPublisher::Create(ranks, *p, o);
     for (int v = 0; pub.ok() && v < kWarmUp + n; ++v) {
       MPI_Barrier(MPI_COMM_WORLD);
       auto s = (*pub)->Publish(shard, v);
       if (rank == 0 && (!s.ok() || !s->committed))
         f.error = s.ok() ? s->BriefReport() : s.status().ToString();
       if (s.ok() && v >= kWarmUp) total += s->update_s;
+      if (s.ok()) ring = std::max(ring, static_cast<double>(s->ring_bytes));
       if (s.ok() && std::getenv("VIPER_BENCH_VERBOSE"))
         std::fprintf(stderr, "%s\n", s->BriefReport().c_str());
     }
@@ -176,6 +194,7 @@ GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_byt
   } else {
     ModelState target;
     ShardedSubscriber::Options o;
+    o.link = link;
     o.bucket_bytes = bucket_bytes;
     if (bucket_bytes > 0) target = Allocate(*q, rank - kProducers, 0);
     auto sub = ShardedSubscriber::Create(ranks, *q, o, bucket_bytes > 0 ? &target : nullptr);
@@ -194,13 +213,19 @@ GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_byt
   f.bytes_ratio = MaxOverWorld(ratio);
   f.extra_bytes = MaxOverWorld(extra);
   f.pause_s = MaxOverWorld(pause);
+  f.ring_bytes = MaxOverWorld(ring);
   return f;
 }
 
-// Arg 0: model bytes; Arg 1: bucket bytes of the bounded consumers; Arg 2:
-// the dimension the consumers split the matrices along (0: rows, 4 -> 2
-// pieces of whole rows, each its own message; 1: columns, every row cut in
-// two, 2 KiB runs gathered in hindexed messages).
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Arg 0: model bytes; Arg 1: bucket bytes (the shm link's ring buckets and
+// the bounded consumers' bucket); Arg 2: the dimension the consumers split
+// the matrices along (0: rows, 4 -> 2 pieces of whole rows; 1: columns,
+// every row cut in two, 2 KiB runs).
 void BM_TransportsGroupReshard(benchmark::State& state) {
   MpiSession* s = GroupBenchSession();
   if (s == nullptr || s->size() != kProducers + kConsumers) {
@@ -210,31 +235,62 @@ void BM_TransportsGroupReshard(benchmark::State& state) {
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const uint64_t bucket = static_cast<uint64_t>(state.range(1));
   const int split = static_cast<int>(state.range(2));
-  const int n = static_cast<int>(state.max_iterations);
   std::string error;
-  const double shm_s = ShmUpdateSeconds(bytes, n, &error);
-  const GroupFigures group = GroupUpdate(bytes, split, 0, n);
-  const GroupFigures bounded = GroupUpdate(bytes, split, bucket, n);
-  for (auto _ : state) state.SetIterationTime(group.update_s);
+  // Per round: the baseline, then each group configuration (interleaved).
+  std::vector<double> shm, group, group1, mpi, bounded, bounded_mpi, pause;
+  double ratio = 0, bounded_ratio = 0, extra_mpi = 0, extra_shm = 0, ring = 0, double_extra = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    shm.push_back(ShmUpdateSeconds(bytes, 1, &error));
+    const GroupFigures g = GroupUpdate(bytes, split, 0, 1, GroupLink::kShm, bucket, 2);
+    const GroupFigures g1 = GroupUpdate(bytes, split, 0, 1, GroupLink::kShm, bucket, 1);
+    const GroupFigures m = GroupUpdate(bytes, split, 0, 1, GroupLink::kMpi, 0, 2);
+    const GroupFigures b = GroupUpdate(bytes, split, bucket, 1, GroupLink::kShm, bucket, 2);
+    const GroupFigures bm = GroupUpdate(bytes, split, bucket, 1, GroupLink::kMpi, 0, 2);
+    group.push_back(g.update_s);
+    group1.push_back(g1.update_s);
+    mpi.push_back(m.update_s);
+    bounded.push_back(b.update_s);
+    bounded_mpi.push_back(bm.update_s);
+    pause.push_back(b.pause_s);
+    ratio = std::max({ratio, g.bytes_ratio, g1.bytes_ratio, m.bytes_ratio});
+    bounded_ratio = std::max({bounded_ratio, b.bytes_ratio, bm.bytes_ratio});
+    extra_mpi = std::max(extra_mpi, bm.extra_bytes);
+    extra_shm = std::max(extra_shm, b.extra_bytes);
+    ring = std::max(ring, g.ring_bytes);
+    double_extra = std::max(double_extra, g.extra_bytes);
+    for (const GroupFigures* f : {&g, &g1, &m, &b, &bm}) {
+      if (error.empty() && !f->error.empty()) error = f->error;
+    }
+    if (s->rank() == 0 && std::getenv("VIPER_BENCH_VERBOSE")) {
+      std::fprintf(stderr, "round %d: shm %.4f group shm %.4f shm1 %.4f mpi %.4f bounded shm %.4f mpi %.4f\n",
+                   round, shm.back(), g.update_s, g1.update_s, m.update_s, b.update_s, bm.update_s);
+    }
+  }
+  const double shm_s = Median(shm), group_s = Median(group);
+  for (auto _ : state) state.SetIterationTime(group_s);
   if (s->rank() != 0) {
     state.SetLabel("rank " + std::to_string(s->rank()));
     return;
   }
-  for (const std::string& e : {error, group.error, bounded.error}) {
-    if (!e.empty()) state.SkipWithError(e.c_str());
-  }
-  using benchmark::Counter;
+  if (!error.empty()) state.SkipWithError(error.c_str());
   state.counters["shm_update_s"] = shm_s;
-  state.counters["group_update_s"] = group.update_s;
-  state.counters["bounded_update_s"] = bounded.update_s;
-  state.counters["bytes_ratio"] = group.bytes_ratio;
-  state.counters["bounded_bytes_ratio"] = bounded.bytes_ratio;
-  state.counters["update_over_shm"] = group.update_s / shm_s;
-  state.counters["bounded_over_shm"] = bounded.update_s / shm_s;
-  state.counters["extra_over_bucket"] = bounded.extra_bytes / static_cast<double>(bucket);
-  state.counters["pause_s"] = bounded.pause_s;
-  state.counters["double_buffer_extra_over_slices"] =
-      group.extra_bytes / static_cast<double>(bytes / kConsumers);
+  state.counters["group_update_s"] = group_s;
+  state.counters["group_shm1_update_s"] = Median(group1);
+  state.counters["group_mpi_update_s"] = Median(mpi);
+  state.counters["bounded_update_s"] = Median(bounded);
+  state.counters["bounded_mpi_update_s"] = Median(bounded_mpi);
+  state.counters["bytes_ratio"] = ratio;
+  state.counters["bounded_bytes_ratio"] = bounded_ratio;
+  state.counters["update_over_shm"] = group_s / shm_s;
+  state.counters["shm1_update_over_shm"] = Median(group1) / shm_s;
+  state.counters["mpi_update_over_shm"] = Median(mpi) / shm_s;
+  state.counters["bounded_over_shm"] = Median(bounded) / shm_s;
+  state.counters["bounded_mpi_over_shm"] = Median(bounded_mpi) / shm_s;
+  state.counters["extra_over_bucket"] = extra_mpi / static_cast<double>(bucket);
+  state.counters["shm_extra_over_bucket"] = extra_shm / static_cast<double>(bucket);
+  state.counters["ring_over_bucket"] = ring / static_cast<double>(bucket);
+  state.counters["pause_s"] = Median(pause);
+  state.counters["double_buffer_extra_over_slices"] = double_extra / static_cast<double>(bytes / kConsumers);
 }
 
 }  // namespace
@@ -244,7 +300,7 @@ BENCHMARK(BM_TransportsGroupReshard)
     ->Args({64 << 20, 4 << 20, 1})
     ->Args({256 << 20, 16 << 20, 0})
     ->Args({256 << 20, 16 << 20, 1})
-    ->Iterations(3)
+    ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -21,12 +21,23 @@ namespace viper {
 namespace python {
 namespace {
 
+using transports::GroupLink;
+using transports::GroupLinkName;
 using transports::GroupRanks;
 using transports::ShardedPublisher;
 using transports::ShardedSubscriber;
 using transports::ShardLayout;
 using transports::ShardVersion;
 using transports::TensorLayout;
+
+// "auto" | "mpi" | "shm" (group.h's GroupLink); anything else a ValueError
+// naming it.
+GroupLink LinkOrRaise(const std::string& link, const std::string& what) {
+  if (link == "auto") return GroupLink::kAuto;
+  if (link == "mpi") return GroupLink::kMpi;
+  if (link == "shm") return GroupLink::kShm;
+  throw py::value_error(what + ": link must be 'auto', 'mpi' or 'shm', not '" + link + "'");
+}
 
 void RequireMpi(const std::string& what) {
   if (!transports::MpiSession::Compiled()) Raise(UnavailableError(what + " needs MPI, and this build has none"));
@@ -76,6 +87,7 @@ py::dict PublisherSummary(const ShardedPublisher::Summary& s) {
   d["committed"] = s.committed;
   d["whole_checksum"] = s.whole_checksum;
   d["update_s"] = s.update_s;
+  d["ring_bytes"] = s.ring_bytes;
   d["message"] = s.message;
   d["brief"] = s.BriefReport();
   return d;
@@ -256,20 +268,26 @@ void BindGroup(py::module_& m) {
 
   py::class_<PyShardedPublisher>(m, "ShardedPublisher")
       .def(py::init([](const std::vector<int>& producers, const std::vector<int>& consumers, int world_size,
-                       const ShardLayout& layout, double peer_timeout_s, double decision_timeout_s) {
+                       const ShardLayout& layout, double peer_timeout_s, double decision_timeout_s,
+                       const std::string& link, uint64_t bucket_bytes, int ring_buckets) {
              RequireMpi("ShardedPublisher");
              ShardedPublisher::Options o;
              o.peer_timeout_s = peer_timeout_s;
              o.decision_timeout_s = decision_timeout_s;
+             o.link = LinkOrRaise(link, "ShardedPublisher");
+             o.bucket_bytes = bucket_bytes;
+             o.ring_buckets = ring_buckets;
              std::string error;
              if (!o.IsValid(&error)) throw py::value_error("ShardedPublisher: " + error);
              return std::make_unique<PyShardedPublisher>(RanksOrRaise(producers, consumers, world_size, "ShardedPublisher"),
                                                          layout, o);
            }),
            py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("decision_timeout_s"))
+           py::arg("decision_timeout_s"), py::arg("link") = "auto", py::arg("bucket_bytes") = 0,
+           py::arg("ring_buckets") = 2)
       .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"), py::arg("publish"))
       .def_property_readonly("rank", [](const PyShardedPublisher& p) { return p.Get().rank(); })
+      .def_property_readonly("link", [](const PyShardedPublisher& p) { return GroupLinkName(p.Get().link()); })
       .def_property_readonly("sends_bytes",
                              [](const PyShardedPublisher& p) { return p.Get().plan().BytesFrom(p.Get().rank()); })
       .def("close", &PyShardedPublisher::Close);
@@ -282,10 +300,12 @@ void BindGroup(py::module_& m) {
 
   py::class_<PyShardedSubscriber>(m, "ShardedSubscriber")
       .def(py::init([](const std::vector<int>& producers, const std::vector<int>& consumers, int world_size,
-                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes, uint64_t chunk_bytes, py::object target) {
+                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes, uint64_t chunk_bytes, py::object target,
+                       const std::string& link) {
              RequireMpi("ShardedSubscriber");
              ShardedSubscriber::Options o;
              o.peer_timeout_s = peer_timeout_s;
+             o.link = LinkOrRaise(link, "ShardedSubscriber");
              o.bucket_bytes = bucket_bytes;
              o.chunk_bytes = chunk_bytes;
              std::string error;
@@ -294,12 +314,13 @@ void BindGroup(py::module_& m) {
                                                           layout, o, target);
            }),
            py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"))
+           py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"), py::arg("link") = "auto")
       .def("receive_next", &PyShardedSubscriber::ReceiveNext, py::arg("wait_s"))
       .def("serve", &PyShardedSubscriber::Serve, py::arg("fn"))
       .def("current", &PyShardedSubscriber::Current)
       .def_property_readonly("version", [](const PyShardedSubscriber& s) { return s.Get().version(); })
       .def_property_readonly("rank", [](const PyShardedSubscriber& s) { return s.Get().rank(); })
+      .def_property_readonly("link", [](const PyShardedSubscriber& s) { return GroupLinkName(s.Get().link()); })
       .def_property_readonly("receives_bytes",
                              [](const PyShardedSubscriber& s) { return s.Get().plan().BytesTo(s.Get().rank()); })
       .def("close", &PyShardedSubscriber::Close);

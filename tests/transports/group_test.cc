@@ -1,5 +1,7 @@
-// Sharded producer and consumer groups over MPI (group.h, issue 28). The
-// world size picks the case: 5 ranks = 4 producers -> 1 consumer (split
+// Sharded producer and consumer groups over MPI (group.h, issue 28), on
+// both links (MPI and shared memory: each test runs on each, and checks
+// the groups really use the one it asked for). The world size picks the
+// case: 5 ranks = 4 producers -> 1 consumer (split
 // along dimension 0), 4 = 2 -> 2 with another split dimension, 6 = 4 -> 2
 // with replicated and split tensors. Every consumer's bytes must equal the
 // slices of a reference whole model of the version it serves, and a
@@ -15,11 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "group_internal.h"
+#include "group_shm.h"
 #include "group_testing.h"
 #include "mpi_test_util.h"
 #include "viper/transports/mpi_session.h"
@@ -96,11 +100,23 @@ bool SameBytes(const ModelState& a, const ModelState& b) {
 }
 
 enum class Mode { kDoubleBuffer, kBounded };
+struct Param {
+  Mode mode;
+  GroupLink link;
+};
+// The shm link's ring in these tests: 64 KiB buckets (several per producer
+// shard, so the ring wraps), two of them with a double buffer, one bounded.
+constexpr uint64_t kRingBucketBytes = 64 << 10;
+int RingBuckets(Mode mode) { return mode == Mode::kBounded ? 1 : 2; }
 
 // One test's two groups and this rank's role.
 class GroupFixture {
  public:
-  explicit GroupFixture(Mode mode, double peer_timeout_s = 30) {
+  // `expect`: the link the groups must get (default: the one asked for).
+  explicit GroupFixture(const Param& param, double peer_timeout_s = 30,
+                        std::optional<GroupLink> expect = std::nullopt)
+      : link_(param.link), expect_(expect.value_or(param.link)) {
+    const Mode mode = param.mode;
     c_ = *CaseForWorld();
     for (int r = 0; r < Size(); ++r) (r < c_.producers ? ranks_.producers : ranks_.consumers).push_back(r);
     producer_ = Rank() < c_.producers;
@@ -111,12 +127,17 @@ class GroupFixture {
     if (producer_) {
       ShardedPublisher::Options o;
       o.peer_timeout_s = peer_timeout_s;
+      o.link = link_;
+      o.bucket_bytes = kRingBucketBytes;
+      o.ring_buckets = RingBuckets(mode);
       auto pub = ShardedPublisher::Create(ranks_, p_, o);
       EXPECT_TRUE(pub.ok()) << pub.status().message();
       if (pub.ok()) pub_ = std::move(*pub);
+      if (pub_) EXPECT_EQ(pub_->link(), expect_) << "the producers do not use the link asked for";
     } else {
       ShardedSubscriber::Options o;
       o.peer_timeout_s = peer_timeout_s;
+      o.link = link_;
       ModelState* target = nullptr;
       if (mode == Mode::kBounded) {
         o.bucket_bytes = 16 << 10;  // 16 KiB: several buckets per consumer
@@ -127,6 +148,7 @@ class GroupFixture {
       auto sub = ShardedSubscriber::Create(ranks_, q_, o, target);
       EXPECT_TRUE(sub.ok()) << sub.status().message();
       if (sub.ok()) sub_ = std::move(*sub);
+      if (sub_) EXPECT_EQ(sub_->link(), expect_) << "the consumers do not use the link asked for";
     }
   }
   ~GroupFixture() {
@@ -190,6 +212,7 @@ class GroupFixture {
     return served;
   }
 
+  GroupLink link_, expect_;
   Case c_;
   GroupRanks ranks_;
   bool producer_ = false;
@@ -201,7 +224,7 @@ class GroupFixture {
   bool collective_checks_ = true;  // false once a rank may have died
 };
 
-class MpiGroup : public ::testing::TestWithParam<Mode> {
+class MpiGroup : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
@@ -225,6 +248,12 @@ TEST_P(MpiGroup, EveryConsumerGetsExactlyItsSlices) {
       if (f.pub_->rank() == 0) {
         EXPECT_TRUE(s.committed) << s.BriefReport();
       }
+      if (GetParam().link == GroupLink::kShm) {  // the ring: at most ring_buckets buckets beyond the shard
+        EXPECT_GT(s.ring_bytes, 0u);
+        EXPECT_LE(s.ring_bytes, kRingBucketBytes * RingBuckets(GetParam().mode)) << s.BriefReport();
+      } else {
+        EXPECT_EQ(s.ring_bytes, 0u);
+      }
     } else {
       if (!publish) continue;
       auto s = f.sub_->ReceiveNext(30);
@@ -233,8 +262,10 @@ TEST_P(MpiGroup, EveryConsumerGetsExactlyItsSlices) {
       // The 1.00 goal: exactly this rank's slice bytes arrived.
       EXPECT_EQ(s->received_bytes, f.q_.ShardBytes(f.sub_->rank()));
       EXPECT_EQ(s->slice_bytes, f.q_.ShardBytes(f.sub_->rank()));
-      if (GetParam() == Mode::kBounded) {
-        EXPECT_EQ(s->staging_bytes, 16u << 10);  // one bucket of extra memory
+      if (GetParam().mode == Mode::kBounded) {
+        // MPI: one bucket of extra memory; shm: none (straight from the
+        // producers' rings into the target).
+        EXPECT_EQ(s->staging_bytes, GetParam().link == GroupLink::kShm ? 0u : 16u << 10);
         EXPECT_GT(s->pause_s, 0);
       }
       EXPECT_EQ(f.CheckServed(), version);
@@ -320,7 +351,19 @@ TEST_P(MpiGroup, ProducerDroppingMidVersionNeverServesAMix) {
   if (f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
     internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
-  ExpectVersionTwoLost(f, GetParam());
+  ExpectVersionTwoLost(f, GetParam().mode);
+}
+
+// Producer rank P-1 announces its first bucket of version 2, then stops:
+// the consumer ranks have copied part of its bytes (shm link; on the MPI
+// link it stops after its headers) and must not commit version 2.
+TEST_P(MpiGroup, ProducerStoppingMidShardNeverServesAMix) {
+  GroupFixture f(GetParam());
+  f.ShortTimeoutFor(2, 2);
+  if (f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
+    internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kStopAfterFirstBucket);
+  }
+  ExpectVersionTwoLost(f, GetParam().mode);
 }
 
 // Consumer rank 1 drops out after the headers of version 2 (no bytes, no
@@ -332,7 +375,7 @@ TEST_P(MpiGroup, ConsumerDroppingMidVersionNeverServesAMix) {
   if (!f.producer_ && f.sub_->rank() == 1) {
     internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kStopAfterHeaders);
   }
-  ExpectVersionTwoLost(f, GetParam(), 1);
+  ExpectVersionTwoLost(f, GetParam().mode, 1);
 }
 
 // Consumer rank 1 votes yes for version 2 and loses the decision (it
@@ -368,16 +411,22 @@ TEST_P(MpiGroup, ConsumerMissingTheDecisionNeverServesAMix) {
     }
     const uint64_t served = f.CheckServed();  // fails on a mix
     EXPECT_EQ(served, lost ? 0 : version);
-    if (lost && GetParam() == Mode::kDoubleBuffer) EXPECT_EQ(f.sub_->Current(), nullptr);
+    if (lost && GetParam().mode == Mode::kDoubleBuffer) EXPECT_EQ(f.sub_->Current(), nullptr);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, MpiGroup, ::testing::Values(Mode::kDoubleBuffer, Mode::kBounded),
-                         [](const ::testing::TestParamInfo<Mode>& i) {
-                           return i.param == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, MpiGroup,
+    ::testing::Values(Param{Mode::kDoubleBuffer, GroupLink::kMpi}, Param{Mode::kBounded, GroupLink::kMpi},
+                      Param{Mode::kDoubleBuffer, GroupLink::kShm}, Param{Mode::kBounded, GroupLink::kShm}),
+    [](const ::testing::TestParamInfo<Param>& i) {
+      return std::string(i.param.mode == Mode::kDoubleBuffer ? "DoubleBuffer" : "Bounded") +
+             (i.param.link == GroupLink::kShm ? "_Shm" : "_Mpi");
+    });
 
-// A rank really killed mid-version (_exit after the headers of version 2;
+// A rank really killed mid-version (_exit in version 2: a producer after
+// announcing its first shm bucket (MPI link: after its headers), a
+// consumer after the headers;
 // mpirun --mca orte_enable_recovery 1 keeps the others running):
 // VIPER_TEST_KILL_GROUP=producer kills the last producer rank, =consumer
 // consumer rank 1. The survivors never commit version 2, and cannot commit
@@ -392,7 +441,7 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
   f.ShortTimeoutFor(2, 3);  // a rank is dead from version 2 on: neither can commit
   f.collective_checks_ = false;
   if (kill_producer && f.producer_ && f.pub_->rank() == f.c_.producers - 1) {
-    internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kExitAfterHeaders);
+    internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kExitAfterFirstBucket);
   }
   if (!kill_producer && !f.producer_ && f.sub_->rank() == 1) {
     internal::SetFault(f.sub_.get(), 2, internal::GroupFault::kExitAfterHeaders);
@@ -407,7 +456,7 @@ TEST_P(MpiGroup, KilledRankNeverServesAMix) {
       EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
     }
     const uint64_t served = f.CheckServed();
-    EXPECT_TRUE(served == 1 || (version > 1 && GetParam() == Mode::kBounded && served == 0)) << served;
+    EXPECT_TRUE(served == 1 || (version > 1 && GetParam().mode == Mode::kBounded && served == 0)) << served;
   }
 }
 
@@ -494,6 +543,102 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
   EXPECT_EQ(blocks[0].bytes, 16u);
   EXPECT_EQ(blocks[1].data, buf + 40);
   EXPECT_EQ(blocks[1].bytes, 24u);
+}
+
+// Both groups on two nodes (VIPER_TEST_TWO_NODES, two_nodes.sh: producers on
+// one, consumers on the other): auto takes the MPI link and delivers the
+// slices; shm asked for is refused on every rank, naming the nodes.
+TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
+  if (std::getenv("VIPER_TEST_TWO_NODES") == nullptr) GTEST_SKIP() << "set VIPER_TEST_TWO_NODES (two_nodes.sh)";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  {
+    GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kAuto}, 30, GroupLink::kMpi);
+    if (f.producer_) {
+      auto s = f.Publish(1);
+      if (f.pub_->rank() == 0) EXPECT_TRUE(s.committed) << s.BriefReport();
+      EXPECT_EQ(s.ring_bytes, 0u);
+    } else {
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_TRUE(s->committed) << s->BriefReport();
+      EXPECT_EQ(f.CheckServed(), 1u);
+    }
+  }
+  auto c = CaseForWorld();
+  GroupRanks ranks;
+  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
+  const bool producer = Rank() < c->producers;
+  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
+  ASSERT_TRUE(layout.ok());
+  Status status;
+  if (producer) {
+    ShardedPublisher::Options o;
+    o.link = GroupLink::kShm;
+    status = ShardedPublisher::Create(ranks, *layout, o).status();
+  } else {
+    ShardedSubscriber::Options o;  // auto here: one rank asking for shm is enough
+    status = ShardedSubscriber::Create(ranks, *layout, o).status();
+  }
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+  EXPECT_NE(status.message().find("link shm needs every rank of both groups on one node"), std::string::npos)
+      << status.message();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The shm link's digests (group_shm.h): a piece hashed as many short runs
+// (gathered) and as long ones (direct) gives XXH3 of the bytes in order,
+// however the runs are cut; the copies a producer walks are sorted by
+// source.
+TEST(MpiGroupShm, RunHasherIsXxh3OfTheRunsInOrder) {
+  std::vector<std::byte> bytes(300 << 10);
+  std::mt19937_64 rng(5);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng());
+  Xxh3Hasher whole;
+  whole.Update(bytes.data(), bytes.size());
+  for (uint64_t cut : {1ull, 2044ull, 4096ull, 16ull << 10, 70ull << 10}) {
+    internal::RunHasher h;
+    for (uint64_t off = 0; off < bytes.size(); off += cut) {
+      h.Add(bytes.data() + off, std::min<uint64_t>(cut, bytes.size() - off));
+    }
+    EXPECT_EQ(h.Digest(), whole.Digest()) << "runs of " << cut;
+  }
+  const auto sorted = internal::BySource({{300, 0, 10}, {0, 10, 5}, {100, 15, 7}});
+  ASSERT_EQ(sorted.size(), 3u);
+  EXPECT_EQ(sorted[0].src_offset, 0u);
+  EXPECT_EQ(sorted[1].src_offset, 100u);
+  EXPECT_EQ(sorted[2].src_offset, 300u);
+}
+
+// Links asked for differently (mpi on the producers, shm on the
+// consumers) are refused on every rank, naming both.
+TEST(MpiGroupSetup, RefusesMixedLinks) {
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
+  auto c = CaseForWorld();
+  if (!c) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  GroupRanks ranks;
+  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
+  const bool producer = Rank() < c->producers;
+  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
+  ASSERT_TRUE(layout.ok());
+  Status status;
+  if (producer) {
+    ShardedPublisher::Options o;
+    o.link = GroupLink::kMpi;
+    status = ShardedPublisher::Create(ranks, *layout, o).status();
+  } else {
+    ShardedSubscriber::Options o;
+    o.link = GroupLink::kShm;
+    status = ShardedSubscriber::Create(ranks, *layout, o).status();
+  }
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("link mpi on some ranks and shm on others"), std::string::npos)
+      << status.message();
+  ShardedPublisher::Options bad;
+  bad.ring_buckets = 3;
+  std::string error;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("ring_buckets must be 1 or 2, not 3"), std::string::npos) << error;
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(MpiGroupSetup, RefusesBadInput) {

@@ -21,6 +21,18 @@ std::string Seconds(double s) {
 
 }  // namespace internal
 
+const char* GroupLinkName(GroupLink link) {
+  switch (link) {
+    case GroupLink::kMpi:
+      return "mpi";
+    case GroupLink::kShm:
+      return "shm";
+    case GroupLink::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 bool GroupRanks::IsValid(int world_size, std::string* error) const {
   if (producers.empty() || consumers.empty()) {
     *error = "GroupRanks: producers and consumers must both be non-empty";
@@ -52,6 +64,14 @@ bool ShardedPublisher::Options::IsValid(std::string* error) const {
     *error = "ShardedPublisher::Options::decision_timeout_s must be > 0";
     return false;
   }
+  if (ring_buckets != 1 && ring_buckets != 2) {
+    *error = "ShardedPublisher::Options::ring_buckets must be 1 or 2, not " + std::to_string(ring_buckets);
+    return false;
+  }
+  if (bucket_bytes >= (1ull << 40)) {
+    *error = "ShardedPublisher::Options::bucket_bytes must be < 1 TiB, not " + std::to_string(bucket_bytes);
+    return false;
+  }
   return true;
 }
 
@@ -80,6 +100,7 @@ std::string ShardedPublisher::Summary::BriefReport() const {
     s += ", whole " + ChecksumToHex(whole_checksum);
   }
   s += ", " + internal::Seconds(update_s) + " s";
+  if (ring_bytes > 0) s += ", shm ring " + std::to_string(ring_bytes) + " bytes";
   return message.empty() ? s : s + ": " + message;
 }
 

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "group_internal.h"
+#include "group_shm.h"
 #include "group_testing.h"
 #include "viper/core/checksum.h"
 
@@ -14,12 +15,14 @@ using namespace internal;  // NOLINT: the protocol's constants and helpers
 
 class ShardedPublisher::Impl {
  public:
-  Impl(GroupSetup g, Options o) : g_(std::move(g)), options_(o) {}
+  Impl(GroupSetup g, Options o, std::unique_ptr<ShmLink> shm)
+      : g_(std::move(g)), options_(o), shm_(std::move(shm)) {}
 
   StatusOr<Summary> Publish(const ModelState& shard, int64_t iteration, bool publish);
 
   GroupSetup g_;
   Options options_;
+  std::unique_ptr<ShmLink> shm_;  // null: MPI
   uint64_t last_version_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
@@ -29,6 +32,9 @@ class ShardedPublisher::Impl {
  private:
   // Rank 0's decision, sent to the others; theirs, received.
   Status Decide(int64_t iteration, bool publish, DecideMsg* d);
+  // Rank 0: waits for the consumers' Ack of version `v` (begun at `t0`).
+  // Every rank: the update time.
+  Summary Acknowledge(double t0, uint64_t v, Summary sum);
 };
 
 Status ShardedPublisher::Impl::Decide(int64_t iteration, bool publish, DecideMsg* d) {
@@ -67,17 +73,19 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   sum.version = d.version;
   const Status valid = g_.p_layout.CheckShard(shard, g_.rank);
 
-  // Digests and blocks of every piece, then the headers.
+  // Digests and blocks of every piece, then the headers. The shm link's
+  // headers carry neither: the digests and the shard checksum come with
+  // the buckets (ShmSend).
   std::vector<std::vector<uint64_t>> headers(Q);
   std::vector<std::vector<std::vector<Block>>> pieces(Q);
-  if (valid.ok()) {
+  if (valid.ok() && !shm_) {
     Xxh3Hasher whole;
     for (const Tensor& t : shard.tensors()) whole.Update(t.data, t.size_bytes);
     sum.shard_checksum = whole.Digest();
   }
   for (int c = 0; c < Q; ++c) {
     const uint64_t W = g_.window_bytes;
-    const uint64_t nwin = Windows(g_.q_layout.ShardBytes(c), W);
+    const uint64_t nwin = shm_ ? 0 : Windows(g_.q_layout.ShardBytes(c), W);
     headers[c] = {kMagic,
                   d.version,
                   static_cast<uint64_t>(d.iteration),
@@ -103,11 +111,30 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
   }
   if (!valid.ok()) return valid;
-  if (fault_version_ == d.version && fault_ == GroupFault::kExitAfterHeaders) _exit(0);
-  if (fault_version_ == d.version && fault_ == GroupFault::kStopAfterHeaders) {
+  const bool faulty = fault_version_ == d.version;
+  if (faulty &&
+      (fault_ == GroupFault::kExitAfterHeaders || (!shm_ && fault_ == GroupFault::kExitAfterFirstBucket))) {
+    _exit(0);
+  }
+  if (faulty &&
+      (fault_ == GroupFault::kStopAfterHeaders || (!shm_ && fault_ == GroupFault::kStopAfterFirstBucket))) {
     sum.message = "fault injected: stopped after the headers";
     sum.update_s = MonotonicSeconds() - t0;
     return sum;
+  }
+
+  if (shm_) {
+    auto announced = [&](uint64_t) {
+      if (faulty && fault_ == GroupFault::kExitAfterFirstBucket) _exit(0);
+      return !(faulty && fault_ == GroupFault::kStopAfterFirstBucket);
+    };
+    ShmSent sent = ShmSend(g_, shm_.get(), shard, d.version, Timeout(d.version), announced);
+    sum.sent = sent.sent;
+    sum.sent_bytes = sent.sent_bytes;
+    sum.shard_checksum = sent.shard_checksum;
+    sum.ring_bytes = shm_->RingBytes(g_.rank);
+    if (sum.message.empty()) sum.message = sent.message;
+    return Acknowledge(t0, d.version, std::move(sum));
   }
 
   // Every piece to every consumer at once, straight from the tensors.
@@ -137,9 +164,12 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   if (!sum.sent && sum.message.empty()) {
     sum.message = "not every consumer rank took its bytes within " + Seconds(Timeout(d.version)) + " s";
   }
+  return Acknowledge(t0, d.version, std::move(sum));
+}
+
+ShardedPublisher::Summary ShardedPublisher::Impl::Acknowledge(double t0, uint64_t v, Summary sum) {
   if (g_.rank == 0) {
     VoteMsg ack;
-    const uint64_t v = d.version;
     // The consumers decide within two peer timeouts of their first header
     // (the bytes, then the votes).
     if (WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAck, t0 + 3 * Timeout(v), &ack,
@@ -163,8 +193,10 @@ StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const Group
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError(error);
   VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, true, layout, 0));
+  VIPER_ASSIGN_OR_RETURN(std::unique_ptr<ShmLink> shm,
+                         MakeShmLink(g, true, options.link, options.bucket_bytes, options.ring_buckets));
   return std::unique_ptr<ShardedPublisher>(
-      new ShardedPublisher(std::make_unique<Impl>(std::move(g), options)));
+      new ShardedPublisher(std::make_unique<Impl>(std::move(g), options, std::move(shm))));
 }
 
 StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState& shard, int64_t iteration,
@@ -172,6 +204,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState& 
   return impl_->Publish(shard, iteration, publish);
 }
 int ShardedPublisher::rank() const { return impl_->g_.rank; }
+GroupLink ShardedPublisher::link() const { return impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi; }
 const TransferPlan& ShardedPublisher::plan() const { return impl_->g_.plan; }
 
 namespace internal {

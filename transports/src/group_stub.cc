@@ -22,6 +22,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState&,
   return UnavailableError("sharded groups need MPI");
 }
 int ShardedPublisher::rank() const { return 0; }
+GroupLink ShardedPublisher::link() const { return GroupLink::kMpi; }
 const TransferPlan& ShardedPublisher::plan() const {
   static const TransferPlan kEmpty;
   return kEmpty;
@@ -40,6 +41,7 @@ bool ShardedSubscriber::Serve(const std::function<void(const ShardVersion&)>&) c
 std::shared_ptr<const ShardVersion> ShardedSubscriber::Current() const { return nullptr; }
 uint64_t ShardedSubscriber::version() const { return 0; }
 int ShardedSubscriber::rank() const { return 0; }
+GroupLink ShardedSubscriber::link() const { return GroupLink::kMpi; }
 const TransferPlan& ShardedSubscriber::plan() const {
   static const TransferPlan kEmpty;
   return kEmpty;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "group_internal.h"
+#include "group_shm.h"
 #include "group_testing.h"
 #include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
@@ -23,13 +24,15 @@ using namespace internal;  // NOLINT: the protocol's constants and helpers
 
 class ShardedSubscriber::Impl {
  public:
-  Impl(GroupSetup g, Options o, ModelState* target) : g_(std::move(g)), options_(o), target_(target) {}
+  Impl(GroupSetup g, Options o, ModelState* target, std::unique_ptr<ShmLink> shm)
+      : g_(std::move(g)), options_(o), target_(target), shm_(std::move(shm)) {}
 
   StatusOr<Summary> ReceiveNext(double wait_s);
 
   GroupSetup g_;
   Options options_;
-  ModelState* target_;  // bounded mode
+  ModelState* target_;            // bounded mode
+  std::unique_ptr<ShmLink> shm_;  // null: MPI
   uint64_t last_attempted_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
@@ -91,18 +94,25 @@ class ShardedSubscriber::Impl {
   bool ReceiveWindows(const Incoming& in, uint64_t k0, uint64_t k1, std::byte* base, Summary* sum);
   // Double buffer: all windows into a back buffer (the spare, if no reader
   // holds it).
-  bool ReceiveDoubleBuffer(const Incoming& in, Summary* sum, std::shared_ptr<AlignedBuffer>* buffer);
+  // (The shm link sets in->whole.)
+  bool ReceiveDoubleBuffer(Incoming* in, Summary* sum, std::shared_ptr<AlignedBuffer>* buffer);
   void InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
   // Bounded: window by window through the staging bucket into the target;
   // takes `paused` (serving stops) before the first copy.
-  bool ReceiveBounded(const Incoming& in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
+  bool ReceiveBounded(Incoming* in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
                       double* pause_start);
+  // shm link: every producer rank's buckets, copied out of its ring into
+  // `base` (double buffer) or, bounded, straight into the target (taking
+  // `paused` before the first copy); sets in->whole from the producers'
+  // shard checksums.
+  bool ReceiveShm(Incoming* in, std::byte* base, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
+                  double* pause_start);
 };
 
 Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers,
                                                double* first_s) {
   const int P = g_.p_layout.ranks();
-  const uint64_t nwin = Windows(g_.q_layout.ShardBytes(g_.rank), g_.window_bytes);
+  const uint64_t nwin = shm_ ? 0 : Windows(g_.q_layout.ShardBytes(g_.rank), g_.window_bytes);
   const std::size_t words = kHeaderFields + nwin;
   headers->assign(P, {});
   uint64_t target = 0;
@@ -375,8 +385,9 @@ bool ShardedSubscriber::Impl::ReceiveWindows(const Incoming& in, uint64_t k0, ui
   return true;
 }
 
-bool ShardedSubscriber::Impl::ReceiveDoubleBuffer(const Incoming& in, Summary* sum,
+bool ShardedSubscriber::Impl::ReceiveDoubleBuffer(Incoming* incoming, Summary* sum,
                                                   std::shared_ptr<AlignedBuffer>* buffer) {
+  const Incoming& in = *incoming;
   const uint64_t bytes = g_.q_layout.ShardBytes(g_.rank);
   if (spare_ && spare_.use_count() == 1 && spare_->capacity() >= bytes) {
     *buffer = spare_;
@@ -389,6 +400,11 @@ bool ShardedSubscriber::Impl::ReceiveDoubleBuffer(const Incoming& in, Summary* s
     *buffer = std::make_shared<AlignedBuffer>(std::move(*b));
   }
   sum->staging_bytes = (*buffer)->capacity();
+  if (shm_) {  // nothing of MPI's lands in the buffer
+    if (ReceiveShm(incoming, (*buffer)->data(), sum, nullptr, nullptr)) return true;
+    buffer->reset();
+    return false;
+  }
   if (ReceiveWindows(in, 0, Windows(bytes, g_.window_bytes), (*buffer)->data(), sum)) return true;
   // Receives that could not be cancelled may still land: that memory is
   // MPI's until MPI_Finalize.
@@ -423,9 +439,34 @@ void ShardedSubscriber::Impl::InstallDoubleBuffer(const Incoming& in, std::share
   current_ = std::move(v);
 }
 
-bool ShardedSubscriber::Impl::ReceiveBounded(const Incoming& in, Summary* sum,
+bool ShardedSubscriber::Impl::ReceiveShm(Incoming* in, std::byte* base, Summary* sum,
+                                         std::unique_lock<std::shared_mutex>* paused, double* pause_start) {
+  auto dst = [&](uint64_t offset, uint64_t bytes, std::vector<Block>* out) {
+    if (base != nullptr) {
+      out->push_back({base + offset, bytes});
+    } else {
+      AppendBlocks(*target_, g_.q_layout, g_.rank, offset, bytes, out);
+    }
+  };
+  auto first_copy = [&] {
+    if (paused == nullptr || paused->owns_lock()) return;
+    paused->lock();  // bounded: serving paused from the first byte written into the target
+    *pause_start = MonotonicSeconds();
+    bounded_serving_ = false;
+  };
+  return ShmReceive(
+      g_, *shm_, in->version, in->first_s + Timeout(in->version), dst, first_copy,
+      [this] {
+        if (g_.rank == 0) AnswerQueries();
+      },
+      &sum->received_bytes, &in->whole, &sum->message);
+}
+
+bool ShardedSubscriber::Impl::ReceiveBounded(Incoming* incoming, Summary* sum,
                                              std::unique_lock<std::shared_mutex>* paused,
                                              double* pause_start) {
+  if (shm_) return ReceiveShm(incoming, nullptr, sum, paused, pause_start);
+  const Incoming& in = *incoming;
   const uint64_t W = g_.window_bytes;
   const uint64_t bytes = g_.q_layout.ShardBytes(g_.rank);
   if (!staging_) {
@@ -478,8 +519,8 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
                                              std::defer_lock);  // bounded: held from the first copy
   double pause_start = 0;
   const bool bounded = target_ != nullptr;
-  sum.verified = hs.ok() && (bounded ? ReceiveBounded(in, &sum, &paused, &pause_start)
-                                     : ReceiveDoubleBuffer(in, &sum, &buffer));
+  sum.verified = hs.ok() && (bounded ? ReceiveBounded(&in, &sum, &paused, &pause_start)
+                                     : ReceiveDoubleBuffer(&in, &sum, &buffer));
   sum.receive_s = MonotonicSeconds() - in.first_s;
   const double c0 = MonotonicSeconds();
   // The decision waits at most one more peer timeout after the bytes'.
@@ -549,9 +590,10 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
   }
   const uint64_t window = options.bucket_bytes > 0 ? options.bucket_bytes : options.chunk_bytes;
   VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, false, layout, window));
+  VIPER_ASSIGN_OR_RETURN(std::unique_ptr<ShmLink> shm, MakeShmLink(g, false, options.link, 0, 0));
   if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
   return std::unique_ptr<ShardedSubscriber>(
-      new ShardedSubscriber(std::make_unique<Impl>(std::move(g), options, target)));
+      new ShardedSubscriber(std::make_unique<Impl>(std::move(g), options, target, std::move(shm))));
 }
 
 StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::ReceiveNext(double wait_s) {
@@ -587,6 +629,7 @@ uint64_t ShardedSubscriber::version() const {
 }
 
 int ShardedSubscriber::rank() const { return impl_->g_.rank; }
+GroupLink ShardedSubscriber::link() const { return impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi; }
 const TransferPlan& ShardedSubscriber::plan() const { return impl_->g_.plan; }
 
 namespace internal {

@@ -28,6 +28,11 @@ enum class GroupFault {
   // sending it to anyone: the other consumer ranks that voted yes are in
   // doubt with nobody left to ask.
   kExitAfterDecision,
+  // Producer, shm link: announces its first bucket (the consumer ranks copy
+  // it), then stops (returns) / exits (_exit(0)): the rest of its shard
+  // never comes. On the MPI link, as kStopAfterHeaders / kExitAfterHeaders.
+  kStopAfterFirstBucket,
+  kExitAfterFirstBucket,
 };
 
 // The fault applies to version `version` only.

@@ -1,5 +1,5 @@
-// Sharded producers and re-sharded consumers (issue 28), host tier,
-// two-sided MPI.
+// Sharded producers and re-sharded consumers (issue 28), host tier: over
+// shared memory when both groups are on one node, else two-sided MPI.
 //
 // A producer group of P ranks publishes one version together, each rank its
 // shard of a ShardLayout; a consumer group of Q ranks with its own layout
@@ -40,13 +40,42 @@
 //
 // Memory. Default: a consumer rank receives into a back buffer of its shard
 // size and swaps it in (the double buffer). Bounded (`bucket_bytes` > 0 and
-// a target): it receives one window of `bucket_bytes` at a time into a
-// staging buffer of that size, verifies it and copies it into the target
-// tensors it owns (its engine's parameters): serving pauses from the first
-// copy to the group's commit decision (Serve returns false meanwhile; the
+// a target): on the MPI link it receives one window of `bucket_bytes` at a
+// time into a staging buffer of that size, verifies it and copies it into
+// the target tensors it owns (its engine's parameters); on the shm link it
+// copies straight from the producers' rings into them and verifies as it
+// goes (no staging): serving pauses from the first copy to the group's
+// commit decision (Serve returns false meanwhile; the
 // summary says how long). If the group then does not commit, the target
 // holds parts of two versions and the rank serves nothing until a version
 // commits (never a mix).
+//
+// Links (Options::link, decided together at Create). kMpi: the bytes as
+// above. kShm (every rank of both groups on one node): each producer rank
+// owns a shared-memory ring of `ring_buckets` (1 or 2) slots; it copies its
+// shard image into the ring a bucket (`bucket_bytes` of the image) at a
+// time, each slot holding the bucket's pieces for consumer rank 0, 1, ...
+// one after the other (the runs scattered as they are copied, each piece
+// hashed contiguously while in cache, with the shard checksum), and tells
+// every consumer rank over MPI (Ready: the bucket, the digest of that
+// consumer's piece); each consumer rank copies its piece, one contiguous
+// range, straight out of the ring into its back buffer (bounded: its
+// target tensors, no staging bucket), hashes it, checks the digest and
+// tells the producer (Released) so that it can reuse the slot. Only these
+// small messages travel on MPI. The ring is the bytes a producer rank holds
+// beyond its shard: one slot (the producer waits for every consumer before
+// writing the next bucket) or two (it writes one while the consumers copy
+// the other); a slot is a bucket, less where some of the bucket goes to no
+// consumer, more where consumer ranks replicate a tensor (each taker's copy
+// is in the slot). The shard checksum comes with the last Ready.
+// kAuto: kShm when every rank of both groups is on one node and every
+// producer's ring could be made and mapped, else kMpi. Every guarantee
+// above holds on both links (a producer killed mid-version: the consumers
+// time out waiting for its next Ready and the group commits nothing).
+// Segments are named "/viper-<pid>-grp...", created with O_EXCL and mode
+// 0600 and unlinked once every consumer rank has mapped them (as the host
+// tier's: a producer killed before that leaves its segment until a later
+// producer on the node removes it, RemoveDeadSegments).
 //
 // Both groups are made together: every producer and consumer rank calls
 // Create (collective over the union of both groups, MPI_Comm_create_group),
@@ -77,9 +106,22 @@ struct GroupRanks {
   bool IsValid(int world_size, std::string* error) const;
 };
 
+// How the bytes travel (see above). The same on every rank of both groups,
+// or kAuto on some: kMpi on one rank and kShm on another is an error.
+enum class GroupLink { kAuto, kMpi, kShm };
+const char* GroupLinkName(GroupLink link);  // "auto", "mpi", "shm"
+
 class ShardedPublisher {
  public:
   struct Options {
+    GroupLink link = GroupLink::kAuto;
+    // shm link: the bucket, bytes of a producer's shard image per slot (0:
+    // the consumers' window, their bucket_bytes in bounded mode, else
+    // chunk_bytes; never more than the largest producer shard), and the
+    // ring's slots (1 or 2). Producer rank 0's values hold for every
+    // producer rank.
+    uint64_t bucket_bytes = 0;
+    int ring_buckets = 2;
     // Every wait on another rank (the decision, a send, the Ack) gives up
     // after this long; the version is then not delivered.
     double peer_timeout_s = 30;
@@ -101,8 +143,9 @@ class ShardedPublisher {
     // consumers computed it.
     bool committed = false;
     uint64_t whole_checksum = 0;
-    double update_s = 0;  // Publish start to return (rank 0: to the Ack)
-    std::string message;  // what went wrong, if anything
+    double update_s = 0;      // Publish start to return (rank 0: to the Ack)
+    uint64_t ring_bytes = 0;  // shm link: the ring this rank holds beyond its shard (0: MPI)
+    std::string message;      // what went wrong, if anything
     std::string BriefReport() const;
   };
 
@@ -124,6 +167,7 @@ class ShardedPublisher {
 
   int rank() const;  // in the producer group
   const TransferPlan& plan() const;
+  GroupLink link() const;  // the link decided at Create: kMpi or kShm
 
   class Impl;
   Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h
@@ -144,12 +188,15 @@ struct ShardVersion {
 class ShardedSubscriber {
  public:
   struct Options {
+    GroupLink link = GroupLink::kAuto;  // see ShardedPublisher::Options::link
     // Every wait on another rank once a version has begun gives up after
     // this long (the version is then not committed anywhere).
     double peer_timeout_s = 30;
     // 0: double buffer (a back buffer of the shard size). > 0: bounded
     // mode, receiving into the target tensors through a staging buffer of
-    // this many bytes (needs a target). The same on every consumer rank.
+    // this many bytes (needs a target; the shm link copies straight from
+    // the producers' rings into the target, no staging). The same on every
+    // consumer rank.
     uint64_t bucket_bytes = 0;
     // Double buffer: the largest message (each < 2 GiB).
     uint64_t chunk_bytes = 64ull << 20;
@@ -212,6 +259,7 @@ class ShardedSubscriber {
 
   int rank() const;  // in the consumer group
   const TransferPlan& plan() const;
+  GroupLink link() const;  // the link decided at Create: kMpi or kShm
 
   class Impl;
   Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h
