@@ -653,21 +653,27 @@ def _check_layout(layout, what):
 
 class ShardedPublisher:
     """One rank of a producer group (C++ transports::ShardedPublisher, host
-    tier, two-sided MPI). Every producer and consumer rank creates its
-    object together (collective; groups of one job in the same order
-    everywhere). `producers`, `consumers`: the MPI_COMM_WORLD ranks of the
-    two groups; `layout`: the producers' ShardLayout (the same on every
-    producer rank)."""
+    tier). Every producer and consumer rank creates its object together
+    (collective; groups of one job in the same order everywhere).
+    `producers`, `consumers`: the MPI_COMM_WORLD ranks of the two groups;
+    `layout`: the producers' ShardLayout (the same on every producer rank).
+    `link`: "auto" (shared memory when every rank of both groups is on one
+    node, else two-sided MPI), "mpi" or "shm" (the same on every rank of
+    both groups); on shm, `bucket_bytes` (0 = the consumers' window) and
+    `ring_buckets` (1 or 2) size each producer's ring."""
 
-    def __init__(self, layout, producers, consumers, *, peer_timeout_s=30.0, decision_timeout_s=600.0):
+    def __init__(self, layout, producers, consumers, *, peer_timeout_s=30.0, decision_timeout_s=600.0,
+                 link="auto", bucket_bytes=0, ring_buckets=2):
         _check_layout(layout, "ShardedPublisher")
         _, size = mpi.init()
         self._layout = layout
         self._pub = _viper.ShardedPublisher(list(producers), list(consumers), size, layout._l, float(peer_timeout_s),
-                                            float(decision_timeout_s))
+                                            float(decision_timeout_s), str(link), int(bucket_bytes),
+                                            int(ring_buckets))
         _live_groups.add(self)
 
     rank = property(lambda self: self._pub.rank, doc="this rank in the producer group")
+    link = property(lambda self: self._pub.link, doc="the link the group got: 'mpi' or 'shm'")
 
     def publish(self, shard, iteration, publish=True):
         """Publishes this rank's `shard` (name -> torch CPU tensor or numpy
@@ -724,17 +730,18 @@ class ShardedSubscriber:
     referenced here, and must not be resized or freed while this lives."""
 
     def __init__(self, layout, producers, consumers, *, target=None, bucket_bytes=0, peer_timeout_s=30.0,
-                 chunk_bytes=64 << 20):
+                 chunk_bytes=64 << 20, link="auto"):
         _check_layout(layout, "ShardedSubscriber")
         _, size = mpi.init()
         self._layout = layout
         self._target = None if target is None else layout.ordered(target, "ShardedSubscriber target")
         specs = None if self._target is None else _torch.specs(self._target, "ShardedSubscriber target")
         self._sub = _viper.ShardedSubscriber(list(producers), list(consumers), size, layout._l, float(peer_timeout_s),
-                                             int(bucket_bytes), int(chunk_bytes), specs)
+                                             int(bucket_bytes), int(chunk_bytes), specs, str(link))
         _live_groups.add(self)
 
     rank = property(lambda self: self._sub.rank, doc="this rank in the consumer group")
+    link = property(lambda self: self._sub.link, doc="the link the group got: 'mpi' or 'shm'")
     version = property(lambda self: self._sub.version, doc="the served version (0: none)")
 
     def receive_next(self, wait_s=60.0):

@@ -121,7 +121,7 @@ def run_group(bucket_bytes):
         assert s["committed"] and s["verified"] and s["serving"] and s["version"] == k + 1, s["brief"]
         assert s["received_bytes"] == s["slice_bytes"] == q_layout.shard_bytes(q)
         if bucket_bytes:  # not a back buffer: one bucket of staging (MPI link), none (shm: from the rings)
-            link = sub._sub.link  # auto: shm on one node
+            link = sub.link  # auto: shm on one node
             assert link in ("mpi", "shm"), link
             if link == "shm":
                 assert s["staging_bytes"] == 0, s["brief"]
