@@ -113,7 +113,12 @@ int RunPlan(const std::vector<std::string>& args) {
       continue;
     }
     std::optional<double> on_log;
-    if (ctx.truth) {
+    if (ctx.staleness_truth) {
+      // On the table, as the judge charges it (the models re-published included).
+      auto ev = sch::EvaluateOnSurface(p, *ctx.staleness_truth, plan->schedule, plan->published);
+      if (!ev.ok()) return Fail("plan", ev.status());
+      on_log = ev->cil;
+    } else if (ctx.truth) {
       auto ev = sch::Evaluate(p, *ctx.truth, plan->schedule, sch::CountingMode::kFluid);
       if (!ev.ok()) return Fail("plan", ev.status());
       on_log = ev->cil;
@@ -125,6 +130,15 @@ int RunPlan(const std::vector<std::string>& args) {
                 FormatSeconds(s.slowdown_s).c_str(), s.predicted.cil, on_log_text, FormatSeconds(s.plan_time_s).c_str());
     if (kinds->size() == 1) {
       std::fprintf(table, "\nschedule: %s\n%s\n", ScheduleText(plan->schedule, 50).c_str(), s.BriefReport().c_str());
+      if (!plan->published.empty()) {
+        std::string again;
+        for (size_t q = 0; q < plan->schedule.size(); ++q) {
+          if (plan->published[q] == plan->schedule[q]) continue;
+          again += (again.empty() ? "" : ", ") + std::to_string(plan->schedule[q]) + " publishes the model of " +
+                   std::to_string(plan->published[q]);
+        }
+        std::fprintf(table, "re-published: %s\n", again.c_str());
+      }
     }
     nlohmann::json j;
     j["strategy"] = sch::ToString(k);
