@@ -1,4 +1,5 @@
-// The consumer's half of the sharded groups (group.h, group_internal.h).
+// The consumer's half of the sharded groups (group.h, group_internal.h):
+// receiving a version; the commit is group_commit.cc.
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,7 @@
 #include <shared_mutex>
 #include <utility>
 
-#include "group_internal.h"
-#include "group_shm.h"
+#include "group_subscriber_impl.h"
 #include "group_testing.h"
 #include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
@@ -22,92 +22,6 @@ using namespace internal;  // NOLINT: the protocol's constants and helpers
 
 // ---- consumer ---------------------------------------------------------------
 
-class ShardedSubscriber::Impl {
- public:
-  Impl(GroupSetup g, Options o, ModelState* target, std::unique_ptr<ShmLink> shm)
-      : g_(std::move(g)), options_(o), target_(target), shm_(std::move(shm)) {}
-
-  StatusOr<Summary> ReceiveNext(double wait_s);
-
-  GroupSetup g_;
-  Options options_;
-  ModelState* target_;            // bounded mode
-  std::unique_ptr<ShmLink> shm_;  // null: MPI
-  uint64_t last_attempted_ = 0;
-  uint64_t fault_version_ = 0;
-  GroupFault fault_ = GroupFault::kNone;
-  FaultTimeout fault_timeout_;
-  double Timeout(uint64_t version) const { return fault_timeout_.For(version, options_.peer_timeout_s); }
-
-  // Double buffer: the served version and the spare back buffer.
-  mutable std::mutex mu_;
-  std::shared_ptr<const ShardVersion> current_;
-  std::shared_ptr<AlignedBuffer> spare_;
-  // Bounded: the target, served under serve_mu_ while bounded_serving_.
-  mutable std::shared_mutex serve_mu_;
-  bool bounded_serving_ = false;
-  ShardVersion bounded_;
-  std::shared_ptr<AlignedBuffer> staging_;
-
-  // Consumer rank 0: its decisions, by version (the last kDecisionsKept),
-  // answered to ranks in doubt.
-  std::map<uint64_t, bool> decisions_;
-  static constexpr std::size_t kDecisionsKept = 64;
-  std::vector<std::pair<int, uint64_t>> queries_;  // (union rank, version) not decided yet
-  // A rank in doubt: the version it voted yes for and heard no decision
-  // about (0: none), what it received (double buffer: the back buffer, kept
-  // until the doubt is settled). Double buffer: while withheld_, nothing is
-  // served (the old version may already be replaced elsewhere).
-  uint64_t doubt_version_ = 0;
-  int64_t doubt_iteration_ = 0;
-  uint64_t doubt_whole_ = 0;
-  std::shared_ptr<AlignedBuffer> doubt_buffer_;
-  bool withheld_ = false;  // under mu_
-
- private:
-  enum class Outcome { kCommitted, kAborted, kInDoubt };
-  struct Incoming;
-  // All P headers of the next version (the first within wait_s, the rest
-  // within the peer timeout). NotFound when none began.
-  Status ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers, double* first_s);
-  // The consumer group's decision: every rank's vote to rank 0, its answer
-  // back. Rank 0 also acknowledges to producer rank 0.
-  Outcome Commit(uint64_t version, bool ok, uint64_t whole, double deadline_s);
-  // Consumer rank 0: answers every query waiting (its decision; "not
-  // committed" for a version it never decided but has gone past); one for
-  // a version it may still decide is kept and answered once it has.
-  void AnswerQueries();
-  // A rank in doubt: the decision, if it arrived late or rank 0 answers
-  // within `wait_s`; applies it.
-  void Resolve(double wait_s, Summary* sum);
-  // Serves (committed) or drops the version this rank was in doubt about.
-  void Settle(bool committed);
-  // Enters doubt about `version` (received into `buffer`, double buffer).
-  void EnterDoubt(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
-
-  // The steps of ReceiveNext, in order (Incoming: what the headers said).
-  // The headers; the version's number even when they fail.
-  Status ReadHeaders(double wait_s, Incoming* in);
-  // Windows [k0, k1) of this rank's image from every producer rank at once,
-  // window k0 landing at `base`; each piece checked against its digest.
-  // False (and sum->message) when a piece is late, lost or wrong.
-  bool ReceiveWindows(const Incoming& in, uint64_t k0, uint64_t k1, std::byte* base, Summary* sum);
-  // Double buffer: all windows into a back buffer (the spare, if no reader
-  // holds it).
-  // (The shm link sets in->whole.)
-  bool ReceiveDoubleBuffer(Incoming* in, Summary* sum, std::shared_ptr<AlignedBuffer>* buffer);
-  void InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
-  // Bounded: window by window through the staging bucket into the target;
-  // takes `paused` (serving stops) before the first copy.
-  bool ReceiveBounded(Incoming* in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
-                      double* pause_start);
-  // shm link: every producer rank's buckets, copied out of its ring into
-  // `base` (double buffer) or, bounded, straight into the target (taking
-  // `paused` before the first copy); sets in->whole from the producers'
-  // shard checksums.
-  bool ReceiveShm(Incoming* in, std::byte* base, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
-                  double* pause_start);
-};
 
 Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::vector<uint64_t>>* headers,
                                                double* first_s) {
@@ -168,141 +82,6 @@ Status ShardedSubscriber::Impl::ReceiveHeaders(double wait_s, std::vector<std::v
                       ": not every producer rank's header came within " + Seconds(Timeout(target)) + " s");
 }
 
-ShardedSubscriber::Impl::Outcome ShardedSubscriber::Impl::Commit(uint64_t version, bool ok, uint64_t whole,
-                                                                 double deadline_s) {
-  const int Q = g_.q_layout.ranks();
-  VoteMsg vote;
-  vote.version = version;
-  vote.yes = ok ? 1 : 0;
-  vote.whole_checksum = whole;
-  if (g_.rank != 0) {
-    // Voted no: rank 0 cannot commit without this rank, the outcome is
-    // known. Voted yes: only rank 0's decision says; without it the rank is
-    // in doubt (a vote that may or may not have arrived included).
-    const Outcome unknown = ok ? Outcome::kInDoubt : Outcome::kAborted;
-    if (!internal::SendPod(g_.all, g_.consumers[0], kGroupTagVote, vote, Timeout(version)).ok())
-      return unknown;
-    VoteMsg decision;
-    if (!WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, deadline_s, &decision,
-                          [version](const VoteMsg& m) { return m.version == version; })) {
-      return unknown;
-    }
-    if (fault_version_ == version && fault_ == GroupFault::kDropDecision) return unknown;
-    return decision.yes == 1 ? Outcome::kCommitted : Outcome::kAborted;
-  }
-  bool yes = ok;
-  for (int c = 1; c < Q && yes; ++c) {
-    VoteMsg v;
-    yes = WaitPod<VoteMsg>(
-              g_.all, g_.consumers[c], kGroupTagVote, deadline_s, &v,
-              [version](const VoteMsg& m) { return m.version == version; }, [this] { AnswerQueries(); }) &&
-          v.yes == 1 && v.whole_checksum == whole;
-  }
-  // Recorded before anyone hears it: a rank in doubt gets this answer.
-  decisions_[version] = yes;
-  if (fault_version_ == version && fault_ == GroupFault::kExitAfterDecision) _exit(0);
-  AnswerQueries();
-  while (decisions_.size() > kDecisionsKept) decisions_.erase(decisions_.begin());
-  vote.yes = yes ? 1 : 0;
-  for (int c = 1; c < Q; ++c)
-    (void)internal::SendPod(g_.all, g_.consumers[c], kGroupTagCommit, vote, Timeout(version));
-  (void)internal::SendPod(g_.all, g_.producers[0], kGroupTagAck, vote, Timeout(version));
-  return yes ? Outcome::kCommitted : Outcome::kAborted;
-}
-
-void ShardedSubscriber::Impl::AnswerQueries() {
-  while (true) {
-    VoteMsg q;
-    int from = -1;
-    auto got = internal::TryRecvPod(g_.all, MPI_ANY_SOURCE, kGroupTagQuery, &q, &from);
-    if (!got.ok() || !*got) break;
-    if (q.magic == kMagic) queries_.emplace_back(from, q.version);
-  }
-  std::vector<std::pair<int, uint64_t>> later;
-  for (const auto& [from, version] : queries_) {
-    auto it = decisions_.find(version);
-    VoteMsg a;
-    a.version = version;
-    if (it != decisions_.end()) {
-      a.yes = it->second ? 1 : 0;
-    } else if (version < last_attempted_ || (!decisions_.empty() && version < decisions_.begin()->first)) {
-      // Never decided here, and this rank has gone past it: nobody committed
-      // it (only this rank decides). A version older than the record: this
-      // rank may have committed it, but a later one committed since or not;
-      // answering "not committed" only makes the asker serve nothing.
-      a.yes = 0;
-    } else {
-      later.emplace_back(from, version);  // not decided yet: answered once it is
-      continue;
-    }
-    (void)internal::SendPod(g_.all, from, kGroupTagAnswer, a, options_.peer_timeout_s);
-  }
-  queries_ = std::move(later);
-}
-
-// What the headers of one version said.
-struct ShardedSubscriber::Impl::Incoming {
-  uint64_t version = 0;
-  int64_t iteration = 0;
-  uint64_t whole = 0;  // XXH3 of the producers' shard checksums
-  double first_s = 0;  // when the first header came
-  std::vector<std::vector<uint64_t>> headers;
-};
-
-void ShardedSubscriber::Impl::EnterDoubt(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer) {
-  doubt_version_ = in.version;
-  doubt_iteration_ = in.iteration;
-  doubt_whole_ = in.whole;
-  doubt_buffer_ = std::move(buffer);
-  std::lock_guard<std::mutex> l(mu_);
-  withheld_ = true;
-}
-
-void ShardedSubscriber::Impl::Settle(bool committed) {
-  if (target_ != nullptr) {
-    std::unique_lock<std::shared_mutex> l(serve_mu_);
-    if (committed) {  // the target holds exactly that version (nothing copied into it since)
-      bounded_.version = doubt_version_;
-      bounded_.iteration = doubt_iteration_;
-      bounded_.whole_checksum = doubt_whole_;
-      bounded_.state = *target_;
-      bounded_.state.metadata.version = doubt_version_;
-      bounded_.state.metadata.iteration = doubt_iteration_;
-      bounded_serving_ = true;
-    }
-  } else {
-    if (committed) {
-      Incoming in;
-      in.version = doubt_version_;
-      in.iteration = doubt_iteration_;
-      in.whole = doubt_whole_;
-      InstallDoubleBuffer(in, doubt_buffer_);
-    }
-    std::lock_guard<std::mutex> l(mu_);
-    withheld_ = false;
-  }
-  doubt_version_ = 0;
-  doubt_buffer_.reset();
-}
-
-void ShardedSubscriber::Impl::Resolve(double wait_s, Summary* sum) {
-  const uint64_t v = doubt_version_;
-  auto wanted = [v](const VoteMsg& m) { return m.version == v; };
-  VoteMsg d;
-  // The decision itself, arrived late; else rank 0's answer.
-  bool known = WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagCommit, 0, &d, wanted);
-  if (!known) {
-    VoteMsg q;
-    q.version = v;
-    known =
-        internal::SendPod(g_.all, g_.consumers[0], kGroupTagQuery, q, options_.peer_timeout_s).ok() &&
-        WaitPod<VoteMsg>(g_.all, g_.consumers[0], kGroupTagAnswer, MonotonicSeconds() + wait_s, &d, wanted);
-  }
-  if (!known) return;
-  sum->resolved_version = v;
-  sum->resolved_committed = d.yes == 1;
-  Settle(d.yes == 1);
-}
 
 Status ShardedSubscriber::Impl::ReadHeaders(double wait_s, Incoming* in) {
   Status hs = ReceiveHeaders(wait_s, &in->headers, &in->first_s);
