@@ -56,7 +56,7 @@ void BM_OnlineObservation(benchmark::State& state) {
     return i < N / 2 ? 0.4 + 2.0 * std::exp(-x / (0.1 * N)) : 0.3 + 0.3 * std::exp(-(x - N / 2) / (0.05 * N));
   };
   std::vector<double> all_us, validation_us;
-  int64_t checkpoints = 0, replans = 0, refits = 0, changes = 0;
+  int64_t checkpoints = 0, replans = 0, refits = 0, changes = 0, republished = 0;
   double decay = 0;
   for (auto _ : state) {
     sch::OnlinePlanner planner(p, sch::PredictorForecasterFactory(po));
@@ -68,9 +68,14 @@ void BM_OnlineObservation(benchmark::State& state) {
       benchmark::DoNotOptimize(planner.Observe(i, loss(i) + 5 * noise(rng), sch::ObservationKind::kTraining));
       if (validation) benchmark::DoNotOptimize(planner.Observe(i, loss(i) + noise(rng), sch::ObservationKind::kValidation));
       if (validation && remeasure && i > p.warmup_iterations) {
-        const int64_t v = planner.taken().empty() ? p.warmup_iterations : planner.taken().back();
+        const int64_t v = planner.served_model();
         const double again = loss(v) + decay_per_iteration * static_cast<double>(i - v) + noise(rng);
         benchmark::DoNotOptimize(planner.ObserveServed(std::max(0.0, again)));
+        // The kept models too (re-publishing): up to keep_versions of them.
+        for (int64_t kept : planner.KeptVersions()) {
+          const double l = loss(kept) + decay_per_iteration * static_cast<double>(i - kept) + noise(rng);
+          benchmark::DoNotOptimize(planner.ObserveKept(kept, std::max(0.0, l)));
+        }
       }
       auto now = planner.ShouldCheckpoint(i);
       if (now.ok() && *now) benchmark::DoNotOptimize(planner.Commit(i));
@@ -83,6 +88,7 @@ void BM_OnlineObservation(benchmark::State& state) {
     refits = planner.summary().refits;
     changes = planner.summary().changes;
     decay = planner.summary().max_decay_per_s;
+    republished = planner.summary().republished;
   }
   state.counters["obs_median_us"] = Quantile(all_us, 0.5);
   state.counters["obs_p99_us"] = Quantile(all_us, 0.99);
@@ -94,6 +100,7 @@ void BM_OnlineObservation(benchmark::State& state) {
   state.counters["fits"] = static_cast<double>(refits);
   state.counters["changes"] = static_cast<double>(changes);
   state.counters["decay_per_s"] = decay;
+  state.counters["republished"] = static_cast<double>(republished);
 }
 BENCHMARK(BM_OnlineObservation)
     ->Args({10000, 0, 0})
