@@ -63,11 +63,14 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
     curves << " " << clip(ctx.predicted.at(i)) << "\n";
   }
   for (size_t k = 0; k < ctx.observed.size(); ++k) warm << ctx.observed.iterations[k] << " " << ctx.observed.losses[k] << "\n";
-  bool any_mark = false;
+  bool any_mark = false, any_republish = false;
   for (size_t r = 0; r < rows.size(); ++r) {
-    for (int64_t s : rows[r].plan.schedule) {
-      marks << s << " " << r << "\n";
+    const auto& plan = rows[r].plan;
+    for (size_t q = 0; q < plan.schedule.size(); ++q) {
+      const bool again = !plan.published.empty() && plan.published[q] != plan.schedule[q];
+      marks << plan.schedule[q] << " " << r << " " << (again ? 1 : 0) << "\n";
       any_mark = true;
+      any_republish = any_republish || again;
     }
     char regret[48] = "";
     if (rows[r].sim.diverged_requests > 0) {
@@ -78,7 +81,7 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
     const double cil = std::isfinite(rows[r].sim.cil) ? rows[r].sim.cil : 0.0;  // +inf: no bar, the label says why
     bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << cil << " \"" << regret << "\"\n";
   }
-  if (!any_mark) marks << "0 -10\n";
+  if (!any_mark) marks << "0 -10 0\n";
   std::string ytics;
   for (size_t r = 0; r < rows.size(); ++r) {
     ytics += (r ? ", " : "") + std::string("\"") + schedulers::ToString(rows[r].kind) + "\" " + std::to_string(r);
@@ -105,8 +108,10 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
      << "$curves u 1:3 w l lw 2 dt 2 lc rgb '#d62728' t 'predicted from warm-up', "
      << "$warm u 1:2 w p pt 7 ps 0.4 lc rgb '#1f77b4' t " << GnuplotQuote("warm-up " + observed) << "\n"
      << "set ylabel ''; set ytics (" << ytics << "); set yrange [-0.5:" << rows.size() - 0.5 << "]\n"
-     << "set title 'checkpoints per strategy'; unset key\n"
-     << "plot $marks u 1:2 w p pt 2 ps 0.6 lc rgb '#2ca02c'\n"
+     << "set title " << GnuplotQuote(any_republish ? "checkpoints per strategy (circles: it re-publishes an older kept model)"
+                                                    : "checkpoints per strategy") << "; unset key\n"
+     << "plot $marks u 1:($3 == 0 ? $2 : 1/0) w p pt 2 ps 0.6 lc rgb '#2ca02c', "
+     << "$marks u 1:($3 == 1 ? $2 : 1/0) w p pt 6 ps 0.9 lc rgb '#ff7f0e'\n"
      << "set title 'simulated CIL on the true curve (lower is better; the axis starts at 0; labels: regret vs the oracle)'\n"
      << "set ytics auto; set yrange [0:*]; set offsets 0, 0, graph 0.12, 0\n"
      << "set style fill solid 0.7; set boxwidth 0.6; set xlabel ''; set ylabel 'CIL'; set xrange [-0.5:"
