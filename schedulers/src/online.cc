@@ -376,7 +376,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations)) {
     const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
-    const double margin = MarginFor(sigma);
+    // The best of K noisy measurements is biased low by about
+    // sqrt(2 ln K) noise sd of a difference: the margin adds that, so noise
+    // alone does not re-publish (a returning domain differs by far more).
+    const double K = static_cast<double>(kept_now_.size());
+    const double margin = MarginFor(sigma) + sigma * std::sqrt(2.0) * std::sqrt(2.0 * std::log(K + 1.0));
     if (best->second < v - margin && best->second < *served_loss_ - margin) {
       want = true;
       publishing_ = best->first;

@@ -51,8 +51,10 @@
 // change (and the warm-up's); when they are
 // re-measured on today's validation sample (ObserveKept; offline, the
 // table's val_loss of (kept version, now)) and one measures better than both
-// the candidate and the served version by the gate's margin, the decision is
-// to publish that kept model (publishing()), at the cost of a checkpoint.
+// the candidate and the served version by the gate's margin plus
+// sqrt(2 ln (K + 1)) noise sd of a difference (the best of K noisy
+// measurements is biased low by about that), the decision is to publish that
+// kept model (publishing()), at the cost of a checkpoint.
 // Re-fitting is geometric (when the regime's points have grown by
 // refit_growth since the last fit), so a regime of n points costs O(log n)
 // fits; the forecast curve is computed once per fit and reused by every
