@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "delta_internal.h"
+#include "staging.h"
 #include "viper/core/checksum.h"
 
 namespace viper {
@@ -94,34 +96,44 @@ void RiceBytes3(const uint32_t* p, uint64_t k, unsigned r0, uint64_t out[3]) {
 }
 
 // The positions of one tensor's changed elements, as gaps, and their new
-// values, found by one pass over both images.
+// values, found by one pass over both images; the pass may come in pieces
+// (Begin, then Scan of consecutive ranges of the tensor).
 class Scanner {
  public:
-  // Scans `bytes` bytes (n elements of `e` bytes) of `a` (base) against `b`
-  // (target), appending the changed elements' gaps and new values (gathered
-  // while the line is in cache) after those of earlier tensors. Returns
-  // false when it stopped early because no sparse record can be smaller
-  // than dense; then call Discard.
-  bool Scan(const std::byte* a, const std::byte* b, uint64_t bytes, unsigned e) {
+  // Starts a tensor of `bytes` bytes: its gaps and values go after those of
+  // earlier tensors.
+  void Begin(uint64_t bytes) {
+    gap_mark_ = gap_used_;
+    val_mark_ = val_used_;
+    k_ = next_ = 0;
+    tensor_bytes_ = bytes;
+  }
+  // Scans `bytes` bytes (whole elements of `e` bytes; a multiple of 64 unless
+  // they end the tensor) of `a` (base) against `b` (target), the tensor's
+  // elements from `first` on, appending the changed elements' gaps and new
+  // values (gathered while the line is in cache). Returns false when it
+  // stopped early because no sparse record can be smaller than dense; then
+  // scan no more of the tensor and call Discard.
+  bool Scan(const std::byte* a, const std::byte* b, uint64_t bytes, unsigned e, uint64_t first) {
     switch (e) {
       case 1:
-        return ScanAs<1>(a, b, bytes);
+        return ScanAs<1>(a, b, bytes, first);
       case 2:
-        return ScanAs<2>(a, b, bytes);
+        return ScanAs<2>(a, b, bytes, first);
       case 4:
-        return ScanAs<4>(a, b, bytes);
+        return ScanAs<4>(a, b, bytes, first);
       default:
-        return ScanAs<8>(a, b, bytes);
+        return ScanAs<8>(a, b, bytes, first);
     }
   }
-  // Forgets what the last Scan appended (a dense or unchanged tensor).
+  // Forgets what the tensor's scans appended (a dense or unchanged tensor).
   void Discard() {
     gap_used_ = gap_mark_;
     val_used_ = val_mark_;
   }
 
   uint64_t changed() const { return k_; }
-  // Where the last Scan's gaps and values start in the buffers.
+  // Where the tensor's gaps and values start in the buffers.
   uint64_t gaps_offset() const { return gap_mark_; }
   uint64_t values_offset() const { return val_mark_; }
   const uint32_t* gaps(uint64_t offset) const { return gaps_.get() + offset; }
@@ -132,15 +144,13 @@ class Scanner {
   // values are stored through std::byte pointers, which may alias anything
   // in memory, so members would be reloaded after every element.)
   template <unsigned E>
-  bool ScanAs(const std::byte* a, const std::byte* b, uint64_t bytes) {
-    gap_mark_ = gap_used_;
-    val_mark_ = val_used_;
+  bool ScanAs(const std::byte* a, const std::byte* b, uint64_t bytes, uint64_t first) {
     uint32_t* g = gaps_.get() + gap_used_;
     uint32_t* g_end = gaps_.get() + gap_capacity_;
     std::byte* v = values_.get() + val_used_;
     std::byte* v_end = values_.get() + val_capacity_;
-    uint64_t k = 0, next = 0;
-    const uint64_t dense = bytes;
+    uint64_t k = k_, next = next_;
+    const uint64_t dense = tensor_bytes_;
     // Room for `gaps` gap words and `values` value bytes.
     auto reserve = [&](uint64_t gaps, uint64_t values) {
       if (__builtin_expect(
@@ -155,7 +165,7 @@ class Scanner {
       v = values_.get() + val_used_;
       v_end = values_.get() + val_capacity_;
     };
-    // One changed element; false when sparse can no longer win.
+    // One changed element (its index in the tensor); false when sparse can no longer win.
     auto record = [&](uint64_t index) {
       const uint64_t gap = index - next;
       if (__builtin_expect(gap < kWideGap, 1)) {
@@ -166,7 +176,7 @@ class Scanner {
         g[2] = static_cast<uint32_t>(gap >> 32);
         g += 3;
       }
-      std::memcpy(v, b + index * E, E);
+      std::memcpy(v, b + (index - first) * E, E);
       v += E;
       next = index + 1;
       ++k;
@@ -199,10 +209,10 @@ class Scanner {
         return (m * 0x0102040810204080ull) >> 56;
       }
     };
-    // The changed elements of a mask of lanes (bit i: element first + i).
-    auto elements = [&](uint64_t mask, uint64_t first) {
+    // The changed elements of a mask of lanes (bit i: element at + i).
+    auto elements = [&](uint64_t mask, uint64_t at) {
       for (; mask != 0; mask &= mask - 1) {
-        if (!record(first + static_cast<unsigned>(__builtin_ctzll(mask)))) return false;
+        if (!record(at + static_cast<unsigned>(__builtin_ctzll(mask)))) return false;
       }
       return true;
     };
@@ -222,23 +232,24 @@ class Scanner {
       uint64_t mask = 0;
       for (int i = 0; i < 8; ++i) mask |= lanes(x[i]) << (i * (8 / E));
       reserve(8 * (8 / E) * 3, 64);
-      complete = elements(mask, w * (8 / E));
+      complete = elements(mask, first + w * (8 / E));
     }
     for (; complete && w < words; ++w) {
       const uint64_t x = Load64(a + 8 * w) ^ Load64(b + 8 * w);
       if (x == 0) continue;
       reserve((8 / E) * 3, 8);
-      complete = elements(lanes(x), w * (8 / E));
+      complete = elements(lanes(x), first + w * (8 / E));
     }
     // The last bytes % 8 bytes, a whole number of elements (E divides 8).
     for (uint64_t off = words * 8; complete && off < bytes; off += E) {
       if (std::memcmp(a + off, b + off, E) == 0) continue;
       reserve(3, E);
-      complete = record(off / E);
+      complete = record(first + off / E);
     }
     gap_used_ = static_cast<uint64_t>(g - gaps_.get());
     val_used_ = static_cast<uint64_t>(v - values_.get());
     k_ = k;
+    next_ = next;
     return complete;
   }
 
@@ -254,7 +265,7 @@ class Scanner {
     *capacity = bigger;
   }
 
-  uint64_t k_ = 0;
+  uint64_t k_ = 0, next_ = 0, tensor_bytes_ = 0;  // the tensor being scanned
   uint64_t gap_used_ = 0, gap_mark_ = 0, gap_capacity_ = 0;
   uint64_t val_used_ = 0, val_mark_ = 0, val_capacity_ = 0;
   std::unique_ptr<uint32_t[]> gaps_;     // every sparse tensor's gaps, in order
@@ -350,110 +361,251 @@ LinkChoice ChooseOverLink(const LinkCosts& c) {
 }
 
 
-// (Over 80 lines: the one pass over the tensors and the record writing stay together.)
-StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const std::byte* target,
-                               uint64_t target_size, std::byte* out, uint64_t out_capacity) {
-  VIPER_ASSIGN_OR_RETURN(Image b, ParseImage(base, base_size, "delta base image"));
-  VIPER_ASSIGN_OR_RETURN(Image t, ParseImage(target, target_size, "delta target image"));
-  EncodeSummary summary;
-  summary.full_bytes = target_size;
-  summary.base_version = b.state.metadata.version;
-  summary.target_version = t.state.metadata.version;
-  static const char kNotSmaller[] = "the delta would not be smaller than the image's data section";
-  auto go_full = [&](std::string reason) {
-    summary.full = true;
-    summary.reason = std::move(reason);
-    summary.delta_bytes = 0;
-    summary.header_patch_bytes = 0;
-    return summary;
-  };
+namespace {
+
+// What Encode chose for one tensor.
+struct Choice {
+  Encoding encoding = Encoding::kUnchanged;
+  unsigned rice = 0;
+  uint64_t payload = 0;
+  uint64_t gaps_offset = 0, values_offset = 0;  // sparse: in the scanner's buffers
+  uint64_t records = 0;                         // bytes of the records up to this one's, included
+};
+
+}  // namespace
+
+// The scan's progress through the base's table, and what was chosen.
+struct Encoder::State {
+  const std::byte* base = nullptr;
+  Image b;
+  std::vector<uint64_t> begin;  // per tensor of the base, its data-section offset
+  uint64_t data_bytes = 0;      // of the base's data section
+  Scanner scanner;
+  std::vector<Choice> choices;  // per tensor closed
+  EncodeSummary summary;        // its tensors and counts, per tensor closed
+  uint64_t fed = 0;             // data-section bytes fed
+  bool open = false;            // choices.size() is being scanned
+  bool stopped = false;         // and sparse can no longer win (the rest not scanned)
+  std::byte carry[64];          // the fed bytes of a 64-byte block not yet scanned
+  unsigned carry_bytes = 0;
+  uint64_t carry_at = 0;  // tensor offset of carry[0]
+  // Records beyond `limit` bytes cannot make a delta smaller than the image
+  // (with Encode's header patch, or at least an empty one): nothing more is scanned.
+  uint64_t limit = 0;
+  bool hopeless = false;
+
+  std::size_t tensors() const { return b.state.size(); }
+  const Tensor& base_tensor(std::size_t i) const { return b.state.tensors()[i]; }
+  // Scans `n` bytes at `p`, offset `at` of the open tensor.
+  void ScanPiece(const std::byte* p, uint64_t n, uint64_t at);
+  bool ScanBytes(const std::byte* b_bytes, uint64_t n, uint64_t at);
+  // Chooses the open tensor's record.
+  void Close();
+  void Feed(const std::byte* data, uint64_t bytes);
+  // The cheap checks of Encode before any scan: a newer version, the same
+  // table, the header patch fitting. A summary saying "full" when one fails.
+  std::optional<EncodeSummary> Check(const Image& t, const std::byte* target, uint64_t room, HeaderPatch* patch);
+  StatusOr<EncodeSummary> Write(const Image& t, const std::byte* target, const HeaderPatch& patch, uint64_t room,
+                                std::byte* out);
+};
+
+namespace {
+
+const char kNotSmaller[] = "the delta would not be smaller than the image's data section";
+
+// `summary` saying "full" for `reason`.
+EncodeSummary GoFull(EncodeSummary summary, std::string reason) {
+  summary.full = true;
+  summary.reason = std::move(reason);
+  summary.delta_bytes = 0;
+  summary.header_patch_bytes = 0;
+  return summary;
+}
+
+// Room for a delta of a `target_size`-byte image with `header_bytes` of header:
+// smaller than the data section (it must save on tensor bytes, not on the
+// header alone, else a dense step would become a delta a few KB under the
+// image), and within the caller's buffer.
+uint64_t Room(uint64_t target_size, uint64_t header_bytes, uint64_t out_capacity) {
+  const uint64_t data_bytes = target_size - header_bytes;
+  return std::min(out_capacity, data_bytes > 0 ? data_bytes - 1 : 0);
+}
+
+}  // namespace
+
+bool Encoder::State::ScanBytes(const std::byte* b_bytes, uint64_t n, uint64_t at) {
+  const Tensor& t = base_tensor(choices.size());
+  const unsigned e = static_cast<unsigned>(DTypeSize(t.dtype));
+  return scanner.Scan(t.data + at, b_bytes, n, e, at / e);
+}
+
+void Encoder::State::ScanPiece(const std::byte* p, uint64_t n, uint64_t at) {
+  const uint64_t size = base_tensor(choices.size()).size_bytes;
+  if (carry_bytes > 0) {
+    // Complete the carried block first (or the tensor's last bytes).
+    const uint64_t m = std::min<uint64_t>(n, 64 - carry_bytes);
+    std::memcpy(carry + carry_bytes, p, m);
+    carry_bytes += static_cast<unsigned>(m);
+    p += m;
+    n -= m;
+    at += m;
+    if (carry_bytes < 64 && at < size) return;
+    stopped = !ScanBytes(carry, carry_bytes, carry_at);
+    carry_bytes = 0;
+    if (stopped || n == 0) return;
+  }
+  // Whole 64-byte blocks of the tensor (all of it at its end); the rest carried.
+  const uint64_t whole = at + n == size ? n : n / 64 * 64;
+  if (whole > 0 && !ScanBytes(p, whole, at)) {
+    stopped = true;
+    return;
+  }
+  carry_bytes = static_cast<unsigned>(n - whole);
+  carry_at = at + whole;
+  std::memcpy(carry, p + whole, carry_bytes);
+}
+
+// (Over 80 lines only with its comments: the choice between the three records.)
+void Encoder::State::Close() {
+  const std::size_t i = choices.size();
+  const Tensor& t = base_tensor(i);
+  const unsigned e = static_cast<unsigned>(DTypeSize(t.dtype));
+  open = false;
+  const bool complete = !stopped;
+  TensorReport report;
+  report.name = t.name;
+  report.elements = t.size_bytes / e;
+  report.changed_elements = scanner.changed();
+  Choice c;
+  c.records = i > 0 ? choices.back().records : 0;
+  if (complete && scanner.changed() == 0) {
+    scanner.Discard();
+    ++summary.tensors_unchanged;
+    summary.tensors.push_back(std::move(report));
+    choices.push_back(c);
+    return;
+  }
+  c.encoding = Encoding::kDense;
+  c.payload = t.size_bytes;
+  if (complete) {
+    // The Rice parameter near log2 of the mean gap, best of three by exact size.
+    const uint64_t k = scanner.changed();
+    const uint64_t mean_gap = (report.elements - k) / k;
+    const unsigned log_gap = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
+    const unsigned r0 = std::min(log_gap == 0 ? 0u : log_gap - 1, 54u);
+    uint64_t bytes[3];
+    RiceBytes3(scanner.gaps(scanner.gaps_offset()), k, r0, bytes);
+    for (unsigned j = 0; j < 3; ++j) {
+      if (bytes[j] + k * e < c.payload) c.encoding = Encoding::kSparseGaps, c.payload = bytes[j] + k * e, c.rice = r0 + j;
+    }
+  }
+  if (c.encoding == Encoding::kSparseGaps) {
+    c.gaps_offset = scanner.gaps_offset();
+    c.values_offset = scanner.values_offset();
+  } else {
+    scanner.Discard();
+  }
+  c.records += kRecordHeaderBytes + c.payload;
+  report.encoding = c.encoding;
+  report.encoded_bytes = kRecordHeaderBytes + c.payload;
+  choices.push_back(c);
+  if (c.records > limit) {
+    // No delta can be smaller: Write says so, with the tensors up to this one reported.
+    hopeless = true;
+    return;
+  }
+  (c.encoding == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;
+  summary.tensors.push_back(std::move(report));
+}
+
+void Encoder::State::Feed(const std::byte* data, uint64_t bytes) {
+  for (;;) {
+    // Close the tensors that end here (zero-byte ones included) and open the next.
+    while (!hopeless && choices.size() < tensors()) {
+      const std::size_t i = choices.size();
+      const uint64_t end = begin[i] + base_tensor(i).size_bytes;
+      if (!open && fed >= begin[i]) {
+        open = true;
+        stopped = false;
+        carry_bytes = 0;
+        scanner.Begin(base_tensor(i).size_bytes);
+      }
+      if (!open || fed < end) break;
+      Close();
+    }
+    if (bytes == 0) return;
+    uint64_t n = bytes;
+    if (hopeless || choices.size() == tensors()) {
+      n = bytes;  // nothing more to scan: past the base's data, or no delta can win
+    } else if (!open) {
+      n = std::min(n, begin[choices.size()] - fed);  // not in a tensor (a safetensors image has no such bytes)
+    } else {
+      const std::size_t i = choices.size();
+      n = std::min(n, begin[i] + base_tensor(i).size_bytes - fed);
+      if (!stopped) ScanPiece(data, n, fed - begin[i]);
+    }
+    data += n;
+    bytes -= n;
+    fed += n;
+  }
+}
+
+std::optional<EncodeSummary> Encoder::State::Check(const Image& t, const std::byte* target, uint64_t room,
+                                                   HeaderPatch* patch) {
+  EncodeSummary s;
+  s.full_bytes = t.size;
+  s.base_version = b.state.metadata.version;
+  s.target_version = t.state.metadata.version;
   if (t.state.metadata.version <= b.state.metadata.version) {
-    return go_full("version " + std::to_string(t.state.metadata.version) + " is not newer than the base's " +
-                   std::to_string(b.state.metadata.version));
+    return GoFull(s, "version " + std::to_string(t.state.metadata.version) + " is not newer than the base's " +
+                         std::to_string(b.state.metadata.version));
   }
   const std::string diff = TableDifference(b, base, t, target);
-  if (!diff.empty()) return go_full("tensor table changed since the base (" + diff + ")");
-  if (b.state.size() > UINT32_MAX) return go_full("more tensors than a delta indexes");
-  // A delta must save on the tensor bytes, not on the header alone: it is
-  // smaller than the target's data section (format 1's rule, delta with the
-  // whole header < image, came to the same), whatever room the caller gave.
-  // Else a dense step would become a delta a few KB under the image.
-  const uint64_t header_bytes = t.info.data_offset;
-  const uint64_t data_bytes = target_size - header_bytes;
-  const uint64_t room = std::min(out_capacity, data_bytes > 0 ? data_bytes - 1 : 0);
-  Writer w(out, room);
-  const std::string_view base_json = TrimmedJson(base, b.info.data_offset);
-  const std::string_view target_json = TrimmedJson(target, header_bytes);
-  const HeaderPatch patch = DiffHeaders(base_json, target_json);
+  if (!diff.empty()) return GoFull(s, "tensor table changed since the base (" + diff + ")");
+  if (b.state.size() > UINT32_MAX) return GoFull(s, "more tensors than a delta indexes");
+  *patch = DiffHeaders(TrimmedJson(base, b.info.data_offset), TrimmedJson(target, t.info.data_offset));
+  s.header_patch_bytes = patch->wire_bytes();
+  if (kFixedHeaderBytes + patch->wire_bytes() > room) return GoFull(s, kNotSmaller);
+  return std::nullopt;
+}
+
+StatusOr<EncodeSummary> Encoder::State::Write(const Image& t, const std::byte* target, const HeaderPatch& patch,
+                                              uint64_t room, std::byte* out) {
+  Feed(nullptr, 0);  // closes the zero-byte tensors at the end
+  if (fed < data_bytes || (!hopeless && choices.size() < tensors())) {
+    return FailedPreconditionError("delta encoder: " + std::to_string(fed) + " of the image's " +
+                                   std::to_string(data_bytes) + " data bytes were fed before Finish");
+  }
+  const uint64_t head = kFixedHeaderBytes + patch.wire_bytes();
+  summary.full_bytes = t.size;
+  summary.base_version = b.state.metadata.version;
+  summary.target_version = t.state.metadata.version;
   summary.header_patch_bytes = patch.wire_bytes();
-  if (!w.Fits(kFixedHeaderBytes + patch.wire_bytes())) return go_full(kNotSmaller);
+  // Not smaller: the tensors reported are those up to the first record past the room.
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    if (head + choices[i].records <= room) continue;
+    EncodeSummary full = summary;
+    full.tensors.resize(i);
+    full.tensors_unchanged = full.tensors_sparse = full.tensors_dense = 0;
+    for (const TensorReport& r : full.tensors) {
+      (r.encoding == Encoding::kUnchanged  ? full.tensors_unchanged
+       : r.encoding == Encoding::kDense    ? full.tensors_dense
+                                           : full.tensors_sparse)++;
+    }
+    return GoFull(std::move(full), kNotSmaller);
+  }
+  if (hopeless) return GoFull(summary, kNotSmaller);
+  Writer w(out, room);
   std::byte* fixed = w.Take(kFixedHeaderBytes);
   std::byte* patch_out = w.Take(patch.wire_bytes());
   PutU64(patch_out, patch.prefix);
   PutU64(patch_out + 8, patch.suffix);
   PutU64(patch_out + 16, patch.json_bytes);
+  const std::string_view target_json = TrimmedJson(target, t.info.data_offset);
   std::memcpy(patch_out + kHeaderPatchFixedBytes, target_json.data() + patch.prefix, patch.middle_bytes());
-
-  // Phase 1: scan every tensor and choose its record; stop as soon as the
-  // delta cannot be smaller than the image (nothing copied yet).
-  struct Choice {
-    Encoding encoding = Encoding::kUnchanged;
-    unsigned rice = 0;
-    uint64_t payload = 0;
-    uint64_t gaps_offset = 0, values_offset = 0;  // sparse: in the scanner's buffers
-  };
-  const auto& tb = b.state.tensors();
-  const auto& tt = t.state.tensors();
-  std::vector<Choice> choices(tt.size());
-  Scanner scanner;
-  uint64_t total = kFixedHeaderBytes + patch.wire_bytes();
-  summary.tensors.reserve(tt.size());
-  for (std::size_t i = 0; i < tt.size(); ++i) {
-    const Tensor& new_t = tt[i];
-    const unsigned e = static_cast<unsigned>(DTypeSize(new_t.dtype));
-    TensorReport report;
-    report.name = new_t.name;
-    report.elements = new_t.size_bytes / e;
-    const bool complete = scanner.Scan(tb[i].data, new_t.data, new_t.size_bytes, e);
-    report.changed_elements = scanner.changed();
-    Choice& c = choices[i];
-    if (complete && scanner.changed() == 0) {
-      scanner.Discard();
-      ++summary.tensors_unchanged;
-      summary.tensors.push_back(std::move(report));
-      continue;
-    }
-    c.encoding = Encoding::kDense;
-    c.payload = new_t.size_bytes;
-    if (complete) {
-      // The Rice parameter near log2 of the mean gap, best of three by exact size.
-      const uint64_t k = scanner.changed();
-      const uint64_t mean_gap = (report.elements - k) / k;
-      const unsigned log_gap = mean_gap == 0 ? 0 : 63 - static_cast<unsigned>(__builtin_clzll(mean_gap));
-      const unsigned r0 = std::min(log_gap == 0 ? 0u : log_gap - 1, 54u);
-      uint64_t bytes[3];
-      RiceBytes3(scanner.gaps(scanner.gaps_offset()), k, r0, bytes);
-      for (unsigned j = 0; j < 3; ++j) {
-        if (bytes[j] + k * e < c.payload) c.encoding = Encoding::kSparseGaps, c.payload = bytes[j] + k * e, c.rice = r0 + j;
-      }
-    }
-    if (c.encoding == Encoding::kSparseGaps) {
-      c.gaps_offset = scanner.gaps_offset();
-      c.values_offset = scanner.values_offset();
-    } else {
-      scanner.Discard();
-    }
-    total += kRecordHeaderBytes + c.payload;
-    if (total > room) return go_full(kNotSmaller);
-    report.encoding = c.encoding;
-    report.encoded_bytes = kRecordHeaderBytes + c.payload;
-    (c.encoding == Encoding::kDense ? summary.tensors_dense : summary.tensors_sparse)++;
-    summary.tensors.push_back(std::move(report));
-  }
-
-  // Phase 2: write the records.
   uint64_t records = 0;
   std::vector<std::byte> scratch;
+  const auto& tt = t.state.tensors();
   for (std::size_t i = 0; i < tt.size(); ++i) {
     const Choice& c = choices[i];
     if (c.encoding == Encoding::kUnchanged) continue;
@@ -486,9 +638,9 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   PutU64(fixed + 16, b.checksum);
   PutU64(fixed + 24, t.state.metadata.version);
   PutU64(fixed + 32, t.checksum);
-  PutU64(fixed + 40, target_size);
-  PutU64(fixed + 48, header_bytes);
-  PutU64(fixed + 56, base_size);
+  PutU64(fixed + 40, t.size);
+  PutU64(fixed + 48, t.info.data_offset);
+  PutU64(fixed + 56, b.size);
   PutU64(fixed + 64, records);
   PutU64(fixed + 72, body);
   PutU64(fixed + 80, Xxh3_64(fixed + kFixedHeaderBytes, body));
@@ -497,6 +649,82 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
   return summary;
 }
 
+Encoder::Encoder() = default;
+Encoder::~Encoder() = default;
+
+Status Encoder::Start(const std::byte* base, uint64_t base_size) {
+  state_.reset();
+  VIPER_ASSIGN_OR_RETURN(Image b, ParseImage(base, base_size, "delta base image"));
+  auto s = std::make_unique<State>();
+  s->base = base;
+  s->b = std::move(b);
+  s->data_bytes = base_size - s->b.info.data_offset;
+  for (const Tensor& t : s->b.state.tensors()) s->begin.push_back(Offset(s->b, base, t));
+  s->choices.reserve(s->tensors());
+  s->summary.tensors.reserve(s->tensors());
+  // With the smallest header patch, the most the records may take.
+  const uint64_t room = s->data_bytes > 0 ? s->data_bytes - 1 : 0;
+  const uint64_t head = kFixedHeaderBytes + kHeaderPatchFixedBytes;
+  s->limit = room > head ? room - head : 0;
+  s->hopeless = room < head;
+  state_ = std::move(s);
+  return Status::Ok();
+}
+
+void Encoder::Feed(const std::byte* data, uint64_t bytes) {
+  VIPER_CHECK(state_ != nullptr);  // Start first
+  state_->Feed(data, bytes);
+}
+
+StatusOr<EncodeSummary> Encoder::Finish(const std::byte* target, uint64_t target_size, std::byte* out,
+                                        uint64_t out_capacity) {
+  if (state_ == nullptr) return FailedPreconditionError("delta encoder: Finish without Start");
+  std::unique_ptr<State> s = std::move(state_);
+  VIPER_ASSIGN_OR_RETURN(Image t, ParseImage(target, target_size, "delta target image"));
+  const uint64_t room = Room(target_size, t.info.data_offset, out_capacity);
+  HeaderPatch patch;
+  if (auto full = s->Check(t, target, room, &patch)) return *full;
+  return s->Write(t, target, patch, room, out);
+}
+
+StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const std::byte* target,
+                               uint64_t target_size, std::byte* out, uint64_t out_capacity) {
+  Encoder encoder;
+  VIPER_RETURN_IF_ERROR(encoder.Start(base, base_size));
+  Encoder::State& s = *encoder.state_;
+  VIPER_ASSIGN_OR_RETURN(Image t, ParseImage(target, target_size, "delta target image"));
+  // The cheap checks before the scan, and the exact room for the records.
+  const uint64_t room = Room(target_size, t.info.data_offset, out_capacity);
+  HeaderPatch patch;
+  if (auto full = s.Check(t, target, room, &patch)) return *full;
+  s.limit = room - kFixedHeaderBytes - patch.wire_bytes();
+  s.Feed(target + t.info.data_offset, target_size - t.info.data_offset);
+  return s.Write(t, target, patch, room, out);
+}
+
+uint64_t CopyHashAndFeed(const std::vector<Span>& ranges, std::byte* dst, Encoder* encoder) {
+  uint64_t total = 0;
+  for (const Span& r : ranges) total += r.size;
+  // As staging.cc's snapshot: streaming stores from 8 MiB on.
+  void (*copy)(std::byte*, const std::byte*, std::size_t) =
+      total >= transports::internal::StagedVersion::kStreamCopyMinBytes
+          ? transports::internal::StreamCopy
+          : +[](std::byte* to, const std::byte* from, std::size_t n) { std::memcpy(to, from, n); };
+  Xxh3Hasher hasher;
+  for (const Span& r : ranges) {
+    for (uint64_t off = 0; off < r.size; off += kFuseSliceBytes) {
+      const uint64_t n = std::min(kFuseSliceBytes, r.size - off);
+      const std::byte* slice = r.data + off;
+      // The diff reads the slice and the base's (from memory); the copy and
+      // the hash then read the slice from cache.
+      if (encoder != nullptr) encoder->Feed(slice, n);
+      copy(dst, slice, n);
+      hasher.Update(slice, n);
+      dst += n;
+    }
+  }
+  return hasher.Digest();
+}
 
 }  // namespace delta
 }  // namespace transports
