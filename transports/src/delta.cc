@@ -705,10 +705,11 @@ StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const 
 uint64_t CopyHashAndFeed(const std::vector<Span>& ranges, std::byte* dst, Encoder* encoder) {
   uint64_t total = 0;
   for (const Span& r : ranges) total += r.size;
-  // As staging.cc's snapshot: streaming stores from 8 MiB on.
+  // Streaming stores from 8 MiB on, as staging.cc's snapshot (the image is
+  // not read again soon; ordinary stores would first read each line).
   void (*copy)(std::byte*, const std::byte*, std::size_t) =
       total >= transports::internal::StagedVersion::kStreamCopyMinBytes
-          ? transports::internal::StreamCopy
+          ? transports::internal::StreamCopySequential
           : +[](std::byte* to, const std::byte* from, std::size_t n) { std::memcpy(to, from, n); };
   Xxh3Hasher hasher;
   for (const Span& r : ranges) {
