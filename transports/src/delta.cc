@@ -142,6 +142,7 @@ struct Encoder::State {
   // (with Encode's header patch, or at least an empty one): nothing more is scanned.
   uint64_t limit = 0;
   bool hopeless = false;
+  bool started = false;  // between Start and Finish
 
   std::size_t tensors() const { return b.state.size(); }
   const Tensor& base_tensor(std::size_t i) const { return b.state.tensors()[i]; }
@@ -402,9 +403,14 @@ Encoder::Encoder() = default;
 Encoder::~Encoder() = default;
 
 Status Encoder::Start(const std::byte* base, uint64_t base_size) {
+  // The last delta's scan buffers are kept: their pages are not faulted in again.
+  Scanner scanner;
+  if (state_ != nullptr) scanner = std::move(state_->scanner);
+  scanner.Clear();
   state_.reset();
   VIPER_ASSIGN_OR_RETURN(Image b, ParseImage(base, base_size, "delta base image"));
   auto s = std::make_unique<State>();
+  s->scanner = std::move(scanner);
   s->base = base;
   s->b = std::move(b);
   s->data_bytes = base_size - s->b.info.data_offset;
@@ -416,19 +422,21 @@ Status Encoder::Start(const std::byte* base, uint64_t base_size) {
   const uint64_t head = kFixedHeaderBytes + kHeaderPatchFixedBytes;
   s->limit = room > head ? room - head : 0;
   s->hopeless = room < head;
+  s->started = true;
   state_ = std::move(s);
   return Status::Ok();
 }
 
 void Encoder::Feed(const std::byte* data, uint64_t bytes) {
-  VIPER_CHECK(state_ != nullptr);  // Start first
+  VIPER_CHECK(state_ != nullptr && state_->started);  // Start first
   state_->Feed(data, bytes);
 }
 
 StatusOr<EncodeSummary> Encoder::Finish(const std::byte* target, uint64_t target_size, std::byte* out,
                                         uint64_t out_capacity) {
-  if (state_ == nullptr) return FailedPreconditionError("delta encoder: Finish without Start");
-  std::unique_ptr<State> s = std::move(state_);
+  if (state_ == nullptr || !state_->started) return FailedPreconditionError("delta encoder: Finish without Start");
+  State* s = state_.get();
+  s->started = false;  // kept for its buffers until the next Start
   VIPER_ASSIGN_OR_RETURN(Image t, ParseImage(target, target_size, "delta target image"));
   const uint64_t room = Room(target_size, t.info.data_offset, out_capacity);
   HeaderPatch patch;

@@ -99,6 +99,8 @@ inline void RiceBytes3(const uint32_t* p, uint64_t k, unsigned r0, uint64_t out[
 // (Begin, then Scan of consecutive ranges of the tensor).
 class Scanner {
  public:
+  // Forgets every tensor's gaps and values (the buffers are kept).
+  void Clear() { gap_used_ = gap_mark_ = val_used_ = val_mark_ = k_ = next_ = 0; }
   // Starts a tensor of `bytes` bytes: its gaps and values go after those of
   // earlier tensors.
   void Begin(uint64_t bytes) {
@@ -150,6 +152,9 @@ class Scanner {
     std::byte* v_end = values_.get() + val_capacity_;
     uint64_t k = k_, next = next_;
     const uint64_t dense = tensor_bytes_;
+    // Bits 0, E, 2E, ...: an element's first byte in a 64-bit byte mask.
+    constexpr uint64_t kFirstBytes = E == 1 ? ~0ull : E == 2 ? 0x5555555555555555ull : E == 4 ? 0x1111111111111111ull
+                                                                                          : 0x0101010101010101ull;
     // Room for `gaps` gap words and `values` value bytes.
     auto reserve = [&](uint64_t gaps, uint64_t values) {
       if (__builtin_expect(
@@ -236,14 +241,44 @@ class Scanner {
       if (same == ~0ull) continue;
       reserve(8 * (8 / E) * 3, 64);
       const uint64_t at = first + w * (8 / E);
-      for (uint64_t changed = ~same; changed != 0;) {
-        const unsigned lane = static_cast<unsigned>(__builtin_ctzll(changed)) / E;
-        if (!record(at + lane)) {
+      // One bit per changed element, at its first byte.
+      uint64_t changed = ~same;
+      for (unsigned shift = 1; shift < E; shift <<= 1) changed |= changed >> shift;
+      changed &= kFirstBytes;
+      // The usual block (up to four changed elements, no wide gap, far from
+      // either stop of `record`: with four more, k * E + k / 8 stays below
+      // dense and k * (8E + 1) < next * 8E for each, since next > at)
+      // without a branch per element: four gaps and values written whatever
+      // the count, which then advances the buffers.
+      uint64_t beyond4 = changed;
+      for (int j = 0; j < 4; ++j) beyond4 &= beyond4 - 1;
+      const uint64_t k4 = k + 4;
+      if (beyond4 == 0 && at + 64 - next < kWideGap && k4 * E + (k4 + 7) / 8 < dense &&
+          k4 * (8 * E + 1) < (at + 1) * 8 * E) {
+        uint64_t c = changed;
+        uint64_t last = next;
+        unsigned n = 0;
+        for (unsigned j = 0; j < 4; ++j) {
+          // An empty slot reads the block's last element (written, not kept).
+          const uint64_t index = at + static_cast<unsigned>(__builtin_ctzll(c | (1ull << 63))) / E;
+          g[j] = static_cast<uint32_t>(index - last);
+          std::memcpy(v + j * E, b + (index - first) * E, E);
+          const bool real = c != 0;
+          last = real ? index + 1 : last;
+          n += real;
+          c &= c - 1;
+        }
+        g += n;
+        v += n * E;
+        k += n;
+        next = last;
+        continue;
+      }
+      for (; changed != 0; changed &= changed - 1) {
+        if (!record(at + static_cast<unsigned>(__builtin_ctzll(changed)) / E)) {
           complete = false;
           break;
         }
-        constexpr uint64_t kElementBytes = E == 8 ? 0xFFull : (1ull << E) - 1;  // one bit per byte
-        changed &= ~(kElementBytes << (lane * E));
       }
       continue;
 #endif

@@ -61,9 +61,8 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
       diff = false;
     }
   }
-  delta::Encoder encoder;
   if (diff) {
-    const Status started = encoder.Start(base_.data(), base_bytes_);
+    const Status started = encoder_.Start(base_.data(), base_bytes_);
     if (!started.ok()) return NotEncoded(started);  // the base is ours: it should always parse
   }
   // The image: the data copied, hashed and (with a diff) diffed against the
@@ -77,7 +76,7 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   }
   if (at != src.data_bytes) return InternalError("stream ranges do not add up to the data section");
   const double t0 = MonotonicSeconds();
-  digest_ = delta::CopyHashAndFeed(spans, next_.data() + src.header_bytes, diff ? &encoder : nullptr);
+  digest_ = delta::CopyHashAndFeed(spans, next_.data() + src.header_bytes, diff ? &encoder_ : nullptr);
   const double pass_s = MonotonicSeconds() - t0;
   header_ = src.header(digest_);
   std::memcpy(next_.data(), header_.get(), src.header_bytes);
@@ -94,7 +93,7 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   VIPER_RETURN_IF_ERROR(Reserve(delta_.get(), next_bytes_));
   tried_ = true;
   const double t1 = MonotonicSeconds();
-  auto encoded = encoder.Finish(next_.data(), next_bytes_, delta_->data(), next_bytes_);
+  auto encoded = encoder_.Finish(next_.data(), next_bytes_, delta_->data(), next_bytes_);
   // The diff + encode: the fused pass beyond a plain copy + hash (as measured
   // on versions not diffed; before one, the whole pass), and the records.
   const double encode_s =

@@ -132,6 +132,7 @@ class HostDeltaOffer {
   std::shared_ptr<const std::byte> header_;
   bool tried_ = false, offered_ = false;
   delta::EncodeSummary summary_;
+  delta::Encoder encoder_;  // kept: its scan buffers serve the next version
   std::vector<Chunk> chunks_;
   // auto
   const char* host_ = nullptr;  // the producer's node (Prepare)

@@ -186,7 +186,8 @@ class Encoder {
   Encoder& operator=(const Encoder&) = delete;
 
   // Parses `base` (InvalidArgument when it is not a Viper format-2 image) and
-  // forgets any earlier delta.
+  // forgets any earlier delta (keeping its scan buffers: an encoder kept from
+  // version to version does not fault their pages in again).
   Status Start(const std::byte* base, uint64_t base_size);
   // The next `bytes` bytes of the new data section are at `data` (read only
   // during the call). Bytes past the base's data section are not scanned.
