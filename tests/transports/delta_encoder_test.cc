@@ -14,34 +14,16 @@
 
 #include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
+#include "delta_test_models.h"
 #include "viper/transports/delta.h"
 
 namespace viper {
 namespace transports {
 namespace {
 
-using Bytes = std::vector<std::byte>;
+using namespace testing;  // NOLINT: Bytes, Spec, Model, Change
 
-struct Spec {
-  std::string name;
-  DType dtype;
-  int64_t n;
-  Bytes bytes;
-};
-
-Bytes Image(const std::vector<Spec>& tensors, uint64_t version) {
-  ModelState m;
-  for (const Spec& s : tensors) {
-    auto t = Tensor::FromBytes(s.name, s.dtype, {s.n}, s.bytes.data(), s.bytes.size());
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
-    EXPECT_TRUE(m.Add(std::move(*t)).ok());
-  }
-  m.metadata.version = version;
-  m.metadata.iteration = static_cast<int64_t>(version) * 10;
-  auto image = safetensors::Serialize(m);
-  EXPECT_TRUE(image.ok()) << image.status().ToString();
-  return *image;
-}
+Bytes Image(const std::vector<Spec>& tensors, uint64_t version) { return Model{tensors}.Image(version); }
 
 // Odd element counts, every element size and a zero-element tensor: tensor
 // ends fall off any word and block boundary.
@@ -54,20 +36,8 @@ std::vector<Spec> MakeModel(std::mt19937_64& rng, int64_t scale) {
   m.push_back({"mask", DType::kU8, scale + 5, {}});
   m.push_back({"steps", DType::kI64, 9 + scale / 10, {}});
   m.push_back({"head.weight", DType::kBF16, 2 * scale + 7, {}});
-  for (Spec& s : m) {
-    s.bytes.resize(static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
-    for (auto& b : s.bytes) b = static_cast<std::byte>(rng());
-  }
+  for (Spec& s : m) s.bytes = RandomBytes(rng, static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
   return m;
-}
-
-// Each element of `s` changes with probability `fraction`.
-void Change(std::mt19937_64& rng, Spec* s, double fraction) {
-  const std::size_t e = DTypeSize(s->dtype);
-  std::bernoulli_distribution pick(fraction);
-  for (int64_t i = 0; i < s->n; ++i) {
-    if (pick(rng)) s->bytes[i * e + rng() % e] ^= static_cast<std::byte>(1 + rng() % 255);
-  }
 }
 
 struct Result {
