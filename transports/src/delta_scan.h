@@ -69,6 +69,12 @@ class BitWriter {
 // over 4G elements) as kWideGap followed by its low and high halves.
 constexpr uint32_t kWideGap = UINT32_MAX;
 
+// How far ahead of the block being compared the scan prefetches both images
+// (128 MiB, min of 9 on the loaded 2-core VM, fused pass / memcpy: none 2.0
+// unchanged, 3.6 BF16 2%; 512 bytes 1.4-1.5, 2.9-3.6; 2048 1.5-1.65, 2.7-2.9;
+// 4096 1.4-1.5, 2.7-3.0). A prefetch past the end of a buffer does not fault.
+constexpr uint64_t kPrefetchBytes = 2048;
+
 // Calls f(gap) for each of the `k` gaps stored from `p`.
 template <typename F>
 inline void ForEachGap(const uint32_t* p, uint64_t k, F&& f) {
@@ -229,6 +235,9 @@ class Scanner {
       const std::byte* pa = a + 8 * w;
       const std::byte* pb = b + 8 * w;
 #if defined(__SSE2__)
+      // Keep loads in flight past the mispredicted branches of changed blocks.
+      __builtin_prefetch(pa + kPrefetchBytes);
+      __builtin_prefetch(pb + kPrefetchBytes);
       // One bit per equal byte from four 16-byte compares, then the changed
       // bytes walked an element at a time (fewer instructions per block than
       // the lane masks below, and no spill of eight words).
