@@ -173,9 +173,14 @@ TEST(DeltaEncoder, SlicedFeedsWriteExactlyTheBytesOfEncode) {
 
 // The producer's pass: the copy is the data section, the digest its XXH3,
 // and the delta Encode's, from ranges of any sizes.
-TEST(DeltaEncoder, CopyHashAndFeedCopiesHashesAndEncodes) {
+// (~630 KB: several slices of kFuseSliceBytes, copied with memcpy; ~9.5 MB:
+// with streaming stores, from 8 MiB on.)
+class CopyHashAndFeedSizes : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(SmallAndStreamed, CopyHashAndFeedSizes, ::testing::Values(40000, 600000));
+
+TEST_P(CopyHashAndFeedSizes, CopyHashAndFeedCopiesHashesAndEncodes) {
   std::mt19937_64 rng(2027);
-  std::vector<Spec> m = MakeModel(rng, 40000);  // ~630 KB: several slices of kFuseSliceBytes
+  std::vector<Spec> m = MakeModel(rng, GetParam());
   const Bytes v1 = Image(m, 1);
   Change(rng, &m[0], 0.02);
   Change(rng, &m[1], 0.3);
@@ -187,7 +192,7 @@ TEST(DeltaEncoder, CopyHashAndFeedCopiesHashesAndEncodes) {
   // The live model as ranges: the tensors, cut anew at random places.
   std::vector<delta::Span> ranges;
   for (uint64_t at = 0; at < data_bytes;) {
-    const uint64_t n = std::min<uint64_t>(1 + rng() % 300000, data_bytes - at);
+    const uint64_t n = std::min<uint64_t>(1 + rng() % (data_bytes / 3), data_bytes - at);
     ranges.push_back({v2.data() + info.data_offset + at, n});
     at += n;
   }
