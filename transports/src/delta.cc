@@ -366,7 +366,13 @@ StatusOr<EncodeSummary> Encoder::State::Write(const Image& t, const std::byte* t
     std::byte* p = w.Take(c.payload);
     ++records;
     if (c.encoding == Encoding::kDense) {
-      std::memcpy(p, new_t.data, new_t.size_bytes);
+      // Large payloads with streaming stores: the delta is sent from memory,
+      // not read again here (ordinary stores would first read each line).
+      if (new_t.size_bytes >= (1u << 20)) {
+        transports::internal::StreamCopySequential(p, new_t.data, new_t.size_bytes);
+      } else {
+        std::memcpy(p, new_t.data, new_t.size_bytes);
+      }
       continue;
     }
     // Code the gaps; the new values were gathered by the scan.
