@@ -13,6 +13,16 @@
 //     every element changed, the rest identical), 1 BF16 small step (2% of
 //     the elements, at random positions, moved by one ULP), 2 dense FP32 SGD
 //     (every element changed: the whole-version fallback).
+//     The producer's stall of a delta version (issue 27 goal: <= 1.5 memcpy),
+//     CPU time / one memcpy's: fused_over_memcpy[_cpu] = the live model's
+//     data copied into the image, hashed and diffed against the base in one
+//     pass (delta::CopyHashAndFeed, the host tier's path) plus the records
+//     (Encoder::Finish), made of fused_pass_cpu + fused_records_cpu; for
+//     comparison separate_over_memcpy[_cpu] = the two passes the host tier
+//     made before (copy + hash a slice at a time, separate_copy_hash_cpu,
+//     then Encode), copy_hash_cpu = the fused pass without an encoder, and
+//     hash_cpu = XXH3 of the data from memory. The fused delta and digest are
+//     checked against Encode's (the benchmark fails otherwise).
 //   BM_DeltaPfs/<MiB>/<o_direct>: a PFS version with 2% of its F32 elements
 //     changed, written as a delta (WriteDelta: encode, write, fsync) and read
 //     by a consumer holding the base (ReadFrom: read the delta, apply,
@@ -30,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "viper/core/checksum.h"
 #include "viper/core/safetensors.h"
 #include "viper/transports/aligned_buffer.h"
 #include "viper/transports/delta.h"
@@ -55,6 +66,7 @@ struct Rng {
 
 struct Workload {
   Bytes base, target;
+  uint64_t data_offset = 0;  // of the target's data section
   double values_bound = 0;   // bytes
   double entropy_bound = 0;  // bytes
   double changed_fraction = 0;
@@ -131,6 +143,9 @@ Workload Make(int kind, uint64_t mib, double sparse_fraction = 0.02) {
   }
   m.metadata.version = 2;
   w.target = *safetensors::Serialize(m);
+  safetensors::ParseInfo info;
+  if (!safetensors::Parse(nullptr, w.target.data(), w.target.size(), {}, &info).ok()) std::abort();
+  w.data_offset = info.data_offset;
   CountBounds(&w);
   return w;
 }
@@ -158,7 +173,17 @@ void BM_DeltaEncode(benchmark::State& state) {
     state.SkipWithError("cannot allocate the buffers");
     return;
   }
+  auto image = AlignedBuffer::Allocate(w.target.size());
+  auto fused_out = AlignedBuffer::Allocate(w.target.size());
+  if (!image.ok() || !fused_out.ok()) {
+    state.SkipWithError("cannot allocate the buffers");
+    return;
+  }
+  Bytes out_copy;
+  delta::Encoder encoder;  // kept from run to run, as the host tier keeps it from version to version
   std::vector<double> encode_s, apply_s, memcpy_s, encode_cpu, apply_cpu, memcpy_cpu;
+  std::vector<double> fused_s, fused_cpu, pass_cpu, finish_cpu, copy_hash_cpu, hash_cpu, separate_s, separate_cpu,
+      separate_copy_cpu;
   delta::EncodeSummary summary;
   for (auto _ : state) {
     const double c0 = ThreadCpuSeconds();
@@ -172,6 +197,7 @@ void BM_DeltaEncode(benchmark::State& state) {
       return;
     }
     summary = *s;
+    out_copy.assign(out->data(), out->data() + summary.delta_bytes);  // Encode's delta, to compare
     state.SetIterationTime(t1 - t0);
     encode_s.push_back(t1 - t0);
     if (!summary.full) {
@@ -192,6 +218,66 @@ void BM_DeltaEncode(benchmark::State& state) {
     memcpy_s.push_back(MonotonicSeconds() - t3);
     memcpy_cpu.push_back(ThreadCpuSeconds() - c3);
     benchmark::DoNotOptimize(out->data());
+    // The producer's stall with the diff fused into the snapshot (the host
+    // tier's delta path): the live model (the target's data section) copied
+    // into the image, hashed and diffed in one pass, the header written, the
+    // records written; then its parts alone: the pass without the diff
+    // (copy + hash), the hash alone.
+    const double c4 = ThreadCpuSeconds();
+    const double t4 = MonotonicSeconds();
+    if (!encoder.Start(w.base.data(), w.base.size()).ok()) {
+      state.SkipWithError("the base does not parse");
+      return;
+    }
+    const std::vector<delta::Span> model = {{w.target.data() + w.data_offset, w.target.size() - w.data_offset}};
+    const uint64_t digest = delta::CopyHashAndFeed(model, image->data() + w.data_offset, &encoder);
+    std::memcpy(image->data(), w.target.data(), w.data_offset);  // the header, built once the digest is known
+    const double t5 = MonotonicSeconds();
+    const double c5 = ThreadCpuSeconds();
+    auto fused = encoder.Finish(image->data(), w.target.size(), fused_out->data(), fused_out->capacity());
+    fused_s.push_back(MonotonicSeconds() - t4);
+    fused_cpu.push_back(ThreadCpuSeconds() - c4);
+    finish_cpu.push_back(ThreadCpuSeconds() - c5);
+    pass_cpu.push_back(c5 - c4);
+    (void)t5;
+    if (!fused.ok() || fused->delta_bytes != summary.delta_bytes || fused->full != summary.full ||
+        std::memcmp(fused_out->data(), out_copy.data(), summary.delta_bytes) != 0 ||
+        digest != Xxh3_64(w.target.data() + w.data_offset, w.target.size() - w.data_offset)) {
+      state.SkipWithError("the fused pass's delta or digest differs from Encode's");
+      return;
+    }
+    // Before the fusion: the image copied and hashed a slice at a time (the
+    // host tier's CopyAndHash), then diffed and encoded (Encode), two passes.
+    const double c9 = ThreadCpuSeconds();
+    const double t9 = MonotonicSeconds();
+    {
+      Xxh3Hasher hasher;
+      const std::byte* from = w.target.data() + w.data_offset;
+      std::byte* to = image->data() + w.data_offset;
+      const uint64_t data_bytes = w.target.size() - w.data_offset;
+      for (uint64_t off = 0; off < data_bytes; off += 128 * 1024) {
+        const uint64_t n = std::min<uint64_t>(128 * 1024, data_bytes - off);
+        std::memcpy(to + off, from + off, n);
+        hasher.Update(to + off, n);
+      }
+      benchmark::DoNotOptimize(hasher.Digest());
+    }
+    separate_copy_cpu.push_back(ThreadCpuSeconds() - c9);
+    auto separate = delta::Encode(w.base.data(), w.base.size(), image->data(), w.target.size(), fused_out->data(),
+                                  fused_out->capacity());
+    separate_s.push_back(MonotonicSeconds() - t9);
+    separate_cpu.push_back(ThreadCpuSeconds() - c9);
+    if (!separate.ok()) {
+      state.SkipWithError(separate.status().ToString().c_str());
+      return;
+    }
+    const double c6 = ThreadCpuSeconds();
+    benchmark::DoNotOptimize(delta::CopyHashAndFeed(model, image->data() + w.data_offset, nullptr));
+    const double c7 = ThreadCpuSeconds();
+    benchmark::DoNotOptimize(Xxh3_64(w.target.data() + w.data_offset, w.target.size() - w.data_offset));
+    const double c8 = ThreadCpuSeconds();
+    copy_hash_cpu.push_back(c7 - c6);
+    hash_cpu.push_back(c8 - c7);
   }
   const double moved = static_cast<double>(summary.BytesMoved());
   state.counters["MiB"] = static_cast<double>(w.target.size()) / 1048576.0;
@@ -204,6 +290,16 @@ void BM_DeltaEncode(benchmark::State& state) {
   state.counters["encode_over_memcpy"] = Median(encode_s) / Median(memcpy_s);
   if (!apply_s.empty()) state.counters["apply_over_memcpy"] = Median(apply_s) / Median(memcpy_s);
   state.counters["encode_over_memcpy_cpu"] = Median(encode_cpu) / Median(memcpy_cpu);
+  // The stall with the diff fused into the snapshot, and what it is made of (CPU).
+  state.counters["fused_over_memcpy"] = Median(fused_s) / Median(memcpy_s);
+  state.counters["separate_over_memcpy"] = Median(separate_s) / Median(memcpy_s);
+  state.counters["separate_over_memcpy_cpu"] = Median(separate_cpu) / Median(memcpy_cpu);
+  state.counters["separate_copy_hash_cpu"] = Median(separate_copy_cpu) / Median(memcpy_cpu);
+  state.counters["fused_over_memcpy_cpu"] = Median(fused_cpu) / Median(memcpy_cpu);
+  state.counters["fused_pass_cpu"] = Median(pass_cpu) / Median(memcpy_cpu);
+  state.counters["fused_records_cpu"] = Median(finish_cpu) / Median(memcpy_cpu);
+  state.counters["copy_hash_cpu"] = Median(copy_hash_cpu) / Median(memcpy_cpu);
+  state.counters["hash_cpu"] = Median(hash_cpu) / Median(memcpy_cpu);
   if (!apply_cpu.empty()) state.counters["apply_over_memcpy_cpu"] = Median(apply_cpu) / Median(memcpy_cpu);
   state.SetLabel(summary.BriefReport());
 }

@@ -84,10 +84,16 @@ TEST(StagedVersion, SmallSnapshotWithManyThreads) {
   EXPECT_EQ(Image(one), Image(eight));
 }
 
-TEST(StreamCopy, EveryAlignmentAndLengthCopiesExactly) {
+// StreamCopy (pages interleaved) and StreamCopySequential (the delta's fused pass).
+class StreamCopies : public ::testing::TestWithParam<void (*)(std::byte*, const std::byte*, std::size_t)> {};
+INSTANTIATE_TEST_SUITE_P(Both, StreamCopies,
+                         ::testing::Values(&internal::StreamCopy, &internal::StreamCopySequential));
+
+TEST_P(StreamCopies, EveryAlignmentAndLengthCopiesExactly) {
   // Head (to a 64-byte boundary of dst), streamed body and tail: every
   // alignment of both ends, lengths across the 64- and 128-byte body steps
   // and the 32 KiB interleaved groups (8 spans of 4 KiB).
+  const auto copy = GetParam();
   constexpr std::size_t kGroup = 32768;
   std::vector<std::byte> src(3 * kGroup + 4096 + 64), dst(3 * kGroup + 4096 + 128);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
@@ -98,7 +104,7 @@ TEST(StreamCopy, EveryAlignmentAndLengthCopiesExactly) {
                             std::size_t{1000}, std::size_t{4096}, kGroup - 1, kGroup, kGroup + 129,
                             3 * kGroup + 4000}) {
         std::fill(dst.begin(), dst.end(), std::byte{0xee});
-        internal::StreamCopy(dst.data() + dst_off, src.data() + src_off, n);
+        copy(dst.data() + dst_off, src.data() + src_off, n);
         ASSERT_EQ(0, std::memcmp(dst.data() + dst_off, src.data() + src_off, n))
             << "dst+" << dst_off << " src+" << src_off << " n " << n;
         // Nothing around the range was written.

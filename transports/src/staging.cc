@@ -69,14 +69,14 @@ __attribute__((always_inline)) inline void StreamStepSse2(std::byte* dst, const 
 // for each instruction set: a shared template would not inline the AVX2 step.)
 constexpr std::size_t kGroupBytes = kSpanBytes * kInterleavePages;
 
-__attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+__attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::byte* src, std::size_t bytes, bool interleave) {
   const std::size_t head = HeadBytes(dst, bytes);
   std::memcpy(dst, src, head);
   dst += head;
   src += head;
   bytes -= head;
   std::size_t i = 0;
-  for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
+  for (; interleave && i + kGroupBytes <= bytes; i += kGroupBytes) {
     for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
       for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes)
         StreamStepAvx2(dst + off + page, src + off + page);
@@ -87,14 +87,14 @@ __attribute__((target("avx2"))) void StreamCopyAvx2(std::byte* dst, const std::b
   _mm_sfence();  // streaming stores are weakly ordered
 }
 
-void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
+void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes, bool interleave) {
   const std::size_t head = HeadBytes(dst, bytes);
   std::memcpy(dst, src, head);
   dst += head;
   src += head;
   bytes -= head;
   std::size_t i = 0;
-  for (; i + kGroupBytes <= bytes; i += kGroupBytes) {
+  for (; interleave && i + kGroupBytes <= bytes; i += kGroupBytes) {
     for (std::size_t off = i; off < i + kSpanBytes; off += kStepBytes) {
       for (std::size_t page = 0; page < kGroupBytes; page += kSpanBytes)
         StreamStepSse2(dst + off + page, src + off + page);
@@ -108,17 +108,30 @@ void StreamCopySse2(std::byte* dst, const std::byte* src, std::size_t bytes) {
 
 }  // namespace
 
-void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+namespace {
+
+void StreamCopyWith(std::byte* dst, const std::byte* src, std::size_t bytes, bool interleave) {
   if (bytes == 0) return;
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) {
-    StreamCopyAvx2(dst, src, bytes);
+    StreamCopyAvx2(dst, src, bytes, interleave);
   } else {
-    StreamCopySse2(dst, src, bytes);
+    StreamCopySse2(dst, src, bytes, interleave);
   }
 #else
+  (void)interleave;
   std::memcpy(dst, src, bytes);
 #endif
+}
+
+}  // namespace
+
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  StreamCopyWith(dst, src, bytes, /*interleave=*/true);
+}
+
+void StreamCopySequential(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  StreamCopyWith(dst, src, bytes, /*interleave=*/false);
 }
 
 CopyPool::CopyPool(int threads) {

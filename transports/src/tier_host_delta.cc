@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "keep_until_finalize.h"
-#include "shm_segment.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 
@@ -49,20 +48,9 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   next_version_ = src.version;
   header_bytes_ = src.header_bytes;
   VIPER_RETURN_IF_ERROR(Reserve(&next_, image_bytes));
-  // The image: data copied and hashed block by block (from cache), then the header.
-  Xxh3Hasher hasher;
-  uint64_t at = src.header_bytes;
-  for (const ByteRange& r : src.ranges) {
-    CopyAndHash(next_.data() + at, r.data, r.size, &hasher);
-    at += r.size;
-  }
-  if (at != image_bytes) return InternalError("stream ranges do not add up to the data section");
-  digest_ = hasher.Digest();
-  header_ = src.header(digest_);
-  std::memcpy(next_.data(), header_.get(), src.header_bytes);
-  next_bytes_ = image_bytes;
-  if (base_bytes_ == 0) return Status::Ok();  // nothing to diff against yet
-  if (automatic && !measure_) {
+  // Diff this version? Decided before the copy, which the diff rides on.
+  bool diff = base_bytes_ > 0;  // else nothing to diff against yet
+  if (diff && automatic && !measure_) {
     // Worth a diff? Predicted from the last delta's size and the measured
     // encode rate (before any: a tiny delta, a free encode, so that a
     // measured link gets one try).
@@ -70,25 +58,47 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
     if (!ChooseLinks(image_bytes, std::max<uint64_t>(predicted, 1), encode_s_per_byte_ * image_bytes)) {
       Rest();
       skipped_ = "auto, not diffed";
-      return Status::Ok();
+      diff = false;
     }
+  }
+  if (diff) {
+    const Status started = encoder_.Start(base_.data(), base_bytes_);
+    if (!started.ok()) return NotEncoded(started);  // the base is ours: it should always parse
+  }
+  // The image: the data copied, hashed and (with a diff) diffed against the
+  // base a slice at a time, while each slice is in cache (one pass: the
+  // model and the base read once, the image written once); then the header.
+  std::vector<delta::Span> spans;
+  uint64_t at = 0;
+  for (const ByteRange& r : src.ranges) {
+    spans.push_back({r.data, r.size});
+    at += r.size;
+  }
+  if (at != src.data_bytes) return InternalError("stream ranges do not add up to the data section");
+  const double t0 = MonotonicSeconds();
+  digest_ = delta::CopyHashAndFeed(spans, next_.data() + src.header_bytes, diff ? &encoder_ : nullptr);
+  const double pass_s = MonotonicSeconds() - t0;
+  header_ = src.header(digest_);
+  std::memcpy(next_.data(), header_.get(), src.header_bytes);
+  next_bytes_ = image_bytes;
+  const double per_byte_pass = pass_s / static_cast<double>(std::max<uint64_t>(image_bytes, 1));
+  if (!diff) {
+    // The copy + hash alone: what a diff's pass costs beyond it is the diff's.
+    copy_s_per_byte_ = copy_s_per_byte_ > 0 ? 0.5 * (copy_s_per_byte_ + per_byte_pass) : per_byte_pass;
+    return Status::Ok();
   }
   measure_ = false;
   // A buffer the last failed send may still read is kept; take a new one.
   if (!delta_ || delta_.use_count() > 1) delta_ = std::make_shared<AlignedBuffer>();
   VIPER_RETURN_IF_ERROR(Reserve(delta_.get(), next_bytes_));
   tried_ = true;
-  const double t0 = MonotonicSeconds();
-  auto encoded = delta::Encode(base_.data(), base_bytes_, next_.data(), next_bytes_, delta_->data(), next_bytes_);
-  const double encode_s = MonotonicSeconds() - t0;
-  if (!encoded.ok()) {
-    // Not a Viper image pair the codec can diff (it should always be): full.
-    summary_ = delta::EncodeSummary{};
-    summary_.full = true;
-    summary_.reason = encoded.status().ToString();
-    choices_.clear();
-    return Status::Ok();
-  }
+  const double t1 = MonotonicSeconds();
+  auto encoded = encoder_.Finish(next_.data(), next_bytes_, delta_->data(), next_bytes_);
+  // The diff + encode: the fused pass beyond a plain copy + hash (as measured
+  // on versions not diffed; before one, the whole pass), and the records.
+  const double encode_s =
+      std::max(0.0, pass_s - copy_s_per_byte_ * static_cast<double>(image_bytes)) + MonotonicSeconds() - t1;
+  if (!encoded.ok()) return NotEncoded(encoded.status());
   summary_ = *encoded;
   const double per_byte = encode_s / static_cast<double>(next_bytes_);
   encode_s_per_byte_ = encode_s_per_byte_ > 0 ? 0.5 * (encode_s_per_byte_ + per_byte) : per_byte;
@@ -103,6 +113,16 @@ Status HostDeltaOffer::Prepare(const StreamSource& src, const char* producer_hos
   }
   if (!offered_ && !automatic) choices_.clear();
   if (offered_) AppendChunks(delta_->data(), summary_.delta_bytes, options_.chunk_bytes, &chunks_);
+  return Status::Ok();
+}
+
+Status HostDeltaOffer::NotEncoded(const Status& why) {
+  // Not a Viper image pair the codec can diff (it should always be): full.
+  tried_ = true;
+  summary_ = delta::EncodeSummary{};
+  summary_.full = true;
+  summary_.reason = why.ToString();
+  choices_.clear();
   return Status::Ok();
 }
 

@@ -5,9 +5,10 @@
 //
 // Producer (HostDeltaOffer, driven by HostSender): keeps the image of the
 // last version it sent (the base). For a new version it builds the image
-// (one copy of the data, hashed as it is copied, then the header) and, when
-// the mode calls for it (Publisher::Options::delta), encodes it against the
-// base (delta::Encode). When the delta is smaller, the announcement offers
+// (one copy of the data, then the header) and, when the mode calls for it
+// (Publisher::Options::delta), encodes it against the base in the same pass
+// (delta::CopyHashAndFeed: each slice diffed, copied and hashed while in
+// cache; delta::Encoder writes the records after the header). When the delta is smaller, the announcement offers
 // it (HostPayload::delta_*: its size, message size, the base's version and
 // checksum). Auto decides per consumer on another node by measured speed:
 // it keeps each one's link throughput (its direct transfers' times, or the
@@ -62,9 +63,9 @@ class HostDeltaOffer {
 
   // When the mode keeps a base (delta on; auto while some consumer on
   // another node than `producer_host` takes versions): builds `src`'s image
-  // (copy + hash + header) and, when a base is kept, encodes it against the
-  // base (auto: only when some consumer on another node is predicted to gain,
-  // ChooseLinks). Sets the digest and header the full stream then uses (no
+  // (copy + hash + header) and, when a base is kept, diffs it against the
+  // base in the same pass and encodes it (auto: only when some consumer on
+  // another node is predicted to gain, ChooseLinks; else copy + hash only). Sets the digest and header the full stream then uses (no
   // second hash). Otherwise does nothing (built() false).
   Status Prepare(const StreamSource& src, const char* producer_host);
   bool built() const { return next_bytes_ > 0; }
@@ -131,6 +132,7 @@ class HostDeltaOffer {
   std::shared_ptr<const std::byte> header_;
   bool tried_ = false, offered_ = false;
   delta::EncodeSummary summary_;
+  delta::Encoder encoder_;  // kept: its scan buffers serve the next version
   std::vector<Chunk> chunks_;
   // auto
   const char* host_ = nullptr;  // the producer's node (Prepare)
@@ -139,10 +141,13 @@ class HostDeltaOffer {
   std::map<int, delta::LinkChoice> choices_;  // this version's, per consumer on another node
   std::string skipped_;                       // why this version was not diffed ("" when it was)
   double encode_s_per_byte_ = 0;              // the producer's diff + encode (0: not measured)
+  double copy_s_per_byte_ = 0;                // its copy + hash of a version not diffed (0: not measured)
   double delta_fraction_ = 0;                 // the last delta's bytes / image (0: none yet)
   int rest_ = 0;          // versions auto builds nothing (no consumer gained at the last measurement)
   bool measure_ = false;  // diff the next version with a base whatever the prediction
   void Rest();
+  // The codec could not diff (Start or Finish failed): this version is full, saying why.
+  Status NotEncoded(const Status& why);
 };
 
 // The consumer's delta path (first of the host tier's receive paths).

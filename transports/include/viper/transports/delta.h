@@ -64,6 +64,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,60 @@ struct EncodeSummary {
 // data sections are not hashed: the producer made both).
 StatusOr<EncodeSummary> Encode(const std::byte* base, uint64_t base_size, const std::byte* target,
                                uint64_t target_size, std::byte* out, uint64_t out_capacity);
+
+// Encode in steps, for a producer that diffs the new image while it makes
+// it (issue 27: the diff fused into the snapshot pass): Start with the base,
+// Feed the new data section in order, in slices of any size (each is scanned
+// against the same bytes of the base during the call, while it is in cache;
+// a slice may split a tensor, an element or a 64-byte block: under 64 bytes
+// are carried to the next call), then Finish with the whole new image (its
+// header now written) to write the delta. Finish writes exactly the bytes,
+// and returns exactly the summary, that Encode of the same images writes
+// (Encode is Start, Feed of the whole data section, Finish). The base must
+// stay unchanged until Finish. Fed bytes are mapped to tensors by the base's
+// table; when the new image's table differs, Finish says "full" as Encode does.
+class Encoder {
+ public:
+  Encoder();
+  ~Encoder();
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
+
+  // Parses `base` (InvalidArgument when it is not a Viper format-2 image) and
+  // forgets any earlier delta (keeping its scan buffers: an encoder kept from
+  // version to version does not fault their pages in again).
+  Status Start(const std::byte* base, uint64_t base_size);
+  // The next `bytes` bytes of the new data section are at `data` (read only
+  // during the call). Bytes past the base's data section are not scanned.
+  void Feed(const std::byte* data, uint64_t bytes);
+  // Writes the delta of `target`, whose data section was fed whole (else
+  // FailedPrecondition naming both sizes), into `out`, as Encode does.
+  StatusOr<EncodeSummary> Finish(const std::byte* target, uint64_t target_size, std::byte* out,
+                                 uint64_t out_capacity);
+
+  struct State;  // delta.cc
+
+ private:
+  friend StatusOr<EncodeSummary> Encode(const std::byte*, uint64_t, const std::byte*, uint64_t, std::byte*,
+                                        uint64_t);
+  std::unique_ptr<State> state_;
+};
+
+// `size` bytes at `data`.
+struct Span {
+  const std::byte* data = nullptr;
+  uint64_t size = 0;
+};
+// The producer's snapshot pass with the diff fused in: copies `ranges` (the
+// new data section, in order) back to back to `dst`, returns their XXH3-64
+// (the image's viper.checksum), and feeds them to `encoder` (started; may be
+// null: copy and hash only), a slice of kFuseSliceBytes at a time: each
+// slice is diffed against the base, copied (streaming stores when the data
+// section is 8 MiB or more: the image is not read again soon) and hashed
+// while it is in cache, so that the model and the base are each read once
+// and the image written once.
+constexpr uint64_t kFuseSliceBytes = 128 * 1024;
+uint64_t CopyHashAndFeed(const std::vector<Span>& ranges, std::byte* dst, Encoder* encoder);
 
 // The result of Apply: the rebuilt image, verified.
 struct Applied {
