@@ -49,7 +49,7 @@ void BM_OnlineObservation(benchmark::State& state) {
     p.requests.request_count = N - p.warmup_iterations;
   }
   predictor::LearningCurvePredictor::Options po;  // the default ensemble of 15 families
-  std::mt19937_64 rng(1);
+  std::mt19937_64 rng(1), kept_rng(2);  // the kept models' noise apart: the rest sees the same draws
   std::normal_distribution<double> noise(0.0, 0.01);
   auto loss = [&](int64_t i) {
     const double x = static_cast<double>(i);
@@ -73,7 +73,7 @@ void BM_OnlineObservation(benchmark::State& state) {
         benchmark::DoNotOptimize(planner.ObserveServed(std::max(0.0, again)));
         // The kept models too (re-publishing): up to keep_versions of them.
         for (int64_t kept : planner.KeptVersions()) {
-          const double l = loss(kept) + decay_per_iteration * static_cast<double>(i - kept) + noise(rng);
+          const double l = loss(kept) + decay_per_iteration * static_cast<double>(i - kept) + noise(kept_rng);
           benchmark::DoNotOptimize(planner.ObserveKept(kept, std::max(0.0, l)));
         }
       }
