@@ -218,19 +218,21 @@ def test_an_old_version_pays_on_label_swapped_traffic():
         rec.loss_of(50, "test", traffic_step=50), abs=0.3)
 
 
-def drive_online_through_a_swap(planner):
-    """A label swap after step 120; the served version re-measured at every
-    validation point. Returns the recorder and the steps published."""
+def drive_online_through_a_swap(planner, swapped=lambda step: step > 120, every=10, steps=200):
+    """Labels swapped at the steps where `swapped(step)`; the served version
+    (and the kept ones the planner asks for) re-measured at every validation
+    point, every `every` steps. Returns the recorder and the (step, model
+    step) of each publish."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
-    rec = viper.StalenessRecorder(every=10, max_bytes=1 << 20)
-    taken = []
-    for step in range(1, 201):
-        swap = (0, 1) if step > 120 else None
+    rec = viper.StalenessRecorder(every=every, max_bytes=1 << 22)
+    published = []
+    for step in range(1, steps + 1):
+        swap = (0, 1) if swapped(step) else None
         x, y = blobs(32, step, swap)
         train_step(model, opt, x, y)
         val = None
-        if step % 10 == 0:
+        if step % every == 0:
             rec.maybe_keep(step, model)
             rec.record(step, blobs(100, 700 + step, swap), blobs(100, 900 + step, swap), CE, model)
             val = rec.loss_of(step, "val")
@@ -239,19 +241,29 @@ def drive_online_through_a_swap(planner):
             rec.keep(step, model, served=True)
         if val is not None and step > 51:
             planner.observe_served(rec.loss_of())  # the served version on today's validation sample
+            for kept in planner.kept_versions():
+                try:
+                    planner.observe_kept(kept, rec.loss_of(kept, "val"))
+                except KeyError:
+                    pass  # thinned out of the recorder: not measured, not re-published
         if step > 50 and planner.should_checkpoint(step):
+            m = planner.publishing()
             planner.commit(step)
-            rec.keep(step, model, served=True)
-            taken.append(step)
-    return rec, taken
+            if m == step:
+                rec.keep(step, model, served=True)
+            else:
+                assert m < step and rec.state_of(m) is not None  # the kept copy is what goes out
+                rec.serve(m)
+            published.append((step, m))
+    return rec, published
 
 
 def test_the_served_re_measurement_feeds_the_online_planner():
     planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.001, 0.002),
                             seconds_per_iteration=0.01, requests={"interval_s": 0.01})
-    rec, taken = drive_online_through_a_swap(planner)
-    assert rec.served_step == (taken[-1] if taken else 50)
-    assert planner.report()["checkpoints"] == taken
+    rec, published = drive_online_through_a_swap(planner)
+    assert rec.served_step == (published[-1][1] if published else 50)
+    assert planner.report()["checkpoints"] == [step for step, _ in published]
 
 
 def test_under_the_wall_clock_online_prices_the_lag_a_stall_leaves():
@@ -276,40 +288,10 @@ def test_online_re_publishes_a_kept_model_when_the_domain_returns():
     # The labels swap at 100 and back at 200: after 200 the model kept from
     # before 100 measures better on today's traffic than the one trained on
     # the swap, and the planner says to publish it again.
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.2)
-    rec = viper.StalenessRecorder(every=5, max_bytes=1 << 22)
     planner = viper.Planner("online", total_iterations=300, warmup=50, cost=(0.001, 0.002),
                             seconds_per_iteration=0.01, requests={"interval_s": 0.01}, metric="val_loss")
-    published = []
-    for step in range(1, 301):
-        swap = (0, 1) if 100 < step <= 200 else None
-        x, y = blobs(32, step, swap)
-        train_step(model, opt, x, y)
-        val = None
-        if step % 5 == 0:
-            rec.maybe_keep(step, model)
-            rec.record(step, blobs(100, 700 + step, swap), blobs(100, 900 + step, swap), CE, model)
-            val = rec.loss_of(step, "val")
-        planner.observe(step, train_loss=CE(model(x), y).item(), val_loss=val)
-        if step == 50:
-            rec.keep(step, model, served=True)
-        if val is not None and step > 51:
-            planner.observe_served(rec.loss_of())
-            for kept in planner.kept_versions():
-                try:
-                    planner.observe_kept(kept, rec.loss_of(kept, "val"))
-                except KeyError:
-                    pass  # thinned out of the recorder: not measured, not re-published
-        if step > 50 and planner.should_checkpoint(step):
-            m = planner.publishing()
-            planner.commit(step)
-            if m == step:
-                rec.keep(step, model, served=True)
-            else:
-                assert m < step and rec.state_of(m) is not None  # the kept copy is what goes out
-                rec.serve(m)
-            published.append((step, m))
+    rec, published = drive_online_through_a_swap(planner, swapped=lambda step: 100 < step <= 200, every=5,
+                                                 steps=300)
     report = planner.report()
     assert report["republished"] >= 1, report["summary"]
     assert [m for _, m in published] == report["published"]
