@@ -368,17 +368,18 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     want = false;
   }
   // 5. Re-publishing: a kept model that measures better now than both the
-  // candidate and the served version, by the gate's margin.
+  // candidate and the served version, by the gate's margin plus the best of
+  // K measurements' bias.
   publishing_ = now;
   publishing_loss_.reset();
-  if (kept_at_ == now && !kept_now_.empty() && served_loss_ &&
+  if (options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
       static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
       (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations)) {
     const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     // The best of K noisy measurements is biased low by about
-    // sqrt(2 ln K) noise sd of a difference: the margin adds that, so noise
-    // alone does not re-publish (a returning domain differs by far more).
+    // sqrt(2 ln (K + 1)) noise sd of a difference: the margin adds that, so
+    // noise alone does not re-publish (a returning domain differs by far more).
     const double K = static_cast<double>(kept_now_.size());
     const double margin = MarginFor(sigma) + sigma * std::sqrt(2.0) * std::sqrt(2.0 * std::log(K + 1.0));
     if (best->second < v - margin && best->second < *served_loss_ - margin) {

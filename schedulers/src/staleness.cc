@@ -405,9 +405,10 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   // version 0) instead of its own model. A segment's cost is then the
   // cheapest model over it: C^3 / 6 model-segment costs (times the layers
   // under the wall clock), searched when within max_republish_work.
-  const double layers_of_work = wall || !while_training ? static_cast<double>(std::max<int64_t>(kmax, 1)) : 1.0;
-  const double work = layers_of_work * std::pow(static_cast<double>(C) + 1, 3) / 6.0;
-  sol.republish_searched = max_republish_work > 0 && (wall ? work : work / layers_of_work) <= max_republish_work;
+  // (Under the producer clock the segment costs are computed once, whatever the layers.)
+  const double layers = wall ? static_cast<double>(std::max<int64_t>(kmax, 1)) : 1.0;
+  const double work = layers * std::pow(static_cast<double>(C) + 1, 3) / 6.0;
+  sol.republish_searched = max_republish_work > 0 && work <= max_republish_work;
   // pos[0] = W (version 0), pos[1..C] the candidates.
   std::vector<int64_t> pos(static_cast<size_t>(C + 1));
   pos[0] = W;
