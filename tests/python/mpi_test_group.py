@@ -7,16 +7,13 @@ reference; the producers publish views of their rows of the real
 parameters, and every consumer's tensors must equal its reference slices
 (ShardLayout.slice, C++) bit for bit after each version. Bounded mode
 (received into the consumer module's parameters) and double buffer."""
-import functools
-import os
-import sys
-import traceback
 
 import numpy
 import pytest
 import torch
 
 import viper
+from mpi_abort import abort_on_failure
 
 pytestmark = pytest.mark.skipif(not viper.mpi.launched(), reason="run under mpirun -np 4")
 
@@ -56,23 +53,6 @@ def setup():
     p_layout = viper.ShardLayout.split_all(len(PRODUCERS), whole, dim=0)
     q_layout = viper.ShardLayout(len(CONSUMERS), whole, CONSUMER_SPLIT)
     return rank, model, opt, whole, p_layout, q_layout
-
-
-def abort_on_failure(fn):
-    """A failure on one rank ends the whole job at once (mpirun aborts the
-    others) instead of leaving its peers waiting for their timeouts."""
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except BaseException:
-            # Run with -s (CTest does): pytest's capture would swallow this.
-            print(f"rank {viper.mpi.rank()}: failed, aborting the job", file=sys.stderr)
-            traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
-    return wrapped
 
 
 @abort_on_failure

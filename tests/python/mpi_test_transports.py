@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import viper
+from mpi_abort import abort_on_failure
 
 pytestmark = pytest.mark.skipif(not viper.mpi.launched(), reason="run under mpirun -np 2")
 
@@ -54,6 +55,7 @@ def shared_dir():
     return path
 
 
+@abort_on_failure
 def test_viper_initialised_mpi():
     rank, size = viper.mpi.init()
     assert size == 2 and rank in (0, 1)
@@ -66,6 +68,7 @@ def test_viper_initialised_mpi():
     ("host", "async", "push", "two-sided"),
     ("pfs", "sync", "push", "shm"),
 ])
+@abort_on_failure
 def test_module_bit_for_bit(tier, mode, notify, protocol):
     rank, _ = viper.mpi.init()
     pfs_dir = shared_dir() if tier == "pfs" else ""
@@ -108,6 +111,7 @@ def test_module_bit_for_bit(tier, mode, notify, protocol):
     viper.mpi.barrier()
 
 
+@abort_on_failure
 def test_gpu_tier():
     rank, _ = viper.mpi.init()
     ok, reason = viper.cuda_device_available()
