@@ -548,6 +548,25 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
 // Both groups on two nodes (VIPER_TEST_TWO_NODES, two_nodes.sh: producers on
 // one, consumers on the other): auto takes the MPI link and delivers the
 // slices; shm asked for is refused on every rank, naming the nodes.
+// Creates this world's groups (CaseForWorld) with the link each side asks
+// for; returns this rank's Create status (the groups are dropped).
+Status CreateWithLinks(GroupLink producer_link, GroupLink consumer_link) {
+  auto c = CaseForWorld();
+  GroupRanks ranks;
+  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
+  const bool producer = Rank() < c->producers;
+  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
+  if (!layout.ok()) return layout.status();
+  if (producer) {
+    ShardedPublisher::Options o;
+    o.link = producer_link;
+    return ShardedPublisher::Create(ranks, *layout, o).status();
+  }
+  ShardedSubscriber::Options o;
+  o.link = consumer_link;
+  return ShardedSubscriber::Create(ranks, *layout, o).status();
+}
+
 TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
   if (std::getenv("VIPER_TEST_TWO_NODES") == nullptr) GTEST_SKIP() << "set VIPER_TEST_TWO_NODES (two_nodes.sh)";
   if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
@@ -564,21 +583,8 @@ TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
       EXPECT_EQ(f.CheckServed(), 1u);
     }
   }
-  auto c = CaseForWorld();
-  GroupRanks ranks;
-  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
-  const bool producer = Rank() < c->producers;
-  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
-  ASSERT_TRUE(layout.ok());
-  Status status;
-  if (producer) {
-    ShardedPublisher::Options o;
-    o.link = GroupLink::kShm;
-    status = ShardedPublisher::Create(ranks, *layout, o).status();
-  } else {
-    ShardedSubscriber::Options o;  // auto here: one rank asking for shm is enough
-    status = ShardedSubscriber::Create(ranks, *layout, o).status();
-  }
+  // auto on the consumers: one rank asking for shm is enough.
+  const Status status = CreateWithLinks(GroupLink::kShm, GroupLink::kAuto);
   EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
   EXPECT_NE(status.message().find("link shm needs every rank of both groups on one node"), std::string::npos)
       << status.message();
@@ -613,23 +619,8 @@ TEST(MpiGroupShm, RunHasherIsXxh3OfTheRunsInOrder) {
 // consumers) are refused on every rank, naming both.
 TEST(MpiGroupSetup, RefusesMixedLinks) {
   if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
-  auto c = CaseForWorld();
-  if (!c) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
-  GroupRanks ranks;
-  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
-  const bool producer = Rank() < c->producers;
-  auto layout = ShardLayout::Make(producer ? c->producers : Size() - c->producers, producer ? c->p : c->q);
-  ASSERT_TRUE(layout.ok());
-  Status status;
-  if (producer) {
-    ShardedPublisher::Options o;
-    o.link = GroupLink::kMpi;
-    status = ShardedPublisher::Create(ranks, *layout, o).status();
-  } else {
-    ShardedSubscriber::Options o;
-    o.link = GroupLink::kShm;
-    status = ShardedSubscriber::Create(ranks, *layout, o).status();
-  }
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  const Status status = CreateWithLinks(GroupLink::kMpi, GroupLink::kShm);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
   EXPECT_NE(status.message().find("link mpi on some ranks and shm on others"), std::string::npos)
       << status.message();
