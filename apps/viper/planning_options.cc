@@ -83,6 +83,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("change-allowance", po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")
       ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median)")
       ("keep-versions", po::value(&sc.online.keep_versions)->default_value(sc.online.keep_versions), "online: models kept for re-publishing, in [0, 1000]: the last ones it published and the last of each regime before a detected change; with a staleness table each is re-measured at every validation point, and one that beats both the candidate and the served version by the gate's margin is published again (recurring domains); 0 = never re-publish")
+      ("anticipate-returns", po::value(&o->anticipate_returns)->default_value(o->anticipate_returns)->notifier(CheckOneOf("anticipate-returns", {"on", "off"})), "online, with --keep-versions > 0: on = once a domain has come back (a kept model of an earlier regime won) and the last three detected changes are evenly spaced, publish the returning domain's model so that it arrives at the predicted next change (nothing else is published until the change is seen; a prediction that does not come true stops this until three new changes are evenly spaced); off = re-publish only after a change is seen")
       ("replan-gap", RealOption(&sc.online.replan_gap), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
   desc->add(plan).add(req).add(cost).add(loop);
 }
@@ -283,6 +284,7 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
     p.requests.arrivals = schedulers::ArrivalProcess::kPoisson;
   }
   VIPER_ASSIGN_OR_RETURN(p.requests.traffic_clock, schedulers::TrafficClockFromString(o.traffic_clock));
+  so.online.anticipate_returns = o.anticipate_returns == "on";
   if (o.requests > 0) {
     p.requests.window = schedulers::WindowKind::kRequestCount;
     p.requests.request_count = o.requests;

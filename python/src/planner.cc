@@ -202,6 +202,8 @@ class Planner {
       d["max_lag_price"] = online_->summary().max_lag_price;
       d["published"] = online_->published();
       d["republished"] = online_->summary().republished;
+      d["anticipated"] = online_->summary().anticipated;  // of those, ahead of a predicted return
+      d["anticipation_failed"] = online_->summary().anticipation_failed;
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;

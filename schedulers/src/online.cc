@@ -132,6 +132,8 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
     s += buf;
   }
   if (republished > 0) s += ", " + std::to_string(republished) + " re-published a kept version";
+  if (anticipated > 0) s += " (" + std::to_string(anticipated) + " ahead of a predicted return)";
+  if (anticipation_failed > 0) s += ", " + std::to_string(anticipation_failed) + " predicted returns did not come";
   if (max_lag_price > 0) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
@@ -307,6 +309,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
         fitted_points_ = 0;
         ++summary_.changes;
         summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
+        OnChange(regime_begin_);
         sigma = Noise();  // of the new regime
       }
     }
@@ -367,14 +370,33 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     ++summary_.gated;
     want = false;
   }
+  // An anticipated return holds everything else until its change is seen;
+  // one that did not come by its tolerance was a wrong prediction.
+  // A confirmed one holds until the traffic is past the predicted change's
+  // middle by half a measurement gap and one measurement past the detection
+  // (a change seen part-way, as it happens under the wall clock, is still
+  // under way: the old domain's model may still measure better there).
+  if (anticipated_ && anticipated_->confirmed && TrafficNow(now) >= anticipated_->change + 0.5 * MeasurementGap() &&
+      TrafficNow(now) > anticipated_->seen_at) {
+    anticipated_.reset();
+  } else if (anticipated_ && !anticipated_->confirmed &&
+             TrafficNow(now) > anticipated_->change + anticipated_->tolerance) {
+    ++summary_.anticipation_failed;
+    pattern_from_ = change_traffic_.size();
+    anticipated_.reset();
+  }
+  const bool holding = anticipated_.has_value();
+  if (holding) want = false;
   // 5. Re-publishing: a kept model that measures better now than both the
   // candidate and the served version, by the gate's margin plus the best of
   // K measurements' bias.
   publishing_ = now;
   publishing_loss_.reset();
-  if (options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
-      static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
-      (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations)) {
+  anticipating_.reset();
+  const bool may_publish = options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
+                           static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
+                           (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
+  if (may_publish && !holding) {
     const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     // The best of K noisy measurements is biased low by about
@@ -386,6 +408,28 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       want = true;
       publishing_ = best->first;
       publishing_loss_ = best->second;
+    }
+  }
+  // 6. Anticipating a recurring domain's return: its model is published at
+  // the measurement whose delivery lands nearest the middle of the gap
+  // before the predicted change (the change happened somewhere in it).
+  if (may_publish && !holding) {
+    const auto r = PredictedReturn();
+    const double traffic = TrafficNow(now);
+    if (r && r->model != served_model() && traffic < r->change &&
+        r->change <= static_cast<double>(problem_.total_iterations)) {
+      const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall
+                               ? problem_.cost.delay_s
+                               : std::max(0.0, problem_.cost.delay_s - problem_.cost.stall_s);
+      const double arrival = traffic + lag_s / problem_.seconds_per_iteration;
+      const auto kept = std::find_if(kept_now_.begin(), kept_now_.end(),
+                                     [&](const auto& k) { return k.first == r->model; });
+      if (arrival >= r->change - 0.5 * MeasurementGap() && kept != kept_now_.end()) {
+        want = true;
+        publishing_ = r->model;
+        publishing_loss_ = kept->second;
+        anticipating_ = r;
+      }
     }
   }
   decided_at_ = want ? now : -1;
@@ -411,6 +455,17 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   taken_.push_back(iteration);
   if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
     // A re-publish: the kept model serves, at its level measured now.
+    if (anticipating_) {
+      anticipated_ = anticipating_;
+      pre_anticipation_model_ = served_model();
+      ++summary_.anticipated;
+    } else if (!republished_in_regime_) {
+      // A domain came back: the regimes between it and its return.
+      const size_t from = RegimeOf(publishing_), now_regime = static_cast<size_t>(summary_.changes);
+      if (now_regime >= from + 2) cycle_ = now_regime - from;
+      republished_in_regime_ = true;
+    }
+    anticipating_.reset();
     published_.push_back(publishing_);
     ++summary_.republished;
     served_loss_ = *publishing_loss_;
@@ -420,6 +475,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   }
   published_.push_back(iteration);
   decided_at_ = -1;
+  anticipating_.reset();
   if (measured_now_ && *measured_now_ == iteration) {
     served_loss_ = measured_.losses.back();
   } else if (forecast_) {
@@ -433,6 +489,74 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   served_reference_.reset();
   if (forecast_) served_reference_ = std::make_pair(iteration, forecast_->at(iteration));
   return Status::Ok();
+}
+
+int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
+  const auto it = std::lower_bound(taken_.begin(), taken_.end(), iteration);
+  const size_t k = static_cast<size_t>(it - taken_.begin());
+  return k == 0 ? problem_.warmup_iterations : published_[k - 1];
+}
+
+size_t OnlinePlanner::RegimeOf(int64_t model) const {
+  const auto& c = summary_.change_points;
+  return static_cast<size_t>(std::upper_bound(c.begin(), c.end(), model) - c.begin());
+}
+
+double OnlinePlanner::TrafficAt(int64_t iteration) const {
+  double traffic = static_cast<double>(iteration);
+  if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
+    const auto stalls = std::lower_bound(taken_.begin(), taken_.end(), iteration) - taken_.begin();
+    traffic = std::min(static_cast<double>(problem_.total_iterations),
+                       traffic + static_cast<double>(stalls) * problem_.cost.stall_s / problem_.seconds_per_iteration);
+  }
+  return traffic;
+}
+
+double OnlinePlanner::MeasurementGap() const {
+  const size_t n = measured_.size();
+  return n >= 2 ? measured_.iterations[n - 1] - measured_.iterations[n - 2] : 1.0;
+}
+
+std::optional<OnlinePlanner::Return> OnlinePlanner::PredictedReturn() const {
+  if (!options_.anticipate_returns || options_.keep_versions <= 0 || cycle_ < 2) return std::nullopt;
+  const size_t n = change_traffic_.size();
+  if (n < pattern_from_ + 3) return std::nullopt;
+  const double i1 = change_traffic_[n - 2] - change_traffic_[n - 3], i2 = change_traffic_[n - 1] - change_traffic_[n - 2];
+  const double* u = &change_halfwidth_[n - 3];
+  // Evenly spaced: the intervals agree within what the changes' half-widths
+  // allow, or 5%.
+  if (!(i1 > 0 && i2 > 0) || std::fabs(i1 - i2) > std::max(0.05 * std::max(i1, i2), u[0] + 2 * u[1] + u[2])) {
+    return std::nullopt;
+  }
+  const size_t upcoming = static_cast<size_t>(summary_.changes) + 1;
+  if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
+  Return r;
+  r.change = change_traffic_[n - 1] + 0.5 * (i1 + i2);
+  r.model = regime_models_[upcoming - cycle_];
+  r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + MeasurementGap());
+  return r;
+}
+
+void OnlinePlanner::OnChange(size_t begin) {
+  const int64_t c = static_cast<int64_t>(measured_.iterations[begin]);
+  const size_t ended = static_cast<size_t>(summary_.changes) - 1;
+  regime_models_.resize(ended + 1, problem_.warmup_iterations);
+  regime_models_[ended] = anticipated_ ? pre_anticipation_model_ : ServedAt(c);
+  const double hi = TrafficAt(c),
+               lo = begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : hi;
+  change_traffic_.push_back(0.5 * (lo + hi));
+  change_halfwidth_.push_back(0.5 * (hi - lo));
+  if (anticipated_) {
+    if (std::fabs(change_traffic_.back() - anticipated_->change) <= anticipated_->tolerance) {
+      anticipated_->confirmed = true;  // holds on until the traffic is past it (Decide)
+      anticipated_->seen_at = hi;
+    } else {
+      ++summary_.anticipation_failed;
+      pattern_from_ = change_traffic_.size() - 1;
+      anticipated_.reset();
+    }
+  }
+  republished_in_regime_ = false;
 }
 
 double OnlinePlanner::MarginFor(double sigma) const { return options_.gate_z * sigma * std::sqrt(2.0); }
@@ -480,12 +604,20 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
     if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions) return;
     if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
   };
-  // Newest first: published models and regime ends merged by iteration.
-  std::vector<int64_t> all(published_);
-  all.insert(all.end(), regime_ends_.begin(), regime_ends_.end());
-  std::sort(all.begin(), all.end(), std::greater<int64_t>());
-  for (int64_t m : all) add(m);
+  // The next return's model first; then, newest regime first, what each
+  // ended regime served last and its last model (a domain that may come
+  // back), the warm-up's; then the newest published models. Regimes come
+  // before recent versions: a loop that publishes often would otherwise
+  // keep only versions of the current domain.
+  if (const auto r = PredictedReturn()) add(r->model);
+  for (size_t q = regime_ends_.size(); q-- > 0;) {
+    if (q < regime_models_.size()) add(regime_models_[q]);
+    add(regime_ends_[q]);
+  }
   add(problem_.warmup_iterations);
+  std::vector<int64_t> newest(published_);
+  std::sort(newest.begin(), newest.end(), std::greater<int64_t>());
+  for (int64_t m : newest) add(m);
   return kept;
 }
 

@@ -88,6 +88,8 @@ if [ -f "$log" ]; then
   expect_in "$tmp/recplan.json" '"cil_on_log": 2435.6' "plan's CIL on log is charged on the table, re-publishes included"
   expect_rc 2 "--keep-versions out of range" "$viper" simulate --log "$swap" -q --keep-versions 5000
   expect_in "$tmp/err" "--keep-versions" "the error names --keep-versions"
+  expect_rc 2 "--anticipate-returns bad value" "$viper" simulate --log "$swap" -q --anticipate-returns maybe
+  expect_in "$tmp/err" "--anticipate-returns maybe: expected on or off" "the error names --anticipate-returns and its values"
   expect_rc 2 "an unknown --traffic-clock is bad usage" "$viper" simulate --log "$swap" -q --traffic-clock sundial
   expect_in "$tmp/err" "expected producer or wall" "the error lists the traffic clocks"
   # A run that diverges to NaN: read as a diverged model by default; the judge charges epoch +inf, online never serves one.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -196,6 +197,96 @@ TEST(OnlinePlannerTest, TrainingMetricIsSmoothed) {
     }
   }
   EXPECT_GT(planner.taken().size(), 3u);
+}
+
+// Two domains alternate at `switches` (traffic and training data alike): a
+// model is 2.0 worse on the domain it was not trained on last, and on its
+// own it re-learns after a switch (1.5 worse, decaying over 100
+// iterations). The loop re-measures the served
+// and kept models at every measurement, as a producer with a staleness
+// table does. Returns the planner and (checkpoint, published model) pairs.
+struct DomainRun {
+  std::vector<std::pair<int64_t, int64_t>> decisions;
+  OnlinePlanner::Summary summary;
+};
+DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate) {
+  auto domain = [&](int64_t t) {
+    return static_cast<int>(std::upper_bound(switches.begin(), switches.end(), t) - switches.begin()) % 2;
+  };
+  auto loss = [&](int64_t model, int64_t traffic) {
+    const double base = 0.3 + 1.5 * std::exp(-static_cast<double>(traffic) / 300.0);
+    if (domain(model) != domain(traffic)) return base + 2.0;
+    const auto last = std::upper_bound(switches.begin(), switches.end(), model);
+    if (last == switches.begin()) return base;
+    return base + 1.5 * std::exp(-static_cast<double>(model - *(last - 1)) / 100.0);
+  };
+  const Problem p = CheapProblem();
+  OnlinePlanner::Options o;
+  o.anticipate_returns = anticipate;
+  OnlinePlanner planner(p, Forecasters(), o);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> e(0.0, 0.01);
+  DomainRun run;
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    EXPECT_TRUE(planner.Observe(i, loss(i, i) + e(rng), ObservationKind::kValidation).ok());
+    if (i > p.warmup_iterations) {
+      EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), i) + e(rng)).ok());
+      for (int64_t k : planner.KeptVersions()) EXPECT_TRUE(planner.ObserveKept(k, loss(k, i) + e(rng)).ok());
+    }
+    auto now = planner.ShouldCheckpoint(i);
+    EXPECT_TRUE(now.ok()) << now.status().ToString();
+    if (!*now) continue;
+    EXPECT_TRUE(planner.Commit(i).ok());
+    run.decisions.emplace_back(i, planner.served_model());
+  }
+  run.summary = planner.summary();
+  return run;
+}
+
+// Evenly spaced returns (every 300 iterations from 300): after the first
+// return is seen (a kept model of two regimes back wins) and the changes at
+// 300, 600 and 900 are evenly spaced, the loop publishes the returning
+// domain's model at the measurement before each predicted change (1180,
+// 1480, 1780), and without anticipation only after it.
+TEST(OnlinePlannerTest, AnticipatesAReturnOnceReturnsAreEvenlySpaced) {
+  const std::vector<int64_t> switches = {300, 600, 900, 1200, 1500, 1800};
+  const DomainRun on = PlayDomains(switches, true), off = PlayDomains(switches, false);
+  const std::string report = on.summary.BriefReport(static_cast<int64_t>(on.decisions.size()));
+  EXPECT_EQ(on.summary.anticipated, 3) << report;
+  EXPECT_EQ(on.summary.anticipation_failed, 0) << report;
+  for (int64_t change : {1200, 1500, 1800}) {
+    const auto before = std::find_if(on.decisions.begin(), on.decisions.end(),
+                                     [&](const auto& d) { return d.first == change - 20; });
+    ASSERT_NE(before, on.decisions.end()) << "nothing published just before " << change << ": " << report;
+    EXPECT_LT(before->second, change - 300) << "the returning domain's model is from an earlier regime";
+  }
+  EXPECT_EQ(off.summary.anticipated, 0);
+  for (const auto& [at, model] : off.decisions) {
+    if (model != at) {
+      EXPECT_TRUE(std::find(switches.begin(), switches.end(), at) != switches.end())
+          << "without anticipation a re-publish follows a change it has seen, not " << at;
+    }
+  }
+}
+
+// The fourth change comes 200 iterations late: the anticipated publish at
+// 1180 is a wrong prediction. It is counted, the loop goes back to the model
+// of the domain still in the traffic before the late change, and it does not
+// anticipate again until three new changes are evenly spaced.
+TEST(OnlinePlannerTest, AReturnThatDoesNotComeStopsAnticipation) {
+  const DomainRun run = PlayDomains({300, 600, 900, 1400, 1700}, true);
+  const std::string report = run.summary.BriefReport(static_cast<int64_t>(run.decisions.size()));
+  EXPECT_EQ(run.summary.anticipated, 1) << report;
+  EXPECT_EQ(run.summary.anticipation_failed, 1) << report;
+  EXPECT_NE(report.find("1 predicted returns did not come"), std::string::npos) << report;
+  bool back = false;
+  std::string decisions;
+  for (const auto& [at, model] : run.decisions) {
+    decisions += " " + std::to_string(at) + ":" + std::to_string(model);
+    // Domain 1 (the traffic's from 900 to 1400) was trained in [300, 600) and from 900.
+    back = back || (at > 1180 && at < 1400 && ((model >= 300 && model < 600) || (model >= 900 && model < 1400)));
+  }
+  EXPECT_TRUE(back) << "the served model goes back to the domain of 900-1400:" << decisions << "; " << report;
 }
 
 }  // namespace

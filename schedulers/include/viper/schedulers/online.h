@@ -135,6 +135,15 @@ class OnlinePlanner {
     int decay_window = 8;
     // Published models kept for re-publishing (>= 0; 0 = never re-publish).
     int keep_versions = 8;
+    // Anticipate a recurring domain's return (needs keep_versions > 0): once
+    // a kept model of an earlier regime won a re-publish (a domain came back)
+    // and the last three changes are evenly spaced (two intervals within a
+    // measurement gap or 5%), the model that served the returning regime's
+    // domain last time is published so that it arrives at the predicted
+    // change, and nothing else is published until that change is seen. A
+    // prediction the data does not confirm stops anticipation until three
+    // new changes are evenly spaced again.
+    bool anticipate_returns = true;
 
     bool IsValid(std::string* error) const;
   };
@@ -157,6 +166,8 @@ class OnlinePlanner {
     int64_t cost_updates = 0;         // SetCost() calls
     int64_t diverged = 0;             // non-finite measurements of the metric (a diverged model, never published)
     int64_t republished = 0;          // checkpoints that re-published a kept model
+    int64_t anticipated = 0;          // of those, published ahead of a predicted domain return
+    int64_t anticipation_failed = 0;  // predicted returns that did not come (within two measurement gaps)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -232,6 +243,30 @@ class OnlinePlanner {
   // The gate's margin for a noise sd `sigma`: gate_z x sigma x sqrt 2.
   double MarginFor(double sigma) const;
   StatusOr<bool> Decide(int64_t now, double measured);
+  // The model published last before `iteration` (W before any).
+  int64_t ServedAt(int64_t iteration) const;
+  // The regime a model's iteration falls in (0 before the first change).
+  size_t RegimeOf(int64_t model) const;
+  // The traffic's iteration when the producer is at `iteration`: the same,
+  // or under the wall clock where the traffic has got to while the producer
+  // stalled for the checkpoints before it.
+  double TrafficAt(int64_t iteration) const;
+  double TrafficNow(int64_t now) const { return TrafficAt(now); }
+  // The spacing of the last two measurements (1 before two).
+  double MeasurementGap() const;
+  // A recurring domain's next return: the predicted change (in traffic
+  // iterations) and the model to serve after it; nullopt when the evidence
+  // (a return seen, evenly spaced changes) is not there.
+  struct Return {
+    double change = 0;        // the predicted change's middle
+    int64_t model = 0;
+    double tolerance = 0;     // how far from it a detected change confirms it
+    bool confirmed = false;   // a change was detected within the tolerance
+    double seen_at = 0;       // the traffic's iteration at that detection
+  };
+  std::optional<Return> PredictedReturn() const;
+  // Book-keeping when a change is detected at measurement index `begin`.
+  void OnChange(size_t begin);
 
   Problem problem_;
   ForecasterFactory forecasters_;
@@ -266,6 +301,20 @@ class OnlinePlanner {
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
+  // Anticipating returns: the traffic iteration of each detected change, the
+  // model that served each ended regime, the regimes between a domain and
+  // its return (0: none seen), the first change the period is estimated
+  // from, and the pending / active anticipation (-1: none).
+  // Each change as its middle and half-width: between the traffic of the
+  // last measurement before it and of the first after it.
+  std::vector<double> change_traffic_, change_halfwidth_;
+  std::vector<int64_t> regime_models_;
+  size_t cycle_ = 0;
+  size_t pattern_from_ = 0;
+  bool republished_in_regime_ = false;
+  std::optional<Return> anticipating_;       // decided now, not yet committed
+  std::optional<Return> anticipated_;        // committed, waiting for its change
+  int64_t pre_anticipation_model_ = -1;      // the model it replaced
 };
 
 }  // namespace schedulers
