@@ -1549,9 +1549,10 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
 }
 
 TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
-  // A real Publisher (two-sided and shm, delta on; sync and async), random
-  // changed fractions, and every 25 versions a new Publisher/Subscriber
-  // pair (a restarted consumer holds nothing: its first version is full).
+  // A real Publisher (two-sided and shm, delta on; sync and async; relayed
+  // along a chain and direct), random changed fractions, and every 25
+  // versions a new Publisher/Subscriber pair (a restarted consumer holds
+  // nothing: its first version is full).
   // Consumers compare every version they serve with the regenerated
   // sequence (async: the newest is sent, older ones superseded).
   const int n = std::max(DeltaVersions() / 4, 25);
@@ -1561,6 +1562,11 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
     Scenario s = HostScenario(run % 3 == 2 ? Mode::kAsync : Mode::kSync,
                               shm ? HostProtocol::kShm : HostProtocol::kTwoSided);
     s.pub.delta = DeltaMode::kOn;
+    // Pairs of runs alternate a chain (at np 3: rank 1 relays the full
+    // streams and the deltas to rank 2) and the producer sending each
+    // consumer its own (the default plan on one node).
+    s.pub.fanout = (run / 2) % 2 == 0 ? Fanout::kTree : Fanout::kNode;
+    s.pub.tree_arity = 1;
     RandomVersions seq(500 + static_cast<uint32_t>(run));
     const int versions = std::min(25, n - run * 25);
     if (Rank() == 0) {
