@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -255,6 +256,61 @@ void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
   }
 }
 
+// Collective, for the delta benchmarks. Rank 0 publishes `reps` + 2
+// versions of a `bytes` model with `o` (the first whole, each next with 2%
+// of its elements changed) and passes the reports of the last `reps` to
+// `timed` (after a full first version and one warm delta: both landing
+// buffers used once); every version must reach every consumer
+// (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
+// with `so` until the producer closes (run it with no rank left out).
+Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes, int reps,
+                            const std::function<void(const Publisher::VersionReport&)>& timed) {
+  const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
+                                                           : o.subscriber_ranks.size();
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!pub.ok()) return pub.status();
+    ModelState m = MakeModel(bytes, 3);
+    std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
+    for (int v = 0; v < reps + 2; ++v) {
+      if (v > 0) ChangeTwoPercent(&m, &rng);
+      auto r = (*pub)->Publish(m, v);
+      if (!r.ok()) return r.status();
+      bool delivered = r->consumers.size() == consumers;
+      for (const auto& c : r->consumers) delivered &= c.delivered;
+      if (!delivered) return UnavailableError(r->BriefReport());
+      if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
+      if (v >= 2) timed(*r);
+    }
+    return (*pub)->Close();
+  }
+  auto sub = Subscriber::Create(so);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (!sub.ok()) return sub.status();
+  (void)(*sub)->WaitUntilDone(600);
+  return Status::Ok();
+}
+
+// After a delta benchmark's two runs (PublishDeltaVersions: the reference,
+// then the one under test): the median of `tested_s` is each iteration's
+// manual time; the consumer ranks are labelled and get false; rank 0 gets
+// whether both runs succeeded (else the benchmark is skipped with why).
+bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_s, const Status& reference,
+                     const Status& tested) {
+  for (auto _ : state) state.SetIterationTime(tested_s.empty() ? 0 : Median(tested_s));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() != 0) {
+    state.SetLabel("consumer rank");
+    return false;
+  }
+  if (!reference.ok() || !tested.ok()) {
+    state.SkipWithError((reference.ok() ? tested : reference).ToString().c_str());
+    return false;
+  }
+  return true;
+}
+
 // Delta updates on the host tier (issue 27): update latency (publish start
 // -> servable at the consumer, its acknowledgement) of versions with 2% of
 // their F32 elements changed, sent to a consumer that holds the previous one
@@ -278,61 +334,31 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     uint64_t moved = 0, image = 0;
     int deltas = 0;
   };
-  // `reps` timed versions with `delta`, after a full first version and one
-  // warm delta (both landing buffers used once).
+  // `reps` timed versions with `delta`.
   auto run = [&](DeltaMode delta, Figures* f) {
-    if (Rank() == 0) {
-      Publisher::Options o;
-      o.tier = Tier::kHost;
-      o.mode = Mode::kSync;
-      o.host_protocol = protocol;
-      o.subscriber_ranks = OnlyRankOne();
-      o.staging_bytes = bytes + (1 << 20);
-      o.delta = delta;
-      auto pub = Publisher::Create(o);
-      MPI_Barrier(MPI_COMM_WORLD);
-      if (!pub.ok()) return pub.status();
-      ModelState m = MakeModel(bytes, 3);
-      std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
-      for (int v = 0; v < reps + 2; ++v) {
-        if (v > 0) ChangeTwoPercent(&m, &rng);
-        auto r = (*pub)->Publish(m, v);
-        if (!r.ok()) return r.status();
-        if (r->consumers.empty() || !r->consumers[0].delivered)
-          return UnavailableError(r->BriefReport());
-        if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
-        if (v < 2) continue;
-        f->update_s.push_back(r->consumers[0].servable_s);
-        f->stall_s.push_back(r->stall_s);
-        f->moved += r->consumers[0].bytes_moved;
-        f->image += r->bytes;
-        if (r->consumers[0].encoding != "full") ++f->deltas;
-      }
-      return (*pub)->Close();
-    }
-    Subscriber::Options o;
+    Publisher::Options o;
     o.tier = Tier::kHost;
+    o.mode = Mode::kSync;
     o.host_protocol = protocol;
-    o.preallocate_bytes = bytes + (1 << 20);
-    auto sub = Subscriber::Create(o);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (!sub.ok()) return sub.status();
-    (void)(*sub)->WaitUntilDone(600);
-    return Status::Ok();
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = bytes + (1 << 20);
+    o.delta = delta;
+    Subscriber::Options so;
+    so.tier = Tier::kHost;
+    so.host_protocol = protocol;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
+      f->update_s.push_back(r.consumers[0].servable_s);
+      f->stall_s.push_back(r.stall_s);
+      f->moved += r.consumers[0].bytes_moved;
+      f->image += r.bytes;
+      if (r.consumers[0].encoding != "full") ++f->deltas;
+    });
   };
   Figures full, delta;
   const Status full_st = run(DeltaMode::kOff, &full);
   const Status delta_st = run(mode, &delta);
-  for (auto _ : state) state.SetIterationTime(delta.update_s.empty() ? 0 : Median(delta.update_s));
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (Rank() != 0) {
-    state.SetLabel("consumer rank");
-    return;
-  }
-  if (!full_st.ok() || !delta_st.ok()) {
-    state.SkipWithError((full_st.ok() ? delta_st : full_st).ToString().c_str());
-    return;
-  }
+  if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
   const double f = Median(full.update_s), d = Median(delta.update_s);
   state.counters["full_update_s"] = f;
   state.counters["delta_update_s"] = d;
@@ -935,6 +961,14 @@ void BM_TransportsGpu(benchmark::State& state) {
 #endif
 }
 
+// For the fan-out benchmarks: skips unless there are two consumers or more.
+bool NeedTwoConsumers(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return false;
+  if (Session()->size() >= 3) return true;
+  state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
+  return false;
+}
+
 // Fan-out to every other rank (mpirun -np 3 or more, with
 // --benchmark_filter=Fanout; the other benchmarks use ranks 0 and 1 only):
 // update latency of the last consumer to have the version with the plan
@@ -944,12 +978,8 @@ void BM_TransportsGpu(benchmark::State& state) {
 // (those three over the two-sided protocol), 3 shm (every consumer copies
 // out of the producer's shared segment).
 void BM_TransportsFanout(benchmark::State& state) {
-  if (!NeedTwoRanks(state)) return;
+  if (!NeedTwoConsumers(state)) return;
   const int size = Session()->size();
-  if (size < 3) {
-    state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
-    return;
-  }
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const int plan = static_cast<int>(state.range(1));
   const int timed = static_cast<int>(state.max_iterations);
@@ -1033,17 +1063,14 @@ void BM_TransportsFanout(benchmark::State& state) {
 // tree of arity 2 (relays forward the delta) vs the producer sending every
 // taker its own (fanout direct), one after the other in the same run, medians
 // over the timed versions (after a full first version and one warm delta;
-// the time column: the relayed run's last-consumer latency). Arg 0: bytes. Counters: sent_over_direct (the goal: 2 / consumers, one
-// delta per child of the root), last_over_direct, direct_sent_MB,
-// relayed_sent_MB, delta_MB, direct_last_s, relayed_last_s, delta_taken
-// (consumer-versions moved as deltas / all, both runs).
+// the time column: the relayed run's last-consumer latency). Arg 0: bytes.
+// Counters: sent_over_direct (the goal: 2 / consumers, one delta per child
+// of the root), last_over_direct, direct_sent_MB, relayed_sent_MB,
+// delta_MB, direct_last_s, relayed_last_s, delta_taken (consumer-versions
+// moved as deltas / all, both runs).
 void BM_TransportsFanoutDelta(benchmark::State& state) {
-  if (!NeedTwoRanks(state)) return;
+  if (!NeedTwoConsumers(state)) return;
   const int size = Session()->size();
-  if (size < 3) {
-    state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
-    return;
-  }
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const int reps = static_cast<int>(state.max_iterations);
   struct Figures {
@@ -1051,61 +1078,32 @@ void BM_TransportsFanoutDelta(benchmark::State& state) {
     int deltas = 0, taken = 0;
   };
   auto run = [&](Fanout fanout, Figures* f) {
-    if (Rank() == 0) {
-      Publisher::Options o;
-      o.mode = Mode::kSync;
-      o.host_protocol = HostProtocol::kTwoSided;
-      o.delta = DeltaMode::kOn;
-      o.fanout = fanout;
-      o.tree_arity = 2;
-      o.staging_bytes = bytes + (1 << 20);
-      auto pub = Publisher::Create(o);
-      MPI_Barrier(MPI_COMM_WORLD);
-      if (!pub.ok()) return pub.status();
-      ModelState m = MakeModel(bytes, 4);
-      std::mt19937_64 rng(0x5851f42d4c957f2dull);
-      for (int v = 0; v < reps + 2; ++v) {
-        if (v > 0) ChangeTwoPercent(&m, &rng);
-        auto r = (*pub)->Publish(m, v);
-        if (!r.ok()) return r.status();
-        if (r->consumers.size() != static_cast<std::size_t>(size - 1)) return UnavailableError(r->BriefReport());
-        if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
-        if (v < 2) continue;
-        double last = 0;
-        for (const auto& c : r->consumers) {
-          if (!c.delivered) return UnavailableError(r->BriefReport());
-          last = std::max(last, c.servable_s);
-          ++f->taken;
-          if (c.encoding != "full") ++f->deltas;
-        }
-        f->sent_bytes.push_back(static_cast<double>(r->sent_bytes));
-        f->delta_bytes.push_back(static_cast<double>(r->written_bytes));
-        f->last_s.push_back(last);
+    Publisher::Options o;
+    o.mode = Mode::kSync;
+    o.host_protocol = HostProtocol::kTwoSided;
+    o.delta = DeltaMode::kOn;
+    o.fanout = fanout;
+    o.tree_arity = 2;
+    o.staging_bytes = bytes + (1 << 20);
+    Subscriber::Options so;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
+      double last = 0;
+      for (const auto& c : r.consumers) {
+        last = std::max(last, c.servable_s);
+        ++f->taken;
+        if (c.encoding != "full") ++f->deltas;
       }
-      return (*pub)->Close();
-    }
-    Subscriber::Options o;
-    o.preallocate_bytes = bytes + (1 << 20);
-    auto sub = Subscriber::Create(o);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (!sub.ok()) return sub.status();
-    (void)(*sub)->WaitUntilDone(600);
-    return Status::Ok();
+      f->sent_bytes.push_back(static_cast<double>(r.sent_bytes));
+      f->delta_bytes.push_back(static_cast<double>(r.written_bytes));
+      f->last_s.push_back(last);
+    });
   };
   Figures direct, relayed;
   const Status direct_st = run(Fanout::kDirect, &direct);
   const Status relayed_st = run(Fanout::kTree, &relayed);
   // The time column: the relayed run's median latency of the last consumer.
-  for (auto _ : state) state.SetIterationTime(relayed.last_s.empty() ? 0 : Median(relayed.last_s));
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (Rank() != 0) {
-    state.SetLabel("consumer rank");
-    return;
-  }
-  if (!direct_st.ok() || !relayed_st.ok()) {
-    state.SkipWithError((direct_st.ok() ? relayed_st : direct_st).ToString().c_str());
-    return;
-  }
+  if (!FinishDeltaRuns(state, relayed.last_s, direct_st, relayed_st)) return;
   constexpr double kMBytes = 1e6;
   state.counters["consumers"] = size - 1;
   state.counters["delta_MB"] = Median(relayed.delta_bytes) / kMBytes;
