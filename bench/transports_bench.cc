@@ -42,12 +42,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -263,8 +263,8 @@ void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
 // buffers used once); every version must reach every consumer
 // (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
 // with `so` until the producer closes (run it with no rank left out).
-Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes, int reps,
-                            const std::function<void(const Publisher::VersionReport&)>& timed) {
+Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes,
+                            int reps, const std::function<void(const Publisher::VersionReport&)>& timed) {
   const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
                                                            : o.subscriber_ranks.size();
   if (Rank() == 0) {

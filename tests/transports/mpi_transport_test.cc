@@ -1695,7 +1695,8 @@ TEST_P(MpiFanoutDelta, RelaysForwardTheDeltaAndEveryVersionIsBitIdentical) {
 // np 5, arity 2: 0 -> 1, 2 and 1 -> 3, 4 (rank 1 relays); arity 1: a chain
 // of 4; direct: the producer sends every taker its delta (the reference).
 INSTANTIATE_TEST_SUITE_P(Plans, MpiFanoutDelta,
-                         ::testing::Values(std::make_tuple(Fanout::kTree, 2), std::make_tuple(Fanout::kTree, 1),
+                         ::testing::Values(std::make_tuple(Fanout::kTree, 2),
+                                           std::make_tuple(Fanout::kTree, 1),
                                            std::make_tuple(Fanout::kDirect, 2)));
 
 TEST(MpiFanoutDeltaFaults, RelayDroppedMidDeltaCostsItsSubtreeOneVersionThenFull) {
@@ -1732,7 +1733,8 @@ TEST(MpiFanoutDeltaFaults, RelayDroppedMidDeltaCostsItsSubtreeOneVersionThenFull
       for (const auto& c : reports[static_cast<std::size_t>(v)].consumers) {
         if (c.rank == rank) return c;
       }
-      ADD_FAILURE() << "no result for rank " << rank << ": " << reports[static_cast<std::size_t>(v)].BriefReport();
+      ADD_FAILURE() << "no result for rank " << rank << ": "
+                    << reports[static_cast<std::size_t>(v)].BriefReport();
       return Publisher::ConsumerResult{};
     };
     const std::string r1 = reports[1].BriefReport(), r2 = reports[2].BriefReport();
@@ -1789,9 +1791,11 @@ TEST(MpiFanoutDeltaFaults, RelayDroppedMidDeltaCostsItsSubtreeOneVersionThenFull
     EXPECT_EQ(route.children[1], 4);
     // The delta's first message, forwarded; then this relay stops.
     std::vector<std::byte> first(payload->delta_chunk_bytes);
-    MPI_Recv(first.data(), static_cast<int>(first.size()), MPI_BYTE, 0, internal::kTagData, comm, MPI_STATUS_IGNORE);
+    MPI_Recv(first.data(), static_cast<int>(first.size()), MPI_BYTE, 0, internal::kTagData, comm,
+             MPI_STATUS_IGNORE);
     for (int child : {3, 4}) {
-      EXPECT_TRUE(internal::SendBytesWithin(comm, child, internal::kTagData, first.data(), first.size(), 10).ok());
+      EXPECT_TRUE(
+          internal::SendBytesWithin(comm, child, internal::kTagData, first.data(), first.size(), 10).ok());
     }
     MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
     DrainProducerData(comm);

@@ -538,7 +538,8 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   MPI_Comm comm = control_->link().comm;
   auto plan = ReceivePlan(comm, p.data_chunks, leg.parent(), leg.deadline());
   if (!plan) {
-    return leg.Lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + leg.in_time());
+    return leg.Lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " +
+                    leg.in_time());
   }
   std::vector<Chunk> plan_chunk = {
       {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)}};
@@ -564,7 +565,8 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
     // keep it until MPI_Finalize.
     KeepUntilFinalize(buffer);
     pool_->Retire(buffer);
-    return leg.Lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + leg.in_time());
+    return leg.Lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " +
+                    leg.in_time());
   }
   return StreamedImage(a, p, buffer, Source(a), t0, hasher->Finish());
 }
@@ -619,8 +621,8 @@ bool StreamLeg::Run(uint64_t version, const std::vector<Chunk>& landed, const st
     // The producer drops that rank when it does not acknowledge.
     if (!transfers[0].failed) {
       Log(LogLevel::kWarning, "transports",
-          "rank " + std::to_string(control_->rank()) + " could not forward version " + std::to_string(version) +
-              " to rank " + std::to_string(transfers[i].peer) + " in time");
+          "rank " + std::to_string(control_->rank()) + " could not forward version " +
+              std::to_string(version) + " to rank " + std::to_string(transfers[i].peer) + " in time");
     }
   }
   return !transfers[0].failed;
