@@ -15,6 +15,9 @@
 //   notify: push notification p50 / p90 (microseconds)
 //   delta:  delta_over_full (update latency of a 2%-changed version sent as
 //           a delta / sent whole; BM_TransportsHostDelta), stall_over_full
+//   fanout delta: sent_over_direct (producer's bytes per version with relays
+//           / sending every taker its delta; BM_TransportsFanoutDelta, under
+//           mpirun -np 3 or more, alone: --benchmark_filter=FanoutDelta)
 //   fanout: last_over_single (last of N consumers / one consumer alone;
 //           under mpirun -np 3 or more, alone: --benchmark_filter=Fanout)
 //   gpu:    copy_over_d2d (the consumer's copy of the image by CUDA IPC, or
@@ -39,11 +42,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -242,6 +246,71 @@ void BM_TransportsHost(benchmark::State& state) {
   }
 }
 
+// The next version of `m` for the delta benchmarks: 2% of its elements, at
+// random positions, change bits.
+void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
+  for (Tensor& t : m->mutable_tensors()) {
+    uint32_t* p = t.As<uint32_t>();
+    const uint64_t n = static_cast<uint64_t>(t.NumElements());
+    for (uint64_t k = 0; k < n / 50; ++k) p[(*rng)() % n] ^= 0x00400000u;
+  }
+}
+
+// Collective, for the delta benchmarks. Rank 0 publishes `reps` + 2
+// versions of a `bytes` model with `o` (the first whole, each next with 2%
+// of its elements changed) and passes the reports of the last `reps` to
+// `timed` (after a full first version and one warm delta: both landing
+// buffers used once); every version must reach every consumer
+// (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
+// with `so` until the producer closes (run it with no rank left out).
+Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes,
+                            int reps, const std::function<void(const Publisher::VersionReport&)>& timed) {
+  const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
+                                                           : o.subscriber_ranks.size();
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!pub.ok()) return pub.status();
+    ModelState m = MakeModel(bytes, 3);
+    std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
+    for (int v = 0; v < reps + 2; ++v) {
+      if (v > 0) ChangeTwoPercent(&m, &rng);
+      auto r = (*pub)->Publish(m, v);
+      if (!r.ok()) return r.status();
+      bool delivered = r->consumers.size() == consumers;
+      for (const auto& c : r->consumers) delivered &= c.delivered;
+      if (!delivered) return UnavailableError(r->BriefReport());
+      if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
+      if (v >= 2) timed(*r);
+    }
+    return (*pub)->Close();
+  }
+  auto sub = Subscriber::Create(so);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (!sub.ok()) return sub.status();
+  (void)(*sub)->WaitUntilDone(600);
+  return Status::Ok();
+}
+
+// After a delta benchmark's two runs (PublishDeltaVersions: the reference,
+// then the one under test): the median of `tested_s` is each iteration's
+// manual time; the consumer ranks are labelled and get false; rank 0 gets
+// whether both runs succeeded (else the benchmark is skipped with why).
+bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_s, const Status& reference,
+                     const Status& tested) {
+  for (auto _ : state) state.SetIterationTime(tested_s.empty() ? 0 : Median(tested_s));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() != 0) {
+    state.SetLabel("consumer rank");
+    return false;
+  }
+  if (!reference.ok() || !tested.ok()) {
+    state.SkipWithError((reference.ok() ? tested : reference).ToString().c_str());
+    return false;
+  }
+  return true;
+}
+
 // Delta updates on the host tier (issue 27): update latency (publish start
 // -> servable at the consumer, its acknowledgement) of versions with 2% of
 // their F32 elements changed, sent to a consumer that holds the previous one
@@ -265,68 +334,31 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     uint64_t moved = 0, image = 0;
     int deltas = 0;
   };
-  // `reps` timed versions with `delta`, after a full first version and one
-  // warm delta (both landing buffers used once).
+  // `reps` timed versions with `delta`.
   auto run = [&](DeltaMode delta, Figures* f) {
-    if (Rank() == 0) {
-      Publisher::Options o;
-      o.tier = Tier::kHost;
-      o.mode = Mode::kSync;
-      o.host_protocol = protocol;
-      o.subscriber_ranks = OnlyRankOne();
-      o.staging_bytes = bytes + (1 << 20);
-      o.delta = delta;
-      auto pub = Publisher::Create(o);
-      MPI_Barrier(MPI_COMM_WORLD);
-      if (!pub.ok()) return pub.status();
-      ModelState m = MakeModel(bytes, 3);
-      std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
-      for (int v = 0; v < reps + 2; ++v) {
-        if (v > 0) {
-          // 2% of the elements, at random positions, change bits.
-          for (Tensor& t : m.mutable_tensors()) {
-            uint32_t* p = t.As<uint32_t>();
-            const uint64_t n = static_cast<uint64_t>(t.NumElements());
-            for (uint64_t k = 0; k < n / 50; ++k) p[rng() % n] ^= 0x00400000u;
-          }
-        }
-        auto r = (*pub)->Publish(m, v);
-        if (!r.ok()) return r.status();
-        if (r->consumers.empty() || !r->consumers[0].delivered)
-          return UnavailableError(r->BriefReport());
-        if (std::getenv("VIPER_BENCH_VERBOSE")) std::fprintf(stderr, "%s\n", r->BriefReport().c_str());
-        if (v < 2) continue;
-        f->update_s.push_back(r->consumers[0].servable_s);
-        f->stall_s.push_back(r->stall_s);
-        f->moved += r->consumers[0].bytes_moved;
-        f->image += r->bytes;
-        if (r->consumers[0].encoding != "full") ++f->deltas;
-      }
-      return (*pub)->Close();
-    }
-    Subscriber::Options o;
+    Publisher::Options o;
     o.tier = Tier::kHost;
+    o.mode = Mode::kSync;
     o.host_protocol = protocol;
-    o.preallocate_bytes = bytes + (1 << 20);
-    auto sub = Subscriber::Create(o);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (!sub.ok()) return sub.status();
-    (void)(*sub)->WaitUntilDone(600);
-    return Status::Ok();
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = bytes + (1 << 20);
+    o.delta = delta;
+    Subscriber::Options so;
+    so.tier = Tier::kHost;
+    so.host_protocol = protocol;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
+      f->update_s.push_back(r.consumers[0].servable_s);
+      f->stall_s.push_back(r.stall_s);
+      f->moved += r.consumers[0].bytes_moved;
+      f->image += r.bytes;
+      if (r.consumers[0].encoding != "full") ++f->deltas;
+    });
   };
   Figures full, delta;
   const Status full_st = run(DeltaMode::kOff, &full);
   const Status delta_st = run(mode, &delta);
-  for (auto _ : state) state.SetIterationTime(delta.update_s.empty() ? 0 : Median(delta.update_s));
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (Rank() != 0) {
-    state.SetLabel("consumer rank");
-    return;
-  }
-  if (!full_st.ok() || !delta_st.ok()) {
-    state.SkipWithError((full_st.ok() ? delta_st : full_st).ToString().c_str());
-    return;
-  }
+  if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
   const double f = Median(full.update_s), d = Median(delta.update_s);
   state.counters["full_update_s"] = f;
   state.counters["delta_update_s"] = d;
@@ -929,6 +961,14 @@ void BM_TransportsGpu(benchmark::State& state) {
 #endif
 }
 
+// For the fan-out benchmarks: skips unless there are two consumers or more.
+bool NeedTwoConsumers(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return false;
+  if (Session()->size() >= 3) return true;
+  state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
+  return false;
+}
+
 // Fan-out to every other rank (mpirun -np 3 or more, with
 // --benchmark_filter=Fanout; the other benchmarks use ranks 0 and 1 only):
 // update latency of the last consumer to have the version with the plan
@@ -938,12 +978,8 @@ void BM_TransportsGpu(benchmark::State& state) {
 // (those three over the two-sided protocol), 3 shm (every consumer copies
 // out of the producer's shared segment).
 void BM_TransportsFanout(benchmark::State& state) {
-  if (!NeedTwoRanks(state)) return;
+  if (!NeedTwoConsumers(state)) return;
   const int size = Session()->size();
-  if (size < 3) {
-    state.SkipWithError("needs two or more consumers: run under mpirun -np 3 (or more)");
-    return;
-  }
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const int plan = static_cast<int>(state.range(1));
   const int timed = static_cast<int>(state.max_iterations);
@@ -1019,6 +1055,68 @@ void BM_TransportsFanout(benchmark::State& state) {
   }
 }
 
+// Fan-out relays forwarding deltas (issue 27 item 3; mpirun -np 3 or more,
+// with --benchmark_filter=FanoutDelta): every other rank holds the previous
+// version and takes a delta (delta on, two-sided, versions with 2% of their
+// elements changed). The producer's bytes sent per version
+// (VersionReport::sent_bytes) and the last consumer's update latency with a
+// tree of arity 2 (relays forward the delta) vs the producer sending every
+// taker its own (fanout direct), one after the other in the same run, medians
+// over the timed versions (after a full first version and one warm delta;
+// the time column: the relayed run's last-consumer latency). Arg 0: bytes.
+// Counters: sent_over_direct (the goal: 2 / consumers, one delta per child
+// of the root), last_over_direct, direct_sent_MB, relayed_sent_MB,
+// delta_MB, direct_last_s, relayed_last_s, delta_taken (consumer-versions
+// moved as deltas / all, both runs).
+void BM_TransportsFanoutDelta(benchmark::State& state) {
+  if (!NeedTwoConsumers(state)) return;
+  const int size = Session()->size();
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const int reps = static_cast<int>(state.max_iterations);
+  struct Figures {
+    std::vector<double> sent_bytes, last_s, delta_bytes;
+    int deltas = 0, taken = 0;
+  };
+  auto run = [&](Fanout fanout, Figures* f) {
+    Publisher::Options o;
+    o.mode = Mode::kSync;
+    o.host_protocol = HostProtocol::kTwoSided;
+    o.delta = DeltaMode::kOn;
+    o.fanout = fanout;
+    o.tree_arity = 2;
+    o.staging_bytes = bytes + (1 << 20);
+    Subscriber::Options so;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
+      double last = 0;
+      for (const auto& c : r.consumers) {
+        last = std::max(last, c.servable_s);
+        ++f->taken;
+        if (c.encoding != "full") ++f->deltas;
+      }
+      f->sent_bytes.push_back(static_cast<double>(r.sent_bytes));
+      f->delta_bytes.push_back(static_cast<double>(r.written_bytes));
+      f->last_s.push_back(last);
+    });
+  };
+  Figures direct, relayed;
+  const Status direct_st = run(Fanout::kDirect, &direct);
+  const Status relayed_st = run(Fanout::kTree, &relayed);
+  // The time column: the relayed run's median latency of the last consumer.
+  if (!FinishDeltaRuns(state, relayed.last_s, direct_st, relayed_st)) return;
+  constexpr double kMBytes = 1e6;
+  state.counters["consumers"] = size - 1;
+  state.counters["delta_MB"] = Median(relayed.delta_bytes) / kMBytes;
+  state.counters["direct_sent_MB"] = Median(direct.sent_bytes) / kMBytes;
+  state.counters["relayed_sent_MB"] = Median(relayed.sent_bytes) / kMBytes;
+  state.counters["sent_over_direct"] = Median(relayed.sent_bytes) / Median(direct.sent_bytes);
+  state.counters["direct_last_s"] = Median(direct.last_s);
+  state.counters["relayed_last_s"] = Median(relayed.last_s);
+  state.counters["last_over_direct"] = Median(relayed.last_s) / Median(direct.last_s);
+  state.counters["delta_taken"] =
+      static_cast<double>(direct.deltas + relayed.deltas) / static_cast<double>(direct.taken + relayed.taken);
+}
+
 constexpr int64_t kMB = 1000 * 1000;
 void Sizes(benchmark::internal::Benchmark* b, int64_t extra_arg = -1) {
   std::vector<int64_t> sizes = {64 * kMB, 600 * kMB};
@@ -1079,6 +1177,12 @@ BENCHMARK(BM_TransportsFanout)
     })
     ->ArgNames({"bytes", "plan"})
     ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsFanoutDelta)
+    ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->ArgNames({"bytes"})
+    ->Iterations(5)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsGpu)
     ->Apply([](benchmark::internal::Benchmark* b) {

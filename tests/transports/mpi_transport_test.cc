@@ -329,6 +329,27 @@ StatusOr<uint64_t> JoinByHand(MPI_Comm* comm) {
   return internal::AgreeOnSession(*comm, 0);
 }
 
+// For a rank that speaks the wire protocol itself and stopped receiving:
+// takes in what the producer (rank 0) still sends it (freed sends), so that
+// nothing is left half-sent at MPI_Finalize; returns after 0.5 s of quiet.
+void DrainProducerData(MPI_Comm comm) {
+  for (int quiet = 0; quiet < 50;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(0, internal::kTagData, comm, &flag, &st);
+    if (!flag) {
+      ++quiet;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    std::vector<std::byte> sink(static_cast<std::size_t>(n));
+    MPI_Recv(sink.data(), n, MPI_BYTE, 0, internal::kTagData, comm, MPI_STATUS_IGNORE);
+    quiet = 0;
+  }
+}
+
 TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
   // np 3, a chain 0 -> 1 -> 2. Rank 1 speaks the wire protocol itself: it
   // accepts version 0, takes its route, then never receives or forwards.
@@ -382,23 +403,7 @@ TEST(MpiFaults, RelayThatStopsForwardingCostsItsReceiversOneVersionOnly) {
     ASSERT_EQ(route.children_count, 1);
     EXPECT_EQ(route.children[0], 2);
     MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
-    // Drain what was sent to this rank (freed sends), so that nothing is left
-    // half-sent at MPI_Finalize.
-    for (int quiet = 0; quiet < 50;) {
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(0, internal::kTagData, comm, &flag, &st);
-      if (!flag) {
-        ++quiet;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        continue;
-      }
-      int n = 0;
-      MPI_Get_count(&st, MPI_BYTE, &n);
-      std::vector<std::byte> sink(static_cast<std::size_t>(n));
-      MPI_Recv(sink.data(), n, MPI_BYTE, 0, internal::kTagData, comm, MPI_STATUS_IGNORE);
-      quiet = 0;
-    }
+    DrainProducerData(comm);
     MPI_Barrier(MPI_COMM_WORLD);
   } else {
     auto sub = Subscriber::Create(s.sub);
@@ -1549,9 +1554,10 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
 }
 
 TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
-  // A real Publisher (two-sided and shm, delta on; sync and async), random
-  // changed fractions, and every 25 versions a new Publisher/Subscriber
-  // pair (a restarted consumer holds nothing: its first version is full).
+  // A real Publisher (two-sided and shm, delta on; sync and async; relayed
+  // along a chain and direct), random changed fractions, and every 25
+  // versions a new Publisher/Subscriber pair (a restarted consumer holds
+  // nothing: its first version is full).
   // Consumers compare every version they serve with the regenerated
   // sequence (async: the newest is sent, older ones superseded).
   const int n = std::max(DeltaVersions() / 4, 25);
@@ -1561,6 +1567,11 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
     Scenario s = HostScenario(run % 3 == 2 ? Mode::kAsync : Mode::kSync,
                               shm ? HostProtocol::kShm : HostProtocol::kTwoSided);
     s.pub.delta = DeltaMode::kOn;
+    // Pairs of runs alternate a chain (at np 3: rank 1 relays the full
+    // streams and the deltas to rank 2) and the producer sending each
+    // consumer its own (the default plan on one node).
+    s.pub.fanout = (run / 2) % 2 == 0 ? Fanout::kTree : Fanout::kNode;
+    s.pub.tree_arity = 1;
     RandomVersions seq(500 + static_cast<uint32_t>(run));
     const int versions = std::min(25, n - run * 25);
     if (Rank() == 0) {
@@ -1607,6 +1618,223 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
   }
   if (Rank() != 0) {
     EXPECT_GT(total_deltas, 0);
+  }
+}
+
+// ------------------------------------------- fan-out relays forwarding deltas
+
+// The host tier's delta takers routed through their own fan-out plan
+// (issue 27 item 3): every version served is bit-identical to a full send,
+// each consumer is moved the delta alone, and the producer sends it only to
+// the root's children of the plan (relays forward it to the others).
+class MpiFanoutDelta : public ::testing::TestWithParam<std::tuple<Fanout, int>> {};
+
+TEST_P(MpiFanoutDelta, RelaysForwardTheDeltaAndEveryVersionIsBitIdentical) {
+  const auto [fanout, arity] = GetParam();
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.delta = DeltaMode::kOn;
+  s.pub.fanout = fanout;
+  s.pub.tree_arity = arity;
+  s.pub.chunk_bytes = 32 << 10;  // the delta (~2% of 4 MiB changed) is several messages
+  constexpr int kVersions = 5;
+  Evolving model(4 << 20, 92);
+  const int consumers = Size() - 1;
+  // Tree: the producer sends to min(arity, consumers) ranks; direct: to all.
+  const uint64_t root_children =
+      static_cast<uint64_t>(fanout == Fanout::kDirect ? consumers : std::min(arity, consumers));
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    for (int v = 0; v < kVersions; ++v) {
+      if (v > 0) model.Step(0.02);
+      auto r = (*pub)->Publish(model.model(), v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(consumers)) << r->BriefReport();
+      for (const auto& c : r->consumers) {
+        EXPECT_TRUE(c.delivered) << r->BriefReport();
+        if (v == 0) {
+          EXPECT_EQ(c.encoding, "full") << r->BriefReport();
+          EXPECT_EQ(c.bytes_moved, r->bytes) << r->BriefReport();
+        } else {
+          EXPECT_EQ(c.encoding, "delta of version " + std::to_string(v - 1)) << r->BriefReport();
+          EXPECT_EQ(c.bytes_moved, r->written_bytes) << "rank " << c.rank << ": " << r->BriefReport();
+          EXPECT_LT(c.bytes_moved, r->bytes / 5) << r->BriefReport();
+        }
+      }
+      if (v == 0) {
+        // The whole image (plus the chunk plan, 8 bytes per message) per child of the root.
+        EXPECT_GE(r->sent_bytes, root_children * r->bytes) << r->BriefReport();
+        EXPECT_LE(r->sent_bytes, root_children * (r->bytes + 8 * (r->bytes / s.pub.chunk_bytes + 8)))
+            << r->BriefReport();
+      } else {
+        // One delta per child of the root, not one per taker.
+        EXPECT_EQ(r->sent_bytes, root_children * r->written_bytes) << r->BriefReport();
+      }
+    }
+    ASSERT_TRUE((*pub)->Close().ok());
+    EXPECT_TRUE((*pub)->summary().lost_consumers.empty()) << (*pub)->summary().BriefReport();
+  } else {
+    Served served;
+    auto sub = Subscriber::Create(s.sub, served.Callback());
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_TRUE((*sub)->WaitUntilDone(60));
+    const auto summary = (*sub)->summary();
+    EXPECT_EQ(summary.received, static_cast<uint64_t>(kVersions)) << summary.BriefReport();
+    EXPECT_EQ(summary.rejected, 0u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_versions, kVersions - 1u) << summary.BriefReport();
+    std::lock_guard<std::mutex> lock(served.mu);
+    for (int v = 0; v < kVersions; ++v) {
+      if (v > 0) model.Step(0.02);
+      auto it = served.versions.find(v);
+      ASSERT_NE(it, served.versions.end()) << "version " << v << " was not served";
+      EXPECT_TRUE(SameTensors(it->second->state, model.model())) << "version " << v;
+    }
+  }
+}
+
+// np 5, arity 2: 0 -> 1, 2 and 1 -> 3, 4 (rank 1 relays); arity 1: a chain
+// of 4; direct: the producer sends every taker its delta (the reference).
+INSTANTIATE_TEST_SUITE_P(Plans, MpiFanoutDelta,
+                         ::testing::Values(std::make_tuple(Fanout::kTree, 2),
+                                           std::make_tuple(Fanout::kTree, 1),
+                                           std::make_tuple(Fanout::kDirect, 2)));
+
+TEST(MpiFanoutDeltaFaults, RelayDroppedMidDeltaCostsItsSubtreeOneVersionThenFull) {
+  // np 5, tree of arity 2, delta on. Rank 1 speaks the wire protocol itself:
+  // it refuses version 0 (the others take it full: 0 -> 2, 3; 2 -> 4), then
+  // answers version 1's delta offer naming the base offered (so the delta
+  // plan over the takers 1..4 is 0 -> 1, 2; 1 -> 3, 4), takes its route,
+  // forwards the delta's first message to 3 and 4, and stops. Ranks 3 and 4
+  // then hold a partial delta: they serve nothing torn (Unavailable, not
+  // served, still subscribed) and keep version 0; the producer drops rank 1;
+  // rank 2 serves version 1 from its delta. Version 2 (a delta against 1)
+  // reaches rank 2 as a delta and ranks 3 and 4, which do not hold version
+  // 1, whole; every version served is bit-identical.
+  if (Size() != 5) GTEST_SKIP() << "runs at np 5 (a relay with two receivers beside a direct taker)";
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  s.pub.delta = DeltaMode::kOn;
+  s.pub.fanout = Fanout::kTree;
+  s.pub.tree_arity = 2;
+  s.pub.peer_timeout_s = 6.0;    // the relay's receivers give up after 0.75 of it (4.5 s)
+  s.pub.chunk_bytes = 32 << 10;  // the delta is several messages
+  constexpr int kVersions = 3;
+  Evolving model(4 << 20, 93);
+  if (Rank() == 0) {
+    auto pub = Publisher::Create(s.pub);
+    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+    std::vector<Publisher::VersionReport> reports;
+    for (int v = 0; v < kVersions; ++v) {
+      if (v > 0) model.Step(0.02);
+      auto r = (*pub)->Publish(model.model(), v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      reports.push_back(*r);
+    }
+    auto result = [&](int v, int rank) {
+      for (const auto& c : reports[static_cast<std::size_t>(v)].consumers) {
+        if (c.rank == rank) return c;
+      }
+      ADD_FAILURE() << "no result for rank " << rank << ": "
+                    << reports[static_cast<std::size_t>(v)].BriefReport();
+      return Publisher::ConsumerResult{};
+    };
+    const std::string r1 = reports[1].BriefReport(), r2 = reports[2].BriefReport();
+    EXPECT_GT(reports[1].written_bytes, 0u) << r1;
+    EXPECT_TRUE(result(1, 1).lost) << r1;
+    EXPECT_TRUE(result(1, 2).delivered) << r1;
+    EXPECT_EQ(result(1, 2).encoding, "delta of version 0") << r1;
+    for (int rank : {3, 4}) {
+      const auto c = result(1, rank);
+      EXPECT_FALSE(c.delivered) << r1;
+      EXPECT_FALSE(c.lost) << r1;
+      EXPECT_NE(c.message.find("Unavailable"), std::string::npos) << r1;
+    }
+    ASSERT_EQ(reports[2].consumers.size(), 3u) << r2;
+    EXPECT_EQ(result(2, 2).encoding, "delta of version 1") << r2;
+    EXPECT_EQ(result(2, 2).bytes_moved, reports[2].written_bytes) << r2;
+    for (int rank : {2, 3, 4}) EXPECT_TRUE(result(2, rank).delivered) << r2;
+    for (int rank : {3, 4}) {
+      EXPECT_EQ(result(2, rank).encoding, "full") << r2;
+      EXPECT_EQ(result(2, rank).bytes_moved, reports[2].bytes) << r2;
+    }
+    EXPECT_EQ((*pub)->summary().lost_consumers, std::vector<int>{1});
+    ASSERT_TRUE((*pub)->Close().ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // closed
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has drained
+  } else if (Rank() == 1) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    internal::Ready ready;
+    ready.session = *session;
+    internal::Announce a;
+    MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
+    ready.version = a.version;
+    ready.accept = 0;  // version 0: refused
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready, 30).ok());
+    MPI_Recv(&a, sizeof(a), MPI_BYTE, 0, internal::kTagAnnounce, comm, MPI_STATUS_IGNORE);
+    auto payload = internal::DecodeHostPayload(a);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    EXPECT_EQ(a.version, 1u);
+    EXPECT_EQ(payload->routed, 1u);
+    ASSERT_GT(payload->delta_bytes, payload->delta_chunk_bytes) << "the delta must be several messages";
+    ready.version = a.version;
+    ready.accept = 1;
+    ready.path = internal::kPathDelta;
+    ready.held_version = payload->delta_base_version;  // as if it held the base
+    ready.held_checksum = payload->delta_base_checksum;
+    ASSERT_TRUE(internal::SendPod(comm, 0, internal::kTagReady, ready, 30).ok());
+    internal::Route route;
+    MPI_Recv(&route, sizeof(route), MPI_BYTE, 0, internal::kTagRoute, comm, MPI_STATUS_IGNORE);
+    EXPECT_EQ(route.parent, 0);
+    ASSERT_EQ(route.children_count, 2);
+    EXPECT_EQ(route.children[0], 3);
+    EXPECT_EQ(route.children[1], 4);
+    // The delta's first message, forwarded; then this relay stops.
+    std::vector<std::byte> first(payload->delta_chunk_bytes);
+    MPI_Recv(first.data(), static_cast<int>(first.size()), MPI_BYTE, 0, internal::kTagData, comm,
+             MPI_STATUS_IGNORE);
+    for (int child : {3, 4}) {
+      EXPECT_TRUE(
+          internal::SendBytesWithin(comm, child, internal::kTagData, first.data(), first.size(), 10).ok());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the producer has closed
+    DrainProducerData(comm);
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    Served served;
+    auto sub = Subscriber::Create(s.sub, served.Callback());
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_TRUE((*sub)->WaitUntilDone(60));
+    const auto summary = (*sub)->summary();
+    const bool behind_relay = Rank() != 2;
+    EXPECT_TRUE(summary.producer_finished) << summary.BriefReport();
+    EXPECT_EQ(summary.received, behind_relay ? 2u : 3u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_versions, behind_relay ? 0u : 2u) << summary.BriefReport();
+    const auto rejections = (*sub)->Rejections();
+    if (behind_relay) {
+      ASSERT_EQ(rejections.size(), 1u) << summary.BriefReport();
+      EXPECT_EQ(rejections[0].version, 1u);
+      EXPECT_EQ(rejections[0].status.code(), StatusCode::kUnavailable) << rejections[0].status.ToString();
+      EXPECT_NE(rejections[0].status.message().find("relay rank 1"), std::string::npos)
+          << rejections[0].status.ToString();
+    } else {
+      EXPECT_TRUE(rejections.empty()) << summary.BriefReport();
+    }
+    {
+      std::lock_guard<std::mutex> lock(served.mu);
+      for (int v = 0; v < kVersions; ++v) {
+        if (v > 0) model.Step(0.02);
+        auto it = served.versions.find(v);
+        if (behind_relay && v == 1) {
+          EXPECT_EQ(it, served.versions.end()) << "version 1 served behind the stopped relay";
+          continue;
+        }
+        ASSERT_NE(it, served.versions.end()) << "version " << v << " was not served";
+        EXPECT_TRUE(SameTensors(it->second->state, model.model())) << "version " << v;
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 

@@ -36,6 +36,8 @@ struct SendOutcome {
   // What the tier wrote (VersionReport::written_bytes, encoding).
   uint64_t written_bytes = 0;
   std::string encoding;
+  // What the producer itself sent (VersionReport::sent_bytes).
+  uint64_t sent_bytes = 0;
   // The consumers this send dropped (ConsumerResult::lost).
   std::vector<int> Lost() const {
     std::vector<int> lost;
@@ -74,8 +76,9 @@ class ProducerControl {
   // consumers go into `out`.
   StatusOr<ReadyList> Handshake(const Announce& a, SendOutcome* out);
   // Two-sided: plans who forwards the version to whom over the consumers
-  // that accepted it and, when `routed` (as `a` announced), sends each its
-  // Route. Sets `acking` to the consumers that will acknowledge (one whose
+  // in `ready` (those that take one stream: the full version, or the host
+  // tier's delta, whose takers get a plan of their own) and, when `routed`
+  // (as `a` announced), sends each its Route. Sets `acking` to the consumers that will acknowledge (one whose
   // Route cannot be sent is dropped).
   FanoutPlan Route(const Announce& a, bool routed, const ReadyList& ready, SendOutcome* out,
                    std::vector<int>* acking);

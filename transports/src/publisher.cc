@@ -330,6 +330,7 @@ class Publisher::Impl {
     report->notify_s = out.notify_s;
     report->written_bytes = out.written_bytes;
     report->encoding = out.encoding;
+    report->sent_bytes = out.sent_bytes;
     const std::vector<int> lost = out.Lost();
     std::lock_guard<std::mutex> lock(mu_);
     lost_.insert(lost_.end(), lost.begin(), lost.end());

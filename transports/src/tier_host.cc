@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 
+#include "host_stream.h"
 #include "keep_until_finalize.h"
 #include "mpi_link.h"
 #include "shm_segment.h"
@@ -161,12 +162,13 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   // process dies).
   if (offer_shm) segment_->Unlink();
   std::vector<int> via_shm, via_delta;
-  ReadyList via_mpi;
+  ReadyList via_mpi, delta_ready;
   for (const auto& r : ready) {
     if (r.second.path == kPathDelta) {
       // Only for the base offered, which it says it holds.
       if (delta_.Takes(r.first, r.second)) {
         via_delta.push_back(r.first);
+        delta_ready.push_back(r);
       } else {
         control_->Drop(r.first, "answered a delta for version " + std::to_string(r.second.held_version) +
                                     ", which is not the base offered", out);
@@ -181,7 +183,12 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
   std::vector<int> acking;  // every consumer the version is on its way to
   const FanoutPlan fan = control_->Route(a, payload.routed != 0, via_mpi, out, &acking);
   acking.insert(acking.end(), via_shm.begin(), via_shm.end());
-  acking.insert(acking.end(), via_delta.begin(), via_delta.end());
+  // The delta takers get a plan of their own (same arity and nodes): they
+  // all hold the base offered, so a relay forwards the delta unchanged, and
+  // only to takers.
+  std::vector<int> delta_acking;
+  const FanoutPlan delta_fan = control_->Route(a, payload.routed != 0, delta_ready, out, &delta_acking);
+  acking.insert(acking.end(), delta_acking.begin(), delta_acking.end());
 
   // The digest comes from the built image when there is one, else from the
   // shm copy when there is one (it hashes what it copies); else from a
@@ -210,7 +217,9 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     return true;
   };
   std::vector<ChunkedTransfer> transfers = Sends(fan.ChildrenOf(control_->rank()), &chunks);
-  for (ChunkedTransfer& t : Sends(via_delta, delta_.chunks())) transfers.push_back(std::move(t));
+  for (ChunkedTransfer& t : Sends(delta_fan.ChildrenOf(control_->rank()), delta_.chunks())) {
+    transfers.push_back(std::move(t));
+  }
   // When each direct transfer completed (delta auto measures its links).
   std::vector<double> done_s(transfers.size(), 0);
   const double run_s = MonotonicSeconds();
@@ -234,6 +243,10 @@ Status HostSender::Send(const StreamSource& src, double start_s, SendOutcome* ou
     make_header();
   }
   DropFailed(transfers, {m.plan, header, delta_.delta_memory()}, src.owners, out, &acking);
+  for (const ChunkedTransfer& t : transfers) {
+    if (t.failed) continue;
+    for (const Chunk& c : *t.chunks) out->sent_bytes += c.size;
+  }
   const double sent_s = MonotonicSeconds() - t0;
   // With shm consumers always: the segment is rewritten by the next version
   // only once each has its copy.
@@ -515,33 +528,18 @@ std::shared_ptr<std::vector<uint64_t>> ReceivePlan(MPI_Comm comm, uint64_t data_
 
 // Plan, data at header_bytes while it is hashed, header last.
 StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
-  const int producer = control_->producer();
   const double t0 = MonotonicSeconds();
   const HostPayload p = PayloadOrNone(a);
   const bool plausible = p.header_bytes >= 8 && p.header_bytes <= a.image_bytes &&
                          p.data_chunks <= a.image_bytes - p.header_bytes;
   VIPER_ASSIGN_OR_RETURN(const std::shared_ptr<AlignedBuffer> buffer,
                          Answer(control_, pool_, a, plausible, control_->ReadyFor(a)));
-  double deadline = control_->TransferDeadline(a);
-  Route route;
-  route.parent = producer;
-  if (p.routed) {
-    VIPER_RETURN_IF_ERROR(control_->AwaitRoute(a.version, deadline, &route));
-    if (route.parent != producer) deadline = std::min(deadline, MonotonicSeconds() + route.relay_timeout_s);
-  }
-  const int parent = route.parent;
-  const std::string in_time = "within " + Seconds1(deadline - MonotonicSeconds()) + " s";
-  // The producer stopping is the end of this subscription; a relay
-  // stopping costs only this version.
-  auto lost = [&](const std::string& what) {
-    if (parent == producer) return AbortedError(what);
-    return UnavailableError(what + " (relay rank " + std::to_string(parent) +
-                            "; the version is not served, the subscription goes on)");
-  };
+  VIPER_ASSIGN_OR_RETURN(const StreamLeg leg, StreamLeg::Open(control_, a, p.routed != 0));
   MPI_Comm comm = control_->link().comm;
-  auto plan = ReceivePlan(comm, p.data_chunks, parent, deadline);
+  auto plan = ReceivePlan(comm, p.data_chunks, leg.parent(), leg.deadline());
   if (!plan) {
-    return lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " + in_time);
+    return leg.Lost("the chunk plan of version " + std::to_string(a.version) + " did not arrive " +
+                    leg.in_time());
   }
   std::vector<Chunk> plan_chunk = {
       {reinterpret_cast<std::byte*>(plan->data()), plan->size() * sizeof(uint64_t)}};
@@ -555,46 +553,80 @@ StatusOr<Landed> TwoSidedReceiver::Receive(const Announce& a) {
   hooks.completed = [&](std::size_t index) {
     if (index < ends.size()) hasher->Landed(ends[index]);
   };
-  std::vector<ChunkedTransfer> transfers(1);
-  transfers[0].peer = parent;
-  transfers[0].chunks = &chunks;
   // Relay: the same messages, plan first, each sent on once it has landed.
-  std::vector<Chunk> forward;
-  if (route.children_count > 0) {
-    forward = plan_chunk;
-    forward.insert(forward.end(), chunks.begin(), chunks.end());
-  }
-  for (ChunkedTransfer& t : Sends({route.children, route.children + route.children_count}, &forward)) {
-    transfers.push_back(std::move(t));
-  }
-  hooks.ready = [&](const ChunkedTransfer& t, std::size_t index) {
-    return !t.send || index <= transfers[0].completed;  // forward[index] is chunks[index - 1]
-  };
-  RunChunked(comm, 8, &transfers, deadline, hooks);
-  for (std::size_t i = 1; i < transfers.size(); ++i) {
-    if (!transfers[i].failed) continue;
-    // Freed sends may still read the plan and the landing buffer (which
-    // the pool never frees): keep the plan too.
-    if (plan) KeepUntilFinalize(std::move(plan));
-    // The producer drops that rank when it does not acknowledge.
-    if (!transfers[0].failed) {
-      Log(LogLevel::kWarning, "transports",
-          "rank " + std::to_string(control_->rank()) + " could not forward version " +
-              std::to_string(a.version) + " to rank " + std::to_string(transfers[i].peer) + " in time");
-    }
-  }
-  if (transfers[0].failed) {
+  bool forward_failed = false;
+  const bool received = leg.Run(a.version, plan_chunk, chunks, hooks, &forward_failed);
+  // Freed sends may still read the plan and the landing buffer (which the
+  // pool never frees): keep the plan too.
+  if (forward_failed) KeepUntilFinalize(std::move(plan));
+  if (!received) {
     hasher.reset();  // reads only what had landed
     // Receives may still land in this buffer: take it out of the pool and
     // keep it until MPI_Finalize.
     KeepUntilFinalize(buffer);
     pool_->Retire(buffer);
-    return lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " + in_time);
+    return leg.Lost("transfer of " + std::to_string(a.image_bytes) + " bytes did not complete " +
+                    leg.in_time());
   }
   return StreamedImage(a, p, buffer, Source(a), t0, hasher->Finish());
 }
 
 }  // namespace
+
+// ------------------------------------------------------ a consumer's leg
+
+StatusOr<StreamLeg> StreamLeg::Open(ConsumerControl* control, const Announce& a, bool routed) {
+  StreamLeg leg;
+  leg.control_ = control;
+  leg.deadline_ = control->TransferDeadline(a);
+  leg.route_.parent = control->producer();
+  if (routed) {
+    VIPER_RETURN_IF_ERROR(control->AwaitRoute(a.version, leg.deadline_, &leg.route_));
+    if (leg.route_.parent != control->producer()) {
+      leg.deadline_ = std::min(leg.deadline_, MonotonicSeconds() + leg.route_.relay_timeout_s);
+    }
+  }
+  leg.in_time_ = "within " + Seconds1(leg.deadline_ - MonotonicSeconds()) + " s";
+  return leg;
+}
+
+Status StreamLeg::Lost(const std::string& what) const {
+  if (route_.parent == control_->producer()) return AbortedError(what);
+  return UnavailableError(what + " (relay rank " + std::to_string(route_.parent) +
+                          "; the version is not served, the subscription goes on)");
+}
+
+bool StreamLeg::Run(uint64_t version, const std::vector<Chunk>& landed, const std::vector<Chunk>& chunks,
+                    ChunkHooks hooks, bool* forward_failed) const {
+  std::vector<ChunkedTransfer> transfers(1);
+  transfers[0].peer = route_.parent;
+  transfers[0].chunks = &chunks;
+  std::vector<Chunk> forward;
+  if (route_.children_count > 0) {
+    forward = landed;
+    forward.insert(forward.end(), chunks.begin(), chunks.end());
+  }
+  for (ChunkedTransfer& t : Sends({route_.children, route_.children + route_.children_count}, &forward)) {
+    transfers.push_back(std::move(t));
+  }
+  // forward[index] is landed[index], then chunks[index - landed.size()].
+  hooks.ready = [&](const ChunkedTransfer& t, std::size_t index) {
+    return !t.send || index < landed.size() + transfers[0].completed;
+  };
+  RunChunked(control_->link().comm, 8, &transfers, deadline_, hooks);
+  *forward_failed = false;
+  for (std::size_t i = 1; i < transfers.size(); ++i) {
+    if (!transfers[i].failed) continue;
+    *forward_failed = true;
+    // The producer drops that rank when it does not acknowledge.
+    if (!transfers[0].failed) {
+      Log(LogLevel::kWarning, "transports",
+          "rank " + std::to_string(control_->rank()) + " could not forward version " +
+              std::to_string(version) + " to rank " + std::to_string(transfers[i].peer) + " in time");
+    }
+  }
+  return !transfers[0].failed;
+}
 
 StatusOr<std::unique_ptr<TierSender>> MakeHostSender(const SenderSetup& setup) {
   return std::unique_ptr<TierSender>(new HostSender(setup.control));

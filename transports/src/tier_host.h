@@ -18,7 +18,11 @@
 // from the producer naming the rank the kTagData messages come from (the
 // producer, or a relaying consumer) and the ranks it forwards them to. A
 // relay forwards every message, plan included, unchanged and in order, each
-// as soon as it has landed, and acknowledges to the producer itself.
+// as soon as it has landed, and acknowledges to the producer itself. The
+// delta takers (tier_host_delta.h) get a Route too, from a plan of their own
+// over the takers alone: a relay there forwards the delta's messages, and
+// only to takers (they hold the same base). The consumer's leg of either
+// stream, relayed or not, is StreamLeg (host_stream.h).
 //
 // shm protocol (the two-sided fields set too; Announce::host is the
 // producer's node): the segment's name and payload size (the image is
@@ -43,7 +47,7 @@ namespace internal {
 struct HostPayload {
   uint64_t header_bytes = 0;       // padded header size (the data lands after it)
   uint64_t data_chunks = 0;        // entries of the plan
-  uint64_t routed = 0;             // 1 = a Route follows the consumer's Ready
+  uint64_t routed = 0;             // 1 = a Route follows the consumer's Ready (two-sided and delta)
   uint64_t shm_payload_bytes = 0;  // shm: the segment's payload size
   char shm_name[64] = {0};         // shm: the segment's name; empty: two-sided only
   // A delta offered (tier_host_delta.h): delta_bytes > 0 bytes, in messages

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "host_stream.h"
 #include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
@@ -323,17 +324,22 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   VIPER_RETURN_IF_ERROR(control_->SendReady(a, ready));
   if (!buffer.ok()) return buffer.status();
 
+  // From the producer, or from a relay (routed): a taker that is a relay
+  // forwards each message to its children (takers too: they hold the same
+  // base) as it lands, before it applies; each child verifies its rebuilt
+  // image itself.
+  VIPER_ASSIGN_OR_RETURN(const StreamLeg leg, StreamLeg::Open(control_, a, p.routed != 0));
   std::vector<Chunk> chunks;
   AppendChunks(delta_->data(), p.delta_bytes, p.delta_chunk_bytes, &chunks);
-  std::vector<ChunkedTransfer> transfers(1);
-  transfers[0].peer = control_->producer();
-  transfers[0].chunks = &chunks;
-  RunChunked(control_->link().comm, 8, &transfers, control_->TransferDeadline(a));
-  if (transfers[0].failed) {
-    KeepUntilFinalize(delta_);  // a freed receive may still land in it
-    delta_.reset();
-    return AbortedError("delta of version " + std::to_string(a.version) + " (" + std::to_string(p.delta_bytes) +
-                        " bytes) did not arrive within " + control_->WindowText(a) + " s");
+  bool forward_failed = false;
+  const bool received = leg.Run(a.version, {}, chunks, {}, &forward_failed);
+  if (!received || forward_failed) {
+    KeepUntilFinalize(delta_);  // a freed receive may still land in it, a freed send still read it
+    if (!received) delta_.reset();
+  }
+  if (!received) {
+    return leg.Lost("delta of version " + std::to_string(a.version) + " (" + std::to_string(p.delta_bytes) +
+                    " bytes) did not arrive " + leg.in_time());
   }
   // The back buffer: a copy of the image served, then the delta applied to it.
   std::byte* image = (*buffer)->data();

@@ -27,8 +27,15 @@
 // the consumer's copy and apply), with auto only when its rank is in the
 // offer's delta_ranks, and answers Ready with kPathDelta, naming what it holds
 // (Ready::held_version/held_checksum; the producer checks them). Then, all
-// kTagData from the producer (never relayed): the delta in messages of
-// delta_chunk_bytes. The consumer copies the image it serves into a landing
+// kTagData, the delta in messages of delta_chunk_bytes: from the producer,
+// or, when routed (HostPayload::routed), from the parent its Route names,
+// in a fan-out plan over the delta takers alone (every taker holds the same
+// base, so a relay forwards the delta unchanged). A taker that relays
+// forwards each message to its children as it lands, before it applies
+// (each child verifies its own rebuilt image); a relay that stops costs its
+// subtree that version (Unavailable, the subscription goes on), and since
+// those consumers then hold a version that is no longer the producer's
+// base, the next version reaches them whole. The consumer copies the image it serves into a landing
 // buffer (its back buffer), applies the delta there (delta::Apply: every
 // field checked first, the rebuilt image parsed with its checksums
 // verified, its version and viper.checksum compared with the delta's) and

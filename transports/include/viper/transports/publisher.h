@@ -194,6 +194,10 @@ class Publisher {
     // many consumers took it; ConsumerResult::encoding says which each got.
     uint64_t written_bytes = 0;
     std::string encoding;
+    // host tier: bytes the producer itself sent over MPI for this version
+    // (two-sided streams and deltas, to the consumers the fan-out plans give
+    // it; relays forward the rest; shm copies not counted); 0 on other tiers.
+    uint64_t sent_bytes = 0;
     bool superseded = false;       // async: replaced by a newer snapshot before it was sent
     bool sent = false;             // the background send finished (sync: always)
     std::vector<ConsumerResult> consumers;
