@@ -66,6 +66,7 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   // As viper plan names it: the model each checkpoint published (parallel to schedule).
   j["published"] = s.published;
   j["republished"] = s.republished;
+  j["keep_versions"] = s.keep_versions;
   j["kept_models"] = {{"evaluations", s.kept_evaluations},
                       {"reused", s.kept_reused},
                       {"peak", s.kept_peak},
@@ -132,7 +133,7 @@ void PrintTable(const workflow::LiveRun::Summary& s, FILE* out) {
       "training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
       s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
   std::fprintf(out, "every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
-  if (s.kept_peak > 1) {  // more than the served version's copy: re-publishing was on
+  if (s.keep_versions > 0) {
     std::fprintf(out, "re-publishing: %lld of %zu checkpoints re-published a kept model; kept models (the served "
                 "one included) measured %lld times (%lld more from an equal traffic), at most %lld copies (%.2f MB)\n",
                 static_cast<long long>(s.republished), s.schedule.size(), static_cast<long long>(s.kept_evaluations),

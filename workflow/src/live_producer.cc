@@ -237,7 +237,9 @@ class Producer {
     oo.keep_versions = o_.keep_versions;
     // Kept models are re-measured on the validation sample: they compare
     // with the candidate only when that is the planning metric.
-    keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation;
+    keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
+               o_.workload == LiveRun::Workload::kTrainer;
+    if (keeping_) s_.keep_versions = o_.keep_versions;
     online_ = std::make_unique<schedulers::OnlinePlanner>(
         sc.problem, schedulers::PredictorForecasterFactory(sc.predictor_options), oo);
     for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));

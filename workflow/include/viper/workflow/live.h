@@ -213,6 +213,9 @@ class LiveRun {
     // iteration, or an older kept model's (a re-publish: `republished` of them).
     std::vector<int64_t> published;
     int64_t republished = 0;
+    // Options::keep_versions where the run re-published (online on the
+    // validation loss, trainer workload), else 0.
+    int keep_versions = 0;
     // Re-publishing: kept models re-measured (evaluated; answered from an
     // earlier measurement on equal traffic), the most copies held at once
     // (the served one included) and their bytes.
