@@ -248,6 +248,7 @@ LiveRun::Options RecurringOnline(int keep_versions) {
   o.trainer.drift = Trainer::Drift::kRecurring;
   o.trainer.drift_at_iteration = 90;
   o.trainer.drift_period_iterations = 60;
+  o.trainer.test_samples = 1000;  // the consumer's images (and the table's, after the run)
   return o;
 }
 
