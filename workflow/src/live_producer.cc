@@ -276,8 +276,16 @@ class Producer {
     }
     if (rec.val_loss && keeping_) VIPER_RETURN_IF_ERROR(ObserveKept());
     VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
-    s_.planning_s += MonotonicSeconds() - t0;
-    work_->Paused(MonotonicSeconds() - t0);
+    const double pause = MonotonicSeconds() - t0;
+    s_.planning_s += pause;
+    work_->Paused(pause);
+    // The version of this iteration leaves after its decision: the log's
+    // time of the iteration includes it (the next iteration's includes it
+    // anyway), so that a simulation of the log publishes when the producer
+    // did. Re-measuring kept models makes this pause longest where the
+    // traffic just changed (a new traffic state: each evaluated afresh),
+    // where the stale version serving meanwhile costs most.
+    if (s_.log.records.back().wall_time_s) *s_.log.records.back().wall_time_s += pause;
     return checkpoint;
   }
 
