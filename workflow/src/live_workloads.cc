@@ -77,7 +77,9 @@ StatusOr<ReplayLog> LoadReplayLog(const LiveRun::Options& o) {
 
 class TrainerWorkload : public ProducerWorkload {
  public:
-  explicit TrainerWorkload(std::unique_ptr<Trainer> t) : trainer_(std::move(t)) {}
+  // `keep_served`: keep a copy of the served version (the closed loop
+  // re-measures it; other strategies never ask).
+  TrainerWorkload(std::unique_ptr<Trainer> t, bool keep_served) : trainer_(std::move(t)), keep_served_(keep_served) {}
   int64_t first_iteration() const override { return 1; }
   int64_t total_iterations() const override { return trainer_->planned_iterations(); }
   int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
@@ -88,7 +90,7 @@ class TrainerWorkload : public ProducerWorkload {
   void Published(int64_t model_iteration) override {
     served_ = model_iteration;
     if (model_iteration != trainer_->iterations_done()) return;  // a re-publish: kept already
-    kept_.Keep(model_iteration, trainer_->model());
+    if (keep_served_) kept_.Keep(model_iteration, trainer_->model());
     // The table keeps every published version (an exact row for each served version).
     trainer_->KeepCurrentVersion();
   }
@@ -135,6 +137,7 @@ class TrainerWorkload : public ProducerWorkload {
 
  private:
   std::unique_ptr<Trainer> trainer_;
+  const bool keep_served_;
   KeptModels kept_;                // the served version's copy and those kept for re-publishing
   std::optional<int64_t> served_;  // the served model's iteration
 };
@@ -270,7 +273,8 @@ StatusOr<std::unique_ptr<ProducerWorkload>> MakeProducerWorkload(const LiveRun::
     // The table's evaluations wait until training is over (FinishStalenessTable).
     to.staleness_deferred = to.staleness_table;
     VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
-    return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(std::move(trainer)));
+    return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(
+        std::move(trainer), o.strategy == schedulers::StrategyKind::kOnline));
   }
   VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
   auto replay = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);
