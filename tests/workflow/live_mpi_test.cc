@@ -301,7 +301,8 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   LogRecord rec;
   while ((*trainer)->iterations_done() < *wanted.rbegin()) {
     ASSERT_TRUE((*trainer)->Step(&rec).ok());
-    if (wanted.count((*trainer)->iterations_done())) models.emplace((*trainer)->iterations_done(), (*trainer)->model().Clone());
+    if (wanted.count((*trainer)->iterations_done()))
+      models.emplace((*trainer)->iterations_done(), (*trainer)->model().Clone());
   }
   auto sets = Trainer::LoadEvaluationSets(o.trainer);
   ASSERT_TRUE(sets.ok());
@@ -318,7 +319,8 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
     std::vector<int32_t> y;
     DriftedSamples(o.trainer, test.Subset({index % test.size()}), state).GatherAll(&x, &y);
     EXPECT_DOUBLE_EQ(req.loss, Evaluate(models.at(f->second), x, y, 1).mean_loss)
-        << "request " << index << " served by version " << req.version << " (the model of " << f->second << ")";
+        << "request " << index << " served by version " << req.version << " (the model of " << f->second
+        << ")";
     differs += Evaluate(models.at(req.iteration), x, y, 1).mean_loss != req.loss ? 1 : 0;
     ++checked;
   }

@@ -136,8 +136,8 @@ class Producer {
     if (model_iteration != iteration) {
       model = work_->KeptModel(model_iteration);
       if (model == nullptr) {
-        return InternalError("re-publishing at iteration " + std::to_string(iteration) + ": the model of iteration " +
-                             std::to_string(model_iteration) + " is not kept");
+        return InternalError("re-publishing at iteration " + std::to_string(iteration) +
+                             ": the model of iteration " + std::to_string(model_iteration) + " is not kept");
       }
     }
     Published p;

@@ -79,7 +79,8 @@ class TrainerWorkload : public ProducerWorkload {
  public:
   // `keep_served`: keep a copy of the served version (the closed loop
   // re-measures it; other strategies never ask).
-  TrainerWorkload(std::unique_ptr<Trainer> t, bool keep_served) : trainer_(std::move(t)), keep_served_(keep_served) {}
+  TrainerWorkload(std::unique_ptr<Trainer> t, bool keep_served)
+      : trainer_(std::move(t)), keep_served_(keep_served) {}
   int64_t first_iteration() const override { return 1; }
   int64_t total_iterations() const override { return trainer_->planned_iterations(); }
   int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
