@@ -176,7 +176,9 @@ class LiveRun {
     int consumer = 0;        // rank
     double time_s = 0;       // served at
     uint64_t version = 0;    // served by
-    int64_t iteration = 0;   // that version's iteration
+    // That version's iteration (its checkpoint's; a re-published version
+    // carries an older model: VersionStats::model_iteration).
+    int64_t iteration = 0;
     double loss = 0;         // real loss charged
     double staleness_s = 0;  // time_s - checkpoint_s of the version
     // Trainer with a drift: the producer iteration whose drift state the
