@@ -63,6 +63,14 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   j["plan_report"] = s.plan_report;
   j["planning_s"] = s.planning_s;
   j["schedule"] = s.schedule;
+  // As viper plan names it: the model each checkpoint published (parallel to schedule).
+  j["published"] = s.published;
+  j["republished"] = s.republished;
+  j["keep_versions"] = s.keep_versions;
+  j["kept_models"] = {{"evaluations", s.kept_evaluations},
+                      {"reused", s.kept_reused},
+                      {"peak", s.kept_peak},
+                      {"peak_bytes", s.kept_peak_bytes}};
   j["training_end_s"] = s.training_end_s;
   j["total_stall_s"] = s.total_stall_s;
   j["no_checkpoint_training_s"] = s.no_checkpoint_training_s;
@@ -80,6 +88,7 @@ nlohmann::json ToJson(const workflow::LiveRun::Summary& s) {
   for (const auto& v : s.versions) {
     j["versions"].push_back({{"version", v.version},
                              {"iteration", v.iteration},
+                             {"model_iteration", v.model_iteration},
                              {"checkpoint_s", v.checkpoint_s},
                              {"stall_s", v.stall_s},
                              {"snapshot_s", v.snapshot_s},
@@ -104,12 +113,14 @@ void PrintTable(const workflow::LiveRun::Summary& s, FILE* out) {
   std::fprintf(out, "%7s %9s %9s %9s %10s %9s %9s %10s %9s %8s %9s\n", "version", "iteration", "T_k s", "stall ms",
               "transfer ms", "load ms", "disc. ms", "update ms", "delivered", "requests", "mean loss");
   for (const auto& v : s.versions) {
-    std::fprintf(out, "%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s\n",
+    const std::string again =
+        v.model_iteration != v.iteration ? " re-publishes the model of " + std::to_string(v.model_iteration) : "";
+    std::fprintf(out, "%7llu %9lld %9.3f %9.2f %10.2f %9.2f %9.2f %10.2f %6d/%-2d %8lld %9.4f%s%s\n",
                 static_cast<unsigned long long>(v.version), static_cast<long long>(v.iteration),
                 v.checkpoint_s, v.stall_s * 1e3, v.transfer_s * 1e3, v.load_s * 1e3, v.discovery_s * 1e3,
                 v.update_latency_s * 1e3, v.delivered_to, s.consumers, static_cast<long long>(v.requests),
                 v.requests ? v.loss_sum / static_cast<double>(v.requests) : 0.0,
-                v.superseded ? " superseded" : "");
+                v.superseded ? " superseded" : "", again.c_str());
   }
   std::fprintf(out, "\nW=%lld N=%lld tau=%.2f ms, plan: %s\n", static_cast<long long>(s.warmup_iterations),
               static_cast<long long>(s.total_iterations), s.seconds_per_iteration * 1e3,
@@ -122,6 +133,13 @@ void PrintTable(const workflow::LiveRun::Summary& s, FILE* out) {
       "training %.2f s, stall %.3f s, planning %.3f s -> slowdown %.2f%% vs %.2f s without checkpoints\n",
       s.training_end_s, s.total_stall_s, s.planning_s, s.slowdown_fraction * 100, s.no_checkpoint_training_s);
   std::fprintf(out, "every version delivered to every consumer: %s\n", s.every_version_delivered ? "yes" : "no");
+  if (s.keep_versions > 0) {
+    std::fprintf(out, "re-publishing: %lld of %zu checkpoints re-published a kept model; kept models (the served "
+                "one included) measured %lld times (%lld more from an equal traffic), at most %lld copies (%.2f MB)\n",
+                static_cast<long long>(s.republished), s.schedule.size(), static_cast<long long>(s.kept_evaluations),
+                static_cast<long long>(s.kept_reused), static_cast<long long>(s.kept_peak),
+                static_cast<double>(s.kept_peak_bytes) / 1e6);
+  }
   if (s.traffic_iteration_mae) {
     std::fprintf(out, "drifting traffic: consumers' estimate of the producer's iteration off by %.1f on average "
                 "(bias %+.1f iterations)\n",
@@ -166,6 +184,13 @@ int RunRun(const std::vector<std::string>& args) {
       "sync (Publish waits for delivery) | async (snapshot, background send)")(
       "strategy", po::value(&strategy)->default_value(strategy),
       "epoch | viper-fixed | viper-greedy | fixed | optimal | online")(
+      "keep-versions", po::value(&o.keep_versions)->default_value(o.keep_versions),
+      "--strategy online, --workload trainer: models kept for re-publishing, in [0, 1000] (0 = never "
+      "re-publish): at each validation point the producer re-measures the kept models the planner asks for "
+      "(the last ones it published, the last of each regime before a detected change) on today's validation "
+      "sample, each once per traffic state, as planning time, and publishes one again when it beats both the "
+      "candidate and the served version by the gate's margin (recurring domains). Memory: float32 copies of "
+      "at most 2K + 1 models ((2K + 1) x the model's bytes: 0.8 MB each for --hidden 256)")(
       "pfs-dir", po::value(&o.pfs_dir),
       "pfs tier: directory shared by all ranks (created 0700 when missing; refused when another user owns it "
       "or group/others may write into it; default: a private directory made for the run, removed at its end)")(
@@ -451,6 +476,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"delta", "--delta"},
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
+        {"keep_versions", "--keep-versions"},
         {"poll_period_s", "--poll-period-s"},
         {"requests_per_s", "--requests-per-s"},
         {"model_bytes", "--model-bytes"},

@@ -314,4 +314,14 @@ expect_in "$tmp/err" "--warmup" "and what to change"
 expect_rc 1 "simulate on 3 warm-up epochs" "$viper" simulate --log "$tmp/keras.csv" -q --seconds-per-epoch 60
 expect_in "$tmp/err" "needs at least 8" "simulate states the minimum too"
 
+# --- viper run --keep-versions (issue 25: live re-publishing): bad values are usage errors naming the option.
+for v in -1 1001 abc 2.5; do
+  expect_rc 2 "run --keep-versions $v" "$viper" run --keep-versions "$v"
+  expect_in "$tmp/err" "--keep-versions" "run names --keep-versions for $v"
+done
+expect_in "$tmp/err" "expected a whole number" "a non-integer --keep-versions says what is expected"
+"$viper" run --help 2>&1 | tr -s ' \n' '  ' >"$tmp/help"
+expect_in "$tmp/help" "--keep-versions arg (=8)" "run --help shows the --keep-versions default"
+expect_in "$tmp/help" "(2K + 1) x the model's bytes" "run --help states the memory cost"
+
 finish "cli"

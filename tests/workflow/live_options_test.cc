@@ -46,6 +46,18 @@ TEST(LiveOptions, InvalidFieldsAreNamed) {
   o.trainer.batch_size = 0;
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("trainer."), std::string::npos) << error;
+
+  // The planner's bound on kept models, [0, 1000]; its default (8) is the run's.
+  EXPECT_EQ(LiveRun::Options().keep_versions, schedulers::OnlinePlanner::Options().keep_versions);
+  for (int bad : {-1, 1001}) {
+    o = LiveRun::Options();
+    o.keep_versions = bad;
+    EXPECT_FALSE(o.IsValid(&error)) << bad;
+    EXPECT_EQ(error.rfind("keep_versions", 0), 0u) << error;
+  }
+  o = LiveRun::Options();
+  o.keep_versions = 0;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
 }
 
 TEST(LiveOptions, DriftAndSubsetsAreValidated) {

@@ -71,6 +71,13 @@ bool LiveRun::Options::IsValid(std::string* error) const {
   }
   if (!(poll_period_s > 0)) return Fail(error, "poll_period_s must be > 0");
   if (!(requests_per_s > 0)) return Fail(error, "requests_per_s must be > 0");
+  {
+    // The planner's own bound.
+    schedulers::OnlinePlanner::Options oo;
+    oo.keep_versions = keep_versions;
+    std::string why;
+    if (!oo.IsValid(&why)) return Fail(error, why);
+  }
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");
   if (!(warmup_fraction > 0 && warmup_fraction < 1)) return Fail(error, "warmup_fraction must be in (0, 1)");
   if (workload == Workload::kReplay) {
@@ -143,7 +150,9 @@ std::string LiveRun::Summary::BriefReport() const {
       mode.c_str(), notify.c_str(), workload.c_str(), versions.size(),
       consumers, cil, cil_per_consumer, static_cast<long long>(requests),
       mean_update_latency_s.value_or(0) * 1e3, total_stall_s, slowdown_fraction * 100, termination.c_str());
-  return buf;
+  std::string out = buf;
+  if (republished > 0) out += ", " + std::to_string(republished) + " re-published a kept model";
+  return out;
 }
 
 std::string LiveRun::Summary::RequestCsv() const {
@@ -264,6 +273,8 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(log, sco));
   if (!sc.truth) return FailedPreconditionError("the live log does not cover N");
   auto so = simulator::SimulatorOptionsFor(sc);
+  // A re-published version is charged the older model's loss.
+  if (s.republished > 0) so.published = s.published;
   simulator::Simulator sim(so);
   VIPER_ASSIGN_OR_RETURN(auto r, sim.Run(*sc.truth, s.schedule));
   LiveSimulationComparison c;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "live_exchange.h"
 #include "live_roles.h"
@@ -29,6 +30,7 @@ using transports::MonotonicSeconds;
 struct Published {
   uint64_t version = 0;
   int64_t iteration = 0;
+  int64_t model_iteration = 0;  // the model it carries (older than `iteration`: a re-publish)
   double start_s = 0;  // since the end of warm-up
   transports::Publisher::VersionReport report;
 };
@@ -41,7 +43,7 @@ class Producer {
   StatusOr<LiveRun::Summary> Run() {
     VIPER_RETURN_IF_ERROR(SetUp());
     VIPER_RETURN_IF_ERROR(WarmUp());
-    VIPER_RETURN_IF_ERROR(Publish(W_));
+    VIPER_RETURN_IF_ERROR(Publish(W_, W_));
     VIPER_RETURN_IF_ERROR(pub_->Flush());
     const schedulers::CheckpointCost cost = MeasuredCost();
     if (drifting_) pace_.Announce(W_, s_.seconds_per_iteration, N_);
@@ -58,6 +60,7 @@ class Producer {
     VIPER_RETURN_IF_ERROR(EveryConsumerGotThisRun(results));
     SummarizeRequests(results);
     SummarizeRun(static_cast<int>(results.size()));
+    work_->SummarizeKept(&s_);
     FinishStalenessTable();
     return s_;
   }
@@ -125,13 +128,25 @@ class Producer {
     return Status::Ok();
   }
 
-  Status Publish(int64_t iteration) {
+  // Publishes, as the version of `iteration`, the current model
+  // (`model_iteration` == `iteration`) or the kept model of `model_iteration`
+  // (a re-publish: the same stall and delivery, the older model's bytes).
+  Status Publish(int64_t iteration, int64_t model_iteration) {
+    const ModelState* model = &work_->model();
+    if (model_iteration != iteration) {
+      model = work_->KeptModel(model_iteration);
+      if (model == nullptr) {
+        return InternalError("re-publishing at iteration " + std::to_string(iteration) +
+                             ": the model of iteration " + std::to_string(model_iteration) + " is not kept");
+      }
+    }
     Published p;
     p.iteration = iteration;
+    p.model_iteration = model_iteration;
     p.start_s = Now() - t_warm_;
     const double t0 = MonotonicSeconds();
-    VIPER_ASSIGN_OR_RETURN(p.report, pub_->Publish(work_->model(), iteration));
-    work_->Published();
+    VIPER_ASSIGN_OR_RETURN(p.report, pub_->Publish(*model, iteration));
+    work_->Published(model_iteration);
     work_->Paused(MonotonicSeconds() - t0);
     p.version = p.report.version;
     published_.push_back(p);
@@ -219,6 +234,12 @@ class Producer {
     schedulers::OnlinePlanner::Options oo;
     oo.metric = sc.metric == predictor::LossMetric::kValLoss ? schedulers::ObservationKind::kValidation
                                                              : schedulers::ObservationKind::kTraining;
+    oo.keep_versions = o_.keep_versions;
+    // Kept models are re-measured on the validation sample: they compare
+    // with the candidate only when that is the planning metric.
+    keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
+               o_.workload == LiveRun::Workload::kTrainer;
+    if (keeping_) s_.keep_versions = o_.keep_versions;
     online_ = std::make_unique<schedulers::OnlinePlanner>(
         sc.problem, schedulers::PredictorForecasterFactory(sc.predictor_options), oo);
     for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));
@@ -253,10 +274,46 @@ class Producer {
         ++revalidations_;
       }
     }
+    if (rec.val_loss && keeping_) VIPER_RETURN_IF_ERROR(ObserveKept());
     VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
-    s_.planning_s += MonotonicSeconds() - t0;
-    work_->Paused(MonotonicSeconds() - t0);
+    const double pause = MonotonicSeconds() - t0;
+    s_.planning_s += pause;
+    work_->Paused(pause);
+    // The version of this iteration leaves after its decision: the log's
+    // time of the iteration includes it (the next iteration's includes it
+    // anyway), so that a simulation of the log publishes when the producer
+    // did. Re-measuring kept models makes this pause longest where the
+    // traffic just changed (a new traffic state: each evaluated afresh),
+    // where the stale version serving meanwhile costs most.
+    if (s_.log.records.back().wall_time_s) *s_.log.records.back().wall_time_s += pause;
     return checkpoint;
+  }
+
+  // Re-publishing, at a validation point: the current model is kept (it may
+  // turn out to be the last of a regime, which the planner names only once
+  // it has detected the change: the last keep_versions points' models are
+  // kept for that), and every kept model the planner wants is re-measured on
+  // today's validation sample; the copies it no longer wants are freed.
+  // At most 2K + 1 copies: K the planner's, K recent, the served one.
+  Status ObserveKept() {
+    recent_.push_back(it_);
+    if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
+    work_->RetainKept(WantedKept());  // before keeping one more
+    if (!work_->KeepCurrentModel()) return Status::Ok();
+    for (int64_t m : online_->KeptVersions()) {
+      auto loss = work_->RevalidateKept(m);
+      if (!loss) continue;  // a regime's end from before the recent points: not kept
+      VIPER_RETURN_IF_ERROR(online_->ObserveKept(m, *loss));
+    }
+    return Status::Ok();
+  }
+
+  // The kept models still wanted: the planner's and the recent validation points'.
+  std::vector<int64_t> WantedKept() const {
+    if (!keeping_) return {};
+    std::vector<int64_t> wanted = online_->KeptVersions();
+    wanted.insert(wanted.end(), recent_.begin(), recent_.end());
+    return wanted;
   }
 
   // Trains to N, publishing where the plan (or the closed loop) says.
@@ -271,12 +328,21 @@ class Producer {
         VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
       }
       if (!checkpoint) continue;
-      VIPER_RETURN_IF_ERROR(Publish(it_));
+      // The closed loop may publish an older kept model (publishing()).
+      const int64_t model = online_ ? online_->publishing() : it_;
+      VIPER_RETURN_IF_ERROR(Publish(it_, model));
       s_.schedule.push_back(it_);
+      s_.published.push_back(model);
+      if (model != it_) {
+        ++s_.republished;
+        Info("re-published the model of iteration " + std::to_string(model) + " at iteration " +
+             std::to_string(it_) + " (version " + std::to_string(published_.back().version) + ")");
+      }
       if (online_) {
         VIPER_RETURN_IF_ERROR(online_->Commit(it_));
         VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
       }
+      work_->RetainKept(WantedKept());  // after Commit: the version served before is kept now
       while (next < plan_.size() && plan_[next] <= it_) ++next;
       if (published_.back().version % 10 == 0) {
         Info("published version " + std::to_string(published_.back().version) + " at iteration " +
@@ -357,6 +423,7 @@ class Producer {
       LiveRun::VersionStats v;
       v.version = p.version;
       v.iteration = p.iteration;
+      v.model_iteration = p.model_iteration;
       v.checkpoint_s = p.version == 0 ? 0.0 : p.start_s;
       v.stall_s = p.report.stall_s;
       for (const auto& r : reports) {
@@ -511,6 +578,8 @@ class Producer {
   std::unique_ptr<schedulers::OnlinePlanner> online_;
   uint64_t costed_version_ = 0;  // the latest version whose cost UpdateOnlineCost looked at
   int64_t revalidations_ = 0;  // served version re-measured for the gate
+  bool keeping_ = false;       // online with keep_versions > 0 on the validation loss: re-publishing
+  std::vector<int64_t> recent_;  // the last keep_versions validation points whose models are kept
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "kept_models.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
@@ -76,22 +77,50 @@ StatusOr<ReplayLog> LoadReplayLog(const LiveRun::Options& o) {
 
 class TrainerWorkload : public ProducerWorkload {
  public:
-  explicit TrainerWorkload(std::unique_ptr<Trainer> t) : trainer_(std::move(t)) {}
+  // `keep_served`: keep a copy of the served version (the closed loop
+  // re-measures it; other strategies never ask).
+  TrainerWorkload(std::unique_ptr<Trainer> t, bool keep_served)
+      : trainer_(std::move(t)), keep_served_(keep_served) {}
   int64_t first_iteration() const override { return 1; }
   int64_t total_iterations() const override { return trainer_->planned_iterations(); }
   int64_t iterations_per_epoch() const override { return trainer_->iterations_per_epoch(); }
   Status Step(LogRecord* record) override { return trainer_->Step(record); }
   const ModelState& model() const override { return trainer_->model().state(); }
-  void Published() override {
-    served_ = trainer_->model().state();
+  // The served version is a kept copy (a ModelState copy would share the
+  // parameters the trainer goes on updating).
+  void Published(int64_t model_iteration) override {
+    served_ = model_iteration;
+    if (model_iteration != trainer_->iterations_done()) return;  // a re-publish: kept already
+    if (keep_served_) kept_.Keep(model_iteration, trainer_->model());
     // The table keeps every published version (an exact row for each served version).
     trainer_->KeepCurrentVersion();
   }
   std::optional<double> RevalidatePublished() override {
     if (!served_) return std::nullopt;
-    auto e = Evaluate(*served_, trainer_->DriftedView(trainer_->validation(), trainer_->iterations_done()));
-    if (!e.ok()) return std::nullopt;
-    return e->mean_loss;
+    return RevalidateKept(*served_);
+  }
+  bool KeepCurrentModel() override {
+    kept_.Keep(trainer_->iterations_done(), trainer_->model());
+    return true;
+  }
+  std::optional<double> RevalidateKept(int64_t model_iteration) override {
+    const TrafficState now = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
+    return kept_.Loss(model_iteration, now, [&](const Mlp& m) { return trainer_->Validate(m).mean_loss; });
+  }
+  const ModelState* KeptModel(int64_t model_iteration) const override {
+    const Mlp* m = kept_.Find(model_iteration);
+    return m == nullptr ? nullptr : &m->state();
+  }
+  void RetainKept(const std::vector<int64_t>& wanted) override {
+    std::vector<int64_t> keep = wanted;
+    if (served_) keep.push_back(*served_);
+    kept_.Retain(keep);
+  }
+  void SummarizeKept(LiveRun::Summary* s) const override {
+    s->kept_evaluations = kept_.evaluations();
+    s->kept_reused = kept_.reused();
+    s->kept_peak = kept_.peak();
+    s->kept_peak_bytes = kept_.peak_bytes();
   }
   std::optional<StalenessTable> FinishStalenessTable(LiveRun::Summary* s) override {
     if (!trainer_->options().staleness_table) return std::nullopt;
@@ -109,7 +138,9 @@ class TrainerWorkload : public ProducerWorkload {
 
  private:
   std::unique_ptr<Trainer> trainer_;
-  std::optional<ModelState> served_;  // a copy of the last published parameters
+  const bool keep_served_;
+  KeptModels kept_;                // the served version's copy and those kept for re-publishing
+  std::optional<int64_t> served_;  // the served model's iteration
 };
 
 // Replays the logged iteration times (sleeping) and losses.
@@ -243,7 +274,8 @@ StatusOr<std::unique_ptr<ProducerWorkload>> MakeProducerWorkload(const LiveRun::
     // The table's evaluations wait until training is over (FinishStalenessTable).
     to.staleness_deferred = to.staleness_table;
     VIPER_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
-    return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(std::move(trainer)));
+    return std::unique_ptr<ProducerWorkload>(std::make_unique<TrainerWorkload>(
+        std::move(trainer), o.strategy == schedulers::StrategyKind::kOnline));
   }
   VIPER_ASSIGN_OR_RETURN(ReplayLog rl, LoadReplayLog(o));
   auto replay = std::make_unique<ReplayWorkload>(std::move(rl), o.model_bytes, o.replay_time_scale, o.should_stop);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "viper/core/status.h"
 #include "viper/core/training_log.h"
@@ -31,11 +32,26 @@ class ProducerWorkload {
   // planning): a replay shifts its remaining iterations by as much, as a real
   // training job would be delayed.
   virtual void Paused(double seconds) {}
-  // The model was just published: remember it as the served version.
-  virtual void Published() {}
+  // A model was just published: remember it as the served version. It is
+  // the current model (`model_iteration` = the current iteration) or, for a
+  // re-publish, the kept model of `model_iteration` (KeptModel).
+  virtual void Published(int64_t model_iteration) {}
   // The served version's loss on the current validation sample (with the
   // data as they are now); nullopt when the workload cannot re-measure it.
   virtual std::optional<double> RevalidatePublished() { return std::nullopt; }
+  // Re-publishing (issue 25). The default keeps nothing (the replay).
+  // Keeps a copy of the current model as the model of the current
+  // iteration; false when the workload keeps no models.
+  virtual bool KeepCurrentModel() { return false; }
+  // The kept model of `model_iteration` on the current validation sample,
+  // as the current model is validated; nullopt when it is not kept.
+  virtual std::optional<double> RevalidateKept(int64_t model_iteration) { return std::nullopt; }
+  // The kept model of `model_iteration`, to publish; nullptr when not kept.
+  virtual const ModelState* KeptModel(int64_t model_iteration) const { return nullptr; }
+  // Frees the kept models not in `wanted` (the served version's copy stays).
+  virtual void RetainKept(const std::vector<int64_t>& wanted) {}
+  // What keeping cost: Summary::kept_evaluations, kept_reused, kept_peak, kept_peak_bytes.
+  virtual void SummarizeKept(LiveRun::Summary* s) const {}
   // After training: the staleness table of the versions kept during the run
   // (trainer with Options::trainer.staleness_table), its cost in `s`;
   // nullopt without one.

@@ -566,6 +566,8 @@ Evaluation Trainer::Validate() const { return EvaluateOn(model_, false, iteratio
 
 Evaluation Trainer::Test() const { return EvaluateOn(model_, true, iteration_); }
 
+Evaluation Trainer::Validate(const Mlp& model) const { return EvaluateOn(model, false, iteration_); }
+
 void Trainer::RecordStaleness(int64_t iteration) {
   KeepStalenessVersion(iteration);
   if (options_.staleness_deferred) {

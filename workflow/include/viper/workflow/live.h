@@ -26,6 +26,7 @@
 
 #include "viper/core/status.h"
 #include "viper/core/training_log.h"
+#include "viper/schedulers/online.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/strategy.h"
 #include "viper/transports/publisher.h"
@@ -63,6 +64,16 @@ class LiveRun {
     transports::HostProtocol host_protocol = transports::HostProtocol::kShm;
     // Schedule strategy (oracle is refused: it needs the future).
     schedulers::StrategyKind strategy = schedulers::StrategyKind::kOptimal;
+    // Strategy online, trainer workload: models kept for re-publishing
+    // (schedulers::OnlinePlanner::Options::keep_versions; >= 0, 0 = never
+    // re-publish). At each validation point the producer re-measures the
+    // kept models the planner asks for (OnlinePlanner::KeptVersions) on
+    // today's validation sample (each once per traffic state; counted as
+    // planning time) and, when the planner decides so, publishes one of them
+    // again. Memory: float32 copies, at most 2 x keep_versions + 1 models
+    // (the planner's, the last keep_versions validation points' that may
+    // become a regime's end, the served one): (2K + 1) x model bytes.
+    int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
     // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
     std::string pfs_dir;
     // pfs tier: a key file only this user can read (transports::Publisher::
@@ -138,6 +149,8 @@ class LiveRun {
   struct VersionStats {
     uint64_t version = 0;
     int64_t iteration = 0;
+    // The model it carries: `iteration`'s, or an older kept model's (a re-publish).
+    int64_t model_iteration = 0;
     double checkpoint_s = 0;      // T_k: Publish called (version 0: 0)
     double stall_s = 0;           // Publish blocked training
     double snapshot_s = 0;        // copy into the staging buffer
@@ -163,7 +176,9 @@ class LiveRun {
     int consumer = 0;        // rank
     double time_s = 0;       // served at
     uint64_t version = 0;    // served by
-    int64_t iteration = 0;   // that version's iteration
+    // That version's iteration (its checkpoint's; a re-published version
+    // carries an older model: VersionStats::model_iteration).
+    int64_t iteration = 0;
     double loss = 0;         // real loss charged
     double staleness_s = 0;  // time_s - checkpoint_s of the version
     // Trainer with a drift: the producer iteration whose drift state the
@@ -196,6 +211,20 @@ class LiveRun {
     std::string plan_report;              // the strategy's BriefReport (online: last re-plan)
     double planning_s = 0;                // seconds spent fitting/planning after warm-up (on the producer)
     schedulers::Schedule schedule;        // iterations actually published (after W)
+    // The model each checkpoint published, parallel to `schedule`: its own
+    // iteration, or an older kept model's (a re-publish: `republished` of them).
+    std::vector<int64_t> published;
+    int64_t republished = 0;
+    // Options::keep_versions where the run re-published (online on the
+    // validation loss, trainer workload), else 0.
+    int keep_versions = 0;
+    // Re-publishing: kept models re-measured (evaluated; answered from an
+    // earlier measurement on equal traffic), the most copies held at once
+    // (the served one included) and their bytes.
+    int64_t kept_evaluations = 0;
+    int64_t kept_reused = 0;
+    int64_t kept_peak = 0;
+    uint64_t kept_peak_bytes = 0;
     double training_end_s = 0;            // end of iteration N (window end)
     double total_stall_s = 0;             // sum of Publish stalls after warm-up
     double no_checkpoint_training_s = 0;  // training_end_s - total_stall_s - planning_s

@@ -286,6 +286,10 @@ class Trainer {
   // the subset is empty).
   Evaluation Validate() const;
   Evaluation Test() const;
+  // Another model (a kept copy) on the validation subset as drifted at
+  // iterations_done(): the same evaluation as Validate(), so its loss
+  // compares with the current model's bit for bit.
+  Evaluation Validate(const Mlp& model) const;
   // `samples` as the drift has it at `iteration`: see DriftedSamples.
   Samples DriftedView(const Samples& samples, int64_t iteration) const;
   // The staleness table so far (Options::staleness_table), rows sorted by

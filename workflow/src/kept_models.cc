@@ -1,0 +1,58 @@
+#include "kept_models.h"
+
+#include <algorithm>
+
+namespace viper {
+namespace workflow {
+namespace internal {
+
+void KeptModels::Keep(int64_t iteration, const Mlp& model) {
+  if (FindKept(iteration) != nullptr) return;
+  kept_.push_back(Kept{iteration, model.Clone(), {}});
+  if (size() > peak_) {
+    peak_ = size();
+    peak_bytes_ = static_cast<uint64_t>(peak_) * model.SizeBytes();
+  }
+}
+
+KeptModels::Kept* KeptModels::FindKept(int64_t iteration) {
+  for (auto& k : kept_) {
+    if (k.iteration == iteration) return &k;
+  }
+  return nullptr;
+}
+
+const Mlp* KeptModels::Find(int64_t iteration) const {
+  for (const auto& k : kept_) {
+    if (k.iteration == iteration) return &k.model;
+  }
+  return nullptr;
+}
+
+void KeptModels::Retain(const std::vector<int64_t>& wanted) {
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
+                             [&](const Kept& k) {
+                               return std::find(wanted.begin(), wanted.end(), k.iteration) == wanted.end();
+                             }),
+              kept_.end());
+}
+
+std::optional<double> KeptModels::Loss(int64_t iteration, const TrafficState& traffic,
+                                       const std::function<double(const Mlp&)>& evaluate) {
+  Kept* k = FindKept(iteration);
+  if (k == nullptr) return std::nullopt;
+  for (const auto& [state, loss] : k->measured) {
+    if (state == traffic) {
+      ++reused_;
+      return loss;
+    }
+  }
+  const double loss = evaluate(k->model);
+  ++evaluations_;
+  k->measured.emplace_back(traffic, loss);
+  return loss;
+}
+
+}  // namespace internal
+}  // namespace workflow
+}  // namespace viper
