@@ -309,7 +309,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
         fitted_points_ = 0;
         ++summary_.changes;
         summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
-        OnChange(regime_begin_);
+        AddSwitch(regime_begin_);
         sigma = Noise();  // of the new regime
       }
     }
@@ -370,6 +370,13 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     ++summary_.gated;
     want = false;
   }
+  // An anticipated return is seen when a change is detected (AddSwitch) or
+  // when the model it published measures better than at its publishing by
+  // twice the gate's margin (the traffic came back to its domain).
+  if (anticipated_ && !anticipated_->confirmed && served_loss_ &&
+      *served_loss_ < anticipated_->loss - 2.0 * MarginFor(sigma)) {
+    AddSwitch(idx);
+  }
   // An anticipated return holds everything else until its change is seen;
   // one that did not come by its tolerance was a wrong prediction.
   // A confirmed one holds until the traffic is past the predicted change's
@@ -382,7 +389,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   } else if (anticipated_ && !anticipated_->confirmed &&
              TrafficNow(now) > anticipated_->change + anticipated_->tolerance) {
     ++summary_.anticipation_failed;
-    pattern_from_ = change_traffic_.size();
+    pattern_from_ = switches_.size();
     anticipated_.reset();
   }
   const bool holding = anticipated_.has_value();
@@ -457,13 +464,21 @@ Status OnlinePlanner::Commit(int64_t iteration) {
     // A re-publish: the kept model serves, at its level measured now.
     if (anticipating_) {
       anticipated_ = anticipating_;
+      anticipated_->loss = *publishing_loss_;
       pre_anticipation_model_ = served_model();
       ++summary_.anticipated;
-    } else if (!republished_in_regime_) {
-      // A domain came back: the regimes between it and its return.
-      const size_t from = RegimeOf(publishing_), now_regime = static_cast<size_t>(summary_.changes);
-      if (now_regime >= from + 2) cycle_ = now_regime - from;
-      republished_in_regime_ = true;
+    } else {
+      // A model of another regime than the served one wins: the domain
+      // changed, a switch (unless one was just seen). The first such
+      // re-publish of a regime says how many regimes back its domain was.
+      if (measured_now_ && *measured_now_ == iteration && RegimeOf(publishing_) != RegimeOf(served_model())) {
+        AddSwitch(measured_.size() - 1);
+      }
+      if (!republished_in_regime_) {
+        const size_t from = RegimeOf(publishing_), now_regime = switches_.size();
+        if (now_regime >= from + 2) cycle_ = now_regime - from;
+        republished_in_regime_ = true;
+      }
     }
     anticipating_.reset();
     published_.push_back(publishing_);
@@ -498,8 +513,9 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
 }
 
 size_t OnlinePlanner::RegimeOf(int64_t model) const {
-  const auto& c = summary_.change_points;
-  return static_cast<size_t>(std::upper_bound(c.begin(), c.end(), model) - c.begin());
+  return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
+                                              [](int64_t m, const Switch& w) { return m < w.at; }) -
+                             switches_.begin());
 }
 
 double OnlinePlanner::TrafficAt(int64_t iteration) const {
@@ -519,40 +535,41 @@ double OnlinePlanner::MeasurementGap() const {
 
 std::optional<OnlinePlanner::Return> OnlinePlanner::PredictedReturn() const {
   if (!options_.anticipate_returns || options_.keep_versions <= 0 || cycle_ < 2) return std::nullopt;
-  const size_t n = change_traffic_.size();
+  const size_t n = switches_.size();
   if (n < pattern_from_ + 3) return std::nullopt;
-  const double i1 = change_traffic_[n - 2] - change_traffic_[n - 3], i2 = change_traffic_[n - 1] - change_traffic_[n - 2];
-  const double* u = &change_halfwidth_[n - 3];
+  const Switch* w = &switches_[n - 3];
+  const double i1 = w[1].middle - w[0].middle, i2 = w[2].middle - w[1].middle;
+  const double u[3] = {w[0].halfwidth, w[1].halfwidth, w[2].halfwidth};
   // Evenly spaced: the intervals agree within what the changes' half-widths
   // allow, or 5%.
   if (!(i1 > 0 && i2 > 0) || std::fabs(i1 - i2) > std::max(0.05 * std::max(i1, i2), u[0] + 2 * u[1] + u[2])) {
     return std::nullopt;
   }
-  const size_t upcoming = static_cast<size_t>(summary_.changes) + 1;
+  const size_t upcoming = n + 1;
   if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
   Return r;
-  r.change = change_traffic_[n - 1] + 0.5 * (i1 + i2);
+  r.change = w[2].middle + 0.5 * (i1 + i2);
   r.model = regime_models_[upcoming - cycle_];
   r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + MeasurementGap());
   return r;
 }
 
-void OnlinePlanner::OnChange(size_t begin) {
+void OnlinePlanner::AddSwitch(size_t begin) {
   const int64_t c = static_cast<int64_t>(measured_.iterations[begin]);
-  const size_t ended = static_cast<size_t>(summary_.changes) - 1;
-  regime_models_.resize(ended + 1, problem_.warmup_iterations);
-  regime_models_[ended] = anticipated_ ? pre_anticipation_model_ : ServedAt(c);
+  // One switch seen twice (a re-publish, then the slower change detector, or
+  // the other way round) within four measurement gaps is one.
+  if (!switches_.empty() && static_cast<double>(c - switches_.back().at) <= 4.0 * MeasurementGap()) return;
+  regime_models_.push_back(anticipated_ ? pre_anticipation_model_ : ServedAt(c));
   const double hi = TrafficAt(c),
                lo = begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : hi;
-  change_traffic_.push_back(0.5 * (lo + hi));
-  change_halfwidth_.push_back(0.5 * (hi - lo));
+  switches_.push_back(Switch{c, 0.5 * (lo + hi), 0.5 * (hi - lo)});
   if (anticipated_) {
-    if (std::fabs(change_traffic_.back() - anticipated_->change) <= anticipated_->tolerance) {
+    if (std::fabs(switches_.back().middle - anticipated_->change) <= anticipated_->tolerance) {
       anticipated_->confirmed = true;  // holds on until the traffic is past it (Decide)
       anticipated_->seen_at = hi;
     } else {
       ++summary_.anticipation_failed;
-      pattern_from_ = change_traffic_.size() - 1;
+      pattern_from_ = switches_.size() - 1;
       anticipated_.reset();
     }
   }
@@ -610,9 +627,9 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   // before recent versions: a loop that publishes often would otherwise
   // keep only versions of the current domain.
   if (const auto r = PredictedReturn()) add(r->model);
-  for (size_t q = regime_ends_.size(); q-- > 0;) {
+  for (size_t q = std::max(regime_models_.size(), regime_ends_.size()); q-- > 0;) {
     if (q < regime_models_.size()) add(regime_models_[q]);
-    add(regime_ends_[q]);
+    if (q < regime_ends_.size()) add(regime_ends_[q]);
   }
   add(problem_.warmup_iterations);
   std::vector<int64_t> newest(published_);

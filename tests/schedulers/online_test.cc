@@ -289,6 +289,28 @@ TEST(OnlinePlannerTest, AReturnThatDoesNotComeStopsAnticipation) {
   EXPECT_TRUE(back) << "the served model goes back to the domain of 900-1400:" << decisions << "; " << report;
 }
 
+// Regimes of 6 measurements (every 120 iterations from 300) are shorter than
+// min_fit_points: the change detector sees only some switches, late, and
+// fits no curve between them. The kept model that wins at each return marks
+// the switch, and once three are evenly spaced the returning domain's model
+// goes out at the measurement before each switch.
+TEST(OnlinePlannerTest, AnticipatesReturnsTooShortToFitBetween) {
+  std::vector<int64_t> switches;
+  for (int64_t s = 300; s <= 1990; s += 120) switches.push_back(s);
+  const DomainRun run = PlayDomains(switches, true);
+  const std::string report = run.summary.BriefReport(static_cast<int64_t>(run.decisions.size()));
+  EXPECT_GE(run.summary.anticipated, 10) << report;
+  EXPECT_EQ(run.summary.anticipation_failed, 0) << report;
+  int before = 0;
+  std::string decisions;
+  for (const auto& [at, model] : run.decisions) {
+    before += model != at && std::find(switches.begin(), switches.end(), at + 20) != switches.end();
+    decisions += " " + std::to_string(at) + ":" + std::to_string(model);
+  }
+  EXPECT_EQ(before, run.summary.anticipated)
+      << "every anticipated publish is at the measurement before a switch:" << decisions << "; " << report;
+}
+
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper

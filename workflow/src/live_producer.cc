@@ -268,7 +268,8 @@ class Producer {
     const double t0 = MonotonicSeconds();
     const LogRecord& rec = s_.log.records.back();
     VIPER_RETURN_IF_ERROR(Observe(rec));
-    if (rec.val_loss && online_->served_loss() && *rec.val_loss >= *online_->served_loss()) {
+    if (rec.val_loss && online_->served_loss() &&
+        (*rec.val_loss >= *online_->served_loss() || online_->anticipating())) {
       if (auto served = work_->RevalidatePublished()) {
         VIPER_RETURN_IF_ERROR(online_->ObserveServed(*served));
         ++revalidations_;

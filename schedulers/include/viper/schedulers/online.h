@@ -135,14 +135,19 @@ class OnlinePlanner {
     int decay_window = 8;
     // Published models kept for re-publishing (>= 0; 0 = never re-publish).
     int keep_versions = 8;
-    // Anticipate a recurring domain's return (needs keep_versions > 0): once
-    // a kept model of an earlier regime won a re-publish (a domain came back)
-    // and the last three changes are evenly spaced (two intervals within a
-    // measurement gap or 5%), the model that served the returning regime's
+    // Anticipate a recurring domain's return (needs keep_versions > 0). A
+    // switch is a detected change or a re-publish after none was detected
+    // (a regime too short to fit a curve to is never detected as a change,
+    // but a kept model that wins shows the domain changed). Once a kept
+    // model of two or more regimes back won a re-publish (a domain came
+    // back) and the last three switches are evenly spaced (within what their
+    // measurement gaps allow, or 5%), the model that served the returning
     // domain last time is published so that it arrives at the predicted
-    // change, and nothing else is published until that change is seen. A
-    // prediction the data does not confirm stops anticipation until three
-    // new changes are evenly spaced again.
+    // switch, and nothing else is published until the switch is seen (a
+    // change detected, or the published model re-measured better than when
+    // it was published by more than twice the gate's margin). A prediction
+    // the data does not confirm stops anticipation until three new switches
+    // are evenly spaced again.
     bool anticipate_returns = true;
 
     bool IsValid(std::string* error) const;
@@ -200,6 +205,11 @@ class OnlinePlanner {
   // The model the last positive decision publishes: its iteration (the
   // decision's own for a fresh model, older for a re-publish).
   int64_t publishing() const { return publishing_; }
+  // Whether a model published ahead of a predicted return is waiting for
+  // the switch: the served version should be re-measured at every
+  // measurement until then (ObserveServed), which is how the switch is seen
+  // when no change is detected.
+  bool anticipating() const { return anticipated_.has_value(); }
   // The model each checkpoint published (parallel to taken()), and the one
   // served now (W before any checkpoint).
   const std::vector<int64_t>& published() const { return published_; }
@@ -245,7 +255,7 @@ class OnlinePlanner {
   StatusOr<bool> Decide(int64_t now, double measured);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
-  // The regime a model's iteration falls in (0 before the first change).
+  // The regime a model's iteration falls in (0 before the first switch).
   size_t RegimeOf(int64_t model) const;
   // The traffic's iteration when the producer is at `iteration`: the same,
   // or under the wall clock where the traffic has got to while the producer
@@ -261,12 +271,15 @@ class OnlinePlanner {
     double change = 0;        // the predicted change's middle
     int64_t model = 0;
     double tolerance = 0;     // how far from it a detected change confirms it
-    bool confirmed = false;   // a change was detected within the tolerance
+    bool confirmed = false;   // a switch was seen within the tolerance
+    double loss = 0;          // the model's loss when it was published (the old domain's)
     double seen_at = 0;       // the traffic's iteration at that detection
   };
   std::optional<Return> PredictedReturn() const;
-  // Book-keeping when a change is detected at measurement index `begin`.
-  void OnChange(size_t begin);
+  // A switch whose first measurement after it is index `begin` of
+  // measured_: the regime's served model, the anticipation it confirms;
+  // nothing when a switch was seen within four measurement gaps before.
+  void AddSwitch(size_t begin);
 
   Problem problem_;
   ForecasterFactory forecasters_;
@@ -301,13 +314,18 @@ class OnlinePlanner {
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
-  // Anticipating returns: the traffic iteration of each detected change, the
+  // Anticipating returns: the switches (below), the
   // model that served each ended regime, the regimes between a domain and
   // its return (0: none seen), the first change the period is estimated
   // from, and the pending / active anticipation (-1: none).
-  // Each change as its middle and half-width: between the traffic of the
-  // last measurement before it and of the first after it.
-  std::vector<double> change_traffic_, change_halfwidth_;
+  // Each switch: the first measurement after it, and its middle and
+  // half-width in traffic iterations (between the traffic of the last
+  // measurement before it and of the first after it).
+  struct Switch {
+    int64_t at = 0;
+    double middle = 0, halfwidth = 0;
+  };
+  std::vector<Switch> switches_;
   std::vector<int64_t> regime_models_;
   size_t cycle_ = 0;
   size_t pattern_from_ = 0;
