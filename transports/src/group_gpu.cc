@@ -115,8 +115,12 @@ Status Agree(const GroupSetup& g, bool producer, const Status& local) {
       local.ok() ? std::string()
                  : std::string(producer ? "producer" : "consumer") + " rank " + std::to_string(g.rank) + ": " +
                        local.message();
+  int code = static_cast<int>(local.code());
   VIPER_RETURN_IF_ERROR(BcastText(g.all, worst, &text));
-  return local.ok() ? UnavailableError(text) : Status(local.code(), text);
+  if (MPI_Bcast(&code, 1, MPI_INT, worst, g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Bcast failed");
+  }
+  return Status(static_cast<StatusCode>(code), text);
 }
 
 // The pieces' runs: for each x of `count` (consumer ranks on a producer,
@@ -255,8 +259,9 @@ StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device,
   }
   constexpr int kHandleBytes = sizeof(cudaIpcMemHandle_t) + sizeof(cudaIpcEventHandle_t);
   std::vector<char> mine(kHandleBytes, 0);
-  Status local = precheck.ok() ? OpenLocal(g, l.get(), device, mine.data()) : precheck;
-  Status agreed = Agree(g, producer, local);
+  // A rank's objection first (it names the option to change), then the devices.
+  Status agreed = Agree(g, producer, precheck);
+  if (agreed.ok()) agreed = Agree(g, producer, OpenLocal(g, l.get(), device, mine.data()));
   if (!agreed.ok()) {
     return Status(agreed.code(), std::string("sharded groups: ") + option + " = gpu: " + agreed.message());
   }
@@ -267,7 +272,7 @@ StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device,
       MPI_SUCCESS) {
     return AbortedError("sharded groups: MPI_Allgather of the CUDA IPC handles failed");
   }
-  local = producer ? Status::Ok() : OpenPeers(g, l.get(), all, kHandleBytes);
+  Status local = producer ? Status::Ok() : OpenPeers(g, l.get(), all, kHandleBytes);
   if (local.ok()) local = BuildPieces(g, l.get());
   agreed = Agree(g, producer, local);
   if (!agreed.ok()) {
