@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 
+#include "cuda_ipc.h"
 #include "device_buffer.h"
 #include "device_checksum.h"
 #include "group_gpu_sum.h"
@@ -200,13 +201,7 @@ Status OpenLocal(const GroupSetup& g, GpuLink* l, int device, char* handles) {
   VIPER_ASSIGN_OR_RETURN(l->staging, DeviceBuffer::Allocate(std::max<uint64_t>(8, g.p_layout.ShardBytes(g.rank))));
   VIPER_CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&l->event, cudaEventDisableTiming | cudaEventInterprocess));
-  cudaIpcMemHandle_t mem;
-  cudaIpcEventHandle_t event;
-  VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, l->staging.data()));
-  VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, l->event));
-  std::memcpy(handles, &mem, sizeof(mem));
-  std::memcpy(handles + sizeof(mem), &event, sizeof(event));
-  return Status::Ok();
+  return ExportIpc(l->staging.data(), l->event, handles, handles + kIpcHandleBytes);
 }
 
 // Consumer: maps the staging buffer and opens the event of every producer
@@ -219,22 +214,9 @@ Status OpenPeers(const GroupSetup& g, GpuLink* l, const std::vector<char>& all_h
   for (int p = 0; p < P; ++p) {
     if (g.plan.Bytes(p, g.rank) == 0) continue;
     const char* h = all_handles.data() + static_cast<std::size_t>(g.producers[p]) * handle_bytes;
-    cudaIpcMemHandle_t mem;
-    cudaIpcEventHandle_t event;
-    std::memcpy(&mem, h, sizeof(mem));
-    std::memcpy(&event, h + sizeof(mem), sizeof(event));
-    cudaError_t e = cudaIpcOpenMemHandle(&l->mapped[p], mem, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      l->mapped[p] = nullptr;
-      return CudaStatus(("cudaIpcOpenMemHandle of producer rank " + std::to_string(p) + "'s staging").c_str(),
-                        e);
-    }
-    e = cudaIpcOpenEventHandle(&l->events[p], event);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      l->events[p] = nullptr;
-      return CudaStatus(("cudaIpcOpenEventHandle of producer rank " + std::to_string(p)).c_str(), e);
+    const Status opened = OpenIpc(h, h + kIpcHandleBytes, &l->mapped[p], &l->events[p]);
+    if (!opened.ok()) {
+      return Status(opened.code(), "producer rank " + std::to_string(p) + "'s staging buffer: " + opened.message());
     }
     l->copies[p] = Batch(g.plan.Copies(p, g.rank));
   }
@@ -257,7 +239,7 @@ StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device,
                                    std::to_string(on_node) + " of " + std::to_string(everyone) +
                                    " are on this rank's");
   }
-  constexpr int kHandleBytes = sizeof(cudaIpcMemHandle_t) + sizeof(cudaIpcEventHandle_t);
+  constexpr int kHandleBytes = 2 * kIpcHandleBytes;  // memory, then event
   std::vector<char> mine(kHandleBytes, 0);
   // A rank's objection first (it names the option to change), then the devices.
   Status agreed = Agree(g, producer, precheck);
