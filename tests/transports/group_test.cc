@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "device_checksum.h"
+#include "group_gpu.h"
 #include "group_internal.h"
 #include "group_shm.h"
 #include "group_testing.h"
@@ -762,6 +763,56 @@ TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
       EXPECT_EQ(CheckServedOnDevice(f), version == 2 ? 1u : version);
     }
   }
+}
+
+// The gpu link's copies (group_gpu.h, BatchCopies; host code, runs
+// everywhere): 2 -> 2, producers by rows, consumers by columns (the np 4
+// case): a column split's rows join into one strided copy per tensor, and
+// expanding the strided copies gives back exactly the plan's copies, in
+// order (every byte once, where the plan says).
+TEST(MpiGroupGpu, BatchesStridedRunsIntoOneCopyPerTensor) {
+  std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0}, {"w1", DType::kBF16, {128, 96}, 0},
+                                 {"norm", DType::kF32, {256}, -1},     {"w2", DType::kF16, {8, 32, 64}, 0},
+                                 {"step", DType::kI64, {}, -1},        {"big", DType::kF32, {64, 4096}, 0}};
+  std::vector<TensorLayout> q = t;
+  q[0].split_dim = 1;
+  q[1].split_dim = 1;
+  q[3].split_dim = 2;
+  auto plan = TransferPlan::Make(*ShardLayout::Make(2, t), *ShardLayout::Make(2, q));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (int p = 0; p < 2; ++p) {
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<ByteCopy>& copies = plan->Copies(p, c);
+      const std::vector<internal::Copy2D> batched = internal::BatchCopies(copies);
+      // embed: 32 rows, w1: 64 rows, w2: 128 rows of 64 bytes, each one
+      // strided copy; big one contiguous copy; norm and step from one producer.
+      EXPECT_LE(batched.size(), t.size()) << "producer " << p << " -> consumer " << c;
+      EXPECT_GT(copies.size(), 200u) << "the column split should cut rows";
+      std::vector<ByteCopy> expanded;
+      for (const internal::Copy2D& b : batched) {
+        EXPECT_GE(b.spitch, b.width);
+        EXPECT_GE(b.dpitch, b.width);
+        for (uint64_t r = 0; r < b.height; ++r) {
+          expanded.push_back({b.src + r * b.spitch, b.dst + r * b.dpitch, b.width});
+        }
+      }
+      ASSERT_EQ(expanded.size(), copies.size());
+      for (std::size_t i = 0; i < copies.size(); ++i) {
+        EXPECT_EQ(expanded[i].src_offset, copies[i].src_offset) << i;
+        EXPECT_EQ(expanded[i].dst_offset, copies[i].dst_offset) << i;
+        EXPECT_EQ(expanded[i].bytes, copies[i].bytes) << i;
+      }
+    }
+  }
+  // Unequal lengths or strides start a new copy.
+  const auto mixed = internal::BatchCopies({{0, 0, 8}, {16, 8, 8}, {32, 16, 8}, {40, 24, 8}, {64, 40, 4}});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_EQ(mixed[0].height, 3u);  // 0, 16, 32 -> 0, 8, 16
+  EXPECT_EQ(mixed[0].spitch, 16u);
+  EXPECT_EQ(mixed[0].dpitch, 8u);
+  EXPECT_EQ(mixed[1].src, 40u);  // the stride breaks
+  EXPECT_EQ(mixed[1].height, 1u);
+  EXPECT_EQ(mixed[2].width, 4u);  // another length
 }
 
 // Without a device (this build without CUDA, or none visible) link gpu is

@@ -102,6 +102,29 @@ Status NodeCount(const GroupSetup& g, int* on_node, int* everyone) {
   return Status::Ok();
 }
 
+std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies) {
+  std::vector<Copy2D> out;
+  for (const ByteCopy& c : copies) {
+    if (!out.empty()) {
+      Copy2D& b = out.back();
+      const uint64_t last_src = b.src + (b.height - 1) * b.spitch, last_dst = b.dst + (b.height - 1) * b.dpitch;
+      const bool same = b.width == c.bytes && c.src_offset > last_src && c.dst_offset > last_dst;
+      if (same && b.height == 1 && c.src_offset - b.src >= b.width && c.dst_offset - b.dst >= b.width) {
+        b.spitch = c.src_offset - b.src;
+        b.dpitch = c.dst_offset - b.dst;
+        b.height = 2;
+        continue;
+      }
+      if (same && b.height > 1 && c.src_offset - last_src == b.spitch && c.dst_offset - last_dst == b.dpitch) {
+        ++b.height;
+        continue;
+      }
+    }
+    out.push_back({c.src_offset, c.dst_offset, c.bytes, 1, c.bytes, c.bytes});
+  }
+  return out;
+}
+
 StatusOr<GroupLink> AgreeOnGpu(const GroupSetup& g, GroupLink link, const char* option) {
   int want[3] = {link == GroupLink::kMpi ? 1 : 0, link == GroupLink::kShm ? 1 : 0,
                  link == GroupLink::kGpu ? 1 : 0};

@@ -24,37 +24,6 @@ namespace internal {
 
 namespace {
 
-// One strided copy: `height` runs of `width` bytes, `spitch` / `dpitch`
-// apart (height 1: one contiguous copy).
-struct Copy2D {
-  uint64_t src = 0, dst = 0, width = 0, height = 1, spitch = 0, dpitch = 0;
-};
-
-// Runs of the same length at constant strides on both sides (a column
-// split's rows) as one strided copy each.
-std::vector<Copy2D> Batch(const std::vector<ByteCopy>& copies) {
-  std::vector<Copy2D> out;
-  for (const ByteCopy& c : copies) {
-    if (!out.empty()) {
-      Copy2D& b = out.back();
-      const uint64_t last_src = b.src + (b.height - 1) * b.spitch, last_dst = b.dst + (b.height - 1) * b.dpitch;
-      const bool same = b.width == c.bytes && c.src_offset > last_src && c.dst_offset > last_dst;
-      if (same && b.height == 1 && c.src_offset - b.src >= b.width && c.dst_offset - b.dst >= b.width) {
-        b.spitch = c.src_offset - b.src;
-        b.dpitch = c.dst_offset - b.dst;
-        b.height = 2;
-        continue;
-      }
-      if (same && b.height > 1 && c.src_offset - last_src == b.spitch && c.dst_offset - last_dst == b.dpitch) {
-        ++b.height;
-        continue;
-      }
-    }
-    out.push_back({c.src_offset, c.dst_offset, c.bytes, 1, c.bytes, c.bytes});
-  }
-  return out;
-}
-
 // sum64's last step (device_checksum.h) on a piece's unfinished sum.
 uint64_t Finish(unsigned long long sum, uint64_t bytes) { return Sum64Mix(sum + bytes * kSum64K2); }
 
@@ -218,7 +187,7 @@ Status OpenPeers(const GroupSetup& g, GpuLink* l, const std::vector<char>& all_h
     if (!opened.ok()) {
       return Status(opened.code(), "producer rank " + std::to_string(p) + "'s staging buffer: " + opened.message());
     }
-    l->copies[p] = Batch(g.plan.Copies(p, g.rank));
+    l->copies[p] = BatchCopies(g.plan.Copies(p, g.rank));
   }
   return Status::Ok();
 }

@@ -23,6 +23,17 @@ namespace viper {
 namespace transports {
 namespace internal {
 
+// One strided copy: `height` runs of `width` bytes, `spitch` / `dpitch`
+// apart on the source / destination (height 1: one contiguous copy).
+struct Copy2D {
+  uint64_t src = 0, dst = 0, width = 0, height = 1, spitch = 0, dpitch = 0;
+};
+// `copies` (in plan order) with runs of the same length at constant
+// strides on both sides (a column split's rows) joined into one strided
+// copy each (cudaMemcpy2DAsync), every byte exactly once. Defined in
+// group.cc (no CUDA: tested on any host).
+std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies);
+
 struct GpuLink;  // group_gpu.cc
 struct GpuLinkDeleter {
   void operator()(GpuLink* link) const;
