@@ -1,13 +1,14 @@
 // Sum64PiecesAsync (group_gpu_sum.h): one grid row per piece, each thread a
 // grid stride over the piece's 64-bit words. A word lies in one run when
 // the runs are 8-byte multiples (then one aligned load when the address
-// is); else its bytes are gathered across runs. Block sums are reduced as
-// in device_checksum.cu and added with one atomicAdd per block (addition
+// is); else its bytes are gathered across runs. Block sums are reduced by
+// AddBlockSum (device_reduce.cuh), one atomicAdd per block (addition
 // commutes: the result does not depend on the order).
 #include <algorithm>
 #include <string>
 
 #include "device_checksum.h"
+#include "device_reduce.cuh"
 #include "group_gpu_sum.h"
 
 namespace viper {
@@ -56,16 +57,7 @@ __global__ void Sum64PiecesKernel(const unsigned char* __restrict__ base, const 
       sum += Sum64Mix(w ^ ((i + 1) * kSum64K1));
     }
   }
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-  __shared__ unsigned long long warp_sums[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = sum;
-  __syncthreads();
-  if (warp == 0) {
-    sum = lane < static_cast<int>(blockDim.x / 32) ? warp_sums[lane] : 0;
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-    if (lane == 0) atomicAdd(sums + piece, sum);
-  }
+  AddBlockSum(sum, sums + piece);
 }
 
 }  // namespace
