@@ -359,7 +359,8 @@ void BM_TransportsGroupGpuReshard(benchmark::State& state) {
   int has = CudaDeviceAvailable(&reason) ? 1 : 0, all = 0;
   MPI_Allreduce(&has, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all) {
-    state.SkipWithError(("groups' gpu link: " + (has ? std::string("a rank has no CUDA device") : reason)).c_str());
+    state.SkipWithError(
+        ("groups' gpu link: " + (has ? std::string("a rank has no CUDA device") : reason)).c_str());
     return;
   }
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));

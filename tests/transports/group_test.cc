@@ -659,12 +659,12 @@ TEST(MpiGroupSetup, RefusesBadInput) {
 
 // Skips on every rank alike (they share one node, so they see the same
 // devices) unless this world has a case and a CUDA device is visible.
-#define VIPER_SKIP_UNLESS_GPU_GROUP()                                                       \
-  do {                                                                                      \
-    if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";        \
-    if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";                       \
-    std::string reason;                                                                     \
-    if (!CudaDeviceAvailable(&reason)) GTEST_SKIP() << reason;                              \
+#define VIPER_SKIP_UNLESS_GPU_GROUP()                                                \
+  do {                                                                               \
+    if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job"; \
+    if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";                \
+    std::string reason;                                                              \
+    if (!CudaDeviceAvailable(&reason)) GTEST_SKIP() << reason;                       \
   } while (0)
 
 // Consumers on the gpu link: the version served (0: none), after checking
@@ -840,8 +840,9 @@ TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrBoundedMode) {
   for (GroupLink other : {GroupLink::kMpi, GroupLink::kShm}) {
     const Status status = CreateWithLinks(other, GroupLink::kGpu);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
-    EXPECT_NE(status.message().find(std::string("gpu on some ranks and ") + GroupLinkName(other) + " on others"),
-              std::string::npos)
+    EXPECT_NE(
+        status.message().find(std::string("gpu on some ranks and ") + GroupLinkName(other) + " on others"),
+        std::string::npos)
         << status.message();
   }
   // Bounded consumers on auto, producers on gpu: every rank gets the

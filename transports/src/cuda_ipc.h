@@ -14,7 +14,8 @@ namespace transports {
 namespace internal {
 
 inline constexpr std::size_t kIpcHandleBytes = 64;
-static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes && sizeof(cudaIpcEventHandle_t) == kIpcHandleBytes,
+static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes &&
+                  sizeof(cudaIpcEventHandle_t) == kIpcHandleBytes,
               "IPC handle size");
 
 // The handles of `allocation` (the base of a cudaMalloc allocation) and

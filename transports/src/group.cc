@@ -107,7 +107,8 @@ std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies) {
   for (const ByteCopy& c : copies) {
     if (!out.empty()) {
       Copy2D& b = out.back();
-      const uint64_t last_src = b.src + (b.height - 1) * b.spitch, last_dst = b.dst + (b.height - 1) * b.dpitch;
+      const uint64_t last_src = b.src + (b.height - 1) * b.spitch,
+                     last_dst = b.dst + (b.height - 1) * b.dpitch;
       const bool same = b.width == c.bytes && c.src_offset > last_src && c.dst_offset > last_dst;
       if (same && b.height == 1 && c.src_offset - b.src >= b.width && c.dst_offset - b.dst >= b.width) {
         b.spitch = c.src_offset - b.src;
@@ -115,7 +116,8 @@ std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies) {
         b.height = 2;
         continue;
       }
-      if (same && b.height > 1 && c.src_offset - last_src == b.spitch && c.dst_offset - last_dst == b.dpitch) {
+      if (same && b.height > 1 && c.src_offset - last_src == b.spitch &&
+          c.dst_offset - last_dst == b.dpitch) {
         ++b.height;
         continue;
       }
@@ -134,8 +136,8 @@ StatusOr<GroupLink> AgreeOnGpu(const GroupSetup& g, GroupLink link, const char* 
   }
   if (!any[2]) return link;
   if (any[0] || any[1]) {
-    return InvalidArgumentError(std::string("sharded groups: ") + option +
-                                ": gpu on some ranks and " + (any[0] ? "mpi" : "shm") +
+    return InvalidArgumentError(std::string("sharded groups: ") + option + ": gpu on some ranks and " +
+                                (any[0] ? "mpi" : "shm") +
                                 " on others (use one, or auto where another rank asks for gpu)");
   }
   return GroupLink::kGpu;

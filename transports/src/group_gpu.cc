@@ -14,8 +14,8 @@
 #include "device_buffer.h"
 #include "device_checksum.h"
 #include "group_gpu_sum.h"
-#include "viper/core/checksum.h"
 #include "group_shm.h"  // ReleaseMsg, kGroupTagRelease (the shm link's "slot copied out")
+#include "viper/core/checksum.h"
 #include "viper/transports/device_memory.h"
 
 namespace viper {
@@ -81,10 +81,9 @@ Status Agree(const GroupSetup& g, bool producer, const Status& local) {
     return AbortedError("sharded groups: MPI_Allreduce failed");
   }
   if (worst == INT_MAX) return Status::Ok();
-  std::string text =
-      local.ok() ? std::string()
-                 : std::string(producer ? "producer" : "consumer") + " rank " + std::to_string(g.rank) + ": " +
-                       local.message();
+  std::string text = local.ok() ? std::string()
+                                : std::string(producer ? "producer" : "consumer") + " rank " +
+                                      std::to_string(g.rank) + ": " + local.message();
   int code = static_cast<int>(local.code());
   VIPER_RETURN_IF_ERROR(BcastText(g.all, worst, &text));
   if (MPI_Bcast(&code, 1, MPI_INT, worst, g.all) != MPI_SUCCESS) {
@@ -119,13 +118,15 @@ Status BuildPieces(const GroupSetup& g, GpuLink* l) {
   l->first_piece.push_back(static_cast<int>(l->piece_bytes.size()));
   first.push_back(static_cast<unsigned int>(runs.size()));
   if (l->piece_bytes.size() > 65535) {
-    return InvalidArgumentError("link gpu: " + std::to_string(l->piece_bytes.size()) +
-                                " pieces on one rank (at most 65535: raise ShardedSubscriber::Options::chunk_bytes)");
+    return InvalidArgumentError(
+        "link gpu: " + std::to_string(l->piece_bytes.size()) +
+        " pieces on one rank (at most 65535: raise ShardedSubscriber::Options::chunk_bytes)");
   }
-  VIPER_ASSIGN_OR_RETURN(l->runs, DeviceBuffer::Allocate(std::max<uint64_t>(8, runs.size() * sizeof(DeviceRun))));
+  VIPER_ASSIGN_OR_RETURN(l->runs,
+                         DeviceBuffer::Allocate(std::max<uint64_t>(8, runs.size() * sizeof(DeviceRun))));
   VIPER_ASSIGN_OR_RETURN(l->first, DeviceBuffer::Allocate(first.size() * sizeof(unsigned int)));
-  VIPER_ASSIGN_OR_RETURN(l->sums,
-                         DeviceBuffer::Allocate(std::max<uint64_t>(8, l->piece_bytes.size() * sizeof(uint64_t))));
+  VIPER_ASSIGN_OR_RETURN(
+      l->sums, DeviceBuffer::Allocate(std::max<uint64_t>(8, l->piece_bytes.size() * sizeof(uint64_t))));
   if (!runs.empty()) {
     VIPER_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(l->runs.data(), runs.data(), runs.size() * sizeof(DeviceRun), cudaMemcpyHostToDevice));
@@ -167,7 +168,8 @@ Status OpenLocal(const GroupSetup& g, GpuLink* l, int device, char* handles) {
   l->device = device;
   VIPER_ASSIGN_OR_RETURN(l->scratch, DeviceBuffer::Allocate(8));
   if (!l->producer) return Status::Ok();
-  VIPER_ASSIGN_OR_RETURN(l->staging, DeviceBuffer::Allocate(std::max<uint64_t>(8, g.p_layout.ShardBytes(g.rank))));
+  VIPER_ASSIGN_OR_RETURN(l->staging,
+                         DeviceBuffer::Allocate(std::max<uint64_t>(8, g.p_layout.ShardBytes(g.rank))));
   VIPER_CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&l->event, cudaEventDisableTiming | cudaEventInterprocess));
   return ExportIpc(l->staging.data(), l->event, handles, handles + kIpcHandleBytes);
@@ -185,7 +187,8 @@ Status OpenPeers(const GroupSetup& g, GpuLink* l, const std::vector<char>& all_h
     const char* h = all_handles.data() + static_cast<std::size_t>(g.producers[p]) * handle_bytes;
     const Status opened = OpenIpc(h, h + kIpcHandleBytes, &l->mapped[p], &l->events[p]);
     if (!opened.ok()) {
-      return Status(opened.code(), "producer rank " + std::to_string(p) + "'s staging buffer: " + opened.message());
+      return Status(opened.code(),
+                    "producer rank " + std::to_string(p) + "'s staging buffer: " + opened.message());
     }
     l->copies[p] = BatchCopies(g.plan.Copies(p, g.rank));
   }
@@ -244,8 +247,8 @@ StatusOr<GpuStaged> GpuStage(const GroupSetup& g, GpuLink* l, const ModelState& 
   }
   VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(l->event, l->stream));
   GpuStaged out;
-  VIPER_ASSIGN_OR_RETURN(out.shard_checksum, Sum64Device(staging, g.p_layout.ShardBytes(g.rank),
-                                                         l->scratch.data(), l->stream));
+  VIPER_ASSIGN_OR_RETURN(out.shard_checksum,
+                         Sum64Device(staging, g.p_layout.ShardBytes(g.rank), l->scratch.data(), l->stream));
   VIPER_RETURN_IF_ERROR(SumPieces(l, staging));
   const int Q = g.q_layout.ranks();
   out.digests.resize(Q);
@@ -255,7 +258,8 @@ StatusOr<GpuStaged> GpuStage(const GroupSetup& g, GpuLink* l, const ModelState& 
       const uint64_t n = l->piece_bytes[i];
       out.digests[c].push_back(n == 0 ? 0 : Finish(l->sums_host[i], n));
     }
-    if (!g.plan.Copies(g.rank, c).empty()) first_taken = std::min(first_taken, g.plan.Copies(g.rank, c)[0].src_offset);
+    if (!g.plan.Copies(g.rank, c).empty())
+      first_taken = std::min(first_taken, g.plan.Copies(g.rank, c)[0].src_offset);
   }
   if (corrupt && first_taken != UINT64_MAX) {
     unsigned char b = 0;
@@ -294,8 +298,9 @@ bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
     if (b.use_count() == 1 && b->capacity() >= bytes) buffer = b;
   }
   if (!buffer) {
-    l->pool.erase(std::remove_if(l->pool.begin(), l->pool.end(), [](const auto& b) { return b.use_count() == 1; }),
-                  l->pool.end());
+    l->pool.erase(
+        std::remove_if(l->pool.begin(), l->pool.end(), [](const auto& b) { return b.use_count() == 1; }),
+        l->pool.end());
     auto fresh = DeviceBuffer::Allocate(bytes);
     if (!fresh.ok()) return fail(fresh.status());
     buffer = std::make_shared<DeviceBuffer>(std::move(*fresh));
@@ -311,8 +316,8 @@ bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
     const auto* src = static_cast<const std::byte*>(l->mapped[p]);
     for (const Copy2D& c : l->copies[p]) {
       if (!copied.ok()) break;
-      e = c.height == 1 ? cudaMemcpyAsync(buffer->data() + c.dst, src + c.src, c.width, cudaMemcpyDeviceToDevice,
-                                          l->stream)
+      e = c.height == 1 ? cudaMemcpyAsync(buffer->data() + c.dst, src + c.src, c.width,
+                                          cudaMemcpyDeviceToDevice, l->stream)
                         : cudaMemcpy2DAsync(buffer->data() + c.dst, c.dpitch, src + c.src, c.spitch, c.width,
                                             c.height, cudaMemcpyDeviceToDevice, l->stream);
       if (e != cudaSuccess) copied = CudaStatus(c.height == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync", e);

@@ -61,7 +61,7 @@ StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device,
 // computes the digests. `corrupt` (tests): flips one byte of the staging
 // buffer after the digests, so that a consumer's check must fail.
 struct GpuStaged {
-  uint64_t shard_checksum = 0;              // sum64 of the shard image
+  uint64_t shard_checksum = 0;                 // sum64 of the shard image
   std::vector<std::vector<uint64_t>> digests;  // [consumer rank][window]: 0 where nothing goes
 };
 StatusOr<GpuStaged> GpuStage(const GroupSetup& g, GpuLink* link, const ModelState& shard, bool corrupt);

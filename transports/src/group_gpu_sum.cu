@@ -31,7 +31,8 @@ __device__ unsigned int FindRun(const DeviceRun* __restrict__ runs, unsigned int
 }
 
 __global__ void Sum64PiecesKernel(const unsigned char* __restrict__ base, const DeviceRun* __restrict__ runs,
-                                  const unsigned int* __restrict__ first, unsigned long long* __restrict__ sums) {
+                                  const unsigned int* __restrict__ first,
+                                  unsigned long long* __restrict__ sums) {
   const unsigned int piece = blockIdx.y;
   const unsigned int r0 = first[piece], r1 = first[piece + 1];
   unsigned long long sum = 0;
@@ -69,7 +70,8 @@ Status Sum64PiecesAsync(const std::byte* base, const DeviceRun* runs, const unsi
     return InvalidArgumentError("sum64 of pieces: " + std::to_string(pieces) + " pieces, at most 65535");
   }
   cudaError_t e = cudaMemsetAsync(sums, 0, sizeof(*sums) * static_cast<std::size_t>(pieces), stream);
-  if (e != cudaSuccess) return UnavailableError(std::string("sum64 of pieces: cudaMemsetAsync: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return UnavailableError(std::string("sum64 of pieces: cudaMemsetAsync: ") + cudaGetErrorString(e));
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -82,7 +84,8 @@ Status Sum64PiecesAsync(const std::byte* base, const DeviceRun* runs, const unsi
   Sum64PiecesKernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const unsigned char*>(base), runs, first,
                                                    sums);
   e = cudaGetLastError();
-  if (e != cudaSuccess) return UnavailableError(std::string("sum64 of pieces: kernel launch: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return UnavailableError(std::string("sum64 of pieces: kernel launch: ") + cudaGetErrorString(e));
   return Status::Ok();
 }
 

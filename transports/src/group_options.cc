@@ -99,8 +99,9 @@ bool ShardedSubscriber::Options::IsValid(std::string* error) const {
     return false;
   }
   if (link == GroupLink::kGpu && bucket_bytes > 0) {
-    *error = "ShardedSubscriber::Options::bucket_bytes must be 0 with link gpu (no bounded mode on the gpu "
-             "link: it receives into a device back buffer)";
+    *error =
+        "ShardedSubscriber::Options::bucket_bytes must be 0 with link gpu (no bounded mode on the gpu "
+        "link: it receives into a device back buffer)";
     return false;
   }
   return true;

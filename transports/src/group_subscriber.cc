@@ -317,7 +317,7 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
   double pause_start = 0;
   const bool bounded = target_ != nullptr;
   GpuLanded landed;  // gpu link
-  sum.verified = hs.ok() && (gpu_       ? ReceiveGpu(in, &sum, &landed)
+  sum.verified = hs.ok() && (gpu_      ? ReceiveGpu(in, &sum, &landed)
                              : bounded ? ReceiveBounded(&in, &sum, &paused, &pause_start)
                                        : ReceiveDoubleBuffer(&in, &sum, &buffer));
   sum.receive_s = MonotonicSeconds() - in.first_s;
@@ -402,10 +402,11 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
   if (link == GroupLink::kGpu) {
     // Bounded mode (chosen with link auto while another rank asks for gpu)
     // fails every rank together.
-    const Status precheck =
-        target == nullptr ? Status::Ok()
-                          : InvalidArgumentError("bounded mode (bucket_bytes > 0) has no gpu link: use the "
-                                                 "double buffer (bucket_bytes 0) or another link");
+    const Status precheck = target == nullptr
+                                ? Status::Ok()
+                                : InvalidArgumentError(
+                                      "bounded mode (bucket_bytes > 0) has no gpu link: use the "
+                                      "double buffer (bucket_bytes 0) or another link");
     VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, false, options.gpu_device, precheck, option));
   } else {
     VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, false, link, 0, 0));
