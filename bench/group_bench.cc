@@ -27,11 +27,24 @@
 // 2; the shm link holds none), ring_over_bucket (a producer rank's ring /
 // bucket), pause_s (the longest serving pause of a bounded consumer rank
 // per version, shm link).
+//
+// BM_TransportsGroupGpuReshard (the GPU tier's goal; skipped without a CUDA
+// device), under the same six ranks sharing one GPU: 4 producer ranks
+// publish device-resident shards over the gpu link (CUDA IPC) to 2
+// consumer ranks (re-sharded as Arg 1 says), against one whole-image CUDA
+// IPC copy of the same total bytes (rank 0's device buffer mapped by rank
+// 4, one cudaMemcpy device to device, timed on rank 4 from the barrier to
+// the copy's end: the raw reference). kRounds interleaved rounds, medians.
+// Counters: gpu_update_over_ipc_copy (goal <= 1.2), bytes_ratio,
+// group_gpu_update_s, ipc_copy_s.
 #include <benchmark/benchmark.h>
 
 #include "viper/config.h"
 
 #if VIPER_HAVE_MPI
+#if VIPER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
@@ -43,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include "viper/transports/device_memory.h"
 #include "viper/transports/group.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/publisher.h"
@@ -175,6 +189,11 @@ GroupFigures GroupUpdate(uint64_t bytes, int consumer_split, uint64_t bucket_byt
   double total = 0, ratio = 0, extra = 0, pause = 0, ring = 0;
   if (rank < kProducers) {
     ModelState shard = Allocate(*p, rank, 7);
+    if (link == GroupLink::kGpu) {  // the gpu link's producers train on the device
+      auto on_device = CopyToDevice(shard);
+      if (!on_device.ok()) f.error = on_device.status().ToString();
+      if (on_device.ok()) shard = std::move(*on_device);
+    }
     ShardedPublisher::Options o;
     o.link = link;
     o.bucket_bytes = ring_bucket_bytes;
@@ -293,7 +312,96 @@ void BM_TransportsGroupReshard(benchmark::State& state) {
   state.counters["double_buffer_extra_over_slices"] = double_extra / static_cast<double>(bytes / kConsumers);
 }
 
+#if VIPER_HAVE_CUDA
+// The raw reference: rank 0 holds `bytes` of device memory, rank 4 maps it
+// by CUDA IPC and copies it whole into its own, device to device; the
+// other ranks wait at the barriers. The copy's seconds on rank 4 (every
+// rank returns the same, via MaxOverWorld), `n` copies after one warm-up.
+double IpcCopySeconds(uint64_t bytes, int n, std::string* error) {
+  const int rank = GroupBenchSession()->rank();
+  void* mine = nullptr;
+  cudaIpcMemHandle_t handle{};
+  int ok = 1;
+  if (rank == 0 || rank == kProducers) ok = cudaMalloc(&mine, bytes) == cudaSuccess ? 1 : 0;
+  if (rank == 0 && ok) {
+    ok = cudaMemset(mine, 7, bytes) == cudaSuccess && cudaIpcGetMemHandle(&handle, mine) == cudaSuccess;
+  }
+  MPI_Bcast(&handle, sizeof(handle), MPI_BYTE, 0, MPI_COMM_WORLD);
+  void* mapped = nullptr;
+  if (rank == kProducers && ok) {
+    ok = cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  double total = 0;
+  for (int v = 0; all_ok && v < 1 + n; ++v) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank != kProducers) continue;
+    const double t0 = MonotonicSeconds();
+    cudaMemcpy(mine, mapped, bytes, cudaMemcpyDeviceToDevice);  // synchronous
+    if (v >= 1) total += MonotonicSeconds() - t0;
+  }
+  if (!all_ok && error->empty()) *error = "the whole-image CUDA IPC reference could not be set up";
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0 keeps its buffer until rank 4 has copied
+  if (mapped) cudaIpcCloseMemHandle(mapped);
+  if (mine) cudaFree(mine);
+  return MaxOverWorld(total / n);
+}
+
+// Arg 0: model bytes; Arg 1: the consumers' split (as BM_TransportsGroupReshard's Arg 2).
+void BM_TransportsGroupGpuReshard(benchmark::State& state) {
+  MpiSession* s = GroupBenchSession();
+  if (s == nullptr || s->size() != kProducers + kConsumers) {
+    state.SkipWithError("run under mpirun -np 6 (4 producer and 2 consumer ranks), alone");
+    return;
+  }
+  std::string reason;
+  int has = CudaDeviceAvailable(&reason) ? 1 : 0, all = 0;
+  MPI_Allreduce(&has, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) {
+    state.SkipWithError(
+        ("groups' gpu link: " + (has ? std::string("a rank has no CUDA device") : reason)).c_str());
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const int split = static_cast<int>(state.range(1));
+  std::string error;
+  std::vector<double> copy, group;
+  double ratio = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    copy.push_back(IpcCopySeconds(bytes, 1, &error));
+    const GroupFigures g = GroupUpdate(bytes, split, 0, 1, GroupLink::kGpu, 0, 2);
+    group.push_back(g.update_s);
+    ratio = std::max(ratio, g.bytes_ratio);
+    if (error.empty() && !g.error.empty()) error = g.error;
+    if (s->rank() == 0 && std::getenv("VIPER_BENCH_VERBOSE")) {
+      std::fprintf(stderr, "round %d: ipc copy %.5f group gpu %.5f\n", round, copy.back(), g.update_s);
+    }
+  }
+  const double copy_s = Median(copy), group_s = Median(group);
+  for (auto _ : state) state.SetIterationTime(group_s);
+  if (s->rank() != 0) {
+    state.SetLabel("rank " + std::to_string(s->rank()));
+    return;
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  state.counters["ipc_copy_s"] = copy_s;
+  state.counters["group_gpu_update_s"] = group_s;
+  state.counters["gpu_update_over_ipc_copy"] = group_s / copy_s;
+  state.counters["bytes_ratio"] = ratio;
+}
+#endif  // VIPER_HAVE_CUDA
+
 }  // namespace
+
+#if VIPER_HAVE_CUDA
+BENCHMARK(BM_TransportsGroupGpuReshard)
+    ->Args({256 << 20, 0})
+    ->Args({256 << 20, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+#endif
 
 BENCHMARK(BM_TransportsGroupReshard)
     ->Args({64 << 20, 4 << 20, 0})

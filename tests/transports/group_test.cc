@@ -3,7 +3,9 @@
 // the groups really use the one it asked for). The world size picks the
 // case: 5 ranks = 4 producers -> 1 consumer (split
 // along dimension 0), 4 = 2 -> 2 with another split dimension, 6 = 4 -> 2
-// with replicated and split tensors. Every consumer's bytes must equal the
+// with replicated and split tensors; the gpu link (MpiGroupGpu) on the same
+// cases where a CUDA device is visible (skipped otherwise; its refusals
+// run everywhere). Every consumer's bytes must equal the
 // slices of a reference whole model of the version it serves, and a
 // producer or consumer rank dropping out mid-version must never leave the
 // group serving a mix of versions.
@@ -22,10 +24,13 @@
 #include <set>
 #include <thread>
 
+#include "device_checksum.h"
+#include "group_gpu.h"
 #include "group_internal.h"
 #include "group_shm.h"
 #include "group_testing.h"
 #include "mpi_test_util.h"
+#include "viper/transports/device_memory.h"
 #include "viper/transports/mpi_session.h"
 
 namespace viper {
@@ -647,6 +652,238 @@ TEST(MpiGroupSetup, RefusesBadInput) {
   EXPECT_NE(s.status().message().find("bounded mode needs"), std::string::npos) << s.status().message();
   EXPECT_TRUE(ShardedPublisher::Options().IsValid(&error)) << error;
   EXPECT_TRUE(ShardedSubscriber::Options().IsValid(&error)) << error;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// ---- the gpu link (group.h "Links", kGpu) -----------------------------------
+
+// Skips on every rank alike (they share one node, so they see the same
+// devices) unless this world has a case and a CUDA device is visible.
+#define VIPER_SKIP_UNLESS_GPU_GROUP()                                                \
+  do {                                                                               \
+    if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job"; \
+    if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";                \
+    std::string reason;                                                              \
+    if (!CudaDeviceAvailable(&reason)) GTEST_SKIP() << reason;                       \
+  } while (0)
+
+// Consumers on the gpu link: the version served (0: none), after checking
+// that its tensors are device memory holding exactly the slices of that
+// version's whole model (copied back to the host to compare); all consumer
+// ranks that serve one serve the same.
+uint64_t CheckServedOnDevice(GroupFixture& f) {
+  uint64_t served = 0;
+  bool on_device = true, bytes_ok = true;
+  f.sub_->Serve([&](const ShardVersion& v) {
+    served = v.version;
+    for (const Tensor& t : v.state.tensors()) on_device = on_device && t.memory == MemoryKind::kDevice;
+    auto host = CopyToHost(v.state);
+    auto want = f.q_.Slice(WholeModel(f.c_.q, v.version), f.sub_->rank());
+    bytes_ok = host.ok() && want.ok() && SameBytes(*host, *want) &&
+               v.iteration == static_cast<int64_t>(v.version) * 10;
+  });
+  EXPECT_TRUE(on_device) << "consumer rank " << f.sub_->rank() << ": a served tensor is not device memory";
+  EXPECT_TRUE(bytes_ok) << "consumer rank " << f.sub_->rank() << " serves version " << served
+                        << " with bytes that are not its slices";
+  std::vector<uint64_t> all(Size() - f.c_.producers);
+  MPI_Allgather(&served, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, f.side_);
+  std::set<uint64_t> serving;
+  for (uint64_t v : all) {
+    if (v != 0) serving.insert(v);
+  }
+  EXPECT_LE(serving.size(), 1u) << "the consumer group serves a mix of versions";
+  return served;
+}
+
+// Producers on the gpu link: publish `version`'s slices from device memory
+// (odd versions) or host memory (even: staged on the device all the same).
+ShardedPublisher::Summary PublishFromDeviceOrHost(GroupFixture& f, uint64_t version) {
+  auto shard = f.p_.Slice(WholeModel(f.c_.p, version), f.pub_->rank());
+  EXPECT_TRUE(shard.ok());
+  ModelState source = *shard;
+  if (version % 2 == 1) {
+    auto on_device = CopyToDevice(*shard);
+    EXPECT_TRUE(on_device.ok()) << on_device.status().message();
+    if (on_device.ok()) source = std::move(*on_device);
+  }
+  auto s = f.pub_->Publish(source, static_cast<int64_t>(version) * 10);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  if (!s.ok()) return {};
+  // The shard checksum on this link is sum64 of the shard image, computed
+  // on the device: it must equal the host reference over the same bytes.
+  std::vector<std::byte> image;
+  for (const Tensor& t : shard->tensors()) image.insert(image.end(), t.data, t.data + t.size_bytes);
+  EXPECT_EQ(s->shard_checksum, internal::Sum64Host(image.data(), image.size()))
+      << "producer rank " << f.pub_->rank() << ", version " << version;
+  return *s;
+}
+
+// 4 -> 1, 2 -> 2 re-sharded, 4 -> 2 with replicated and split tensors (the
+// world size picks): each consumer rank takes exactly its slices device to
+// device, and every committed version is bit-identical to the slices of
+// the reference model, on the device.
+TEST(MpiGroupGpu, EveryCommittedVersionIsBitIdentical) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kGpu});
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      const auto s = PublishFromDeviceOrHost(f, version);
+      EXPECT_TRUE(s.sent) << s.BriefReport();
+      EXPECT_EQ(s.sent_bytes, f.pub_->plan().BytesFrom(f.pub_->rank()));
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
+    } else {
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_TRUE(s->committed) << s->BriefReport();
+      EXPECT_EQ(s->received_bytes, f.q_.ShardBytes(f.sub_->rank()));
+      EXPECT_EQ(CheckServedOnDevice(f), version);
+    }
+  }
+}
+
+// Producer rank 0 corrupts one byte of its staging buffer after computing
+// version 2's digests: the consumer rank taking it does not verify, the
+// group commits nothing and keeps serving version 1; version 3 commits.
+TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kGpu});
+  if (f.pub_ && f.pub_->rank() == 0) internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kCorruptPiece);
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      const auto s = PublishFromDeviceOrHost(f, version);
+      if (f.pub_->rank() == 0) {
+        EXPECT_EQ(s.committed, version != 2) << s.BriefReport();
+      }
+    } else {
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
+      EXPECT_EQ(CheckServedOnDevice(f), version == 2 ? 1u : version);
+    }
+  }
+}
+
+// The gpu link's copies (group_gpu.h, BatchCopies; host code, runs
+// everywhere): 2 -> 2, producers by rows, consumers by columns (the np 4
+// case): a column split's rows join into one strided copy per tensor, and
+// expanding the strided copies gives back exactly the plan's copies, in
+// order (every byte once, where the plan says).
+TEST(MpiGroupGpu, BatchesStridedRunsIntoOneCopyPerTensor) {
+  std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0}, {"w1", DType::kBF16, {128, 96}, 0},
+                                 {"norm", DType::kF32, {256}, -1},     {"w2", DType::kF16, {8, 32, 64}, 0},
+                                 {"step", DType::kI64, {}, -1},        {"big", DType::kF32, {64, 4096}, 0}};
+  std::vector<TensorLayout> q = t;
+  q[0].split_dim = 1;
+  q[1].split_dim = 1;
+  q[3].split_dim = 2;
+  auto plan = TransferPlan::Make(*ShardLayout::Make(2, t), *ShardLayout::Make(2, q));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (int p = 0; p < 2; ++p) {
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<ByteCopy>& copies = plan->Copies(p, c);
+      const std::vector<internal::Copy2D> batched = internal::BatchCopies(copies);
+      // embed: 32 rows, w1: 64 rows, w2: 128 rows of 64 bytes, each one
+      // strided copy; big one contiguous copy; norm and step from one producer.
+      EXPECT_LE(batched.size(), t.size()) << "producer " << p << " -> consumer " << c;
+      EXPECT_GT(copies.size(), 200u) << "the column split should cut rows";
+      std::vector<ByteCopy> expanded;
+      for (const internal::Copy2D& b : batched) {
+        EXPECT_GE(b.spitch, b.width);
+        EXPECT_GE(b.dpitch, b.width);
+        for (uint64_t r = 0; r < b.height; ++r) {
+          expanded.push_back({b.src + r * b.spitch, b.dst + r * b.dpitch, b.width});
+        }
+      }
+      ASSERT_EQ(expanded.size(), copies.size());
+      for (std::size_t i = 0; i < copies.size(); ++i) {
+        EXPECT_EQ(expanded[i].src_offset, copies[i].src_offset) << i;
+        EXPECT_EQ(expanded[i].dst_offset, copies[i].dst_offset) << i;
+        EXPECT_EQ(expanded[i].bytes, copies[i].bytes) << i;
+      }
+    }
+  }
+  // Unequal lengths or strides start a new copy.
+  const auto mixed = internal::BatchCopies({{0, 0, 8}, {16, 8, 8}, {32, 16, 8}, {40, 24, 8}, {64, 40, 4}});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_EQ(mixed[0].height, 3u);  // 0, 16, 32 -> 0, 8, 16
+  EXPECT_EQ(mixed[0].spitch, 16u);
+  EXPECT_EQ(mixed[0].dpitch, 8u);
+  EXPECT_EQ(mixed[1].src, 40u);  // the stride breaks
+  EXPECT_EQ(mixed[1].height, 1u);
+  EXPECT_EQ(mixed[2].width, 4u);  // another length
+}
+
+// Without a device (this build without CUDA, or none visible) link gpu is
+// refused on every rank, naming the option and the reason.
+TEST(MpiGroupGpu, WithoutADeviceLinkGpuSaysWhy) {
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  std::string reason;
+  if (CudaDeviceAvailable(&reason)) GTEST_SKIP() << "a CUDA device is visible";
+  for (GroupLink consumers : {GroupLink::kGpu, GroupLink::kAuto}) {  // auto follows gpu
+    const Status status = CreateWithLinks(GroupLink::kGpu, consumers);
+    EXPECT_EQ(status.code(), StatusCode::kUnavailable) << status.ToString();
+    EXPECT_NE(status.message().find("Options::link = gpu"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("no CUDA device"), std::string::npos) << status.message();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// gpu asked for with another explicit link, a bounded consumer on link gpu
+// (asked for, or auto following the producers' gpu), a negative device:
+// refused, naming the option (no device needed: refused before any is used).
+TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrBoundedMode) {
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  for (GroupLink other : {GroupLink::kMpi, GroupLink::kShm}) {
+    const Status status = CreateWithLinks(other, GroupLink::kGpu);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(
+        status.message().find(std::string("gpu on some ranks and ") + GroupLinkName(other) + " on others"),
+        std::string::npos)
+        << status.message();
+  }
+  // Bounded consumers on auto, producers on gpu: every rank gets the
+  // consumers' objection.
+  auto c = CaseForWorld();
+  GroupRanks ranks;
+  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
+  const bool producer = Rank() < c->producers;
+  const int P = c->producers;
+  auto layout = ShardLayout::Make(producer ? P : Size() - P, producer ? c->p : c->q);
+  ASSERT_TRUE(layout.ok());
+  Status status;
+  ModelState target;
+  if (producer) {
+    ShardedPublisher::Options o;
+    o.link = GroupLink::kGpu;
+    status = ShardedPublisher::Create(ranks, *layout, o).status();
+  } else {
+    ShardedSubscriber::Options o;
+    o.bucket_bytes = 16 << 10;
+    target = *layout->Slice(WholeModel(c->q, 0), Rank() - P);
+    status = ShardedSubscriber::Create(ranks, *layout, o, &target).status();
+  }
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("bounded mode (bucket_bytes > 0) has no gpu link"), std::string::npos)
+      << status.message();
+  const std::string& m = status.message();
+  EXPECT_TRUE(m.find("ShardedSubscriber::Options::link = gpu") != std::string::npos ||
+              m.find("ShardedPublisher::Options::link = gpu") != std::string::npos)
+      << m;
+  std::string error;
+  ShardedSubscriber::Options bounded_gpu;
+  bounded_gpu.link = GroupLink::kGpu;
+  bounded_gpu.bucket_bytes = 4096;
+  EXPECT_FALSE(bounded_gpu.IsValid(&error));
+  EXPECT_NE(error.find("bucket_bytes must be 0 with link gpu"), std::string::npos) << error;
+  ShardedPublisher::Options bad_device;
+  bad_device.gpu_device = -1;
+  EXPECT_FALSE(bad_device.IsValid(&error));
+  EXPECT_NE(error.find("gpu_device must be >= 0, not -1"), std::string::npos) << error;
+  EXPECT_STREQ(GroupLinkName(GroupLink::kGpu), "gpu");
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "device_checksum.h"
+#include "device_reduce.cuh"
 
 namespace viper {
 namespace transports {
@@ -33,16 +34,7 @@ __global__ void Sum64Kernel(const unsigned long long* __restrict__ words, unsign
     for (unsigned int b = 0; b < tail_bytes; ++b) w |= static_cast<unsigned long long>(tail[b]) << (8 * b);
     sum += Mix(w ^ ((n_words + 1) * kSum64K1));
   }
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-  __shared__ unsigned long long warp_sums[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = sum;
-  __syncthreads();
-  if (warp == 0) {
-    sum = lane < static_cast<int>(blockDim.x / 32) ? warp_sums[lane] : 0;
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-    if (lane == 0) atomicAdd(out, sum);
-  }
+  AddBlockSum(sum, out);
 }
 
 Status CudaFailure(const char* what, cudaError_t e) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 
+#include "group_gpu.h"
 #include "group_internal.h"
 #include "viper/core/checksum.h"
 
@@ -88,6 +89,58 @@ StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const Sha
   VIPER_ASSIGN_OR_RETURN(g.plan, TransferPlan::Make(g.p_layout, g.q_layout));
   g.window_bytes = window_bytes;
   return g;
+}
+
+Status NodeCount(const GroupSetup& g, int* on_node, int* everyone) {
+  MPI_Comm node;
+  if (MPI_Comm_split_type(g.all, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Comm_split_type failed");
+  }
+  MPI_Comm_size(node, on_node);
+  MPI_Comm_size(g.all, everyone);
+  MPI_Comm_free(&node);
+  return Status::Ok();
+}
+
+std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies) {
+  std::vector<Copy2D> out;
+  for (const ByteCopy& c : copies) {
+    if (!out.empty()) {
+      Copy2D& b = out.back();
+      const uint64_t last_src = b.src + (b.height - 1) * b.spitch,
+                     last_dst = b.dst + (b.height - 1) * b.dpitch;
+      const bool same = b.width == c.bytes && c.src_offset > last_src && c.dst_offset > last_dst;
+      if (same && b.height == 1 && c.src_offset - b.src >= b.width && c.dst_offset - b.dst >= b.width) {
+        b.spitch = c.src_offset - b.src;
+        b.dpitch = c.dst_offset - b.dst;
+        b.height = 2;
+        continue;
+      }
+      if (same && b.height > 1 && c.src_offset - last_src == b.spitch &&
+          c.dst_offset - last_dst == b.dpitch) {
+        ++b.height;
+        continue;
+      }
+    }
+    out.push_back({c.src_offset, c.dst_offset, c.bytes, 1, c.bytes, c.bytes});
+  }
+  return out;
+}
+
+StatusOr<GroupLink> AgreeOnGpu(const GroupSetup& g, GroupLink link, const char* option) {
+  int want[3] = {link == GroupLink::kMpi ? 1 : 0, link == GroupLink::kShm ? 1 : 0,
+                 link == GroupLink::kGpu ? 1 : 0};
+  int any[3] = {0, 0, 0};
+  if (MPI_Allreduce(want, any, 3, MPI_INT, MPI_MAX, g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Allreduce failed");
+  }
+  if (!any[2]) return link;
+  if (any[0] || any[1]) {
+    return InvalidArgumentError(std::string("sharded groups: ") + option + ": gpu on some ranks and " +
+                                (any[0] ? "mpi" : "shm") +
+                                " on others (use one, or auto where another rank asks for gpu)");
+  }
+  return GroupLink::kGpu;
 }
 
 // The copies of `copies` (sorted by destination) that fall in [lo, hi) of

@@ -113,13 +113,18 @@ void ShardedSubscriber::Impl::Settle(bool committed) {
       in.version = doubt_version_;
       in.iteration = doubt_iteration_;
       in.whole = doubt_whole_;
-      InstallDoubleBuffer(in, doubt_buffer_);
+      if (doubt_device_.owner) {
+        InstallVersion(in, doubt_device_.owner, doubt_device_.data, MemoryKind::kDevice);
+      } else {
+        InstallDoubleBuffer(in, doubt_buffer_);
+      }
     }
     std::lock_guard<std::mutex> l(mu_);
     withheld_ = false;
   }
   doubt_version_ = 0;
   doubt_buffer_.reset();
+  doubt_device_ = {};
 }
 
 void ShardedSubscriber::Impl::Resolve(double wait_s, Summary* sum) {

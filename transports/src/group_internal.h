@@ -77,6 +77,12 @@ struct GroupSetup {
 StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const ShardLayout& mine,
                                uint64_t window_bytes);
 
+// `text` from `root` to every rank of `comm`.
+Status BcastText(MPI_Comm comm, int root, std::string* text);
+// How many ranks of the union share this rank's node (`on_node`) of how
+// many (`everyone`).
+Status NodeCount(const GroupSetup& g, int* on_node, int* everyone);
+
 // Windows of `window` bytes covering `bytes`.
 inline uint64_t Windows(uint64_t bytes, uint64_t window) { return (bytes + window - 1) / window; }
 

@@ -27,6 +27,8 @@ const char* GroupLinkName(GroupLink link) {
       return "mpi";
     case GroupLink::kShm:
       return "shm";
+    case GroupLink::kGpu:
+      return "gpu";
     case GroupLink::kAuto:
       break;
   }
@@ -68,6 +70,10 @@ bool ShardedPublisher::Options::IsValid(std::string* error) const {
     *error = "ShardedPublisher::Options::ring_buckets must be 1 or 2, not " + std::to_string(ring_buckets);
     return false;
   }
+  if (gpu_device < 0) {
+    *error = "ShardedPublisher::Options::gpu_device must be >= 0, not " + std::to_string(gpu_device);
+    return false;
+  }
   if (bucket_bytes >= (1ull << 40)) {
     *error = "ShardedPublisher::Options::bucket_bytes must be < 1 TiB, not " + std::to_string(bucket_bytes);
     return false;
@@ -86,6 +92,16 @@ bool ShardedSubscriber::Options::IsValid(std::string* error) const {
   }
   if (chunk_bytes == 0 || chunk_bytes >= (1ull << 31)) {
     *error = "ShardedSubscriber::Options::chunk_bytes must be in (0, 2 GiB)";
+    return false;
+  }
+  if (gpu_device < 0) {
+    *error = "ShardedSubscriber::Options::gpu_device must be >= 0, not " + std::to_string(gpu_device);
+    return false;
+  }
+  if (link == GroupLink::kGpu && bucket_bytes > 0) {
+    *error =
+        "ShardedSubscriber::Options::bucket_bytes must be 0 with link gpu (no bounded mode on the gpu "
+        "link: it receives into a device back buffer)";
     return false;
   }
   return true;

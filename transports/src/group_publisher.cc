@@ -1,6 +1,7 @@
 // The producer's half of the sharded groups (group.h, group_internal.h).
 #include <unistd.h>
 
+#include "group_gpu.h"
 #include "group_internal.h"
 #include "group_shm.h"
 #include "group_testing.h"
@@ -15,14 +16,15 @@ using namespace internal;  // NOLINT: the protocol's constants and helpers
 
 class ShardedPublisher::Impl {
  public:
-  Impl(GroupSetup g, Options o, std::unique_ptr<ShmLink> shm)
-      : g_(std::move(g)), options_(o), shm_(std::move(shm)) {}
+  Impl(GroupSetup g, Options o, std::unique_ptr<ShmLink> shm, GpuLinkPtr gpu)
+      : g_(std::move(g)), options_(o), shm_(std::move(shm)), gpu_(std::move(gpu)) {}
 
   StatusOr<Summary> Publish(const ModelState& shard, int64_t iteration, bool publish);
 
   GroupSetup g_;
   Options options_;
-  std::unique_ptr<ShmLink> shm_;  // null: MPI
+  std::unique_ptr<ShmLink> shm_;  // null: MPI (or gpu)
+  GpuLinkPtr gpu_;                // null: not the gpu link
   uint64_t last_version_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
@@ -71,14 +73,26 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   last_version_ = d.version;
   sum.published = true;
   sum.version = d.version;
-  const Status valid = g_.p_layout.CheckShard(shard, g_.rank);
+  Status valid = g_.p_layout.CheckShard(shard, g_.rank);
+  const bool faulty = fault_version_ == d.version;
 
   // Digests and blocks of every piece, then the headers. The shm link's
   // headers carry neither: the digests and the shard checksum come with
-  // the buckets (ShmSend).
+  // the buckets (ShmSend). The gpu link's are sum64, computed on the device
+  // once the shard is staged there (GpuStage).
+  GpuStaged staged;
+  if (valid.ok() && gpu_) {
+    auto st = GpuStage(g_, gpu_.get(), shard, faulty && fault_ == GroupFault::kCorruptPiece);
+    if (st.ok()) {
+      staged = std::move(*st);
+      sum.shard_checksum = staged.shard_checksum;
+    } else {
+      valid = st.status();  // the headers say so: the consumers fail this version at once
+    }
+  }
   std::vector<std::vector<uint64_t>> headers(Q);
   std::vector<std::vector<std::vector<Block>>> pieces(Q);
-  if (valid.ok() && !shm_) {
+  if (valid.ok() && !shm_ && !gpu_) {
     Xxh3Hasher whole;
     for (const Tensor& t : shard.tensors()) whole.Update(t.data, t.size_bytes);
     sum.shard_checksum = whole.Digest();
@@ -96,7 +110,9 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     pieces[c].resize(nwin);
     for (uint64_t k = 0; k < nwin; ++k) {
       uint64_t digest = 0;
-      if (valid.ok()) {
+      if (valid.ok() && gpu_) {
+        digest = staged.digests[c][k];
+      } else if (valid.ok()) {
         for (const ByteCopy& b : Clip(g_.plan.Copies(g_.rank, c), k * W, (k + 1) * W)) {
           AppendBlocks(shard, g_.p_layout, g_.rank, b.src_offset, b.bytes, &pieces[c][k]);
         }
@@ -111,7 +127,6 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     if (!s.ok()) sum.message = "consumer rank " + std::to_string(c) + ": " + s.message();
   }
   if (!valid.ok()) return valid;
-  const bool faulty = fault_version_ == d.version;
   if (faulty &&
       (fault_ == GroupFault::kExitAfterHeaders || (!shm_ && fault_ == GroupFault::kExitAfterFirstBucket))) {
     _exit(0);
@@ -123,6 +138,13 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
     return sum;
   }
 
+  if (gpu_) {  // the consumers copy it themselves; each releases the staging buffer
+    std::string message;
+    sum.sent = GpuAwaitReleases(g_, d.version, MonotonicSeconds() + Timeout(d.version), &message);
+    if (sum.sent) sum.sent_bytes = g_.plan.BytesFrom(g_.rank);
+    if (sum.message.empty()) sum.message = message;
+    return Acknowledge(t0, d.version, std::move(sum));
+  }
   if (shm_) {
     auto announced = [&](uint64_t) {
       if (faulty && fault_ == GroupFault::kExitAfterFirstBucket) _exit(0);
@@ -193,10 +215,17 @@ StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const Group
   std::string error;
   if (!options.IsValid(&error)) return InvalidArgumentError(error);
   VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, true, layout, 0));
-  VIPER_ASSIGN_OR_RETURN(std::unique_ptr<ShmLink> shm,
-                         MakeShmLink(g, true, options.link, options.bucket_bytes, options.ring_buckets));
+  const char* option = "ShardedPublisher::Options::link";
+  VIPER_ASSIGN_OR_RETURN(const GroupLink link, AgreeOnGpu(g, options.link, option));
+  std::unique_ptr<ShmLink> shm;
+  GpuLinkPtr gpu;
+  if (link == GroupLink::kGpu) {
+    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, true, options.gpu_device, Status::Ok(), option));
+  } else {
+    VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, true, link, options.bucket_bytes, options.ring_buckets));
+  }
   return std::unique_ptr<ShardedPublisher>(
-      new ShardedPublisher(std::make_unique<Impl>(std::move(g), options, std::move(shm))));
+      new ShardedPublisher(std::make_unique<Impl>(std::move(g), options, std::move(shm), std::move(gpu))));
 }
 
 StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState& shard, int64_t iteration,
@@ -204,7 +233,9 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Publish(const ModelState& 
   return impl_->Publish(shard, iteration, publish);
 }
 int ShardedPublisher::rank() const { return impl_->g_.rank; }
-GroupLink ShardedPublisher::link() const { return impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi; }
+GroupLink ShardedPublisher::link() const {
+  return impl_->gpu_ ? GroupLink::kGpu : impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi;
+}
 const TransferPlan& ShardedPublisher::plan() const { return impl_->g_.plan; }
 
 namespace internal {

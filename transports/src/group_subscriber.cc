@@ -194,6 +194,21 @@ bool ShardedSubscriber::Impl::ReceiveDoubleBuffer(Incoming* incoming, Summary* s
 }
 
 void ShardedSubscriber::Impl::InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer) {
+  std::byte* data = buffer->data();
+  InstallVersion(in, std::move(buffer), data, MemoryKind::kHost);
+}
+
+bool ShardedSubscriber::Impl::ReceiveGpu(const Incoming& in, Summary* sum, GpuLanded* landed) {
+  if (!GpuReceive(g_, gpu_.get(), in.version, in.headers, in.first_s + Timeout(in.version), landed,
+                  &sum->received_bytes, &sum->message)) {
+    return false;
+  }
+  sum->staging_bytes = landed->capacity;
+  return true;
+}
+
+void ShardedSubscriber::Impl::InstallVersion(const Incoming& in, std::shared_ptr<void> owner, std::byte* data,
+                                             MemoryKind memory) {
   auto v = std::make_shared<ShardVersion>();
   v->version = in.version;
   v->iteration = in.iteration;
@@ -206,13 +221,16 @@ void ShardedSubscriber::Impl::InstallDoubleBuffer(const Incoming& in, std::share
     x.name = tl.name;
     x.dtype = tl.dtype;
     x.shape = g_.q_layout.LocalShape(t, g_.rank);
-    x.owner = buffer;
-    x.data = buffer->data() + g_.q_layout.LocalOffset(t, g_.rank);
+    x.memory = memory;
+    x.owner = owner;
+    x.data = data + g_.q_layout.LocalOffset(t, g_.rank);
     x.size_bytes = g_.q_layout.LocalBytes(t, g_.rank);
     (void)v->state.Add(std::move(x));  // the layout's names are unique (ShardLayout::Make)
   }
   std::lock_guard<std::mutex> l(mu_);
-  if (current_ && !current_->state.tensors().empty()) {
+  // (A device buffer goes back to the gpu link's pool once nobody holds it.)
+  if (current_ && !current_->state.tensors().empty() &&
+      current_->state.tensors()[0].memory == MemoryKind::kHost) {
     spare_ = std::static_pointer_cast<AlignedBuffer>(current_->state.tensors()[0].owner);
   }
   current_ = std::move(v);
@@ -298,8 +316,10 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
                                              std::defer_lock);  // bounded: held from the first copy
   double pause_start = 0;
   const bool bounded = target_ != nullptr;
-  sum.verified = hs.ok() && (bounded ? ReceiveBounded(&in, &sum, &paused, &pause_start)
-                                     : ReceiveDoubleBuffer(&in, &sum, &buffer));
+  GpuLanded landed;  // gpu link
+  sum.verified = hs.ok() && (gpu_      ? ReceiveGpu(in, &sum, &landed)
+                             : bounded ? ReceiveBounded(&in, &sum, &paused, &pause_start)
+                                       : ReceiveDoubleBuffer(&in, &sum, &buffer));
   sum.receive_s = MonotonicSeconds() - in.first_s;
   const double c0 = MonotonicSeconds();
   // The decision waits at most one more peer timeout after the bytes'.
@@ -313,10 +333,14 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
   if (doubt_version_ != 0 && (outcome != Outcome::kAborted || (bounded && paused.owns_lock()))) {
     doubt_version_ = 0;
     doubt_buffer_.reset();
+    doubt_device_ = {};
     std::lock_guard<std::mutex> l(mu_);
     withheld_ = false;
   }
-  if (sum.in_doubt) EnterDoubt(in, buffer);
+  if (sum.in_doubt) {
+    EnterDoubt(in, buffer);
+    doubt_device_ = landed;
+  }
   if (bounded) {
     const bool copied = paused.owns_lock();
     if (sum.committed) {
@@ -333,7 +357,9 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
     sum.serving = bounded_serving_;
     if (paused.owns_lock()) paused.unlock();
   } else {
-    if (sum.committed) {
+    if (sum.committed && gpu_) {
+      InstallVersion(in, landed.owner, landed.data, MemoryKind::kDevice);
+    } else if (sum.committed) {
       InstallDoubleBuffer(in, buffer);
     } else if (buffer && buffer != spare_ && buffer.use_count() == 1) {
       spare_ = buffer;
@@ -369,10 +395,25 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
   }
   const uint64_t window = options.bucket_bytes > 0 ? options.bucket_bytes : options.chunk_bytes;
   VIPER_ASSIGN_OR_RETURN(GroupSetup g, MakeGroup(ranks, false, layout, window));
-  VIPER_ASSIGN_OR_RETURN(std::unique_ptr<ShmLink> shm, MakeShmLink(g, false, options.link, 0, 0));
+  const char* option = "ShardedSubscriber::Options::link";
+  VIPER_ASSIGN_OR_RETURN(const GroupLink link, AgreeOnGpu(g, options.link, option));
+  std::unique_ptr<ShmLink> shm;
+  GpuLinkPtr gpu;
+  if (link == GroupLink::kGpu) {
+    // Bounded mode (chosen with link auto while another rank asks for gpu)
+    // fails every rank together.
+    const Status precheck = target == nullptr
+                                ? Status::Ok()
+                                : InvalidArgumentError(
+                                      "bounded mode (bucket_bytes > 0) has no gpu link: use the "
+                                      "double buffer (bucket_bytes 0) or another link");
+    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, false, options.gpu_device, precheck, option));
+  } else {
+    VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, false, link, 0, 0));
+  }
   if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
-  return std::unique_ptr<ShardedSubscriber>(
-      new ShardedSubscriber(std::make_unique<Impl>(std::move(g), options, target, std::move(shm))));
+  return std::unique_ptr<ShardedSubscriber>(new ShardedSubscriber(
+      std::make_unique<Impl>(std::move(g), options, target, std::move(shm), std::move(gpu))));
 }
 
 StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::ReceiveNext(double wait_s) {
@@ -408,7 +449,9 @@ uint64_t ShardedSubscriber::version() const {
 }
 
 int ShardedSubscriber::rank() const { return impl_->g_.rank; }
-GroupLink ShardedSubscriber::link() const { return impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi; }
+GroupLink ShardedSubscriber::link() const {
+  return impl_->gpu_ ? GroupLink::kGpu : impl_->shm_ ? GroupLink::kShm : GroupLink::kMpi;
+}
 const TransferPlan& ShardedSubscriber::plan() const { return impl_->g_.plan; }
 
 namespace internal {

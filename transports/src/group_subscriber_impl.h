@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "group_gpu.h"
 #include "group_internal.h"
 #include "group_shm.h"
 #include "group_testing.h"
@@ -29,15 +30,16 @@ class ShardedSubscriber::Impl {
   using FaultTimeout = internal::FaultTimeout;
   using Block = internal::Block;
 
-  Impl(GroupSetup g, Options o, ModelState* target, std::unique_ptr<ShmLink> shm)
-      : g_(std::move(g)), options_(o), target_(target), shm_(std::move(shm)) {}
+  Impl(GroupSetup g, Options o, ModelState* target, std::unique_ptr<ShmLink> shm, internal::GpuLinkPtr gpu)
+      : g_(std::move(g)), options_(o), target_(target), shm_(std::move(shm)), gpu_(std::move(gpu)) {}
 
   StatusOr<Summary> ReceiveNext(double wait_s);
 
   GroupSetup g_;
   Options options_;
   ModelState* target_;            // bounded mode
-  std::unique_ptr<ShmLink> shm_;  // null: MPI
+  std::unique_ptr<ShmLink> shm_;  // null: MPI (or gpu)
+  internal::GpuLinkPtr gpu_;      // null: not the gpu link (double buffer only)
   uint64_t last_attempted_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
@@ -67,7 +69,8 @@ class ShardedSubscriber::Impl {
   int64_t doubt_iteration_ = 0;
   uint64_t doubt_whole_ = 0;
   std::shared_ptr<AlignedBuffer> doubt_buffer_;
-  bool withheld_ = false;  // under mu_
+  internal::GpuLanded doubt_device_;  // gpu link: the device back buffer in doubt
+  bool withheld_ = false;             // under mu_
 
  private:
   enum class Outcome { kCommitted, kAborted, kInDoubt };
@@ -102,6 +105,12 @@ class ShardedSubscriber::Impl {
   // (The shm link sets in->whole.)
   bool ReceiveDoubleBuffer(Incoming* in, Summary* sum, std::shared_ptr<AlignedBuffer>* buffer);
   void InstallDoubleBuffer(const Incoming& in, std::shared_ptr<AlignedBuffer> buffer);
+  // Serves `in` from the image at `data` (host or device memory), kept
+  // alive by `owner`; a host buffer the served version held becomes the spare.
+  void InstallVersion(const Incoming& in, std::shared_ptr<void> owner, std::byte* data, MemoryKind memory);
+  // gpu link: every producer's runs device to device into a back buffer
+  // (`landed`), each piece checked on the device.
+  bool ReceiveGpu(const Incoming& in, Summary* sum, internal::GpuLanded* landed);
   // Bounded: window by window through the staging bucket into the target;
   // takes `paused` (serving stops) before the first copy.
   bool ReceiveBounded(Incoming* in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,

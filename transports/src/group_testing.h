@@ -33,6 +33,11 @@ enum class GroupFault {
   // never comes. On the MPI link, as kStopAfterHeaders / kExitAfterHeaders.
   kStopAfterFirstBucket,
   kExitAfterFirstBucket,
+  // Producer, gpu link: flips one byte of its staging buffer after computing
+  // the digests (a piece corrupted in device memory): the consumer rank
+  // that takes that byte must not verify, so the group commits nothing.
+  // Other links: no effect.
+  kCorruptPiece,
 };
 
 // The fault applies to version `version` only.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cuda_ipc.h"
 #include "device_buffer.h"
 #include "device_checksum.h"
 #include "keep_until_finalize.h"
@@ -114,16 +115,12 @@ class GpuSender : public TierSender {
     p.header_bytes = s.header_bytes();
     p.image_offset = s.image_offset();
     p.chunk_bytes = options_.chunk_bytes;
-    cudaIpcMemHandle_t mem;
-    cudaIpcEventHandle_t event;
-    static_assert(sizeof(mem) == sizeof(p.ipc_mem) && sizeof(event) == sizeof(p.ipc_event),
+    static_assert(sizeof(p.ipc_mem) == kIpcHandleBytes && sizeof(p.ipc_event) == kIpcHandleBytes,
                   "IPC handle size");
-    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, const_cast<void*>(s.device_allocation())));
     // Only this tier stages on the device, always in a CudaDeviceImage.
     const auto* image = static_cast<const CudaDeviceImage*>(s.device());
-    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&event, image->ready_event()));
-    std::memcpy(p.ipc_mem, &mem, sizeof(mem));
-    std::memcpy(p.ipc_event, &event, sizeof(event));
+    VIPER_RETURN_IF_ERROR(
+        ExportIpc(const_cast<void*>(s.device_allocation()), image->ready_event(), p.ipc_mem, p.ipc_event));
     SetTierPayload(p, &a);
     VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
     std::vector<int> acking;
@@ -290,21 +287,7 @@ StatusOr<const IpcMapping*> GpuReceiving::OpenIpc(const GpuPayload& p) {
   IpcMapping m;
   m.mem_key = mem_key;
   m.event_key = event_key;
-  cudaIpcMemHandle_t mh;
-  cudaIpcEventHandle_t eh;
-  std::memcpy(&mh, p.ipc_mem, sizeof(mh));
-  std::memcpy(&eh, p.ipc_event, sizeof(eh));
-  cudaError_t e = cudaIpcOpenMemHandle(&m.base, mh, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return CudaStatus("cudaIpcOpenMemHandle", e);
-  }
-  e = cudaIpcOpenEventHandle(&m.event, eh);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    cudaIpcCloseMemHandle(m.base);
-    return CudaStatus("cudaIpcOpenEventHandle", e);
-  }
+  VIPER_RETURN_IF_ERROR(internal::OpenIpc(p.ipc_mem, p.ipc_event, &m.base, &m.event));
   if (ipc_.size() >= 4) {  // stale mappings of buffers the producer has replaced
     cudaIpcCloseMemHandle(ipc_.front().base);
     cudaEventDestroy(ipc_.front().event);

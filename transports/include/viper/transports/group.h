@@ -1,5 +1,6 @@
 // Sharded producers and re-sharded consumers (issue 28), host tier: over
-// shared memory when both groups are on one node, else two-sided MPI.
+// shared memory when both groups are on one node, else two-sided MPI; GPU
+// tier: CUDA IPC between ranks sharing a node (link kGpu, below).
 //
 // A producer group of P ranks publishes one version together, each rank its
 // shard of a ShardLayout; a consumer group of Q ranks with its own layout
@@ -68,8 +69,30 @@
 // the other); a slot is a bucket, less where some of the bucket goes to no
 // consumer, more where consumer ranks replicate a tensor (each taker's copy
 // is in the slot). The shard checksum comes with the last Ready.
+// kGpu (every rank of both groups on one node, each with a CUDA device;
+// double buffer only): each producer rank owns a device staging buffer of
+// its shard size, allocated at Create and exported once by CUDA IPC (the
+// handle and an interprocess event, exchanged over MPI at Create; the
+// allocation never changes, since a shard's size is the layout's). Per
+// version it copies its tensors (host or device memory alike, as the gpu
+// tier's producer does) into it, records the event, computes on the device
+// the sum64 (device_checksum.h) of its shard image and of every piece (its
+// bytes of one window of a consumer rank's image, in plan order) and sends
+// the headers. Each consumer rank has mapped the staging buffers of the
+// producer ranks it takes bytes from (per the plan); it waits on their
+// events and copies exactly its runs device to device into a device back
+// buffer (strided runs, a column split's rows, as one cudaMemcpy2DAsync),
+// tells each producer (Released) that it may reuse its staging buffer,
+// checks every piece's sum64 on the device and votes; the same two-phase
+// commit decides, and the served version's tensors are device memory.
+// On this link a piece's digest and a producer's shard checksum are sum64,
+// not XXH3 (the whole checksum is still XXH3 of the P shard checksums).
+// Publish returns once every consumer rank released the staging buffer.
 // kAuto: kShm when every rank of both groups is on one node and every
-// producer's ring could be made and mapped, else kMpi. Every guarantee
+// producer's ring could be made and mapped, else kMpi. kAuto never picks
+// kGpu: where a consumer's versions live (host or device memory) is the
+// consumer's choice, so it asks for kGpu (any rank asking for it decides
+// it for all; kAuto elsewhere follows). Every guarantee
 // above holds on both links (a producer killed mid-version: the consumers
 // time out waiting for its next Ready and the group commits nothing).
 // Segments are named "/viper-<pid>-grp...", created with O_EXCL and mode
@@ -107,9 +130,10 @@ struct GroupRanks {
 };
 
 // How the bytes travel (see above). The same on every rank of both groups,
-// or kAuto on some: kMpi on one rank and kShm on another is an error.
-enum class GroupLink { kAuto, kMpi, kShm };
-const char* GroupLinkName(GroupLink link);  // "auto", "mpi", "shm"
+// or kAuto on some: two different explicit links (kMpi, kShm, kGpu) is an
+// error.
+enum class GroupLink { kAuto, kMpi, kShm, kGpu };
+const char* GroupLinkName(GroupLink link);  // "auto", "mpi", "shm", "gpu"
 
 class ShardedPublisher {
  public:
@@ -129,6 +153,8 @@ class ShardedPublisher {
     // decision (rank 0 may still be training, or finishing the previous
     // version's wait for the consumers).
     double decision_timeout_s = 600;
+    // gpu link: the CUDA device this rank stages its shard on.
+    int gpu_device = 0;
     bool IsValid(std::string* error) const;
   };
 
@@ -167,7 +193,7 @@ class ShardedPublisher {
 
   int rank() const;  // in the producer group
   const TransferPlan& plan() const;
-  GroupLink link() const;  // the link decided at Create: kMpi or kShm
+  GroupLink link() const;  // the link decided at Create: kMpi, kShm or kGpu
 
   class Impl;
   Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h
@@ -198,8 +224,13 @@ class ShardedSubscriber {
     // the producers' rings into the target, no staging). The same on every
     // consumer rank.
     uint64_t bucket_bytes = 0;
-    // Double buffer: the largest message (each < 2 GiB).
+    // Double buffer: the largest message (each < 2 GiB); on the gpu link,
+    // the window each piece digest covers.
     uint64_t chunk_bytes = 64ull << 20;
+    // gpu link: the CUDA device this rank's back buffers (and so the served
+    // versions' tensors) live on. The gpu link has no bounded mode yet
+    // (bucket_bytes must be 0).
+    int gpu_device = 0;
     bool IsValid(std::string* error) const;
   };
 
@@ -259,7 +290,7 @@ class ShardedSubscriber {
 
   int rank() const;  // in the consumer group
   const TransferPlan& plan() const;
-  GroupLink link() const;  // the link decided at Create: kMpi or kShm
+  GroupLink link() const;  // the link decided at Create: kMpi, kShm or kGpu
 
   class Impl;
   Impl* impl_for_testing() { return impl_.get(); }  // src/group_testing.h

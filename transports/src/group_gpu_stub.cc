@@ -1,0 +1,36 @@
+// Built instead of group_gpu.cc when Viper has MPI but no CUDA (CMake picks
+// it): the groups' gpu link reports that it is unavailable; the host links
+// are unaffected.
+#include "group_gpu.h"
+
+namespace viper {
+namespace transports {
+namespace internal {
+
+struct GpuLink {};
+void GpuLinkDeleter::operator()(GpuLink* link) const { delete link; }
+
+StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup&, bool, int, const Status&, const char* option) {
+  // Every rank runs this build: all return the same error, none waits.
+  return UnavailableError(std::string("sharded groups: ") + option +
+                          " = gpu: no CUDA device: Viper was built without CUDA");
+}
+
+StatusOr<GpuStaged> GpuStage(const GroupSetup&, GpuLink*, const ModelState&, bool) {
+  return UnavailableError("sharded groups: link gpu: Viper was built without CUDA");
+}
+
+bool GpuAwaitReleases(const GroupSetup&, uint64_t, double, std::string* message) {
+  *message = "link gpu: Viper was built without CUDA";
+  return false;
+}
+
+bool GpuReceive(const GroupSetup&, GpuLink*, uint64_t, const std::vector<std::vector<uint64_t>>&, double,
+                GpuLanded*, uint64_t*, std::string* message) {
+  *message = "link gpu: Viper was built without CUDA";
+  return false;
+}
+
+}  // namespace internal
+}  // namespace transports
+}  // namespace viper
