@@ -103,6 +103,59 @@ StatusOr<HeaderPatch> ReadHeaderPatch(const DeltaHeader& h, const std::byte* bod
 std::string RebuildHeader(uint64_t header_bytes, const HeaderPatch& patch, const std::byte* body,
                           std::string_view base_json);
 
+// Reads the Golomb-Rice codes that delta.cc's BitWriter wrote (gap g with
+// parameter r: g >> r one-bits, a zero bit, the low r bits of g).
+class BitReader {
+ public:
+  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bytes_(bytes) {}
+  // One Rice-coded gap; false when the bits run out or the gap would reach
+  // `limit` (the elements left in the tensor).
+  bool GetRice(unsigned r, uint64_t limit, uint64_t* gap) {
+    uint64_t q = 0;
+    for (;;) {  // the unary part: count one-bits up to the zero
+      Refill();
+      if (fill_ == 0) return false;
+      const uint64_t inverse = ~buf_;  // buf_ has zeros above fill_
+      const unsigned ones = inverse == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(inverse));
+      if (ones < fill_) {
+        q += ones;
+        Consume(ones + 1);
+        break;
+      }
+      q += fill_;
+      Consume(fill_);
+      if (q > (limit >> r)) return false;
+    }
+    if (q > (limit >> r)) return false;
+    uint64_t low = 0;
+    if (r > 0) {
+      Refill();
+      if (fill_ < r) return false;
+      low = buf_ & ((1ull << r) - 1);
+      Consume(r);
+    }
+    *gap = (q << r) | low;
+    return *gap < limit;
+  }
+  // Bits not read are the last byte's zero padding only.
+  bool RestIsPadding() const { return pos_ == bytes_ && fill_ < 8 && buf_ == 0; }
+
+ private:
+  void Refill() {
+    while (fill_ <= 56 && pos_ < bytes_) {
+      buf_ |= static_cast<uint64_t>(p_[pos_++]) << fill_;
+      fill_ += 8;
+    }
+  }
+  void Consume(unsigned n) {
+    buf_ = n >= 64 ? 0 : buf_ >> n;
+    fill_ -= n;
+  }
+  const uint8_t* p_;
+  uint64_t bytes_, pos_ = 0, buf_ = 0;
+  unsigned fill_ = 0;
+};
+
 }  // namespace internal
 }  // namespace delta
 }  // namespace transports
