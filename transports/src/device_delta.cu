@@ -277,8 +277,9 @@ struct DeviceDeltaCodec::Impl {
   // Grows `b` to at least `bytes` (contents not kept).
   static Status Reserve(DeviceBuffer* b, uint64_t bytes) {
     if (b->capacity() >= bytes) return Status::Ok();
-    *b = DeviceBuffer();
-    VIPER_ASSIGN_OR_RETURN(*b, DeviceBuffer::Allocate(std::max<uint64_t>(bytes, b->capacity() * 2)));
+    const uint64_t grown = std::max<uint64_t>(bytes, b->capacity() * 2);
+    *b = DeviceBuffer();  // free first
+    VIPER_ASSIGN_OR_RETURN(*b, DeviceBuffer::Allocate(grown));
     return Status::Ok();
   }
   Status Sync() {
@@ -410,7 +411,10 @@ StatusOr<DeviceDeltaRecords> DeviceDeltaCodec::Encode(const std::byte* base, con
     }
     c.record_bytes = kRecordHeaderBytes + payload;
     result.choices.push_back(c);
-    if (result.bytes + c.record_bytes > limit) return result;  // fits = false
+    if (result.bytes + c.record_bytes > limit) {  // fits = false
+      VIPER_RETURN_IF_ERROR(d.Sync());
+      return result;
+    }
     std::byte* rec = out + result.bytes;
     std::array<std::byte, kRecordHeaderBytes> header;
     PutRecordHeader(header.data(), static_cast<uint32_t>(i), c.encoding, e, c.rice,
