@@ -70,16 +70,7 @@ struct DeviceImages {
 };
 
 std::vector<DeviceDeltaTensor> TableOf(const delta::internal::Image& image, const Bytes& bytes) {
-  std::vector<DeviceDeltaTensor> table;
-  for (const Tensor& t : image.state.tensors()) {
-    DeviceDeltaTensor d;
-    d.offset = delta::internal::Offset(image, bytes.data(), t);
-    d.bytes = t.size_bytes;
-    d.element_bytes = static_cast<unsigned>(DTypeSize(t.dtype));
-    d.name = t.name;
-    table.push_back(d);
-  }
-  return table;
+  return internal::DeviceDeltaTable(image.state, bytes.data() + image.info.data_offset);
 }
 
 // A data section on the device at `shift` bytes past a fresh allocation.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "viper/core/model_state.h"
 #include "viper/core/status.h"
 #include "viper/transports/delta.h"
 
@@ -34,6 +35,31 @@ struct DeviceDeltaTensor {
   unsigned element_bytes = 1;  // 1, 2, 4 or 8
   std::string name;            // for messages
 };
+
+// The table of `state`, whose tensors are views into the data section at `data`.
+inline std::vector<DeviceDeltaTensor> DeviceDeltaTable(const ModelState& state, const std::byte* data) {
+  std::vector<DeviceDeltaTensor> table;
+  for (const Tensor& t : state.tensors()) {
+    DeviceDeltaTensor d;
+    d.offset = static_cast<uint64_t>(t.data - data);
+    d.bytes = t.size_bytes;
+    d.element_bytes = static_cast<unsigned>(DTypeSize(t.dtype));
+    d.name = t.name;
+    table.push_back(std::move(d));
+  }
+  return table;
+}
+
+// Whether two tables are the same tensors at the same offsets.
+inline bool SameDeviceDeltaTable(const std::vector<DeviceDeltaTensor>& a, const std::vector<DeviceDeltaTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].offset != b[i].offset || a[i].bytes != b[i].bytes || a[i].element_bytes != b[i].element_bytes ||
+        a[i].name != b[i].name)
+      return false;
+  }
+  return true;
+}
 
 // What the encoder chose for one tensor.
 struct DeviceDeltaChoice {
