@@ -15,6 +15,8 @@ expect_rc 2 "unknown command" "$viper" frobnicate
 expect_rc 0 "version" "$viper" --version
 expect_rc 2 "run: unknown fan-out plan" "$viper" run --fanout ring
 expect_in "$tmp/err" "--fanout: expected node, direct or tree" "run names the bad --fanout"
+expect_rc 2 "run: --delta on the gpu tier" "$viper" run --delta on --transport gpu
+expect_in "$tmp/err" "--delta: on needs tier host" "run names --delta and the tiers it needs"
 expect_rc 2 "run: unknown --delta mode" "$viper" run --delta sometimes
 expect_in "$tmp/err" "--delta: expected auto, on or off" "run names the bad --delta"
 expect_rc 2 "run: one-sided host protocol" "$viper" run --host-protocol one-sided
