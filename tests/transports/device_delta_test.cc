@@ -244,9 +244,11 @@ TEST(DeviceDelta, HostileRecordsAreRefusedAndNothingIsWritten) {
     EXPECT_FALSE((*codec)->Apply(base.data, table, d.data, cut, records->record_count).ok()) << cut;
     EXPECT_EQ(Download(base.data, data_bytes), before) << "cut at " << cut << ": written";
   }
-  // A position past the tensor: the first gap's unary part made all ones.
+  // A position past the tensor: the first gap's unary part made 2048 one-bits (the
+  // tensor has 40000 elements; with the Rice parameter near log2 of the mean
+  // gap, 5-7, q may be at most 1250).
   Bytes far = good;
-  for (std::size_t i = delta::kRecordHeaderBytes; i < delta::kRecordHeaderBytes + 64; ++i) far[i] = std::byte{0xff};
+  for (std::size_t i = delta::kRecordHeaderBytes; i < delta::kRecordHeaderBytes + 256; ++i) far[i] = std::byte{0xff};
   OnDevice d = Upload(far.data(), far.size(), 0);
   Status st = (*codec)->Apply(base.data, table, d.data, far.size(), records->record_count);
   EXPECT_FALSE(st.ok());
