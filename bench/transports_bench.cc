@@ -865,6 +865,15 @@ double DeviceCopySeconds(uint64_t bytes, int reps, double* event_s) {
   cudaFree(b);
   return best;
 }
+
+// Whether every rank sees a CUDA device (collective); else the benchmark is skipped with why.
+bool EveryRankHasADevice(benchmark::State& state) {
+  std::string reason;
+  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!has_device) state.SkipWithError(("gpu tier: " + reason).c_str());
+  return has_device != 0;
+}
 #endif
 
 // GPU tier: a device-resident model from rank 0's GPU to rank 1's.
@@ -873,13 +882,7 @@ double DeviceCopySeconds(uint64_t bytes, int reps, double* event_s) {
 void BM_TransportsGpu(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
 #if VIPER_HAVE_CUDA
-  std::string reason;
-  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!has_device) {
-    state.SkipWithError(("gpu tier: " + reason).c_str());
-    return;
-  }
+  if (!EveryRankHasADevice(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const bool ipc = state.range(1) != 0;
   const Mode mode = state.range(2) ? Mode::kAsync : Mode::kSync;
@@ -990,13 +993,7 @@ void BM_TransportsGpu(benchmark::State& state) {
 void BM_TransportsGpuDelta(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
 #if VIPER_HAVE_CUDA
-  std::string reason;
-  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!has_device) {
-    state.SkipWithError(("gpu tier: " + reason).c_str());
-    return;
-  }
+  if (!EveryRankHasADevice(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const int reps = static_cast<int>(state.max_iterations);
   auto run = [&](DeltaMode delta, DeltaFigures* f) {

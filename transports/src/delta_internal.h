@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "viper/transports/delta.h"
 
@@ -155,6 +156,52 @@ class BitReader {
   uint64_t bytes_, pos_ = 0, buf_ = 0;
   unsigned fill_ = 0;
 };
+
+
+// One record's header as written (delta.cc's Encode and the device codec,
+// device_delta.cu, write the same bytes).
+inline void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
+                            uint64_t payload) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
+  p[4] = static_cast<std::byte>(enc);
+  p[5] = static_cast<std::byte>(e);
+  p[6] = static_cast<std::byte>(rice);
+  p[7] = std::byte{0};
+  PutU64(p + 8, count);
+  PutU64(p + 16, payload);
+}
+
+// A tensor of the base as the record checks see it.
+struct RecordTensor {
+  uint64_t bytes = 0;
+  unsigned element_bytes = 1;
+  std::string_view name;  // for messages
+};
+
+// One record's header, read and checked.
+struct RecordHeader {
+  uint32_t index = 0;
+  unsigned rice = 0;  // the Rice parameter of sparse-gaps
+  Encoding encoding = Encoding::kDense;
+  uint64_t count = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// Record `r` of `record_count`, its header at `p` with `left` bytes of the
+// body from there on, after the record of tensor `previous` (-1: first),
+// checked against the base's `tensors`: room for the header, a known
+// encoding, the tensor index in range and ascending, its element size, the
+// Rice parameter and reserved byte, the payload inside the body, a dense
+// record's count and size, a sparse record's count (InvalidArgument or
+// DataLoss naming the record, tensor and field). Positions: CheckPositions.
+StatusOr<RecordHeader> ReadRecordHeader(uint64_t r, uint64_t record_count, const std::byte* p, uint64_t left,
+                                        int64_t previous, const std::vector<RecordTensor>& tensors);
+
+// A sparse record's Rice-coded positions (`positions_bytes` at `bits`):
+// every one inside the tensor, no bits left but the last byte's padding.
+// With `positions`, the element indices decoded.
+Status CheckPositions(uint64_t r, const RecordHeader& h, const RecordTensor& t, const uint8_t* bits,
+                      uint64_t positions_bytes, std::vector<uint64_t>* positions);
 
 }  // namespace internal
 }  // namespace delta

@@ -52,24 +52,27 @@ __device__ __forceinline__ bool Changed(const unsigned char* a, const unsigned c
   return LoadElement<E, Aligned>(a, i) != LoadElement<E, Aligned>(b, i);
 }
 
-// Exclusive scan of one value per thread across the block (kThreads);
+// Exclusive scan of one value per thread across a block of N threads;
 // `total` gets the block's sum.
-__device__ ull BlockExclusiveScan(ull v, ull* total) {
-  __shared__ ull s[2][kThreads];
+template <int N>
+__device__ ull ExclusiveScan(ull v, ull* total) {
+  __shared__ ull s[2][N];
   int in = 0;
   s[0][threadIdx.x] = v;
   __syncthreads();
-  for (int off = 1; off < kThreads; off <<= 1) {
+  for (int off = 1; off < N; off <<= 1) {
     const ull x = s[in][threadIdx.x] + (threadIdx.x >= static_cast<unsigned>(off) ? s[in][threadIdx.x - off] : 0);
     s[1 - in][threadIdx.x] = x;
     in = 1 - in;
     __syncthreads();
   }
   const ull inclusive = s[in][threadIdx.x];
-  *total = s[in][kThreads - 1];
+  *total = s[in][N - 1];
   __syncthreads();
   return inclusive - v;
 }
+
+__device__ ull BlockExclusiveScan(ull v, ull* total) { return ExclusiveScan<kThreads>(v, total); }
 
 __device__ ull BlockSum(ull v) {
   ull total;
@@ -92,27 +95,18 @@ __global__ void CountKernel(const unsigned char* a, const unsigned char* b, ull 
 
 // In place: the `nb` block counts become exclusive offsets; *total their sum. One block.
 __global__ void ScanCountsKernel(ull* counts, ull nb, ull* total) {
-  __shared__ ull s[2][kScanThreads];
   const ull seg = (nb + kScanThreads - 1) / kScanThreads;
   const ull lo = min(nb, threadIdx.x * seg), hi = min(nb, lo + seg);
   ull sum = 0;
   for (ull i = lo; i < hi; ++i) sum += counts[i];
-  int in = 0;
-  s[0][threadIdx.x] = sum;
-  __syncthreads();
-  for (int off = 1; off < kScanThreads; off <<= 1) {
-    const ull x = s[in][threadIdx.x] + (threadIdx.x >= static_cast<unsigned>(off) ? s[in][threadIdx.x - off] : 0);
-    s[1 - in][threadIdx.x] = x;
-    in = 1 - in;
-    __syncthreads();
-  }
-  ull run = s[in][threadIdx.x] - sum;
+  ull all;
+  ull run = ExclusiveScan<kScanThreads>(sum, &all);
   for (ull i = lo; i < hi; ++i) {
     const ull c = counts[i];
     counts[i] = run;
     run += c;
   }
-  if (threadIdx.x == kScanThreads - 1) *total = s[in][kScanThreads - 1];
+  if (threadIdx.x == 0) *total = all;
 }
 
 // The changed elements' indices in order (block offsets from ScanCountsKernel),
@@ -247,17 +241,6 @@ void LaunchCompact(bool aligned, const unsigned char* a, const unsigned char* b,
   } else {
     CompactKernel<E, false><<<static_cast<unsigned int>(nb), kThreads, 0, s>>>(a, b, n, offsets, idx, stop);
   }
-}
-
-void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
-                     uint64_t payload) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
-  p[4] = static_cast<std::byte>(enc);
-  p[5] = static_cast<std::byte>(e);
-  p[6] = static_cast<std::byte>(rice);
-  p[7] = std::byte{0};
-  delta::internal::PutU64(p + 8, count);
-  delta::internal::PutU64(p + 16, payload);
 }
 
 }  // namespace
@@ -417,7 +400,7 @@ StatusOr<DeviceDeltaRecords> DeviceDeltaCodec::Encode(const std::byte* base, con
     }
     std::byte* rec = out + result.bytes;
     std::array<std::byte, kRecordHeaderBytes> header;
-    PutRecordHeader(header.data(), static_cast<uint32_t>(i), c.encoding, e, c.rice,
+    delta::internal::PutRecordHeader(header.data(), static_cast<uint32_t>(i), c.encoding, e, c.rice,
                     c.encoding == Encoding::kDense ? n : k, payload);
     // Pageable source: the copy has taken the bytes when the call returns.
     VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rec, header.data(), kRecordHeaderBytes, cudaMemcpyHostToDevice, s));
@@ -461,96 +444,46 @@ struct DeviceRecord {
   std::vector<uint64_t> positions;  // sparse: decoded on the host
 };
 
-std::string Where(uint64_t r, uint32_t index, const DeviceDeltaTensor& t) {
-  return "device delta record " + std::to_string(r) + " (tensor " + std::to_string(index) + " '" +
-         t.name.substr(0, 64) + "')";
-}
-
 }  // namespace
 
-// (Over 80 lines: delta_apply.cc's CheckRecords against a table, then the writes.)
+// Every record checked as delta_apply.cc checks a host delta's (the same
+// ReadRecordHeader and CheckPositions), reading the record headers and the
+// positions back from the device; then the writes.
 Status DeviceDeltaCodec::Apply(std::byte* data, const std::vector<DeviceDeltaTensor>& table,
                                const std::byte* records, uint64_t records_bytes, uint64_t record_count) {
   Impl& d = *impl_;
   cudaStream_t s = d.stream;
+  std::vector<delta::internal::RecordTensor> tensors;
+  for (const DeviceDeltaTensor& t : table) tensors.push_back({t.bytes, t.element_bytes, t.name});
   std::vector<DeviceRecord> checked;
   uint64_t at = 0;
   int64_t previous = -1;
   std::vector<std::byte> bits;
   for (uint64_t r = 0; r < record_count; ++r) {
-    if (records_bytes - at < kRecordHeaderBytes) {
-      return DataLossError("device delta truncated: record " + std::to_string(r) + " of " +
-                                  std::to_string(record_count) + " has no room for its header");
-    }
-    std::byte h[kRecordHeaderBytes];
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, records + at, kRecordHeaderBytes, cudaMemcpyDeviceToHost));
+    std::byte h[kRecordHeaderBytes] = {};
+    const uint64_t n = std::min<uint64_t>(kRecordHeaderBytes, records_bytes - at);
+    if (n > 0) VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, records + at, n, cudaMemcpyDeviceToHost));
+    VIPER_ASSIGN_OR_RETURN(const delta::internal::RecordHeader rh,
+                           delta::internal::ReadRecordHeader(r, record_count, h, records_bytes - at, previous, tensors));
+    previous = rh.index;
     at += kRecordHeaderBytes;
     DeviceRecord rec;
-    rec.index = delta::internal::GetU32(h);
-    const uint8_t enc = static_cast<uint8_t>(h[4]);
-    const unsigned e = static_cast<uint8_t>(h[5]);
-    const unsigned rice = static_cast<uint8_t>(h[6]);
-    const bool reserved_zero = h[7] == std::byte{0} &&
-                               (rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rice <= 56));
-    rec.count = delta::internal::GetU64(h + 8);
-    rec.payload_bytes = delta::internal::GetU64(h + 16);
-    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
-      return InvalidArgumentError("device delta record " + std::to_string(r) + ": unknown encoding " +
-                                  std::to_string(enc) + " (1 sparse-gaps, 3 dense)");
-    }
-    if (rec.index >= table.size() || static_cast<int64_t>(rec.index) <= previous) {
-      return InvalidArgumentError("device delta record " + std::to_string(r) + " names tensor " +
-                                  std::to_string(rec.index) + " after tensor " + std::to_string(previous) + "; the base has " +
-                                  std::to_string(table.size()) + " (records ascend)");
-    }
-    previous = rec.index;
-    const DeviceDeltaTensor& t = table[rec.index];
-    const uint64_t n = t.bytes / t.element_bytes;
-    if (e != t.element_bytes || !reserved_zero) {
-      return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) +
-                                  " (the tensor's is " + std::to_string(t.element_bytes) + "), Rice parameter " +
-                                  std::to_string(rice) + " (at most 56, only for sparse-gaps) or reserved byte not zero");
-    }
-    if (rec.payload_bytes > records_bytes - at) {
-      return DataLossError(Where(r, rec.index, t) + ": payload of " + std::to_string(rec.payload_bytes) +
-                                  " bytes, only " + std::to_string(records_bytes - at) + " left in the delta");
-    }
+    rec.index = rh.index;
+    rec.encoding = rh.encoding;
+    rec.count = rh.count;
     rec.payload_at = at;
+    rec.payload_bytes = rh.payload_bytes;
     at += rec.payload_bytes;
-    if (enc == static_cast<uint8_t>(Encoding::kDense)) {
-      if (rec.count != n || rec.payload_bytes != t.bytes) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": dense record of " + std::to_string(rec.count) +
-                                    " elements / " + std::to_string(rec.payload_bytes) + " bytes; the tensor has " +
-                                    std::to_string(n) + " / " + std::to_string(t.bytes));
-      }
-    } else {
-      rec.encoding = Encoding::kSparseGaps;
-      if (rec.count == 0 || rec.count > n || rec.count > rec.payload_bytes / e) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(rec.count) +
-                                    " changed elements in a tensor of " + std::to_string(n) + " with " +
-                                    std::to_string(rec.payload_bytes) + " payload bytes");
-      }
-      const uint64_t positions_bytes = rec.payload_bytes - rec.count * e;
+    if (rec.encoding == Encoding::kSparseGaps) {
+      const uint64_t positions_bytes = rec.payload_bytes - rec.count * table[rec.index].element_bytes;
       bits.resize(positions_bytes);
       if (positions_bytes > 0) {
         VIPER_CUDA_RETURN_IF_ERROR(
             cudaMemcpy(bits.data(), records + rec.payload_at, positions_bytes, cudaMemcpyDeviceToHost));
       }
-      delta::internal::BitReader reader(reinterpret_cast<const uint8_t*>(bits.data()), positions_bytes);
-      rec.positions.resize(rec.count);
-      uint64_t next = 0;
-      for (uint64_t j = 0; j < rec.count; ++j) {
-        uint64_t gap = 0;
-        if (!reader.GetRice(rice, n - next, &gap)) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": position " + std::to_string(j) +
-                                      " is truncated or lies past the tensor's " + std::to_string(n) + " elements");
-        }
-        rec.positions[j] = next + gap;
-        next += gap + 1;
-      }
-      if (!reader.RestIsPadding()) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": position bits left after the last position");
-      }
+      VIPER_RETURN_IF_ERROR(delta::internal::CheckPositions(r, rh, tensors[rec.index],
+                                                            reinterpret_cast<const uint8_t*>(bits.data()),
+                                                            positions_bytes, &rec.positions));
     }
     checked.push_back(std::move(rec));
   }
