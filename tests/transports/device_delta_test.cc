@@ -15,6 +15,7 @@
 
 #include "delta_internal.h"
 #include "delta_test_models.h"
+#include "tier_gpu.h"
 #include "viper/config.h"
 #include "viper/transports/device_memory.h"
 
@@ -43,6 +44,64 @@ TEST(DeviceDelta, CreateSaysWhyWithoutADevice) {
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), StatusCode::kUnavailable) << codec.status().ToString();
   EXPECT_NE(codec.status().message().find("no CUDA device"), std::string::npos) << codec.status().ToString();
+}
+
+TEST(DeviceDelta, GpuAnnouncementsOfferOnlyAPlausibleDelta) {
+  // The consumer decodes the offer before it answers: records of at least
+  // kRecordHeaderBytes each, one or more, smaller than the image.
+  internal::Announce a;
+  a.kind = internal::kAnnounceGpu;
+  a.version = 7;
+  a.image_bytes = 1 << 20;
+  internal::GpuPayload p;
+  p.header_bytes = 4096;
+  p.chunk_bytes = 1 << 16;
+  internal::SetTierPayload(p, &a);
+  auto full = internal::DecodeGpuPayload(a);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_EQ(full->delta_records_bytes, 0u);  // no delta offered
+  p.delta_records_bytes = 48;
+  p.delta_record_count = 2;
+  internal::SetTierPayload(p, &a);
+  EXPECT_TRUE(internal::DecodeGpuPayload(a).ok());
+  struct Bad {
+    uint64_t bytes, count;
+  };
+  for (const Bad& b : {Bad{48, 0}, Bad{48, 3}, Bad{uint64_t{1} << 20, 1}, Bad{~uint64_t{0}, 1}}) {
+    p.delta_records_bytes = b.bytes;
+    p.delta_record_count = b.count;
+    internal::SetTierPayload(p, &a);
+    auto d = internal::DecodeGpuPayload(a);
+    ASSERT_FALSE(d.ok()) << b.bytes << " bytes in " << b.count << " records";
+    EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(d.status().message().find("a delta of " + std::to_string(b.bytes) + " bytes"), std::string::npos)
+        << d.status().ToString();
+  }
+}
+
+TEST(DeviceDelta, TablesCompareNamesSizesAndOffsets) {
+  std::mt19937_64 rng(9);
+  Model m;
+  m.tensors.push_back({"a", DType::kF32, 5, {}});
+  m.tensors.push_back({"b", DType::kBF16, 3, {}});
+  for (Spec& s : m.tensors) s.bytes = RandomBytes(rng, static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
+  const Bytes v1 = m.Image(1);
+  auto image = delta::internal::ParseImage(v1.data(), v1.size(), "v1");
+  ASSERT_TRUE(image.ok());
+  const auto table = internal::DeviceDeltaTable(image->state, v1.data() + image->info.data_offset);
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0].offset, 0u);  // "a": 5 F32 elements first
+  EXPECT_EQ(table[0].bytes, 20u);
+  EXPECT_EQ(table[1].offset, 20u);
+  EXPECT_EQ(table[1].element_bytes, 2u);
+  EXPECT_TRUE(internal::SameDeviceDeltaTable(table, table));
+  auto renamed = table;
+  renamed[1].name = "c";
+  EXPECT_FALSE(internal::SameDeviceDeltaTable(table, renamed));
+  auto moved = table;
+  moved[1].offset += 2;
+  EXPECT_FALSE(internal::SameDeviceDeltaTable(table, moved));
+  EXPECT_FALSE(internal::SameDeviceDeltaTable(table, {table[0]}));
 }
 
 #if VIPER_HAVE_CUDA

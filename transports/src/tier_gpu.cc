@@ -210,7 +210,7 @@ class GpuSender : public TierSender {
   // Delta on: the staged version's tensor table (from its header), then,
   // when a base is kept with the same table, its records against the base
   // (device_delta.h) in delta_, offered in `p`. A version that cannot be
-  // diffed is sent full, saying why (delta_reason_).
+  // diffed is sent full, saying why (summary_.reason).
   Status PrepareDelta(const StagedVersion& s, GpuPayload* p) {
     offered_ = false;
     next_table_.clear();
