@@ -74,7 +74,8 @@ TEST(DeviceDelta, GpuAnnouncementsOfferOnlyAPlausibleDelta) {
     auto d = internal::DecodeGpuPayload(a);
     ASSERT_FALSE(d.ok()) << b.bytes << " bytes in " << b.count << " records";
     EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
-    EXPECT_NE(d.status().message().find("a delta of " + std::to_string(b.bytes) + " bytes"), std::string::npos)
+    EXPECT_NE(d.status().message().find("a delta of " + std::to_string(b.bytes) + " bytes"),
+              std::string::npos)
         << d.status().ToString();
   }
 }
@@ -238,7 +239,8 @@ TEST(DeviceDelta, OneFractionEverywhere) {
       Model m;
       m.tensors.push_back({"w", d, 250007, {}});
       m.tensors.push_back({"b", d, 1023, {}});
-      for (Spec& s : m.tensors) s.bytes = RandomBytes(rng, static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
+      for (Spec& s : m.tensors)
+        s.bytes = RandomBytes(rng, static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
       const Bytes v1 = m.Image(1);
       for (Spec& s : m.tensors) Change(rng, &s, f);
       const Bytes v2 = m.Image(2);
@@ -258,8 +260,8 @@ TEST(DeviceDelta, HostileRecordsAreRefusedAndNothingIsWritten) {
   m.tensors.push_back({"h", DType::kBF16, 3001, {}});
   for (Spec& s : m.tensors) s.bytes = RandomBytes(rng, static_cast<std::size_t>(s.n) * DTypeSize(s.dtype));
   const Bytes v1 = m.Image(1);
-  Change(rng, &m.tensors[0], 0.01);      // sparse
-  Change(rng, &m.tensors[1], 1.0);       // dense
+  Change(rng, &m.tensors[0], 0.01);  // sparse
+  Change(rng, &m.tensors[1], 1.0);   // dense
   const Bytes v2 = m.Image(2);
   auto b = delta::internal::ParseImage(v1.data(), v1.size(), "base");
   ASSERT_TRUE(b.ok());
@@ -307,7 +309,8 @@ TEST(DeviceDelta, HostileRecordsAreRefusedAndNothingIsWritten) {
   // tensor has 40000 elements; with the Rice parameter near log2 of the mean
   // gap, 5-7, q may be at most 1250).
   Bytes far = good;
-  for (std::size_t i = delta::kRecordHeaderBytes; i < delta::kRecordHeaderBytes + 256; ++i) far[i] = std::byte{0xff};
+  for (std::size_t i = delta::kRecordHeaderBytes; i < delta::kRecordHeaderBytes + 256; ++i)
+    far[i] = std::byte{0xff};
   OnDevice d = Upload(far.data(), far.size(), 0);
   Status st = (*codec)->Apply(base.data, table, d.data, far.size(), records->record_count);
   EXPECT_FALSE(st.ok());

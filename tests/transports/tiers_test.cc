@@ -299,7 +299,8 @@ TEST(PublisherDeltaOption, NamesRoundTripAndOnIsRefusedWhereVersionsGoWhole) {
   EXPECT_TRUE(o.IsValid(&error)) << error;  // host, shm
   o.host_protocol = HostProtocol::kOneSided;
   EXPECT_FALSE(o.IsValid(&error));
-  EXPECT_NE(error.find("delta: on needs tier host (shm or two-sided), gpu or pfs"), std::string::npos) << error;
+  EXPECT_NE(error.find("delta: on needs tier host (shm or two-sided), gpu or pfs"), std::string::npos)
+      << error;
   o.delta = DeltaMode::kAuto;  // auto: whole versions there, no error
   EXPECT_TRUE(o.IsValid(&error)) << error;
   o.host_protocol = HostProtocol::kTwoSided;

@@ -41,8 +41,9 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
   const std::byte* end = body + h.body_bytes;
   int64_t previous = -1;
   for (uint64_t r = 0; r < h.record_count; ++r) {
-    VIPER_ASSIGN_OR_RETURN(const RecordHeader rh,
-                           ReadRecordHeader(r, h.record_count, p, static_cast<uint64_t>(end - p), previous, tensors));
+    VIPER_ASSIGN_OR_RETURN(
+        const RecordHeader rh,
+        ReadRecordHeader(r, h.record_count, p, static_cast<uint64_t>(end - p), previous, tensors));
     previous = rh.index;
     p += kRecordHeaderBytes;
     Record rec;

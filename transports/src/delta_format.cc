@@ -119,7 +119,6 @@ std::string RebuildHeader(uint64_t header_bytes, const HeaderPatch& patch, const
   return header;
 }
 
-
 namespace {
 
 std::string Where(uint64_t r, uint32_t index, const RecordTensor& t) {
@@ -132,8 +131,8 @@ std::string Where(uint64_t r, uint32_t index, const RecordTensor& t) {
 StatusOr<RecordHeader> ReadRecordHeader(uint64_t r, uint64_t record_count, const std::byte* p, uint64_t left,
                                         int64_t previous, const std::vector<RecordTensor>& tensors) {
   if (left < kRecordHeaderBytes) {
-    return DataLossError("delta truncated: record " + std::to_string(r) + " of " + std::to_string(record_count) +
-                         " has no room for its header");
+    return DataLossError("delta truncated: record " + std::to_string(r) + " of " +
+                         std::to_string(record_count) + " has no room for its header");
   }
   RecordHeader rec;
   rec.index = GetU32(p);
@@ -141,28 +140,32 @@ StatusOr<RecordHeader> ReadRecordHeader(uint64_t r, uint64_t record_count, const
   const unsigned e = static_cast<uint8_t>(p[5]);
   rec.rice = static_cast<uint8_t>(p[6]);
   const bool reserved_zero =
-      p[7] == std::byte{0} && (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
+      p[7] == std::byte{0} &&
+      (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
   rec.count = GetU64(p + 8);
   rec.payload_bytes = GetU64(p + 16);
   left -= kRecordHeaderBytes;
   if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
-    return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc) +
-                                " (1 sparse-gaps, 3 dense)");
+    return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " +
+                                std::to_string(enc) + " (1 sparse-gaps, 3 dense)");
   }
   if (rec.index >= tensors.size()) {
-    return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " + std::to_string(rec.index) +
-                                "; the base has " + std::to_string(tensors.size()));
+    return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " +
+                                std::to_string(rec.index) + "; the base has " +
+                                std::to_string(tensors.size()));
   }
   if (static_cast<int64_t>(rec.index) <= previous) {
-    return InvalidArgumentError("delta record " + std::to_string(r) + ": tensor " + std::to_string(rec.index) +
-                                " does not follow tensor " + std::to_string(previous) + " (records ascend)");
+    return InvalidArgumentError("delta record " + std::to_string(r) + ": tensor " +
+                                std::to_string(rec.index) + " does not follow tensor " +
+                                std::to_string(previous) + " (records ascend)");
   }
   const RecordTensor& t = tensors[rec.index];
   const uint64_t te = t.element_bytes;
   const uint64_t n = t.bytes / te;
   if (e != te || !reserved_zero) {
-    return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) + " (the tensor's is " +
-                                std::to_string(te) + "), Rice parameter " + std::to_string(rec.rice) +
+    return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) +
+                                " (the tensor's is " + std::to_string(te) + "), Rice parameter " +
+                                std::to_string(rec.rice) +
                                 " (at most 56, only for sparse-gaps) or reserved byte not zero");
   }
   if (rec.payload_bytes > left) {
@@ -173,8 +176,9 @@ StatusOr<RecordHeader> ReadRecordHeader(uint64_t r, uint64_t record_count, const
     rec.encoding = Encoding::kDense;
     if (rec.count != n || rec.payload_bytes != t.bytes) {
       return InvalidArgumentError(Where(r, rec.index, t) + ": dense record of " + std::to_string(rec.count) +
-                                  " elements / " + std::to_string(rec.payload_bytes) + " bytes; the tensor has " +
-                                  std::to_string(n) + " / " + std::to_string(t.bytes));
+                                  " elements / " + std::to_string(rec.payload_bytes) +
+                                  " bytes; the tensor has " + std::to_string(n) + " / " +
+                                  std::to_string(t.bytes));
     }
     return rec;
   }
@@ -197,7 +201,8 @@ Status CheckPositions(uint64_t r, const RecordHeader& h, const RecordTensor& t, 
     uint64_t gap = 0;
     if (!reader.GetRice(h.rice, n - next, &gap)) {
       return InvalidArgumentError(Where(r, h.index, t) + ": position " + std::to_string(j) +
-                                  " is truncated or lies past the tensor's " + std::to_string(n) + " elements");
+                                  " is truncated or lies past the tensor's " + std::to_string(n) +
+                                  " elements");
     }
     if (positions != nullptr) (*positions)[j] = next + gap;
     next += gap + 1;

@@ -157,11 +157,10 @@ class BitReader {
   unsigned fill_ = 0;
 };
 
-
 // One record's header as written (delta.cc's Encode and the device codec,
 // device_delta.cu, write the same bytes).
-inline void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
-                            uint64_t payload) {
+inline void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice,
+                            uint64_t count, uint64_t payload) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
   p[4] = static_cast<std::byte>(enc);
   p[5] = static_cast<std::byte>(e);

@@ -61,7 +61,8 @@ __device__ ull ExclusiveScan(ull v, ull* total) {
   s[0][threadIdx.x] = v;
   __syncthreads();
   for (int off = 1; off < N; off <<= 1) {
-    const ull x = s[in][threadIdx.x] + (threadIdx.x >= static_cast<unsigned>(off) ? s[in][threadIdx.x - off] : 0);
+    const ull x =
+        s[in][threadIdx.x] + (threadIdx.x >= static_cast<unsigned>(off) ? s[in][threadIdx.x - off] : 0);
     s[1 - in][threadIdx.x] = x;
     in = 1 - in;
     __syncthreads();
@@ -154,7 +155,9 @@ __global__ void RiceSumsKernel(const ull* idx, ull k, unsigned r0, ull* sums) {
   }
 }
 
-__device__ __forceinline__ ull CodeBits(const ull* idx, ull j, unsigned r) { return (Gap(idx, j) >> r) + 1 + r; }
+__device__ __forceinline__ ull CodeBits(const ull* idx, ull j, unsigned r) {
+  return (Gap(idx, j) >> r) + 1 + r;
+}
 
 // Bits of the Rice codes per block of kBlockItems gaps.
 __global__ void CodeBitsKernel(const ull* idx, ull k, unsigned r, ull* block_bits) {
@@ -179,7 +182,8 @@ __device__ __forceinline__ void OrBits(unsigned int* words, ull pos, unsigned in
 
 // Writes each gap's code (gap >> r one-bits, a zero, the low r bits) at its
 // bit offset (block offsets from ScanCountsKernel over CodeBitsKernel's sums).
-__global__ void RiceWriteKernel(const ull* idx, ull k, unsigned r, const ull* block_offsets, unsigned int* words) {
+__global__ void RiceWriteKernel(const ull* idx, ull k, unsigned r, const ull* block_offsets,
+                                unsigned int* words) {
   const ull first = blockIdx.x * kBlockItems + threadIdx.x * kItems;
   ull bits = 0;
   for (int j = 0; j < kItems; ++j) {
@@ -211,7 +215,8 @@ __global__ void GatherKernel(const unsigned char* b, const ull* idx, ull k, unsi
 }
 
 // Element idx[j] of `data` = values[j] (E bytes each).
-__global__ void ScatterKernel(unsigned char* data, const ull* idx, ull k, unsigned e, const unsigned char* values) {
+__global__ void ScatterKernel(unsigned char* data, const ull* idx, ull k, unsigned e,
+                              const unsigned char* values) {
   for (ull j = blockIdx.x * static_cast<ull>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<ull>(gridDim.x) * blockDim.x) {
     unsigned char* to = data + idx[j] * e;
@@ -234,8 +239,8 @@ void LaunchCount(bool aligned, const unsigned char* a, const unsigned char* b, u
 }
 
 template <unsigned E>
-void LaunchCompact(bool aligned, const unsigned char* a, const unsigned char* b, ull n, ull nb, const ull* offsets,
-                   ull* idx, unsigned int* stop, cudaStream_t s) {
+void LaunchCompact(bool aligned, const unsigned char* a, const unsigned char* b, ull n, ull nb,
+                   const ull* offsets, ull* idx, unsigned int* stop, cudaStream_t s) {
   if (aligned) {
     CompactKernel<E, true><<<static_cast<unsigned int>(nb), kThreads, 0, s>>>(a, b, n, offsets, idx, stop);
   } else {
@@ -285,8 +290,8 @@ StatusOr<std::unique_ptr<DeviceDeltaCodec>> DeviceDeltaCodec::Create(int device)
 
 // (Over 80 lines: the host side of Close and Write of delta.cc, per tensor.)
 StatusOr<DeviceDeltaRecords> DeviceDeltaCodec::Encode(const std::byte* base, const std::byte* target,
-                                                      const std::vector<DeviceDeltaTensor>& table, uint64_t limit,
-                                                      std::byte* out) {
+                                                      const std::vector<DeviceDeltaTensor>& table,
+                                                      uint64_t limit, std::byte* out) {
   Impl& d = *impl_;
   cudaStream_t s = d.stream;
   const auto* a8 = reinterpret_cast<const unsigned char*>(base);
@@ -401,9 +406,10 @@ StatusOr<DeviceDeltaRecords> DeviceDeltaCodec::Encode(const std::byte* base, con
     std::byte* rec = out + result.bytes;
     std::array<std::byte, kRecordHeaderBytes> header;
     delta::internal::PutRecordHeader(header.data(), static_cast<uint32_t>(i), c.encoding, e, c.rice,
-                    c.encoding == Encoding::kDense ? n : k, payload);
+                                     c.encoding == Encoding::kDense ? n : k, payload);
     // Pageable source: the copy has taken the bytes when the call returns.
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rec, header.data(), kRecordHeaderBytes, cudaMemcpyHostToDevice, s));
+    VIPER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(rec, header.data(), kRecordHeaderBytes, cudaMemcpyHostToDevice, s));
     std::byte* p = rec + kRecordHeaderBytes;
     if (c.encoding == Encoding::kDense) {
       VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p, target + t.offset, t.bytes, cudaMemcpyDeviceToDevice, s));
@@ -463,8 +469,9 @@ Status DeviceDeltaCodec::Apply(std::byte* data, const std::vector<DeviceDeltaTen
     std::byte h[kRecordHeaderBytes] = {};
     const uint64_t n = std::min<uint64_t>(kRecordHeaderBytes, records_bytes - at);
     if (n > 0) VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, records + at, n, cudaMemcpyDeviceToHost));
-    VIPER_ASSIGN_OR_RETURN(const delta::internal::RecordHeader rh,
-                           delta::internal::ReadRecordHeader(r, record_count, h, records_bytes - at, previous, tensors));
+    VIPER_ASSIGN_OR_RETURN(
+        const delta::internal::RecordHeader rh,
+        delta::internal::ReadRecordHeader(r, record_count, h, records_bytes - at, previous, tensors));
     previous = rh.index;
     at += kRecordHeaderBytes;
     DeviceRecord rec;
@@ -502,11 +509,12 @@ Status DeviceDeltaCodec::Apply(std::byte* data, const std::vector<DeviceDeltaTen
     }
     VIPER_RETURN_IF_ERROR(Impl::Reserve(&d.idx, 8 * rec.count));
     auto* idx = reinterpret_cast<ull*>(d.idx.data());
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(idx, rec.positions.data(), 8 * rec.count, cudaMemcpyHostToDevice, s));
+    VIPER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(idx, rec.positions.data(), 8 * rec.count, cudaMemcpyHostToDevice, s));
     const uint64_t values_at = rec.payload_bytes - rec.count * t.element_bytes;
-    ScatterKernel<<<GridFor(rec.count), kThreads, 0, s>>>(reinterpret_cast<unsigned char*>(dst), idx, rec.count,
-                                                          t.element_bytes,
-                                                          reinterpret_cast<const unsigned char*>(payload + values_at));
+    ScatterKernel<<<GridFor(rec.count), kThreads, 0, s>>>(
+        reinterpret_cast<unsigned char*>(dst), idx, rec.count, t.element_bytes,
+        reinterpret_cast<const unsigned char*>(payload + values_at));
     VIPER_RETURN_IF_ERROR(d.Sync());  // idx is reused by the next record
   }
   return d.Sync();

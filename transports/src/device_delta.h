@@ -51,7 +51,8 @@ inline std::vector<DeviceDeltaTensor> DeviceDeltaTable(const ModelState& state, 
 }
 
 // Whether two tables are the same tensors at the same offsets.
-inline bool SameDeviceDeltaTable(const std::vector<DeviceDeltaTensor>& a, const std::vector<DeviceDeltaTensor>& b) {
+inline bool SameDeviceDeltaTable(const std::vector<DeviceDeltaTensor>& a,
+                                 const std::vector<DeviceDeltaTensor>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].offset != b[i].offset || a[i].bytes != b[i].bytes || a[i].element_bytes != b[i].element_bytes ||
@@ -94,7 +95,8 @@ class DeviceDeltaCodec {
   // `table`) and writes the records to device address `out` (at least
   // `limit` bytes). Complete on return.
   StatusOr<DeviceDeltaRecords> Encode(const std::byte* base, const std::byte* target,
-                                      const std::vector<DeviceDeltaTensor>& table, uint64_t limit, std::byte* out);
+                                      const std::vector<DeviceDeltaTensor>& table, uint64_t limit,
+                                      std::byte* out);
 
   // Applies `record_count` records (`records_bytes` bytes at device address
   // `records`) to the data section at device address `data` (the base's,

@@ -7,6 +7,8 @@
 // chunk and sends each over MPI once copied; the consumer copies each landed
 // chunk to its device while the next arrives). The consumer verifies sum64
 // on the device and hands back a device-resident version.
+#include "tier_gpu.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,7 +21,6 @@
 #include "device_delta.h"
 #include "keep_until_finalize.h"
 #include "mpi_link.h"
-#include "tier_gpu.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
@@ -139,8 +140,10 @@ class GpuSender : public TierSender {
       if (msg.path == kPathDelta) {
         // Only against the base offered (Ready::held_*, as the host tier checks).
         if (!offered_ || msg.held_version != base_version_ || msg.held_checksum != base_checksum_) {
-          control_->Drop(rank, "answered with a delta against version " + std::to_string(msg.held_version) +
-                                   ", which was not offered", out);
+          control_->Drop(rank,
+                         "answered with a delta against version " + std::to_string(msg.held_version) +
+                             ", which was not offered",
+                         out);
           continue;
         }
         acking.push_back(rank);
@@ -229,7 +232,8 @@ class GpuSender : public TierSender {
       VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
     }
     std::vector<std::byte> header(s.header_bytes());
-    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), s.image(), s.header_bytes(), cudaMemcpyDeviceToHost));
+    VIPER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(header.data(), s.image(), s.header_bytes(), cudaMemcpyDeviceToHost));
     const std::byte* data = s.image() + s.header_bytes();
     auto state = safetensors::ParseExternalData(nullptr, header.data(), header.size(), data, s.data_bytes(),
                                                 MemoryKind::kDevice);
@@ -271,10 +275,12 @@ class GpuSender : public TierSender {
     }
     if (!records_.fits || records_.record_count == 0) {
       // (No record at all: only the header changed; the full version is as cheap over IPC.)
-      summary_.reason = records_.fits ? "no tensor changed" : "the delta would not be smaller than the image's data section";
+      summary_.reason = records_.fits ? "no tensor changed"
+                                      : "the delta would not be smaller than the image's data section";
       return Status::Ok();
     }
-    VIPER_ASSIGN_OR_RETURN(const uint64_t sum, Sum64Device(delta_.data(), records_.bytes, scratch_.data(), stream_));
+    VIPER_ASSIGN_OR_RETURN(const uint64_t sum,
+                           Sum64Device(delta_.data(), records_.bytes, scratch_.data(), stream_));
     cudaIpcMemHandle_t mem;
     static_assert(sizeof(mem) == sizeof(p->delta_ipc_mem), "IPC handle size");
     VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, delta_.data()));
@@ -297,12 +303,18 @@ class GpuSender : public TierSender {
     for (auto& c : out->consumers) {
       const bool took = std::find(via_delta.begin(), via_delta.end(), c.rank) != via_delta.end();
       c.encoding = took ? delta_of : "full";
-      c.encoding_reason = took ? "delta: cuda-ipc consumer holds the base" : "full: " + (offered_ ? std::string(
-          "the consumer does not hold the base, or receives through host memory") : summary_.reason);
+      c.encoding_reason =
+          took
+              ? "delta: cuda-ipc consumer holds the base"
+              : "full: " +
+                    (offered_
+                         ? std::string("the consumer does not hold the base, or receives through host memory")
+                         : summary_.reason);
     }
-    out->encoding = summary_.BriefReport() + (offered_ ? " (to " + std::to_string(via_delta.size()) + " consumer" +
-                                                             (via_delta.size() == 1 ? "" : "s") + ")"
-                                                       : "");
+    out->encoding =
+        summary_.BriefReport() + (offered_ ? " (to " + std::to_string(via_delta.size()) + " consumer" +
+                                                 (via_delta.size() == 1 ? "" : "s") + ")"
+                                           : "");
     out->written_bytes = offered_ ? records_.bytes : 0;
   }
 
@@ -541,7 +553,8 @@ std::shared_ptr<const ModelVersion> GpuReceiving::DeltaBase(const Announce& a, c
   if (codec_ == nullptr) {
     auto codec = DeviceDeltaCodec::Create(options_.gpu_device);
     if (!codec.ok()) {
-      Log(LogLevel::kWarning, "transports", "gpu delta unavailable (" + codec.status().ToString() + "); full versions");
+      Log(LogLevel::kWarning, "transports",
+          "gpu delta unavailable (" + codec.status().ToString() + "); full versions");
       return nullptr;
     }
     codec_ = std::move(*codec);
@@ -590,7 +603,8 @@ StatusOr<Landed> GpuReceiving::ReceiveDelta(const Announce& a, const GpuPayload&
   const double t0 = MonotonicSeconds();
   VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, maps.event, 0));
   VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
-  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, maps.staged, p.header_bytes, cudaMemcpyDeviceToDevice, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, maps.staged, p.header_bytes, cudaMemcpyDeviceToDevice, stream_));
   VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + p.header_bytes, base->bytes + base_header, data_bytes,
                                              cudaMemcpyDeviceToDevice, stream_));
   VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(records_.data(), maps.records, p.delta_records_bytes,

@@ -51,8 +51,9 @@ inline StatusOr<GpuPayload> DecodeGpuPayload(const Announce& a) {
       (p.delta_record_count == 0 || p.delta_record_count > p.delta_records_bytes / 24 ||
        p.delta_records_bytes >= a.image_bytes)) {
     return DataLossError("announcement of version " + std::to_string(a.version) + " (tier gpu): a delta of " +
-                         std::to_string(p.delta_records_bytes) + " bytes in " + std::to_string(p.delta_record_count) +
-                         " records for an image of " + std::to_string(a.image_bytes));
+                         std::to_string(p.delta_records_bytes) + " bytes in " +
+                         std::to_string(p.delta_record_count) + " records for an image of " +
+                         std::to_string(a.image_bytes));
   }
   return p;
 }
