@@ -23,6 +23,10 @@
 //   gpu:    copy_over_d2d (the consumer's copy of the image by CUDA IPC, or
 //           through pinned host memory, / cudaMemcpy device-to-device in one
 //           process), update_s, stall_over_d2d (async stall / that copy)
+//   gpu delta: delta_over_full (update latency of a 2%-changed version as a
+//           device-encoded delta over CUDA IPC / sent whole), stall_over_d2d
+//           (sync Publish of that delta / one device cudaMemcpy of the image;
+//           BM_TransportsGpuDelta)
 // Samples go to $VIPER_BENCH_CSV (default transports_cost_samples.csv) as
 // tier,mode,phase,bytes,seconds. PFS directory: $VIPER_BENCH_PFS_DIR (default
 // $TMPDIR or /tmp). 1.7 GB cases only with VIPER_BENCH_LARGE=1.
@@ -264,7 +268,8 @@ void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
 // (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
 // with `so` until the producer closes (run it with no rank left out).
 Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes,
-                            int reps, const std::function<void(const Publisher::VersionReport&)>& timed) {
+                            int reps, const std::function<void(const Publisher::VersionReport&)>& timed,
+                            bool on_device = false) {
   const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
                                                            : o.subscriber_ranks.size();
   if (Rank() == 0) {
@@ -275,7 +280,10 @@ Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Optio
     std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
     for (int v = 0; v < reps + 2; ++v) {
       if (v > 0) ChangeTwoPercent(&m, &rng);
-      auto r = (*pub)->Publish(m, v);
+      // on_device: the model in device memory, copied there before the Publish (not timed).
+      StatusOr<ModelState> device = on_device ? CopyToDevice(m) : StatusOr<ModelState>(ModelState());
+      if (!device.ok()) return device.status();
+      auto r = (*pub)->Publish(on_device ? *device : m, v);
       if (!r.ok()) return r.status();
       bool delivered = r->consumers.size() == consumers;
       for (const auto& c : r->consumers) delivered &= c.delivered;
@@ -323,17 +331,36 @@ bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_
 // moved_fraction (bytes moved / image), delta_taken (versions the consumer
 // got as deltas / versions), stall_over_full (the Publish stall: the
 // producer's diff pass).
+// What the delta benchmarks keep of each timed version (the first consumer's).
+struct DeltaFigures {
+  std::vector<double> update_s, stall_s;
+  uint64_t moved = 0, image = 0;
+  int deltas = 0;
+  void Add(const Publisher::VersionReport& r) {
+    update_s.push_back(r.consumers[0].servable_s);
+    stall_s.push_back(r.stall_s);
+    moved += r.consumers[0].bytes_moved;
+    image += r.bytes;
+    if (r.consumers[0].encoding != "full") ++deltas;
+  }
+  // moved_fraction, delta_taken, and the update latencies against `full`'s.
+  void Report(const DeltaFigures& full, benchmark::State& state) const {
+    const double f = Median(full.update_s), d = Median(update_s);
+    state.counters["full_update_s"] = f;
+    state.counters["delta_update_s"] = d;
+    state.counters["delta_over_full"] = d / f;
+    state.counters["moved_fraction"] = static_cast<double>(moved) / static_cast<double>(image);
+    state.counters["delta_taken"] = static_cast<double>(deltas) / static_cast<double>(update_s.size());
+  }
+};
+
 void BM_TransportsHostDelta(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const HostProtocol protocol = ProtocolArg(state.range(1));
   const DeltaMode mode = state.range(2) == 2 ? DeltaMode::kOn : DeltaMode::kAuto;
   const int reps = static_cast<int>(state.max_iterations);
-  struct Figures {
-    std::vector<double> update_s, stall_s;
-    uint64_t moved = 0, image = 0;
-    int deltas = 0;
-  };
+  using Figures = DeltaFigures;
   // `reps` timed versions with `delta`.
   auto run = [&](DeltaMode delta, Figures* f) {
     Publisher::Options o;
@@ -347,25 +374,14 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     so.tier = Tier::kHost;
     so.host_protocol = protocol;
     so.preallocate_bytes = bytes + (1 << 20);
-    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
-      f->update_s.push_back(r.consumers[0].servable_s);
-      f->stall_s.push_back(r.stall_s);
-      f->moved += r.consumers[0].bytes_moved;
-      f->image += r.bytes;
-      if (r.consumers[0].encoding != "full") ++f->deltas;
-    });
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); });
   };
   Figures full, delta;
   const Status full_st = run(DeltaMode::kOff, &full);
   const Status delta_st = run(mode, &delta);
   if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
-  const double f = Median(full.update_s), d = Median(delta.update_s);
-  state.counters["full_update_s"] = f;
-  state.counters["delta_update_s"] = d;
-  state.counters["delta_over_full"] = d / f;
+  delta.Report(full, state);
   state.counters["stall_over_full"] = Median(delta.stall_s) / Median(full.stall_s);
-  state.counters["moved_fraction"] = static_cast<double>(delta.moved) / static_cast<double>(delta.image);
-  state.counters["delta_taken"] = static_cast<double>(delta.deltas) / static_cast<double>(delta.update_s.size());
 }
 
 std::string PfsDir() {
@@ -849,6 +865,15 @@ double DeviceCopySeconds(uint64_t bytes, int reps, double* event_s) {
   cudaFree(b);
   return best;
 }
+
+// Whether every rank sees a CUDA device (collective); else the benchmark is skipped with why.
+bool EveryRankHasADevice(benchmark::State& state) {
+  std::string reason;
+  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!has_device) state.SkipWithError(("gpu tier: " + reason).c_str());
+  return has_device != 0;
+}
 #endif
 
 // GPU tier: a device-resident model from rank 0's GPU to rank 1's.
@@ -857,13 +882,7 @@ double DeviceCopySeconds(uint64_t bytes, int reps, double* event_s) {
 void BM_TransportsGpu(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
 #if VIPER_HAVE_CUDA
-  std::string reason;
-  int has_device = CudaDeviceAvailable(&reason) ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &has_device, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!has_device) {
-    state.SkipWithError(("gpu tier: " + reason).c_str());
-    return;
-  }
+  if (!EveryRankHasADevice(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const bool ipc = state.range(1) != 0;
   const Mode mode = state.range(2) ? Mode::kAsync : Mode::kSync;
@@ -956,6 +975,52 @@ void BM_TransportsGpu(benchmark::State& state) {
     state.SetLabel("consumer rank");
   }
   MPI_Barrier(MPI_COMM_WORLD);
+#else
+  state.SkipWithError("gpu tier: Viper was built without CUDA");
+#endif
+}
+
+// Delta updates on the gpu tier (issue 27): a device-resident model of F32
+// tensors, 2% of the elements changed per version, published in sync mode
+// to one consumer that copies by CUDA IPC, with delta on (the producer diffs
+// and encodes on the device, the consumer applies and verifies sum64 on its
+// device) and, in the same run first, delta off. Arg 0: model bytes.
+// Counters: delta_over_full (update latency, delta / whole), stall_over_d2d
+// and full_stall_over_d2d (the sync Publish of a delta / whole version, which
+// includes the consumer's copy, apply and verify, / one device-to-device
+// cudaMemcpy of the image in this process), moved_fraction, delta_taken.
+// Skips without a device.
+void BM_TransportsGpuDelta(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+#if VIPER_HAVE_CUDA
+  if (!EveryRankHasADevice(state)) return;
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const int reps = static_cast<int>(state.max_iterations);
+  auto run = [&](DeltaMode delta, DeltaFigures* f) {
+    Publisher::Options o;
+    o.tier = Tier::kGpu;
+    o.mode = Mode::kSync;
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = bytes + (1 << 20);
+    o.delta = delta;
+    Subscriber::Options so;
+    so.tier = Tier::kGpu;
+    so.allow_ipc = true;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(
+        o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); }, /*on_device=*/true);
+  };
+  DeltaFigures full, delta;
+  const Status full_st = run(DeltaMode::kOff, &full);
+  const Status delta_st = run(DeltaMode::kOn, &delta);
+  double d2d_event_s = 0;
+  const double d2d_s = Rank() == 0 ? DeviceCopySeconds(bytes, 5, &d2d_event_s) : 0;
+  if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
+  delta.Report(full, state);
+  state.counters["d2d_s"] = d2d_s;
+  state.counters["stall_over_d2d"] = Median(delta.stall_s) / d2d_s;
+  state.counters["full_stall_over_d2d"] = Median(full.stall_s) / d2d_s;
+  state.SetLabel("cuda-ipc, sync");
 #else
   state.SkipWithError("gpu tier: Viper was built without CUDA");
 #endif
@@ -1180,6 +1245,13 @@ BENCHMARK(BM_TransportsFanout)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsFanoutDelta)
     ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
+    ->ArgNames({"bytes"})
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsGpuDelta)
+    ->Arg(64 * kMB)
+    ->Arg(600 * kMB)
     ->ArgNames({"bytes"})
     ->Iterations(5)
     ->UseManualTime()

@@ -245,4 +245,4 @@ def test_delta_option_on_writes_pfs_deltas_and_bad_values_are_refused(tmp_path):
     with pytest.raises(ValueError, match="delta"):
         viper.Publisher(tier="pfs", notify="poll", mode="sync", pfs_dir=tmp_path, delta="sometimes")
     with pytest.raises(ValueError, match="delta: on needs tier host"):
-        viper.Publisher(tier="gpu", mode="sync", delta="on")
+        viper.Publisher(tier="host", host_protocol="one-sided", mode="sync", delta="on")

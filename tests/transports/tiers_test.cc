@@ -299,11 +299,13 @@ TEST(PublisherDeltaOption, NamesRoundTripAndOnIsRefusedWhereVersionsGoWhole) {
   EXPECT_TRUE(o.IsValid(&error)) << error;  // host, shm
   o.host_protocol = HostProtocol::kOneSided;
   EXPECT_FALSE(o.IsValid(&error));
-  EXPECT_NE(error.find("delta: on needs tier host (shm or two-sided) or pfs"), std::string::npos) << error;
-  o.host_protocol = HostProtocol::kTwoSided;
-  o.tier = Tier::kGpu;
-  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("delta: on needs tier host (shm or two-sided), gpu or pfs"), std::string::npos)
+      << error;
   o.delta = DeltaMode::kAuto;  // auto: whole versions there, no error
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.host_protocol = HostProtocol::kTwoSided;
+  o.tier = Tier::kGpu;  // gpu: deltas to CUDA IPC consumers that hold the base (tier_gpu.cc)
+  o.delta = DeltaMode::kOn;
   EXPECT_TRUE(o.IsValid(&error)) << error;
   o.tier = Tier::kPfs;
   o.pfs_dir = "/tmp/x";

@@ -38,17 +38,6 @@ class Writer {
   uint64_t capacity_, used_ = 0;
 };
 
-void PutRecordHeader(std::byte* p, uint32_t index, Encoding enc, unsigned e, unsigned rice, uint64_t count,
-                     uint64_t payload) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(index >> (8 * i));
-  p[4] = static_cast<std::byte>(enc);
-  p[5] = static_cast<std::byte>(e);
-  p[6] = static_cast<std::byte>(rice);
-  p[7] = std::byte{0};
-  PutU64(p + 8, count);
-  PutU64(p + 16, payload);
-}
-
 std::string Bytes(uint64_t b) {
   char buf[32];
   if (b >= (1ull << 20)) {

@@ -17,59 +17,6 @@ using namespace internal;  // NOLINT: the format's byte helpers, image and heade
 
 namespace {
 
-// Reads the Golomb-Rice codes that delta.cc's BitWriter wrote (gap g with
-// parameter r: g >> r one-bits, a zero bit, the low r bits of g).
-class BitReader {
- public:
-  BitReader(const uint8_t* p, uint64_t bytes) : p_(p), bytes_(bytes) {}
-  // One Rice-coded gap; false when the bits run out or the gap would reach
-  // `limit` (the elements left in the tensor).
-  bool GetRice(unsigned r, uint64_t limit, uint64_t* gap) {
-    uint64_t q = 0;
-    for (;;) {  // the unary part: count one-bits up to the zero
-      Refill();
-      if (fill_ == 0) return false;
-      const uint64_t inverse = ~buf_;  // buf_ has zeros above fill_
-      const unsigned ones = inverse == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(inverse));
-      if (ones < fill_) {
-        q += ones;
-        Consume(ones + 1);
-        break;
-      }
-      q += fill_;
-      Consume(fill_);
-      if (q > (limit >> r)) return false;
-    }
-    if (q > (limit >> r)) return false;
-    uint64_t low = 0;
-    if (r > 0) {
-      Refill();
-      if (fill_ < r) return false;
-      low = buf_ & ((1ull << r) - 1);
-      Consume(r);
-    }
-    *gap = (q << r) | low;
-    return *gap < limit;
-  }
-  // Bits not read are the last byte's zero padding only.
-  bool RestIsPadding() const { return pos_ == bytes_ && fill_ < 8 && buf_ == 0; }
-
- private:
-  void Refill() {
-    while (fill_ <= 56 && pos_ < bytes_) {
-      buf_ |= static_cast<uint64_t>(p_[pos_++]) << fill_;
-      fill_ += 8;
-    }
-  }
-  void Consume(unsigned n) {
-    buf_ = n >= 64 ? 0 : buf_ >> n;
-    fill_ -= n;
-  }
-  const uint8_t* p_;
-  uint64_t bytes_, pos_ = 0, buf_ = 0;
-  unsigned fill_ = 0;
-};
-
 // One record, checked against the base.
 struct Record {
   uint32_t index = 0;
@@ -80,92 +27,37 @@ struct Record {
   uint64_t payload_bytes = 0;
 };
 
-std::string Where(uint64_t r, uint32_t index, const Tensor& t) {
-  return "delta record " + std::to_string(r) + " (tensor " + std::to_string(index) + " '" + t.name.substr(0, 64) +
-         "')";
-}
-
 // Checks every record of the body (from `records_at`, after the header patch) against the
 // base's tensors: indices ascending and in range, element sizes, counts,
 // payload sizes, every position inside its tensor, the body used exactly.
 StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte* body, uint64_t records_at,
                                            const Image& base) {
+  std::vector<RecordTensor> tensors;
+  for (const Tensor& t : base.state.tensors()) {
+    tensors.push_back({t.size_bytes, static_cast<unsigned>(DTypeSize(t.dtype)), t.name});
+  }
   std::vector<Record> records;
   const std::byte* p = body + records_at;
   const std::byte* end = body + h.body_bytes;
-  const auto& tensors = base.state.tensors();
   int64_t previous = -1;
   for (uint64_t r = 0; r < h.record_count; ++r) {
-    if (static_cast<uint64_t>(end - p) < kRecordHeaderBytes) {
-      return DataLossError("delta truncated: record " + std::to_string(r) + " of " + std::to_string(h.record_count) +
-                           " has no room for its header");
-    }
-    Record rec;
-    rec.index = GetU32(p);
-    const uint8_t enc = static_cast<uint8_t>(p[4]);
-    const unsigned e = static_cast<uint8_t>(p[5]);
-    rec.rice = static_cast<uint8_t>(p[6]);
-    const bool reserved_zero =
-        p[7] == std::byte{0} && (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
-    rec.count = GetU64(p + 8);
-    rec.payload_bytes = GetU64(p + 16);
+    VIPER_ASSIGN_OR_RETURN(
+        const RecordHeader rh,
+        ReadRecordHeader(r, h.record_count, p, static_cast<uint64_t>(end - p), previous, tensors));
+    previous = rh.index;
     p += kRecordHeaderBytes;
-    if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
-      return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " + std::to_string(enc) +
-                                  " (1 sparse-gaps, 3 dense)");
-    }
-    if (rec.index >= tensors.size()) {
-      return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " + std::to_string(rec.index) +
-                                  "; the base has " + std::to_string(tensors.size()));
-    }
-    if (static_cast<int64_t>(rec.index) <= previous) {
-      return InvalidArgumentError("delta record " + std::to_string(r) + ": tensor " + std::to_string(rec.index) +
-                                  " does not follow tensor " + std::to_string(previous) + " (records ascend)");
-    }
-    previous = rec.index;
-    const Tensor& t = tensors[rec.index];
-    const uint64_t te = DTypeSize(t.dtype);
-    const uint64_t n = t.size_bytes / te;
-    if (e != te || !reserved_zero) {
-      return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) + " (the tensor's is " +
-                                  std::to_string(te) + "), Rice parameter " + std::to_string(rec.rice) +
-                                  " (at most 56, only for sparse-gaps) or reserved byte not zero");
-    }
-    if (rec.payload_bytes > static_cast<uint64_t>(end - p)) {
-      return DataLossError(Where(r, rec.index, t) + ": payload of " + std::to_string(rec.payload_bytes) +
-                           " bytes, only " + std::to_string(end - p) + " left in the delta");
-    }
+    Record rec;
+    rec.index = rh.index;
+    rec.rice = rh.rice;
+    rec.encoding = rh.encoding;
+    rec.count = rh.count;
     rec.payload = p;
+    rec.payload_bytes = rh.payload_bytes;
     p += rec.payload_bytes;
-    if (enc == static_cast<uint8_t>(Encoding::kDense)) {
-      rec.encoding = Encoding::kDense;
-      if (rec.count != n || rec.payload_bytes != t.size_bytes) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": dense record of " + std::to_string(rec.count) +
-                                    " elements / " + std::to_string(rec.payload_bytes) + " bytes; the tensor has " +
-                                    std::to_string(n) + " / " + std::to_string(t.size_bytes));
-      }
-    } else {
-      rec.encoding = Encoding::kSparseGaps;
-      if (rec.count == 0 || rec.count > n || rec.count > rec.payload_bytes / e) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(rec.count) +
-                                    " changed elements in a tensor of " + std::to_string(n) + " with " +
-                                    std::to_string(rec.payload_bytes) + " payload bytes");
-      }
-      const uint64_t positions_bytes = rec.payload_bytes - rec.count * e;
-      const uint8_t* q = reinterpret_cast<const uint8_t*>(rec.payload);
-      BitReader bits(q, positions_bytes);
-      uint64_t next = 0;
-      for (uint64_t j = 0; j < rec.count; ++j) {
-        uint64_t gap = 0;
-        if (!bits.GetRice(rec.rice, n - next, &gap)) {
-          return InvalidArgumentError(Where(r, rec.index, t) + ": position " + std::to_string(j) +
-                                      " is truncated or lies past the tensor's " + std::to_string(n) + " elements");
-        }
-        next += gap + 1;
-      }
-      if (!bits.RestIsPadding()) {
-        return InvalidArgumentError(Where(r, rec.index, t) + ": position bits left after the last position");
-      }
+    if (rec.encoding == Encoding::kSparseGaps) {
+      const RecordTensor& t = tensors[rec.index];
+      VIPER_RETURN_IF_ERROR(CheckPositions(r, rh, t, reinterpret_cast<const uint8_t*>(rec.payload),
+                                           rec.payload_bytes - rec.count * t.element_bytes, nullptr));
     }
     records.push_back(rec);
   }

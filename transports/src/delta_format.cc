@@ -119,6 +119,100 @@ std::string RebuildHeader(uint64_t header_bytes, const HeaderPatch& patch, const
   return header;
 }
 
+namespace {
+
+std::string Where(uint64_t r, uint32_t index, const RecordTensor& t) {
+  return "delta record " + std::to_string(r) + " (tensor " + std::to_string(index) + " '" +
+         std::string(t.name.substr(0, 64)) + "')";
+}
+
+}  // namespace
+
+StatusOr<RecordHeader> ReadRecordHeader(uint64_t r, uint64_t record_count, const std::byte* p, uint64_t left,
+                                        int64_t previous, const std::vector<RecordTensor>& tensors) {
+  if (left < kRecordHeaderBytes) {
+    return DataLossError("delta truncated: record " + std::to_string(r) + " of " +
+                         std::to_string(record_count) + " has no room for its header");
+  }
+  RecordHeader rec;
+  rec.index = GetU32(p);
+  const uint8_t enc = static_cast<uint8_t>(p[4]);
+  const unsigned e = static_cast<uint8_t>(p[5]);
+  rec.rice = static_cast<uint8_t>(p[6]);
+  const bool reserved_zero =
+      p[7] == std::byte{0} &&
+      (rec.rice == 0 || (enc == static_cast<uint8_t>(Encoding::kSparseGaps) && rec.rice <= 56));
+  rec.count = GetU64(p + 8);
+  rec.payload_bytes = GetU64(p + 16);
+  left -= kRecordHeaderBytes;
+  if (enc != static_cast<uint8_t>(Encoding::kSparseGaps) && enc != static_cast<uint8_t>(Encoding::kDense)) {
+    return InvalidArgumentError("delta record " + std::to_string(r) + ": unknown encoding " +
+                                std::to_string(enc) + " (1 sparse-gaps, 3 dense)");
+  }
+  if (rec.index >= tensors.size()) {
+    return InvalidArgumentError("delta record " + std::to_string(r) + " names tensor " +
+                                std::to_string(rec.index) + "; the base has " +
+                                std::to_string(tensors.size()));
+  }
+  if (static_cast<int64_t>(rec.index) <= previous) {
+    return InvalidArgumentError("delta record " + std::to_string(r) + ": tensor " +
+                                std::to_string(rec.index) + " does not follow tensor " +
+                                std::to_string(previous) + " (records ascend)");
+  }
+  const RecordTensor& t = tensors[rec.index];
+  const uint64_t te = t.element_bytes;
+  const uint64_t n = t.bytes / te;
+  if (e != te || !reserved_zero) {
+    return InvalidArgumentError(Where(r, rec.index, t) + ": element size " + std::to_string(e) +
+                                " (the tensor's is " + std::to_string(te) + "), Rice parameter " +
+                                std::to_string(rec.rice) +
+                                " (at most 56, only for sparse-gaps) or reserved byte not zero");
+  }
+  if (rec.payload_bytes > left) {
+    return DataLossError(Where(r, rec.index, t) + ": payload of " + std::to_string(rec.payload_bytes) +
+                         " bytes, only " + std::to_string(left) + " left in the delta");
+  }
+  if (enc == static_cast<uint8_t>(Encoding::kDense)) {
+    rec.encoding = Encoding::kDense;
+    if (rec.count != n || rec.payload_bytes != t.bytes) {
+      return InvalidArgumentError(Where(r, rec.index, t) + ": dense record of " + std::to_string(rec.count) +
+                                  " elements / " + std::to_string(rec.payload_bytes) +
+                                  " bytes; the tensor has " + std::to_string(n) + " / " +
+                                  std::to_string(t.bytes));
+    }
+    return rec;
+  }
+  rec.encoding = Encoding::kSparseGaps;
+  if (rec.count == 0 || rec.count > n || rec.count > rec.payload_bytes / e) {
+    return InvalidArgumentError(Where(r, rec.index, t) + ": " + std::to_string(rec.count) +
+                                " changed elements in a tensor of " + std::to_string(n) + " with " +
+                                std::to_string(rec.payload_bytes) + " payload bytes");
+  }
+  return rec;
+}
+
+Status CheckPositions(uint64_t r, const RecordHeader& h, const RecordTensor& t, const uint8_t* bits,
+                      uint64_t positions_bytes, std::vector<uint64_t>* positions) {
+  const uint64_t n = t.bytes / t.element_bytes;
+  BitReader reader(bits, positions_bytes);
+  if (positions != nullptr) positions->resize(h.count);
+  uint64_t next = 0;
+  for (uint64_t j = 0; j < h.count; ++j) {
+    uint64_t gap = 0;
+    if (!reader.GetRice(h.rice, n - next, &gap)) {
+      return InvalidArgumentError(Where(r, h.index, t) + ": position " + std::to_string(j) +
+                                  " is truncated or lies past the tensor's " + std::to_string(n) +
+                                  " elements");
+    }
+    if (positions != nullptr) (*positions)[j] = next + gap;
+    next += gap + 1;
+  }
+  if (!reader.RestIsPadding()) {
+    return InvalidArgumentError(Where(r, h.index, t) + ": position bits left after the last position");
+  }
+  return Status::Ok();
+}
+
 }  // namespace internal
 
 using namespace internal;  // NOLINT: the helpers above

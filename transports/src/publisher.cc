@@ -56,9 +56,8 @@ bool Publisher::Options::IsValid(std::string* error) const {
     return fail("pfs_writer_threads: must be in [1, 64]");
   if (pfs_keep_versions < 0) return fail("pfs_keep_versions: must be >= 0");
   if (pfs_delta && tier != Tier::kPfs) return fail("pfs_delta: only the pfs tier writes delta versions so far");
-  if (delta == DeltaMode::kOn &&
-      (tier == Tier::kGpu || (tier == Tier::kHost && host_protocol == HostProtocol::kOneSided)))
-    return fail("delta: on needs tier host (shm or two-sided) or pfs (gpu and one-sided versions go whole)");
+  if (delta == DeltaMode::kOn && tier == Tier::kHost && host_protocol == HostProtocol::kOneSided)
+    return fail("delta: on needs tier host (shm or two-sided), gpu or pfs (one-sided versions go whole)");
   if (delta == DeltaMode::kOn && tier == Tier::kPfs && pfs_layout != PfsStore::Layout::kFlat)
     return fail("delta: on with tier pfs needs the flat layout (tf-serving directories hold full models)");
   if (pfs_delta && pfs_layout != PfsStore::Layout::kFlat)

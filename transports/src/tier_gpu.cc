@@ -7,18 +7,21 @@
 // chunk and sends each over MPI once copied; the consumer copies each landed
 // chunk to its device while the next arrives). The consumer verifies sum64
 // on the device and hands back a device-resident version.
+#include "tier_gpu.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "cuda_ipc.h"
 #include "device_buffer.h"
 #include "device_checksum.h"
+#include "device_delta.h"
 #include "keep_until_finalize.h"
 #include "mpi_link.h"
-#include "tier_gpu.h"
 #include "viper/core/checksum.h"
 #include "viper/core/log.h"
 #include "viper/core/safetensors.h"
@@ -121,13 +124,27 @@ class GpuSender : public TierSender {
     const auto* image = static_cast<const CudaDeviceImage*>(s.device());
     VIPER_RETURN_IF_ERROR(
         ExportIpc(const_cast<void*>(s.device_allocation()), image->ready_event(), p.ipc_mem, p.ipc_event));
+    if (options_.delta == DeltaMode::kOn) VIPER_RETURN_IF_ERROR(PrepareDelta(s, &p));
     SetTierPayload(p, &a);
     VIPER_ASSIGN_OR_RETURN(const ReadyList ready, control_->Handshake(a, out));
-    std::vector<int> acking;
+    std::vector<int> acking, via_delta;
     std::vector<ChunkedTransfer> via_host;
     for (const auto& [rank, msg] : ready) {
       if (msg.path == kPathCudaIpc) {
         acking.push_back(rank);
+        continue;
+      }
+      if (msg.path == kPathDelta) {
+        // Only against the base offered (Ready::held_*, as the host tier checks).
+        if (!offered_ || msg.held_version != base_version_ || msg.held_checksum != base_checksum_) {
+          control_->Drop(rank,
+                         "answered with a delta against version " + std::to_string(msg.held_version) +
+                             ", which was not offered",
+                         out);
+          continue;
+        }
+        acking.push_back(rank);
+        via_delta.push_back(rank);
         continue;
       }
       ChunkedTransfer t;
@@ -138,6 +155,10 @@ class GpuSender : public TierSender {
     if (!via_host.empty()) VIPER_RETURN_IF_ERROR(SendPinned(s, &via_host, out, &acking));
     control_->CollectAcks(s.version(), acking, start_s, out);
     out->transfer_s = MonotonicSeconds() - t0;
+    if (options_.delta == DeltaMode::kOn) {
+      ReportDelta(via_delta, out);
+      VIPER_RETURN_IF_ERROR(KeepBase(s));
+    }
     return Status::Ok();
   }
 
@@ -186,9 +207,145 @@ class GpuSender : public TierSender {
     return Status::Ok();
   }
 
+  // Delta on: the staged version's tensor table (from its header), then,
+  // when a base is kept with the same table, its records against the base
+  // (device_delta.h) in delta_, offered in `p`. A version that cannot be
+  // diffed is sent full, saying why (summary_.reason).
+  Status PrepareDelta(const StagedVersion& s, GpuPayload* p) {
+    offered_ = false;
+    next_table_.clear();
+    summary_ = delta::EncodeSummary();
+    summary_.full = true;
+    summary_.full_bytes = s.image_bytes();
+    summary_.target_version = s.version();
+    summary_.base_version = base_version_;
+    if (codec_ == nullptr) {
+      auto codec = DeviceDeltaCodec::Create(options_.gpu_device);
+      if (!codec.ok()) {
+        summary_.reason = codec.status().ToString();
+        return Status::Ok();
+      }
+      codec_ = std::move(*codec);
+      VIPER_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(8));
+    }
+    std::vector<std::byte> header(s.header_bytes());
+    VIPER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(header.data(), s.image(), s.header_bytes(), cudaMemcpyDeviceToHost));
+    const std::byte* data = s.image() + s.header_bytes();
+    auto state = safetensors::ParseExternalData(nullptr, header.data(), header.size(), data, s.data_bytes(),
+                                                MemoryKind::kDevice);
+    if (!state.ok()) return state.status().WithContext("gpu delta: the staged header");
+    next_table_ = DeviceDeltaTable(*state, data);
+    if (!base_kept_) {
+      summary_.reason = "no base kept yet";
+      return Status::Ok();
+    }
+    if (s.version() <= base_version_ || !SameDeviceDeltaTable(next_table_, base_table_) ||
+        s.data_bytes() != base_data_bytes_) {
+      summary_.reason = "tensor table changed since the base (or not a newer version)";
+      return Status::Ok();
+    }
+    // Records smaller than the data section, as the host encoder's room.
+    const uint64_t limit = s.data_bytes() > 0 ? s.data_bytes() - 1 : 0;
+    if (delta_.capacity() < limit || delta_.capacity() == 0) {
+      delta_ = DeviceBuffer();
+      VIPER_ASSIGN_OR_RETURN(delta_, DeviceBuffer::Allocate(std::max<uint64_t>(limit, 8)));
+    }
+    auto records = codec_->Encode(base_.data(), data, next_table_, limit, delta_.data());
+    if (!records.ok()) {
+      Log(LogLevel::kWarning, "transports", "gpu delta not encoded: " + records.status().ToString());
+      summary_.reason = records.status().ToString();
+      return Status::Ok();
+    }
+    records_ = std::move(*records);
+    for (std::size_t i = 0; i < records_.choices.size(); ++i) {
+      delta::TensorReport r;
+      r.name = next_table_[i].name;
+      r.elements = next_table_[i].bytes / next_table_[i].element_bytes;
+      r.changed_elements = records_.choices[i].changed_elements;
+      r.encoding = records_.choices[i].encoding;
+      r.encoded_bytes = records_.choices[i].record_bytes;
+      (r.encoding == delta::Encoding::kUnchanged ? summary_.tensors_unchanged
+       : r.encoding == delta::Encoding::kDense   ? summary_.tensors_dense
+                                                 : summary_.tensors_sparse)++;
+      summary_.tensors.push_back(std::move(r));
+    }
+    if (!records_.fits || records_.record_count == 0) {
+      // (No record at all: only the header changed; the full version is as cheap over IPC.)
+      summary_.reason = records_.fits ? "no tensor changed"
+                                      : "the delta would not be smaller than the image's data section";
+      return Status::Ok();
+    }
+    VIPER_ASSIGN_OR_RETURN(const uint64_t sum,
+                           Sum64Device(delta_.data(), records_.bytes, scratch_.data(), stream_));
+    cudaIpcMemHandle_t mem;
+    static_assert(sizeof(mem) == sizeof(p->delta_ipc_mem), "IPC handle size");
+    VIPER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mem, delta_.data()));
+    std::memcpy(p->delta_ipc_mem, &mem, sizeof(mem));
+    p->delta_records_bytes = records_.bytes;
+    p->delta_record_count = records_.record_count;
+    p->delta_checksum = sum;
+    p->delta_base_version = base_version_;
+    p->delta_base_checksum = base_checksum_;
+    summary_.full = false;
+    summary_.reason.clear();
+    summary_.delta_bytes = records_.bytes;
+    offered_ = true;
+    return Status::Ok();
+  }
+
+  // VersionReport: what each consumer got and the delta's brief report.
+  void ReportDelta(const std::vector<int>& via_delta, SendOutcome* out) const {
+    const std::string delta_of = "delta of version " + std::to_string(base_version_);
+    for (auto& c : out->consumers) {
+      const bool took = std::find(via_delta.begin(), via_delta.end(), c.rank) != via_delta.end();
+      c.encoding = took ? delta_of : "full";
+      c.encoding_reason =
+          took
+              ? "delta: cuda-ipc consumer holds the base"
+              : "full: " +
+                    (offered_
+                         ? std::string("the consumer does not hold the base, or receives through host memory")
+                         : summary_.reason);
+    }
+    out->encoding =
+        summary_.BriefReport() + (offered_ ? " (to " + std::to_string(via_delta.size()) + " consumer" +
+                                                 (via_delta.size() == 1 ? "" : "s") + ")"
+                                           : "");
+    out->written_bytes = offered_ ? records_.bytes : 0;
+  }
+
+  // The version just sent becomes the base: its data section copied on the device.
+  Status KeepBase(const StagedVersion& s) {
+    base_kept_ = false;
+    if (codec_ == nullptr || s.data_bytes() == 0) return Status::Ok();
+    if (base_.capacity() < s.data_bytes()) {
+      base_ = DeviceBuffer();
+      VIPER_ASSIGN_OR_RETURN(base_, DeviceBuffer::Allocate(s.data_bytes()));
+    }
+    VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base_.data(), s.image() + s.header_bytes(), s.data_bytes(),
+                                               cudaMemcpyDeviceToDevice, stream_));
+    VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    base_table_ = next_table_;
+    base_data_bytes_ = s.data_bytes();
+    base_version_ = s.version();
+    base_checksum_ = s.checksum();
+    base_kept_ = true;
+    return Status::Ok();
+  }
+
   ProducerControl* control_;
   const Publisher::Options& options_;
   cudaStream_t stream_ = nullptr;
+  // Delta on (issue 27): the last version sent (the base the consumers that
+  // took it hold), this version's records, the codec and what it chose.
+  std::unique_ptr<DeviceDeltaCodec> codec_;
+  DeviceBuffer base_, delta_, scratch_;
+  std::vector<DeviceDeltaTensor> base_table_, next_table_;
+  uint64_t base_data_bytes_ = 0, base_version_ = 0, base_checksum_ = 0;
+  bool base_kept_ = false, offered_ = false;
+  DeviceDeltaRecords records_;
+  delta::EncodeSummary summary_;
   void* pinned_ = nullptr;  // consumers without IPC: the image in pinned host memory
   uint64_t pinned_bytes_ = 0;
   std::vector<cudaEvent_t> chunk_events_;  // one per pinned chunk copy
@@ -205,7 +362,8 @@ struct IpcMapping {
 // the pinned landing buffer and the IPC mappings (receiving thread only).
 class GpuReceiving {
  public:
-  explicit GpuReceiving(ConsumerControl* control) : control_(control), options_(control->options()) {}
+  GpuReceiving(ConsumerControl* control, std::function<std::shared_ptr<const ModelVersion>()> held)
+      : control_(control), options_(control->options()), held_(std::move(held)) {}
   ~GpuReceiving();
   Status Open();
   // The mapping of `a`'s staging allocation when CUDA IPC can take it
@@ -228,9 +386,27 @@ class GpuReceiving {
   StatusOr<std::shared_ptr<ModelVersion>> Verify(const Announce& a, const GpuPayload& p,
                                                  std::shared_ptr<DeviceBuffer> buffer);
   StatusOr<std::shared_ptr<DeviceBuffer>> AcquireDeviceBuffer(uint64_t bytes);
+  // The version served when `p` offers a delta against it (a device version
+  // of this tier with the base's version and sum64) and the codec opens; else nullptr.
+  std::shared_ptr<const ModelVersion> DeltaBase(const Announce& a, const GpuPayload& p);
+  // The delta path over CUDA IPC: the served base copied device to device
+  // into a landing buffer (the served buffer is only read), the target's
+  // header from the staged image, the records applied there, then Verify.
+  struct DeltaMaps {
+    const std::byte* records = nullptr;  // the producer's records
+    const std::byte* staged = nullptr;   // its staged image (for the target's header)
+    cudaEvent_t event = nullptr;         // recorded once the image was complete
+  };
+  // Opens (or finds) the mappings of the records' and the staging allocation.
+  StatusOr<DeltaMaps> MapDelta(const GpuPayload& p);
+  StatusOr<Landed> ReceiveDelta(const Announce& a, const GpuPayload& p, const DeltaMaps& maps,
+                                std::shared_ptr<const ModelVersion> base);
 
   ConsumerControl* control_;
   const Subscriber::Options& options_;
+  std::function<std::shared_ptr<const ModelVersion>()> held_;
+  std::unique_ptr<DeviceDeltaCodec> codec_;  // opened by the first delta offered
+  DeviceBuffer records_;                     // a delta's records, copied from the producer
   std::vector<IpcMapping> ipc_;
   std::vector<std::shared_ptr<DeviceBuffer>> device_pool_;
   DeviceBuffer scratch_;
@@ -304,6 +480,16 @@ StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc)
     return DataLossError(Source() + ": announced header of " + std::to_string(p.header_bytes) +
                          " bytes in an image of " + std::to_string(a.image_bytes));
   }
+  if (ipc != nullptr) {
+    if (auto base = DeltaBase(a, p)) {
+      // Mapping the records may move or close the cached mappings: `ipc` is looked up again.
+      auto maps = MapDelta(p);
+      if (maps.ok()) return ReceiveDelta(a, p, *maps, std::move(base));
+      Log(LogLevel::kWarning, "transports",
+          "gpu delta's records not mapped (" + maps.status().ToString() + "); receiving the full version");
+      VIPER_ASSIGN_OR_RETURN(ipc, OpenIpc(p));
+    }
+  }
   Ready ready = control_->ReadyFor(a);
   ready.path = ipc ? kPathCudaIpc : kPathMpi;
   auto buffer = AcquireDeviceBuffer(a.image_bytes);
@@ -333,6 +519,114 @@ StatusOr<Landed> GpuReceiving::Receive(const Announce& a, const IpcMapping* ipc)
   Landed landed;
   landed.size = a.image_bytes;
   landed.moved_bytes = a.image_bytes;
+  landed.source = version->source;
+  landed.receive_s = version->receive_s;
+  landed.verified = std::move(version);
+  return landed;
+}
+
+std::shared_ptr<const ModelVersion> GpuReceiving::DeltaBase(const Announce& a, const GpuPayload& p) {
+  if (p.delta_records_bytes == 0 || !held_) return nullptr;
+  std::shared_ptr<const ModelVersion> held = held_();
+  const uint64_t data_bytes = a.image_bytes - p.header_bytes;
+  if (!held || held->memory != MemoryKind::kDevice || held->tier != Tier::kGpu || held->bytes == nullptr ||
+      held->state.metadata.version != p.delta_base_version || held->checksum != p.delta_base_checksum ||
+      held->size_bytes < data_bytes)
+    return nullptr;
+  if (codec_ == nullptr) {
+    auto codec = DeviceDeltaCodec::Create(options_.gpu_device);
+    if (!codec.ok()) {
+      Log(LogLevel::kWarning, "transports",
+          "gpu delta unavailable (" + codec.status().ToString() + "); full versions");
+      return nullptr;
+    }
+    codec_ = std::move(*codec);
+  }
+  return held;
+}
+
+StatusOr<GpuReceiving::DeltaMaps> GpuReceiving::MapDelta(const GpuPayload& p) {
+  GpuPayload records_at = p;
+  std::memcpy(records_at.ipc_mem, p.delta_ipc_mem, sizeof(records_at.ipc_mem));
+  DeltaMaps maps;
+  VIPER_ASSIGN_OR_RETURN(const IpcMapping* records, OpenIpc(records_at));
+  maps.records = static_cast<const std::byte*>(records->base);
+  // Second: reopening it (if it was evicted) evicts the oldest mapping, not the records' just opened.
+  VIPER_ASSIGN_OR_RETURN(const IpcMapping* staged, OpenIpc(p));
+  maps.staged = static_cast<const std::byte*>(staged->base) + p.image_offset;
+  maps.event = staged->event;
+  return maps;
+}
+
+// (Over 80 lines: answer, copy, check, apply, verify, in one place.)
+StatusOr<Landed> GpuReceiving::ReceiveDelta(const Announce& a, const GpuPayload& p, const DeltaMaps& maps,
+                                            std::shared_ptr<const ModelVersion> base) {
+  const std::string what = "delta of version " + std::to_string(a.version) + " against version " +
+                           std::to_string(base->state.metadata.version);
+  Ready ready = control_->ReadyFor(a);
+  ready.path = kPathDelta;
+  ready.held_version = base->state.metadata.version;
+  ready.held_checksum = base->checksum;
+  auto buffer = AcquireDeviceBuffer(a.image_bytes);
+  if (buffer.ok() && records_.capacity() < p.delta_records_bytes) {
+    records_ = DeviceBuffer();
+    auto fresh = DeviceBuffer::Allocate(p.delta_records_bytes);
+    if (fresh.ok()) {
+      records_ = std::move(*fresh);
+    } else {
+      buffer = fresh.status();
+    }
+  }
+  ready.accept = buffer.ok() ? 1 : 0;
+  VIPER_RETURN_IF_ERROR(control_->SendReady(a, ready));
+  if (!buffer.ok()) return buffer.status();
+  const uint64_t data_bytes = a.image_bytes - p.header_bytes;
+  const uint64_t base_header = base->size_bytes - data_bytes;
+  std::byte* dst = (*buffer)->data();
+  const double t0 = MonotonicSeconds();
+  VIPER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, maps.event, 0));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_start_, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, maps.staged, p.header_bytes, cudaMemcpyDeviceToDevice, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + p.header_bytes, base->bytes + base_header, data_bytes,
+                                             cudaMemcpyDeviceToDevice, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(records_.data(), maps.records, p.delta_records_bytes,
+                                             cudaMemcpyDeviceToDevice, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy_end_, stream_));
+  VIPER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  float copy_ms = 0;
+  VIPER_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&copy_ms, copy_start_, copy_end_));
+  // The records as announced, and the target's table the base's.
+  VIPER_ASSIGN_OR_RETURN(const uint64_t sum,
+                         Sum64Device(records_.data(), p.delta_records_bytes, scratch_.data(), stream_));
+  if (sum != p.delta_checksum) {
+    return DataLossError(Source() + ": " + what + ": its " + std::to_string(p.delta_records_bytes) +
+                         " bytes of records sum to " + ChecksumToHex(sum) + ", the announcement says " +
+                         ChecksumToHex(p.delta_checksum));
+  }
+  std::vector<std::byte> header(p.header_bytes);
+  VIPER_CUDA_RETURN_IF_ERROR(cudaMemcpy(header.data(), dst, p.header_bytes, cudaMemcpyDeviceToHost));
+  auto target = safetensors::ParseExternalData(nullptr, header.data(), header.size(), dst + p.header_bytes,
+                                               data_bytes, MemoryKind::kDevice);
+  if (!target.ok()) return target.status().WithContext(Source() + ": " + what);
+  const std::vector<DeviceDeltaTensor> table = DeviceDeltaTable(*target, dst + p.header_bytes);
+  if (!SameDeviceDeltaTable(table, DeviceDeltaTable(base->state, base->bytes + base_header))) {
+    return FailedPreconditionError(Source() + ": " + what + ": the tensor table differs from the base's");
+  }
+  const Status applied = codec_->Apply(dst + p.header_bytes, table, records_.data(), p.delta_records_bytes,
+                                       p.delta_record_count);
+  if (!applied.ok()) return applied.WithContext(Source() + ": " + what);
+  const double t1 = MonotonicSeconds();
+  // sum64 of the rebuilt data against the header's and the announcement's.
+  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> version, Verify(a, p, *buffer));
+  version->source = Source() + " (cuda-ipc delta)";
+  version->receive_s = t1 - t0;
+  version->verify_s = MonotonicSeconds() - t1;
+  version->copy_device_s = copy_ms * 1e-3;
+  Landed landed;
+  landed.size = a.image_bytes;
+  landed.moved_bytes = p.header_bytes + p.delta_records_bytes;
+  landed.from_delta = true;
   landed.source = version->source;
   landed.receive_s = version->receive_s;
   landed.verified = std::move(version);
@@ -472,7 +766,7 @@ StatusOr<std::unique_ptr<TierSender>> MakeGpuSender(const SenderSetup& setup) {
 }
 
 StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakeGpuReceivers(const ReceiverSetup& setup) {
-  auto gpu = std::make_shared<GpuReceiving>(setup.control);
+  auto gpu = std::make_shared<GpuReceiving>(setup.control, setup.held);
   VIPER_RETURN_IF_ERROR(gpu->Open());
   std::vector<std::unique_ptr<TierReceiver>> paths;
   paths.push_back(std::make_unique<IpcReceiver>(gpu));

@@ -18,13 +18,23 @@ namespace internal {
 // What a gpu announcement carries beyond the common header: the image's
 // offset in the staging allocation, that allocation's cudaIpcMemHandle_t
 // and the interprocess event recorded once the image was complete (both 64
-// opaque bytes), and how the pinned-host pipeline cuts it.
+// opaque bytes), and how the pinned-host pipeline cuts it. With delta on
+// (issue 27), a delta against the base the producer kept: its records
+// (device_delta.h) at the start of another device allocation (its IPC
+// handle), their count, bytes and sum64, and the base's version and sum64
+// (viper.device_checksum). The target's header is the staged image's.
 struct GpuPayload {
   uint64_t header_bytes = 0;  // padded header size
   uint64_t image_offset = 0;  // in the staging allocation
   uint64_t chunk_bytes = 0;   // pinned-host pipeline: bytes per message
   char ipc_mem[64] = {0};
   char ipc_event[64] = {0};
+  uint64_t delta_records_bytes = 0;  // 0: no delta offered
+  uint64_t delta_record_count = 0;
+  uint64_t delta_checksum = 0;  // sum64 of the records
+  uint64_t delta_base_version = 0;
+  uint64_t delta_base_checksum = 0;  // the base's sum64
+  char delta_ipc_mem[64] = {0};      // the records' allocation
 };
 
 // The gpu tier's decoder: the payload's size and a chunk size a pipeline
@@ -35,6 +45,15 @@ inline StatusOr<GpuPayload> DecodeGpuPayload(const Announce& a) {
   if (p.chunk_bytes == 0 || p.chunk_bytes > (1ull << 30)) {
     return DataLossError("announcement of version " + std::to_string(a.version) + " (tier gpu): chunk_bytes " +
                          std::to_string(p.chunk_bytes) + " is outside [1, 2^30]");
+  }
+  // A delta's records: at least one, of 24 bytes or more each, smaller than the image.
+  if (p.delta_records_bytes != 0 &&
+      (p.delta_record_count == 0 || p.delta_record_count > p.delta_records_bytes / 24 ||
+       p.delta_records_bytes >= a.image_bytes)) {
+    return DataLossError("announcement of version " + std::to_string(a.version) + " (tier gpu): a delta of " +
+                         std::to_string(p.delta_records_bytes) + " bytes in " +
+                         std::to_string(p.delta_record_count) + " records for an image of " +
+                         std::to_string(a.image_bytes));
   }
   return p;
 }

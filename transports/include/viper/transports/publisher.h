@@ -127,7 +127,11 @@ class Publisher {
     // the version it serves and verifies it before it is swapped in; a
     // delta that fails is rejected (the consumer keeps serving its version)
     // and that consumer gets the next version whole. pfs tier: kOn writes
-    // delta files as pfs_delta (kAuto: full files). gpu and one-sided: full.
+    // delta files as pfs_delta (kAuto: full files). gpu tier, kOn only: a
+    // consumer that copies by CUDA IPC and holds the base the producer kept
+    // on the device gets delta records, diffed and applied on the device
+    // (tier_gpu.cc, device_delta.h); pinned-host consumers, and kAuto, get
+    // full versions. One-sided: full.
     DeltaMode delta = DeltaMode::kAuto;
     // The run's identity (private_dir.h: NewSessionId), written into each
     // version's metadata as viper-run.session; Subscribers given the same
