@@ -383,11 +383,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // middle by half a measurement gap and one measurement past the detection
   // (a change seen part-way, as it happens under the wall clock, is still
   // under way: the old domain's model may still measure better there).
-  if (anticipated_ && anticipated_->confirmed && TrafficNow(now) >= anticipated_->change + 0.5 * MeasurementGap() &&
-      TrafficNow(now) > anticipated_->seen_at) {
+  if (anticipated_ && anticipated_->confirmed && TrafficAt(now) >= anticipated_->change + 0.5 * MeasurementGap() &&
+      TrafficAt(now) > anticipated_->seen_at) {
     anticipated_.reset();
   } else if (anticipated_ && !anticipated_->confirmed &&
-             TrafficNow(now) > anticipated_->change + anticipated_->tolerance) {
+             TrafficAt(now) > anticipated_->change + anticipated_->tolerance) {
     ++summary_.anticipation_failed;
     pattern_from_ = switches_.size();
     anticipated_.reset();
@@ -422,7 +422,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // before the predicted change (the change happened somewhere in it).
   if (may_publish && !holding) {
     const auto r = PredictedReturn();
-    const double traffic = TrafficNow(now);
+    const double traffic = TrafficAt(now);
     if (r && r->model != served_model() && traffic < r->change &&
         r->change <= static_cast<double>(problem_.total_iterations)) {
       const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall

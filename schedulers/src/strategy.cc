@@ -212,12 +212,9 @@ class StrategyImpl : public Strategy {
           // iteration, or under the wall clock where the traffic has got to
           // while the producer stalled (it + stalls / tau, at most N). Under
           // the wall clock the candidate is measured there too.
-          double traffic = static_cast<double>(it);
+          const double traffic = planner.TrafficAt(it);
           double measured = obs.losses[i];
           if (wall && it > p.warmup_iterations) {
-            traffic = std::min(static_cast<double>(p.total_iterations),
-                               traffic + static_cast<double>(planner.taken().size()) * p.cost.stall_s /
-                                             p.seconds_per_iteration);
             VIPER_ASSIGN_OR_RETURN(measured, in.observed_staleness->At(it, traffic));
           }
           VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));

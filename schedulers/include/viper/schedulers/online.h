@@ -210,6 +210,10 @@ class OnlinePlanner {
   // measurement until then (ObserveServed), which is how the switch is seen
   // when no change is detected.
   bool anticipating() const { return anticipated_.has_value(); }
+  // The traffic's iteration when the producer is at `iteration` (after the
+  // warm-up): the same, or under the wall clock where the traffic has got to
+  // while the producer stalled for the checkpoints taken before it (at most N).
+  double TrafficAt(int64_t iteration) const;
   // The model each checkpoint published (parallel to taken()), and the one
   // served now (W before any checkpoint).
   const std::vector<int64_t>& published() const { return published_; }
@@ -257,11 +261,6 @@ class OnlinePlanner {
   int64_t ServedAt(int64_t iteration) const;
   // The regime a model's iteration falls in (0 before the first switch).
   size_t RegimeOf(int64_t model) const;
-  // The traffic's iteration when the producer is at `iteration`: the same,
-  // or under the wall clock where the traffic has got to while the producer
-  // stalled for the checkpoints before it.
-  double TrafficAt(int64_t iteration) const;
-  double TrafficNow(int64_t now) const { return TrafficAt(now); }
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
   // A recurring domain's next return: the predicted change (in traffic
