@@ -221,6 +221,9 @@ TEST(LiveMpi, TrainerOnlineReplansWithTheDeltasCost) {
   o.pfs_delta = true;
   o.trainer.freeze_layers = 1;  // 784 x 32 weights frozen: a delta is the head
   o.trainer.epochs = 10;         // ~300 iterations: enough measurements that online publishes
+  // Planned cheap whatever version 0's write took: on a loaded machine its
+  // fsync made the first plan publish nothing (0 checkpoints), so no delta.
+  o.plan_cost = schedulers::CheckpointCost{0.001, 0.002};
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   MPI_Barrier(MPI_COMM_WORLD);

@@ -58,6 +58,14 @@ TEST(LiveOptions, InvalidFieldsAreNamed) {
   o = LiveRun::Options();
   o.keep_versions = 0;
   EXPECT_TRUE(o.IsValid(&error)) << error;
+
+  // A given planning cost is checked as the planner would.
+  o = LiveRun::Options();
+  o.plan_cost = schedulers::CheckpointCost{-1.0, 0.1};
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_EQ(error.rfind("plan_cost", 0), 0u) << error;
+  o.plan_cost = schedulers::CheckpointCost{0.001, 0.002};
+  EXPECT_TRUE(o.IsValid(&error)) << error;
 }
 
 TEST(LiveOptions, DriftAndSubsetsAreValidated) {

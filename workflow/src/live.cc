@@ -78,6 +78,10 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     std::string why;
     if (!oo.IsValid(&why)) return Fail(error, why);
   }
+  if (plan_cost) {
+    std::string why;
+    if (!plan_cost->IsValid(&why)) return Fail(error, "plan_cost: " + why);
+  }
   if (warmup_iterations < 0) return Fail(error, "warmup_iterations must be >= 0");
   if (!(warmup_fraction > 0 && warmup_fraction < 1)) return Fail(error, "warmup_fraction must be in (0, 1)");
   if (workload == Workload::kReplay) {

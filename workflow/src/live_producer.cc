@@ -48,7 +48,7 @@ class Producer {
     const schedulers::CheckpointCost cost = MeasuredCost();
     if (drifting_) pace_.Announce(W_, s_.seconds_per_iteration, N_);
     Info("warm-up done: W=" + std::to_string(W_) + " of N=" + std::to_string(N_) + ", tau " +
-         std::to_string(s_.seconds_per_iteration * 1e3) + " ms, version 0 stall " +
+         std::to_string(s_.seconds_per_iteration * 1e3) + (o_.plan_cost ? " ms, planning with stall " : " ms, version 0 stall ") +
          std::to_string(cost.stall_s * 1e3) + " ms, delay " + std::to_string(cost.delay_s * 1e3) + " ms");
     VIPER_RETURN_IF_ERROR(Plan(cost));
     VIPER_RETURN_IF_ERROR(Train());
@@ -156,8 +156,9 @@ class Producer {
   // sigma and delta as measured on version 0: sigma = its stall, delta = the
   // slowest consumer's servable time when acknowledged, else snapshot +
   // transfer (+ half a poll period when polling).
+  // Version 0's measured cost, or LiveRun::Options::plan_cost when given.
   schedulers::CheckpointCost MeasuredCost() {
-    const schedulers::CheckpointCost cost = CostOf(pub_->Reports().front());
+    const schedulers::CheckpointCost cost = o_.plan_cost ? *o_.plan_cost : CostOf(pub_->Reports().front());
     s_.planned_stall_s = cost.stall_s;
     s_.planned_delay_s = cost.delay_s;
     return cost;

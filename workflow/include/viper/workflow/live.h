@@ -74,6 +74,12 @@ class LiveRun {
     // (the planner's, the last keep_versions validation points' that may
     // become a regime's end, the served one): (2K + 1) x model bytes.
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
+    // The checkpoint cost the first plan uses (sigma and delta, seconds):
+    // absent = version 0's as measured (the default). Given, the plan does
+    // not depend on how long version 0 took on a loaded machine (tests, or
+    // a cost known from an earlier run); the closed loop still re-plans with
+    // later versions' measured costs when they move fewer bytes (deltas).
+    std::optional<schedulers::CheckpointCost> plan_cost;
     // pfs tier: directory where each version lands as a .safetensors file (required for pfs).
     std::string pfs_dir;
     // pfs tier: a key file only this user can read (transports::Publisher::
