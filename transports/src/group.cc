@@ -4,6 +4,7 @@
 // a private communicator over the union of both groups
 // (MPI_Comm_create_group, MPI_ERRORS_RETURN); every wait has a deadline.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <set>
 
@@ -23,6 +24,25 @@ Status BcastText(MPI_Comm comm, int root, std::string* text) {
     return AbortedError("MPI_Bcast failed");
   }
   return Status::Ok();
+}
+
+Status Agree(const GroupSetup& g, bool producer, const Status& local) {
+  int me = 0, worst = INT_MAX;
+  MPI_Comm_rank(g.all, &me);
+  int mine = local.ok() ? INT_MAX : me;
+  if (MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Allreduce failed");
+  }
+  if (worst == INT_MAX) return Status::Ok();
+  std::string text = local.ok() ? std::string()
+                                : std::string(producer ? "producer" : "consumer") + " rank " +
+                                      std::to_string(g.rank) + ": " + local.message();
+  int code = static_cast<int>(local.code());
+  VIPER_RETURN_IF_ERROR(BcastText(g.all, worst, &text));
+  if (MPI_Bcast(&code, 1, MPI_INT, worst, g.all) != MPI_SUCCESS) {
+    return AbortedError("sharded groups: MPI_Bcast failed");
+  }
+  return Status(static_cast<StatusCode>(code), text);
 }
 
 // Collective over both groups: the union communicator, both layouts (each

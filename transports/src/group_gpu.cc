@@ -70,28 +70,6 @@ void GpuLinkDeleter::operator()(GpuLink* link) const { delete link; }
 
 namespace {
 
-// Collective: Ok on every rank when `local` is Ok on every rank; else the
-// lowest failing rank's error (its message prefixed with its side and
-// rank) on every rank.
-Status Agree(const GroupSetup& g, bool producer, const Status& local) {
-  int me = 0, worst = INT_MAX;
-  MPI_Comm_rank(g.all, &me);
-  int mine = local.ok() ? INT_MAX : me;
-  if (MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, g.all) != MPI_SUCCESS) {
-    return AbortedError("sharded groups: MPI_Allreduce failed");
-  }
-  if (worst == INT_MAX) return Status::Ok();
-  std::string text = local.ok() ? std::string()
-                                : std::string(producer ? "producer" : "consumer") + " rank " +
-                                      std::to_string(g.rank) + ": " + local.message();
-  int code = static_cast<int>(local.code());
-  VIPER_RETURN_IF_ERROR(BcastText(g.all, worst, &text));
-  if (MPI_Bcast(&code, 1, MPI_INT, worst, g.all) != MPI_SUCCESS) {
-    return AbortedError("sharded groups: MPI_Bcast failed");
-  }
-  return Status(static_cast<StatusCode>(code), text);
-}
-
 // The pieces' runs: for each x of `count` (consumer ranks on a producer,
 // producer ranks on a consumer), each window of `window` bytes of the
 // consumer's image, the plan's copies clipped to it, at their offset on

@@ -10,8 +10,12 @@ namespace internal {
 struct GpuLink {};
 void GpuLinkDeleter::operator()(GpuLink* link) const { delete link; }
 
-StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup&, bool, int, const Status&, const char* option) {
-  // Every rank runs this build: all return the same error, none waits.
+StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int, const Status& precheck,
+                                 const char* option) {
+  // A rank's objection first, as the CUDA build gives it (it names the option
+  // to change); then, on every rank alike, the missing CUDA.
+  const Status agreed = Agree(g, producer, precheck);
+  if (!agreed.ok()) return Status(agreed.code(), std::string("sharded groups: ") + option + " = gpu: " + agreed.message());
   return UnavailableError(std::string("sharded groups: ") + option +
                           " = gpu: no CUDA device: Viper was built without CUDA");
 }

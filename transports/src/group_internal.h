@@ -79,6 +79,10 @@ StatusOr<GroupSetup> MakeGroup(const GroupRanks& ranks, bool producer, const Sha
 
 // `text` from `root` to every rank of `comm`.
 Status BcastText(MPI_Comm comm, int root, std::string* text);
+// Collective over the union: Ok on every rank when `local` is Ok on every
+// rank; else the lowest failing rank's error (its message prefixed with its
+// side and rank) on every rank.
+Status Agree(const GroupSetup& g, bool producer, const Status& local);
 // How many ranks of the union share this rank's node (`on_node`) of how
 // many (`everyone`).
 Status NodeCount(const GroupSetup& g, int* on_node, int* everyone);
