@@ -5,6 +5,8 @@
 // MpiSession with MPI_THREAD_MULTIPLE) before creating a group object; here
 // it must already be active. Group objects free their communicators in
 // close(); the package closes live ones at exit before MPI is finalised.
+#include "viper/transports/group.h"
+
 #include <exception>
 #include <memory>
 #include <optional>
@@ -14,7 +16,6 @@
 
 #include "bindings.h"
 #include "viper/transports/device_memory.h"
-#include "viper/transports/group.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/sharding.h"
 
@@ -183,8 +184,8 @@ struct PyShardVersion {
     if (!OnDevice()) throw py::value_error("this version is in host memory");
     py::list out;
     for (const Tensor& t : v->state.tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), reinterpret_cast<uintptr_t>(t.data),
-                                t.size_bytes, device));
+      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
+                                reinterpret_cast<uintptr_t>(t.data), t.size_bytes, device));
     }
     return out;
   }
@@ -314,28 +315,31 @@ void BindGroup(py::module_& m) {
              return std::make_unique<PyShardedPublisher>(RanksOrRaise(producers, consumers, world_size, "ShardedPublisher"),
                                                          layout, o);
            }),
-           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("decision_timeout_s"), py::arg("link") = "auto", py::arg("bucket_bytes") = 0,
-           py::arg("ring_buckets") = 2, py::arg("gpu_device") = 0)
-      .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"), py::arg("publish"))
+           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"),
+           py::arg("peer_timeout_s"), py::arg("decision_timeout_s"), py::arg("link") = "auto",
+           py::arg("bucket_bytes") = 0, py::arg("ring_buckets") = 2, py::arg("gpu_device") = 0)
+      .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"),
+           py::arg("publish"))
       .def_property_readonly("rank", [](const PyShardedPublisher& p) { return p.Get().rank(); })
-      .def_property_readonly("link", [](const PyShardedPublisher& p) { return GroupLinkName(p.Get().link()); })
-      .def_property_readonly("sends_bytes",
-                             [](const PyShardedPublisher& p) { return p.Get().plan().BytesFrom(p.Get().rank()); })
+      .def_property_readonly("link",
+                             [](const PyShardedPublisher& p) { return GroupLinkName(p.Get().link()); })
+      .def_property_readonly(
+          "sends_bytes", [](const PyShardedPublisher& p) { return p.Get().plan().BytesFrom(p.Get().rank()); })
       .def("close", &PyShardedPublisher::Close);
 
   py::class_<PyShardVersion>(m, "ShardVersion")
       .def_property_readonly("version", [](const PyShardVersion& p) { return p.v->version; })
       .def_property_readonly("iteration", [](const PyShardVersion& p) { return p.v->iteration; })
       .def_property_readonly("whole_checksum", [](const PyShardVersion& p) { return p.v->whole_checksum; })
-      .def_property_readonly("memory", [](const PyShardVersion& p) { return p.OnDevice() ? "device" : "host"; })
+      .def_property_readonly("memory",
+                             [](const PyShardVersion& p) { return p.OnDevice() ? "device" : "host"; })
       .def("host_tensors", &PyShardVersion::HostTensors)
       .def("device_tensors", &PyShardVersion::DeviceTensors, py::arg("device"));
 
   py::class_<PyShardedSubscriber>(m, "ShardedSubscriber")
       .def(py::init([](const std::vector<int>& producers, const std::vector<int>& consumers, int world_size,
-                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes, uint64_t chunk_bytes, py::object target,
-                       const std::string& link, int gpu_device) {
+                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes,
+                       uint64_t chunk_bytes, py::object target, const std::string& link, int gpu_device) {
              RequireMpi("ShardedSubscriber");
              ShardedSubscriber::Options o;
              o.gpu_device = gpu_device;
@@ -348,17 +352,19 @@ void BindGroup(py::module_& m) {
              return std::make_unique<PyShardedSubscriber>(RanksOrRaise(producers, consumers, world_size, "ShardedSubscriber"),
                                                           layout, o, target);
            }),
-           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"), py::arg("link") = "auto",
-           py::arg("gpu_device") = 0)
+           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"),
+           py::arg("peer_timeout_s"), py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"),
+           py::arg("link") = "auto", py::arg("gpu_device") = 0)
       .def("receive_next", &PyShardedSubscriber::ReceiveNext, py::arg("wait_s"))
       .def("serve", &PyShardedSubscriber::Serve, py::arg("fn"))
       .def("current", &PyShardedSubscriber::Current)
       .def_property_readonly("version", [](const PyShardedSubscriber& s) { return s.Get().version(); })
       .def_property_readonly("rank", [](const PyShardedSubscriber& s) { return s.Get().rank(); })
-      .def_property_readonly("link", [](const PyShardedSubscriber& s) { return GroupLinkName(s.Get().link()); })
-      .def_property_readonly("receives_bytes",
-                             [](const PyShardedSubscriber& s) { return s.Get().plan().BytesTo(s.Get().rank()); })
+      .def_property_readonly("link",
+                             [](const PyShardedSubscriber& s) { return GroupLinkName(s.Get().link()); })
+      .def_property_readonly(
+          "receives_bytes",
+          [](const PyShardedSubscriber& s) { return s.Get().plan().BytesTo(s.Get().rank()); })
       .def("close", &PyShardedSubscriber::Close);
 }
 

@@ -845,11 +845,12 @@ TEST(MpiGroupGpu, WithoutADeviceLinkGpuSaysWhy) {
   // Bounded consumers whose target says it is device memory (never touched
   // here): the target passes the host's checks, then the missing device
   // fails every rank alike.
-  const Status bounded = CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
-    ModelState t = *l.Slice(WholeModel(l.tensors(), 0), rank);
-    for (Tensor& x : t.mutable_tensors()) x.memory = MemoryKind::kDevice;
-    return t;
-  });
+  const Status bounded =
+      CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
+        ModelState t = *l.Slice(WholeModel(l.tensors(), 0), rank);
+        for (Tensor& x : t.mutable_tensors()) x.memory = MemoryKind::kDevice;
+        return t;
+      });
   EXPECT_EQ(bounded.code(), StatusCode::kUnavailable) << bounded.ToString();
   EXPECT_NE(bounded.message().find("no CUDA device"), std::string::npos) << bounded.message();
   MPI_Barrier(MPI_COMM_WORLD);
@@ -887,12 +888,13 @@ TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrABadTarget) {
     EXPECT_TRUE(option_named(status.message())) << status.message();
   }
   // A target that is not the rank's shard (one tensor of six).
-  const Status short_target = CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
-    ModelState whole = *l.Slice(WholeModel(l.tensors(), 0), rank), one;
-    EXPECT_TRUE(one.Add(whole.tensors()[0]).ok());
-    one.mutable_tensors()[0].memory = MemoryKind::kDevice;
-    return one;
-  });
+  const Status short_target =
+      CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
+        ModelState whole = *l.Slice(WholeModel(l.tensors(), 0), rank), one;
+        EXPECT_TRUE(one.Add(whole.tensors()[0]).ok());
+        one.mutable_tensors()[0].memory = MemoryKind::kDevice;
+        return one;
+      });
   EXPECT_EQ(short_target.code(), StatusCode::kInvalidArgument) << short_target.ToString();
   EXPECT_NE(short_target.message().find("1 tensors, the layout has 6"), std::string::npos)
       << short_target.message();

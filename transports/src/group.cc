@@ -180,9 +180,10 @@ Status CheckGpuTarget(const ModelState& target, const ShardLayout& layout, int r
   VIPER_RETURN_IF_ERROR(layout.CheckShard(target, rank, /*device_allowed=*/true));
   for (const Tensor& t : target.tensors()) {
     if (t.size_bytes > 0 && t.memory != MemoryKind::kDevice) {
-      return InvalidArgumentError("bounded mode on the gpu link receives into device memory: target tensor '" +
-                                  t.name + "' is in host memory (give tensors on gpu_device " +
-                                  std::to_string(device) + ", or use another link)");
+      return InvalidArgumentError(
+          "bounded mode on the gpu link receives into device memory: target tensor '" + t.name +
+          "' is in host memory (give tensors on gpu_device " + std::to_string(device) +
+          ", or use another link)");
     }
   }
   return Status::Ok();

@@ -201,11 +201,12 @@ Status CheckTargetOnDevice(GpuLink* l, int device) {
     const cudaError_t e = cudaPointerGetAttributes(&a, t.data);
     if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky: clear it
-      return InvalidArgumentError("target tensor '" + t.name + "': cudaPointerGetAttributes: " +
-                                  cudaGetErrorString(e));
+      return InvalidArgumentError("target tensor '" + t.name +
+                                  "': cudaPointerGetAttributes: " + cudaGetErrorString(e));
     }
     if (a.type != cudaMemoryTypeDevice || a.device != device) {
-      const std::string is = a.type == cudaMemoryTypeDevice ? "device memory on CUDA device " + std::to_string(a.device)
+      const std::string is = a.type == cudaMemoryTypeDevice
+                                 ? "device memory on CUDA device " + std::to_string(a.device)
                              : a.type == cudaMemoryTypeManaged ? "managed memory"
                              : a.type == cudaMemoryTypeHost    ? "pinned host memory"
                                                                : "host memory";
@@ -324,8 +325,8 @@ namespace {
 // and checked against the headers.
 bool CopyAndVerify(const GroupSetup& g, GpuLink* l, uint64_t version,
                    const std::vector<std::vector<uint64_t>>& headers, double deadline_s, uintptr_t dst,
-                   const std::byte* sum_base, const std::function<void()>& first_copy, uint64_t* received_bytes,
-                   std::string* message) {
+                   const std::byte* sum_base, const std::function<void()>& first_copy,
+                   uint64_t* received_bytes, std::string* message) {
   auto fail = [&](const Status& s) {
     *message = "version " + std::to_string(version) + ": " + s.message();
     return false;
