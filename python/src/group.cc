@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "viper/transports/device_memory.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/sharding.h"
 
@@ -159,36 +158,10 @@ struct PyShardVersion {
   }
   // (name, dtype, shape, Buffer) per tensor: views of a host version; a
   // device version is first copied to host memory.
-  py::list HostTensors() const {
-    py::list out;
-    if (!OnDevice()) {
-      for (const Tensor& t : v->state.tensors()) {
-        out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), TensorBuffer(v, t)));
-      }
-      return out;
-    }
-    StatusOr<ModelState> host = InternalError("not copied");
-    {
-      py::gil_scoped_release release;
-      host = transports::CopyToHost(v->state);
-    }
-    auto copy = std::make_shared<ModelState>(ValueOrRaise(std::move(host)));
-    for (const Tensor& t : copy->tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), TensorBuffer(copy, t)));
-    }
-    return out;
-  }
+  py::list HostTensors() const { return HostTensorTuples(v, v->state); }
   // (name, dtype, shape, data_ptr, nbytes, device) per tensor of a device
   // version (as the single-producer Version's device_tensors).
-  py::list DeviceTensors(int device) const {
-    if (!OnDevice()) throw py::value_error("this version is in host memory");
-    py::list out;
-    for (const Tensor& t : v->state.tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
-                                reinterpret_cast<uintptr_t>(t.data), t.size_bytes, device));
-    }
-    return out;
-  }
+  py::list DeviceTensors(int device) const { return DeviceTensorTuples(v->state, device); }
 };
 
 class PyShardedSubscriber {

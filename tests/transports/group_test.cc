@@ -758,11 +758,14 @@ TEST(MpiGroupGpu, EveryCommittedVersionIsBitIdentical) {
 }
 
 // Producer rank 0 corrupts one byte of its staging buffer after computing
-// version 2's digests: the consumer rank taking it does not verify, the
-// group commits nothing and keeps serving version 1; version 3 commits.
-TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
-  VIPER_SKIP_UNLESS_GPU_GROUP();
-  GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kGpu});
+// version 2's digests: the consumer rank taking it does not verify and the
+// group commits nothing. Double buffer: the group keeps serving version 1.
+// Bounded: the targets were copied into, so every consumer rank serves
+// nothing (never a mix of versions 1 and 2), pause reported. Version 3
+// commits.
+void CorruptVersionTwo(Mode mode) {
+  GroupFixture f(Param{mode, GroupLink::kGpu});
+  const bool bounded = mode == Mode::kBounded;
   if (f.pub_ && f.pub_->rank() == 0) internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kCorruptPiece);
   for (uint64_t version = 1; version <= 3; ++version) {
     if (f.producer_) {
@@ -770,13 +773,24 @@ TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
       if (f.pub_->rank() == 0) {
         EXPECT_EQ(s.committed, version != 2) << s.BriefReport();
       }
-    } else {
-      auto s = f.sub_->ReceiveNext(30);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
-      EXPECT_EQ(CheckServedOnDevice(f), version == 2 ? 1u : version);
+      continue;
     }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
+    const uint64_t served = version != 2 ? version : bounded ? 0u : 1u;
+    EXPECT_EQ(s->serving, served != 0) << s->BriefReport();
+    if (bounded) {
+      EXPECT_GT(s->pause_s, 0) << s->BriefReport();
+    }
+    EXPECT_EQ(f.sub_->version(), served);
+    EXPECT_EQ(CheckServedOnDevice(f), served);
   }
+}
+
+TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  CorruptVersionTwo(Mode::kDoubleBuffer);
 }
 
 // The gpu link's copies (group_gpu.h, BatchCopies; host code, runs
@@ -997,30 +1011,11 @@ TEST(MpiGroupGpu, BoundedIntoDeviceTargetsIsBitIdentical) {
   }
 }
 
-// Bounded, gpu link: producer rank 0 corrupts one byte of its staging
-// buffer after computing version 2's digests. The group commits nothing;
-// the targets were copied into, so every consumer rank serves nothing
-// (never a mix of versions 1 and 2) until version 3 commits.
+// Bounded, gpu link: a corrupted piece (CorruptVersionTwo) is never
+// committed, and the rank serves nothing until the next commit.
 TEST(MpiGroupGpu, BoundedACorruptedPieceServesNothingUntilTheNextCommit) {
   VIPER_SKIP_UNLESS_GPU_GROUP();
-  GroupFixture f(Param{Mode::kBounded, GroupLink::kGpu});
-  if (f.pub_ && f.pub_->rank() == 0) internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kCorruptPiece);
-  for (uint64_t version = 1; version <= 3; ++version) {
-    if (f.producer_) {
-      const auto s = PublishFromDeviceOrHost(f, version);
-      if (f.pub_->rank() == 0) {
-        EXPECT_EQ(s.committed, version != 2) << s.BriefReport();
-      }
-    } else {
-      auto s = f.sub_->ReceiveNext(30);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
-      EXPECT_EQ(s->serving, version != 2) << s->BriefReport();
-      EXPECT_GT(s->pause_s, 0) << s->BriefReport();
-      EXPECT_EQ(f.sub_->version(), version == 2 ? 0u : version);
-      EXPECT_EQ(CheckServedOnDevice(f), version == 2 ? 0u : version);
-    }
-  }
+  CorruptVersionTwo(Mode::kBounded);
 }
 
 // Bounded, gpu link, a device present: a target tensor that claims to be
