@@ -101,7 +101,9 @@ Status BuildPieces(const GroupSetup& g, GpuLink* l) {
         std::vector<Block> in_target;
         AppendBlocks(*l->target, g.q_layout, g.rank, b.dst_offset, b.bytes, &in_target);
         for (const Block& x : in_target) {
-          runs.push_back({static_cast<unsigned long long>(x.data - l->target_base), at, x.bytes});
+          runs.push_back({static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(x.data) -
+                                                          reinterpret_cast<uintptr_t>(l->target_base)),
+                          at, x.bytes});
           at += x.bytes;
         }
       }
