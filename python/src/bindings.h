@@ -67,6 +67,14 @@ struct Buffer {
 // plain bytes otherwise (BF16, F8, unsigned 16-64 bit).
 Buffer TensorBuffer(std::shared_ptr<const void> owner, const Tensor& t);
 
+// (name, dtype, shape, Buffer) per tensor of `state` (kept alive by
+// `owner`): views of host memory; a state in device memory is first copied
+// to host memory (the copy then owns the bytes).
+py::list HostTensorTuples(std::shared_ptr<const void> owner, const ModelState& state);
+// (name, dtype, shape, data_ptr, nbytes, device) per tensor of `state` in
+// device memory (ValueError for host memory): for __cuda_array_interface__.
+py::list DeviceTensorTuples(const ModelState& state, int device);
+
 // Describes the tensors of a parsed image as (name, dtype, shape, offset,
 // nbytes) tuples, offsets relative to `base`.
 py::list DescribeTensors(const ModelState& state, const std::byte* base);

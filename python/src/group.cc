@@ -5,6 +5,8 @@
 // MpiSession with MPI_THREAD_MULTIPLE) before creating a group object; here
 // it must already be active. Group objects free their communicators in
 // close(); the package closes live ones at exit before MPI is finalised.
+#include "viper/transports/group.h"
+
 #include <exception>
 #include <memory>
 #include <optional>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "viper/transports/group.h"
 #include "viper/transports/mpi_session.h"
 #include "viper/transports/sharding.h"
 
@@ -30,13 +31,14 @@ using transports::ShardLayout;
 using transports::ShardVersion;
 using transports::TensorLayout;
 
-// "auto" | "mpi" | "shm" (group.h's GroupLink); anything else a ValueError
-// naming it.
+// "auto" | "mpi" | "shm" | "gpu" (group.h's GroupLink); anything else a
+// ValueError naming it.
 GroupLink LinkOrRaise(const std::string& link, const std::string& what) {
   if (link == "auto") return GroupLink::kAuto;
   if (link == "mpi") return GroupLink::kMpi;
   if (link == "shm") return GroupLink::kShm;
-  throw py::value_error(what + ": link must be 'auto', 'mpi' or 'shm', not '" + link + "'");
+  if (link == "gpu") return GroupLink::kGpu;
+  throw py::value_error(what + ": link must be 'auto', 'mpi', 'shm' or 'gpu', not '" + link + "'");
 }
 
 void RequireMpi(const std::string& what) {
@@ -147,16 +149,19 @@ class PyShardedPublisher {
   std::unique_ptr<ShardedPublisher> pub_;
 };
 
-// A served double-buffer version (kept alive while Python references it).
+// A served double-buffer version (kept alive while Python references it):
+// host memory (mpi, shm links) or device memory (gpu link).
 struct PyShardVersion {
   std::shared_ptr<const ShardVersion> v;
-  py::list HostTensors() const {
-    py::list out;
-    for (const Tensor& t : v->state.tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), TensorBuffer(v, t)));
-    }
-    return out;
+  bool OnDevice() const {
+    return !v->state.tensors().empty() && v->state.tensors()[0].memory == MemoryKind::kDevice;
   }
+  // (name, dtype, shape, Buffer) per tensor: views of a host version; a
+  // device version is first copied to host memory.
+  py::list HostTensors() const { return HostTensorTuples(v, v->state); }
+  // (name, dtype, shape, data_ptr, nbytes, device) per tensor of a device
+  // version (as the single-producer Version's device_tensors).
+  py::list DeviceTensors(int device) const { return DeviceTensorTuples(v->state, device); }
 };
 
 class PyShardedSubscriber {
@@ -269,9 +274,10 @@ void BindGroup(py::module_& m) {
   py::class_<PyShardedPublisher>(m, "ShardedPublisher")
       .def(py::init([](const std::vector<int>& producers, const std::vector<int>& consumers, int world_size,
                        const ShardLayout& layout, double peer_timeout_s, double decision_timeout_s,
-                       const std::string& link, uint64_t bucket_bytes, int ring_buckets) {
+                       const std::string& link, uint64_t bucket_bytes, int ring_buckets, int gpu_device) {
              RequireMpi("ShardedPublisher");
              ShardedPublisher::Options o;
+             o.gpu_device = gpu_device;
              o.peer_timeout_s = peer_timeout_s;
              o.decision_timeout_s = decision_timeout_s;
              o.link = LinkOrRaise(link, "ShardedPublisher");
@@ -282,28 +288,34 @@ void BindGroup(py::module_& m) {
              return std::make_unique<PyShardedPublisher>(RanksOrRaise(producers, consumers, world_size, "ShardedPublisher"),
                                                          layout, o);
            }),
-           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("decision_timeout_s"), py::arg("link") = "auto", py::arg("bucket_bytes") = 0,
-           py::arg("ring_buckets") = 2)
-      .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"), py::arg("publish"))
+           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"),
+           py::arg("peer_timeout_s"), py::arg("decision_timeout_s"), py::arg("link") = "auto",
+           py::arg("bucket_bytes") = 0, py::arg("ring_buckets") = 2, py::arg("gpu_device") = 0)
+      .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"),
+           py::arg("publish"))
       .def_property_readonly("rank", [](const PyShardedPublisher& p) { return p.Get().rank(); })
-      .def_property_readonly("link", [](const PyShardedPublisher& p) { return GroupLinkName(p.Get().link()); })
-      .def_property_readonly("sends_bytes",
-                             [](const PyShardedPublisher& p) { return p.Get().plan().BytesFrom(p.Get().rank()); })
+      .def_property_readonly("link",
+                             [](const PyShardedPublisher& p) { return GroupLinkName(p.Get().link()); })
+      .def_property_readonly(
+          "sends_bytes", [](const PyShardedPublisher& p) { return p.Get().plan().BytesFrom(p.Get().rank()); })
       .def("close", &PyShardedPublisher::Close);
 
   py::class_<PyShardVersion>(m, "ShardVersion")
       .def_property_readonly("version", [](const PyShardVersion& p) { return p.v->version; })
       .def_property_readonly("iteration", [](const PyShardVersion& p) { return p.v->iteration; })
       .def_property_readonly("whole_checksum", [](const PyShardVersion& p) { return p.v->whole_checksum; })
-      .def("host_tensors", &PyShardVersion::HostTensors);
+      .def_property_readonly("memory",
+                             [](const PyShardVersion& p) { return p.OnDevice() ? "device" : "host"; })
+      .def("host_tensors", &PyShardVersion::HostTensors)
+      .def("device_tensors", &PyShardVersion::DeviceTensors, py::arg("device"));
 
   py::class_<PyShardedSubscriber>(m, "ShardedSubscriber")
       .def(py::init([](const std::vector<int>& producers, const std::vector<int>& consumers, int world_size,
-                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes, uint64_t chunk_bytes, py::object target,
-                       const std::string& link) {
+                       const ShardLayout& layout, double peer_timeout_s, uint64_t bucket_bytes,
+                       uint64_t chunk_bytes, py::object target, const std::string& link, int gpu_device) {
              RequireMpi("ShardedSubscriber");
              ShardedSubscriber::Options o;
+             o.gpu_device = gpu_device;
              o.peer_timeout_s = peer_timeout_s;
              o.link = LinkOrRaise(link, "ShardedSubscriber");
              o.bucket_bytes = bucket_bytes;
@@ -313,16 +325,19 @@ void BindGroup(py::module_& m) {
              return std::make_unique<PyShardedSubscriber>(RanksOrRaise(producers, consumers, world_size, "ShardedSubscriber"),
                                                           layout, o, target);
            }),
-           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"), py::arg("peer_timeout_s"),
-           py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"), py::arg("link") = "auto")
+           py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"),
+           py::arg("peer_timeout_s"), py::arg("bucket_bytes"), py::arg("chunk_bytes"), py::arg("target"),
+           py::arg("link") = "auto", py::arg("gpu_device") = 0)
       .def("receive_next", &PyShardedSubscriber::ReceiveNext, py::arg("wait_s"))
       .def("serve", &PyShardedSubscriber::Serve, py::arg("fn"))
       .def("current", &PyShardedSubscriber::Current)
       .def_property_readonly("version", [](const PyShardedSubscriber& s) { return s.Get().version(); })
       .def_property_readonly("rank", [](const PyShardedSubscriber& s) { return s.Get().rank(); })
-      .def_property_readonly("link", [](const PyShardedSubscriber& s) { return GroupLinkName(s.Get().link()); })
-      .def_property_readonly("receives_bytes",
-                             [](const PyShardedSubscriber& s) { return s.Get().plan().BytesTo(s.Get().rank()); })
+      .def_property_readonly("link",
+                             [](const PyShardedSubscriber& s) { return GroupLinkName(s.Get().link()); })
+      .def_property_readonly(
+          "receives_bytes",
+          [](const PyShardedSubscriber& s) { return s.Get().plan().BytesTo(s.Get().rank()); })
       .def("close", &PyShardedSubscriber::Close);
 }
 

@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "viper/config.h"
+#include "viper/transports/device_memory.h"
 
 namespace viper {
 namespace python {
@@ -99,6 +100,45 @@ py::list DescribeTensors(const ModelState& state, const std::byte* base) {
   for (const Tensor& t : state.tensors()) {
     out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
                               static_cast<uint64_t>(t.data - base), static_cast<uint64_t>(t.size_bytes)));
+  }
+  return out;
+}
+
+namespace {
+bool InDeviceMemory(const ModelState& state) {
+  for (const Tensor& t : state.tensors()) {
+    if (t.memory == MemoryKind::kDevice) return true;
+  }
+  return false;
+}
+}  // namespace
+
+py::list HostTensorTuples(std::shared_ptr<const void> owner, const ModelState& state) {
+  const ModelState* host = &state;
+  std::shared_ptr<ModelState> copy;
+  if (InDeviceMemory(state)) {
+    StatusOr<ModelState> copied = InternalError("not copied");
+    {
+      py::gil_scoped_release release;
+      copied = transports::CopyToHost(state);
+    }
+    copy = std::make_shared<ModelState>(ValueOrRaise(std::move(copied)));
+    owner = copy;
+    host = copy.get();
+  }
+  py::list out;
+  for (const Tensor& t : host->tensors()) {
+    out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), TensorBuffer(owner, t)));
+  }
+  return out;
+}
+
+py::list DeviceTensorTuples(const ModelState& state, int device) {
+  if (!InDeviceMemory(state)) throw py::value_error("this version is in host memory");
+  py::list out;
+  for (const Tensor& t : state.tensors()) {
+    out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), reinterpret_cast<uintptr_t>(t.data),
+                              t.size_bytes, device));
   }
   return out;
 }

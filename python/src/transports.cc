@@ -89,37 +89,12 @@ struct PyVersion {
 
   // (name, dtype, shape, Buffer) per tensor, host memory: views into the
   // received image; a device version is first copied to host memory.
-  py::list HostTensors() const {
-    py::list out;
-    if (v->memory == MemoryKind::kHost) {
-      for (const Tensor& t : v->state.tensors()) {
-        out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
-                                  TensorBuffer(v, t)));
-      }
-      return out;
-    }
-    StatusOr<ModelState> host = InternalError("not copied");
-    {
-      py::gil_scoped_release release;
-      host = transports::CopyToHost(v->state);
-    }
-    auto copy = std::make_shared<ModelState>(ValueOrRaise(std::move(host)));
-    for (const Tensor& t : copy->tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape),
-                                TensorBuffer(copy, t)));
-    }
-    return out;
-  }
+  py::list HostTensors() const { return HostTensorTuples(v, v->state); }
 
   // (name, dtype, shape, data_ptr, nbytes, device) per tensor of a device version.
   py::list DeviceTensors(int device) const {
     if (v->memory != MemoryKind::kDevice) throw py::value_error("this version is in host memory");
-    py::list out;
-    for (const Tensor& t : v->state.tensors()) {
-      out.append(py::make_tuple(t.name, ToString(t.dtype), py::cast(t.shape), reinterpret_cast<uintptr_t>(t.data),
-                                t.size_bytes, device));
-    }
-    return out;
+    return DeviceTensorTuples(v->state, device);
   }
 };
 

@@ -158,45 +158,58 @@ class ShardLayout:
         return f"ShardLayout(ranks={self.ranks}, split={self.split()})"
 
 
+def _cuda_devices(specs):
+    """The CUDA devices among `specs`' tensors (_torch.specs tuples)."""
+    return sorted({spec[5] for spec in specs if spec[5] >= 0})
+
+
 def _check_layout(layout, what):
     if not isinstance(layout, ShardLayout):
         raise ValueError(f"{what}: layout must be a viper.ShardLayout, got {type(layout).__name__}")
 
 
 class ShardedPublisher:
-    """One rank of a producer group (C++ transports::ShardedPublisher, host
-    tier). Every producer and consumer rank creates its object together
-    (collective; groups of one job in the same order everywhere).
+    """One rank of a producer group (C++ transports::ShardedPublisher). Every
+    producer and consumer rank creates its object together (collective;
+    groups of one job in the same order everywhere).
     `producers`, `consumers`: the MPI_COMM_WORLD ranks of the two groups;
     `layout`: the producers' ShardLayout (the same on every producer rank).
     `link`: "auto" (shared memory when every rank of both groups is on one
-    node, else two-sided MPI), "mpi" or "shm" (the same on every rank of
-    both groups); on shm, `bucket_bytes` (0 = the consumers' window) and
-    `ring_buckets` (1 or 2) size each producer's ring."""
+    node, else two-sided MPI), "mpi", "shm" or "gpu" (CUDA IPC between ranks
+    on one node, each with a device: this rank stages its shard on CUDA
+    device `gpu_device`; its shard may be CUDA tensors). Two different
+    explicit links is an error; "auto" follows a rank asking for "gpu". On
+    shm, `bucket_bytes` (0 = the consumers' window) and `ring_buckets` (1 or
+    2) size each producer's ring."""
 
     def __init__(self, layout, producers, consumers, *, peer_timeout_s=30.0, decision_timeout_s=600.0,
-                 link="auto", bucket_bytes=0, ring_buckets=2):
+                 link="auto", bucket_bytes=0, ring_buckets=2, gpu_device=0):
         _check_layout(layout, "ShardedPublisher")
         _, size = mpi.init()
         self._layout = layout
         self._pub = _viper.ShardedPublisher(list(producers), list(consumers), size, layout._l, float(peer_timeout_s),
                                             float(decision_timeout_s), str(link), int(bucket_bytes),
-                                            int(ring_buckets))
+                                            int(ring_buckets), int(gpu_device))
         _live_groups.add(self)
 
     rank = property(lambda self: self._pub.rank, doc="this rank in the producer group")
-    link = property(lambda self: self._pub.link, doc="the link the group got: 'mpi' or 'shm'")
+    link = property(lambda self: self._pub.link, doc="the link the group got: 'mpi', 'shm' or 'gpu'")
 
     def publish(self, shard, iteration, publish=True):
         """Publishes this rank's `shard` (name -> torch CPU tensor or numpy
-        array, contiguous, read in place: no copy) if producer rank 0's
+        array, contiguous, read in place: no copy; on the gpu link CUDA
+        tensors too, read from their device pointers once torch's work on
+        their devices is done) if producer rank 0's
         `publish` is true (the others follow rank 0). Every producer rank
         calls it once per step; returns when this rank's sends are done (rank
         0: when the consumers' Ack arrived) with a summary dict (published,
         version, committed (rank 0), whole_checksum (rank 0), sent_bytes,
         update_s, message)."""
         resolved = []
-        specs = _torch.specs(self._layout.ordered(shard, "publish"), "publish", keep=resolved)
+        specs = _torch.specs(self._layout.ordered(shard, "publish"), "publish", allow_cuda=self.link == "gpu",
+                             keep=resolved)
+        for device in _cuda_devices(specs):  # the values queued on torch's streams, before Viper copies them
+            torch.cuda.synchronize(device)
         return self._pub.publish(specs, int(iteration), bool(publish))
 
     def close(self):
@@ -214,17 +227,28 @@ class ShardedPublisher:
 class ShardVersion:
     """A committed version as this consumer rank serves it: its slices."""
 
-    __slots__ = ("version", "iteration", "whole_checksum", "_tensors", "_v")
+    __slots__ = ("version", "iteration", "whole_checksum", "_tensors", "_v", "_device")
 
-    def __init__(self, version, iteration, whole_checksum, tensors=None, v=None):
+    def __init__(self, version, iteration, whole_checksum, tensors=None, v=None, device=0):
         self.version, self.iteration, self.whole_checksum = version, iteration, whole_checksum
-        self._tensors, self._v = tensors, v
+        self._tensors, self._v, self._device = tensors, v, device
+
+    memory = property(lambda self: "device" if self._v is not None and self._v.memory == "device" else
+                      "host" if self._v is not None else "target",
+                      doc="where the served bytes are: 'host', 'device' (gpu link) or 'target' (bounded mode)")
 
     def state_dict(self):
         """name -> this rank's slice: the target's tensors (bounded mode) or
-        read-only views of the received buffer (double buffer)."""
+        read-only views of the received buffer (double buffer): on the gpu
+        link CUDA tensors viewing the device buffer, no copy
+        (__cuda_array_interface__; a host copy where torch has no CUDA)."""
         if self._tensors is None:
-            self._tensors = {n: _torch.read_only(t) for n, t in _tensor_views(self._v.host_tensors()).items()}
+            if self._v.memory == "device" and torch.cuda.is_available():
+                from . import _CudaView  # the single-producer Version's device views
+                self._tensors = {name: _torch.read_only(_CudaView(self._v, dtype, shape, ptr, nbytes).tensor(dev))
+                                 for name, dtype, shape, ptr, nbytes, dev in self._v.device_tensors(self._device)}
+            else:
+                self._tensors = {n: _torch.read_only(t) for n, t in _tensor_views(self._v.host_tensors()).items()}
         return dict(self._tensors)
 
     def __repr__(self):
@@ -234,26 +258,35 @@ class ShardVersion:
 class ShardedSubscriber:
     """One rank of a consumer group (C++ transports::ShardedSubscriber).
     `layout`: this group's ShardLayout (the producers' tensors, in their
-    order). Default: double buffer (receives into a back buffer, swaps it
-    in; current() gives views). Bounded (`bucket_bytes` > 0 and `target`, a
-    dict name -> torch CPU tensor / numpy array of this rank's slices, e.g.
-    its module's parameters): receives straight into `target` through a
-    staging buffer of `bucket_bytes`; the tensors are the caller's, kept
+    order). `link`: as ShardedPublisher's; on "gpu" the versions land in
+    device memory on CUDA device `gpu_device`. Default: double buffer
+    (receives into a back buffer, swaps it in; current() gives views: CUDA
+    tensors on the gpu link). Bounded (`bucket_bytes` > 0 and `target`, a
+    dict name -> tensor of this rank's slices, e.g. its module's
+    parameters): receives straight into `target`, CPU tensors / numpy
+    arrays through a staging buffer of `bucket_bytes` (mpi) or from the
+    producers' rings (shm), CUDA tensors on `gpu_device` device to device
+    from the producers' staging buffers (gpu; `bucket_bytes` is then the
+    window each piece checksum covers); the tensors are the caller's, kept
     referenced here, and must not be resized or freed while this lives."""
 
     def __init__(self, layout, producers, consumers, *, target=None, bucket_bytes=0, peer_timeout_s=30.0,
-                 chunk_bytes=64 << 20, link="auto"):
+                 chunk_bytes=64 << 20, link="auto", gpu_device=0):
         _check_layout(layout, "ShardedSubscriber")
         _, size = mpi.init()
         self._layout = layout
+        self._gpu_device = int(gpu_device)
         self._target = None if target is None else layout.ordered(target, "ShardedSubscriber target")
-        specs = None if self._target is None else _torch.specs(self._target, "ShardedSubscriber target")
+        specs = None if self._target is None else _torch.specs(self._target, "ShardedSubscriber target",
+                                                                allow_cuda=str(link) == "gpu")
+        self._target_devices = [] if specs is None else _cuda_devices(specs)
         self._sub = _viper.ShardedSubscriber(list(producers), list(consumers), size, layout._l, float(peer_timeout_s),
-                                             int(bucket_bytes), int(chunk_bytes), specs, str(link))
+                                             int(bucket_bytes), int(chunk_bytes), specs, str(link),
+                                             self._gpu_device)
         _live_groups.add(self)
 
     rank = property(lambda self: self._sub.rank, doc="this rank in the consumer group")
-    link = property(lambda self: self._sub.link, doc="the link the group got: 'mpi' or 'shm'")
+    link = property(lambda self: self._sub.link, doc="the link the group got: 'mpi', 'shm' or 'gpu'")
     version = property(lambda self: self._sub.version, doc="the served version (0: none)")
 
     def receive_next(self, wait_s=60.0):
@@ -263,14 +296,19 @@ class ShardedSubscriber:
         commit_s, pause_s, serving, message; in_doubt: this rank voted yes
         and heard no decision, so it serves nothing until rank 0 answers;
         resolved_version / resolved_committed: an earlier doubt settled).
-        TimeoutError when no version began within `wait_s`."""
+        TimeoutError when no version began within `wait_s`. Bounded into
+        CUDA tensors: torch's work queued on their devices finishes first
+        (none of it may read the target while the new version lands)."""
+        for device in self._target_devices:
+            torch.cuda.synchronize(device)
         return self._sub.receive_next(float(wait_s))
 
     def current(self):
         """Double buffer: the served ShardVersion (its views keep it alive),
         or None; always None in bounded mode (use serve)."""
         v = self._sub.current()
-        return None if v is None else ShardVersion(v.version, v.iteration, v.whole_checksum, v=v)
+        return None if v is None else ShardVersion(v.version, v.iteration, v.whole_checksum, v=v,
+                                                   device=self._gpu_device)
 
     def serve(self, fn):
         """Calls fn(ShardVersion) with the served version held stable; False

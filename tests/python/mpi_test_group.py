@@ -6,7 +6,11 @@ the whole model the same way (seeded, one thread), so each knows the
 reference; the producers publish views of their rows of the real
 parameters, and every consumer's tensors must equal its reference slices
 (ShardLayout.slice, C++) bit for bit after each version. Bounded mode
-(received into the consumer module's parameters) and double buffer."""
+(received into the consumer module's parameters) and double buffer, on the
+host links and (where a CUDA device is visible; else skipped) on the gpu
+link: CUDA shards published, CUDA tensors served, bounded into the
+consumer module's CUDA parameters. Without a device, link="gpu" is
+accepted by the option check and then refused on every rank, saying why."""
 
 import numpy
 import pytest
@@ -55,14 +59,22 @@ def setup():
     return rank, model, opt, whole, p_layout, q_layout
 
 
+def skip_unless_gpu():
+    ok, reason = viper.cuda_device_available()
+    if not ok or not torch.cuda.is_available():  # the same on every rank (one node)
+        pytest.skip(reason or "torch has no CUDA")
+
+
 @abort_on_failure
-def run_group(bucket_bytes):
+def run_group(bucket_bytes, link="auto"):
+    gpu = link == "gpu"
     rank, model, opt, whole, p_layout, q_layout = setup()
     assert p_layout.split() == {n: ("split", 0) for n in whole}
     if rank in PRODUCERS:
         p = PRODUCERS.index(rank)
-        pub = viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30)
+        pub = viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30, link=link)
         assert pub.rank == p
+        assert pub.link == ("gpu" if gpu else pub.link)
         # This rank's rows of the live parameters: views, published in place.
         shard = {}
         for n, t in whole.items():
@@ -73,10 +85,12 @@ def run_group(bucket_bytes):
         p_layout.check_shard(shard, p)
         for k in range(VERSIONS):
             train_step(model, opt, k)
+            # gpu: this step's rows copied to the device, published from there.
+            out = {n: torch.as_tensor(t).cuda() for n, t in shard.items()} if gpu else shard
             if k == 1:  # rank 0 decides not to (the others' True is ignored): no version
-                s = pub.publish(shard, iteration=10 * (k + 1), publish=p != 0)
+                s = pub.publish(out, iteration=10 * (k + 1), publish=p != 0)
                 assert not s["published"] and s["sent_bytes"] == 0, s["brief"]
-            s = pub.publish(shard, iteration=10 * (k + 1), publish=p == 0 or k != 1)
+            s = pub.publish(out, iteration=10 * (k + 1), publish=p == 0 or k != 1)
             assert s["published"] and s["sent"] and s["version"] == k + 1, s["brief"]
             assert s["sent_bytes"] == pub._pub.sends_bytes > 0
             if p == 0:
@@ -85,13 +99,15 @@ def run_group(bucket_bytes):
         return
     q = CONSUMERS.index(rank)
     module = consumer_module()
+    if gpu:
+        module = module.cuda()  # bounded: received into its CUDA parameters
     own = {k: v.detach() for k, v in module.state_dict().items()}  # share the parameters' storage
     assert {n: tuple(t.shape) for n, t in own.items()} == {n: q_layout.local_shape(n, q) for n in own}
     if bucket_bytes:
         sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, target=own, bucket_bytes=bucket_bytes,
-                                      peer_timeout_s=30)
+                                      peer_timeout_s=30, link=link)
     else:
-        sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30)
+        sub = viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, peer_timeout_s=30, link=link)
     assert sub.rank == q and sub.version == 0
     assert not sub.serve(lambda v: pytest.fail("nothing is served yet"))
     for k in range(VERSIONS):
@@ -100,11 +116,12 @@ def run_group(bucket_bytes):
         s = sub.receive_next(wait_s=60)
         assert s["committed"] and s["verified"] and s["serving"] and s["version"] == k + 1, s["brief"]
         assert s["received_bytes"] == s["slice_bytes"] == q_layout.shard_bytes(q)
-        if bucket_bytes:  # not a back buffer: one bucket of staging (MPI link), none (shm: from the rings)
-            link = sub.link  # auto: shm on one node
-            assert link in ("mpi", "shm"), link
-            if link == "shm":
+        if bucket_bytes:  # not a back buffer: one bucket of staging (MPI link), none (shm, gpu: straight in)
+            got_link = sub.link  # auto: shm on one node
+            assert got_link in (("gpu",) if gpu else ("mpi", "shm")), got_link
+            if got_link in ("shm", "gpu"):
                 assert s["staging_bytes"] == 0, s["brief"]
+                assert s["pause_s"] > 0, s["brief"]  # serving paused from the first copy to the decision
             else:
                 assert bucket_bytes <= s["staging_bytes"] < s["slice_bytes"], s["brief"]
         else:
@@ -115,7 +132,8 @@ def run_group(bucket_bytes):
             assert v.version == k + 1 and v.iteration == 10 * (k + 1)
             got = v.state_dict()
             for n, ref in reference.items():
-                assert torch.equal(got[n], ref), f"version {k + 1}: consumer {q}'s '{n}' differs from its slice"
+                assert got[n].is_cuda == gpu, f"'{n}' is on {got[n].device}"
+                assert torch.equal(got[n].cpu(), ref), f"version {k + 1}: consumer {q}'s '{n}' differs from its slice"
             seen.append(v.version)
 
         with pytest.raises(ZeroDivisionError):  # fn's error reaches the caller, the version is let go
@@ -124,7 +142,7 @@ def run_group(bucket_bytes):
         if bucket_bytes:
             assert sub.current() is None
             for n, ref in reference.items():  # landed in the module's own parameters
-                assert torch.equal(dict(module.named_parameters())[n].detach(), ref)
+                assert torch.equal(dict(module.named_parameters())[n].detach().cpu(), ref)
         else:
             cur = sub.current()
             assert cur.version == k + 1
@@ -139,6 +157,55 @@ def test_bounded_into_module_parameters():
 
 def test_double_buffer():
     run_group(bucket_bytes=0)
+
+
+def test_gpu_link_bounded_into_cuda_parameters():
+    skip_unless_gpu()
+    run_group(bucket_bytes=4096, link="gpu")
+
+
+def test_gpu_link_double_buffer_serves_cuda_tensors():
+    skip_unless_gpu()
+    run_group(bucket_bytes=0, link="gpu")
+
+
+@abort_on_failure
+def test_gpu_link_without_a_device_says_why_on_every_rank():
+    ok, _ = viper.cuda_device_available()
+    if ok:
+        pytest.skip("a CUDA device is visible (the gpu link's group tests run instead)")
+    rank, _, _, whole, p_layout, q_layout = setup()
+    # A link that does not exist: refused on this rank before anything collective.
+    with pytest.raises(ValueError, match="'auto', 'mpi', 'shm' or 'gpu', not 'nvlink'"):
+        viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, link="nvlink")
+    with pytest.raises(ValueError, match="'auto', 'mpi', 'shm' or 'gpu', not 'nvlink'"):
+        viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, link="nvlink")
+
+    def create(consumer_link, target=None):
+        if rank in PRODUCERS:
+            return viper.ShardedPublisher(p_layout, PRODUCERS, CONSUMERS, link="gpu", peer_timeout_s=5)
+        if target is None:
+            return viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, link=consumer_link, peer_timeout_s=5)
+        return viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, link=consumer_link, target=target,
+                                       bucket_bytes=4096, peer_timeout_s=5)
+
+    # "gpu" passes the option check, then every rank learns the device is missing.
+    for consumer_link in ("gpu", "auto"):  # auto follows the producers' gpu
+        with pytest.raises(viper.UnavailableError, match="link = gpu: .*no CUDA device"):
+            create(consumer_link)
+    # Bounded consumers into CPU parameters on the gpu link: refused on every
+    # rank, naming the tensor (before any device is looked for).
+    own = None
+    if rank in CONSUMERS:
+        own = {k: v.detach() for k, v in consumer_module().state_dict().items()}
+    for consumer_link in ("gpu", "auto"):
+        with pytest.raises(ValueError, match="target tensor '0.weight' is in host memory"):
+            create(consumer_link, own)
+    # A target neither on the CPU nor on a CUDA device: refused on this rank, before anything collective.
+    if rank in CONSUMERS:
+        with pytest.raises(ValueError, match="'0.weight' is on device meta; expected cpu or cuda"):
+            viper.ShardedSubscriber(q_layout, PRODUCERS, CONSUMERS, link="gpu", bucket_bytes=4096,
+                                    target={n: torch.empty_like(t, device="meta") for n, t in own.items()})
 
 
 def test_layout_errors():

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -45,8 +46,8 @@ struct Case {
   std::vector<TensorLayout> p, q;
 };
 
-// The tensors (about 1.2 MiB) and both layouts for this world size.
-std::optional<Case> CaseForWorld() {
+// The tensors (about 1.2 MiB) and both layouts for a world of `size` ranks.
+std::optional<Case> CaseFor(int size) {
   std::vector<TensorLayout> t = {{"embed", DType::kF32, {64, 256}, 0},
                                  {"w1", DType::kBF16, {128, 96}, 0},
                                  {"norm", DType::kF32, {256}, -1},
@@ -57,7 +58,7 @@ std::optional<Case> CaseForWorld() {
                                  {"big", DType::kF32, {64, 4096}, 0}};
   Case c;
   c.p = c.q = t;
-  switch (Size()) {
+  switch (size) {
     case 5:  // 4 -> 1: the consumer holds the whole model
       c.producers = 4;
       for (auto& x : c.q) x.split_dim = -1;
@@ -79,6 +80,8 @@ std::optional<Case> CaseForWorld() {
       return std::nullopt;
   }
 }
+
+std::optional<Case> CaseForWorld() { return CaseFor(Size()); }
 
 // The whole model of `version`: every byte drawn from a generator seeded by
 // the version (and a fixed iteration tag).
@@ -148,6 +151,11 @@ class GroupFixture {
         o.bucket_bytes = 16 << 10;  // 16 KiB: several buckets per consumer
         auto t = q_.Slice(WholeModel(c_.q, 0), Rank() - P);
         target_ = std::move(*t);
+        if (link_ == GroupLink::kGpu) {  // the gpu link receives into device tensors
+          auto on_device = CopyToDevice(target_);
+          EXPECT_TRUE(on_device.ok()) << on_device.status().message();
+          if (on_device.ok()) target_ = std::move(*on_device);
+        }
         target = &target_;
       }
       auto sub = ShardedSubscriber::Create(ranks_, q_, o, target);
@@ -555,7 +563,10 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
 // slices; shm asked for is refused on every rank, naming the nodes.
 // Creates this world's groups (CaseForWorld) with the link each side asks
 // for; returns this rank's Create status (the groups are dropped).
-Status CreateWithLinks(GroupLink producer_link, GroupLink consumer_link) {
+// `bounded_target` (if set): the consumers are bounded (16 KiB buckets),
+// receiving into the target it makes for the layout and consumer rank.
+Status CreateWithLinks(GroupLink producer_link, GroupLink consumer_link,
+                       const std::function<ModelState(const ShardLayout&, int)>& bounded_target = nullptr) {
   auto c = CaseForWorld();
   GroupRanks ranks;
   for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
@@ -569,7 +580,10 @@ Status CreateWithLinks(GroupLink producer_link, GroupLink consumer_link) {
   }
   ShardedSubscriber::Options o;
   o.link = consumer_link;
-  return ShardedSubscriber::Create(ranks, *layout, o).status();
+  if (!bounded_target) return ShardedSubscriber::Create(ranks, *layout, o).status();
+  o.bucket_bytes = 16 << 10;
+  ModelState target = bounded_target(*layout, Rank() - c->producers);
+  return ShardedSubscriber::Create(ranks, *layout, o, &target).status();
 }
 
 TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
@@ -744,11 +758,14 @@ TEST(MpiGroupGpu, EveryCommittedVersionIsBitIdentical) {
 }
 
 // Producer rank 0 corrupts one byte of its staging buffer after computing
-// version 2's digests: the consumer rank taking it does not verify, the
-// group commits nothing and keeps serving version 1; version 3 commits.
-TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
-  VIPER_SKIP_UNLESS_GPU_GROUP();
-  GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kGpu});
+// version 2's digests: the consumer rank taking it does not verify and the
+// group commits nothing. Double buffer: the group keeps serving version 1.
+// Bounded: the targets were copied into, so every consumer rank serves
+// nothing (never a mix of versions 1 and 2), pause reported. Version 3
+// commits.
+void CorruptVersionTwo(Mode mode) {
+  GroupFixture f(Param{mode, GroupLink::kGpu});
+  const bool bounded = mode == Mode::kBounded;
   if (f.pub_ && f.pub_->rank() == 0) internal::SetFault(f.pub_.get(), 2, internal::GroupFault::kCorruptPiece);
   for (uint64_t version = 1; version <= 3; ++version) {
     if (f.producer_) {
@@ -756,13 +773,24 @@ TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
       if (f.pub_->rank() == 0) {
         EXPECT_EQ(s.committed, version != 2) << s.BriefReport();
       }
-    } else {
-      auto s = f.sub_->ReceiveNext(30);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
-      EXPECT_EQ(CheckServedOnDevice(f), version == 2 ? 1u : version);
+      continue;
     }
+    auto s = f.sub_->ReceiveNext(30);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->committed, version != 2) << s->BriefReport();
+    const uint64_t served = version != 2 ? version : bounded ? 0u : 1u;
+    EXPECT_EQ(s->serving, served != 0) << s->BriefReport();
+    if (bounded) {
+      EXPECT_GT(s->pause_s, 0) << s->BriefReport();
+    }
+    EXPECT_EQ(f.sub_->version(), served);
+    EXPECT_EQ(CheckServedOnDevice(f), served);
   }
+}
+
+TEST(MpiGroupGpu, ACorruptedPieceIsNeverCommitted) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  CorruptVersionTwo(Mode::kDoubleBuffer);
 }
 
 // The gpu link's copies (group_gpu.h, BatchCopies; host code, runs
@@ -828,13 +856,26 @@ TEST(MpiGroupGpu, WithoutADeviceLinkGpuSaysWhy) {
     EXPECT_NE(status.message().find("Options::link = gpu"), std::string::npos) << status.message();
     EXPECT_NE(status.message().find("no CUDA device"), std::string::npos) << status.message();
   }
+  // Bounded consumers whose target says it is device memory (never touched
+  // here): the target passes the host's checks, then the missing device
+  // fails every rank alike.
+  const Status bounded =
+      CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
+        ModelState t = *l.Slice(WholeModel(l.tensors(), 0), rank);
+        for (Tensor& x : t.mutable_tensors()) x.memory = MemoryKind::kDevice;
+        return t;
+      });
+  EXPECT_EQ(bounded.code(), StatusCode::kUnavailable) << bounded.ToString();
+  EXPECT_NE(bounded.message().find("no CUDA device"), std::string::npos) << bounded.message();
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// gpu asked for with another explicit link, a bounded consumer on link gpu
-// (asked for, or auto following the producers' gpu), a negative device:
-// refused, naming the option (no device needed: refused before any is used).
-TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrBoundedMode) {
+// gpu asked for with another explicit link; bounded consumers on link gpu
+// (asked for, or auto following the producers' gpu) whose target is in
+// host memory or is not their shard; a negative device: refused on every
+// rank, naming the option and the tensor (no device needed: refused before
+// any is used). Bounded options on link gpu are valid.
+TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrABadTarget) {
   if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
   if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
   for (GroupLink other : {GroupLink::kMpi, GroupLink::kShm}) {
@@ -845,45 +886,151 @@ TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrBoundedMode) {
         std::string::npos)
         << status.message();
   }
-  // Bounded consumers on auto, producers on gpu: every rank gets the
-  // consumers' objection.
-  auto c = CaseForWorld();
-  GroupRanks ranks;
-  for (int r = 0; r < Size(); ++r) (r < c->producers ? ranks.producers : ranks.consumers).push_back(r);
-  const bool producer = Rank() < c->producers;
-  const int P = c->producers;
-  auto layout = ShardLayout::Make(producer ? P : Size() - P, producer ? c->p : c->q);
-  ASSERT_TRUE(layout.ok());
-  Status status;
-  ModelState target;
-  if (producer) {
-    ShardedPublisher::Options o;
-    o.link = GroupLink::kGpu;
-    status = ShardedPublisher::Create(ranks, *layout, o).status();
-  } else {
-    ShardedSubscriber::Options o;
-    o.bucket_bytes = 16 << 10;
-    target = *layout->Slice(WholeModel(c->q, 0), Rank() - P);
-    status = ShardedSubscriber::Create(ranks, *layout, o, &target).status();
+  auto option_named = [](const std::string& m) {
+    return m.find("ShardedSubscriber::Options::link = gpu") != std::string::npos ||
+           m.find("ShardedPublisher::Options::link = gpu") != std::string::npos;
+  };
+  // Bounded consumers on auto (then on gpu) with their slices in host
+  // memory, producers on gpu: every rank gets the consumers' objection.
+  for (GroupLink consumers : {GroupLink::kAuto, GroupLink::kGpu}) {
+    const Status status = CreateWithLinks(GroupLink::kGpu, consumers, [](const ShardLayout& l, int rank) {
+      return *l.Slice(WholeModel(l.tensors(), 0), rank);
+    });
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("target tensor 'embed' is in host memory"), std::string::npos)
+        << status.message();
+    EXPECT_TRUE(option_named(status.message())) << status.message();
   }
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
-  EXPECT_NE(status.message().find("bounded mode (bucket_bytes > 0) has no gpu link"), std::string::npos)
-      << status.message();
-  const std::string& m = status.message();
-  EXPECT_TRUE(m.find("ShardedSubscriber::Options::link = gpu") != std::string::npos ||
-              m.find("ShardedPublisher::Options::link = gpu") != std::string::npos)
-      << m;
+  // A target that is not the rank's shard (one tensor of six).
+  const Status short_target =
+      CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
+        ModelState whole = *l.Slice(WholeModel(l.tensors(), 0), rank), one;
+        EXPECT_TRUE(one.Add(whole.tensors()[0]).ok());
+        one.mutable_tensors()[0].memory = MemoryKind::kDevice;
+        return one;
+      });
+  EXPECT_EQ(short_target.code(), StatusCode::kInvalidArgument) << short_target.ToString();
+  EXPECT_NE(short_target.message().find("1 tensors, the layout has 6"), std::string::npos)
+      << short_target.message();
+  EXPECT_TRUE(option_named(short_target.message())) << short_target.message();
   std::string error;
   ShardedSubscriber::Options bounded_gpu;
   bounded_gpu.link = GroupLink::kGpu;
   bounded_gpu.bucket_bytes = 4096;
-  EXPECT_FALSE(bounded_gpu.IsValid(&error));
-  EXPECT_NE(error.find("bucket_bytes must be 0 with link gpu"), std::string::npos) << error;
+  EXPECT_TRUE(bounded_gpu.IsValid(&error)) << error;
   ShardedPublisher::Options bad_device;
   bad_device.gpu_device = -1;
   EXPECT_FALSE(bad_device.IsValid(&error));
   EXPECT_NE(error.find("gpu_device must be >= 0, not -1"), std::string::npos) << error;
   EXPECT_STREQ(GroupLinkName(GroupLink::kGpu), "gpu");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Bounded mode's copies (BatchCopiesInto; host code, runs everywhere), for
+// the three cases (4 -> 1, 2 -> 2 by other dimensions, 4 -> 2 replicated
+// and split): every strided copy's rows land inside one target tensor, and
+// doing the copies from each producer's shard image into host tensors gives
+// exactly the consumer's slices (every byte where the plan says, once).
+TEST(MpiGroupGpu, BoundedCopiesLandEveryByteInItsTensor) {
+  for (int size : {4, 5, 6}) {
+    const Case c = *CaseFor(size);
+    const int P = c.producers, Q = size - P;
+    const ShardLayout p = *ShardLayout::Make(P, c.p), q = *ShardLayout::Make(Q, c.q);
+    const TransferPlan plan = *TransferPlan::Make(p, q);
+    const ModelState whole = WholeModel(c.p, 7);
+    for (int cr = 0; cr < Q; ++cr) {
+      ModelState target = *q.Slice(WholeModel(c.q, 0), cr);  // version 0's bytes: all replaced
+      std::size_t plan_copies = 0, batched = 0;
+      uint64_t landed = 0;
+      for (int pr = 0; pr < P; ++pr) {
+        const ModelState shard = *p.Slice(whole, pr);
+        std::vector<std::byte> image;
+        for (const Tensor& t : shard.tensors()) image.insert(image.end(), t.data, t.data + t.size_bytes);
+        const auto copies = internal::BatchCopiesInto(plan.Copies(pr, cr), target, q, cr);
+        plan_copies += plan.Copies(pr, cr).size();
+        batched += copies.size();
+        for (const internal::Copy2D& b : copies) {
+          for (uint64_t r = 0; r < b.height; ++r) {
+            auto* to = reinterpret_cast<std::byte*>(b.dst + r * b.dpitch);
+            int inside = 0;
+            for (const Tensor& t : target.tensors()) {
+              inside += (to >= t.data && to + b.width <= t.data + t.size_bytes) ? 1 : 0;
+            }
+            ASSERT_EQ(inside, 1) << size << " ranks, " << pr << " -> " << cr << ": a row outside the tensors";
+            ASSERT_LE(b.src + r * b.spitch + b.width, image.size());
+            std::memcpy(to, image.data() + b.src + r * b.spitch, b.width);
+            landed += b.width;
+          }
+        }
+      }
+      EXPECT_EQ(landed, q.ShardBytes(cr)) << size << " ranks, consumer " << cr;
+      EXPECT_TRUE(SameBytes(target, *q.Slice(whole, cr))) << size << " ranks, consumer " << cr;
+      if (size == 4) {  // the column split's rows batched: far fewer copies than runs
+        EXPECT_LT(batched * 10, plan_copies) << "consumer " << cr;
+      }
+    }
+  }
+}
+
+// Bounded mode on the gpu link (the world size picks the case): each
+// consumer rank copies its runs device to device straight into its target
+// device tensors (no staging: staging_bytes 0), serving paused from the
+// first copy to the decision (reported), and every committed version is
+// bit-identical to the slices of the reference model, in the target itself.
+TEST(MpiGroupGpu, BoundedIntoDeviceTargetsIsBitIdentical) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  GroupFixture f(Param{Mode::kBounded, GroupLink::kGpu});
+  if (!f.producer_) {
+    EXPECT_FALSE(f.sub_->Serve([](const ShardVersion&) {})) << "nothing is served before version 1";
+  }
+  for (uint64_t version = 1; version <= 3; ++version) {
+    if (f.producer_) {
+      const auto s = PublishFromDeviceOrHost(f, version);
+      EXPECT_TRUE(s.sent) << s.BriefReport();
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
+    } else {
+      auto s = f.sub_->ReceiveNext(30);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_TRUE(s->committed && s->serving) << s->BriefReport();
+      EXPECT_EQ(s->received_bytes, f.q_.ShardBytes(f.sub_->rank()));
+      EXPECT_EQ(s->staging_bytes, 0u) << "bounded gpu: no back buffer, no staging bucket";
+      EXPECT_GT(s->pause_s, 0) << s->BriefReport();
+      EXPECT_NE(s->BriefReport().find("paused"), std::string::npos) << s->BriefReport();
+      EXPECT_EQ(f.sub_->Current(), nullptr);
+      bool in_target = true;
+      f.sub_->Serve([&](const ShardVersion& v) {
+        for (std::size_t t = 0; t < v.state.size(); ++t) {
+          in_target = in_target && v.state.tensors()[t].data == f.target_.tensors()[t].data;
+        }
+      });
+      EXPECT_TRUE(in_target) << "the served tensors are not the target's";
+      EXPECT_EQ(CheckServedOnDevice(f), version);
+    }
+  }
+}
+
+// Bounded, gpu link: a corrupted piece (CorruptVersionTwo) is never
+// committed, and the rank serves nothing until the next commit.
+TEST(MpiGroupGpu, BoundedACorruptedPieceServesNothingUntilTheNextCommit) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  CorruptVersionTwo(Mode::kBounded);
+}
+
+// Bounded, gpu link, a device present: a target tensor that claims to be
+// device memory but is host memory is refused at Create on every rank,
+// naming it (cudaPointerGetAttributes).
+TEST(MpiGroupGpu, BoundedRefusesATargetNotOnTheDevice) {
+  VIPER_SKIP_UNLESS_GPU_GROUP();
+  const Status status = CreateWithLinks(GroupLink::kGpu, GroupLink::kGpu, [](const ShardLayout& l, int rank) {
+    ModelState t = *l.Slice(WholeModel(l.tensors(), 0), rank);
+    for (Tensor& x : t.mutable_tensors()) x.memory = MemoryKind::kDevice;
+    return t;
+  });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("target tensor 'embed' is host memory"), std::string::npos)
+      << status.message();
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

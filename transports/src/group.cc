@@ -147,6 +147,48 @@ std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies) {
   return out;
 }
 
+std::vector<Copy2D> BatchCopiesInto(const std::vector<ByteCopy>& copies, const ModelState& target,
+                                    const ShardLayout& layout, int rank) {
+  std::vector<Copy2D> out;
+  std::vector<ByteCopy> run;  // consecutive pieces landing in tensor `in`, at absolute addresses
+  std::size_t in = 0;
+  auto flush = [&] {
+    for (const Copy2D& c : BatchCopies(run)) out.push_back(c);
+    run.clear();
+  };
+  std::size_t t = 0;
+  for (const ByteCopy& c : copies) {
+    uint64_t src = c.src_offset, dst = c.dst_offset, left = c.bytes;
+    if (dst < layout.LocalOffset(t, rank)) t = 0;  // plan order is by destination; restart if not
+    while (left > 0) {
+      while (layout.LocalOffset(t, rank) + layout.LocalBytes(t, rank) <= dst) ++t;
+      const uint64_t at = dst - layout.LocalOffset(t, rank);
+      const uint64_t n = std::min(left, layout.LocalBytes(t, rank) - at);
+      if (t != in && !run.empty()) flush();
+      in = t;
+      run.push_back({src, reinterpret_cast<uint64_t>(target.tensors()[t].data + at), n});
+      src += n;
+      dst += n;
+      left -= n;
+    }
+  }
+  flush();
+  return out;
+}
+
+Status CheckGpuTarget(const ModelState& target, const ShardLayout& layout, int rank, int device) {
+  VIPER_RETURN_IF_ERROR(layout.CheckShard(target, rank, /*device_allowed=*/true));
+  for (const Tensor& t : target.tensors()) {
+    if (t.size_bytes > 0 && t.memory != MemoryKind::kDevice) {
+      return InvalidArgumentError(
+          "bounded mode on the gpu link receives into device memory: target tensor '" + t.name +
+          "' is in host memory (give tensors on gpu_device " + std::to_string(device) +
+          ", or use another link)");
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<GroupLink> AgreeOnGpu(const GroupSetup& g, GroupLink link, const char* option) {
   int want[3] = {link == GroupLink::kMpi ? 1 : 0, link == GroupLink::kShm ? 1 : 0,
                  link == GroupLink::kGpu ? 1 : 0};

@@ -38,12 +38,17 @@ struct GpuLink {
   DeviceBuffer staging;
   cudaEvent_t event = nullptr;
   // Consumer: every producer rank's staging buffer mapped (null where the
-  // plan takes nothing from it) and event; its batched copies; the back
-  // buffers (one not held by a served version is reused).
+  // plan takes nothing from it) and event; its batched copies (dst: an
+  // offset in the back buffer, or bounded an absolute address in the
+  // target); the back buffers (one not held by a served version is reused).
   std::vector<void*> mapped;
   std::vector<cudaEvent_t> events;
   std::vector<std::vector<Copy2D>> copies;
   std::vector<std::shared_ptr<DeviceBuffer>> pool;
+  // Bounded consumer: the target (the caller's device tensors) and the
+  // lowest address among them, which the pieces' run offsets start from.
+  const ModelState* target = nullptr;
+  const std::byte* target_base = nullptr;
   // The pieces this rank hashes (producer: [consumer][window]; consumer:
   // [producer][window]), flattened: first_piece[x] is x's first, the runs
   // on the device, each piece's length on the host.
@@ -86,8 +91,21 @@ Status BuildPieces(const GroupSetup& g, GpuLink* l) {
       first.push_back(static_cast<unsigned int>(runs.size()));
       uint64_t at = 0;
       for (const ByteCopy& b : Clip(g.plan.Copies(p, c), k * W, (k + 1) * W)) {
-        runs.push_back({l->producer ? b.src_offset : b.dst_offset, at, b.bytes});
-        at += b.bytes;
+        if (l->target == nullptr) {
+          runs.push_back({l->producer ? b.src_offset : b.dst_offset, at, b.bytes});
+          at += b.bytes;
+          continue;
+        }
+        // Bounded: where the bytes lie in the target's tensors (a run that
+        // crosses a tensor boundary in the image is two runs there).
+        std::vector<Block> in_target;
+        AppendBlocks(*l->target, g.q_layout, g.rank, b.dst_offset, b.bytes, &in_target);
+        for (const Block& x : in_target) {
+          runs.push_back({static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(x.data) -
+                                                          reinterpret_cast<uintptr_t>(l->target_base)),
+                          at, x.bytes});
+          at += x.bytes;
+        }
       }
       l->piece_bytes.push_back(at);
       l->max_piece_bytes = std::max(l->max_piece_bytes, at);
@@ -98,7 +116,8 @@ Status BuildPieces(const GroupSetup& g, GpuLink* l) {
   if (l->piece_bytes.size() > 65535) {
     return InvalidArgumentError(
         "link gpu: " + std::to_string(l->piece_bytes.size()) +
-        " pieces on one rank (at most 65535: raise ShardedSubscriber::Options::chunk_bytes)");
+        " pieces on one rank (at most 65535: raise ShardedSubscriber::Options::chunk_bytes, or "
+        "bucket_bytes in bounded mode)");
   }
   VIPER_ASSIGN_OR_RETURN(l->runs,
                          DeviceBuffer::Allocate(std::max<uint64_t>(8, runs.size() * sizeof(DeviceRun))));
@@ -168,19 +187,51 @@ Status OpenPeers(const GroupSetup& g, GpuLink* l, const std::vector<char>& all_h
       return Status(opened.code(),
                     "producer rank " + std::to_string(p) + "'s staging buffer: " + opened.message());
     }
-    l->copies[p] = BatchCopies(g.plan.Copies(p, g.rank));
+    l->copies[p] = l->target ? BatchCopiesInto(g.plan.Copies(p, g.rank), *l->target, g.q_layout, g.rank)
+                             : BatchCopies(g.plan.Copies(p, g.rank));
+  }
+  return Status::Ok();
+}
+
+// Bounded consumer: every target tensor with bytes is device memory on
+// `device` (CheckGpuTarget has checked what the host knows); sets the base
+// the pieces' runs are offsets from.
+Status CheckTargetOnDevice(GpuLink* l, int device) {
+  for (const Tensor& t : l->target->tensors()) {
+    if (t.size_bytes == 0) continue;
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, t.data);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      return InvalidArgumentError("target tensor '" + t.name +
+                                  "': cudaPointerGetAttributes: " + cudaGetErrorString(e));
+    }
+    if (a.type != cudaMemoryTypeDevice || a.device != device) {
+      const std::string is = a.type == cudaMemoryTypeDevice
+                                 ? "device memory on CUDA device " + std::to_string(a.device)
+                             : a.type == cudaMemoryTypeManaged ? "managed memory"
+                             : a.type == cudaMemoryTypeHost    ? "pinned host memory"
+                                                               : "host memory";
+      return InvalidArgumentError("bounded mode on the gpu link receives into device memory on gpu_device " +
+                                  std::to_string(device) + ": target tensor '" + t.name + "' is " + is);
+    }
+    if (l->target_base == nullptr ||
+        reinterpret_cast<uintptr_t>(t.data) < reinterpret_cast<uintptr_t>(l->target_base)) {
+      l->target_base = t.data;
+    }
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device, const Status& precheck,
-                                 const char* option) {
+StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device, const ModelState* target,
+                                 const Status& precheck, const char* option) {
   // Set first: ~GpuLink skips cudaSetDevice while device < 0 (nothing opened).
   GpuLinkPtr l(new GpuLink);
   l->producer = producer;
   l->device = -1;
+  l->target = producer ? nullptr : target;
   int on_node = 0, everyone = 0;
   VIPER_RETURN_IF_ERROR(NodeCount(g, &on_node, &everyone));
   if (on_node != everyone) {
@@ -193,7 +244,11 @@ StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device,
   std::vector<char> mine(kHandleBytes, 0);
   // A rank's objection first (it names the option to change), then the devices.
   Status agreed = Agree(g, producer, precheck);
-  if (agreed.ok()) agreed = Agree(g, producer, OpenLocal(g, l.get(), device, mine.data()));
+  if (agreed.ok()) {
+    Status local = OpenLocal(g, l.get(), device, mine.data());
+    if (local.ok() && l->target) local = CheckTargetOnDevice(l.get(), device);
+    agreed = Agree(g, producer, local);
+  }
   if (!agreed.ok()) {
     return Status(agreed.code(), std::string("sharded groups: ") + option + " = gpu: " + agreed.message());
   }
@@ -262,30 +317,24 @@ bool GpuAwaitReleases(const GroupSetup& g, uint64_t version, double deadline_s, 
   return true;
 }
 
-bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
-                const std::vector<std::vector<uint64_t>>& headers, double deadline_s, GpuLanded* landed,
-                uint64_t* received_bytes, std::string* message) {
+namespace {
+
+// A consumer's version once its destination is chosen: every producer's
+// runs (each after its event) to `dst` + each copy's dst (the back buffer;
+// 0 in bounded mode, where dst is an absolute address), `first_copy` (if
+// any) before the first is queued; then the producers are released, and
+// every piece is hashed where it landed (`sum_base` + its runs' offsets)
+// and checked against the headers.
+bool CopyAndVerify(const GroupSetup& g, GpuLink* l, uint64_t version,
+                   const std::vector<std::vector<uint64_t>>& headers, double deadline_s, uintptr_t dst,
+                   const std::byte* sum_base, const std::function<void()>& first_copy,
+                   uint64_t* received_bytes, std::string* message) {
   auto fail = [&](const Status& s) {
     *message = "version " + std::to_string(version) + ": " + s.message();
     return false;
   };
-  if (cudaSetDevice(l->device) != cudaSuccess) return fail(UnavailableError("cudaSetDevice failed"));
-  const uint64_t bytes = std::max<uint64_t>(8, g.q_layout.ShardBytes(g.rank));
-  std::shared_ptr<DeviceBuffer> buffer;
-  for (auto& b : l->pool) {
-    if (b.use_count() == 1 && b->capacity() >= bytes) buffer = b;
-  }
-  if (!buffer) {
-    l->pool.erase(
-        std::remove_if(l->pool.begin(), l->pool.end(), [](const auto& b) { return b.use_count() == 1; }),
-        l->pool.end());
-    auto fresh = DeviceBuffer::Allocate(bytes);
-    if (!fresh.ok()) return fail(fresh.status());
-    buffer = std::make_shared<DeviceBuffer>(std::move(*fresh));
-    l->pool.push_back(buffer);
-  }
-  // Every producer's runs, each producer's after its event.
   Status copied;
+  bool started = false;
   const int P = g.p_layout.ranks();
   for (int p = 0; p < P && copied.ok(); ++p) {
     if (!l->mapped[p]) continue;
@@ -294,10 +343,12 @@ bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
     const auto* src = static_cast<const std::byte*>(l->mapped[p]);
     for (const Copy2D& c : l->copies[p]) {
       if (!copied.ok()) break;
-      e = c.height == 1 ? cudaMemcpyAsync(buffer->data() + c.dst, src + c.src, c.width,
-                                          cudaMemcpyDeviceToDevice, l->stream)
-                        : cudaMemcpy2DAsync(buffer->data() + c.dst, c.dpitch, src + c.src, c.spitch, c.width,
-                                            c.height, cudaMemcpyDeviceToDevice, l->stream);
+      if (!started && first_copy) first_copy();
+      started = true;
+      void* to = reinterpret_cast<void*>(dst + c.dst);
+      e = c.height == 1 ? cudaMemcpyAsync(to, src + c.src, c.width, cudaMemcpyDeviceToDevice, l->stream)
+                        : cudaMemcpy2DAsync(to, c.dpitch, src + c.src, c.spitch, c.width, c.height,
+                                            cudaMemcpyDeviceToDevice, l->stream);
       if (e != cudaSuccess) copied = CudaStatus(c.height == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync", e);
     }
   }
@@ -318,7 +369,7 @@ bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
   for (int p = 0; p < P; ++p) {
     if (l->mapped[p]) *received_bytes += g.plan.Bytes(p, g.rank);
   }
-  const Status summed = SumPieces(l, buffer->data());
+  const Status summed = SumPieces(l, sum_base);
   if (!summed.ok()) return fail(summed);
   for (int p = 0; p < P; ++p) {
     for (int i = l->first_piece[p]; i < l->first_piece[p + 1]; ++i) {
@@ -335,10 +386,58 @@ bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
       }
     }
   }
+  return true;
+}
+
+}  // namespace
+
+bool GpuReceive(const GroupSetup& g, GpuLink* l, uint64_t version,
+                const std::vector<std::vector<uint64_t>>& headers, double deadline_s, GpuLanded* landed,
+                uint64_t* received_bytes, std::string* message) {
+  if (cudaSetDevice(l->device) != cudaSuccess) {
+    *message = "version " + std::to_string(version) + ": cudaSetDevice failed";
+    return false;
+  }
+  const uint64_t bytes = std::max<uint64_t>(8, g.q_layout.ShardBytes(g.rank));
+  std::shared_ptr<DeviceBuffer> buffer;
+  for (auto& b : l->pool) {
+    if (b.use_count() == 1 && b->capacity() >= bytes) buffer = b;
+  }
+  if (!buffer) {
+    l->pool.erase(
+        std::remove_if(l->pool.begin(), l->pool.end(), [](const auto& b) { return b.use_count() == 1; }),
+        l->pool.end());
+    auto fresh = DeviceBuffer::Allocate(bytes);
+    if (!fresh.ok()) {
+      *message = "version " + std::to_string(version) + ": " + fresh.status().message();
+      return false;
+    }
+    buffer = std::make_shared<DeviceBuffer>(std::move(*fresh));
+    l->pool.push_back(buffer);
+  }
+  if (!CopyAndVerify(g, l, version, headers, deadline_s, reinterpret_cast<uintptr_t>(buffer->data()),
+                     buffer->data(), nullptr, received_bytes, message)) {
+    return false;
+  }
   landed->data = buffer->data();
   landed->capacity = buffer->capacity();
   landed->owner = std::move(buffer);
   return true;
+}
+
+bool GpuReceiveInto(const GroupSetup& g, GpuLink* l, uint64_t version,
+                    const std::vector<std::vector<uint64_t>>& headers, double deadline_s,
+                    const std::function<void()>& first_copy, uint64_t* received_bytes, std::string* message) {
+  if (l->target == nullptr) {
+    *message = "version " + std::to_string(version) + ": the gpu link was made without a target";
+    return false;
+  }
+  if (cudaSetDevice(l->device) != cudaSuccess) {
+    *message = "version " + std::to_string(version) + ": cudaSetDevice failed";
+    return false;
+  }
+  return CopyAndVerify(g, l, version, headers, deadline_s, 0, l->target_base, first_copy, received_bytes,
+                       message);
 }
 
 }  // namespace internal

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,18 @@ struct Copy2D {
 // copy each (cudaMemcpy2DAsync), every byte exactly once. Defined in
 // group.cc (no CUDA: tested on any host).
 std::vector<Copy2D> BatchCopies(const std::vector<ByteCopy>& copies);
+// Bounded mode: `copies` (one producer's to consumer rank `rank`, in plan
+// order, destinations offsets of the rank's image) landing straight in
+// `target` (the rank's tensors, CheckShard-valid for `layout`): each copy
+// cut where the image crosses a tensor boundary, then batched per tensor as
+// BatchCopies does, `dst` an absolute address (every strided copy stays
+// inside one tensor). Defined in group.cc (tested on any host).
+std::vector<Copy2D> BatchCopiesInto(const std::vector<ByteCopy>& copies, const ModelState& target,
+                                    const ShardLayout& layout, int rank);
+// Bounded mode on the gpu link, before any CUDA call: `target` is rank
+// `rank`'s shard (CheckShard, device memory allowed) and every tensor with
+// bytes is device memory; the error names the tensor. Defined in group.cc.
+Status CheckGpuTarget(const ModelState& target, const ShardLayout& layout, int rank, int device);
 
 struct GpuLink;  // group_gpu.cc
 struct GpuLinkDeleter {
@@ -52,9 +65,12 @@ StatusOr<GroupLink> AgreeOnGpu(const GroupSetup& g, GroupLink link, const char* 
 // `option`), producer ranks allocate their staging buffer and interprocess
 // event and export both, consumer ranks open the handles of the producer
 // ranks the plan takes bytes from. Every rank must be on one node.
-// `precheck`: this rank's own objection (a bounded consumer), failing all.
-StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device, const Status& precheck,
-                                 const char* option);
+// `precheck`: this rank's own objection (CheckGpuTarget), failing all.
+// `target` (a bounded consumer; else null): the rank's device tensors the
+// versions land in, checked with cudaPointerGetAttributes (device memory on
+// `device`); the pieces are then hashed where they lie in them.
+StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int device, const ModelState* target,
+                                 const Status& precheck, const char* option);
 
 // Producer rank g.rank, one version: copies `shard` (valid for the layout;
 // host or device tensors) into the staging buffer, records the event and
@@ -85,6 +101,17 @@ struct GpuLanded {
 bool GpuReceive(const GroupSetup& g, GpuLink* link, uint64_t version,
                 const std::vector<std::vector<uint64_t>>& headers, double deadline_s, GpuLanded* landed,
                 uint64_t* received_bytes, std::string* message);
+
+// Bounded consumer (a link made with a target), one version: as GpuReceive,
+// but every run goes device to device straight from the producers' staging
+// buffers into the target tensors (no back buffer, no staging bucket), and
+// every piece is checked there. `first_copy` runs once, before the first
+// copy is queued (serving pauses from there). False (and *message) when a
+// piece is wrong or CUDA fails: then the target may hold parts of two
+// versions (whenever `first_copy` ran).
+bool GpuReceiveInto(const GroupSetup& g, GpuLink* link, uint64_t version,
+                    const std::vector<std::vector<uint64_t>>& headers, double deadline_s,
+                    const std::function<void()>& first_copy, uint64_t* received_bytes, std::string* message);
 
 }  // namespace internal
 }  // namespace transports

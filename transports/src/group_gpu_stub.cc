@@ -10,8 +10,8 @@ namespace internal {
 struct GpuLink {};
 void GpuLinkDeleter::operator()(GpuLink* link) const { delete link; }
 
-StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int, const Status& precheck,
-                                 const char* option) {
+StatusOr<GpuLinkPtr> MakeGpuLink(const GroupSetup& g, bool producer, int, const ModelState*,
+                                 const Status& precheck, const char* option) {
   // A rank's objection first, as the CUDA build gives it (it names the option
   // to change); then, on every rank alike, the missing CUDA.
   const Status agreed = Agree(g, producer, precheck);
@@ -31,6 +31,12 @@ bool GpuAwaitReleases(const GroupSetup&, uint64_t, double, std::string* message)
 
 bool GpuReceive(const GroupSetup&, GpuLink*, uint64_t, const std::vector<std::vector<uint64_t>>&, double,
                 GpuLanded*, uint64_t*, std::string* message) {
+  *message = "link gpu: Viper was built without CUDA";
+  return false;
+}
+
+bool GpuReceiveInto(const GroupSetup&, GpuLink*, uint64_t, const std::vector<std::vector<uint64_t>>&, double,
+                    const std::function<void()>&, uint64_t*, std::string* message) {
   *message = "link gpu: Viper was built without CUDA";
   return false;
 }

@@ -98,12 +98,6 @@ bool ShardedSubscriber::Options::IsValid(std::string* error) const {
     *error = "ShardedSubscriber::Options::gpu_device must be >= 0, not " + std::to_string(gpu_device);
     return false;
   }
-  if (link == GroupLink::kGpu && bucket_bytes > 0) {
-    *error =
-        "ShardedSubscriber::Options::bucket_bytes must be 0 with link gpu (no bounded mode on the gpu "
-        "link: it receives into a device back buffer)";
-    return false;
-  }
   return true;
 }
 

@@ -73,7 +73,7 @@ StatusOr<ShardedPublisher::Summary> ShardedPublisher::Impl::Publish(const ModelS
   last_version_ = d.version;
   sum.published = true;
   sum.version = d.version;
-  Status valid = g_.p_layout.CheckShard(shard, g_.rank);
+  Status valid = g_.p_layout.CheckShard(shard, g_.rank, gpu_ != nullptr);  // gpu: device shards too
   const bool faulty = fault_version_ == d.version;
 
   // Digests and blocks of every piece, then the headers. The shm link's
@@ -220,7 +220,7 @@ StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const Group
   std::unique_ptr<ShmLink> shm;
   GpuLinkPtr gpu;
   if (link == GroupLink::kGpu) {
-    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, true, options.gpu_device, Status::Ok(), option));
+    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, true, options.gpu_device, nullptr, Status::Ok(), option));
   } else {
     VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, true, link, options.bucket_bytes, options.ring_buckets));
   }

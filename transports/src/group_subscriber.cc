@@ -207,6 +207,19 @@ bool ShardedSubscriber::Impl::ReceiveGpu(const Incoming& in, Summary* sum, GpuLa
   return true;
 }
 
+bool ShardedSubscriber::Impl::ReceiveGpuBounded(const Incoming& in, Summary* sum,
+                                                std::unique_lock<std::shared_mutex>* paused,
+                                                double* pause_start) {
+  sum->staging_bytes = 0;  // straight from the producers' staging buffers into the target
+  auto first_copy = [&] {
+    paused->lock();  // serving paused from the first byte written into the target
+    *pause_start = MonotonicSeconds();
+    bounded_serving_ = false;
+  };
+  return GpuReceiveInto(g_, gpu_.get(), in.version, in.headers, in.first_s + Timeout(in.version), first_copy,
+                        &sum->received_bytes, &sum->message);
+}
+
 void ShardedSubscriber::Impl::InstallVersion(const Incoming& in, std::shared_ptr<void> owner, std::byte* data,
                                              MemoryKind memory) {
   auto v = std::make_shared<ShardVersion>();
@@ -317,9 +330,10 @@ StatusOr<ShardedSubscriber::Summary> ShardedSubscriber::Impl::ReceiveNext(double
   double pause_start = 0;
   const bool bounded = target_ != nullptr;
   GpuLanded landed;  // gpu link
-  sum.verified = hs.ok() && (gpu_      ? ReceiveGpu(in, &sum, &landed)
-                             : bounded ? ReceiveBounded(&in, &sum, &paused, &pause_start)
-                                       : ReceiveDoubleBuffer(&in, &sum, &buffer));
+  sum.verified = hs.ok() && (gpu_ && bounded ? ReceiveGpuBounded(in, &sum, &paused, &pause_start)
+                             : gpu_          ? ReceiveGpu(in, &sum, &landed)
+                             : bounded       ? ReceiveBounded(&in, &sum, &paused, &pause_start)
+                                             : ReceiveDoubleBuffer(&in, &sum, &buffer));
   sum.receive_s = MonotonicSeconds() - in.first_s;
   const double c0 = MonotonicSeconds();
   // The decision waits at most one more peer timeout after the bytes'.
@@ -400,18 +414,16 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
   std::unique_ptr<ShmLink> shm;
   GpuLinkPtr gpu;
   if (link == GroupLink::kGpu) {
-    // Bounded mode (chosen with link auto while another rank asks for gpu)
-    // fails every rank together.
-    const Status precheck = target == nullptr
-                                ? Status::Ok()
-                                : InvalidArgumentError(
-                                      "bounded mode (bucket_bytes > 0) has no gpu link: use the "
-                                      "double buffer (bucket_bytes 0) or another link");
-    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, false, options.gpu_device, precheck, option));
+    // Bounded mode: the target must be this rank's shard in device memory
+    // (a host target, e.g. chosen with link auto while another rank asks
+    // for gpu, fails every rank together, naming the tensor).
+    const Status precheck =
+        target == nullptr ? Status::Ok() : CheckGpuTarget(*target, layout, g.rank, options.gpu_device);
+    VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, false, options.gpu_device, target, precheck, option));
   } else {
     VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, false, link, 0, 0));
+    if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
   }
-  if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
   return std::unique_ptr<ShardedSubscriber>(new ShardedSubscriber(
       std::make_unique<Impl>(std::move(g), options, target, std::move(shm), std::move(gpu))));
 }

@@ -39,7 +39,7 @@ class ShardedSubscriber::Impl {
   Options options_;
   ModelState* target_;            // bounded mode
   std::unique_ptr<ShmLink> shm_;  // null: MPI (or gpu)
-  internal::GpuLinkPtr gpu_;      // null: not the gpu link (double buffer only)
+  internal::GpuLinkPtr gpu_;      // null: not the gpu link
   uint64_t last_attempted_ = 0;
   uint64_t fault_version_ = 0;
   GroupFault fault_ = GroupFault::kNone;
@@ -111,6 +111,11 @@ class ShardedSubscriber::Impl {
   // gpu link: every producer's runs device to device into a back buffer
   // (`landed`), each piece checked on the device.
   bool ReceiveGpu(const Incoming& in, Summary* sum, internal::GpuLanded* landed);
+  // gpu link, bounded: every producer's runs device to device straight
+  // into the target's tensors, each piece checked there; takes `paused`
+  // (serving stops) before the first copy.
+  bool ReceiveGpuBounded(const Incoming& in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,
+                         double* pause_start);
   // Bounded: window by window through the staging bucket into the target;
   // takes `paused` (serving stops) before the first copy.
   bool ReceiveBounded(Incoming* in, Summary* sum, std::unique_lock<std::shared_mutex>* paused,

@@ -192,7 +192,7 @@ uint64_t ShardLayout::ModelBytes() const {
   return b;
 }
 
-Status ShardLayout::CheckShard(const ModelState& shard, int rank) const {
+Status ShardLayout::CheckShard(const ModelState& shard, int rank, bool device_allowed) const {
   if (rank < 0 || rank >= ranks_) {
     return InvalidArgumentError("shard of rank " + std::to_string(rank) + ": the layout has " +
                                 std::to_string(ranks_) + " ranks");
@@ -222,7 +222,7 @@ Status ShardLayout::CheckShard(const ModelState& shard, int rank) const {
       return InvalidArgumentError(who + ": tensor '" + l.name + "' has shape " + ShapeString(x.shape) +
                                   ", the layout says " + ShapeString(want) + why);
     }
-    if (x.memory != MemoryKind::kHost) {
+    if (x.memory != MemoryKind::kHost && !device_allowed) {
       return InvalidArgumentError(who + ": tensor '" + l.name +
                                   "' is in device memory (the host tier needs host memory)");
     }

@@ -45,8 +45,11 @@
 // time into a staging buffer of that size, verifies it and copies it into
 // the target tensors it owns (its engine's parameters); on the shm link it
 // copies straight from the producers' rings into them and verifies as it
-// goes (no staging): serving pauses from the first copy to the group's
-// commit decision (Serve returns false meanwhile; the
+// goes (no staging); on the gpu link (the target is then device tensors on
+// gpu_device) it copies every run device to device straight from the
+// producers' staging buffers into them and checks every piece's sum64
+// where it landed (no staging either). Serving pauses from the first copy
+// to the group's commit decision (Serve returns false meanwhile; the
 // summary says how long). If the group then does not commit, the target
 // holds parts of two versions and the rank serves nothing until a version
 // commits (never a mix).
@@ -69,8 +72,8 @@
 // the other); a slot is a bucket, less where some of the bucket goes to no
 // consumer, more where consumer ranks replicate a tensor (each taker's copy
 // is in the slot). The shard checksum comes with the last Ready.
-// kGpu (every rank of both groups on one node, each with a CUDA device;
-// double buffer only): each producer rank owns a device staging buffer of
+// kGpu (every rank of both groups on one node, each with a CUDA device):
+// each producer rank owns a device staging buffer of
 // its shard size, allocated at Create and exported once by CUDA IPC (the
 // handle and an interprocess event, exchanged over MPI at Create; the
 // allocation never changes, since a shard's size is the layout's). Per
@@ -85,6 +88,10 @@
 // tells each producer (Released) that it may reuse its staging buffer,
 // checks every piece's sum64 on the device and votes; the same two-phase
 // commit decides, and the served version's tensors are device memory.
+// Bounded (a target of device tensors on gpu_device, checked at Create on
+// every rank together: a host target is refused naming the tensor): the
+// runs go straight into the target's tensors instead (strided copies
+// never cross a tensor), the pieces are hashed there, no back buffer.
 // On this link a piece's digest and a producer's shard checksum are sum64,
 // not XXH3 (the whole checksum is still XXH3 of the P shard checksums).
 // Publish returns once every consumer rank released the staging buffer.
@@ -221,15 +228,16 @@ class ShardedSubscriber {
     // 0: double buffer (a back buffer of the shard size). > 0: bounded
     // mode, receiving into the target tensors through a staging buffer of
     // this many bytes (needs a target; the shm link copies straight from
-    // the producers' rings into the target, no staging). The same on every
-    // consumer rank.
+    // the producers' rings into the target, the gpu link from the
+    // producers' device staging buffers, no staging: there it is the window
+    // each piece digest covers). The same on every consumer rank.
     uint64_t bucket_bytes = 0;
     // Double buffer: the largest message (each < 2 GiB); on the gpu link,
     // the window each piece digest covers.
     uint64_t chunk_bytes = 64ull << 20;
     // gpu link: the CUDA device this rank's back buffers (and so the served
-    // versions' tensors) live on. The gpu link has no bounded mode yet
-    // (bucket_bytes must be 0).
+    // versions' tensors) live on; bounded, the device the target's tensors
+    // must be on.
     int gpu_device = 0;
     bool IsValid(std::string* error) const;
   };
@@ -263,7 +271,8 @@ class ShardedSubscriber {
   // Collective with the producers' ShardedPublisher::Create. `layout` is
   // this group's layout (its tensors the producers', in their order).
   // `target`, in bounded mode: this rank's tensors to receive into
-  // (CheckShard against `layout`), owned by the caller and outliving this
+  // (CheckShard against `layout`; host memory, device memory on
+  // gpu_device on the gpu link), owned by the caller and outliving this
   // object; nullptr in double-buffer mode.
   static StatusOr<std::unique_ptr<ShardedSubscriber>> Create(const GroupRanks& ranks,
                                                              const ShardLayout& layout,

@@ -60,7 +60,9 @@ class ShardLayout {
   // Whether `shard` is rank `rank`'s shard of this layout: the same tensors
   // in the same order, dtypes, local shapes, host memory and sizes. The
   // error names the tensor (and the dimension) and the rank.
-  Status CheckShard(const ModelState& shard, int rank) const;
+  // `device_allowed` (the groups' gpu link, which reads and writes host or
+  // device memory alike): device tensors pass too.
+  Status CheckShard(const ModelState& shard, int rank, bool device_allowed = false) const;
   // Rank `rank`'s slices of `whole` (which must have this layout's global
   // tensors), as a new ModelState owning copies (tests, benches).
   StatusOr<ModelState> Slice(const ModelState& whole, int rank) const;
