@@ -22,6 +22,10 @@ namespace viper {
 namespace cli {
 namespace {
 
+// How far below the oracle's CIL a schedule must come for the case to say
+// the oracle was beaten (simulation rounding stays well under it).
+constexpr double kOracleBeatenTolerance = 1e-3;
+
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -120,6 +124,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
   // With a staleness table: the exact optimum on its val_loss (perfect
   // foresight of the producer's own sample), simulated on test_loss.
   std::vector<double> val_oracle_regrets;
+  // Cases where a strategy (or the val-oracle) beat the oracle by more than
+  // 0.1%: the oracle is then not the judge's optimum (README, "the oracle").
+  nlohmann::json oracle_beaten = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
   const size_t total = logs.size() * tiers.size() * warmups.size() * windows.size();
   size_t done = 0;
@@ -211,7 +218,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
             for (const auto& x : comparison->outcomes) {
               if (x.kind == schedulers::StrategyKind::kOracle) oracle_cil = x.sim.cil;
             }
-            auto vs = schedulers::SolveOptimalOnSurface(ctx->problem, *ctx->staleness_observed);
+            schedulers::Problem bound = ctx->problem;  // a bound: the run's own clock, as the oracle's
+            if (const double tau = schedulers::TruthSecondsPerIteration(*ctx); tau > 0) bound.seconds_per_iteration = tau;
+            auto vs = schedulers::SolveOptimalOnSurface(bound, *ctx->staleness_observed);
             if (!vs.ok()) return Fail("evaluate", vs.status().WithContext(name + ": val-oracle"));
             simulator::Simulator::Options vo = simulator::SimulatorOptionsFor(*ctx);
             vo.published = vs->published;
@@ -225,6 +234,25 @@ int RunEvaluate(const std::vector<std::string>& args) {
               std::snprintf(buf, sizeof buf, " (val-oracle %+.2f%%)", 100 * regret);
               floor_text = buf;
               c["val_oracle"] = {{"cil", vr->cil}, {"regret_vs_oracle", regret}, {"checkpoints", vr->checkpoints}};
+            }
+          }
+          {
+            // A bound beaten: say so, with by whom and how much.
+            std::string by;
+            double lowest = -kOracleBeatenTolerance;
+            for (const auto& x : comparison->outcomes) {
+              if (x.regret_vs_oracle && *x.regret_vs_oracle < lowest) {
+                lowest = *x.regret_vs_oracle;
+                by = schedulers::ToString(x.kind);
+              }
+            }
+            if (c.contains("val_oracle") && c["val_oracle"]["regret_vs_oracle"].get<double>() < lowest) {
+              lowest = c["val_oracle"]["regret_vs_oracle"].get<double>();
+              by = "val-oracle";
+            }
+            if (!by.empty()) {
+              c["oracle_beaten"] = {{"by", by}, {"regret", lowest}};
+              oracle_beaten.push_back({{"case", name}, {"by", by}, {"regret", lowest}});
             }
           }
           std::fprintf(table, "   %s%s%s\n", ctx->staleness_truth ? "staleness table, " : "",
@@ -274,6 +302,20 @@ int RunEvaluate(const std::vector<std::string>& args) {
     std::fprintf(table, "val-oracle: the exact optimum on the staleness table's val_loss (perfect foresight of the sample the\n"
                 "planners observe), judged on test_loss: the part of every planner's regret that validation noise sets.\n");
   }
+  if (!oracle_beaten.empty()) {
+    const nlohmann::json* worst = nullptr;
+    for (const auto& b : oracle_beaten) {
+      if (!worst || b["regret"].get<double>() < (*worst)["regret"].get<double>()) worst = &b;
+    }
+    std::fprintf(table,
+                 "oracle beaten in %zu of %zu cases by more than %.1f%% (largest: %+.2f%% by %s in %s): the oracle is exact\n"
+                 "on the table's versions and on a uniform clock at the run's mean iteration time; a schedule off the\n"
+                 "table's grid, or the log's uneven iteration times (which the judge replays), can do better there, so\n"
+                 "those cases' regrets are not bounds (the JSON's oracle_beaten lists them).\n",
+                 oracle_beaten.size(), cases.size(), 100 * kOracleBeatenTolerance, 100 * (*worst)["regret"].get<double>(),
+                 (*worst)["by"].get<std::string>().c_str(), (*worst)["case"].get<std::string>().c_str());
+  }
+  summary["oracle_beaten"] = oracle_beaten;
   if (!json_path.empty()) {
     nlohmann::json j;
     j["cases"] = cases;

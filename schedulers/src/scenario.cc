@@ -279,6 +279,14 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   return sc;
 }
 
+double TruthSecondsPerIteration(const Scenario& sc) {
+  if (sc.iteration_times_s.empty()) return 0;
+  double span = 0;
+  for (double t : sc.iteration_times_s) span += t;
+  const double tau = span / static_cast<double>(sc.iteration_times_s.size());
+  return tau > 0 && std::isfinite(tau) ? tau : 0;
+}
+
 StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   StrategyOptions so;
   so.iterations_per_epoch = sc.iterations_per_epoch;
@@ -296,6 +304,7 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
       sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
   input.truth = sc.truth;
   input.truth_staleness = sc.staleness_truth;
+  input.truth_seconds_per_iteration = TruthSecondsPerIteration(sc);
   if (input.observed_kind == ObservationKind::kValidation) input.observed_staleness = sc.staleness_observed;
   return strategy->MakePlan(input);
 }

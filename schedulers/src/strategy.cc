@@ -175,8 +175,13 @@ class StrategyImpl : public Strategy {
         break;
       }
       case StrategyKind::kOracle: {
+        Problem truth_p = p;  // the run's own clock, known to a bound only
+        if (in.truth_seconds_per_iteration > 0) {
+          truth_p.seconds_per_iteration = in.truth_seconds_per_iteration;
+          VIPER_RETURN_IF_ERROR(truth_p.Validate());
+        }
         if (in.truth_staleness) {
-          VIPER_ASSIGN_OR_RETURN(SurfaceSolution ss, SolveOptimalOnSurface(p, *in.truth_staleness));
+          VIPER_ASSIGN_OR_RETURN(SurfaceSolution ss, SolveOptimalOnSurface(truth_p, *in.truth_staleness));
           sol.schedule = std::move(ss.schedule);
           sol.objective = ss.objective;
           sol.layers = ss.layers;
@@ -191,8 +196,8 @@ class StrategyImpl : public Strategy {
           break;
         }
         if (!in.truth) return FailedPreconditionError("oracle needs the true curve");
-        VIPER_ASSIGN_OR_RETURN(const LossCurve charged, ChargeDivergedForSolver(p, *in.truth));
-        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(p, charged));
+        VIPER_ASSIGN_OR_RETURN(const LossCurve charged, ChargeDivergedForSolver(truth_p, *in.truth));
+        VIPER_ASSIGN_OR_RETURN(sol, SolveOptimal(truth_p, charged));
         s.exact = true;
         s.message = "exact optimal schedule on the true curve (a bound, not a strategy)";
         break;

@@ -10,6 +10,7 @@
 
 #include "viper/datasets/log_reader.h"
 #include "viper/schedulers/presets.h"
+#include "viper/schedulers/solvers.h"
 
 namespace viper {
 namespace schedulers {
@@ -129,6 +130,40 @@ TEST(ScenarioTest, TruthIsTheTestColumnAndPlannersCannotObserveIt) {
   EXPECT_NE(bad.status().message().find("test_loss"), std::string::npos);
   // tau comes from the warm-up rows only (0.1 s each), whatever follows.
   EXPECT_NEAR(sc->problem.seconds_per_iteration, 0.1, 1e-9);
+}
+
+// The oracle (a bound) plans on the run's own clock: the mean of the
+// per-iteration times the simulator replays after the warm-up, where every
+// other strategy has only the warm-up's mean. A run 3x slower after its
+// warm-up: the oracle's schedule is the exact optimum at 0.3 s per
+// iteration, not at the warm-up's 0.1 s (the two differ, so the test can fail).
+TEST(ScenarioTest, TheOracleIsPlannedOnTheRunsOwnClock) {
+  TrainingLog log = MadeUpLog("made-up", true, true);
+  for (LogRecord& r : log.records) {
+    if (r.iteration > 100) r.wall_time_s = 10.0 + 0.3 * static_cast<double>(r.iteration - 100);
+  }
+  ScenarioOptions o;
+  o.warmup_fraction = 0.5;
+  o.tier = MeasuredCost{0.5, 3.0};
+  auto sc = MakeScenario(log, o);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_NEAR(sc->problem.seconds_per_iteration, 0.1, 0.005);  // the planners' tau: about the warm-up's
+  EXPECT_NEAR(TruthSecondsPerIteration(*sc), 0.3, 1e-9);
+  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
+  ASSERT_TRUE(oracle.ok()) << oracle.status().ToString();
+  Problem slow = sc->problem, fast = sc->problem;
+  slow.seconds_per_iteration = 0.3;
+  auto at_slow = SolveOptimal(slow, *sc->truth);
+  auto at_fast = SolveOptimal(fast, *sc->truth);
+  ASSERT_TRUE(at_slow.ok() && at_fast.ok());
+  ASSERT_NE(at_slow->schedule, at_fast->schedule);
+  EXPECT_EQ(oracle->schedule, at_slow->schedule);
+  // Without per-iteration times (a log with no wall times beyond tau given) nothing changes.
+  ScenarioOptions constant = o;
+  constant.seconds_per_iteration = 0.1;
+  auto sc2 = MakeScenario(log, constant);
+  ASSERT_TRUE(sc2.ok()) << sc2.status().ToString();
+  EXPECT_EQ(TruthSecondsPerIteration(*sc2), 0.0);
 }
 
 // The defaults are valid: the gpu preset for a 600 MB model, async, push.

@@ -148,6 +148,11 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
 
 // Plans with one strategy (online gets a predictor-backed forecaster).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
+// The run's own mean seconds per iteration over (W, N], from the log's
+// per-iteration times the simulator replays (0 without them): what the
+// bounds (oracle, val-oracle) plan on, where the other strategies have only
+// the warm-up's mean (PlanningInput::truth_seconds_per_iteration).
+double TruthSecondsPerIteration(const Scenario& scenario);
 
 }  // namespace schedulers
 }  // namespace viper
