@@ -218,9 +218,8 @@ int RunEvaluate(const std::vector<std::string>& args) {
             for (const auto& x : comparison->outcomes) {
               if (x.kind == schedulers::StrategyKind::kOracle) oracle_cil = x.sim.cil;
             }
-            schedulers::Problem bound = ctx->problem;  // a bound: the run's own clock, as the oracle's
-            if (const double tau = schedulers::TruthSecondsPerIteration(*ctx); tau > 0) bound.seconds_per_iteration = tau;
-            auto vs = schedulers::SolveOptimalOnSurface(bound, *ctx->staleness_observed);
+            // A bound: on the run's own clock, as the oracle.
+            auto vs = schedulers::SolveOptimalOnSurface(schedulers::BoundProblem(*ctx), *ctx->staleness_observed);
             if (!vs.ok()) return Fail("evaluate", vs.status().WithContext(name + ": val-oracle"));
             simulator::Simulator::Options vo = simulator::SimulatorOptionsFor(*ctx);
             vo.published = vs->published;

@@ -280,17 +280,18 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
   // for every count), and the references' servability test, inlined.
   const double R = count_free ? 0.0 : M.WindowEnd();
   const double tau = M.tau(), price = M.price(), start_loss = M.StartLoss();
-  const int64_t W = M.W(), k0 = M.k0(), g = M.g();
+  const bool uniform = M.Uniform();
+  const int64_t k0 = M.k0(), g = M.g();
   for (int64_t j = lo; j <= N; ++j) {
     const size_t t = static_cast<size_t>(j - lo);
-    const double u = static_cast<double>(j - W) * tau;  // U(j)
+    const double u = M.U(j);
     const double l = M.loss(j);
     const auto servable = [&](int64_t K) { return u + static_cast<double>(K - 1) * sigma + delta <= R; };
     {
       const double beta = rate * G + price;
       w.base[t] = Probe{rate * run_min * sigma + price, beta * (1.0 - 1e-12), 0};
       run_min = std::min(run_min, l);
-      if (j < N) G += run_min * std::max(0.0, u + tau + shift - std::max(u + shift, a_s));
+      if (j < N) G += run_min * std::max(0.0, (uniform ? u + tau : M.U(j + 1)) + shift - std::max(u + shift, a_s));
     }
     // Model::Slope, Icpt, Quad and StartCost, inlined.
     const double v = sigma - u;
@@ -302,7 +303,7 @@ void BuildTables(const Model& M, int64_t max_new, Workspace& w, double* q_out) {
       const double a1 = u + delta;
       w.start[t] = rate * (start_loss * a1 + 0.5 * rho * a1 * a1) + price;
     } else {
-      const double L = static_cast<double>(j - M.a()) * tau + sigma;
+      const double L = M.Span(M.a(), j) + sigma;
       w.start[t] = rate * (start_loss * L + 0.5 * rho * ((L + delta) * (L + delta) - delta * delta)) + price;
     }
     int64_t kmax = std::min(budget_k, (j - lo) / g);

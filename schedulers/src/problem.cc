@@ -148,7 +148,40 @@ bool Problem::IsValid(std::string* error) const {
     return Fail(error, "slowdown_budget_s must be >= 0 seconds");
   }
   if (min_spacing_iterations < 1) return Fail(error, "min_spacing_iterations must be >= 1");
+  if (!elapsed_s.empty()) {
+    if (static_cast<int64_t>(elapsed_s.size()) != total_iterations - warmup_iterations + 1) {
+      return Fail(error, "elapsed_s has " + std::to_string(elapsed_s.size()) + " entries, not N - W + 1 = " +
+                             std::to_string(total_iterations - warmup_iterations + 1));
+    }
+    if (elapsed_s[0] != 0.0) return Fail(error, "elapsed_s[0] must be 0");
+    for (size_t i = 1; i < elapsed_s.size(); ++i) {
+      if (!(std::isfinite(elapsed_s[i]) && elapsed_s[i] >= elapsed_s[i - 1])) {
+        return Fail(error, "elapsed_s[" + std::to_string(i) + "] must be finite and >= the entry before");
+      }
+    }
+  }
   return true;
+}
+
+double Problem::ElapsedAt(double p) const {
+  const double W = static_cast<double>(warmup_iterations);
+  if (elapsed_s.empty()) return (p - W) * seconds_per_iteration;
+  const double x = std::min(std::max(p - W, 0.0), static_cast<double>(elapsed_s.size() - 1));
+  const size_t i = static_cast<size_t>(std::floor(x));
+  if (i + 1 >= elapsed_s.size()) return elapsed_s.back();
+  return elapsed_s[i] + (x - static_cast<double>(i)) * (elapsed_s[i + 1] - elapsed_s[i]);
+}
+
+double Problem::PositionAt(double seconds) const {
+  const double W = static_cast<double>(warmup_iterations);
+  if (elapsed_s.empty()) return W + seconds / seconds_per_iteration;
+  if (seconds <= 0) return W;
+  if (seconds >= elapsed_s.back()) return static_cast<double>(total_iterations);
+  // The first entry past `seconds`: the iteration under way then.
+  const size_t j = static_cast<size_t>(std::upper_bound(elapsed_s.begin(), elapsed_s.end(), seconds) - elapsed_s.begin());
+  const double t0 = elapsed_s[j - 1], t1 = elapsed_s[j];
+  const double frac = t1 > t0 ? (seconds - t0) / (t1 - t0) : 1.0;
+  return W + static_cast<double>(j - 1) + frac;
 }
 
 Status Problem::Validate() const {
@@ -160,8 +193,7 @@ Status Problem::Validate() const {
 double Problem::WindowEnd(int64_t checkpoints) const {
   switch (requests.window) {
     case WindowKind::kWhileTraining:
-      return static_cast<double>(total_iterations - warmup_iterations) * seconds_per_iteration +
-             static_cast<double>(checkpoints) * cost.stall_s;
+      return Elapsed(total_iterations) + static_cast<double>(checkpoints) * cost.stall_s;
     case WindowKind::kRequestCount:
       return static_cast<double>(requests.request_count) / requests.RatePerSecond();
     case WindowKind::kEndTime:

@@ -279,12 +279,19 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   return sc;
 }
 
-double TruthSecondsPerIteration(const Scenario& sc) {
-  if (sc.iteration_times_s.empty()) return 0;
-  double span = 0;
-  for (double t : sc.iteration_times_s) span += t;
-  const double tau = span / static_cast<double>(sc.iteration_times_s.size());
-  return tau > 0 && std::isfinite(tau) ? tau : 0;
+std::vector<double> TruthElapsed(const Scenario& sc) {
+  std::vector<double> e;
+  if (sc.iteration_times_s.empty()) return e;
+  e.reserve(sc.iteration_times_s.size() + 1);
+  e.push_back(0.0);
+  for (double t : sc.iteration_times_s) e.push_back(e.back() + t);
+  return e;
+}
+
+Problem BoundProblem(const Scenario& sc) {
+  Problem p = sc.problem;
+  p.elapsed_s = TruthElapsed(sc);
+  return p;
 }
 
 StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
@@ -304,7 +311,7 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
       sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
   input.truth = sc.truth;
   input.truth_staleness = sc.staleness_truth;
-  input.truth_seconds_per_iteration = TruthSecondsPerIteration(sc);
+  input.truth_elapsed_s = TruthElapsed(sc);
   if (input.observed_kind == ObservationKind::kValidation) input.observed_staleness = sc.staleness_observed;
   return strategy->MakePlan(input);
 }

@@ -50,6 +50,13 @@ class Model {
   double rate() const { return rate_; }
   double sigma() const { return sigma_; }
   double tau() const { return tau_; }
+  // Whether the clock is uniform (Problem::elapsed_s empty).
+  bool Uniform() const { return p_.elapsed_s.empty(); }
+  // Training seconds from the end of i to the end of j (j >= i).
+  double Span(int64_t i, int64_t j) const {
+    if (p_.elapsed_s.empty()) return static_cast<double>(j - i) * tau_;
+    return U(j) - U(i);
+  }
   double rho() const { return rho_; }
   double delta() const { return delta_; }
   // End of a fixed window (kRequestCount, kEndTime): R, independent of the count.
@@ -61,7 +68,8 @@ class Model {
   double price() const { return price_; }
   double loss(int64_t i) const { return l_.at(i); }
   bool CountFree() const { return p_.requests.window == WindowKind::kWhileTraining; }
-  double U(int64_t j) const { return static_cast<double>(j - W_) * tau_; }
+  // Training seconds from W to the end of j (the problem's clock).
+  double U(int64_t j) const { return p_.Elapsed(j); }
 
   // Cost of the version served before the first new checkpoint j (plus j's price).
   double StartCost(int64_t j) const {
@@ -69,12 +77,12 @@ class Model {
       const double a1 = U(j) + delta_;
       return FluidVersionCost(rate_, start_loss_, rho_, 0.0, 0.0, a1) + price_;
     }
-    const double L = static_cast<double>(j - a_) * tau_ + sigma_;
+    const double L = Span(a_, j) + sigma_;
     return FluidVersionCost(rate_, start_loss_, rho_, 0.0, delta_, L + delta_) + price_;
   }
   // Cost of the version of checkpoint i, served until checkpoint j is servable (count-free).
   double Seg(int64_t i, int64_t j) const {
-    const double L = static_cast<double>(j - i) * tau_ + sigma_;
+    const double L = Span(i, j) + sigma_;
     return FluidVersionCost(rate_, loss(i), rho_, 0.0, delta_, L + delta_);
   }
   // Seg(i, j) + price = Quad(j) + Slope(i)*U(j) + Icpt(i): the line form.
@@ -116,9 +124,7 @@ class Model {
   int64_t LastServable(int64_t K) const {
     const double slack = p_.WindowEnd(K) - delta_ - static_cast<double>(K - 1) * sigma_;
     int64_t hi = N_;
-    if (slack < static_cast<double>(N_ - W_) * tau_) {
-      hi = slack < 0 ? W_ : W_ + static_cast<int64_t>(std::floor(slack / tau_));
-    }
+    if (slack < U(N_)) hi = slack < 0 ? W_ : static_cast<int64_t>(std::floor(p_.PositionAt(slack)));
     hi = std::min(hi, N_);
     while (hi >= lo() && !Servable(hi, K)) --hi;
     while (hi + 1 <= N_ && Servable(hi + 1, K)) ++hi;

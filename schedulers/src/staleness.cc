@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 namespace viper {
 namespace schedulers {
@@ -235,10 +236,75 @@ struct Piece {
   double from, to;
 };
 
+// The producer's clock for the surface costs: uniform (tau per iteration),
+// or the log's own per-iteration times (Problem::elapsed_s, a bound's).
+// Training from position p0 to p1 takes Elapsed(p1) - Elapsed(p0) seconds,
+// and the time integral of L(v, position) over it is, on the uneven clock,
+// G_v(p1) - G_v(p0) with G_v(p) = the integral over [W, p] of L(v, q) times
+// the seconds per iteration at q (piecewise constant), kept per model.
+class Clock {
+ public:
+  Clock(const Problem& p, const StalenessSurface& s) : p_(p), s_(s) {}
+  bool uniform() const { return p_.elapsed_s.empty(); }
+  // Seconds of training from position a to b (a <= b, iterations).
+  double Span(double a, double b) const {
+    if (uniform()) return (b - a) * p_.seconds_per_iteration;
+    return p_.ElapsedAt(b) - p_.ElapsedAt(a);
+  }
+  // The position `dt` seconds of training after position `from`.
+  double After(double from, double dt) const {
+    if (uniform()) return from + dt / p_.seconds_per_iteration;
+    return p_.PositionAt(p_.ElapsedAt(from) + dt);
+  }
+  // The time integral of L(v, .) while training moves from p0 to p1.
+  StatusOr<double> Integral(int64_t v, double p0, double p1) {
+    if (uniform()) {
+      VIPER_ASSIGN_OR_RETURN(double integral, s_.Integral(v, p0, p1));
+      return p_.seconds_per_iteration * integral;
+    }
+    VIPER_ASSIGN_OR_RETURN(double g1, G(v, p1));
+    VIPER_ASSIGN_OR_RETURN(double g0, G(v, p0));
+    return g1 - g0;
+  }
+
+ private:
+  StatusOr<double> G(int64_t v, double p) {
+    const int64_t W = p_.warmup_iterations, N = p_.total_iterations;
+    std::vector<double>& g = g_[v];
+    if (g.empty()) {
+      // From the model's own iteration on: no traffic before it meets it.
+      g.assign(static_cast<size_t>(N - W + 1), 0.0);
+      for (int64_t i = std::max(W, v) + 1; i <= N; ++i) {
+        const double t = p_.Elapsed(i) - p_.Elapsed(i - 1);
+        double integral = 0;
+        if (t > 0) {
+          VIPER_ASSIGN_OR_RETURN(integral, s_.Integral(v, static_cast<double>(i - 1), static_cast<double>(i)));
+        }
+        g[static_cast<size_t>(i - W)] = g[static_cast<size_t>(i - 1 - W)] + t * integral;
+      }
+    }
+    const double x = std::min(std::max(p, static_cast<double>(std::max(W, v))), static_cast<double>(N));
+    const int64_t i = std::min(static_cast<int64_t>(std::floor(x)), N);
+    double sum = g[static_cast<size_t>(i - W)];
+    if (i < N && x > static_cast<double>(i)) {
+      const double t = p_.Elapsed(i + 1) - p_.Elapsed(i);
+      if (t > 0) {
+        VIPER_ASSIGN_OR_RETURN(double part, s_.Integral(v, static_cast<double>(i), x));
+        sum += t * part;
+      }
+    }
+    return sum;
+  }
+
+  const Problem& p_;
+  const StalenessSurface& s_;
+  std::map<int64_t, std::vector<double>> g_;
+};
+
 // rate x integral over local time [a, b] of L(v, p(x)) (+ the linear drift
 // rho x x, local time counted from the version's checkpoint start).
-StatusOr<double> LocalCost(const StalenessSurface& s, int64_t v, const Piece* pieces, size_t n, double a, double b,
-                           double tau, double rate, double rho) {
+StatusOr<double> LocalCost(Clock& clock, const StalenessSurface& s, int64_t v, const Piece* pieces, size_t n, double a,
+                           double b, double rate, double rho) {
   if (!(b > a)) return 0.0;
   double sum = 0, start = 0;
   for (size_t i = 0; i < n && start < b; ++i) {
@@ -250,9 +316,9 @@ StatusOr<double> LocalCost(const StalenessSurface& s, int64_t v, const Piece* pi
         VIPER_ASSIGN_OR_RETURN(double l, s.At(v, pc.from));
         sum += l * (x1 - x0);
       } else {
-        const double p0 = pc.from + (x0 - start) / tau, p1 = pc.from + (x1 - start) / tau;
-        VIPER_ASSIGN_OR_RETURN(double integral, s.Integral(v, p0, std::min(p1, pc.to)));
-        sum += tau * integral;
+        const double p0 = clock.After(pc.from, x0 - start), p1 = clock.After(pc.from, x1 - start);
+        VIPER_ASSIGN_OR_RETURN(double integral, clock.Integral(v, p0, std::min(p1, pc.to)));
+        sum += integral;
       }
     }
     start = end;
@@ -264,8 +330,9 @@ StatusOr<double> LocalCost(const StalenessSurface& s, int64_t v, const Piece* pi
 // warm-up for version 0, at = W): its own stall (not for version 0), training
 // to the next checkpoint and its stall (when there is one), training to N,
 // then N forever.
-size_t LocalPieces(const Problem& p, int64_t at, bool version0, std::optional<int64_t> next, Piece* out) {
-  const double tau = p.seconds_per_iteration, sigma = p.cost.stall_s;
+size_t LocalPieces(const Problem& p, const Clock& clock, int64_t at, bool version0, std::optional<int64_t> next,
+                   Piece* out) {
+  const double sigma = p.cost.stall_s;
   const double N = static_cast<double>(p.total_iterations);
   const double inf = std::numeric_limits<double>::infinity();
   size_t n = 0;
@@ -273,11 +340,11 @@ size_t LocalPieces(const Problem& p, int64_t at, bool version0, std::optional<in
   if (!version0) out[n++] = Piece{sigma, s, s};
   if (next) {
     const double x = static_cast<double>(*next);
-    out[n++] = Piece{(x - s) * tau, s, x};
+    out[n++] = Piece{clock.Span(s, x), s, x};
     out[n++] = Piece{sigma, x, x};
-    out[n++] = Piece{(N - x) * tau, x, N};
+    out[n++] = Piece{clock.Span(x, N), x, N};
   } else {
-    out[n++] = Piece{(N - s) * tau, s, N};
+    out[n++] = Piece{clock.Span(s, N), s, N};
   }
   out[n++] = Piece{inf, N, N};
   return n;
@@ -287,13 +354,12 @@ size_t LocalPieces(const Problem& p, int64_t at, bool version0, std::optional<in
 // at wall time x until it reaches N, whatever the producer does: from a
 // version's checkpoint start T it moves linearly from W + T / tau to N, then
 // stays at N.
-size_t WallPieces(const Problem& p, double T, Piece* out) {
-  const double tau = p.seconds_per_iteration;
+size_t WallPieces(const Problem& p, const Clock& clock, double T, Piece* out) {
   const double W = static_cast<double>(p.warmup_iterations), N = static_cast<double>(p.total_iterations);
   const double inf = std::numeric_limits<double>::infinity();
-  const double p0 = std::min(N, W + T / tau);
+  const double p0 = std::min(N, clock.After(W, T));
   size_t n = 0;
-  if (p0 < N) out[n++] = Piece{(N - p0) * tau, p0, N};
+  if (p0 < N) out[n++] = Piece{clock.Span(p0, N), p0, N};
   out[n++] = Piece{inf, N, N};
   return n;
 }
@@ -311,14 +377,14 @@ struct Slot {
 // The cost of serving the model of iteration `model` in `slot` from its
 // servable time to local time `end_local` (seconds since the slot's
 // checkpoint start): the slot's own model, or an older one it re-publishes.
-StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, const Slot& slot, int64_t model,
+StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Clock& clock, const Slot& slot, int64_t model,
                           double end_local) {
   Piece pieces[6];
-  const size_t n = p.requests.traffic_clock == TrafficClock::kWall ? WallPieces(p, slot.T, pieces)
-                                                                    : LocalPieces(p, slot.at, slot.version0, slot.next, pieces);
+  const size_t n = p.requests.traffic_clock == TrafficClock::kWall
+                       ? WallPieces(p, clock, slot.T, pieces)
+                       : LocalPieces(p, clock, slot.at, slot.version0, slot.next, pieces);
   const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
-  return LocalCost(s, model, pieces, n, begin, end_local, p.seconds_per_iteration, p.requests.RatePerSecond(),
-                   p.drift_per_s);
+  return LocalCost(clock, s, model, pieces, n, begin, end_local, p.requests.RatePerSecond(), p.drift_per_s);
 }
 
 }  // namespace
@@ -343,6 +409,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
   }
   VIPER_RETURN_IF_ERROR(s.CheckCovers(p.warmup_iterations, p.total_iterations));
   const int64_t m = static_cast<int64_t>(schedule.size());
+  Clock clock(p, s);
   SurfaceEvaluation e;
   e.window_end_s = p.WindowEnd(m);
   const double R = e.window_end_s, delta = p.cost.delay_s;
@@ -359,7 +426,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     slot.T = T(k);
     if (k < m) slot.next = schedule[static_cast<size_t>(k)];
     const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
-    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, slot, model, b - T(k)));
+    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k)));
     e.cil += c;
   }
   e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
@@ -414,13 +481,18 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   pos[0] = W;
   for (int64_t i = 0; i < C; ++i) pos[static_cast<size_t>(i + 1)] = cand[static_cast<size_t>(i)];
   auto at = [&](int64_t i) { return pos[static_cast<size_t>(i)]; };
+  Clock clock(p, s);
+  // Training seconds between two checkpoints' iterations.
+  auto TrainingSpan = [&](int64_t a, int64_t b) {
+    return clock.uniform() ? static_cast<double>(b - a) * tau : p.Elapsed(b) - p.Elapsed(a);
+  };
   // The cheapest model slot `slot` (of candidate index i) can serve to
   // local time `end_local`: its own, or with re-publishing any of 0..i.
   auto best = [&](int64_t i, const Slot& slot, double end_local, int64_t* model) -> StatusOr<double> {
     double c_best = inf;
     int64_t u_best = i;
     for (int64_t u = sol.republish_searched ? 0 : i; u <= i; ++u) {
-      VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, slot, at(u), end_local));
+      VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, at(u), end_local));
       if (c < c_best || (c == c_best && u == i)) {
         c_best = c;
         u_best = u;
@@ -433,8 +505,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
   // matters under the wall clock: the stalls before i set where the traffic is).
   auto seg = [&](int64_t i, int64_t j, int64_t k, int64_t* model) -> StatusOr<double> {
     Slot slot{at(i), i == 0, i == 0 ? 0.0 : p.CheckpointStart(at(i), k - 1), at(j)};
-    const double end = i == 0 ? static_cast<double>(at(j) - W) * tau + delta
-                              : static_cast<double>(at(j) - at(i)) * tau + sigma + delta;
+    const double end = i == 0 ? TrainingSpan(W, at(j)) + delta : TrainingSpan(at(i), at(j)) + sigma + delta;
     return best(i, slot, end, model);
   };
   // Version i as the last, with k checkpoints through it.

@@ -176,9 +176,9 @@ class StrategyImpl : public Strategy {
       }
       case StrategyKind::kOracle: {
         Problem truth_p = p;  // the run's own clock, known to a bound only
-        if (in.truth_seconds_per_iteration > 0) {
-          truth_p.seconds_per_iteration = in.truth_seconds_per_iteration;
-          VIPER_RETURN_IF_ERROR(truth_p.Validate());
+        if (!in.truth_elapsed_s.empty()) {
+          truth_p.elapsed_s = in.truth_elapsed_s;
+          VIPER_RETURN_IF_ERROR(truth_p.Validate().WithContext("the run's own clock"));
         }
         if (in.truth_staleness) {
           VIPER_ASSIGN_OR_RETURN(SurfaceSolution ss, SolveOptimalOnSurface(truth_p, *in.truth_staleness));

@@ -103,6 +103,58 @@ TEST(SolversTest, OptimalMatchesEnumerationAndQuadraticDp) {
   }
 }
 
+// On an uneven clock (Problem::elapsed_s: each iteration its own time, as
+// the log replays them; what the oracle plans on): optimal == the O(N^2) DP
+// == enumeration, 600 random cases, and the uneven clock changes the optimum
+// somewhere (so the clock is really used).
+TEST(SolversTest, OptimalMatchesEnumerationOnAnUnevenClock) {
+  std::mt19937_64 rng(2026);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  int changed = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    Problem p = RandomProblem(rng, 12);
+    const LossCurve c = RandomCurve(rng, p.total_iterations, trial % 3);
+    p.elapsed_s.assign(1, 0.0);
+    for (int64_t i = p.warmup_iterations + 1; i <= p.total_iterations; ++i) {
+      p.elapsed_s.push_back(p.elapsed_s.back() + p.seconds_per_iteration * (U(rng) < 0.1 ? 0.0 : 0.1 + 4.0 * U(rng)));
+    }
+    auto opt = SolveOptimal(p, c);
+    auto quad = SolveOptimalQuadratic(p, c);
+    auto en = SolveByEnumeration(p, c);
+    ASSERT_TRUE(opt.ok() && quad.ok() && en.ok()) << opt.status().ToString();
+    ASSERT_TRUE(p.CheckSchedule(opt->schedule).ok()) << "trial " << trial;
+    const std::string what = "trial " + std::to_string(trial) + " window " + ToString(p.requests.window);
+    ExpectRelNear(Objective(p, c, opt->schedule), en->objective, what + " optimal vs enumeration");
+    ExpectRelNear(Objective(p, c, quad->schedule), en->objective, what + " quadratic vs enumeration");
+    ExpectRelNear(opt->objective, en->objective, what + " optimal's own value");
+    Problem uniform = p;
+    uniform.elapsed_s.clear();
+    auto flat = SolveOptimal(uniform, c);
+    ASSERT_TRUE(flat.ok());
+    if (flat->schedule != opt->schedule) ++changed;
+  }
+  EXPECT_GT(changed, 50);
+}
+
+// Problem::elapsed_s is checked: its length, its start and its order.
+TEST(SolversTest, AnUnevenClockIsValidated) {
+  Problem p;
+  p.warmup_iterations = 2;
+  p.total_iterations = 5;
+  p.elapsed_s = {0, 1, 2, 3};
+  EXPECT_TRUE(p.Validate().ok());
+  EXPECT_EQ(p.Elapsed(4), 2.0);
+  EXPECT_DOUBLE_EQ(p.ElapsedAt(3.5), 1.5);
+  EXPECT_DOUBLE_EQ(p.PositionAt(2.25), 4.25);
+  EXPECT_EQ(p.PositionAt(99.0), 5.0);
+  p.elapsed_s = {0, 1, 2};
+  EXPECT_NE(p.Validate().message().find("N - W + 1"), std::string::npos);
+  p.elapsed_s = {1, 1, 2, 3};
+  EXPECT_NE(p.Validate().message().find("elapsed_s[0]"), std::string::npos);
+  p.elapsed_s = {0, 2, 1, 3};
+  EXPECT_NE(p.Validate().message().find("elapsed_s[2]"), std::string::npos);
+}
+
 // Larger horizons: optimal == the O(N^2) DP (enumeration is out of reach).
 TEST(SolversTest, OptimalMatchesQuadraticDpOnLongerCurves) {
   std::mt19937_64 rng(7);

@@ -252,6 +252,99 @@ TEST(StalenessOracleTest, EqualsEnumerationOverGridSchedules) {
   }
 }
 
+// An uneven producer clock (Problem::elapsed_s: every iteration its own
+// time, as the simulator replays a log's; what the oracle plans on).
+void SetUnevenClock(Problem* p, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  p->elapsed_s.assign(1, 0.0);
+  for (int64_t i = p->warmup_iterations + 1; i <= p->total_iterations; ++i) {
+    p->elapsed_s.push_back(p->elapsed_s.back() + (u(rng) < 0.1 ? 0.0 : 0.1 + 3.0 * u(rng)));
+  }
+}
+
+// The surface cost of a schedule by brute force on a fine time grid: the
+// producer's (or, under the wall clock, an unstalled producer's) position
+// followed second by second through its training and stalls, every version
+// served from its servable time, midpoint rule. Independent of the solver's
+// pieces.
+double CilByQuadrature(const Problem& p, const StalenessSurface& s, const Schedule& sch) {
+  const int64_t m = static_cast<int64_t>(sch.size());
+  const double R = p.WindowEnd(m), sigma = p.cost.stall_s, delta = p.cost.delay_s;
+  const double W = static_cast<double>(p.warmup_iterations), N = static_cast<double>(p.total_iterations);
+  auto producer_at = [&](double x) {
+    double t = 0, pos = W;
+    for (int64_t k = 0; k < m; ++k) {
+      const double sk = static_cast<double>(sch[static_cast<size_t>(k)]);
+      const double train = p.ElapsedAt(sk) - p.ElapsedAt(pos);
+      if (x < t + train) return p.PositionAt(p.ElapsedAt(pos) + (x - t));
+      t += train;
+      pos = sk;
+      if (x < t + sigma) return sk;
+      t += sigma;
+    }
+    const double train = p.ElapsedAt(N) - p.ElapsedAt(pos);
+    return x < t + train ? p.PositionAt(p.ElapsedAt(pos) + (x - t)) : N;
+  };
+  const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
+  const int steps = 200000;
+  const double dx = R / steps;
+  double cil = 0;
+  for (int i = 0; i < steps; ++i) {
+    const double x = (i + 0.5) * dx;
+    int64_t k = 0;
+    while (k < m && p.CheckpointStart(sch[static_cast<size_t>(k)], k + 1) + delta <= x) ++k;
+    const int64_t v = k == 0 ? p.warmup_iterations : sch[static_cast<size_t>(k - 1)];
+    const double traffic = wall ? std::min(N, p.PositionAt(x)) : producer_at(x);
+    auto l = s.At(v, traffic);
+    if (!l.ok()) return NAN;
+    cil += *l * dx * p.requests.RatePerSecond();
+  }
+  return cil;
+}
+
+// On an uneven clock: the surface evaluation equals brute-force quadrature
+// over time (both clocks, both windows), and the oracle equals enumeration
+// over grid schedules and model choices on that clock.
+TEST(StalenessOracleTest, OnAnUnevenClockItEqualsQuadratureAndEnumeration) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 16; ++trial) {
+    const double rate = 0.05 * u(rng);
+    const int64_t period = 20 + static_cast<int64_t>(u(rng) * 20);
+    const double J = 2 * u(rng);
+    LossFn f = [&](int64_t v, int64_t t) {
+      return Curve(v) + rate * static_cast<double>(t - v) + ((v / period) % 2 != (t / period) % 2 ? J : 0.0);
+    };
+    auto s = StalenessSurface::Make(Grid(0, 100, 20, f), StalenessSample::kTest);
+    ASSERT_TRUE(s.ok());
+    Problem p = Small(trial % 2 ? WindowKind::kRequestCount : WindowKind::kWhileTraining);
+    p.cost.stall_s = 3 * u(rng);
+    p.cost.delay_s = 6 * u(rng);
+    p.requests.traffic_clock = trial % 4 < 2 ? TrafficClock::kProducer : TrafficClock::kWall;
+    SetUnevenClock(&p, rng);
+    ASSERT_TRUE(p.Validate().ok());
+    std::vector<int64_t> cand;
+    for (int64_t v : s->Versions()) {
+      if (v > p.warmup_iterations && v <= p.total_iterations) cand.push_back(v);
+    }
+    // Quadrature: three random grid schedules.
+    for (int r = 0; r < 3; ++r) {
+      Schedule sch;
+      for (int64_t c : cand) {
+        if (u(rng) < 0.4) sch.push_back(c);
+      }
+      auto e = EvaluateOnSurface(p, *s, sch);
+      ASSERT_TRUE(e.ok()) << e.status().message();
+      const double q = CilByQuadrature(p, *s, sch);
+      EXPECT_NEAR(e->cil, q, 2e-3 * q) << "trial " << trial << " schedule " << r;
+    }
+    auto sol = SolveOptimalOnSurface(p, *s);
+    ASSERT_TRUE(sol.ok()) << sol.status().message();
+    const double enumerated = BestByEnumeration(p, *s, cand, nullptr, /*republish=*/sol->republish_searched);
+    EXPECT_NEAR(sol->objective, enumerated, 1e-9 * enumerated) << "trial " << trial;
+  }
+}
+
 TEST(StalenessOracleTest, RepublishingEqualsEnumerationOverModelChoices) {
   // Recurring domains: the traffic alternates every `period` iterations and a
   // model trained in the other domain pays J, so an older model of today's

@@ -151,15 +151,32 @@ struct Problem {
   std::optional<double> slowdown_budget_s;
   // Minimum iterations between consecutive checkpoints (>= 1).
   int64_t min_spacing_iterations = 1;
+  // The producer's own clock, when it is not uniform: elapsed_s[i] = seconds
+  // from the end of the warm-up to the end of iteration W + i without stalls
+  // (N - W + 1 entries, elapsed_s[0] = 0, non-decreasing); empty = uniform,
+  // (s - W) x seconds_per_iteration. It is the log's future: only a bound
+  // (the oracle) plans with it, on the clock the simulator replays.
+  std::vector<double> elapsed_s;
 
   bool IsValid(std::string* error) const;
   // Status form of IsValid (InvalidArgument naming the field).
   Status Validate() const;
 
+  // Training seconds from the end of the warm-up to the end of `iteration`
+  // (in [W, N]), without stalls: the producer's clock (elapsed_s, or uniform).
+  double Elapsed(int64_t iteration) const {
+    if (elapsed_s.empty()) return static_cast<double>(iteration - warmup_iterations) * seconds_per_iteration;
+    return elapsed_s[static_cast<size_t>(iteration - warmup_iterations)];
+  }
+  // The same at a fractional position p in [W, N] (linear within an iteration).
+  double ElapsedAt(double p) const;
+  // The inverse: the (fractional) iteration an unstalled producer has reached
+  // `seconds` after the warm-up (W + seconds / tau when uniform; N at most
+  // when the clock is given, past its end).
+  double PositionAt(double seconds) const;
   // Wall time of the start of checkpoint `index` (1-based) at `iteration`.
   double CheckpointStart(int64_t iteration, int64_t index) const {
-    return static_cast<double>(iteration - warmup_iterations) * seconds_per_iteration +
-           static_cast<double>(index - 1) * cost.stall_s;
+    return Elapsed(iteration) + static_cast<double>(index - 1) * cost.stall_s;
   }
   // End of the serving window for a schedule with `checkpoints` checkpoints
   // (fluid model): training end for kWhileTraining, request_count/rate for

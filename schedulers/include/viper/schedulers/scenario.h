@@ -148,11 +148,13 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
 
 // Plans with one strategy (online gets a predictor-backed forecaster).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
-// The run's own mean seconds per iteration over (W, N], from the log's
-// per-iteration times the simulator replays (0 without them): what the
-// bounds (oracle, val-oracle) plan on, where the other strategies have only
-// the warm-up's mean (PlanningInput::truth_seconds_per_iteration).
-double TruthSecondsPerIteration(const Scenario& scenario);
+// The run's own clock, Problem::elapsed_s from the log's per-iteration times
+// that the simulator replays (empty without them): what the bounds (oracle,
+// val-oracle) plan on, where the other strategies have only the warm-up's
+// uniform tau (PlanningInput::truth_elapsed_s).
+std::vector<double> TruthElapsed(const Scenario& scenario);
+// The scenario's problem on that clock: a bound's problem.
+Problem BoundProblem(const Scenario& scenario);
 
 }  // namespace schedulers
 }  // namespace viper

@@ -55,12 +55,13 @@ struct PlanningInput {
   // re-measured on that moment's validation sample (what a live producer
   // measures then; nothing later). Null = no re-measurement.
   std::shared_ptr<const StalenessSurface> observed_staleness;
-  // The run's own mean seconds per iteration over (W, N] (the judge replays
-  // the log's per-iteration times; 0 = unknown): `oracle` plans on it
-  // instead of problem.seconds_per_iteration (the warm-up's mean, all the
-  // other strategies may know), so that the bound is planned on the clock
-  // the schedule is judged on. Only a bound may read it: it is the future.
-  double truth_seconds_per_iteration = 0;
+  // The run's own clock (Problem::elapsed_s: seconds from W to the end of
+  // each iteration of [W, N], from the log's per-iteration times that the
+  // judge replays; empty = unknown): `oracle` plans on it instead of the
+  // uniform warm-up tau the other strategies have, so that the bound is
+  // planned on the clock the schedule is judged on. Only a bound may read
+  // it: it is the future.
+  std::vector<double> truth_elapsed_s;
 };
 
 struct StrategyOptions {
