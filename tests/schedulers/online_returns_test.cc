@@ -22,17 +22,18 @@ ReturnPredictor::SwitchSeen Switch(ReturnPredictor* p, int64_t at, int64_t serve
   return p->AddSwitch(at, static_cast<double>(at - 20), static_cast<double>(at), served, kGap);
 }
 
-// Domains A B A B ...: switches at 1000 (A -> B), 2000 (B -> A) and 3000
+// Domains A B A B ...: switches at 1000 (A -> B), 2000 (B -> A) and `third`
 // (A -> B). In the third regime (domain A again) the model 900, which served
 // A's first regime, wins a re-publish: A came back two regimes later.
-ReturnPredictor ThreeEvenSwitches() {
-  ReturnPredictor p(true);
+ReturnPredictor ThreeSwitches(int64_t third, bool enabled = true) {
+  ReturnPredictor p(enabled);
   EXPECT_EQ(Switch(&p, 1000, 900), ReturnPredictor::SwitchSeen::kRecorded);
   EXPECT_EQ(Switch(&p, 2000, 1900), ReturnPredictor::SwitchSeen::kRecorded);
   p.NoteRepublish(900);
-  EXPECT_EQ(Switch(&p, 3000, 900), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(Switch(&p, third, 900), ReturnPredictor::SwitchSeen::kRecorded);
   return p;
 }
+ReturnPredictor ThreeEvenSwitches() { return ThreeSwitches(3000); }
 
 // Switches evenly spaced by 1000, the last one's middle at 2990: the next
 // return is predicted at 3990, the next switch's middle, to domain A, whose
@@ -59,11 +60,7 @@ TEST(ReturnPredictorTest, NoPredictionWithoutAReturnOrWhenDisabled) {
   for (int64_t at : {1000, 2000, 3000}) Switch(&none, at, at - 100);
   EXPECT_FALSE(none.PredictedReturn(kGap).has_value()) << "no domain came back yet";
 
-  ReturnPredictor off(false);
-  Switch(&off, 1000, 900);
-  Switch(&off, 2000, 1900);
-  off.NoteRepublish(900);
-  Switch(&off, 3000, 900);
+  const ReturnPredictor off = ThreeSwitches(3000, false);
   EXPECT_FALSE(off.PredictedReturn(kGap).has_value());
   EXPECT_EQ(off.switches().size(), 3u) << "switches are recorded all the same";
 }
@@ -71,11 +68,7 @@ TEST(ReturnPredictorTest, NoPredictionWithoutAReturnOrWhenDisabled) {
 // Intervals 1000 and 1300 differ by 300, more than max(5% of 1300 = 65,
 // half-widths 10 + 2 x 10 + 10 = 40): not evenly spaced, no prediction.
 TEST(ReturnPredictorTest, UnevenSwitchesPredictNothing) {
-  ReturnPredictor p(true);
-  Switch(&p, 1000, 900);
-  Switch(&p, 2000, 1900);
-  p.NoteRepublish(900);
-  Switch(&p, 3300, 900);
+  const ReturnPredictor p = ThreeSwitches(3300);
   EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
 }
 
