@@ -150,7 +150,8 @@ OnlinePlanner::OnlinePlanner(Problem problem, ForecasterFactory forecasters, Opt
     : problem_(std::move(problem)),
       forecasters_(std::move(forecasters)),
       options_(std::move(options)),
-      returns_(std::make_unique<internal::ReturnPredictor>(options_.anticipate_returns && options_.keep_versions > 0)) {}
+      returns_(std::make_unique<internal::ReturnPredictor>(options_.anticipate_returns &&
+                                                            options_.keep_versions > 0)) {}
 OnlinePlanner::OnlinePlanner(OnlinePlanner&&) noexcept = default;
 OnlinePlanner& OnlinePlanner::operator=(OnlinePlanner&&) noexcept = default;
 OnlinePlanner::~OnlinePlanner() = default;
@@ -414,8 +415,8 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   }
   // 6. Anticipating a recurring domain's return: its model is published so
   // that it arrives at the predicted switch. A version reaches the traffic
-  // its delay after the checkpoint (under the producer clock the stall is
-  // part of it: the traffic waits for the producer).
+  // its delay after the checkpoint, less the stall under the producer clock
+  // (the traffic waits out the stall there).
   if (may_publish && !holding) {
     const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall
                              ? problem_.cost.delay_s
@@ -514,8 +515,9 @@ double OnlinePlanner::MeasurementGap() const {
 
 void OnlinePlanner::AddSwitch(size_t begin) {
   const int64_t at = static_cast<int64_t>(measured_.iterations[begin]);
-  const double traffic_at = TrafficAt(at),
-               traffic_before = begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
+  const double traffic_at = TrafficAt(at);
+  const double traffic_before =
+      begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
   if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap()) ==
       internal::ReturnPredictor::SwitchSeen::kRefuted) {
     ++summary_.anticipation_failed;

@@ -69,7 +69,8 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
     double traffic, double delivery_lag, double horizon, int64_t served_model,
     const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap) {
   const auto r = PredictedReturn(measurement_gap);
-  if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon)) return std::nullopt;
+  if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
+    return std::nullopt;
   // Published at the measurement whose delivery lands nearest the middle of
   // the gap before the predicted switch (the switch happened somewhere in it).
   const double arrival = traffic + delivery_lag;

@@ -116,11 +116,11 @@ class ReturnPredictor {
   bool enabled_;
   std::vector<Switch> switches_;
   std::vector<int64_t> regime_models_;
-  size_t cycle_ = 0;          // regimes between a domain and its return (0: none seen)
-  size_t pattern_from_ = 0;   // the first switch the spacing is judged from
+  size_t cycle_ = 0;         // regimes between a domain and its return (0: none seen)
+  size_t pattern_from_ = 0;  // the first switch the spacing is judged from
   bool republished_in_regime_ = false;
-  std::optional<Return> pending_;      // decided, not yet committed
-  std::optional<Return> active_;       // committed, waiting for its switch
+  std::optional<Return> pending_;        // decided, not yet committed
+  std::optional<Return> active_;         // committed, waiting for its switch
   int64_t pre_anticipation_model_ = -1;  // the model the active one replaced
 };
 

@@ -92,7 +92,8 @@ TEST(ReturnPredictorTest, PublishesAheadOnlyWhenItArrivesAtTheSwitch) {
   EXPECT_FALSE(p.pending());
   EXPECT_TRUE(p.PublishAhead(3960, 25, 10000, 3100, kept, kGap).has_value()) << "a lag of 25 makes it 3985";
   p.DropPending();
-  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value()) << "900 not re-measured";
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value())
+      << "900 not re-measured";
   EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 900, kept, kGap).has_value()) << "900 serves already";
   EXPECT_FALSE(p.PublishAhead(3985, 0, 3900, 3100, kept, kGap).has_value()) << "beyond the horizon";
   EXPECT_FALSE(p.PublishAhead(3995, 0, 10000, 3100, kept, kGap).has_value()) << "past the predicted middle";
