@@ -8,6 +8,8 @@
 #include <limits>
 #include <utility>
 
+#include "online_returns.h"
+
 namespace viper {
 namespace schedulers {
 namespace {
@@ -145,7 +147,16 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
 }
 
 OnlinePlanner::OnlinePlanner(Problem problem, ForecasterFactory forecasters, Options options)
-    : problem_(std::move(problem)), forecasters_(std::move(forecasters)), options_(std::move(options)) {}
+    : problem_(std::move(problem)),
+      forecasters_(std::move(forecasters)),
+      options_(std::move(options)),
+      returns_(std::make_unique<internal::ReturnPredictor>(options_.anticipate_returns &&
+                                                            options_.keep_versions > 0)) {}
+OnlinePlanner::OnlinePlanner(OnlinePlanner&&) noexcept = default;
+OnlinePlanner& OnlinePlanner::operator=(OnlinePlanner&&) noexcept = default;
+OnlinePlanner::~OnlinePlanner() = default;
+
+bool OnlinePlanner::anticipating() const { return returns_->holding(); }
 
 Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind kind) {
   if (iteration < last_iteration_) {
@@ -372,34 +383,19 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   }
   // An anticipated return is seen when a change is detected (AddSwitch) or
   // when the model it published measures better than at its publishing by
-  // twice the gate's margin (the traffic came back to its domain).
-  if (anticipated_ && !anticipated_->confirmed && served_loss_ &&
-      *served_loss_ < anticipated_->loss - 2.0 * MarginFor(sigma)) {
-    AddSwitch(idx);
-  }
-  // An anticipated return holds everything else until its change is seen;
-  // one that did not come by its tolerance was a wrong prediction.
-  // A confirmed one holds until the traffic is past the predicted change's
-  // middle by half a measurement gap and one measurement past the detection
-  // (a change seen part-way, as it happens under the wall clock, is still
-  // under way: the old domain's model may still measure better there).
-  if (anticipated_ && anticipated_->confirmed && TrafficAt(now) >= anticipated_->change + 0.5 * MeasurementGap() &&
-      TrafficAt(now) > anticipated_->seen_at) {
-    anticipated_.reset();
-  } else if (anticipated_ && !anticipated_->confirmed &&
-             TrafficAt(now) > anticipated_->change + anticipated_->tolerance) {
-    ++summary_.anticipation_failed;
-    pattern_from_ = switches_.size();
-    anticipated_.reset();
-  }
-  const bool holding = anticipated_.has_value();
+  // twice the gate's margin (the traffic came back to its domain). It holds
+  // everything else until the traffic is past its switch; one that did not
+  // come by its tolerance was a wrong prediction.
+  if (returns_->ServedShowsReturn(served_loss_, MarginFor(sigma))) AddSwitch(idx);
+  if (returns_->Settle(TrafficAt(now), MeasurementGap())) ++summary_.anticipation_failed;
+  const bool holding = returns_->holding();
   if (holding) want = false;
   // 5. Re-publishing: a kept model that measures better now than both the
   // candidate and the served version, by the gate's margin plus the best of
   // K measurements' bias.
   publishing_ = now;
   publishing_loss_.reset();
-  anticipating_.reset();
+  returns_->DropPending();
   const bool may_publish = options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
                            static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
                            (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
@@ -417,26 +413,21 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       publishing_loss_ = best->second;
     }
   }
-  // 6. Anticipating a recurring domain's return: its model is published at
-  // the measurement whose delivery lands nearest the middle of the gap
-  // before the predicted change (the change happened somewhere in it).
+  // 6. Anticipating a recurring domain's return: its model is published so
+  // that it arrives at the predicted switch. A version reaches the traffic
+  // its delay after the checkpoint, less the stall under the producer clock
+  // (the traffic waits out the stall there).
   if (may_publish && !holding) {
-    const auto r = PredictedReturn();
-    const double traffic = TrafficAt(now);
-    if (r && r->model != served_model() && traffic < r->change &&
-        r->change <= static_cast<double>(problem_.total_iterations)) {
-      const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall
-                               ? problem_.cost.delay_s
-                               : std::max(0.0, problem_.cost.delay_s - problem_.cost.stall_s);
-      const double arrival = traffic + lag_s / problem_.seconds_per_iteration;
-      const auto kept = std::find_if(kept_now_.begin(), kept_now_.end(),
-                                     [&](const auto& k) { return k.first == r->model; });
-      if (arrival >= r->change - 0.5 * MeasurementGap() && kept != kept_now_.end()) {
-        want = true;
-        publishing_ = r->model;
-        publishing_loss_ = kept->second;
-        anticipating_ = r;
-      }
+    const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall
+                             ? problem_.cost.delay_s
+                             : std::max(0.0, problem_.cost.delay_s - problem_.cost.stall_s);
+    if (const auto ahead =
+            returns_->PublishAhead(TrafficAt(now), lag_s / problem_.seconds_per_iteration,
+                                   static_cast<double>(problem_.total_iterations), served_model(), kept_now_,
+                                   MeasurementGap())) {
+      want = true;
+      publishing_ = ahead->first;
+      publishing_loss_ = ahead->second;
     }
   }
   decided_at_ = want ? now : -1;
@@ -462,25 +453,20 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   taken_.push_back(iteration);
   if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
     // A re-publish: the kept model serves, at its level measured now.
-    if (anticipating_) {
-      anticipated_ = anticipating_;
-      anticipated_->loss = *publishing_loss_;
-      pre_anticipation_model_ = served_model();
+    if (returns_->pending()) {
+      returns_->Activate(*publishing_loss_, served_model());
       ++summary_.anticipated;
     } else {
       // A model of another regime than the served one wins: the domain
       // changed, a switch (unless one was just seen). The first such
       // re-publish of a regime says how many regimes back its domain was.
-      if (measured_now_ && *measured_now_ == iteration && RegimeOf(publishing_) != RegimeOf(served_model())) {
+      if (measured_now_ && *measured_now_ == iteration &&
+          returns_->RegimeOf(publishing_) != returns_->RegimeOf(served_model())) {
         AddSwitch(measured_.size() - 1);
       }
-      if (!republished_in_regime_) {
-        const size_t from = RegimeOf(publishing_), now_regime = switches_.size();
-        if (now_regime >= from + 2) cycle_ = now_regime - from;
-        republished_in_regime_ = true;
-      }
+      returns_->NoteRepublish(publishing_);
     }
-    anticipating_.reset();
+    returns_->DropPending();
     published_.push_back(publishing_);
     ++summary_.republished;
     served_loss_ = *publishing_loss_;
@@ -490,7 +476,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   }
   published_.push_back(iteration);
   decided_at_ = -1;
-  anticipating_.reset();
+  returns_->DropPending();
   if (measured_now_ && *measured_now_ == iteration) {
     served_loss_ = measured_.losses.back();
   } else if (forecast_) {
@@ -512,12 +498,6 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
   return k == 0 ? problem_.warmup_iterations : published_[k - 1];
 }
 
-size_t OnlinePlanner::RegimeOf(int64_t model) const {
-  return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
-                                              [](int64_t m, const Switch& w) { return m < w.at; }) -
-                             switches_.begin());
-}
-
 double OnlinePlanner::TrafficAt(int64_t iteration) const {
   double traffic = static_cast<double>(iteration);
   if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
@@ -533,47 +513,15 @@ double OnlinePlanner::MeasurementGap() const {
   return n >= 2 ? measured_.iterations[n - 1] - measured_.iterations[n - 2] : 1.0;
 }
 
-std::optional<OnlinePlanner::Return> OnlinePlanner::PredictedReturn() const {
-  if (!options_.anticipate_returns || options_.keep_versions <= 0 || cycle_ < 2) return std::nullopt;
-  const size_t n = switches_.size();
-  if (n < pattern_from_ + 3) return std::nullopt;
-  const Switch* w = &switches_[n - 3];
-  const double i1 = w[1].middle - w[0].middle, i2 = w[2].middle - w[1].middle;
-  const double u[3] = {w[0].halfwidth, w[1].halfwidth, w[2].halfwidth};
-  // Evenly spaced: the intervals agree within what the changes' half-widths
-  // allow, or 5%.
-  if (!(i1 > 0 && i2 > 0) || std::fabs(i1 - i2) > std::max(0.05 * std::max(i1, i2), u[0] + 2 * u[1] + u[2])) {
-    return std::nullopt;
-  }
-  const size_t upcoming = n + 1;
-  if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
-  Return r;
-  r.change = w[2].middle + 0.5 * (i1 + i2);
-  r.model = regime_models_[upcoming - cycle_];
-  r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + MeasurementGap());
-  return r;
-}
-
 void OnlinePlanner::AddSwitch(size_t begin) {
-  const int64_t c = static_cast<int64_t>(measured_.iterations[begin]);
-  // One switch seen twice (a re-publish, then the slower change detector, or
-  // the other way round) within four measurement gaps is one.
-  if (!switches_.empty() && static_cast<double>(c - switches_.back().at) <= 4.0 * MeasurementGap()) return;
-  regime_models_.push_back(anticipated_ ? pre_anticipation_model_ : ServedAt(c));
-  const double hi = TrafficAt(c),
-               lo = begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : hi;
-  switches_.push_back(Switch{c, 0.5 * (lo + hi), 0.5 * (hi - lo)});
-  if (anticipated_) {
-    if (std::fabs(switches_.back().middle - anticipated_->change) <= anticipated_->tolerance) {
-      anticipated_->confirmed = true;  // holds on until the traffic is past it (Decide)
-      anticipated_->seen_at = hi;
-    } else {
-      ++summary_.anticipation_failed;
-      pattern_from_ = switches_.size() - 1;
-      anticipated_.reset();
-    }
+  const int64_t at = static_cast<int64_t>(measured_.iterations[begin]);
+  const double traffic_at = TrafficAt(at);
+  const double traffic_before =
+      begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
+  if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap()) ==
+      internal::ReturnPredictor::SwitchSeen::kRefuted) {
+    ++summary_.anticipation_failed;
   }
-  republished_in_regime_ = false;
 }
 
 double OnlinePlanner::MarginFor(double sigma) const { return options_.gate_z * sigma * std::sqrt(2.0); }
@@ -626,9 +574,10 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   // back), the warm-up's; then the newest published models. Regimes come
   // before recent versions: a loop that publishes often would otherwise
   // keep only versions of the current domain.
-  if (const auto r = PredictedReturn()) add(r->model);
-  for (size_t q = std::max(regime_models_.size(), regime_ends_.size()); q-- > 0;) {
-    if (q < regime_models_.size()) add(regime_models_[q]);
+  const std::vector<int64_t>& regime_models = returns_->regime_models();
+  if (const auto r = returns_->PredictedReturn(MeasurementGap())) add(r->model);
+  for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
+    if (q < regime_models.size()) add(regime_models[q]);
     if (q < regime_ends_.size()) add(regime_ends_[q]);
   }
   add(problem_.warmup_iterations);

@@ -76,6 +76,9 @@
 
 namespace viper {
 namespace schedulers {
+namespace internal {
+class ReturnPredictor;  // online_returns.h: anticipating a recurring domain's return
+}  // namespace internal
 
 // Forecasts the loss curve from the losses observed so far.
 class Forecaster {
@@ -181,6 +184,10 @@ class OnlinePlanner {
   // `forecasters` makes one forecaster per regime.
   OnlinePlanner(Problem problem, ForecasterFactory forecasters, Options options);
   OnlinePlanner(Problem problem, ForecasterFactory forecasters) : OnlinePlanner(std::move(problem), std::move(forecasters), Options()) {}
+  // Movable, not copyable (defined where internal::ReturnPredictor is complete).
+  OnlinePlanner(OnlinePlanner&&) noexcept;
+  OnlinePlanner& operator=(OnlinePlanner&&) noexcept;
+  ~OnlinePlanner();
 
   // One observation, in iteration order (several per iteration allowed:
   // the training loss, then the validation loss). InvalidArgument when the
@@ -209,7 +216,7 @@ class OnlinePlanner {
   // the switch: the served version should be re-measured at every
   // measurement until then (ObserveServed), which is how the switch is seen
   // when no change is detected.
-  bool anticipating() const { return anticipated_.has_value(); }
+  bool anticipating() const;
   // The traffic's iteration when the producer is at `iteration` (after the
   // warm-up): the same, or under the wall clock where the traffic has got to
   // while the producer stalled for the checkpoints taken before it (at most N).
@@ -259,25 +266,11 @@ class OnlinePlanner {
   StatusOr<bool> Decide(int64_t now, double measured);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
-  // The regime a model's iteration falls in (0 before the first switch).
-  size_t RegimeOf(int64_t model) const;
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
-  // A recurring domain's next return: the predicted change (in traffic
-  // iterations) and the model to serve after it; nullopt when the evidence
-  // (a return seen, evenly spaced changes) is not there.
-  struct Return {
-    double change = 0;        // the predicted change's middle
-    int64_t model = 0;
-    double tolerance = 0;     // how far from it a detected change confirms it
-    bool confirmed = false;   // a switch was seen within the tolerance
-    double loss = 0;          // the model's loss when it was published (the old domain's)
-    double seen_at = 0;       // the traffic's iteration at that detection
-  };
-  std::optional<Return> PredictedReturn() const;
-  // A switch whose first measurement after it is index `begin` of
-  // measured_: the regime's served model, the anticipation it confirms;
-  // nothing when a switch was seen within four measurement gaps before.
+  // A switch of the traffic's domain whose first measurement after it is
+  // index `begin` of measured_, handed to returns_ with its traffic position
+  // and the model served then (counts a prediction it refutes).
   void AddSwitch(size_t begin);
 
   Problem problem_;
@@ -313,25 +306,11 @@ class OnlinePlanner {
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
-  // Anticipating returns: the switches (below), the
-  // model that served each ended regime, the regimes between a domain and
-  // its return (0: none seen), the first change the period is estimated
-  // from, and the pending / active anticipation (-1: none).
-  // Each switch: the first measurement after it, and its middle and
-  // half-width in traffic iterations (between the traffic of the last
-  // measurement before it and of the first after it).
-  struct Switch {
-    int64_t at = 0;
-    double middle = 0, halfwidth = 0;
-  };
-  std::vector<Switch> switches_;
-  std::vector<int64_t> regime_models_;
-  size_t cycle_ = 0;
-  size_t pattern_from_ = 0;
-  bool republished_in_regime_ = false;
-  std::optional<Return> anticipating_;       // decided now, not yet committed
-  std::optional<Return> anticipated_;        // committed, waiting for its change
-  int64_t pre_anticipation_model_ = -1;      // the model it replaced
+  // Anticipating returns (Options::anticipate_returns): the switches seen,
+  // each ended regime's served model, and the pending / active anticipation.
+  // It is told what it needs of the planner at each call (traffic position,
+  // measurement gap, served and kept models, the gate's margin).
+  std::unique_ptr<internal::ReturnPredictor> returns_;
 };
 
 }  // namespace schedulers

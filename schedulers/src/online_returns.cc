@@ -1,0 +1,116 @@
+#include "online_returns.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace viper {
+namespace schedulers {
+namespace internal {
+
+ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
+                                                       int64_t served_at, double measurement_gap) {
+  // One switch seen twice (a re-publish, then the slower change detector, or
+  // the other way round) within four measurement gaps is one.
+  if (!switches_.empty() && static_cast<double>(at - switches_.back().at) <= 4.0 * measurement_gap) {
+    return SwitchSeen::kRepeated;
+  }
+  // The regime that ended was served by the model an anticipation replaced,
+  // not by the returning domain's model published ahead of the switch.
+  regime_models_.push_back(active_ ? pre_anticipation_model_ : served_at);
+  switches_.push_back(Switch{at, 0.5 * (traffic_before + traffic_at), 0.5 * (traffic_at - traffic_before)});
+  republished_in_regime_ = false;
+  if (!active_) return SwitchSeen::kRecorded;
+  if (std::fabs(switches_.back().middle - active_->change) <= active_->tolerance) {
+    active_->confirmed = true;  // holds on until the traffic is past it (Settle)
+    active_->seen_at = traffic_at;
+    return SwitchSeen::kConfirmed;
+  }
+  pattern_from_ = switches_.size() - 1;
+  active_.reset();
+  return SwitchSeen::kRefuted;
+}
+
+size_t ReturnPredictor::RegimeOf(int64_t model) const {
+  return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
+                                              [](int64_t m, const Switch& w) { return m < w.at; }) -
+                             switches_.begin());
+}
+
+void ReturnPredictor::NoteRepublish(int64_t model) {
+  if (republished_in_regime_) return;
+  const size_t from = RegimeOf(model), now_regime = switches_.size();
+  if (now_regime >= from + 2) cycle_ = now_regime - from;
+  republished_in_regime_ = true;
+}
+
+std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double measurement_gap) const {
+  if (!enabled_ || cycle_ < 2) return std::nullopt;
+  const size_t n = switches_.size();
+  if (n < pattern_from_ + 3) return std::nullopt;
+  const Switch* w = &switches_[n - 3];
+  const double i1 = w[1].middle - w[0].middle, i2 = w[2].middle - w[1].middle;
+  const double u[3] = {w[0].halfwidth, w[1].halfwidth, w[2].halfwidth};
+  // Evenly spaced: the intervals agree within what the switches' half-widths
+  // allow, or 5%.
+  if (!(i1 > 0 && i2 > 0) || std::fabs(i1 - i2) > std::max(0.05 * std::max(i1, i2), u[0] + 2 * u[1] + u[2])) {
+    return std::nullopt;
+  }
+  // The upcoming regime's domain is the one `cycle_` regimes before it.
+  const size_t upcoming = n + 1;
+  if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
+  Return r;
+  r.change = w[2].middle + 0.5 * (i1 + i2);
+  r.model = regime_models_[upcoming - cycle_];
+  r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + measurement_gap);
+  return r;
+}
+
+std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
+    double traffic, double delivery_lag, double horizon, int64_t served_model,
+    const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap) {
+  const auto r = PredictedReturn(measurement_gap);
+  if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
+    return std::nullopt;
+  // Published at the measurement whose delivery lands nearest the middle of
+  // the gap before the predicted switch (the switch happened somewhere in it).
+  const double arrival = traffic + delivery_lag;
+  if (!(arrival >= r->change - 0.5 * measurement_gap)) return std::nullopt;
+  const auto kept =
+      std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == r->model; });
+  if (kept == kept_now.end()) return std::nullopt;
+  pending_ = r;
+  return *kept;
+}
+
+void ReturnPredictor::Activate(double loss, int64_t replaced_model) {
+  active_ = pending_;
+  active_->loss = loss;
+  pre_anticipation_model_ = replaced_model;
+  pending_.reset();
+}
+
+bool ReturnPredictor::ServedShowsReturn(std::optional<double> served_loss, double gate_margin) const {
+  return active_ && !active_->confirmed && served_loss && *served_loss < active_->loss - 2.0 * gate_margin;
+}
+
+bool ReturnPredictor::Settle(double traffic, double measurement_gap) {
+  if (!active_) return false;
+  // A confirmed switch holds until the traffic is past the predicted
+  // switch's middle by half a measurement gap and one measurement past where
+  // it was seen (a switch seen part-way, as it happens under the wall clock,
+  // is still under way: the old domain's model may still measure better there).
+  if (active_->confirmed) {
+    if (traffic >= active_->change + 0.5 * measurement_gap && traffic > active_->seen_at) active_.reset();
+    return false;
+  }
+  if (traffic > active_->change + active_->tolerance) {
+    pattern_from_ = switches_.size();
+    active_.reset();
+    return true;
+  }
+  return false;
+}
+
+}  // namespace internal
+}  // namespace schedulers
+}  // namespace viper

@@ -1,0 +1,129 @@
+// Anticipating a recurring domain's return, for the closed-loop planner
+// (OnlinePlanner::Options::anticipate_returns; README "Staleness tables").
+//
+// A switch is a change of the traffic's domain the planner has seen: a
+// detected regime change, or a re-publish of a kept model of another regime
+// after none was detected. The predictor keeps the switches (where each fell,
+// in traffic iterations, and how wide the gap it fell in was), the model that
+// served each ended regime, and how many regimes back a domain came from
+// when a kept model won a re-publish (the cycle). Once a domain came back
+// (two or more regimes back) and the last three switches are evenly spaced,
+// it predicts the next return: where it falls and the model to serve after
+// it. The planner publishes that model ahead of it (PublishAhead, then
+// Activate at the checkpoint) and publishes nothing else until the switch is
+// seen (holding()); a prediction the data does not confirm stops predictions
+// until three new switches are evenly spaced.
+//
+// It reads nothing of the planner: the traffic position, the measurement
+// gap, the served model, the kept models re-measured now and the gate's
+// margin are passed in by the planner at each call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace viper {
+namespace schedulers {
+namespace internal {
+
+class ReturnPredictor {
+ public:
+  // A predicted return of a recurring domain.
+  struct Return {
+    double change = 0;       // the predicted switch's middle (traffic iterations)
+    int64_t model = 0;       // the model to serve after it
+    double tolerance = 0;    // how far from `change` a switch confirms it
+    bool confirmed = false;  // a switch was seen within the tolerance
+    double loss = 0;         // the model's measured loss when it was published (the old domain's)
+    double seen_at = 0;      // the traffic's iteration at that switch
+  };
+  // One switch: the iteration of the first measurement after it, and its
+  // middle and half-width in traffic iterations (between the traffic of the
+  // last measurement before it and of the first after it).
+  struct Switch {
+    int64_t at = 0;
+    double middle = 0, halfwidth = 0;
+  };
+  // What AddSwitch made of a switch.
+  enum class SwitchSeen {
+    kRepeated,   // within four measurement gaps of the last one: the same switch, ignored
+    kRecorded,   // a new switch, no anticipation waiting for it
+    kConfirmed,  // a new switch within the active anticipation's tolerance
+    kRefuted,    // a new switch outside it: the prediction failed
+  };
+
+  // `enabled` false: never predicts (switches are still recorded: the
+  // planner keeps each ended regime's served model for re-publishing).
+  explicit ReturnPredictor(bool enabled) : enabled_(enabled) {}
+
+  // Records a switch whose first measurement after it is at iteration `at`
+  // (traffic `traffic_at`), the last measurement before it at traffic
+  // `traffic_before` (= traffic_at without one); `served_at` is the model
+  // served at `at`, `measurement_gap` the spacing of the latest measurements.
+  // Confirms or refutes the active anticipation.
+  SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
+                       double measurement_gap);
+  // The regime a model's iteration falls in (0 before the first switch).
+  size_t RegimeOf(int64_t model) const;
+  // A kept model won a re-publish: the first such of a regime says how many
+  // regimes back its domain was (the cycle, when two or more).
+  void NoteRepublish(int64_t model);
+
+  // The next return, or nullopt when the evidence (a domain came back, the
+  // last three switches evenly spaced since the last refuted prediction) is
+  // not there or the model that served the returning domain is unknown.
+  std::optional<Return> PredictedReturn(double measurement_gap) const;
+
+  // At a measurement where the planner may publish and is not holding: the
+  // kept model (and its loss measured now, from `kept_now`) to publish now so
+  // that it arrives, `delivery_lag` traffic iterations after `traffic`, at
+  // the predicted switch (from half a measurement gap before its middle);
+  // nullopt when there is no prediction, it is past or beyond `horizon`, the
+  // model serves already, was not re-measured now, or it is too early. A
+  // model returned becomes the pending anticipation.
+  std::optional<std::pair<int64_t, double>> PublishAhead(
+      double traffic, double delivery_lag, double horizon, int64_t served_model,
+      const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap);
+  // Whether a pending anticipation (PublishAhead) awaits its checkpoint.
+  bool pending() const { return pending_.has_value(); }
+  // Forgets the pending anticipation (a new decision, or a checkpoint that
+  // did not publish it).
+  void DropPending() { pending_.reset(); }
+  // The pending anticipation was published, its model measuring `loss`, in
+  // place of `replaced_model`: it becomes active.
+  void Activate(double loss, int64_t replaced_model);
+
+  // Whether the served model's re-measurement `served_loss` shows the active,
+  // unconfirmed anticipation's switch: better than at its publishing by twice
+  // the gate's margin `gate_margin` (the traffic came back to its domain).
+  bool ServedShowsReturn(std::optional<double> served_loss, double gate_margin) const;
+  // Ends the active anticipation once the traffic is past its switch (when
+  // confirmed: by half a measurement gap, and past where it was seen) or
+  // past its tolerance (not confirmed: a failed prediction, which stops
+  // predictions until three new switches; returns true).
+  bool Settle(double traffic, double measurement_gap);
+  // Whether an active anticipation holds every other publish.
+  bool holding() const { return active_.has_value(); }
+
+  const std::vector<Switch>& switches() const { return switches_; }
+  // The model that served each ended regime (parallel to switches()).
+  const std::vector<int64_t>& regime_models() const { return regime_models_; }
+
+ private:
+  bool enabled_;
+  std::vector<Switch> switches_;
+  std::vector<int64_t> regime_models_;
+  size_t cycle_ = 0;         // regimes between a domain and its return (0: none seen)
+  size_t pattern_from_ = 0;  // the first switch the spacing is judged from
+  bool republished_in_regime_ = false;
+  std::optional<Return> pending_;        // decided, not yet committed
+  std::optional<Return> active_;         // committed, waiting for its switch
+  int64_t pre_anticipation_model_ = -1;  // the model the active one replaced
+};
+
+}  // namespace internal
+}  // namespace schedulers
+}  // namespace viper

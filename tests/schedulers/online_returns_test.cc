@@ -1,0 +1,162 @@
+#include "online_returns.h"  // internal: schedulers/src
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace viper {
+namespace schedulers {
+namespace internal {
+namespace {
+
+// Measurements every 20 iterations; the producer clock (traffic = iteration).
+constexpr double kGap = 20;
+
+// A switch whose first measurement after it is at `at`: the last one before
+// it was at `at - kGap`, so the switch fell in (at - 20, at], middle at - 10,
+// half-width 10.
+ReturnPredictor::SwitchSeen Switch(ReturnPredictor* p, int64_t at, int64_t served) {
+  return p->AddSwitch(at, static_cast<double>(at - 20), static_cast<double>(at), served, kGap);
+}
+
+// Domains A B A B ...: switches at 1000 (A -> B), 2000 (B -> A) and `third`
+// (A -> B). In the third regime (domain A again) the model 900, which served
+// A's first regime, wins a re-publish: A came back two regimes later.
+ReturnPredictor ThreeSwitches(int64_t third, bool enabled = true) {
+  ReturnPredictor p(enabled);
+  EXPECT_EQ(Switch(&p, 1000, 900), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(Switch(&p, 2000, 1900), ReturnPredictor::SwitchSeen::kRecorded);
+  p.NoteRepublish(900);
+  EXPECT_EQ(Switch(&p, third, 900), ReturnPredictor::SwitchSeen::kRecorded);
+  return p;
+}
+ReturnPredictor ThreeEvenSwitches() { return ThreeSwitches(3000); }
+
+// Switches evenly spaced by 1000, the last one's middle at 2990: the next
+// return is predicted at 3990, the next switch's middle, to domain A, whose
+// model in the regime before (the third) was 900. Tolerance: max(5% of 1000,
+// 2 x half-width 10 + one measurement gap 20) = 50.
+TEST(ReturnPredictorTest, EvenlySpacedSwitchesPredictTheNextOnesMiddle) {
+  const ReturnPredictor p = ThreeEvenSwitches();
+  ASSERT_EQ(p.switches().size(), 3u);
+  EXPECT_DOUBLE_EQ(p.switches().back().middle, 2990);
+  EXPECT_DOUBLE_EQ(p.switches().back().halfwidth, 10);
+  EXPECT_EQ(p.regime_models(), (std::vector<int64_t>{900, 1900, 900}));
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(r->change, 3990);
+  EXPECT_EQ(r->model, 900);
+  EXPECT_DOUBLE_EQ(r->tolerance, 50);
+  EXPECT_FALSE(r->confirmed);
+}
+
+// The same switches without a domain seen coming back (no re-publish of an
+// older regime's model), or with prediction off: no prediction.
+TEST(ReturnPredictorTest, NoPredictionWithoutAReturnOrWhenDisabled) {
+  ReturnPredictor none(true);
+  for (int64_t at : {1000, 2000, 3000}) Switch(&none, at, at - 100);
+  EXPECT_FALSE(none.PredictedReturn(kGap).has_value()) << "no domain came back yet";
+
+  const ReturnPredictor off = ThreeSwitches(3000, false);
+  EXPECT_FALSE(off.PredictedReturn(kGap).has_value());
+  EXPECT_EQ(off.switches().size(), 3u) << "switches are recorded all the same";
+}
+
+// Intervals 1000 and 1300 differ by 300, more than max(5% of 1300 = 65,
+// half-widths 10 + 2 x 10 + 10 = 40): not evenly spaced, no prediction.
+TEST(ReturnPredictorTest, UnevenSwitchesPredictNothing) {
+  const ReturnPredictor p = ThreeSwitches(3300);
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
+}
+
+// A switch within four measurement gaps (80) of the last one is the same
+// switch seen twice (by a re-publish and by the change detector).
+TEST(ReturnPredictorTest, ASwitchSeenTwiceIsOne) {
+  ReturnPredictor p(true);
+  EXPECT_EQ(Switch(&p, 1000, 900), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(Switch(&p, 1080, 900), ReturnPredictor::SwitchSeen::kRepeated);
+  EXPECT_EQ(p.switches().size(), 1u);
+  EXPECT_EQ(Switch(&p, 1100, 900), ReturnPredictor::SwitchSeen::kRecorded);
+}
+
+// Published ahead at traffic 3985 (it arrives at once: no lag), from 3980 =
+// 3990 - half a gap on. Earlier, or without the model re-measured now, or
+// when it serves already: nothing.
+TEST(ReturnPredictorTest, PublishesAheadOnlyWhenItArrivesAtTheSwitch) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  const std::vector<std::pair<int64_t, double>> kept = {{1900, 0.9}, {900, 0.5}};
+  EXPECT_FALSE(p.PublishAhead(3960, 0, 10000, 3100, kept, kGap).has_value()) << "arrives at 3960 < 3980";
+  EXPECT_FALSE(p.pending());
+  EXPECT_TRUE(p.PublishAhead(3960, 25, 10000, 3100, kept, kGap).has_value()) << "a lag of 25 makes it 3985";
+  p.DropPending();
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value())
+      << "900 not re-measured";
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 900, kept, kGap).has_value()) << "900 serves already";
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 3900, 3100, kept, kGap).has_value()) << "beyond the horizon";
+  EXPECT_FALSE(p.PublishAhead(3995, 0, 10000, 3100, kept, kGap).has_value()) << "past the predicted middle";
+  const auto ahead = p.PublishAhead(3985, 0, 10000, 3100, kept, kGap);
+  ASSERT_TRUE(ahead.has_value());
+  EXPECT_EQ(ahead->first, 900);
+  EXPECT_DOUBLE_EQ(ahead->second, 0.5);
+  EXPECT_TRUE(p.pending());
+  EXPECT_FALSE(p.holding()) << "pending until its checkpoint";
+}
+
+// A confirmed return (a switch at 4000: middle 3990) holds until the traffic
+// is past 3990 + half a gap and past where it was seen (4000).
+TEST(ReturnPredictorTest, AConfirmedReturnHoldsUntilTheTrafficIsPastIt) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+  p.Activate(0.5, 3100);
+  EXPECT_TRUE(p.holding());
+  EXPECT_FALSE(p.ServedShowsReturn(0.45, 0.05)) << "0.45 is not below 0.5 - 2 x 0.05";
+  EXPECT_TRUE(p.ServedShowsReturn(0.3, 0.05));
+  EXPECT_FALSE(p.ServedShowsReturn(std::nullopt, 0.05));
+  EXPECT_EQ(Switch(&p, 4000, 900), ReturnPredictor::SwitchSeen::kConfirmed);
+  EXPECT_EQ(p.regime_models().back(), 3100) << "the regime that ended was served by the model replaced";
+  EXPECT_FALSE(p.ServedShowsReturn(0.3, 0.05)) << "already confirmed";
+  EXPECT_FALSE(p.Settle(4000, kGap));
+  EXPECT_TRUE(p.holding()) << "not past where it was seen";
+  EXPECT_FALSE(p.Settle(4020, kGap));
+  EXPECT_FALSE(p.holding());
+}
+
+// A prediction (3990, tolerance 50) not confirmed by traffic 4040 is still
+// open; past it, at 4041, it failed: predictions stop until three new evenly
+// spaced switches (then the next middle again, 6190 + 1000).
+TEST(ReturnPredictorTest, AnUnconfirmedPredictionFailsAndStopsPredictions) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+  p.Activate(0.5, 3100);
+  EXPECT_FALSE(p.Settle(4040, kGap)) << "within the tolerance";
+  EXPECT_TRUE(p.holding());
+  EXPECT_TRUE(p.Settle(4041, kGap)) << "past 3990 + 50: failed";
+  EXPECT_FALSE(p.holding());
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "the old switches no longer count";
+  EXPECT_EQ(Switch(&p, 4200, 3100), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(Switch(&p, 5200, 4300), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "two new switches are not three";
+  EXPECT_EQ(Switch(&p, 6200, 5300), ReturnPredictor::SwitchSeen::kRecorded);
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value()) << "three new evenly spaced switches";
+  EXPECT_DOUBLE_EQ(r->change, 7190);
+  EXPECT_EQ(r->model, 5300) << "a cycle of two: the model that served the regime two before the next";
+}
+
+// A switch far from the prediction refutes it at once.
+TEST(ReturnPredictorTest, AnEarlySwitchRefutesThePrediction) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+  p.Activate(0.5, 3100);
+  EXPECT_EQ(Switch(&p, 3800, 3100), ReturnPredictor::SwitchSeen::kRefuted) << "middle 3790, 200 early";
+  EXPECT_FALSE(p.holding());
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace schedulers
+}  // namespace viper
