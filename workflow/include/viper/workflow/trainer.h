@@ -325,14 +325,23 @@ class Trainer {
   Trainer(const Options& options, Mlp model);
   // `model` on the validation (test = false) or test subset as drifted at `iteration`.
   Evaluation EvaluateOn(const Mlp& model, bool test, int64_t iteration) const;
-  void StartEpoch(bool all_classes);
-  void DrawPriorBatch(int64_t iteration);
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
+  // The drifting training stream (trainer_drift.cc): Create's pools of the
+  // drift's classes (an error when the pre-drift classes fill no batch), and
+  // iteration `iteration`'s batch into batch_inputs_ / batch_labels_ as the
+  // drift has it (class-incremental epochs, draws by class from the shifting
+  // prior, labels swapped, images rotated).
+  Status SetUpDriftPools();
+  void NextBatch(int64_t iteration);
+  void StartEpoch(bool all_classes);
+  void DrawPriorBatch(int64_t iteration);
+  // The staleness table (trainer_staleness.cc).
   void RecordStaleness(int64_t iteration);
   void KeepStalenessVersion(int64_t iteration);
   void EvaluateKeptVersions(int64_t iteration);
   void EvaluateVersion(KeptVersion& version, int64_t iteration);
+  void SummarizeStaleness(Summary* summary) const;  // Run's staleness fields
 
   Options options_;
   Mlp model_;
