@@ -9,9 +9,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "trainer_drift.h"
-#include "trainer_staleness.h"
-
 namespace viper {
 namespace workflow {
 namespace {
@@ -59,7 +56,7 @@ bool Trainer::Options::IsValid(std::string* error) const {
   if (batch_size <= 0) return fail("batch_size must be positive");
   if (epochs <= 0) return fail("epochs must be positive");
   if (max_iterations < 0) return fail("max_iterations must be >= 0 (0 = no cap)");
-  if (!internal::DriftOptionsValid(*this, error)) return false;
+  if (!Trainer::DriftOptionsValid(*this, error)) return false;
   {
     auto mask = FrozenTensorMask(*this, static_cast<int>(hidden_widths.size()) + 1);
     if (!mask.ok()) return fail(mask.status().message());
@@ -182,7 +179,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
     return InvalidArgumentError("validation set is empty but val_every_iterations is " +
                                 std::to_string(options.val_every_iterations));
   }
-  VIPER_RETURN_IF_ERROR(internal::CheckDriftTrainingSamples(options, train));
+  VIPER_RETURN_IF_ERROR(CheckDriftTrainingSamples(options, train));
   if (options.staleness_table && test.empty()) {
     return InvalidArgumentError("the staleness table needs a test subset (its test_loss is the traffic's truth)");
   }

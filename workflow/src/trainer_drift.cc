@@ -177,48 +177,54 @@ Samples DriftedSamples(const Trainer::Options& o, const Samples& samples, int64_
   return DriftedSamples(o, samples, DriftTrafficState(o, iteration));
 }
 
-namespace internal {
-
-bool DriftOptionsValid(const Trainer::Options& o, std::string* error) {
+bool Trainer::DriftOptionsValid(const Options& o, std::string* error) {
   auto fail = [&](const std::string& m) {
     if (error) *error = m;
     return false;
   };
-  if (o.drift != Trainer::Drift::kNone && o.drift_at_iteration < 2) {
-    return fail(std::string("drift_at_iteration must be >= 2 with ") + Trainer::ToString(o.drift) + " drift");
+  if (o.drift != Drift::kNone && o.drift_at_iteration < 2) {
+    return fail(std::string("drift_at_iteration must be >= 2 with ") + ToString(o.drift) + " drift");
   }
-  if (o.drift == Trainer::Drift::kClassIncremental &&
+  if (o.drift == Drift::kClassIncremental &&
       (o.drift_initial_classes < 1 || o.drift_initial_classes >= kFashionMnistClasses)) {
     return fail("drift_initial_classes must be in [1, 9]");
   }
-  if (o.drift == Trainer::Drift::kLabelSwap) {
+  if (o.drift == Drift::kLabelSwap) {
     auto is_class = [](int c) { return c >= 0 && c < kFashionMnistClasses; };
     if (!is_class(o.drift_swap_class_a)) return fail("drift_swap_class_a must be a class in [0, 9]");
     if (!is_class(o.drift_swap_class_b)) return fail("drift_swap_class_b must be a class in [0, 9]");
     if (o.drift_swap_class_a == o.drift_swap_class_b) {
-      return fail("drift_swap_class_b must differ from drift_swap_class_a (swapping a class with itself changes nothing)");
+      return fail(
+          "drift_swap_class_b must differ from drift_swap_class_a (swapping a class with itself changes "
+          "nothing)");
     }
   }
-  if (o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kRecurring) {
+  if (o.drift == Drift::kRotation || o.drift == Drift::kRecurring) {
     if (!(std::isfinite(o.drift_rotation_degrees) && std::abs(o.drift_rotation_degrees) <= 360.0)) {
       return fail("drift_rotation_degrees must be finite and in [-360, 360]");
     }
   }
-  if ((o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kPriorShift) && o.drift_duration_iterations < 0) {
+  if ((o.drift == Drift::kRotation || o.drift == Drift::kPriorShift) && o.drift_duration_iterations < 0) {
     return fail("drift_duration_iterations must be >= 0 (0 = at once)");
   }
-  if (o.drift == Trainer::Drift::kRecurring && o.drift_period_iterations < 1) {
+  if (o.drift == Drift::kRecurring && o.drift_period_iterations < 1) {
     return fail("drift_period_iterations must be >= 1");
   }
-  if (o.drift == Trainer::Drift::kPriorShift) {
+  if (o.drift == Drift::kPriorShift) {
     std::vector<bool> seen(kFashionMnistClasses, false);
     for (int c : o.drift_prior_classes) {
-      if (c < 0 || c >= kFashionMnistClasses) return fail("drift_prior_classes must hold classes in [0, 9], got " + std::to_string(c));
-      if (seen[static_cast<std::size_t>(c)]) return fail("drift_prior_classes names class " + std::to_string(c) + " twice");
+      if (c < 0 || c >= kFashionMnistClasses) {
+        return fail("drift_prior_classes must hold classes in [0, 9], got " + std::to_string(c));
+      }
+      if (seen[static_cast<std::size_t>(c)]) {
+        return fail("drift_prior_classes names class " + std::to_string(c) + " twice");
+      }
       seen[static_cast<std::size_t>(c)] = true;
     }
-    if (o.drift_prior_classes.empty() || o.drift_prior_classes.size() >= static_cast<std::size_t>(kFashionMnistClasses)) {
-      return fail("drift_prior_classes must name between 1 and 9 classes (all ten would leave the prior uniform)");
+    if (o.drift_prior_classes.empty() ||
+        o.drift_prior_classes.size() >= static_cast<std::size_t>(kFashionMnistClasses)) {
+      return fail(
+          "drift_prior_classes must name between 1 and 9 classes (all ten would leave the prior uniform)");
     }
     if (!(std::isfinite(o.drift_prior_mass) && o.drift_prior_mass > 0.0 && o.drift_prior_mass <= 1.0)) {
       return fail("drift_prior_mass must be in (0, 1]");
@@ -227,12 +233,29 @@ bool DriftOptionsValid(const Trainer::Options& o, std::string* error) {
   return true;
 }
 
-Status CheckDriftTrainingSamples(const Trainer::Options& options, const Samples& train) {
-  if ((options.drift == Trainer::Drift::kRotation || options.drift == Trainer::Drift::kRecurring) && !IsSquareImage(train.features)) {
-    return InvalidArgumentError(std::string(Trainer::ToString(options.drift)) + " drift rotates images and needs square ones, but the samples have " +
+Status Trainer::CheckDriftTrainingSamples(const Options& options, const Samples& train) {
+  if ((options.drift == Drift::kRotation || options.drift == Drift::kRecurring) &&
+      !IsSquareImage(train.features)) {
+    return InvalidArgumentError(std::string(ToString(options.drift)) +
+                                " drift rotates images and needs square ones, but the samples have " +
                                 std::to_string(train.features) + " features");
   }
   return Status::Ok();
+}
+
+namespace internal {
+
+std::vector<int64_t> TrafficSteps(const Trainer::Options& o, int64_t first, int64_t last) {
+  std::vector<int64_t> steps;
+  for (int64_t i = first + 2; i <= last; ++i) {
+    const TrafficState before = DriftTrafficState(o, i - 1), at = DriftTrafficState(o, i);
+    if (at == before) continue;
+    const bool ramp = !(DriftTrafficState(o, i - 2) == before) &&
+                      (i + 1 > last || !(DriftTrafficState(o, i + 1) == at));
+    if (ramp) continue;
+    steps.push_back(i);
+  }
+  return steps;
 }
 
 }  // namespace internal

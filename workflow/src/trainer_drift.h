@@ -1,9 +1,8 @@
-// Internal: the drift of Trainer::Options where trainer.cc needs it without
-// naming a drift kind. trainer_drift.cc holds the whole drifting stream: the
-// public traffic side (DriftTrafficState, DriftedSamples and the functions
-// they are made of, declared in trainer.h) and the training side (the
-// Trainer members that draw batches as the drift has them: ActiveClasses,
-// StartEpoch, DrawPriorBatch, NextBatch, SetUpDriftPools).
+// Internal: what the rest of the trainer needs from the drift beyond
+// trainer.h. trainer_drift.cc holds the whole drifting stream: its traffic
+// side (DriftTrafficState, DriftedSamples and the functions they are made of,
+// public in trainer.h), its training side (the Trainer members that check the
+// drift's options and draw batches as the drift has them), and this.
 //
 // Free functions of the options rather than a stream object: the drift is a
 // pure function of (Options, iteration), which is how the public side and
@@ -12,24 +11,22 @@
 // and stays in Trainer.
 #pragma once
 
-#include <string>
+#include <cstdint>
+#include <vector>
 
-#include "viper/core/status.h"
-#include "viper/workflow/fashion_mnist.h"
 #include "viper/workflow/trainer.h"
 
 namespace viper {
 namespace workflow {
 namespace internal {
 
-// The drift fields of `options` (Trainer::Options::IsValid calls it after the
-// optimiser's fields): false and a message naming the field when one is out
-// of range for the drift kind.
-bool DriftOptionsValid(const Trainer::Options& options, std::string* error);
-
-// Trainer::Create's check of the training samples against the drift:
-// rotation and recurring rotate images and need square ones.
-Status CheckDriftTrainingSamples(const Trainer::Options& options, const Samples& train);
+// The steps of the traffic in iterations [first + 2, last], ascending: each s
+// whose TrafficState differs from s - 1's, except inside a ramp (a state that
+// also changed from s - 2 to s - 1 and changes again from s to s + 1, or s is
+// `last`: the iterations of a rotation or a prior shift in progress). A label
+// swap, the class-incremental traffic growing and a recurring domain
+// switching are steps. The deferred staleness table puts knots at s - 1 and s.
+std::vector<int64_t> TrafficSteps(const Trainer::Options& options, int64_t first, int64_t last);
 
 }  // namespace internal
 }  // namespace workflow

@@ -4,10 +4,11 @@
 // drifted validation and test samples of every later validation point (at
 // once, or deferred to FinishStalenessTable with knots around each step of
 // the traffic), an evaluation reused where the traffic state is equal.
-#include "trainer_staleness.h"
-
 #include <algorithm>
 #include <chrono>
+
+#include "trainer_drift.h"
+#include "viper/workflow/trainer.h"
 
 namespace viper {
 namespace workflow {
@@ -99,14 +100,9 @@ StalenessTable Trainer::FinishStalenessTable() {
   if (!staleness_pending_.empty()) {
     std::vector<int64_t> knots = staleness_pending_;
     const int64_t first = staleness_pending_.front(), last = staleness_pending_.back();
-    for (int64_t i = first + 2; i <= last; ++i) {
-      const TrafficState before = DriftTrafficState(options_, i - 1), at = DriftTrafficState(options_, i);
-      if (at == before) continue;
-      const bool ramp = !(DriftTrafficState(options_, i - 2) == before) &&
-                        (i + 1 > last || !(DriftTrafficState(options_, i + 1) == at));
-      if (ramp) continue;
-      knots.push_back(i - 1);
-      knots.push_back(i);
+    for (int64_t s : internal::TrafficSteps(options_, first, last)) {
+      knots.push_back(s - 1);
+      knots.push_back(s);
     }
     std::sort(knots.begin(), knots.end());
     knots.erase(std::unique(knots.begin(), knots.end()), knots.end());

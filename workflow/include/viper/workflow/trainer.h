@@ -327,11 +327,15 @@ class Trainer {
   Evaluation EvaluateOn(const Mlp& model, bool test, int64_t iteration) const;
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
-  // The drifting training stream (trainer_drift.cc): Create's pools of the
-  // drift's classes (an error when the pre-drift classes fill no batch), and
-  // iteration `iteration`'s batch into batch_inputs_ / batch_labels_ as the
-  // drift has it (class-incremental epochs, draws by class from the shifting
-  // prior, labels swapped, images rotated).
+  // The drifting stream (trainer_drift.cc): the drift's fields of
+  // Options::IsValid; Create's check of the training samples against the
+  // drift (rotation needs square images) and its pools of the drift's classes
+  // (an error when the pre-drift classes fill no batch); iteration
+  // `iteration`'s batch into batch_inputs_ / batch_labels_ as the drift has
+  // it (class-incremental epochs, draws by class from the shifting prior,
+  // labels swapped, images rotated).
+  static bool DriftOptionsValid(const Options& options, std::string* error);
+  static Status CheckDriftTrainingSamples(const Options& options, const Samples& train);
   Status SetUpDriftPools();
   void NextBatch(int64_t iteration);
   void StartEpoch(bool all_classes);
@@ -411,6 +415,23 @@ struct TrafficState {
   }
 };
 TrafficState DriftTrafficState(const Trainer::Options& options, int64_t iteration);
+
+// Private to Trainer: a version the staleness table keeps
+// (trainer_staleness.cc fills Trainer::kept_ with them). Defined here, after
+// TrafficState, because Trainer's constructor and destructor (trainer.cc)
+// need it complete.
+struct Trainer::KeptVersion {
+  int64_t iteration = 0;  // the version: the model as after this iteration
+  int64_t point = 0;      // index of its validation point (0 = the first)
+  Mlp model;
+  // Evaluations already made, by the traffic they were made on (equal
+  // traffic, equal bits: reused rather than recomputed).
+  struct Measured {
+    TrafficState traffic;
+    Evaluation val, test;
+  };
+  std::vector<Measured> measured;
+};
 
 // The drift of `options` at `iteration` (1-based) applied to a set of samples
 // (the traffic as it is then). Class-incremental: before drift_at_iteration
