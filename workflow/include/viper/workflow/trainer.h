@@ -416,23 +416,6 @@ struct TrafficState {
 };
 TrafficState DriftTrafficState(const Trainer::Options& options, int64_t iteration);
 
-// Private to Trainer: a version the staleness table keeps
-// (trainer_staleness.cc fills Trainer::kept_ with them). Defined here, after
-// TrafficState, because Trainer's constructor and destructor (trainer.cc)
-// need it complete.
-struct Trainer::KeptVersion {
-  int64_t iteration = 0;  // the version: the model as after this iteration
-  int64_t point = 0;      // index of its validation point (0 = the first)
-  Mlp model;
-  // Evaluations already made, by the traffic they were made on (equal
-  // traffic, equal bits: reused rather than recomputed).
-  struct Measured {
-    TrafficState traffic;
-    Evaluation val, test;
-  };
-  std::vector<Measured> measured;
-};
-
 // The drift of `options` at `iteration` (1-based) applied to a set of samples
 // (the traffic as it is then). Class-incremental: before drift_at_iteration
 // only the samples of classes 0..drift_initial_classes-1, in order (the
@@ -461,6 +444,23 @@ double DriftPriorProgress(const Trainer::Options& options, int64_t iteration);
 // progress * target, target = drift_prior_mass shared equally by
 // drift_prior_classes, the rest shared equally by the other classes.
 std::vector<double> DriftClassPrior(const Trainer::Options& options, const std::vector<double>& own, double progress);
+
+// Private to Trainer, not part of the API: a version the staleness table
+// keeps (trainer_staleness.cc fills Trainer::kept_ with them). Defined here,
+// after TrafficState, because Trainer's constructor and destructor
+// (trainer.cc) need it complete.
+struct Trainer::KeptVersion {
+  int64_t iteration = 0;  // the version: the model as after this iteration
+  int64_t point = 0;      // index of its validation point (0 = the first)
+  Mlp model;
+  // Evaluations already made, by the traffic they were made on (equal
+  // traffic, equal bits: reused rather than recomputed).
+  struct Measured {
+    TrafficState traffic;
+    Evaluation val, test;
+  };
+  std::vector<Measured> measured;
+};
 
 }  // namespace workflow
 }  // namespace viper
