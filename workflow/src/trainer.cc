@@ -1,3 +1,7 @@
+// The training loop (Trainer): options, creation, the optimiser's update,
+// evaluation on the (drifted) validation and test subsets, Step and Run.
+// The drifting stream lives in trainer_drift.cc, the staleness table in
+// trainer_staleness.cc, fine-tuning in trainer_finetune.cc.
 #include "viper/workflow/trainer.h"
 
 #include <algorithm>
@@ -22,171 +26,6 @@ StatusOr<Trainer::Optimizer> Trainer::OptimizerFromString(const std::string& nam
   if (name == "sgd") return Optimizer::kSgd;
   if (name == "adam") return Optimizer::kAdam;
   return InvalidArgumentError("unknown optimizer '" + name + "' (expected sgd or adam)");
-}
-
-const char* Trainer::ToString(Drift drift) {
-  switch (drift) {
-    case Drift::kNone: return "none";
-    case Drift::kClassIncremental: return "class-incremental";
-    case Drift::kLabelSwap: return "label-swap";
-    case Drift::kRotation: return "rotation";
-    case Drift::kRecurring: return "recurring";
-    case Drift::kPriorShift: return "prior-shift";
-  }
-  return "?";
-}
-
-StatusOr<Trainer::Drift> Trainer::DriftFromString(const std::string& name) {
-  for (Drift d : {Drift::kNone, Drift::kClassIncremental, Drift::kLabelSwap, Drift::kRotation, Drift::kRecurring,
-                  Drift::kPriorShift}) {
-    if (name == ToString(d)) return d;
-  }
-  return InvalidArgumentError("unknown drift '" + name +
-                              "' (expected none, class-incremental, label-swap, rotation, recurring or prior-shift)");
-}
-
-double DriftRotationDegrees(const Trainer::Options& o, int64_t iteration) {
-  if (iteration < o.drift_at_iteration) return 0.0;
-  if (o.drift == Trainer::Drift::kRecurring) {
-    // Periods 0, 2, 4, ... after the drift point are rotated, 1, 3, ... upright.
-    const int64_t period = (iteration - o.drift_at_iteration) / std::max<int64_t>(1, o.drift_period_iterations);
-    return period % 2 == 0 ? o.drift_rotation_degrees : 0.0;
-  }
-  if (o.drift != Trainer::Drift::kRotation) return 0.0;
-  if (o.drift_duration_iterations <= 0) return o.drift_rotation_degrees;
-  const double progress = static_cast<double>(iteration - o.drift_at_iteration) /
-                          static_cast<double>(o.drift_duration_iterations);
-  return o.drift_rotation_degrees * std::min(1.0, progress);
-}
-
-bool DriftSwapsLabels(const Trainer::Options& o, int64_t iteration) {
-  return o.drift == Trainer::Drift::kLabelSwap && iteration >= o.drift_at_iteration;
-}
-
-double DriftPriorProgress(const Trainer::Options& o, int64_t iteration) {
-  if (o.drift != Trainer::Drift::kPriorShift || iteration < o.drift_at_iteration) return 0.0;
-  if (o.drift_duration_iterations <= 0) return 1.0;
-  return std::min(1.0, static_cast<double>(iteration - o.drift_at_iteration) /
-                           static_cast<double>(o.drift_duration_iterations));
-}
-
-std::vector<double> DriftClassPrior(const Trainer::Options& o, const std::vector<double>& own, double progress) {
-  VIPER_CHECK(own.size() == static_cast<std::size_t>(kFashionMnistClasses));
-  std::vector<bool> favoured(kFashionMnistClasses, false);
-  for (int c : o.drift_prior_classes) favoured[static_cast<std::size_t>(c)] = true;
-  const double n_favoured = static_cast<double>(o.drift_prior_classes.size());
-  const double n_other = kFashionMnistClasses - n_favoured;
-  std::vector<double> prior(own.size());
-  for (std::size_t c = 0; c < own.size(); ++c) {
-    const double target = favoured[c] ? o.drift_prior_mass / n_favoured : (1.0 - o.drift_prior_mass) / n_other;
-    prior[c] = (1.0 - progress) * own[c] + progress * target;
-  }
-  return prior;
-}
-
-TrafficState DriftTrafficState(const Trainer::Options& o, int64_t iteration) {
-  TrafficState s;
-  s.only_initial_classes = o.drift == Trainer::Drift::kClassIncremental && iteration < o.drift_at_iteration;
-  s.swapped = DriftSwapsLabels(o, iteration);
-  s.rotation_degrees = DriftRotationDegrees(o, iteration);
-  s.prior_progress = DriftPriorProgress(o, iteration);
-  return s;
-}
-
-namespace {
-
-// Class frequencies of `labels` (10 values summing to 1; zeros when empty).
-std::vector<double> ClassShares(const std::vector<uint8_t>& labels) {
-  std::vector<double> shares(kFashionMnistClasses, 0.0);
-  for (uint8_t l : labels) shares[l] += 1.0;
-  for (double& x : shares) x /= std::max<double>(1.0, static_cast<double>(labels.size()));
-  return shares;
-}
-
-// Prior shift on a set: the same number of samples, class c holding its share
-// of the prior (largest remainder), taken from class c's samples in order and
-// cycling; classes interleaved evenly (each slot goes to the class furthest
-// behind its quota's schedule, ties to the lower class).
-Samples ResampleToPrior(const Trainer::Options& o, const Samples& samples, double progress) {
-  const int64_t n = samples.size();
-  std::vector<std::vector<int64_t>> by_class(kFashionMnistClasses);
-  for (int64_t i = 0; i < n; ++i) by_class[samples.labels[static_cast<std::size_t>(i)]].push_back(i);
-  std::vector<double> prior = DriftClassPrior(o, ClassShares(samples.labels), progress);
-  double total = 0.0;
-  for (int c = 0; c < kFashionMnistClasses; ++c) {
-    if (by_class[static_cast<std::size_t>(c)].empty()) prior[static_cast<std::size_t>(c)] = 0.0;  // cannot be drawn
-    total += prior[static_cast<std::size_t>(c)];
-  }
-  if (n == 0 || total <= 0.0) return samples;
-  std::vector<int64_t> quota(kFashionMnistClasses, 0);
-  std::vector<std::pair<double, int>> remainders;
-  int64_t assigned = 0;
-  for (int c = 0; c < kFashionMnistClasses; ++c) {
-    const double exact = static_cast<double>(n) * prior[static_cast<std::size_t>(c)] / total;
-    quota[static_cast<std::size_t>(c)] = static_cast<int64_t>(std::floor(exact));
-    assigned += quota[static_cast<std::size_t>(c)];
-    if (prior[static_cast<std::size_t>(c)] > 0.0) remainders.push_back({exact - std::floor(exact), c});
-  }
-  std::stable_sort(remainders.begin(), remainders.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t k = 0; assigned < n && k < remainders.size(); ++k, ++assigned) {
-    ++quota[static_cast<std::size_t>(remainders[k].second)];
-  }
-  std::vector<int64_t> taken(kFashionMnistClasses, 0);
-  std::vector<int64_t> indices;
-  indices.reserve(static_cast<std::size_t>(n));
-  for (int64_t slot = 0; slot < n; ++slot) {
-    int best = -1;
-    double best_lag = 0.0;
-    for (int c = 0; c < kFashionMnistClasses; ++c) {
-      const auto uc = static_cast<std::size_t>(c);
-      if (taken[uc] >= quota[uc]) continue;
-      const double lag = static_cast<double>(quota[uc]) * static_cast<double>(slot + 1) / static_cast<double>(n) -
-                         static_cast<double>(taken[uc]);
-      if (best < 0 || lag > best_lag) {
-        best = c;
-        best_lag = lag;
-      }
-    }
-    VIPER_CHECK(best >= 0);
-    const auto& pool = by_class[static_cast<std::size_t>(best)];
-    indices.push_back(pool[static_cast<std::size_t>(taken[static_cast<std::size_t>(best)]++ %
-                                                    static_cast<int64_t>(pool.size()))]);
-  }
-  return samples.Subset(indices);
-}
-
-std::vector<int> FirstClasses(int64_t count) {
-  std::vector<int> classes;
-  for (int c = 0; c < count; ++c) classes.push_back(c);
-  return classes;
-}
-
-// A uniform draw in [0, 1) from 53 bits: the same on every platform.
-double UnitDraw(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// Fisher-Yates with a plain modulo draw: the same order on every platform
-// (std::shuffle's algorithm is implementation-defined).
-void Shuffle(std::vector<int64_t>* v, std::mt19937_64& rng) {
-  for (std::size_t i = v->size(); i > 1; --i) {
-    const std::size_t j = static_cast<std::size_t>(rng() % i);
-    std::swap((*v)[i - 1], (*v)[j]);
-  }
-}
-
-}  // namespace
-
-Samples DriftedSamples(const Trainer::Options& o, const Samples& samples, const TrafficState& state) {
-  if (state.Identity()) return samples;
-  Samples out = state.only_initial_classes ? samples.FilterClasses(FirstClasses(o.drift_initial_classes)) : samples;
-  if (state.prior_progress > 0.0) out = ResampleToPrior(o, out, state.prior_progress);
-  if (state.swapped) out = out.WithLabelsSwapped(o.drift_swap_class_a, o.drift_swap_class_b);
-  if (state.rotation_degrees != 0.0) out = out.Rotated(state.rotation_degrees);
-  return out;
-}
-
-Samples DriftedSamples(const Trainer::Options& o, const Samples& samples, int64_t iteration) {
-  return DriftedSamples(o, samples, DriftTrafficState(o, iteration));
 }
 
 bool Trainer::Options::IsValid(std::string* error) const {
@@ -217,46 +56,7 @@ bool Trainer::Options::IsValid(std::string* error) const {
   if (batch_size <= 0) return fail("batch_size must be positive");
   if (epochs <= 0) return fail("epochs must be positive");
   if (max_iterations < 0) return fail("max_iterations must be >= 0 (0 = no cap)");
-  if (drift != Drift::kNone && drift_at_iteration < 2) {
-    return fail(std::string("drift_at_iteration must be >= 2 with ") + ToString(drift) + " drift");
-  }
-  if (drift == Drift::kClassIncremental &&
-      (drift_initial_classes < 1 || drift_initial_classes >= kFashionMnistClasses)) {
-    return fail("drift_initial_classes must be in [1, 9]");
-  }
-  if (drift == Drift::kLabelSwap) {
-    auto is_class = [](int c) { return c >= 0 && c < kFashionMnistClasses; };
-    if (!is_class(drift_swap_class_a)) return fail("drift_swap_class_a must be a class in [0, 9]");
-    if (!is_class(drift_swap_class_b)) return fail("drift_swap_class_b must be a class in [0, 9]");
-    if (drift_swap_class_a == drift_swap_class_b) {
-      return fail("drift_swap_class_b must differ from drift_swap_class_a (swapping a class with itself changes nothing)");
-    }
-  }
-  if (drift == Drift::kRotation || drift == Drift::kRecurring) {
-    if (!(std::isfinite(drift_rotation_degrees) && std::abs(drift_rotation_degrees) <= 360.0)) {
-      return fail("drift_rotation_degrees must be finite and in [-360, 360]");
-    }
-  }
-  if ((drift == Drift::kRotation || drift == Drift::kPriorShift) && drift_duration_iterations < 0) {
-    return fail("drift_duration_iterations must be >= 0 (0 = at once)");
-  }
-  if (drift == Drift::kRecurring && drift_period_iterations < 1) {
-    return fail("drift_period_iterations must be >= 1");
-  }
-  if (drift == Drift::kPriorShift) {
-    std::vector<bool> seen(kFashionMnistClasses, false);
-    for (int c : drift_prior_classes) {
-      if (c < 0 || c >= kFashionMnistClasses) return fail("drift_prior_classes must hold classes in [0, 9], got " + std::to_string(c));
-      if (seen[static_cast<std::size_t>(c)]) return fail("drift_prior_classes names class " + std::to_string(c) + " twice");
-      seen[static_cast<std::size_t>(c)] = true;
-    }
-    if (drift_prior_classes.empty() || drift_prior_classes.size() >= static_cast<std::size_t>(kFashionMnistClasses)) {
-      return fail("drift_prior_classes must name between 1 and 9 classes (all ten would leave the prior uniform)");
-    }
-    if (!(std::isfinite(drift_prior_mass) && drift_prior_mass > 0.0 && drift_prior_mass <= 1.0)) {
-      return fail("drift_prior_mass must be in (0, 1]");
-    }
-  }
+  if (!Trainer::DriftOptionsValid(*this, error)) return false;
   {
     auto mask = FrozenTensorMask(*this, static_cast<int>(hidden_widths.size()) + 1);
     if (!mask.ok()) return fail(mask.status().message());
@@ -332,19 +132,6 @@ struct Trainer::Traffic {
   std::vector<int32_t> labels;
 };
 
-struct Trainer::KeptVersion {
-  int64_t iteration = 0;  // the version: the model as after this iteration
-  int64_t point = 0;      // index of its validation point (0 = the first)
-  Mlp model;
-  // Evaluations already made, by the traffic they were made on (equal
-  // traffic, equal bits: reused rather than recomputed).
-  struct Measured {
-    TrafficState traffic;
-    Evaluation val, test;
-  };
-  std::vector<Measured> measured;
-};
-
 Trainer::Trainer(const Options& options, Mlp model) : options_(options), model_(std::move(model)) {}
 
 Trainer::~Trainer() = default;
@@ -392,10 +179,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
     return InvalidArgumentError("validation set is empty but val_every_iterations is " +
                                 std::to_string(options.val_every_iterations));
   }
-  if ((options.drift == Drift::kRotation || options.drift == Drift::kRecurring) && !IsSquareImage(train.features)) {
-    return InvalidArgumentError(std::string(ToString(options.drift)) + " drift rotates images and needs square ones, but the samples have " +
-                                std::to_string(train.features) + " features");
-  }
+  VIPER_RETURN_IF_ERROR(CheckDriftTrainingSamples(options, train));
   if (options.staleness_table && test.empty()) {
     return InvalidArgumentError("the staleness table needs a test subset (its test_loss is the traffic's truth)");
   }
@@ -420,26 +204,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
   t->test_ = std::move(test);
   if (!t->validation_.empty()) t->validation_.GatherAll(&t->val_inputs_, &t->val_labels_);
   if (!t->test_.empty()) t->test_.GatherAll(&t->test_inputs_, &t->test_labels_);
-  if (options.drift == Drift::kClassIncremental) {
-    for (int64_t i = 0; i < t->train_.size(); ++i) {
-      if (t->train_.labels[static_cast<std::size_t>(i)] < options.drift_initial_classes) t->initial_pool_.push_back(i);
-    }
-    if (static_cast<int64_t>(t->initial_pool_.size()) < options.batch_size) {
-      return InvalidArgumentError("only " + std::to_string(t->initial_pool_.size()) +
-                                  " training samples belong to the first " +
-                                  std::to_string(options.drift_initial_classes) + " classes, fewer than one batch");
-    }
-  }
-  if (options.drift == Drift::kPriorShift) {
-    t->class_pools_.resize(kFashionMnistClasses);
-    for (int64_t i = 0; i < t->train_.size(); ++i) {
-      t->class_pools_[t->train_.labels[static_cast<std::size_t>(i)]].push_back(i);
-    }
-    // Every pool starts exhausted: it is shuffled when first drawn from.
-    t->class_positions_.resize(kFashionMnistClasses);
-    for (int c = 0; c < kFashionMnistClasses; ++c) t->class_positions_[c] = t->class_pools_[c].size();
-    t->train_class_shares_ = ClassShares(t->train_.labels);
-  }
+  VIPER_RETURN_IF_ERROR(t->SetUpDriftPools());
   t->val_traffic_ = std::make_unique<Traffic>();
   t->test_traffic_ = std::make_unique<Traffic>();
   t->planned_iterations_ = options.epochs * t->iterations_per_epoch();
@@ -454,13 +219,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Options& options, Sampl
 
 int64_t Trainer::iterations_per_epoch() const { return train_.size() / options_.batch_size; }
 
-std::vector<int> Trainer::ActiveClasses(int64_t iteration) const {
-  if (options_.drift == Drift::kClassIncremental && iteration < options_.drift_at_iteration) {
-    return FirstClasses(options_.drift_initial_classes);
-  }
-  return FirstClasses(kFashionMnistClasses);
-}
-
 double Trainer::LearningRateAt(int64_t iteration) const {
   double step = 1.0;
   for (const Options::LrMilestone& m : options_.lr_milestones) {
@@ -469,49 +227,6 @@ double Trainer::LearningRateAt(int64_t iteration) const {
   if (!options_.cosine_schedule || planned_iterations_ <= 0) return options_.learning_rate * step;
   const double progress = static_cast<double>(iteration - 1) / static_cast<double>(planned_iterations_);
   return options_.learning_rate * step * 0.5 * (1.0 + std::cos(kPi * progress));
-}
-
-void Trainer::StartEpoch(bool all_classes) {
-  all_classes_ = all_classes;
-  if (all_classes) {
-    pool_.resize(static_cast<std::size_t>(train_.size()));
-    for (int64_t i = 0; i < train_.size(); ++i) pool_[static_cast<std::size_t>(i)] = i;
-  } else {
-    pool_ = initial_pool_;
-  }
-  Shuffle(&pool_, data_rng_);
-  pool_position_ = 0;
-  ++epoch_;
-}
-
-void Trainer::DrawPriorBatch(int64_t iteration) {
-  std::vector<double> prior = DriftClassPrior(options_, train_class_shares_, DriftPriorProgress(options_, iteration));
-  double total = 0.0;
-  for (int c = 0; c < kFashionMnistClasses; ++c) {
-    if (class_pools_[static_cast<std::size_t>(c)].empty()) prior[static_cast<std::size_t>(c)] = 0.0;
-    total += prior[static_cast<std::size_t>(c)];
-  }
-  batch_indices_.resize(static_cast<std::size_t>(options_.batch_size));
-  for (int64_t k = 0; k < options_.batch_size; ++k) {
-    const double u = UnitDraw(data_rng_) * total;
-    double cumulative = 0.0;
-    int c = -1;
-    for (int k2 = 0; k2 < kFashionMnistClasses; ++k2) {
-      if (prior[static_cast<std::size_t>(k2)] <= 0.0) continue;
-      c = k2;  // the last class with weight, should rounding leave u past the end
-      cumulative += prior[static_cast<std::size_t>(k2)];
-      if (u < cumulative) break;
-    }
-    VIPER_CHECK(c >= 0);
-    auto& pool = class_pools_[static_cast<std::size_t>(c)];
-    std::size_t& position = class_positions_[static_cast<std::size_t>(c)];
-    if (position >= pool.size()) {
-      Shuffle(&pool, data_rng_);
-      position = 0;
-    }
-    batch_indices_[static_cast<std::size_t>(k)] = pool[position++];
-  }
-  train_.GatherBatch(batch_indices_.data(), options_.batch_size, &batch_inputs_, &batch_labels_);
 }
 
 void Trainer::ApplyUpdate(double learning_rate) {
@@ -568,176 +283,13 @@ Evaluation Trainer::Test() const { return EvaluateOn(model_, true, iteration_); 
 
 Evaluation Trainer::Validate(const Mlp& model) const { return EvaluateOn(model, false, iteration_); }
 
-void Trainer::RecordStaleness(int64_t iteration) {
-  KeepStalenessVersion(iteration);
-  if (options_.staleness_deferred) {
-    staleness_pending_.push_back(iteration);
-    return;
-  }
-  EvaluateKeptVersions(iteration);
-}
-
-void Trainer::KeepStalenessVersion(int64_t iteration) {
-  const int64_t point = validation_points_ - 1;
-  // The previous newest stays only if it is on the stride's grid.
-  if (!kept_.empty() && kept_.back().point % staleness_stride_ != 0) kept_.pop_back();
-  kept_.push_back(KeptVersion{iteration, point, model_.Clone(), {}});
-  const auto max_versions = static_cast<std::size_t>(options_.staleness_max_versions);
-  while (max_versions > 0 && kept_.size() > max_versions) {
-    // Thin evenly: double the stride, keep its multiples and the newest.
-    // Point 0 is always a multiple, so this ends with at most 2 versions.
-    staleness_stride_ *= 2;
-    std::vector<KeptVersion> thinned;
-    for (std::size_t k = 0; k < kept_.size(); ++k) {
-      if (kept_[k].point % staleness_stride_ == 0 || k + 1 == kept_.size()) thinned.push_back(std::move(kept_[k]));
-    }
-    kept_ = std::move(thinned);
-  }
-  staleness_peak_ = std::max(staleness_peak_, static_cast<int64_t>(kept_.size()));
-}
-
-// One row per kept version v <= iteration, on the traffic of `iteration`.
-void Trainer::EvaluateKeptVersions(int64_t iteration) {
-  for (KeptVersion& v : kept_) {
-    if (v.iteration > iteration) break;  // kept_ is oldest first
-    EvaluateVersion(v, iteration);
-  }
-  for (KeptVersion& v : extra_kept_) {
-    if (v.iteration > iteration) break;  // extra_kept_ too
-    EvaluateVersion(v, iteration);
-  }
-}
-
-// The row (version, iteration): `version` on the traffic of `iteration`,
-// reusing an evaluation made on the same traffic.
-void Trainer::EvaluateVersion(KeptVersion& v, int64_t iteration) {
-  const TrafficState traffic = DriftTrafficState(options_, iteration);
-  const KeptVersion::Measured* m = nullptr;
-  for (const auto& earlier : v.measured) {
-    if (earlier.traffic == traffic) m = &earlier;
-  }
-  if (m != nullptr) {
-    ++staleness_reused_;
-  } else {
-    v.measured.push_back({traffic, EvaluateOn(v.model, false, iteration), EvaluateOn(v.model, true, iteration)});
-    m = &v.measured.back();
-    ++staleness_evaluations_;
-  }
-  StalenessRecord r;
-  r.version_iteration = v.iteration;
-  r.traffic_iteration = iteration;
-  r.val_loss = m->val.mean_loss;
-  r.val_accuracy = m->val.accuracy;
-  r.test_loss = m->test.mean_loss;
-  r.test_accuracy = m->test.accuracy;
-  staleness_rows_.push_back(r);
-}
-
-int64_t Trainer::staleness_extra_versions() const { return static_cast<int64_t>(extra_kept_.size()); }
-
-void Trainer::KeepCurrentVersion() {
-  if (!options_.staleness_table || !options_.staleness_deferred || options_.staleness_max_versions != 0) return;
-  if (iteration_ == 0 || (!kept_.empty() && kept_.back().iteration == iteration_)) return;
-  if (!extra_kept_.empty() && extra_kept_.back().iteration == iteration_) return;
-  const auto begin = std::chrono::steady_clock::now();
-  extra_kept_.push_back(KeptVersion{iteration_, -1, model_.Clone(), {}});
-  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-}
-
-StalenessTable Trainer::FinishStalenessTable() {
-  const auto begin = std::chrono::steady_clock::now();
-  // A step of the traffic between two validation points (a label swap, the
-  // class-incremental traffic growing, a recurring domain switching; not
-  // every iteration of a ramp) gets knots on both sides of it, s - 1 and s,
-  // so that a surface linear between knots holds the step where it is
-  // rather than spreading it over the points around it. Their traffic equals
-  // a neighbour's, so their evaluations are mostly reused.
-  if (!staleness_pending_.empty()) {
-    std::vector<int64_t> knots = staleness_pending_;
-    const int64_t first = staleness_pending_.front(), last = staleness_pending_.back();
-    for (int64_t i = first + 2; i <= last; ++i) {
-      const TrafficState before = DriftTrafficState(options_, i - 1), at = DriftTrafficState(options_, i);
-      if (at == before) continue;
-      const bool ramp = !(DriftTrafficState(options_, i - 2) == before) &&
-                        (i + 1 > last || !(DriftTrafficState(options_, i + 1) == at));
-      if (ramp) continue;
-      knots.push_back(i - 1);
-      knots.push_back(i);
-    }
-    std::sort(knots.begin(), knots.end());
-    knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
-    staleness_pending_ = std::move(knots);
-  }
-  // KeepCurrentVersion's versions on their own traffic (the diagonal; once:
-  // a version published on a knot gets that row below), then every version
-  // on every validation point's and knot's.
-  for (KeptVersion& v : extra_kept_) {
-    if (v.measured.empty() &&
-        !std::binary_search(staleness_pending_.begin(), staleness_pending_.end(), v.iteration)) {
-      EvaluateVersion(v, v.iteration);
-    }
-  }
-  for (int64_t t : staleness_pending_) EvaluateKeptVersions(t);
-  staleness_pending_.clear();
-  staleness_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  return staleness_table();
-}
-
-StalenessTable Trainer::staleness_table() const {
-  StalenessTable table;
-  table.source = "viper train";
-  table.records = staleness_rows_;
-  std::sort(table.records.begin(), table.records.end(), [](const StalenessRecord& a, const StalenessRecord& b) {
-    return a.version_iteration != b.version_iteration ? a.version_iteration < b.version_iteration
-                                                      : a.traffic_iteration < b.traffic_iteration;
-  });
-  return table;
-}
-
-std::vector<int64_t> Trainer::staleness_versions() const {
-  std::vector<int64_t> versions;
-  for (const auto& v : kept_) versions.push_back(v.iteration);
-  return versions;
-}
-
-std::size_t Trainer::staleness_bytes() const { return kept_.size() * model_.SizeBytes(); }
-
 Status Trainer::Step(LogRecord* record) {
   if (done()) {
     return FailedPreconditionError("training is done after " + std::to_string(iteration_) + " iterations");
   }
   const int64_t iteration = iteration_ + 1;
   if (iteration == 1) start_ = std::chrono::steady_clock::now();
-  if (options_.drift == Drift::kPriorShift && iteration >= options_.drift_at_iteration) {
-    // Drawn by class from the shifting prior; an epoch is as many samples as
-    // the pool holds, the first one starting at the drift point.
-    if (!class_draws_ || pool_position_ + options_.batch_size > train_.size()) {
-      class_draws_ = true;
-      pool_position_ = 0;
-      ++epoch_;
-    }
-    DrawPriorBatch(iteration);
-    pool_position_ += options_.batch_size;
-  } else {
-    const bool all_classes =
-        options_.drift != Drift::kClassIncremental || iteration >= options_.drift_at_iteration;
-    if (epoch_ < 0 || all_classes != all_classes_ ||
-        pool_position_ + options_.batch_size > static_cast<int64_t>(pool_.size())) {
-      StartEpoch(all_classes);
-    }
-    train_.GatherBatch(pool_.data() + pool_position_, options_.batch_size, &batch_inputs_, &batch_labels_);
-    pool_position_ += options_.batch_size;
-  }
-  if (DriftSwapsLabels(options_, iteration)) {
-    for (int32_t& label : batch_labels_) {
-      if (label == options_.drift_swap_class_a) {
-        label = options_.drift_swap_class_b;
-      } else if (label == options_.drift_swap_class_b) {
-        label = options_.drift_swap_class_a;
-      }
-    }
-  }
-  RotateImages(&batch_inputs_, DriftRotationDegrees(options_, iteration));
+  NextBatch(iteration);
   const float loss = model_.LossAndGradient(batch_inputs_, batch_labels_, &gradients_, &workspace_);
   if (!std::isfinite(loss) && !options_.continue_after_divergence) {
     return AbortedError("training diverged at iteration " + std::to_string(iteration) + " (loss " +
@@ -813,15 +365,7 @@ StatusOr<Trainer::Summary> Trainer::Run(TrainingLogWriter* log, const IterationC
   s.parameters = model_.NumParameters();
   s.model_bytes = model_.SizeBytes();
   s.frozen_parameters = frozen_parameters();
-  if (options_.staleness_table) {
-    s.staleness_rows = static_cast<int64_t>(staleness_rows_.size());
-    s.staleness_versions_kept = static_cast<int64_t>(kept_.size());
-    s.staleness_versions_peak = staleness_peak_;
-    s.staleness_bytes_peak = static_cast<std::size_t>(staleness_peak_) * model_.SizeBytes();
-    s.staleness_seconds = staleness_seconds_;
-    s.staleness_evaluations = staleness_evaluations_;
-    s.staleness_evaluations_reused = staleness_reused_;
-  }
+  SummarizeStaleness(&s);
   if (iteration_ > 0) {
     s.test_seconds = test_seconds_;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() - test_seconds_ -

@@ -325,14 +325,27 @@ class Trainer {
   Trainer(const Options& options, Mlp model);
   // `model` on the validation (test = false) or test subset as drifted at `iteration`.
   Evaluation EvaluateOn(const Mlp& model, bool test, int64_t iteration) const;
-  void StartEpoch(bool all_classes);
-  void DrawPriorBatch(int64_t iteration);
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
+  // The drifting stream (trainer_drift.cc): the drift's fields of
+  // Options::IsValid; Create's check of the training samples against the
+  // drift (rotation needs square images) and its pools of the drift's classes
+  // (an error when the pre-drift classes fill no batch); iteration
+  // `iteration`'s batch into batch_inputs_ / batch_labels_ as the drift has
+  // it (class-incremental epochs, draws by class from the shifting prior,
+  // labels swapped, images rotated).
+  static bool DriftOptionsValid(const Options& options, std::string* error);
+  static Status CheckDriftTrainingSamples(const Options& options, const Samples& train);
+  Status SetUpDriftPools();
+  void NextBatch(int64_t iteration);
+  void StartEpoch(bool all_classes);
+  void DrawPriorBatch(int64_t iteration);
+  // The staleness table (trainer_staleness.cc).
   void RecordStaleness(int64_t iteration);
   void KeepStalenessVersion(int64_t iteration);
   void EvaluateKeptVersions(int64_t iteration);
   void EvaluateVersion(KeptVersion& version, int64_t iteration);
+  void SummarizeStaleness(Summary* summary) const;  // Run's staleness fields
 
   Options options_;
   Mlp model_;
@@ -431,6 +444,23 @@ double DriftPriorProgress(const Trainer::Options& options, int64_t iteration);
 // progress * target, target = drift_prior_mass shared equally by
 // drift_prior_classes, the rest shared equally by the other classes.
 std::vector<double> DriftClassPrior(const Trainer::Options& options, const std::vector<double>& own, double progress);
+
+// Private to Trainer, not part of the API: a version the staleness table
+// keeps (trainer_staleness.cc fills Trainer::kept_ with them). Defined here,
+// after TrafficState, because Trainer's constructor and destructor
+// (trainer.cc) need it complete.
+struct Trainer::KeptVersion {
+  int64_t iteration = 0;  // the version: the model as after this iteration
+  int64_t point = 0;      // index of its validation point (0 = the first)
+  Mlp model;
+  // Evaluations already made, by the traffic they were made on (equal
+  // traffic, equal bits: reused rather than recomputed).
+  struct Measured {
+    TrafficState traffic;
+    Evaluation val, test;
+  };
+  std::vector<Measured> measured;
+};
 
 }  // namespace workflow
 }  // namespace viper
