@@ -290,7 +290,7 @@ void BindGroup(py::module_& m) {
            }),
            py::arg("producers"), py::arg("consumers"), py::arg("world_size"), py::arg("layout"),
            py::arg("peer_timeout_s"), py::arg("decision_timeout_s"), py::arg("link") = "auto",
-           py::arg("bucket_bytes") = 0, py::arg("ring_buckets") = 2, py::arg("gpu_device") = 0)
+           py::arg("bucket_bytes") = 0, py::arg("ring_buckets") = 1, py::arg("gpu_device") = 0)
       .def("publish", &PyShardedPublisher::Publish, py::arg("specs"), py::arg("iteration"),
            py::arg("publish"))
       .def_property_readonly("rank", [](const PyShardedPublisher& p) { return p.Get().rank(); })

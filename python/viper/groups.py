@@ -179,11 +179,12 @@ class ShardedPublisher:
     on one node, each with a device: this rank stages its shard on CUDA
     device `gpu_device`; its shard may be CUDA tensors). Two different
     explicit links is an error; "auto" follows a rank asking for "gpu". On
-    shm, `bucket_bytes` (0 = the consumers' window) and `ring_buckets` (1 or
-    2) size each producer's ring."""
+    shm, `bucket_bytes` (0 = the consumers' window) and `ring_buckets` (1, the
+    default: one bucket beyond the shard; or 2, overlapping) size each
+    producer's ring."""
 
     def __init__(self, layout, producers, consumers, *, peer_timeout_s=30.0, decision_timeout_s=600.0,
-                 link="auto", bucket_bytes=0, ring_buckets=2, gpu_device=0):
+                 link="auto", bucket_bytes=0, ring_buckets=1, gpu_device=0):
         _check_layout(layout, "ShardedPublisher")
         _, size = mpi.init()
         self._layout = layout

@@ -149,10 +149,12 @@ class ShardedPublisher {
     // shm link: the bucket, bytes of a producer's shard image per slot (0:
     // the consumers' window, their bucket_bytes in bounded mode, else
     // chunk_bytes; never more than the largest producer shard), and the
-    // ring's slots (1 or 2). Producer rank 0's values hold for every
-    // producer rank.
+    // ring's slots (1 or 2: 1, the default, keeps what a producer holds
+    // beyond its shard to one bucket; 2 lets it write one bucket while the
+    // consumers copy the other, for twice the memory). Producer rank 0's
+    // values hold for every producer rank.
     uint64_t bucket_bytes = 0;
-    int ring_buckets = 2;
+    int ring_buckets = 1;
     // Every wait on another rank (the decision, a send, the Ack) gives up
     // after this long; the version is then not delivered.
     double peer_timeout_s = 30;
