@@ -26,6 +26,20 @@ namespace {
 // the oracle was beaten (simulation rounding stays well under it).
 constexpr double kOracleBeatenTolerance = 1e-3;
 
+// A regret as a percentage in `width` characters: fixed-point, or in
+// scientific notation past a million percent (a nearly diverged version's
+// finite loss), never a 24-digit number.
+std::string Percent(double fraction, int width) {
+  char buf[64];
+  const double x = 100 * fraction;
+  if (std::isfinite(x) && std::fabs(x) >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%+*.2e%%", width, x);
+  } else {
+    std::snprintf(buf, sizeof buf, "%+*.2f%%", width, x);
+  }
+  return buf;
+}
+
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -191,7 +205,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
               std::fprintf(table, " %12s", "-");
               continue;
             }
-            std::fprintf(table, " %+11.2f%%", 100 * *r->regret_vs_oracle);
+            std::fprintf(table, " %s", Percent(*r->regret_vs_oracle, 11).c_str());
             regrets[k].push_back(*r->regret_vs_oracle);
             plan_time[k] += r->plan.summary.plan_time_s;
             if (r->change_vs_epoch) {
@@ -273,11 +287,10 @@ int RunEvaluate(const std::vector<std::string>& args) {
     const auto& r = regrets[k];
     if (r.empty()) continue;
     const auto& e = vs_epoch[k];
-    char ve[32] = "-";
-    if (!e.empty()) std::snprintf(ve, sizeof ve, "%+.2f%%", 100 * Quantile(e, 0.5));
-    std::fprintf(table, "%-13s %+8.2f%% %+8.2f%% %+8.2f%% %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
-                100 * Quantile(r, 0.5), 100 * Quantile(r, 0.9), 100 * Quantile(r, 1.0), ve, worse_than_epoch[k].size(),
-                e.size(), plan_time[k]);
+    const std::string ve = e.empty() ? "-" : Percent(Quantile(e, 0.5), 0);
+    std::fprintf(table, "%-13s %s %s %s %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
+                 Percent(Quantile(r, 0.5), 8).c_str(), Percent(Quantile(r, 0.9), 8).c_str(),
+                 Percent(Quantile(r, 1.0), 8).c_str(), ve.c_str(), worse_than_epoch[k].size(), e.size(), plan_time[k]);
     summary[schedulers::ToString(k)] = {{"median_regret", Quantile(r, 0.5)},
                                         {"p90_regret", Quantile(r, 0.9)},
                                         {"worst_regret", Quantile(r, 1.0)},
