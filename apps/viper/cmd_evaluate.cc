@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "log_options.h"
 #include "planning_options.h"
+#include "viper/core/units.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/schedulers/staleness.h"
 #include "viper/simulator/simulator.h"
@@ -26,19 +27,6 @@ namespace {
 // the oracle was beaten (simulation rounding stays well under it).
 constexpr double kOracleBeatenTolerance = 1e-3;
 
-// A regret as a percentage in `width` characters: fixed-point, or in
-// scientific notation past a million percent (a nearly diverged version's
-// finite loss), never a 24-digit number.
-std::string Percent(double fraction, int width) {
-  char buf[64];
-  const double x = 100 * fraction;
-  if (std::isfinite(x) && std::fabs(x) >= 1e6) {
-    std::snprintf(buf, sizeof buf, "%+*.2e%%", width, x);
-  } else {
-    std::snprintf(buf, sizeof buf, "%+*.2f%%", width, x);
-  }
-  return buf;
-}
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -205,7 +193,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
               std::fprintf(table, " %12s", "-");
               continue;
             }
-            std::fprintf(table, " %s", Percent(*r->regret_vs_oracle, 11).c_str());
+            std::fprintf(table, " %s", FormatPercent(*r->regret_vs_oracle, 11).c_str());
             regrets[k].push_back(*r->regret_vs_oracle);
             plan_time[k] += r->plan.summary.plan_time_s;
             if (r->change_vs_epoch) {
@@ -287,10 +275,10 @@ int RunEvaluate(const std::vector<std::string>& args) {
     const auto& r = regrets[k];
     if (r.empty()) continue;
     const auto& e = vs_epoch[k];
-    const std::string ve = e.empty() ? "-" : Percent(Quantile(e, 0.5), 0);
+    const std::string ve = e.empty() ? "-" : FormatPercent(Quantile(e, 0.5), 0);
     std::fprintf(table, "%-13s %s %s %s %11s %9zu of %-3zu %10.3f s\n", schedulers::ToString(k),
-                 Percent(Quantile(r, 0.5), 8).c_str(), Percent(Quantile(r, 0.9), 8).c_str(),
-                 Percent(Quantile(r, 1.0), 8).c_str(), ve.c_str(), worse_than_epoch[k].size(), e.size(), plan_time[k]);
+                 FormatPercent(Quantile(r, 0.5), 8).c_str(), FormatPercent(Quantile(r, 0.9), 8).c_str(),
+                 FormatPercent(Quantile(r, 1.0), 8).c_str(), ve.c_str(), worse_than_epoch[k].size(), e.size(), plan_time[k]);
     summary[schedulers::ToString(k)] = {{"median_regret", Quantile(r, 0.5)},
                                         {"p90_regret", Quantile(r, 0.9)},
                                         {"worst_regret", Quantile(r, 1.0)},

@@ -76,7 +76,7 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
     if (rows[r].sim.diverged_requests > 0) {
       std::snprintf(regret, sizeof regret, "+inf: served a diverged model");
     } else if (rows[r].regret_vs_oracle) {
-      std::snprintf(regret, sizeof regret, "%+.2f%%", 100 * *rows[r].regret_vs_oracle);
+      std::snprintf(regret, sizeof regret, "%s", FormatPercent(*rows[r].regret_vs_oracle).c_str());
     }
     const double cil = std::isfinite(rows[r].sim.cil) ? rows[r].sim.cil : 0.0;  // +inf: no bar, the label says why
     bars << r << " \"" << schedulers::ToString(rows[r].kind) << "\" " << cil << " \"" << regret << "\"\n";
@@ -269,8 +269,8 @@ int RunSimulate(const std::vector<std::string>& args) {
               "ckpts", "slowdown", "staleness", "plan time");
   for (const auto& r : rows) {
     char regret[32] = "-", vs_epoch[32] = "-";
-    if (r.regret_vs_oracle) std::snprintf(regret, sizeof(regret), "%+.2f%%", 100 * *r.regret_vs_oracle);
-    if (r.change_vs_epoch) std::snprintf(vs_epoch, sizeof(vs_epoch), "%+.2f%%", 100 * *r.change_vs_epoch);
+    if (r.regret_vs_oracle) std::snprintf(regret, sizeof(regret), "%s", FormatPercent(*r.regret_vs_oracle).c_str());
+    if (r.change_vs_epoch) std::snprintf(vs_epoch, sizeof(vs_epoch), "%s", FormatPercent(*r.change_vs_epoch).c_str());
     std::fprintf(table, "%-13s %12.6g %12.6g %10s %9s %6lld %11s %11s %11s\n", schedulers::ToString(r.kind), r.sim.cil,
                 r.plan.summary.predicted.cil, regret, vs_epoch, static_cast<long long>(r.sim.checkpoints),
                 FormatSeconds(r.sim.slowdown_s).c_str(), FormatSeconds(r.sim.mean_staleness_s.value_or(0)).c_str(),

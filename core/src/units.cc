@@ -66,4 +66,15 @@ std::string FormatSeconds(double seconds) {
   return buf;
 }
 
+std::string FormatPercent(double fraction, int width) {
+  char buf[64];
+  const double x = 100 * fraction;
+  if (std::isfinite(x) && std::fabs(x) >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%+*.2e%%", width, x);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%+*.2f%%", width, x);
+  }
+  return buf;
+}
+
 }  // namespace viper

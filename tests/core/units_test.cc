@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace viper {
 namespace {
 
@@ -72,6 +74,15 @@ TEST(FormatSecondsTest, PicksTheUnit) {
   EXPECT_EQ(FormatSeconds(0.098), "98.00 ms");  // NT3.A GPU sync latency
   EXPECT_EQ(FormatSeconds(2.5), "2.50 s");
   EXPECT_EQ(FormatSeconds(-0.002), "-2.00 ms");  // sign kept, unit from the magnitude
+}
+
+// Percentages as the evaluate and simulate tables print them: fixed-point,
+// and past a million percent in scientific notation, never 24 digits.
+TEST(FormatPercentTest, FixedPointThenScientific) {
+  EXPECT_EQ(FormatPercent(0.0297), "+2.97%");
+  EXPECT_EQ(FormatPercent(-0.0463, 8), "   -4.63%");  // the number in 8 characters, then %
+  EXPECT_EQ(FormatPercent(2.22e21), "+2.22e+23%");
+  EXPECT_EQ(FormatPercent(std::numeric_limits<double>::infinity()), "+inf%");
 }
 
 }  // namespace

@@ -16,5 +16,10 @@ StatusOr<uint64_t> ParseBytes(const std::string& text);
 std::string FormatBytes(double bytes);
 // 0.000123 -> "123 us", 2.5 -> "2.50 s".
 std::string FormatSeconds(double seconds);
+// A fraction as a signed percentage, the number right-aligned in `width`
+// characters, then "%":
+// 0.0297 -> "+2.97%"; past a million percent in scientific notation
+// (2.2e21 -> "+2.20e+23%"), never a 24-digit number; "+inf%" for infinity.
+std::string FormatPercent(double fraction, int width = 0);
 
 }  // namespace viper
