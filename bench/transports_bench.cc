@@ -371,11 +371,11 @@ void BM_TransportsHostDelta(benchmark::State& state) {
   const DeltaMode mode = state.range(2) == 2 ? DeltaMode::kOn : DeltaMode::kAuto;
   const int reps = static_cast<int>(state.max_iterations);
   using Figures = DeltaFigures;
-  // `reps` timed versions with `delta`.
-  auto run = [&](DeltaMode delta, Figures* f) {
+  // `reps` timed versions with `delta`, from a sync (or async) Publisher.
+  auto run = [&](DeltaMode delta, Figures* f, Mode publish_mode = Mode::kSync) {
     Publisher::Options o;
     o.tier = Tier::kHost;
-    o.mode = Mode::kSync;
+    o.mode = publish_mode;
     o.host_protocol = protocol;
     o.subscriber_ranks = OnlyRankOne();
     o.staging_bytes = bytes + (1 << 20);
@@ -391,21 +391,7 @@ void BM_TransportsHostDelta(benchmark::State& state) {
   const Status delta_st = run(mode, &delta);
   // The same delta versions from an async Publisher (the default mode): its
   // stall is the staging snapshot, the diff runs on the sender thread.
-  Status async_st = Status::Ok();
-  {
-    Publisher::Options o;
-    o.tier = Tier::kHost;
-    o.mode = Mode::kAsync;
-    o.host_protocol = protocol;
-    o.subscriber_ranks = OnlyRankOne();
-    o.staging_bytes = bytes + (1 << 20);
-    o.delta = mode;
-    Subscriber::Options so;
-    so.tier = Tier::kHost;
-    so.host_protocol = protocol;
-    so.preallocate_bytes = bytes + (1 << 20);
-    async_st = PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) { async_delta.Add(r); });
-  }
+  const Status async_st = run(mode, &async_delta, Mode::kAsync);
   const double memcpy_s = Rank() == 0 ? MemcpySeconds(bytes, std::max(reps, 3)) : 0;
   if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
   delta.Report(full, state);

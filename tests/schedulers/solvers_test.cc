@@ -84,6 +84,21 @@ Problem RandomProblem(std::mt19937_64& rng, int64_t n_max) {
   return p;
 }
 
+// optimal, the O(N^2) DP and enumeration agree on (p, c); optimal's schedule.
+Schedule ExpectOptimalMatchesEnumeration(const Problem& p, const LossCurve& c, int trial) {
+  auto opt = SolveOptimal(p, c);
+  auto quad = SolveOptimalQuadratic(p, c);
+  auto en = SolveByEnumeration(p, c);
+  EXPECT_TRUE(opt.ok() && quad.ok() && en.ok()) << opt.status().ToString();
+  if (!opt.ok() || !quad.ok() || !en.ok()) return {};
+  EXPECT_TRUE(p.CheckSchedule(opt->schedule).ok()) << "trial " << trial;
+  const std::string what = "trial " + std::to_string(trial) + " window " + ToString(p.requests.window);
+  ExpectRelNear(Objective(p, c, opt->schedule), en->objective, what + " optimal vs enumeration");
+  ExpectRelNear(Objective(p, c, quad->schedule), en->objective, what + " quadratic vs enumeration");
+  ExpectRelNear(opt->objective, en->objective, what + " optimal's own value");
+  return opt->schedule;
+}
+
 // optimal == O(N^2) DP == enumeration of all subsets, on 600 random cases
 // (N - W <= 12, all window kinds, drift, price, budget and spacing mixed in).
 TEST(SolversTest, OptimalMatchesEnumerationAndQuadraticDp) {
@@ -91,15 +106,7 @@ TEST(SolversTest, OptimalMatchesEnumerationAndQuadraticDp) {
   for (int trial = 0; trial < 600; ++trial) {
     const Problem p = RandomProblem(rng, 12);
     const LossCurve c = RandomCurve(rng, p.total_iterations, trial % 3);
-    auto opt = SolveOptimal(p, c);
-    auto quad = SolveOptimalQuadratic(p, c);
-    auto en = SolveByEnumeration(p, c);
-    ASSERT_TRUE(opt.ok() && quad.ok() && en.ok()) << opt.status().ToString();
-    ASSERT_TRUE(p.CheckSchedule(opt->schedule).ok()) << "trial " << trial;
-    const std::string what = "trial " + std::to_string(trial) + " window " + ToString(p.requests.window);
-    ExpectRelNear(Objective(p, c, opt->schedule), en->objective, what + " optimal vs enumeration");
-    ExpectRelNear(Objective(p, c, quad->schedule), en->objective, what + " quadratic vs enumeration");
-    ExpectRelNear(opt->objective, en->objective, what + " optimal's own value");
+    ExpectOptimalMatchesEnumeration(p, c, trial);
   }
 }
 
@@ -118,20 +125,12 @@ TEST(SolversTest, OptimalMatchesEnumerationOnAnUnevenClock) {
     for (int64_t i = p.warmup_iterations + 1; i <= p.total_iterations; ++i) {
       p.elapsed_s.push_back(p.elapsed_s.back() + p.seconds_per_iteration * (U(rng) < 0.1 ? 0.0 : 0.1 + 4.0 * U(rng)));
     }
-    auto opt = SolveOptimal(p, c);
-    auto quad = SolveOptimalQuadratic(p, c);
-    auto en = SolveByEnumeration(p, c);
-    ASSERT_TRUE(opt.ok() && quad.ok() && en.ok()) << opt.status().ToString();
-    ASSERT_TRUE(p.CheckSchedule(opt->schedule).ok()) << "trial " << trial;
-    const std::string what = "trial " + std::to_string(trial) + " window " + ToString(p.requests.window);
-    ExpectRelNear(Objective(p, c, opt->schedule), en->objective, what + " optimal vs enumeration");
-    ExpectRelNear(Objective(p, c, quad->schedule), en->objective, what + " quadratic vs enumeration");
-    ExpectRelNear(opt->objective, en->objective, what + " optimal's own value");
+    const Schedule opt = ExpectOptimalMatchesEnumeration(p, c, trial);
     Problem uniform = p;
     uniform.elapsed_s.clear();
     auto flat = SolveOptimal(uniform, c);
     ASSERT_TRUE(flat.ok());
-    if (flat->schedule != opt->schedule) ++changed;
+    if (flat->schedule != opt) ++changed;
   }
   EXPECT_GT(changed, 50);
 }
