@@ -926,6 +926,25 @@ TEST(MpiGroupGpu, RefusesGpuWithAnotherLinkOrABadTarget) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// On the mpi and shm links too, a bounded consumer whose target is not its
+// shard fails every rank of both groups at Create, naming it: the producers
+// do not wait for a timeout to learn it.
+TEST(MpiGroup, ABadBoundedTargetFailsEveryRankAtCreate) {
+  if (std::getenv("VIPER_TEST_KILL_GROUP") != nullptr) GTEST_SKIP() << "kill job";
+  if (!CaseForWorld()) GTEST_SKIP() << "runs with 4, 5 or 6 ranks";
+  for (GroupLink link : {GroupLink::kMpi, GroupLink::kShm}) {
+    const Status status = CreateWithLinks(link, link, [](const ShardLayout& l, int rank) {
+      ModelState whole = *l.Slice(WholeModel(l.tensors(), 0), rank), one;
+      EXPECT_TRUE(one.Add(whole.tensors()[0]).ok());
+      return one;
+    });
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << GroupLinkName(link) << ": " << status.ToString();
+    EXPECT_NE(status.message().find("1 tensors, the layout has 6"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("the bounded target"), std::string::npos) << status.message();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Bounded mode's copies (BatchCopiesInto; host code, runs everywhere), for
 // the three cases (4 -> 1, 2 -> 2 by other dimensions, 4 -> 2 replicated
 // and split): every strided copy's rows land inside one target tensor, and

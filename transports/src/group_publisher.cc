@@ -223,6 +223,8 @@ StatusOr<std::unique_ptr<ShardedPublisher>> ShardedPublisher::Create(const Group
     VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, true, options.gpu_device, nullptr, Status::Ok(), option));
   } else {
     VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, true, link, options.bucket_bytes, options.ring_buckets));
+    // The consumers' check of their bounded targets (ShardedSubscriber::Create).
+    VIPER_RETURN_IF_ERROR(Agree(g, true, Status::Ok()).WithContext("ShardedSubscriber: the bounded target"));
   }
   return std::unique_ptr<ShardedPublisher>(
       new ShardedPublisher(std::make_unique<Impl>(std::move(g), options, std::move(shm), std::move(gpu))));

@@ -422,7 +422,11 @@ StatusOr<std::unique_ptr<ShardedSubscriber>> ShardedSubscriber::Create(const Gro
     VIPER_ASSIGN_OR_RETURN(gpu, MakeGpuLink(g, false, options.gpu_device, target, precheck, option));
   } else {
     VIPER_ASSIGN_OR_RETURN(shm, MakeShmLink(g, false, link, 0, 0));
-    if (target != nullptr) VIPER_RETURN_IF_ERROR(layout.CheckShard(*target, g.rank));
+    // A bounded target that is not this rank's shard fails every rank of
+    // both groups together, naming it (the producers would otherwise find
+    // out only by a timeout at their first version).
+    const Status target_ok = target == nullptr ? Status::Ok() : layout.CheckShard(*target, g.rank);
+    VIPER_RETURN_IF_ERROR(Agree(g, false, target_ok).WithContext("ShardedSubscriber: the bounded target"));
   }
   return std::unique_ptr<ShardedSubscriber>(new ShardedSubscriber(
       std::make_unique<Impl>(std::move(g), options, target, std::move(shm), std::move(gpu))));
