@@ -268,24 +268,43 @@ class Clock {
   }
 
  private:
+  // At most this many prefix entries per model: G_v is kept every stride_
+  // iterations (memory C x kMaxPrefix doubles whatever N) and completed
+  // from the nearest kept entry below, at most stride_ - 1 iterations.
+  static constexpr int64_t kMaxPrefix = 4096;
+  int64_t Stride() const {
+    const int64_t n = p_.total_iterations - p_.warmup_iterations;
+    return std::max<int64_t>(1, (n + kMaxPrefix - 1) / kMaxPrefix);
+  }
+  // t_i x the integral of L(v, .) over [i - 1, i].
+  StatusOr<double> Step(int64_t v, int64_t i) const {
+    const double t = p_.Elapsed(i) - p_.Elapsed(i - 1);
+    if (!(t > 0)) return 0.0;
+    VIPER_ASSIGN_OR_RETURN(double integral, s_.Integral(v, static_cast<double>(i - 1), static_cast<double>(i)));
+    return t * integral;
+  }
   StatusOr<double> G(int64_t v, double p) {
-    const int64_t W = p_.warmup_iterations, N = p_.total_iterations;
-    std::vector<double>& g = g_[v];
+    const int64_t W = p_.warmup_iterations, N = p_.total_iterations, stride = Stride();
+    // From the model's own iteration on: no traffic before it meets it.
+    const int64_t from = std::max(W, v);
+    std::vector<double>& g = g_[v];  // g[k] = G_v(W + k stride)
     if (g.empty()) {
-      // From the model's own iteration on: no traffic before it meets it.
-      g.assign(static_cast<size_t>(N - W + 1), 0.0);
-      for (int64_t i = std::max(W, v) + 1; i <= N; ++i) {
-        const double t = p_.Elapsed(i) - p_.Elapsed(i - 1);
-        double integral = 0;
-        if (t > 0) {
-          VIPER_ASSIGN_OR_RETURN(integral, s_.Integral(v, static_cast<double>(i - 1), static_cast<double>(i)));
-        }
-        g[static_cast<size_t>(i - W)] = g[static_cast<size_t>(i - 1 - W)] + t * integral;
+      g.assign(static_cast<size_t>((N - W) / stride + 1), 0.0);
+      double sum = 0;
+      for (int64_t i = from + 1; i <= N; ++i) {
+        VIPER_ASSIGN_OR_RETURN(double step, Step(v, i));
+        sum += step;
+        if ((i - W) % stride == 0) g[static_cast<size_t>((i - W) / stride)] = sum;
       }
     }
-    const double x = std::min(std::max(p, static_cast<double>(std::max(W, v))), static_cast<double>(N));
+    const double x = std::min(std::max(p, static_cast<double>(from)), static_cast<double>(N));
     const int64_t i = std::min(static_cast<int64_t>(std::floor(x)), N);
-    double sum = g[static_cast<size_t>(i - W)];
+    const int64_t k = (i - W) / stride, base = W + k * stride;
+    double sum = g[static_cast<size_t>(k)];
+    for (int64_t j = std::max(base, from) + 1; j <= i; ++j) {
+      VIPER_ASSIGN_OR_RETURN(double step, Step(v, j));
+      sum += step;
+    }
     if (i < N && x > static_cast<double>(i)) {
       const double t = p_.Elapsed(i + 1) - p_.Elapsed(i);
       if (t > 0) {

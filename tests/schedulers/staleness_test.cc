@@ -345,6 +345,40 @@ TEST(StalenessOracleTest, OnAnUnevenClockItEqualsQuadratureAndEnumeration) {
   }
 }
 
+// A long uneven clock (more iterations than the per-model prefix keeps, so
+// it is completed from a kept entry below): the surface evaluation still
+// equals brute-force quadrature, both clocks.
+TEST(StalenessOracleTest, OnALongUnevenClockItEqualsQuadrature) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> u(0, 1);
+  LossFn f = [](int64_t v, int64_t t) {
+    return 1.0 + 4.0 / (1.0 + static_cast<double>(v) / 500.0) + 0.0002 * static_cast<double>(t - v);
+  };
+  auto s = StalenessSurface::Make(Grid(10, 10010, 1000, f), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  for (TrafficClock clock : {TrafficClock::kProducer, TrafficClock::kWall}) {
+    Problem p = Small(WindowKind::kWhileTraining);
+    p.total_iterations = 10010;
+    p.seconds_per_iteration = 0.01;
+    p.cost.stall_s = 2.0;
+    p.cost.delay_s = 3.0;
+    p.requests.interval_s = 0.5;
+    p.requests.traffic_clock = clock;
+    SetUnevenClock(&p, rng);
+    const Schedule sch = {2010, 5010, 8010};
+    // A long pause in the iteration of each checkpoint (as a log's eval
+    // or save pauses): a prefix entry that missed it would be far off.
+    for (int64_t c : sch) {
+      for (size_t i = static_cast<size_t>(c - p.warmup_iterations); i < p.elapsed_s.size(); ++i) p.elapsed_s[i] += 300.0;
+    }
+    ASSERT_TRUE(p.Validate().ok());
+    auto e = EvaluateOnSurface(p, *s, sch);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    const double q = CilByQuadrature(p, *s, sch);
+    EXPECT_NEAR(e->cil, q, 2e-3 * q) << ToString(clock);
+  }
+}
+
 TEST(StalenessOracleTest, RepublishingEqualsEnumerationOverModelChoices) {
   // Recurring domains: the traffic alternates every `period` iterations and a
   // model trained in the other domain pays J, so an older model of today's
