@@ -1,0 +1,437 @@
+// The oracle on a staleness surface (staleness.h): the producer's clock, the
+// timeline each version is served on, EvaluateOnSurface and the dynamic
+// programme SolveOptimalOnSurface with its re-publish search. The surface
+// itself (table reading, interpolation, integrals) is staleness.cc.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viper/schedulers/staleness.h"
+
+namespace viper {
+namespace schedulers {
+
+namespace {
+
+// One stretch of the producer's timeline: `len_s` seconds during which its
+// position moves linearly from `from` to `to` (training) or stays (from == to:
+// a stall, or after training ended, with len_s = infinity).
+struct Piece {
+  double len_s;
+  double from, to;
+};
+
+// The producer's clock for the surface costs: uniform (tau per iteration),
+// or the log's own per-iteration times (Problem::elapsed_s, a bound's).
+// Training from position p0 to p1 takes Elapsed(p1) - Elapsed(p0) seconds,
+// and the time integral of L(v, position) over it is, on the uneven clock,
+// G_v(p1) - G_v(p0) with G_v(p) = the integral over [W, p] of L(v, q) times
+// the seconds per iteration at q (piecewise constant), kept per model.
+class Clock {
+ public:
+  Clock(const Problem& p, const StalenessSurface& s) : p_(p), s_(s) {}
+  bool uniform() const { return p_.elapsed_s.empty(); }
+  // Seconds of training from position a to b (a <= b, iterations).
+  double Span(double a, double b) const {
+    if (uniform()) return (b - a) * p_.seconds_per_iteration;
+    return p_.ElapsedAt(b) - p_.ElapsedAt(a);
+  }
+  // The position `dt` seconds of training after position `from`.
+  double After(double from, double dt) const {
+    if (uniform()) return from + dt / p_.seconds_per_iteration;
+    return p_.PositionAt(p_.ElapsedAt(from) + dt);
+  }
+  // The time integral of L(v, .) while training moves from p0 to p1.
+  StatusOr<double> Integral(int64_t v, double p0, double p1) {
+    if (uniform()) {
+      VIPER_ASSIGN_OR_RETURN(double integral, s_.Integral(v, p0, p1));
+      return p_.seconds_per_iteration * integral;
+    }
+    VIPER_ASSIGN_OR_RETURN(double g1, G(v, p1));
+    VIPER_ASSIGN_OR_RETURN(double g0, G(v, p0));
+    return g1 - g0;
+  }
+
+ private:
+  // At most this many prefix entries per model: G_v is kept every stride_
+  // iterations (memory C x kMaxPrefix doubles whatever N) and completed
+  // from the nearest kept entry below, at most stride_ - 1 iterations.
+  static constexpr int64_t kMaxPrefix = 4096;
+  int64_t Stride() const {
+    const int64_t n = p_.total_iterations - p_.warmup_iterations;
+    return std::max<int64_t>(1, (n + kMaxPrefix - 1) / kMaxPrefix);
+  }
+  // t_i x the integral of L(v, .) over [i - 1, i].
+  StatusOr<double> Step(int64_t v, int64_t i) const {
+    const double t = p_.Elapsed(i) - p_.Elapsed(i - 1);
+    if (!(t > 0)) return 0.0;
+    VIPER_ASSIGN_OR_RETURN(double integral, s_.Integral(v, static_cast<double>(i - 1), static_cast<double>(i)));
+    return t * integral;
+  }
+  StatusOr<double> G(int64_t v, double p) {
+    const int64_t W = p_.warmup_iterations, N = p_.total_iterations, stride = Stride();
+    // From the model's own iteration on: no traffic before it meets it.
+    const int64_t from = std::max(W, v);
+    std::vector<double>& g = g_[v];  // g[k] = G_v(W + k stride)
+    if (g.empty()) {
+      g.assign(static_cast<size_t>((N - W) / stride + 1), 0.0);
+      double sum = 0;
+      for (int64_t i = from + 1; i <= N; ++i) {
+        VIPER_ASSIGN_OR_RETURN(double step, Step(v, i));
+        sum += step;
+        if ((i - W) % stride == 0) g[static_cast<size_t>((i - W) / stride)] = sum;
+      }
+    }
+    const double x = std::min(std::max(p, static_cast<double>(from)), static_cast<double>(N));
+    const int64_t i = std::min(static_cast<int64_t>(std::floor(x)), N);
+    const int64_t k = (i - W) / stride, base = W + k * stride;
+    double sum = g[static_cast<size_t>(k)];
+    for (int64_t j = std::max(base, from) + 1; j <= i; ++j) {
+      VIPER_ASSIGN_OR_RETURN(double step, Step(v, j));
+      sum += step;
+    }
+    if (i < N && x > static_cast<double>(i)) {
+      const double t = p_.Elapsed(i + 1) - p_.Elapsed(i);
+      if (t > 0) {
+        VIPER_ASSIGN_OR_RETURN(double part, s_.Integral(v, static_cast<double>(i), x));
+        sum += t * part;
+      }
+    }
+    return sum;
+  }
+
+  const Problem& p_;
+  const StalenessSurface& s_;
+  std::map<int64_t, std::vector<double>> g_;
+};
+
+// rate x integral over local time [a, b] of L(v, p(x)) (+ the linear drift
+// rho x x, local time counted from the version's checkpoint start).
+StatusOr<double> LocalCost(Clock& clock, const StalenessSurface& s, int64_t v, const Piece* pieces, size_t n, double a,
+                           double b, double rate, double rho) {
+  if (!(b > a)) return 0.0;
+  double sum = 0, start = 0;
+  for (size_t i = 0; i < n && start < b; ++i) {
+    const Piece& pc = pieces[i];
+    const double end = start + pc.len_s;
+    const double x0 = std::max(a, start), x1 = std::min(b, end);
+    if (x1 > x0) {
+      if (pc.from == pc.to) {
+        VIPER_ASSIGN_OR_RETURN(double l, s.At(v, pc.from));
+        sum += l * (x1 - x0);
+      } else {
+        const double p0 = clock.After(pc.from, x0 - start), p1 = clock.After(pc.from, x1 - start);
+        VIPER_ASSIGN_OR_RETURN(double integral, clock.Integral(v, p0, std::min(p1, pc.to)));
+        sum += integral;
+      }
+    }
+    start = end;
+  }
+  return rate * (sum + 0.5 * rho * (b * b - a * a));
+}
+
+// The timeline from a version's checkpoint start (or from the end of the
+// warm-up for version 0, at = W): its own stall (not for version 0), training
+// to the next checkpoint and its stall (when there is one), training to N,
+// then N forever.
+size_t LocalPieces(const Problem& p, const Clock& clock, int64_t at, bool version0, std::optional<int64_t> next,
+                   Piece* out) {
+  const double sigma = p.cost.stall_s;
+  const double N = static_cast<double>(p.total_iterations);
+  const double inf = std::numeric_limits<double>::infinity();
+  size_t n = 0;
+  const double s = static_cast<double>(at);
+  if (!version0) out[n++] = Piece{sigma, s, s};
+  if (next) {
+    const double x = static_cast<double>(*next);
+    out[n++] = Piece{clock.Span(s, x), s, x};
+    out[n++] = Piece{sigma, x, x};
+    out[n++] = Piece{clock.Span(x, N), x, N};
+  } else {
+    out[n++] = Piece{clock.Span(s, N), s, N};
+  }
+  out[n++] = Piece{inf, N, N};
+  return n;
+}
+
+// Under the wall clock (TrafficClock::kWall) the traffic is at W + x / tau
+// at wall time x until it reaches N, whatever the producer does: from a
+// version's checkpoint start T it moves linearly from W + T / tau to N, then
+// stays at N.
+size_t WallPieces(const Problem& p, const Clock& clock, double T, Piece* out) {
+  const double W = static_cast<double>(p.warmup_iterations), N = static_cast<double>(p.total_iterations);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double p0 = std::min(N, clock.After(W, T));
+  size_t n = 0;
+  if (p0 < N) out[n++] = Piece{clock.Span(p0, N), p0, N};
+  out[n++] = Piece{inf, N, N};
+  return n;
+}
+
+// One version's place on the timeline: the checkpoint at iteration `at`
+// (version 0: at = W) that started at wall time T (version 0: 0), followed by
+// the checkpoint at `next` (none: it is the last).
+struct Slot {
+  int64_t at = 0;
+  bool version0 = false;
+  double T = 0;
+  std::optional<int64_t> next;
+};
+
+// The cost of serving the model of iteration `model` in `slot` from its
+// servable time to local time `end_local` (seconds since the slot's
+// checkpoint start): the slot's own model, or an older one it re-publishes.
+StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Clock& clock, const Slot& slot, int64_t model,
+                          double end_local) {
+  Piece pieces[6];
+  const size_t n = p.requests.traffic_clock == TrafficClock::kWall
+                       ? WallPieces(p, clock, slot.T, pieces)
+                       : LocalPieces(p, clock, slot.at, slot.version0, slot.next, pieces);
+  const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
+  return LocalCost(clock, s, model, pieces, n, begin, end_local, p.requests.RatePerSecond(), p.drift_per_s);
+}
+
+}  // namespace
+
+StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule,
+                                              const std::vector<int64_t>& published) {
+  VIPER_RETURN_IF_ERROR(p.Validate());
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    if (schedule[k] <= p.warmup_iterations || schedule[k] > p.total_iterations ||
+        (k > 0 && schedule[k] <= schedule[k - 1])) {
+      return InvalidArgumentError("schedule[" + std::to_string(k) + "] = " + std::to_string(schedule[k]) +
+                                  " is not increasing inside (W, N]");
+    }
+    if (!published.empty() && (published[k] < p.warmup_iterations || published[k] > schedule[k])) {
+      return InvalidArgumentError("published[" + std::to_string(k) + "] = " + std::to_string(published[k]) +
+                                  " is not a model of an iteration in [W, " + std::to_string(schedule[k]) + "]");
+    }
+  }
+  if (!published.empty() && published.size() != schedule.size()) {
+    return InvalidArgumentError("published has " + std::to_string(published.size()) + " entries for " +
+                                std::to_string(schedule.size()) + " checkpoints");
+  }
+  VIPER_RETURN_IF_ERROR(s.CheckCovers(p.warmup_iterations, p.total_iterations));
+  const int64_t m = static_cast<int64_t>(schedule.size());
+  Clock clock(p, s);
+  SurfaceEvaluation e;
+  e.window_end_s = p.WindowEnd(m);
+  const double R = e.window_end_s, delta = p.cost.delay_s;
+  // A_k and T_k of every version (k = 0..m), then each version's share.
+  auto T = [&](int64_t k) { return k == 0 ? 0.0 : p.CheckpointStart(schedule[static_cast<size_t>(k - 1)], k); };
+  auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + delta; };
+  for (int64_t k = 0; k <= m; ++k) {
+    const double a = A(k);
+    if (a >= R) break;
+    const double b = std::min(R, k < m ? A(k + 1) : R);
+    Slot slot;
+    slot.at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
+    slot.version0 = k == 0;
+    slot.T = T(k);
+    if (k < m) slot.next = schedule[static_cast<size_t>(k)];
+    const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
+    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k)));
+    e.cil += c;
+  }
+  e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
+  return e;
+}
+
+StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const StalenessSurface& s,
+                                                const std::vector<int64_t>& extra, int64_t max_candidates,
+                                                double max_republish_work) {
+  VIPER_RETURN_IF_ERROR(p.Validate());
+  const int64_t W = p.warmup_iterations, N = p.total_iterations;
+  VIPER_RETURN_IF_ERROR(s.CheckCovers(W, N));
+  if (s.Diverged(W)) {
+    return InvalidArgumentError(s.source() + ": the model at the end of the warm-up (iteration " + std::to_string(W) +
+                                ") diverged (its loss is +inf): there is no version to serve");
+  }
+  // A diverged version is never a candidate: it must never be served.
+  std::vector<int64_t> cand;
+  for (int64_t v : s.Versions()) {
+    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
+  }
+  for (int64_t v : extra) {
+    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
+  }
+  std::sort(cand.begin(), cand.end());
+  cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  const int64_t C = static_cast<int64_t>(cand.size());
+  if (C > max_candidates) {
+    return InvalidArgumentError(s.source() + ": " + std::to_string(C) + " candidate versions in (W, N]; the exact "
+                                "oracle on a staleness table takes at most " + std::to_string(max_candidates) +
+                                " (thin the table's versions)");
+  }
+  const double tau = p.seconds_per_iteration, sigma = p.cost.stall_s, delta = p.cost.delay_s;
+  const double price = p.price_per_slowdown_s * sigma;
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t g = p.min_spacing_iterations;
+  const bool while_training = p.requests.window == WindowKind::kWhileTraining;
+  const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
+  const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
+  SurfaceSolution sol;
+  sol.candidates = C;
+  // Re-publishing: every checkpoint may publish any earlier candidate (or
+  // version 0) instead of its own model. A segment's cost is then the
+  // cheapest model over it: C^3 / 6 model-segment costs (times the layers
+  // under the wall clock), searched when within max_republish_work.
+  // (Under the producer clock the segment costs are computed once, whatever the layers.)
+  const double layers = wall ? static_cast<double>(std::max<int64_t>(kmax, 1)) : 1.0;
+  const double work = layers * std::pow(static_cast<double>(C) + 1, 3) / 6.0;
+  sol.republish_searched = max_republish_work > 0 && work <= max_republish_work;
+  // pos[0] = W (version 0), pos[1..C] the candidates.
+  std::vector<int64_t> pos(static_cast<size_t>(C + 1));
+  pos[0] = W;
+  for (int64_t i = 0; i < C; ++i) pos[static_cast<size_t>(i + 1)] = cand[static_cast<size_t>(i)];
+  auto at = [&](int64_t i) { return pos[static_cast<size_t>(i)]; };
+  Clock clock(p, s);
+  // Training seconds between two checkpoints' iterations.
+  auto TrainingSpan = [&](int64_t a, int64_t b) {
+    return clock.uniform() ? static_cast<double>(b - a) * tau : p.Elapsed(b) - p.Elapsed(a);
+  };
+  // The cheapest model slot `slot` (of candidate index i) can serve to
+  // local time `end_local`: its own, or with re-publishing any of 0..i.
+  auto best = [&](int64_t i, const Slot& slot, double end_local, int64_t* model) -> StatusOr<double> {
+    double c_best = inf;
+    int64_t u_best = i;
+    for (int64_t u = sol.republish_searched ? 0 : i; u <= i; ++u) {
+      VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, at(u), end_local));
+      if (c < c_best || (c == c_best && u == i)) {
+        c_best = c;
+        u_best = u;
+      }
+    }
+    if (model) *model = at(u_best);
+    return c_best;
+  };
+  // Segment i -> j: version i from A_i to A_j, j being checkpoint k (k only
+  // matters under the wall clock: the stalls before i set where the traffic is).
+  auto seg = [&](int64_t i, int64_t j, int64_t k, int64_t* model) -> StatusOr<double> {
+    Slot slot{at(i), i == 0, i == 0 ? 0.0 : p.CheckpointStart(at(i), k - 1), at(j)};
+    const double end = i == 0 ? TrainingSpan(W, at(j)) + delta : TrainingSpan(at(i), at(j)) + sigma + delta;
+    return best(i, slot, end, model);
+  };
+  // Version i as the last, with k checkpoints through it.
+  auto last = [&](int64_t i, int64_t k, int64_t* model) -> StatusOr<double> {
+    const double R = p.WindowEnd(k);
+    const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k);
+    if (i > 0 && T + delta >= R) return inf;  // never servable in the window
+    return best(i, Slot{at(i), i == 0, T, std::nullopt}, R - T, model);
+  };
+  auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
+  double best_total = inf;
+  VIPER_ASSIGN_OR_RETURN(best_total, last(0, 0, nullptr));
+  std::vector<int64_t> path;  // candidate indices of the optimum's checkpoints
+  if (while_training && kmax >= C && !wall) {
+    // One count-free pass: the last version's share does not depend on m.
+    std::vector<double> D(static_cast<size_t>(C + 1), inf);
+    std::vector<int64_t> from(static_cast<size_t>(C + 1), -1);
+    D[0] = 0;
+    int64_t best_j = 0;
+    for (int64_t j = 1; j <= C; ++j) {
+      for (int64_t i = 0; i < j; ++i) {
+        if (!spaced(i, j) || D[static_cast<size_t>(i)] == inf) continue;
+        VIPER_ASSIGN_OR_RETURN(double c, seg(i, j, 0, nullptr));
+        const double x = D[static_cast<size_t>(i)] + c + price;
+        if (x < D[static_cast<size_t>(j)]) {
+          D[static_cast<size_t>(j)] = x;
+          from[static_cast<size_t>(j)] = i;
+        }
+      }
+      // While training R - T_j = (N - s_j) tau + sigma whatever the count (k = 1 here).
+      VIPER_ASSIGN_OR_RETURN(double tail, last(j, 1, nullptr));
+      if (D[static_cast<size_t>(j)] + tail < best_total) {
+        best_total = D[static_cast<size_t>(j)] + tail;
+        best_j = j;
+      }
+    }
+    for (int64_t j = best_j; j > 0; j = from[static_cast<size_t>(j)]) path.push_back(j);
+    sol.layers = 1;
+  } else {
+    // Layered by count: the window's end (fixed) or a binding budget couples
+    // the last version's share to the number of checkpoints; under the wall
+    // clock every version's share depends on how many stalls came before it.
+    // Under the producer clock segment costs are count-free: computed once.
+    std::vector<double> S(wall ? 0 : static_cast<size_t>((C + 1) * (C + 1)), inf);
+    auto S_at = [&](int64_t i, int64_t j) -> double& { return S[static_cast<size_t>(i * (C + 1) + j)]; };
+    for (int64_t j = 1; j <= C && !wall; ++j) {
+      for (int64_t i = 0; i < j; ++i) {
+        if (!spaced(i, j)) continue;
+        VIPER_ASSIGN_OR_RETURN(S_at(i, j), seg(i, j, 0, nullptr));
+      }
+    }
+    std::vector<double> prev(static_cast<size_t>(C + 1), inf), cur(static_cast<size_t>(C + 1));
+    std::vector<std::vector<int64_t>> from;
+    prev[0] = 0;
+    int64_t best_k = 0, best_j = 0;
+    for (int64_t k = 1; k <= kmax; ++k) {
+      std::fill(cur.begin(), cur.end(), inf);
+      from.emplace_back(static_cast<size_t>(C + 1), -1);
+      double layer_min = inf;
+      for (int64_t j = k; j <= C; ++j) {
+        // Version j must be servable inside the window to matter.
+        if (p.CheckpointStart(at(j), k) + delta >= p.WindowEnd(k)) continue;
+        for (int64_t i = k - 1; i < j; ++i) {
+          const double d = prev[static_cast<size_t>(i)];
+          if (d == inf) continue;
+          double c = inf;
+          if (!wall) {
+            c = S_at(i, j);
+          } else if (spaced(i, j)) {
+            VIPER_ASSIGN_OR_RETURN(c, seg(i, j, k, nullptr));
+          }
+          if (c == inf) continue;
+          if (d + c + price < cur[static_cast<size_t>(j)]) {
+            cur[static_cast<size_t>(j)] = d + c + price;
+            from.back()[static_cast<size_t>(j)] = i;
+          }
+        }
+        const double x = cur[static_cast<size_t>(j)];
+        if (x == inf) continue;
+        layer_min = std::min(layer_min, x);
+        VIPER_ASSIGN_OR_RETURN(double tail, last(j, k, nullptr));
+        if (x + tail < best_total) {
+          best_total = x + tail;
+          best_k = k;
+          best_j = j;
+        }
+      }
+      sol.layers = k;
+      // Every cost is >= 0: a layer whose cheapest state already costs the
+      // best complete schedule cannot lead to a better one.
+      if (!(layer_min < best_total)) break;
+      prev.swap(cur);
+    }
+    for (int64_t k = best_k, j = best_j; k > 0; --k) {
+      path.push_back(j);
+      j = from[static_cast<size_t>(k - 1)][static_cast<size_t>(j)];
+    }
+  }
+  std::reverse(path.begin(), path.end());
+  // The model each checkpoint publishes: the cheapest over its segment, as
+  // the passes above charged it.
+  const int64_t m = static_cast<int64_t>(path.size());
+  for (int64_t q = 0; q < m; ++q) {
+    const int64_t i = path[static_cast<size_t>(q)];
+    int64_t model = at(i);
+    if (q + 1 < m) {
+      VIPER_RETURN_IF_ERROR(seg(i, path[static_cast<size_t>(q + 1)], q + 2, &model).status());
+    } else {
+      VIPER_RETURN_IF_ERROR(last(i, m, &model).status());
+    }
+    sol.schedule.push_back(at(i));
+    sol.published.push_back(model);
+    if (model != at(i)) ++sol.republished;
+  }
+  if (sol.republished == 0) sol.published.clear();
+  sol.objective = best_total;
+  return sol;
+}
+
+}  // namespace schedulers
+}  // namespace viper
