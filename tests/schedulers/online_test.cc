@@ -105,8 +105,12 @@ TEST(OnlinePlannerTest, NeverCheckpointsADivergedModel) {
     ASSERT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok()) << i;
     auto now = planner.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (i >= 1000) EXPECT_FALSE(*now) << "checkpoint of a diverged model at " << i;
-    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    if (i >= 1000) {
+      EXPECT_FALSE(*now) << "checkpoint of a diverged model at " << i;
+    }
+    if (*now) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
   }
   ASSERT_FALSE(planner.taken().empty());
   EXPECT_LT(planner.taken().back(), 1000);
@@ -123,7 +127,9 @@ TEST(OnlinePlannerTest, NeverCheckpointsADivergedModel) {
     ASSERT_TRUE(t.Observe(i, v, ObservationKind::kTraining).ok());
     auto now = t.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok());
-    if (*now) ASSERT_TRUE(t.Commit(i).ok());
+    if (*now) {
+      ASSERT_TRUE(t.Commit(i).ok());
+    }
   }
   EXPECT_GT(t.summary().diverged, 0);
 }

@@ -141,7 +141,9 @@ class GroupFixture {
       auto pub = ShardedPublisher::Create(ranks_, p_, o);
       EXPECT_TRUE(pub.ok()) << pub.status().message();
       if (pub.ok()) pub_ = std::move(*pub);
-      if (pub_) EXPECT_EQ(pub_->link(), expect_) << "the producers do not use the link asked for";
+      if (pub_) {
+        EXPECT_EQ(pub_->link(), expect_) << "the producers do not use the link asked for";
+      }
     } else {
       ShardedSubscriber::Options o;
       o.peer_timeout_s = peer_timeout_s;
@@ -161,7 +163,9 @@ class GroupFixture {
       auto sub = ShardedSubscriber::Create(ranks_, q_, o, target);
       EXPECT_TRUE(sub.ok()) << sub.status().message();
       if (sub.ok()) sub_ = std::move(*sub);
-      if (sub_) EXPECT_EQ(sub_->link(), expect_) << "the consumers do not use the link asked for";
+      if (sub_) {
+        EXPECT_EQ(sub_->link(), expect_) << "the consumers do not use the link asked for";
+      }
     }
   }
   ~GroupFixture() {
@@ -424,7 +428,9 @@ TEST_P(MpiGroup, ConsumerMissingTheDecisionNeverServesAMix) {
     }
     const uint64_t served = f.CheckServed();  // fails on a mix
     EXPECT_EQ(served, lost ? 0 : version);
-    if (lost && GetParam().mode == Mode::kDoubleBuffer) EXPECT_EQ(f.sub_->Current(), nullptr);
+    if (lost && GetParam().mode == Mode::kDoubleBuffer) {
+      EXPECT_EQ(f.sub_->Current(), nullptr);
+    }
   }
 }
 
@@ -526,7 +532,9 @@ TEST(MpiGroupMessages, GatherSmallRunsAndKeepLargeCopiesWhole) {
     uint64_t bytes = 0;
     for (const ByteCopy& c : messages[m]) bytes += c.bytes;
     EXPECT_LE(bytes, internal::kGatherMessageBytes) << "message " << m;
-    if (m < 2) EXPECT_EQ(bytes, internal::kGatherMessageBytes) << "message " << m;
+    if (m < 2) {
+      EXPECT_EQ(bytes, internal::kGatherMessageBytes) << "message " << m;
+    }
     if (m < 3) small.insert(small.end(), messages[m].begin(), messages[m].end());
   }
   // The small runs, rejoined where a message boundary cut one, are the
@@ -593,7 +601,9 @@ TEST(MpiGroupTwoNodes, AutoTakesMpiAndShmIsRefused) {
     GroupFixture f(Param{Mode::kDoubleBuffer, GroupLink::kAuto}, 30, GroupLink::kMpi);
     if (f.producer_) {
       auto s = f.Publish(1);
-      if (f.pub_->rank() == 0) EXPECT_TRUE(s.committed) << s.BriefReport();
+      if (f.pub_->rank() == 0) {
+        EXPECT_TRUE(s.committed) << s.BriefReport();
+      }
       EXPECT_EQ(s.ring_bytes, 0u);
     } else {
       auto s = f.sub_->ReceiveNext(30);
