@@ -61,7 +61,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("requests", po::value(&o->requests)->default_value(o->requests), "serve exactly this many requests (the paper's fixed window), in [0, 5e7]; 0 = serve while training runs")
       ("request-trace", po::value(&o->request_trace), "file of request arrival times in seconds since the end of warm-up, one per line (implies --arrivals trace)")
       ("seed", po::value(&pt.requests.seed)->default_value(pt.requests.seed), "seed of the Poisson arrivals")
-      ("traffic-clock", po::value(&o->traffic_clock)->default_value(o->traffic_clock)->notifier(CheckEnum<schedulers::TrafficClockFromString>("traffic-clock")), "with a staleness table, the clock the traffic's drift follows: producer (the producer's iteration: the traffic waits while a checkpoint stalls the producer, as the live trainer's consumers do) or wall (the iteration an unstalled producer would have reached: the world does not wait for a checkpoint, so stalls cannot hold the traffic back)");
+      ("traffic-clock", po::value(&o->traffic_clock)->default_value(o->traffic_clock)->notifier(CheckEnum<schedulers::TrafficClockFromString>("traffic-clock")), "with a staleness table, the clock the traffic's drift follows: wall (the default: the iteration an unstalled producer would have reached; the world does not wait for a checkpoint, so stalls cannot hold the traffic back) or producer (the producer's iteration: the traffic waits while a checkpoint stalls the producer, so a schedule that stalls before a drift keeps a fixed request window away from it)");
   po::options_description cost("Transport cost");
   cost.add_options()
       ("transport", po::value(&o->transport)->default_value(o->transport)->notifier(CheckEnum<TierFromString>("transport")), "tier preset: gpu|host|pfs (calibrated on the Viper paper's Polaris figures)")
@@ -392,8 +392,8 @@ std::string TruthNote(const PlanningContext& ctx) {
     const bool wall = ctx.problem.requests.traffic_clock == schedulers::TrafficClock::kWall;
     note = "each request charged the staleness table's test_loss of (its version, the traffic at its time): " +
            ctx.staleness_source + "; the oracle is exact on it, online re-measures the served version from its val_loss\n" +
-           (wall ? "traffic clock: wall (the traffic moves on while a checkpoint stalls the producer)\n"
-                 : "traffic clock: producer (the traffic waits while a checkpoint stalls the producer; --traffic-clock wall: it moves on)\n");
+           (wall ? "traffic clock: wall (the traffic moves on while a checkpoint stalls the producer; --traffic-clock producer: it waits)\n"
+                 : "traffic clock: producer (the traffic waits while a checkpoint stalls the producer)\n");
   } else {
     note = "no staleness table: a stale version is charged the loss it had on its own traffic (--staleness FILE "
            "charges L(version, traffic))\n";

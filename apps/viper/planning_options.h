@@ -39,7 +39,7 @@ struct PlanningOptions {
   std::string select = predictor::ToString(scenario.predictor.selection);
   double seconds_per_epoch = 0;       // > 0: tau = this / the log's iterations per epoch
   std::string arrivals = "fixed";     // fixed|poisson|trace (the library's kFixedRate)
-  std::string traffic_clock = "producer";  // producer|wall (schedulers::TrafficClock)
+  std::string traffic_clock = "wall";  // wall|producer (schedulers::TrafficClock)
   std::string anticipate_returns = "on";  // on|off (OnlinePlanner::Options::anticipate_returns)
   int64_t requests = 0;               // > 0: fixed window of this many requests
   std::string request_trace;          // file of arrival times (s since warm-up end), one per line

@@ -42,7 +42,7 @@ class Planner {
     double price_per_slowdown_s = 0;
     std::optional<double> slowdown_budget_s;
     int64_t min_spacing_iterations = 1;
-    std::string traffic_clock = "producer";  // producer | wall (schedulers::TrafficClock)
+    std::string traffic_clock = "wall";  // wall | producer (schedulers::TrafficClock)
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -320,7 +320,7 @@ void BindPlanner(py::module_& m) {
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
            py::arg("stall_s"), py::arg("delay_s"), py::arg("request_interval_s"), py::arg("metric"), py::arg("gate_z"),
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
-           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "producer")
+           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall")
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))

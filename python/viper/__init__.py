@@ -429,14 +429,15 @@ class Planner:
     of the version published at the warm-up). `requests`: each consumer's
     request rate, requests per second (a number, or {"per_s": r} or
     {"interval_s": t}); None = one request per training iteration.
-    `traffic_clock`: "producer" (the traffic's drift follows the producer's
-    iteration and waits while it stalls) or "wall" (the traffic moves on in
-    real time: every stall leaves later versions further behind it, and
-    online prices that lag from the decay observe_served() measures)."""
+    `traffic_clock`: "wall" (the default: the traffic moves on in real time,
+    every stall leaves later versions further behind it, and online prices
+    that lag from the decay observe_served() measures) or "producer" (the
+    traffic's drift follows the producer's iteration and waits while it
+    stalls)."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
-                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="producer"):
+                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall"):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None

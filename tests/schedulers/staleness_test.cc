@@ -435,6 +435,7 @@ TEST(StalenessOracleTest, UnderTheWallClockStallsDoNotHoldTheTrafficBack) {
   p.warmup_iterations = 0;
   p.cost.stall_s = 20;
   p.cost.delay_s = 20;
+  p.requests.traffic_clock = TrafficClock::kProducer;
   auto producer = EvaluateOnSurface(p, *s, {30});
   p.requests.traffic_clock = TrafficClock::kWall;
   auto wall = EvaluateOnSurface(p, *s, {30});

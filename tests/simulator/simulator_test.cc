@@ -68,6 +68,7 @@ TEST(SimulatorTest, AStalenessTableChargesTheTrafficOfTheRequestsTime) {
   }
   Simulator::Options o = Tiny(true, Notification::kPush);
   o.record_requests = true;
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
   auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
   ASSERT_TRUE(surface.ok());
   o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
@@ -354,6 +355,8 @@ TEST(SimulatorTest, RejectsBadInput) {
 TEST(SimulatorTest, TraceAndCsvOutputs) {
   auto o = Tiny(true, Notification::kPush);
   o.record_requests = true;
+  // The traffic column on the producer's clock: iteration 2 at 4.2 s.
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
   auto r = Simulator(o).Run(LinearCurve(), {2, 5});
   ASSERT_TRUE(r.ok());
   const std::string csv = r->RequestCsv();

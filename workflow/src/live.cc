@@ -243,6 +243,9 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   sco.log_iteration_times = true;
   sco.request_interval_s = 1.0 / o.requests_per_s;
   sco.metric = s.metric == "val_loss" ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
+  // The consumers drifted their requests to the producer's estimated
+  // iteration: judged on the producer's clock (the offline default is wall).
+  sco.problem_template.requests.traffic_clock = schedulers::TrafficClock::kProducer;
   // Measured costs: mean stall of versions >= 1 (or version 0's), mean update latency.
   double stall = 0, n = 0;
   for (const auto& v : s.versions) {

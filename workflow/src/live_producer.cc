@@ -211,6 +211,9 @@ class Producer {
     sco.request_interval_s = 1.0 / o_.requests_per_s;
     // sigma and delta as measured (delta already holds the poll wait).
     sco.tier = schedulers::MeasuredCost{cost.stall_s, cost.delay_s};
+    // The consumers drift their requests to the producer's iteration (the
+    // pace messages): this harness's traffic follows the producer's clock.
+    sco.problem_template.requests.traffic_clock = schedulers::TrafficClock::kProducer;
     TrainingLog warm = s_.log;
     warm.source = "live warm-up";
     VIPER_ASSIGN_OR_RETURN(schedulers::Scenario sc, schedulers::MakeScenario(warm, sco));

@@ -44,13 +44,19 @@ StatusOr<WindowKind> WindowKindFromString(const std::string& name);
 // Which clock the traffic's drift follows: where the traffic is, on a
 // staleness table's traffic axis, when a request arrives. Only a staleness
 // table reads it (on the diagonal a version is charged its own-time loss).
+// kWall is the default: traffic drifts in the world, which does not wait for
+// a checkpoint. Under kProducer a schedule can hold a fixed request window's
+// traffic away from a drift by stalling before it (a bound no causal planner
+// can reach), so it is kept for harnesses whose traffic follows the producer.
 enum class TrafficClock {
   // The producer's iteration: the traffic waits while a checkpoint stalls
-  // the producer. The live trainer's consumers drift their requests this way.
+  // the producer.
   kProducer,
   // Wall time: the traffic is at the iteration an unstalled producer would
   // have reached (the log's own clock). The world does not wait for a
-  // checkpoint, so stalling cannot hold the traffic back.
+  // checkpoint, so stalling cannot hold the traffic back. The live trainer's
+  // consumers drift their requests this way by default (viper run
+  // --traffic-clock).
   kWall,
 };
 const char* ToString(TrafficClock clock);
@@ -81,7 +87,7 @@ struct RequestModel {
   // kEndTime: end of the window, seconds since the end of warm-up (> 0).
   double end_time_s = 0.0;
   // The clock the traffic's drift follows (staleness tables only).
-  TrafficClock traffic_clock = TrafficClock::kProducer;
+  TrafficClock traffic_clock = TrafficClock::kWall;
 
   // Mean request rate (requests per second) used by the fluid model: 1 /
   // interval_s, or for a trace its count divided by its last arrival time.

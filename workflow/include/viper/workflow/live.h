@@ -114,7 +114,9 @@ class LiveRun {
     // subset the producer observes), each consumer from its own offset. With
     // a drift (every kind drifts the traffic) each request is served from the
     // test subset as DriftedSamples has it at the producer's estimated
-    // current iteration (Request::traffic_iteration): request j gets image
+    // current iteration (Request::traffic_iteration; the traffic follows the
+    // producer's clock here, schedulers::TrafficClock::kProducer, and the
+    // comparison with the simulation is judged on it): request j gets image
     // (j + offset) mod |drifted subset| of it, so over the subset a version's
     // requests average the staleness table's test_loss(version, traffic).
     // The producer does not evaluate the test subset during the run
