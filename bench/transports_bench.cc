@@ -14,7 +14,9 @@
 //           1 and 4 snapshot threads / one memcpy), sync_over_async
 //   notify: push notification p50 / p90 (microseconds)
 //   delta:  delta_over_full (update latency of a 2%-changed version sent as
-//           a delta / sent whole; BM_TransportsHostDelta), stall_over_full
+//           a delta / sent whole; BM_TransportsHostDelta, and written as a
+//           delta file / a full one on the PFS tier, BM_TransportsPfsDelta),
+//           stall_over_full
 //   fanout delta: sent_over_direct (producer's bytes per version with relays
 //           / sending every taker its delta; BM_TransportsFanoutDelta, under
 //           mpirun -np 3 or more, alone: --benchmark_filter=FanoutDelta)
@@ -480,6 +482,74 @@ void BM_TransportsPfs(benchmark::State& state) {
   if (dd_w > 0) state.counters["dd_write_ratio"] = wbw / ((mb << 20) / dd_w);
   if (dd_r > 0) state.counters["dd_read_ratio"] = rbw / ((mb << 20) / dd_r);
   if (Session() != nullptr) AppendSamples(samples);
+}
+
+// Delta updates on the PFS tier (issue 27), where the link (the disk, with
+// fsync) is slower than memory: update latency (publish start -> the
+// consumer's acknowledgement that the version is servable, push) of versions
+// with 2% of their F32 elements changed, written as delta files against the
+// previous version (Publisher::Options::pfs_delta) and read, rebuilt and
+// verified by a consumer that holds that version, / the same versions
+// written and read whole; sync, medians over as many versions each, one run.
+// Arg 0: model bytes; arg 1: O_DIRECT (0, 1). Counters: delta_over_full
+// (the goal: <= 0.25), delta_update_s, full_update_s, written_fraction
+// (bytes written / image), delta_taken (versions written as deltas /
+// versions), stall_over_full.
+void BM_TransportsPfsDelta(benchmark::State& state) {
+  if (!NeedTwoRanks(state)) return;
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const bool o_direct = state.range(1) != 0;
+  const int reps = static_cast<int>(state.max_iterations);
+  std::string dir;
+  {
+    char name[512] = {0};
+    if (Rank() == 0) std::snprintf(name, sizeof(name), "%s", PfsDir().c_str());
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    dir = name;
+  }
+  struct Figures {
+    std::vector<double> update_s, stall_s;
+    uint64_t written = 0, image = 0;
+    int deltas = 0;
+  };
+  // `reps` timed versions into their own directory (full or delta files).
+  auto run = [&](bool delta, Figures* f) {
+    Publisher::Options o;
+    o.tier = Tier::kPfs;
+    o.mode = Mode::kSync;
+    o.notify = Notify::kPush;
+    o.pfs_dir = dir + (delta ? "/delta" : "/full");
+    o.o_direct = o_direct;
+    o.pfs_delta = delta;
+    o.subscriber_ranks = OnlyRankOne();
+    o.staging_bytes = bytes + (1 << 20);
+    Subscriber::Options so;
+    so.tier = Tier::kPfs;
+    so.notify = Notify::kPush;
+    so.pfs_dir = o.pfs_dir;
+    so.o_direct = o_direct;
+    so.preallocate_bytes = bytes + (1 << 20);
+    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
+      f->update_s.push_back(r.consumers[0].servable_s);
+      f->stall_s.push_back(r.stall_s);
+      f->written += r.written_bytes;
+      f->image += r.bytes;
+      if (r.written_bytes < r.bytes) ++f->deltas;
+    });
+  };
+  Figures full, delta;
+  const Status full_st = run(false, &full);
+  const Status delta_st = run(true, &delta);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() == 0) std::system(("rm -rf " + dir).c_str());
+  if (!FinishDeltaRuns(state, delta.update_s, full_st, delta_st)) return;
+  const double f = Median(full.update_s), d = Median(delta.update_s);
+  state.counters["full_update_s"] = f;
+  state.counters["delta_update_s"] = d;
+  state.counters["delta_over_full"] = d / f;
+  state.counters["written_fraction"] = static_cast<double>(delta.written) / static_cast<double>(delta.image);
+  state.counters["delta_taken"] = static_cast<double>(delta.deltas) / static_cast<double>(delta.update_s.size());
+  state.counters["stall_over_full"] = Median(delta.stall_s) / Median(full.stall_s);
 }
 
 // A sync host Publisher (rank 0) and Subscriber (rank 1) that live through a
@@ -1236,6 +1306,17 @@ BENCHMARK(BM_TransportsHostDelta)
       }
     })
     ->ArgNames({"bytes", "protocol", "delta"})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsPfsDelta)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int64_t s : {64 * kMB, 600 * kMB}) {
+        b->Args({s, 1});  // O_DIRECT, as the PFS tier is deployed
+        b->Args({s, 0});  // through the page cache
+      }
+    })
+    ->ArgNames({"bytes", "o_direct"})
     ->Iterations(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

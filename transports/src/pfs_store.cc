@@ -643,18 +643,18 @@ StatusOr<std::vector<std::byte>> PfsStore::ReadDeltaFile(uint64_t version, uint6
 }
 
 StatusOr<uint64_t> PfsStore::ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
-                                      std::vector<uint64_t>* chain) const {
+                                      std::vector<uint64_t>* chain, safetensors::ParseInfo* verified) const {
   auto full_chain = Chain(version);
   if (!full_chain.ok() || held_size > buffer->capacity()) return ReadImage(version, buffer, chain);
   auto at = std::find(full_chain->begin(), full_chain->end(), held);
   if (at == full_chain->end()) return ReadImage(version, buffer, chain);
   chain->assign(at + 1, full_chain->end());
   if (chain->empty()) return held_size;  // already there
-  return ApplyDeltas(*chain, held_size, buffer);
+  return ApplyDeltas(*chain, held_size, buffer, verified);
 }
 
 StatusOr<uint64_t> PfsStore::ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size,
-                                         AlignedBuffer* buffer) const {
+                                         AlignedBuffer* buffer, safetensors::ParseInfo* verified) const {
   for (uint64_t v : versions) {
     VIPER_ASSIGN_OR_RETURN(VersionFile f, Describe(v));
     if (!f.delta) return InternalError(f.path + " is not a delta");
@@ -675,6 +675,7 @@ StatusOr<uint64_t> PfsStore::ApplyDeltas(const std::vector<uint64_t>& versions, 
                                           std::to_string(f.base_version) + ")");
     }
     size = applied->image_bytes;
+    if (verified != nullptr) *verified = std::move(applied->info);
   }
   return size;
 }

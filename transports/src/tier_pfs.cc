@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tier_pfs.h"
+#include "viper/core/checksum.h"
 #include "viper/transports/private_dir.h"
 
 namespace viper {
@@ -114,9 +116,10 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   AlignedBuffer local = std::move(*buffer);
   std::vector<uint64_t> read;
   StatusOr<uint64_t> size = 0;
+  safetensors::ParseInfo rebuilt;  // the last delta's Apply: the image it verified
   if (base != nullptr) {
     std::memcpy(local.data(), base->bytes, base->size_bytes);  // the back buffer's copy of the held image
-    size = store_->ReadFrom(version, base->state.metadata.version, base->size_bytes, &local, &read);
+    size = store_->ReadFrom(version, base->state.metadata.version, base->size_bytes, &local, &read, &rebuilt);
   } else {
     size = store_->Read(version, &local);
     read = {version};
@@ -149,6 +152,18 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   }
   landed.source = store_->PathFor(version);
   landed.receive_s = MonotonicSeconds() - t0;
+  // Rebuilt from deltas: Apply hashed the rebuilt data against the header's
+  // viper.checksum, so verify-and-swap checks the header against it without
+  // hashing the image a second time (as the host tier's delta path does).
+  if (landed.from_delta && rebuilt.data_verified) {
+    const auto sum = rebuilt.metadata.find(safetensors::kChecksumKey);
+    const auto checksum = sum == rebuilt.metadata.end() ? std::nullopt : ChecksumFromHex(sum->second);
+    if (checksum) {
+      landed.streamed = true;
+      landed.data_offset = rebuilt.data_offset;
+      landed.checksum = *checksum;
+    }
+  }
   return landed;
 }
 

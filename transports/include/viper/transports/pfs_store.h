@@ -194,9 +194,13 @@ class PfsStore {
   // read and applied in place (each rebuilt image verified); otherwise the
   // version is read whole (Read). Returns the image size and sets `*chain`
   // to the versions whose files were read. After an error the buffer holds
-  // no version.
+  // no version. `verified`, when given, is set when the image was rebuilt
+  // from at least one delta: the last Apply's parse of it (data_offset, the
+  // metadata's viper.checksum, data_verified), so that a reader need not hash
+  // the data again; left untouched (data_verified false) when it was read
+  // whole.
   StatusOr<uint64_t> ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
-                              std::vector<uint64_t>* chain) const;
+                              std::vector<uint64_t>* chain, safetensors::ParseInfo* verified = nullptr) const;
 
   // Reads version `version` into `buffer` and checks it: a well-formed
   // safetensors file, Viper's checksums when it carries any (a damaged
@@ -233,7 +237,8 @@ class PfsStore {
   // Rebuilds delta version `version` from its chain into `buffer`.
   StatusOr<uint64_t> ReadChain(uint64_t version, AlignedBuffer* buffer, std::vector<uint64_t>* chain) const;
   // Applies the delta files of `versions` in order to the `size`-byte image in `buffer`.
-  StatusOr<uint64_t> ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size, AlignedBuffer* buffer) const;
+  StatusOr<uint64_t> ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size, AlignedBuffer* buffer,
+                                 safetensors::ParseInfo* verified = nullptr) const;
   // The whole delta file of `version` (at most `max_bytes`, else DataLoss).
   StatusOr<std::vector<std::byte>> ReadDeltaFile(uint64_t version, uint64_t max_bytes) const;
   // Removes all but the `keep_older` newest versions older than `version`;
