@@ -229,10 +229,12 @@ Status ProducerControl::SendDone(int rank, const Announce& msg) {
   return SendPod(link_->comm, rank, kTagDone, msg, options_.peer_timeout_s);
 }
 
-void ProducerControl::NotifyDurable(const Announce& a, double start_s, bool wait_for_acks, SendOutcome* out) {
+void ProducerControl::NotifyDurable(const Announce& a, double start_s, bool wait_for_acks, SendOutcome* out,
+                                    const std::function<void()>& meanwhile) {
   const double t0 = MonotonicSeconds();
   const std::vector<int> told = Tell(a, "the notification", out);
   out->notify_s = MonotonicSeconds() - t0;
+  if (meanwhile) meanwhile();
   if (wait_for_acks) CollectAcks(a.version, told, start_s, out);
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,9 +88,11 @@ class ProducerControl {
   void CollectAcks(uint64_t version, const std::vector<int>& ranks, double start_s, SendOutcome* out);
   // Sends `msg` (kTagDone) to `rank` within peer_timeout_s.
   Status SendDone(int rank, const Announce& msg);
-  // pfs tier, push: tells every consumer that `a`'s version is durable and,
-  // when `wait_for_acks`, collects their acknowledgements.
-  void NotifyDurable(const Announce& a, double start_s, bool wait_for_acks, SendOutcome* out);
+  // pfs tier, push: tells every consumer that `a`'s version is durable,
+  // runs `meanwhile` (work of the producer's that the consumers need not
+  // wait for) and, when `wait_for_acks`, collects their acknowledgements.
+  void NotifyDurable(const Announce& a, double start_s, bool wait_for_acks, SendOutcome* out,
+                     const std::function<void()>& meanwhile = {});
   // Stops serving `rank` (never sent to again) and records why in `out`.
   void Drop(int rank, const std::string& why, SendOutcome* out);
   // Goodbye to every consumer still served.

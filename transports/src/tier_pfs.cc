@@ -38,11 +38,20 @@ class PfsSender : public TierSender {
     out->encoding = stats->delta ? "delta of version " + std::to_string(stats->base_version)
                                  : (stats->delta_report.empty() ? "full" : "full (" + stats->delta_report + ")");
     // The next version's base: this image, as the directory now holds it.
-    if (delta) base_.assign(s.image(), s.image() + s.image_bytes());
-    if (control_ == nullptr) return Status::Ok();  // poll: the consumers find it themselves
+    // With push it is copied once the consumers are told, while they read:
+    // off the update latency's path (the staged image stays valid until
+    // Send returns).
+    auto keep_base = [&] {
+      if (delta) base_.assign(s.image(), s.image() + s.image_bytes());
+    };
+    if (control_ == nullptr) {  // poll: the consumers find it themselves
+      keep_base();
+      return Status::Ok();
+    }
     const Announce a =
         control_->AnnounceStaged(kAnnouncePfs, s.version(), s.iteration(), s.image_bytes(), s.checksum());
-    control_->NotifyDurable(a, start_s, options_.mode == Mode::kAsync || options_.wait_for_servable, out);
+    control_->NotifyDurable(a, start_s, options_.mode == Mode::kAsync || options_.wait_for_servable, out,
+                            keep_base);
     return Status::Ok();
   }
 
