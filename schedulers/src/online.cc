@@ -518,7 +518,16 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   const double traffic_at = TrafficAt(at);
   const double traffic_before =
       begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
-  if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap()) ==
+  // The ending regime's own last model, when it measured better than the
+  // served one at that last measurement (both on that moment's sample).
+  int64_t better = -1;
+  if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
+    const double served_then = served_by_measurement_[begin - 1];
+    if (std::isfinite(served_then) && measured_.losses[begin - 1] < served_then) {
+      better = static_cast<int64_t>(measured_.iterations[begin - 1]);
+    }
+  }
+  if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better) ==
       internal::ReturnPredictor::SwitchSeen::kRefuted) {
     ++summary_.anticipation_failed;
   }
@@ -545,6 +554,11 @@ Status OnlinePlanner::ObserveServed(double loss) {
   }
   served_loss_ = loss;
   ++summary_.served_measurements;
+  // Kept by measurement (the one taken at this iteration), for AddSwitch.
+  if (measured_now_ && *measured_now_ == last_iteration_ && measured_.size() > 0) {
+    served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
+    served_by_measurement_.back() = loss;
+  }
   // The reference is the forecast level at the version's checkpoint (see
   // Commit); a version committed without a forecast is measured from its
   // first re-measurement.
@@ -575,8 +589,13 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   // before recent versions: a loop that publishes often would otherwise
   // keep only versions of the current domain.
   const std::vector<int64_t>& regime_models = returns_->regime_models();
-  if (const auto r = returns_->PredictedReturn(MeasurementGap())) add(r->model);
+  const std::vector<int64_t>& regime_better = returns_->regime_better();
+  if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
+    add(r->model);
+    if (r->fallback >= 0) add(r->fallback);
+  }
   for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
+    if (q < regime_better.size() && regime_better[q] >= 0) add(regime_better[q]);
     if (q < regime_models.size()) add(regime_models[q]);
     if (q < regime_ends_.size()) add(regime_ends_[q]);
   }

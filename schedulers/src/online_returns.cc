@@ -8,7 +8,8 @@ namespace schedulers {
 namespace internal {
 
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
-                                                       int64_t served_at, double measurement_gap) {
+                                                       int64_t served_at, double measurement_gap,
+                                                       int64_t better) {
   // One switch seen twice (a re-publish, then the slower change detector, or
   // the other way round) within four measurement gaps is one.
   if (!switches_.empty() && static_cast<double>(at - switches_.back().at) <= 4.0 * measurement_gap) {
@@ -17,6 +18,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // The regime that ended was served by the model an anticipation replaced,
   // not by the returning domain's model published ahead of the switch.
   regime_models_.push_back(active_ ? pre_anticipation_model_ : served_at);
+  regime_better_.push_back(better);
   switches_.push_back(Switch{at, 0.5 * (traffic_before + traffic_at), 0.5 * (traffic_at - traffic_before)});
   republished_in_regime_ = false;
   if (!active_) return SwitchSeen::kRecorded;
@@ -60,7 +62,12 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
   if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
   Return r;
   r.change = w[2].middle + 0.5 * (i1 + i2);
-  r.model = regime_models_[upcoming - cycle_];
+  // The domain's best model at its last visit's end: the producer's own
+  // when it measured better than the served one there (trained on that
+  // domain for the whole visit), else the served one.
+  const size_t q = upcoming - cycle_;
+  r.model = regime_better_[q] >= 0 ? regime_better_[q] : regime_models_[q];
+  if (r.model != regime_models_[q]) r.fallback = regime_models_[q];
   r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + measurement_gap);
   return r;
 }
@@ -68,15 +75,21 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
 std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
     double traffic, double delivery_lag, double horizon, int64_t served_model,
     const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap) {
-  const auto r = PredictedReturn(measurement_gap);
+  auto r = PredictedReturn(measurement_gap);
   if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
     return std::nullopt;
   // Published at the measurement whose delivery lands nearest the middle of
   // the gap before the predicted switch (the switch happened somewhere in it).
   const double arrival = traffic + delivery_lag;
   if (!(arrival >= r->change - 0.5 * measurement_gap)) return std::nullopt;
-  const auto kept =
-      std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == r->model; });
+  auto measured = [&](int64_t model) {
+    return std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == model; });
+  };
+  auto kept = measured(r->model);
+  if (kept == kept_now.end() && r->fallback >= 0 && r->fallback != served_model) {
+    kept = measured(r->fallback);
+    r->model = r->fallback;
+  }
   if (kept == kept_now.end()) return std::nullopt;
   pending_ = r;
   return *kept;

@@ -35,6 +35,7 @@ class ReturnPredictor {
   struct Return {
     double change = 0;       // the predicted switch's middle (traffic iterations)
     int64_t model = 0;       // the model to serve after it
+    int64_t fallback = -1;   // the returning domain's other model, when `model` is not kept (-1: none)
     double tolerance = 0;    // how far from `change` a switch confirms it
     bool confirmed = false;  // a switch was seen within the tolerance
     double loss = 0;         // the model's measured loss when it was published (the old domain's)
@@ -62,10 +63,13 @@ class ReturnPredictor {
   // Records a switch whose first measurement after it is at iteration `at`
   // (traffic `traffic_at`), the last measurement before it at traffic
   // `traffic_before` (= traffic_at without one); `served_at` is the model
-  // served at `at`, `measurement_gap` the spacing of the latest measurements.
+  // served at `at`, `measurement_gap` the spacing of the latest measurements;
+  // `better` (-1: none) the producer's own model at the last measurement
+  // before the switch when it measured better than the served one there:
+  // the ending domain's best model, which a return publishes first.
   // Confirms or refutes the active anticipation.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
-                       double measurement_gap);
+                       double measurement_gap, int64_t better = -1);
   // The regime a model's iteration falls in (0 before the first switch).
   size_t RegimeOf(int64_t model) const;
   // A kept model won a re-publish: the first such of a regime says how many
@@ -82,8 +86,8 @@ class ReturnPredictor {
   // that it arrives, `delivery_lag` traffic iterations after `traffic`, at
   // the predicted switch (from half a measurement gap before its middle);
   // nullopt when there is no prediction, it is past or beyond `horizon`, the
-  // model serves already, was not re-measured now, or it is too early. A
-  // model returned becomes the pending anticipation.
+  // model serves already, neither it nor the fallback was re-measured now,
+  // or it is too early. A model returned becomes the pending anticipation.
   std::optional<std::pair<int64_t, double>> PublishAhead(
       double traffic, double delivery_lag, double horizon, int64_t served_model,
       const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap);
@@ -111,11 +115,14 @@ class ReturnPredictor {
   const std::vector<Switch>& switches() const { return switches_; }
   // The model that served each ended regime (parallel to switches()).
   const std::vector<int64_t>& regime_models() const { return regime_models_; }
+  // Each ended regime's own better model (AddSwitch's `better`; -1: none).
+  const std::vector<int64_t>& regime_better() const { return regime_better_; }
 
  private:
   bool enabled_;
   std::vector<Switch> switches_;
   std::vector<int64_t> regime_models_;
+  std::vector<int64_t> regime_better_;  // parallel: AddSwitch's `better` (-1: the served one was best)
   size_t cycle_ = 0;         // regimes between a domain and its return (0: none seen)
   size_t pattern_from_ = 0;  // the first switch the spacing is judged from
   bool republished_in_regime_ = false;

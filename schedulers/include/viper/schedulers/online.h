@@ -290,6 +290,9 @@ class OnlinePlanner {
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
   size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
   std::optional<double> served_loss_;
+  // The served version's re-measurement at each measurement of measured_
+  // (NaN where none was taken).
+  std::vector<double> served_by_measurement_;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
