@@ -72,6 +72,33 @@ TEST(ReturnPredictorTest, UnevenSwitchesPredictNothing) {
   EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
 }
 
+// A domain's last visit ended with the producer's own model (2980) measuring
+// better than the served one (900): the return publishes 2980, trained on
+// that domain for the whole visit, and falls back to 900 when 2980 is not
+// kept (not re-measured now); without `better` it is 900 as before.
+TEST(ReturnPredictorTest, AReturnPublishesTheDomainsBetterModelElseTheServedOne) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);
+  Switch(&p, 2000, 1900);
+  p.NoteRepublish(900);
+  EXPECT_EQ(p.AddSwitch(3000, 2980, 3000, 900, kGap, /*better=*/2980), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(p.regime_models(), (std::vector<int64_t>{900, 1900, 900}));
+  EXPECT_EQ(p.regime_better(), (std::vector<int64_t>{-1, -1, 2980}));
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->model, 2980);
+  EXPECT_EQ(r->fallback, 900);
+  const auto both = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}, {2980, 0.4}}, kGap);
+  ASSERT_TRUE(both.has_value());
+  EXPECT_EQ(both->first, 2980);
+  p.DropPending();
+  const auto only_served = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap);
+  ASSERT_TRUE(only_served.has_value());
+  EXPECT_EQ(only_served->first, 900) << "2980 not kept: the served one";
+  p.DropPending();
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value()) << "neither re-measured";
+}
+
 // A switch within four measurement gaps (80) of the last one is the same
 // switch seen twice (by a re-publish and by the change detector).
 TEST(ReturnPredictorTest, ASwitchSeenTwiceIsOne) {
