@@ -322,6 +322,17 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
         summary_.change_points.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_]));
         AddSwitch(regime_begin_);
         sigma = Noise();  // of the new regime
+        // The served version's excess across the change is a step, not a
+        // rate at which a new version will decay: the wall clock's lag
+        // price is measured afresh from the served level now (else a step
+        // would price every later stall as if each new version lost that
+        // much per second, and hold the fresh model back).
+        regime_decay_points_.clear();
+        regime_reference_.reset();
+        if (served_loss_ && served_by_measurement_.size() == measured_.size() &&
+            std::isfinite(served_by_measurement_.back())) {
+          regime_reference_ = std::make_pair(now, *served_loss_);
+        }
       }
     }
   }
@@ -354,11 +365,12 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // served after one is sigma older on the traffic than it would have been,
   // so each request from then on pays decay x sigma more. Priced per second
   // of stall, for the next checkpoint: decay x the requests left to serve.
-  if (problem.requests.traffic_clock == TrafficClock::kWall && decay > 0) {
+  const double regime_decay = DecayPerSecond(regime_decay_points_);
+  if (problem.requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
     const double now_s = static_cast<double>(now - W) * problem.seconds_per_iteration +
                          static_cast<double>(taken_.size()) * problem.cost.stall_s;
     const double left_s = std::max(0.0, problem.WindowEnd(static_cast<int64_t>(taken_.size())) - now_s);
-    const double lag_price = decay * problem.requests.RatePerSecond() * left_s;
+    const double lag_price = regime_decay * problem.requests.RatePerSecond() * left_s;
     problem.price_per_slowdown_s += lag_price;
     summary_.max_lag_price = std::max(summary_.max_lag_price, lag_price);
   }
@@ -471,6 +483,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
     ++summary_.republished;
     served_loss_ = *publishing_loss_;
     served_reference_ = std::make_pair(iteration, *publishing_loss_);
+    regime_reference_ = served_reference_;
     decided_at_ = -1;
     return Status::Ok();
   }
@@ -489,6 +502,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   // forecast, its first re-measurement (ObserveServed).
   served_reference_.reset();
   if (forecast_) served_reference_ = std::make_pair(iteration, forecast_->at(iteration));
+  regime_reference_ = served_reference_;
   return Status::Ok();
 }
 
@@ -562,6 +576,16 @@ Status OnlinePlanner::ObserveServed(double loss) {
   // The reference is the forecast level at the version's checkpoint (see
   // Commit); a version committed without a forecast is measured from its
   // first re-measurement.
+  // The same within the regime (from its change on), for the lag price.
+  if (!regime_reference_) {
+    regime_reference_ = std::make_pair(last_iteration_, loss);
+  } else if (last_iteration_ > regime_reference_->first) {
+    regime_decay_points_.emplace_back(
+        static_cast<double>(last_iteration_ - regime_reference_->first) * problem_.seconds_per_iteration,
+        loss - regime_reference_->second);
+    if (regime_decay_points_.size() > static_cast<size_t>(options_.decay_window))
+      regime_decay_points_.erase(regime_decay_points_.begin());
+  }
   if (!served_reference_) {
     served_reference_ = std::make_pair(last_iteration_, loss);
     return Status::Ok();
@@ -620,22 +644,24 @@ Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
   return Status::Ok();
 }
 
-double OnlinePlanner::DecayPerSecond() const {
-  if (decay_points_.size() < 2) return 0.0;
+double OnlinePlanner::DecayPerSecond() const { return DecayPerSecond(decay_points_); }
+
+double OnlinePlanner::DecayPerSecond(const std::vector<std::pair<double, double>>& points) const {
+  if (points.size() < 2) return 0.0;
   double xy = 0, xx = 0, mean = 0;
-  for (const auto& [x, y] : decay_points_) {
+  for (const auto& [x, y] : points) {
     xy += x * y;
     xx += x * x;
     mean += y;
   }
-  const double n = static_cast<double>(decay_points_.size());
+  const double n = static_cast<double>(points.size());
   mean /= n;
   // Noise is no decay: the excess must exceed what the gate calls a
   // difference, and the slope must stand a standard error above zero.
   if (!(xx > 0) || mean <= GateMargin()) return 0.0;
   const double slope = xy / xx;
   double rss = 0;
-  for (const auto& [x, y] : decay_points_) rss += (y - slope * x) * (y - slope * x);
+  for (const auto& [x, y] : points) rss += (y - slope * x) * (y - slope * x);
   const double se = std::sqrt(rss / std::max(1.0, n - 1) / xx);
   return slope > 1 * se ? slope : 0.0;
 }

@@ -95,6 +95,31 @@ TEST(StalenessScenarioTest, OnlineReMeasuresTheServedVersionAndReplacesItAfterTh
   EXPECT_GT(plan->schedule.back(), 1500);
 }
 
+// Under the wall clock a stall is priced by how fast new versions decay (each
+// later version serves traffic sigma further on). A step change is no such
+// rate: after the swap the pre-swap version is 1.5 worse for good, while the
+// versions trained after it do not decay, so a stall is priced at most by
+// the noise of the re-measurements (3.3 per second of stall here; 93 when
+// the step was taken for a rate), and the retrained model is published soon
+// after the swap on a tier that stalls 2 s (20 iterations).
+TEST(StalenessScenarioTest, UnderTheWallClockAStepIsNoLagPrice) {
+  const auto [log, table] = testing::SwapRun(1);
+  ScenarioOptions o = Options(table);
+  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
+  o.tier = MeasuredCost{2.0, 3.0};
+  auto sc = MakeScenario(log, o);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string& m = plan->summary.message;
+  const size_t at = m.find("lag priced up to ");
+  const double price = at == std::string::npos ? 0.0 : std::stod(m.substr(at + 17));
+  EXPECT_LT(price, 10.0) << m;
+  const auto after = std::find_if(plan->schedule.begin(), plan->schedule.end(), [](int64_t c) { return c > 1500; });
+  ASSERT_NE(after, plan->schedule.end()) << plan->summary.message;
+  EXPECT_LE(*after, 1800) << plan->summary.message;
+}
+
 // Every shipped table reads, is its log's (same diagonal) and covers it, and
 // on the traffic-drift runs some stale pair costs more than its diagonal.
 TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {

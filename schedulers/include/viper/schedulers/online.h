@@ -266,6 +266,9 @@ class OnlinePlanner {
   StatusOr<bool> Decide(int64_t now, double measured);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
+  // The slope through the origin of (age, excess) `points`, when it stands
+  // out of the noise (0 otherwise).
+  double DecayPerSecond(const std::vector<std::pair<double, double>>& points) const;
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
   // A switch of the traffic's domain whose first measurement after it is
@@ -299,6 +302,11 @@ class OnlinePlanner {
   // (seconds since the served version's reference, excess over it) of the
   // latest re-measurements, oldest first.
   std::vector<std::pair<double, double>> decay_points_;
+  // The same since the current regime began (the latest detected change) or
+  // since the served version's checkpoint, whichever is later: a change's
+  // step is not in it. The wall clock's lag price reads this one.
+  std::optional<std::pair<int64_t, double>> regime_reference_;
+  std::vector<std::pair<double, double>> regime_decay_points_;
   std::vector<int64_t> published_;
   // The last model of each regime before a detected change (kept too:
   // the domain it was trained on may come back).
