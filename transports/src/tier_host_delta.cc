@@ -292,12 +292,91 @@ class DeltaReceiver : public TierReceiver {
   std::string Source(const Announce&) const override { return control_->ProducerName() + " (delta)"; }
 
  private:
+  // The delta this path applied last, kept to bring the back buffer forward
+  // (Receive): it rebuilt `target` from `base`, and the pool buffer that
+  // held `base` was noted as holding it (LandingPool::Note).
+  struct Kept {
+    std::shared_ptr<AlignedBuffer> delta;
+    uint64_t bytes = 0;
+    LandingPool::Content base, target;
+  };
+  // A delta is kept for replay only when at most this fraction of its image:
+  // the kept delta is memory beyond the landing buffers.
+  static constexpr uint64_t kKeepDeltaDivisor = 4;
+
+  // The landing buffer for the version `a` rebuilds from `base`: the back
+  // buffer when it holds the version `kept_` was applied to (`*replay`
+  // set), else any free one (the held image is to be copied into it).
+  StatusOr<std::shared_ptr<AlignedBuffer>> LandingBuffer(const Announce& a, const ModelVersion& base,
+                                                          bool* replay);
+  // Brings `buffer` (which holds kept_.base) to kept_.target by replaying
+  // kept_'s delta in place, its sparse writes only, without hashing the data
+  // (the new delta's Apply hashes the whole rebuilt image); on any error,
+  // copies `base` into it instead. Returns whether the replay did it.
+  bool Replay(AlignedBuffer* buffer, const ModelVersion& base);
+  // After version `a` was rebuilt from `base` with the delta in delta_:
+  // base's buffer holds base (noted in the pool), and delta_ is kept when
+  // small enough.
+  void Keep(const Announce& a, const ModelVersion& base, uint64_t delta_bytes, uint64_t target_checksum,
+            uint64_t target_size);
+
   ConsumerControl* control_;
   LandingPool* pool_;
   std::function<std::shared_ptr<const ModelVersion>()> held_;
   std::shared_ptr<const ModelVersion> base_;  // what Takes matched
-  std::shared_ptr<AlignedBuffer> delta_;      // received deltas land here
+  std::shared_ptr<AlignedBuffer> delta_;      // received deltas land here (never kept_.delta)
+  Kept kept_;
 };
+
+LandingPool::Content ContentOf(const ModelVersion& v) {
+  return {v.state.metadata.version, v.checksum, v.size_bytes};
+}
+
+StatusOr<std::shared_ptr<AlignedBuffer>> DeltaReceiver::LandingBuffer(const Announce& a, const ModelVersion& base,
+                                                                        bool* replay) {
+  const uint64_t room = std::max(a.image_bytes, base.size_bytes);
+  *replay = false;
+  if (kept_.delta && kept_.target == ContentOf(base)) {
+    std::shared_ptr<AlignedBuffer> back = pool_->AcquireHolding(kept_.base, std::max(room, kept_.base.size));
+    if (back) {
+      *replay = true;
+      return back;
+    }
+  }
+  return pool_->Acquire(room);
+}
+
+bool DeltaReceiver::Replay(AlignedBuffer* buffer, const ModelVersion& base) {
+  delta::ApplyOptions options;
+  options.verify_data = false;  // the new delta's Apply hashes every byte of the result
+  auto replayed = delta::Apply(buffer->data(), kept_.base.size, buffer->capacity(), kept_.delta->data(),
+                               kept_.bytes, options);
+  if (replayed.ok() && replayed->image_bytes == base.size_bytes) return true;
+  Log(LogLevel::kDebug, "transports",
+      "replaying the delta to version " + std::to_string(kept_.target.version) + " on the back buffer failed (" +
+          (replayed.ok() ? "rebuilt " + std::to_string(replayed->image_bytes) + " bytes" : replayed.status().ToString()) +
+          "): copying the served image instead");
+  std::memcpy(buffer->data(), base.bytes, base.size_bytes);
+  return false;
+}
+
+void DeltaReceiver::Keep(const Announce& a, const ModelVersion& base, uint64_t delta_bytes, uint64_t target_checksum,
+                         uint64_t target_size) {
+  // The served image's buffer (when the pool's) holds `base` exactly: it
+  // was verified when it was swapped in and nobody writes a served buffer.
+  pool_->Note(base.bytes, ContentOf(base));
+  std::shared_ptr<AlignedBuffer> spare = std::move(kept_.delta);
+  kept_ = Kept{};
+  if (delta_bytes * kKeepDeltaDivisor <= target_size) {
+    kept_.delta = std::move(delta_);
+    kept_.bytes = delta_bytes;
+    kept_.base = ContentOf(base);
+    kept_.target = {a.version, target_checksum, target_size};
+  }
+  // The next delta lands in the buffer no longer kept (unless a freed send
+  // may still read it: Receive then takes a new one).
+  if (!delta_) delta_ = std::move(spare);
+}
 
 StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   const double t0 = MonotonicSeconds();
@@ -309,8 +388,10 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   ready.path = kPathDelta;
   ready.held_version = base->state.metadata.version;
   ready.held_checksum = base->checksum;
-  // Room for the rebuilt image and, first, the copy of the held one.
-  auto buffer = pool_->Acquire(std::max(a.image_bytes, base->size_bytes));
+  // Room for the rebuilt image and, first, the held one: the back buffer
+  // brought forward by a replay, or a copy.
+  bool replay = false;
+  auto buffer = LandingBuffer(a, *base, &replay);
   if (buffer.ok() && (!delta_ || delta_.use_count() > 1)) delta_ = std::make_shared<AlignedBuffer>();
   if (buffer.ok() && delta_->capacity() < p.delta_bytes) {
     auto fresh = AlignedBuffer::Allocate(p.delta_bytes);
@@ -341,9 +422,15 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
     return leg.Lost("delta of version " + std::to_string(a.version) + " (" + std::to_string(p.delta_bytes) +
                     " bytes) did not arrive " + leg.in_time());
   }
-  // The back buffer: a copy of the image served, then the delta applied to it.
+  // The back buffer: the image served, by replay (the back buffer held the
+  // version before it and the delta that rebuilt it is kept) or by a copy,
+  // then the delta applied to it.
   std::byte* image = (*buffer)->data();
-  std::memcpy(image, base->bytes, base->size_bytes);
+  if (replay) {
+    replay = Replay(buffer->get(), *base);
+  } else {
+    std::memcpy(image, base->bytes, base->size_bytes);
+  }
   auto applied = delta::Apply(image, base->size_bytes, (*buffer)->capacity(), delta_->data(), p.delta_bytes);
   const std::string what = "delta of version " + std::to_string(a.version) + " against version " +
                            std::to_string(base->state.metadata.version);
@@ -354,11 +441,13 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   }
   auto header = delta::ReadHeader(delta_->data(), p.delta_bytes);
   if (!header.ok()) return header.status().WithContext(what);
+  Keep(a, *base, p.delta_bytes, header->target_checksum, applied->image_bytes);
   Landed landed;
   landed.buffer = *buffer;
   landed.size = applied->image_bytes;
   landed.moved_bytes = p.delta_bytes;
   landed.from_delta = true;
+  landed.replayed = replay;
   landed.source = Source(a);
   landed.receive_s = MonotonicSeconds() - t0;
   // Apply hashed the rebuilt data against the header's viper.checksum:
