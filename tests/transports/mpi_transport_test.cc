@@ -1785,9 +1785,10 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied
   //   v10 delta with a flipped byte: replayed, then refused (DataLoss);
   //   v11 delta: copy; v12 delta: replay;
   //   v13 full with a data byte flipped: it lands in the back buffer (which
-  //     held v11) and is refused (DataLoss); v14 delta: copy (the landing
-  //     made the back buffer's content unknown; a replay there would rebuild
-  //     a wrong image, refused by the checksum: v14 would be lost);
+  //     held v11) and is refused (DataLoss); v14 delta: copy (the pool
+  //     forgot what the back buffer held when it was handed out; and a
+  //     replay there would be refused anyway before writing, its header
+  //     being v13's);
   //   v15 delta: replay.
   // So 11 versions from deltas, 5 of them (v2, v4, v9, v12, v15) without a copy.
   Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
