@@ -340,14 +340,18 @@ bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_
 // where the producer sends the full copy), delta_update_s, full_update_s,
 // moved_fraction (bytes moved / image), delta_taken (versions the consumer
 // got as deltas / versions), stall_over_full (the Publish stall: the
-// producer's diff pass).
+// producer's diff pass), delta_load_s and full_load_s (the consumer's
+// receive + rebuild + verify of a version, as it acknowledged: for a delta,
+// its back buffer brought to the served version, by replay or a copy, and
+// the delta applied).
 // What the delta benchmarks keep of each timed version (the first consumer's).
 struct DeltaFigures {
-  std::vector<double> update_s, stall_s;
+  std::vector<double> update_s, stall_s, load_s;
   uint64_t moved = 0, image = 0;
   int deltas = 0;
   void Add(const Publisher::VersionReport& r) {
     update_s.push_back(r.consumers[0].servable_s);
+    load_s.push_back(r.consumers[0].load_s);
     stall_s.push_back(r.stall_s);
     moved += r.consumers[0].bytes_moved;
     image += r.bytes;
@@ -359,6 +363,8 @@ struct DeltaFigures {
     state.counters["full_update_s"] = f;
     state.counters["delta_update_s"] = d;
     state.counters["delta_over_full"] = d / f;
+    state.counters["full_load_s"] = Median(full.load_s);
+    state.counters["delta_load_s"] = Median(load_s);
     state.counters["moved_fraction"] = static_cast<double>(moved) / static_cast<double>(image);
     state.counters["delta_taken"] = static_cast<double>(deltas) / static_cast<double>(update_s.size());
   }
@@ -1011,7 +1017,8 @@ void BM_TransportsGpu(benchmark::State& state) {
 // Counters: delta_over_full (update latency, delta / whole), stall_over_d2d
 // and full_stall_over_d2d (the sync Publish of a delta / whole version, which
 // includes the consumer's copy, apply and verify, / one device-to-device
-// cudaMemcpy of the image in this process), moved_fraction, delta_taken.
+// cudaMemcpy of the image in this process), moved_fraction, delta_taken,
+// delta_load_s, full_load_s.
 // Skips without a device.
 void BM_TransportsGpuDelta(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
