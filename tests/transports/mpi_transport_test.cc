@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -1167,10 +1168,13 @@ INSTANTIATE_TEST_SUITE_P(Protocols, MpiKillByProtocol,
 // sequence and a consumer can check each served version byte for byte).
 class Evolving {
  public:
-  Evolving(uint64_t bytes, uint32_t seed) : model_(MakeModel(bytes, seed)), rng_(seed) {}
+  // `only` >= 0: a frozen backbone, only tensor `only` (of 3) changes.
+  Evolving(uint64_t bytes, uint32_t seed, int only = -1) : model_(MakeModel(bytes, seed)), rng_(seed), only_(only) {}
   void Step(double fraction) {
     std::bernoulli_distribution pick(fraction);
+    int index = 0;
     for (Tensor& t : model_.mutable_tensors()) {
+      if (only_ >= 0 && index++ != only_) continue;
       uint32_t* p = t.As<uint32_t>();
       for (int64_t i = 0; i < t.NumElements(); ++i) {
         if (pick(rng_)) p[i] ^= 1u + static_cast<uint32_t>(rng_() % 0xffff);
@@ -1182,6 +1186,7 @@ class Evolving {
  private:
   ModelState model_;
   std::mt19937 rng_;
+  int only_;
 };
 
 bool SameTensors(const ModelState& a, const ModelState& b) {
@@ -1619,11 +1624,11 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
       EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
     }
     EXPECT_GT(summary.delta_versions, 0u) << summary.BriefReport();
-    // Runs of good deltas bring the back buffer forward by replay.
+    // Runs of good deltas bring the back buffer forward.
     EXPECT_GT(summary.delta_copies_avoided, 0u) << summary.BriefReport();
     EXPECT_GT(expected_rejections, 0u) << summary.BriefReport();
-    std::printf("[ delta ] rank %d: %d versions, %llu served bit-identical (%llu from deltas, %llu of them without "
-                "a copy of the served image), %llu rejected, 0 torn, %llu corrupt served\n",
+    std::printf("[ delta ] rank %d: %d versions, %llu served bit-identical (%llu from deltas, %llu of them in the "
+                "back buffer brought forward), %llu rejected, 0 torn, %llu corrupt served\n",
                 Rank(), n, static_cast<unsigned long long>(exact),
                 static_cast<unsigned long long>(summary.delta_versions),
                 static_cast<unsigned long long>(summary.delta_copies_avoided),
@@ -1698,28 +1703,37 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
   if (Rank() != 0) {
     EXPECT_GT(total_deltas, 0);
     EXPECT_GT(total_replays, 0);
-    std::printf("[ delta ] rank %d: %d versions through Publishers, %d from deltas, %d of them without a copy of "
-                "the served image\n",
+    std::printf("[ delta ] rank %d: %d versions through Publishers, %d from deltas, %d of them in the back buffer "
+                "brought forward\n",
                 Rank(), n, total_deltas, total_replays);
   }
 }
 
 // The consumer's back buffer (issue 27: a delta applied without an extra
-// copy of the model): version 1 is rebuilt in a copy of the served version
-// 0; from version 2 on, the back buffer still holds the version before the
-// served one, and the consumer brings it forward by replaying the delta it
-// applied last (sparse writes), then applies the new delta with the whole
-// rebuilt image hashed: no copy of the served image. Every version served is
-// bit-identical to a full send. (Without the replay, delta_copies_avoided
-// stays 0.)
-class MpiHostDeltaReplay : public ::testing::TestWithParam<HostProtocol> {};
+// copy of the model), on a frozen backbone (one tensor of three changes):
+// version 1 is rebuilt in a whole copy of the served version 0; from version
+// 2 on, the back buffer still holds the version before the served one, and
+// the consumer brings it forward by copying only what the last delta
+// changed (the header and the changed tensor), then applies the new delta
+// with the whole rebuilt image hashed. Every version served is bit-identical
+// to a full send. (With the whole copy every time, delta_copies_avoided is 0
+// and delta_copied_bytes 9 images.)
+// What bringing a back buffer forward copies when only tensor `index` of
+// `v` changed: its header and that tensor.
+uint64_t ChangedBytes(const ModelVersion& v, int index) {
+  const std::byte* first = v.bytes + v.size_bytes;
+  for (const Tensor& t : v.state.tensors()) first = std::min<const std::byte*>(first, t.data);
+  return static_cast<uint64_t>(first - v.bytes) + v.state.tensors()[static_cast<std::size_t>(index)].size_bytes;
+}
 
-TEST_P(MpiHostDeltaReplay, SteadyDeltaVersionsAreAppliedWithoutCopyingTheServedImage) {
+class MpiHostDeltaBackBuffer : public ::testing::TestWithParam<HostProtocol> {};
+
+TEST_P(MpiHostDeltaBackBuffer, SteadyDeltaVersionsCopyOnlyWhatTheLastDeltaChanged) {
   Scenario s = HostScenario(Mode::kSync, GetParam());
   s.pub.delta = DeltaMode::kOn;
   constexpr int kVersions = 10;
   constexpr uint64_t kBytes = 2 << 20;
-  Evolving model(kBytes, 91);
+  Evolving model(kBytes, 91, /*only=*/1);
   if (Rank() == 0) {
     auto pub = Publisher::Create(s.pub);
     ASSERT_TRUE(pub.ok()) << pub.status().ToString();
@@ -1741,6 +1755,7 @@ TEST_P(MpiHostDeltaReplay, SteadyDeltaVersionsAreAppliedWithoutCopyingTheServedI
     std::mutex mu;
     int next = 0;
     uint64_t exact = 0, wrong = 0;
+    std::set<uint64_t> image_bytes, changed_bytes;  // every version's: one value each
     auto sub = Subscriber::Create(s.sub, [&](std::shared_ptr<const ModelVersion> got) {
       std::lock_guard<std::mutex> lock(mu);
       const int v = static_cast<int>(got->state.metadata.version);
@@ -1748,6 +1763,8 @@ TEST_P(MpiHostDeltaReplay, SteadyDeltaVersionsAreAppliedWithoutCopyingTheServedI
         if (next > 0) model.Step(0.02);
       }
       (SameTensors(got->state, model.model()) ? exact : wrong)++;
+      image_bytes.insert(got->size_bytes);
+      changed_bytes.insert(ChangedBytes(*got, 1));
     });
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
     EXPECT_TRUE((*sub)->WaitUntilDone(60));
@@ -1758,39 +1775,46 @@ TEST_P(MpiHostDeltaReplay, SteadyDeltaVersionsAreAppliedWithoutCopyingTheServedI
     EXPECT_EQ(summary.received, static_cast<uint64_t>(kVersions)) << summary.BriefReport();
     EXPECT_EQ(summary.rejected, 0u) << summary.BriefReport();
     EXPECT_EQ(summary.delta_versions, kVersions - 1u) << summary.BriefReport();
-    // Version 1 copies (the back buffer held nothing known); 2..9 replay.
+    // Version 1 copies the whole image (the back buffer held nothing known);
+    // 2..9 bring the back buffer forward: the header and tensor 1 each.
     EXPECT_EQ(summary.delta_copies_avoided, kVersions - 2u) << summary.BriefReport();
+    ASSERT_EQ(image_bytes.size(), 1u);
+    ASSERT_EQ(changed_bytes.size(), 1u);
+    EXPECT_LT(*changed_bytes.begin(), *image_bytes.begin() / 2);
+    EXPECT_EQ(summary.delta_copied_bytes, *image_bytes.begin() + (kVersions - 2u) * *changed_bytes.begin())
+        << summary.BriefReport();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Protocols, MpiHostDeltaReplay,
+INSTANTIATE_TEST_SUITE_P(Protocols, MpiHostDeltaBackBuffer,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
                          [](const ::testing::TestParamInfo<HostProtocol>& p) {
                            return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
                          });
 
-TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied) {
+TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeBroughtForwardTheServedImageIsCopiedWhole) {
   // Rank 0 speaks the wire protocol itself; each version changes 2% of the
-  // elements, and each good delta is against the version the consumers
-  // serve. Where the replay is impossible, the consumer copies the served
-  // image, and every version served is still exact:
+  // elements of tensor 1 (of 3), and each good delta is against the version
+  // the consumers serve. Where the back buffer cannot be brought forward
+  // (copying the header and tensor 1 from the served image), the consumer
+  // copies the served image whole, and every version served is still exact:
   //   v0 full; v1 delta: copy (no buffer known to hold anything);
-  //   v2 delta: replay;
+  //   v2 delta: forward;
   //   v3 delta: copy (a reader holds v1, the back buffer; the callback keeps
-  //     it until v3 is served); v4 delta: replay (the buffer of v2);
-  //   v5 full; v6 delta: copy (the delta kept rebuilt v4, not v5);
-  //   v7 forged delta: replayed, then refused (DataLoss: the rebuilt image
-  //     fails its checksum), the back buffer spoiled;
-  //   v8 delta: copy (no buffer holds v5 any more); v9 delta: replay;
-  //   v10 delta with a flipped byte: replayed, then refused (DataLoss);
-  //   v11 delta: copy; v12 delta: replay;
+  //     it until v3 is served); v4 delta: forward (the buffer of v2);
+  //   v5 full; v6 delta: copy (the last delta rebuilt v4, not v5);
+  //   v7 forged delta: brought forward, then refused (DataLoss: the rebuilt
+  //     image fails its checksum), the back buffer spoiled;
+  //   v8 delta: copy (no buffer holds v5 any more); v9 delta: forward;
+  //   v10 delta with a flipped byte: brought forward, refused (DataLoss);
+  //   v11 delta: copy; v12 delta: forward;
   //   v13 full with a data byte flipped: it lands in the back buffer (which
   //     held v11) and is refused (DataLoss); v14 delta: copy (the pool
-  //     forgot what the back buffer held when it was handed out; and a
-  //     replay there would be refused anyway before writing, its header
-  //     being v13's);
-  //   v15 delta: replay.
-  // So 11 versions from deltas, 5 of them (v2, v4, v9, v12, v15) without a copy.
+  //     forgot what the back buffer held when it was handed out; brought
+  //     forward, v14 would keep v13's flipped byte, fail its checksum and be
+  //     lost);
+  //   v15 delta: forward.
+  // So 11 versions from deltas: 6 copies, 5 (v2, v4, v9, v12, v15) forward.
   Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
   const std::vector<Send> script = {Send::kFull,  Send::kDelta, Send::kDelta,  Send::kDelta, Send::kDelta,
                                     Send::kFull,  Send::kDelta, Send::kForged, Send::kDelta, Send::kDelta,
@@ -1798,7 +1822,7 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied
                                     Send::kDelta};
   constexpr int kCorruptFull = 13;
   const int n = static_cast<int>(script.size());
-  Evolving model(1 << 20, 92);
+  Evolving model(1 << 20, 92, /*only=*/1);
   if (Rank() == 0) {
     MPI_Comm comm = MPI_COMM_NULL;
     auto session = JoinByHand(&comm);
@@ -1828,6 +1852,7 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied
     int next = 0;
     uint64_t exact = 0, wrong = 0;
     std::shared_ptr<const ModelVersion> reader;  // holds v1 until v3 is served
+    uint64_t image_bytes = 0, changed_bytes = 0;
     auto sub = Subscriber::Create(s.sub, [&](std::shared_ptr<const ModelVersion> got) {
       std::lock_guard<std::mutex> lock(mu);
       const int v = static_cast<int>(got->state.metadata.version);
@@ -1835,6 +1860,8 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied
         if (next > 0) model.Step(0.02);
       }
       (SameTensors(got->state, model.model()) ? exact : wrong)++;
+      image_bytes = got->size_bytes;
+      changed_bytes = ChangedBytes(*got, 1);
       if (v == 1) reader = got;
       if (v == 3) reader.reset();
     });
@@ -1853,6 +1880,7 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeReplayedTheServedImageIsCopied
     for (const auto& r : rejections) EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
     EXPECT_EQ(summary.delta_versions, 11u) << summary.BriefReport();
     EXPECT_EQ(summary.delta_copies_avoided, 5u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_copied_bytes, 6 * image_bytes + 5 * changed_bytes) << summary.BriefReport();
   }
 }
 

@@ -71,7 +71,7 @@ StatusOr<std::vector<Record>> CheckRecords(const DeltaHeader& h, const std::byte
 
 // (Over 80 lines: check everything, then write, then verify, in one place.)
 StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity, const std::byte* delta,
-                        uint64_t delta_size, const ApplyOptions& options) {
+                        uint64_t delta_size) {
   VIPER_ASSIGN_OR_RETURN(DeltaHeader h, ReadHeader(delta, delta_size));
   if (h.body_bytes != delta_size - kFixedHeaderBytes) {
     return DataLossError("delta of " + std::to_string(delta_size) + " bytes; its header says " +
@@ -168,7 +168,6 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
   out.image_bytes = h.target_image_bytes;
   st::ParseOptions po;
   po.require_checksum = true;
-  po.verify_checksum = options.verify_data;
   auto state = st::Parse(nullptr, buffer, h.target_image_bytes, po, &out.info);
   if (!state.ok()) {
     return DataLossError("the rebuilt version " + std::to_string(h.target_version) +
@@ -177,7 +176,7 @@ StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity
   auto sum_it = out.info.metadata.find(st::kChecksumKey);
   const auto sum = sum_it == out.info.metadata.end() ? std::nullopt : ChecksumFromHex(sum_it->second);
   if (state->metadata.version != h.target_version || !sum || *sum != h.target_checksum ||
-      out.info.checksum != st::ChecksumKind::kDataAndHeader || (options.verify_data && !out.info.data_verified)) {
+      out.info.checksum != st::ChecksumKind::kDataAndHeader || !out.info.data_verified) {
     return DataLossError("the rebuilt image is not version " + std::to_string(h.target_version) + " with checksum " +
                          ChecksumToHex(h.target_checksum) + " (it says version " +
                          std::to_string(state->metadata.version) + ")");

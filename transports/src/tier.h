@@ -77,8 +77,8 @@ class TierSender {
 // (use_count 1; receiving thread only). The pool also knows, per buffer,
 // which image it holds when a receive path has said so (Note): the host
 // delta path brings such a buffer (its back buffer, holding the version
-// served before the current one) forward by replaying a kept delta instead
-// of copying the served image into another. Handing a buffer out (Acquire,
+// served before the current one) forward by copying only what the last
+// delta changed, instead of copying the whole served image into another. Handing a buffer out (Acquire,
 // AcquireHolding) forgets what it holds, since its taker writes into it;
 // Retire forgets the buffer. So a buffer is known to hold an image only
 // while nothing has been given the right to write into it since Note.
@@ -132,10 +132,12 @@ struct Landed {
   uint64_t moved_bytes = 0;
   // Rebuilt from a delta against the version the subscriber held.
   bool from_delta = false;
-  // Of those, rebuilt without copying the served image: the back buffer,
-  // which held the version served before it, brought to the served one by
-  // replaying the delta applied last, then the new delta applied.
-  bool replayed = false;
+  // Of those, rebuilt in the back buffer brought forward: it held the
+  // version served before the held one, and only what the last delta
+  // changed (the header and its tensors) was copied from the held image;
+  // the others copied the held image whole. `copied_bytes`: what was copied.
+  bool brought_forward = false;
+  uint64_t copied_bytes = 0;
   std::string source;
   double receive_s = 0;
   // Hashed while it landed: the header must end at data_offset and carry

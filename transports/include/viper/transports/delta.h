@@ -240,20 +240,8 @@ struct Applied {
 // After any error other than FailedPrecondition and OutOfRange, the buffer no
 // longer holds the base (it was partly or wholly rewritten): the caller must
 // not serve it, nor use it as a base again.
-// With options.verify_data false, the rebuilt data section is not hashed
-// (the header's own checksum, its version and viper.checksum against the
-// delta's, and the tensor table are still checked; Applied::info.data_verified
-// is false): only for a caller whose later check covers those bytes.
-struct ApplyOptions {
-  // Hash the rebuilt data section against the delta's target checksum. The
-  // host consumer turns it off only to replay the delta it applied last on
-  // its back buffer (bringing it from version v-1 to v) before it applies
-  // the new delta (v -> v+1) with the hash on: that hash of the whole rebuilt
-  // image covers every replayed byte too, so a wrong replay is never served.
-  bool verify_data = true;
-};
 StatusOr<Applied> Apply(std::byte* buffer, uint64_t base_size, uint64_t capacity, const std::byte* delta,
-                        uint64_t delta_size, const ApplyOptions& options = ApplyOptions());
+                        uint64_t delta_size);
 
 // Whether a delta beats the full image over one link, predicted from
 // measured rates (the host tier's delta auto decides this per consumer on
