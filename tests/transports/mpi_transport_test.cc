@@ -954,11 +954,14 @@ TEST_P(MpiFaultsByProtocol, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
   }
 }
 
+// The test name of a host protocol parameter.
+std::string ProtocolName(const ::testing::TestParamInfo<HostProtocol>& p) {
+  return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
+}
+
 INSTANTIATE_TEST_SUITE_P(Protocols, MpiFaultsByProtocol,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
-                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
-                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
-                         });
+                         ProtocolName);
 
 TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
   // The last rank speaks the shm protocol itself: it maps the segment,
@@ -1156,9 +1159,7 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
 
 INSTANTIATE_TEST_SUITE_P(Protocols, MpiKillByProtocol,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
-                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
-                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
-                         });
+                         ProtocolName);
 
 
 // ---------------------------------------------------------------- host deltas (issue 27)
@@ -1788,9 +1789,7 @@ TEST_P(MpiHostDeltaBackBuffer, SteadyDeltaVersionsCopyOnlyWhatTheLastDeltaChange
 
 INSTANTIATE_TEST_SUITE_P(Protocols, MpiHostDeltaBackBuffer,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
-                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
-                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
-                         });
+                         ProtocolName);
 
 TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeBroughtForwardTheServedImageIsCopiedWhole) {
   // Rank 0 speaks the wire protocol itself; each version changes 2% of the
