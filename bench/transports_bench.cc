@@ -342,8 +342,8 @@ bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_
 // got as deltas / versions), stall_over_full (the Publish stall: the
 // producer's diff pass), delta_load_s and full_load_s (the consumer's
 // receive + rebuild + verify of a version, as it acknowledged: for a delta,
-// its back buffer brought to the served version, by replay or a copy, and
-// the delta applied).
+// its back buffer brought to the served version, by a whole copy or by
+// copying what the last delta changed, and the delta applied).
 // What the delta benchmarks keep of each timed version (the first consumer's).
 struct DeltaFigures {
   std::vector<double> update_s, stall_s, load_s;

@@ -54,8 +54,9 @@ std::vector<std::string> ChainPaths(const Subscriber::Options& o, bool pushed) {
 }
 
 // The landing pool knows which image a buffer holds only until it hands the
-// buffer out: the host delta path replays a kept delta on a buffer only
-// when it is known to hold the delta's base and nobody holds it.
+// buffer out: the host delta path brings a buffer forward (copies only
+// what the last delta changed into it) only when it is known to hold that
+// delta's base and nobody holds it.
 TEST(LandingPool, ABufferIsKnownToHoldAnImageUntilItIsHandedOut) {
   LandingPool pool;
   ASSERT_TRUE(pool.Preallocate(1 << 16, 2).ok());

@@ -78,10 +78,11 @@ class TierSender {
 // which image it holds when a receive path has said so (Note): the host
 // delta path brings such a buffer (its back buffer, holding the version
 // served before the current one) forward by copying only what the last
-// delta changed, instead of copying the whole served image into another. Handing a buffer out (Acquire,
-// AcquireHolding) forgets what it holds, since its taker writes into it;
-// Retire forgets the buffer. So a buffer is known to hold an image only
-// while nothing has been given the right to write into it since Note.
+// delta changed, instead of copying the whole served image into another.
+// Handing a buffer out (Acquire, AcquireHolding) forgets what it holds,
+// since its taker writes into it; Retire forgets the buffer. So a buffer is
+// known to hold an image only while nothing has been given the right to
+// write into it since Note.
 class LandingPool {
  public:
   // An image a buffer holds from its first byte: version, viper.checksum

@@ -307,7 +307,7 @@ class DeltaReceiver : public TierReceiver {
   // buffer when it holds the version the last delta was applied to (then
   // `*forward`), else any free one.
   StatusOr<std::shared_ptr<AlignedBuffer>> LandingBuffer(const Announce& a, const ModelVersion& base,
-                                                          bool* forward);
+                                                         bool* forward);
   // Puts `base` (the served image) in `buffer`: when `forward`, `buffer`
   // holds changed_.base, which differs from `base` only in changed_.ranges,
   // copied alone; else the whole image. Returns the bytes copied.
@@ -331,7 +331,7 @@ LandingPool::Content ContentOf(const ModelVersion& v) {
 }
 
 StatusOr<std::shared_ptr<AlignedBuffer>> DeltaReceiver::LandingBuffer(const Announce& a, const ModelVersion& base,
-                                                                        bool* forward) {
+                                                                      bool* forward) {
   const uint64_t room = std::max(a.image_bytes, base.size_bytes);
   *forward = false;
   if (changed_ && changed_->target == ContentOf(base)) {
