@@ -1212,6 +1212,24 @@ struct Served {
   }
 };
 
+// Rank 0: publishes `versions` versions of `model` with `s.pub` (sync),
+// each after the first one step of 2% on, every consumer answering and
+// delivered; `check` sees each version's report.
+void PublishEvolving(const Scenario& s, Evolving* model, int versions,
+                     const std::function<void(int, const Publisher::VersionReport&)>& check) {
+  auto pub = Publisher::Create(s.pub);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  for (int v = 0; v < versions; ++v) {
+    if (v > 0) model->Step(0.02);
+    auto r = (*pub)->Publish(model->model(), v);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+    for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+    check(v, *r);
+  }
+  ASSERT_TRUE((*pub)->Close().ok());
+}
+
 struct DeltaCase {
   const char* name;
   HostProtocol protocol;
@@ -1233,30 +1251,22 @@ TEST_P(MpiHostDelta, EveryDeltaVersionServedIsBitIdenticalToAFullSend) {
   constexpr uint64_t kBytes = 4 << 20;
   Evolving model(kBytes, 90);
   if (Rank() == 0) {
-    auto pub = Publisher::Create(s.pub);
-    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-    for (int v = 0; v < kVersions; ++v) {
-      if (v > 0) model.Step(0.02);
-      auto r = (*pub)->Publish(model.model(), v);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-      for (const auto& cr : r->consumers) {
-        EXPECT_TRUE(cr.delivered) << r->BriefReport();
+    PublishEvolving(s, &model, kVersions, [&](int v, const Publisher::VersionReport& r) {
+      for (const auto& cr : r.consumers) {
         if (v > 0 && c.expect_delta) {
-          EXPECT_EQ(cr.encoding, "delta of version " + std::to_string(v - 1)) << r->BriefReport();
-          EXPECT_EQ(cr.bytes_moved, r->written_bytes) << r->BriefReport();
+          EXPECT_EQ(cr.encoding, "delta of version " + std::to_string(v - 1)) << r.BriefReport();
+          EXPECT_EQ(cr.bytes_moved, r.written_bytes) << r.BriefReport();
           // 2% of 4-byte elements changed: positions (~1 byte) + values (4 bytes) each.
-          EXPECT_LT(cr.bytes_moved, r->bytes / 5) << r->BriefReport();
+          EXPECT_LT(cr.bytes_moved, r.bytes / 5) << r.BriefReport();
         } else {
-          EXPECT_EQ(cr.encoding, "full") << r->BriefReport();
-          EXPECT_EQ(cr.bytes_moved, r->bytes) << r->BriefReport();
+          EXPECT_EQ(cr.encoding, "full") << r.BriefReport();
+          EXPECT_EQ(cr.bytes_moved, r.bytes) << r.BriefReport();
         }
       }
       if (v > 0 && c.expect_delta) {
-        EXPECT_NE(r->encoding.find("delta v" + std::to_string(v)), std::string::npos) << r->BriefReport();
+        EXPECT_NE(r.encoding.find("delta v" + std::to_string(v)), std::string::npos) << r.BriefReport();
       }
-    }
-    ASSERT_TRUE((*pub)->Close().ok());
+    });
   } else {
     Served served;
     auto sub = Subscriber::Create(s.sub, served.Callback());
@@ -1523,6 +1533,21 @@ int DeltaVersions() {
 // What the randomised by-hand producer does with a version.
 enum class Send { kDelta, kFlipped, kForged, kWrongBase, kFull };
 
+// Rank 0 as a hand-made producer: version `version` (image `image`) as a
+// delta against `*held` (what every consumer serves), good (kDelta) or
+// spoiled (kFlipped, kForged: every consumer rejects it); a good one is
+// then what they serve.
+void SendDeltaByHand(MPI_Comm comm, uint64_t session, int version, const std::vector<std::byte>& image, Send what,
+                     std::vector<std::byte>* held) {
+  const Spoil spoil =
+      what == Send::kDelta ? Spoil::kNone : (what == Send::kFlipped ? Spoil::kFlippedByte : Spoil::kForged);
+  auto id = delta::Identify(held->data(), held->size());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  DeltaByHand(comm, session, static_cast<uint64_t>(version), image, DeltaOf(*held, image, spoil), id->version,
+              id->checksum, /*rejected=*/spoil != Spoil::kNone);
+  if (spoil == Spoil::kNone) *held = image;
+}
+
 // The randomised sequence every rank makes alike (seeded): each version's
 // model (random changed fraction: mostly 0-5%, sometimes 30% or all) and
 // what the producer does with it.
@@ -1591,12 +1616,7 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
         held = image;
         continue;
       }
-      const Spoil spoil = what == Send::kDelta ? Spoil::kNone : (what == Send::kFlipped ? Spoil::kFlippedByte : Spoil::kForged);
-      auto id = delta::Identify(held.data(), held.size());
-      ASSERT_TRUE(id.ok());
-      DeltaByHand(comm, *session, v, image, DeltaOf(held, image, spoil), id->version, id->checksum,
-                  /*rejected=*/spoil != Spoil::kNone);
-      if (spoil == Spoil::kNone) held = image;
+      SendDeltaByHand(comm, *session, v, image, what, &held);
     }
     SayGoodbyeByHand(&comm, *session);
   } else {
@@ -1736,20 +1756,12 @@ TEST_P(MpiHostDeltaBackBuffer, SteadyDeltaVersionsCopyOnlyWhatTheLastDeltaChange
   constexpr uint64_t kBytes = 2 << 20;
   Evolving model(kBytes, 91, /*only=*/1);
   if (Rank() == 0) {
-    auto pub = Publisher::Create(s.pub);
-    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-    for (int v = 0; v < kVersions; ++v) {
-      if (v > 0) model.Step(0.02);
-      auto r = (*pub)->Publish(model.model(), v);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-      for (const auto& c : r->consumers) {
-        EXPECT_TRUE(c.delivered) << r->BriefReport();
+    PublishEvolving(s, &model, kVersions, [](int v, const Publisher::VersionReport& r) {
+      for (const auto& c : r.consumers) {
         EXPECT_EQ(c.encoding, v == 0 ? std::string("full") : "delta of version " + std::to_string(v - 1))
-            << r->BriefReport();
+            << r.BriefReport();
       }
-    }
-    ASSERT_TRUE((*pub)->Close().ok());
+    });
   } else {
     // The callback (the receiving thread) checks each version and keeps
     // none: the back buffer is free when the next delta comes.
@@ -1838,12 +1850,7 @@ TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeBroughtForwardTheServedImageIs
         if (v != kCorruptFull) held = image;
         continue;
       }
-      const Spoil spoil = what == Send::kDelta ? Spoil::kNone : (what == Send::kFlipped ? Spoil::kFlippedByte : Spoil::kForged);
-      auto id = delta::Identify(held.data(), held.size());
-      ASSERT_TRUE(id.ok()) << id.status().ToString();
-      DeltaByHand(comm, *session, v, image, DeltaOf(held, image, spoil), id->version, id->checksum,
-                  /*rejected=*/spoil != Spoil::kNone);
-      if (spoil == Spoil::kNone) held = image;
+      SendDeltaByHand(comm, *session, v, image, what, &held);
     }
     SayGoodbyeByHand(&comm, *session);
   } else {
