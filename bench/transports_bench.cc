@@ -252,8 +252,11 @@ void BM_TransportsHost(benchmark::State& state) {
 
 // The next version of `m` for the delta benchmarks: 2% of its elements, at
 // random positions, change bits.
-void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
+// 2% of the elements of each tensor from `first_trained` on (0: all).
+void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng, int first_trained = 0) {
+  int index = 0;
   for (Tensor& t : m->mutable_tensors()) {
+    if (index++ < first_trained) continue;
     uint32_t* p = t.As<uint32_t>();
     const uint64_t n = static_cast<uint64_t>(t.NumElements());
     for (uint64_t k = 0; k < n / 50; ++k) p[(*rng)() % n] ^= 0x00400000u;
@@ -267,9 +270,11 @@ void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
 // buffers used once); every version must reach every consumer
 // (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
 // with `so` until the producer closes (run it with no rank left out).
+// `first_trained` > 0: a frozen backbone, only the tensors from that one on
+// (of MakeModel's 8) change.
 Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes,
                             int reps, const std::function<void(const Publisher::VersionReport&)>& timed,
-                            bool on_device = false) {
+                            bool on_device = false, int first_trained = 0) {
   const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
                                                            : o.subscriber_ranks.size();
   if (Rank() == 0) {
@@ -279,7 +284,7 @@ Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Optio
     ModelState m = MakeModel(bytes, 3);
     std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
     for (int v = 0; v < reps + 2; ++v) {
-      if (v > 0) ChangeTwoPercent(&m, &rng);
+      if (v > 0) ChangeTwoPercent(&m, &rng, first_trained);
       // on_device: the model in device memory, copied there before the Publish (not timed).
       StatusOr<ModelState> device = on_device ? CopyToDevice(m) : StatusOr<ModelState>(ModelState());
       if (!device.ok()) return device.status();
@@ -370,7 +375,8 @@ struct DeltaFigures {
   }
 };
 
-void BM_TransportsHostDelta(benchmark::State& state) {
+// BM_TransportsHostDelta's runs; `first_trained` as PublishDeltaVersions'.
+void HostDelta(benchmark::State& state, int first_trained) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const HostProtocol protocol = ProtocolArg(state.range(1));
@@ -390,7 +396,9 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     so.tier = Tier::kHost;
     so.host_protocol = protocol;
     so.preallocate_bytes = bytes + (1 << 20);
-    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); });
+    return PublishDeltaVersions(
+        o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); }, /*on_device=*/false,
+        first_trained);
   };
   Figures full, delta, async_delta;
   const Status full_st = run(DeltaMode::kOff, &full);
@@ -412,6 +420,15 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     state.SetLabel("async run failed: " + async_st.ToString());
   }
 }
+
+void BM_TransportsHostDelta(benchmark::State& state) { HostDelta(state, 0); }
+
+// The same on a frozen backbone: only the top 1/8 of the model (the last of
+// its 8 tensors) trained, 2% of its elements per version. The consumer
+// rebuilds a delta version in its back buffer brought forward (the header
+// and that tensor copied from the served image) instead of a whole copy:
+// delta_load_s against full_load_s shows it.
+void BM_TransportsHostDeltaFrozen(benchmark::State& state) { HostDelta(state, 7); }
 
 std::string PfsDir() {
   const char* d = std::getenv("VIPER_BENCH_PFS_DIR");
@@ -1277,6 +1294,15 @@ BENCHMARK(BM_TransportsFanoutDelta)
     ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
     ->ArgNames({"bytes"})
     ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsHostDeltaFrozen)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      b->Args({600 * kMB, 0, 2});  // two-sided, on (run with --mca btl tcp,self for a TCP link)
+      b->Args({600 * kMB, 2, 2});  // shm, on
+    })
+    ->ArgNames({"bytes", "protocol", "delta"})
+    ->Iterations(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsGpuDelta)
