@@ -254,8 +254,11 @@ void BM_TransportsHost(benchmark::State& state) {
 
 // The next version of `m` for the delta benchmarks: 2% of its elements, at
 // random positions, change bits.
-void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
+// 2% of the elements of each tensor from `first_trained` on (0: all).
+void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng, int first_trained = 0) {
+  int index = 0;
   for (Tensor& t : m->mutable_tensors()) {
+    if (index++ < first_trained) continue;
     uint32_t* p = t.As<uint32_t>();
     const uint64_t n = static_cast<uint64_t>(t.NumElements());
     for (uint64_t k = 0; k < n / 50; ++k) p[(*rng)() % n] ^= 0x00400000u;
@@ -269,9 +272,11 @@ void ChangeTwoPercent(ModelState* m, std::mt19937_64* rng) {
 // buffers used once); every version must reach every consumer
 // (`o.subscriber_ranks`, empty: all other ranks). The other ranks subscribe
 // with `so` until the producer closes (run it with no rank left out).
+// `first_trained` > 0: a frozen backbone, only the tensors from that one on
+// (of MakeModel's 8) change.
 Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Options& so, uint64_t bytes,
                             int reps, const std::function<void(const Publisher::VersionReport&)>& timed,
-                            bool on_device = false) {
+                            bool on_device = false, int first_trained = 0) {
   const std::size_t consumers = o.subscriber_ranks.empty() ? static_cast<std::size_t>(Session()->size() - 1)
                                                            : o.subscriber_ranks.size();
   if (Rank() == 0) {
@@ -281,7 +286,7 @@ Status PublishDeltaVersions(const Publisher::Options& o, const Subscriber::Optio
     ModelState m = MakeModel(bytes, 3);
     std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
     for (int v = 0; v < reps + 2; ++v) {
-      if (v > 0) ChangeTwoPercent(&m, &rng);
+      if (v > 0) ChangeTwoPercent(&m, &rng, first_trained);
       // on_device: the model in device memory, copied there before the Publish (not timed).
       StatusOr<ModelState> device = on_device ? CopyToDevice(m) : StatusOr<ModelState>(ModelState());
       if (!device.ok()) return device.status();
@@ -342,14 +347,18 @@ bool FinishDeltaRuns(benchmark::State& state, const std::vector<double>& tested_
 // where the producer sends the full copy), delta_update_s, full_update_s,
 // moved_fraction (bytes moved / image), delta_taken (versions the consumer
 // got as deltas / versions), stall_over_full (the Publish stall: the
-// producer's diff pass).
+// producer's diff pass), delta_load_s and full_load_s (the consumer's
+// receive + rebuild + verify of a version, as it acknowledged: for a delta,
+// its back buffer brought to the served version, by a whole copy or by
+// copying what the last delta changed, and the delta applied).
 // What the delta benchmarks keep of each timed version (the first consumer's).
 struct DeltaFigures {
-  std::vector<double> update_s, stall_s;
+  std::vector<double> update_s, stall_s, load_s;
   uint64_t moved = 0, image = 0;
   int deltas = 0;
   void Add(const Publisher::VersionReport& r) {
     update_s.push_back(r.consumers[0].servable_s);
+    load_s.push_back(r.consumers[0].load_s);
     stall_s.push_back(r.stall_s);
     moved += r.consumers[0].bytes_moved;
     image += r.bytes;
@@ -361,12 +370,15 @@ struct DeltaFigures {
     state.counters["full_update_s"] = f;
     state.counters["delta_update_s"] = d;
     state.counters["delta_over_full"] = d / f;
+    state.counters["full_load_s"] = Median(full.load_s);
+    state.counters["delta_load_s"] = Median(load_s);
     state.counters["moved_fraction"] = static_cast<double>(moved) / static_cast<double>(image);
     state.counters["delta_taken"] = static_cast<double>(deltas) / static_cast<double>(update_s.size());
   }
 };
 
-void BM_TransportsHostDelta(benchmark::State& state) {
+// BM_TransportsHostDelta's runs; `first_trained` as PublishDeltaVersions'.
+void HostDelta(benchmark::State& state, int first_trained) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const HostProtocol protocol = ProtocolArg(state.range(1));
@@ -386,7 +398,9 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     so.tier = Tier::kHost;
     so.host_protocol = protocol;
     so.preallocate_bytes = bytes + (1 << 20);
-    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); });
+    return PublishDeltaVersions(
+        o, so, bytes, reps, [&](const Publisher::VersionReport& r) { f->Add(r); }, /*on_device=*/false,
+        first_trained);
   };
   Figures full, delta, async_delta;
   const Status full_st = run(DeltaMode::kOff, &full);
@@ -408,6 +422,15 @@ void BM_TransportsHostDelta(benchmark::State& state) {
     state.SetLabel("async run failed: " + async_st.ToString());
   }
 }
+
+void BM_TransportsHostDelta(benchmark::State& state) { HostDelta(state, 0); }
+
+// The same on a frozen backbone: only the top 1/8 of the model (the last of
+// its 8 tensors) trained, 2% of its elements per version. The consumer
+// rebuilds a delta version in its back buffer brought forward (the header
+// and that tensor copied from the served image) instead of a whole copy:
+// delta_load_s against full_load_s shows it.
+void BM_TransportsHostDeltaFrozen(benchmark::State& state) { HostDelta(state, 7); }
 
 std::string PfsDir() {
   const char* d = std::getenv("VIPER_BENCH_PFS_DIR");
@@ -1081,7 +1104,8 @@ void BM_TransportsGpu(benchmark::State& state) {
 // Counters: delta_over_full (update latency, delta / whole), stall_over_d2d
 // and full_stall_over_d2d (the sync Publish of a delta / whole version, which
 // includes the consumer's copy, apply and verify, / one device-to-device
-// cudaMemcpy of the image in this process), moved_fraction, delta_taken.
+// cudaMemcpy of the image in this process), moved_fraction, delta_taken,
+// delta_load_s, full_load_s.
 // Skips without a device.
 void BM_TransportsGpuDelta(benchmark::State& state) {
   if (!NeedTwoRanks(state)) return;
@@ -1351,6 +1375,15 @@ BENCHMARK(BM_TransportsFanoutDelta)
     ->Apply([](benchmark::internal::Benchmark* b) { Sizes(b); })
     ->ArgNames({"bytes"})
     ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsHostDeltaFrozen)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      b->Args({600 * kMB, 0, 2});  // two-sided, on (run with --mca btl tcp,self for a TCP link)
+      b->Args({600 * kMB, 2, 2});  // shm, on
+    })
+    ->ArgNames({"bytes", "protocol", "delta"})
+    ->Iterations(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TransportsGpuDelta)

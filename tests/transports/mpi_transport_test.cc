@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -953,11 +954,14 @@ TEST_P(MpiFaultsByProtocol, UnresponsiveConsumerIsDroppedNotWaitedOnForever) {
   }
 }
 
+// The test name of a host protocol parameter.
+std::string ProtocolName(const ::testing::TestParamInfo<HostProtocol>& p) {
+  return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
+}
+
 INSTANTIATE_TEST_SUITE_P(Protocols, MpiFaultsByProtocol,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
-                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
-                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
-                         });
+                         ProtocolName);
 
 TEST(MpiFaults, ShmConsumerThatNeverCopiesIsDroppedAndTheOthersGoOn) {
   // The last rank speaks the shm protocol itself: it maps the segment,
@@ -1155,9 +1159,7 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
 
 INSTANTIATE_TEST_SUITE_P(Protocols, MpiKillByProtocol,
                          ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
-                         [](const ::testing::TestParamInfo<HostProtocol>& p) {
-                           return p.param == HostProtocol::kShm ? std::string("Shm") : std::string("TwoSided");
-                         });
+                         ProtocolName);
 
 
 // ---------------------------------------------------------------- host deltas (issue 27)
@@ -1167,10 +1169,13 @@ INSTANTIATE_TEST_SUITE_P(Protocols, MpiKillByProtocol,
 // sequence and a consumer can check each served version byte for byte).
 class Evolving {
  public:
-  Evolving(uint64_t bytes, uint32_t seed) : model_(MakeModel(bytes, seed)), rng_(seed) {}
+  // `only` >= 0: a frozen backbone, only tensor `only` (of 3) changes.
+  Evolving(uint64_t bytes, uint32_t seed, int only = -1) : model_(MakeModel(bytes, seed)), rng_(seed), only_(only) {}
   void Step(double fraction) {
     std::bernoulli_distribution pick(fraction);
+    int index = 0;
     for (Tensor& t : model_.mutable_tensors()) {
+      if (only_ >= 0 && index++ != only_) continue;
       uint32_t* p = t.As<uint32_t>();
       for (int64_t i = 0; i < t.NumElements(); ++i) {
         if (pick(rng_)) p[i] ^= 1u + static_cast<uint32_t>(rng_() % 0xffff);
@@ -1182,6 +1187,7 @@ class Evolving {
  private:
   ModelState model_;
   std::mt19937 rng_;
+  int only_;
 };
 
 bool SameTensors(const ModelState& a, const ModelState& b) {
@@ -1206,6 +1212,24 @@ struct Served {
   }
 };
 
+// Rank 0: publishes `versions` versions of `model` with `s.pub` (sync),
+// each after the first one step of 2% on, every consumer answering and
+// delivered; `check` sees each version's report.
+void PublishEvolving(const Scenario& s, Evolving* model, int versions,
+                     const std::function<void(int, const Publisher::VersionReport&)>& check) {
+  auto pub = Publisher::Create(s.pub);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  for (int v = 0; v < versions; ++v) {
+    if (v > 0) model->Step(0.02);
+    auto r = (*pub)->Publish(model->model(), v);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
+    for (const auto& c : r->consumers) EXPECT_TRUE(c.delivered) << r->BriefReport();
+    check(v, *r);
+  }
+  ASSERT_TRUE((*pub)->Close().ok());
+}
+
 struct DeltaCase {
   const char* name;
   HostProtocol protocol;
@@ -1227,30 +1251,22 @@ TEST_P(MpiHostDelta, EveryDeltaVersionServedIsBitIdenticalToAFullSend) {
   constexpr uint64_t kBytes = 4 << 20;
   Evolving model(kBytes, 90);
   if (Rank() == 0) {
-    auto pub = Publisher::Create(s.pub);
-    ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-    for (int v = 0; v < kVersions; ++v) {
-      if (v > 0) model.Step(0.02);
-      auto r = (*pub)->Publish(model.model(), v);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->consumers.size(), static_cast<std::size_t>(Size() - 1)) << r->BriefReport();
-      for (const auto& cr : r->consumers) {
-        EXPECT_TRUE(cr.delivered) << r->BriefReport();
+    PublishEvolving(s, &model, kVersions, [&](int v, const Publisher::VersionReport& r) {
+      for (const auto& cr : r.consumers) {
         if (v > 0 && c.expect_delta) {
-          EXPECT_EQ(cr.encoding, "delta of version " + std::to_string(v - 1)) << r->BriefReport();
-          EXPECT_EQ(cr.bytes_moved, r->written_bytes) << r->BriefReport();
+          EXPECT_EQ(cr.encoding, "delta of version " + std::to_string(v - 1)) << r.BriefReport();
+          EXPECT_EQ(cr.bytes_moved, r.written_bytes) << r.BriefReport();
           // 2% of 4-byte elements changed: positions (~1 byte) + values (4 bytes) each.
-          EXPECT_LT(cr.bytes_moved, r->bytes / 5) << r->BriefReport();
+          EXPECT_LT(cr.bytes_moved, r.bytes / 5) << r.BriefReport();
         } else {
-          EXPECT_EQ(cr.encoding, "full") << r->BriefReport();
-          EXPECT_EQ(cr.bytes_moved, r->bytes) << r->BriefReport();
+          EXPECT_EQ(cr.encoding, "full") << r.BriefReport();
+          EXPECT_EQ(cr.bytes_moved, r.bytes) << r.BriefReport();
         }
       }
       if (v > 0 && c.expect_delta) {
-        EXPECT_NE(r->encoding.find("delta v" + std::to_string(v)), std::string::npos) << r->BriefReport();
+        EXPECT_NE(r.encoding.find("delta v" + std::to_string(v)), std::string::npos) << r.BriefReport();
       }
-    }
-    ASSERT_TRUE((*pub)->Close().ok());
+    });
   } else {
     Served served;
     auto sub = Subscriber::Create(s.sub, served.Callback());
@@ -1517,6 +1533,21 @@ int DeltaVersions() {
 // What the randomised by-hand producer does with a version.
 enum class Send { kDelta, kFlipped, kForged, kWrongBase, kFull };
 
+// Rank 0 as a hand-made producer: version `version` (image `image`) as a
+// delta against `*held` (what every consumer serves), good (kDelta) or
+// spoiled (kFlipped, kForged: every consumer rejects it); a good one is
+// then what they serve.
+void SendDeltaByHand(MPI_Comm comm, uint64_t session, int version, const std::vector<std::byte>& image, Send what,
+                     std::vector<std::byte>* held) {
+  const Spoil spoil =
+      what == Send::kDelta ? Spoil::kNone : (what == Send::kFlipped ? Spoil::kFlippedByte : Spoil::kForged);
+  auto id = delta::Identify(held->data(), held->size());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  DeltaByHand(comm, session, static_cast<uint64_t>(version), image, DeltaOf(*held, image, spoil), id->version,
+              id->checksum, /*rejected=*/spoil != Spoil::kNone);
+  if (spoil == Spoil::kNone) *held = image;
+}
+
 // The randomised sequence every rank makes alike (seeded): each version's
 // model (random changed fraction: mostly 0-5%, sometimes 30% or all) and
 // what the producer does with it.
@@ -1585,12 +1616,7 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
         held = image;
         continue;
       }
-      const Spoil spoil = what == Send::kDelta ? Spoil::kNone : (what == Send::kFlipped ? Spoil::kFlippedByte : Spoil::kForged);
-      auto id = delta::Identify(held.data(), held.size());
-      ASSERT_TRUE(id.ok());
-      DeltaByHand(comm, *session, v, image, DeltaOf(held, image, spoil), id->version, id->checksum,
-                  /*rejected=*/spoil != Spoil::kNone);
-      if (spoil == Spoil::kNone) held = image;
+      SendDeltaByHand(comm, *session, v, image, what, &held);
     }
     SayGoodbyeByHand(&comm, *session);
   } else {
@@ -1619,10 +1645,14 @@ TEST(MpiHostDeltaFaults, RandomisedDeltaVersionsServeOnlyExactImages) {
       EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
     }
     EXPECT_GT(summary.delta_versions, 0u) << summary.BriefReport();
+    // Runs of good deltas bring the back buffer forward.
+    EXPECT_GT(summary.delta_copies_avoided, 0u) << summary.BriefReport();
     EXPECT_GT(expected_rejections, 0u) << summary.BriefReport();
-    std::printf("[ delta ] rank %d: %d versions, %llu served bit-identical (%llu from deltas), %llu rejected, 0 torn, %llu corrupt served\n",
+    std::printf("[ delta ] rank %d: %d versions, %llu served bit-identical (%llu from deltas, %llu of them in the "
+                "back buffer brought forward), %llu rejected, 0 torn, %llu corrupt served\n",
                 Rank(), n, static_cast<unsigned long long>(exact),
                 static_cast<unsigned long long>(summary.delta_versions),
+                static_cast<unsigned long long>(summary.delta_copies_avoided),
                 static_cast<unsigned long long>(summary.rejected), static_cast<unsigned long long>(wrong));
   }
 }
@@ -1635,7 +1665,7 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
   // Consumers compare every version they serve with the regenerated
   // sequence (async: the newest is sent, older ones superseded).
   const int n = std::max(DeltaVersions() / 4, 25);
-  int total_deltas = 0;
+  int total_deltas = 0, total_forward = 0;
   for (int run = 0; run * 25 < n; ++run) {
     const bool shm = run % 2 == 1;
     Scenario s = HostScenario(run % 3 == 2 ? Mode::kAsync : Mode::kSync,
@@ -1688,10 +1718,175 @@ TEST(MpiHostDelta, RandomisedVersionsThroughAPublisherAndRestartedConsumers) {
       ASSERT_TRUE((*sub)->Current() != nullptr);
       EXPECT_EQ((*sub)->Current()->state.metadata.version, static_cast<uint64_t>(versions - 1));
       total_deltas += static_cast<int>((*sub)->summary().delta_versions);
+      total_forward += static_cast<int>((*sub)->summary().delta_copies_avoided);
     }
   }
   if (Rank() != 0) {
     EXPECT_GT(total_deltas, 0);
+    EXPECT_GT(total_forward, 0);
+    std::printf("[ delta ] rank %d: %d versions through Publishers, %d from deltas, %d of them in the back buffer "
+                "brought forward\n",
+                Rank(), n, total_deltas, total_forward);
+  }
+}
+
+// The consumer's back buffer (issue 27: a delta applied without an extra
+// copy of the model), on a frozen backbone (one tensor of three changes):
+// version 1 is rebuilt in a whole copy of the served version 0; from version
+// 2 on, the back buffer still holds the version before the served one, and
+// the consumer brings it forward by copying only what the last delta
+// changed (the header and the changed tensor), then applies the new delta
+// with the whole rebuilt image hashed. Every version served is bit-identical
+// to a full send. (With the whole copy every time, delta_copies_avoided is 0
+// and delta_copied_bytes 9 images.)
+// What bringing a back buffer forward copies when only tensor `index` of
+// `v` changed: its header and that tensor.
+uint64_t ChangedBytes(const ModelVersion& v, int index) {
+  const std::byte* first = v.bytes + v.size_bytes;
+  for (const Tensor& t : v.state.tensors()) first = std::min<const std::byte*>(first, t.data);
+  return static_cast<uint64_t>(first - v.bytes) + v.state.tensors()[static_cast<std::size_t>(index)].size_bytes;
+}
+
+class MpiHostDeltaBackBuffer : public ::testing::TestWithParam<HostProtocol> {};
+
+TEST_P(MpiHostDeltaBackBuffer, SteadyDeltaVersionsCopyOnlyWhatTheLastDeltaChanged) {
+  Scenario s = HostScenario(Mode::kSync, GetParam());
+  s.pub.delta = DeltaMode::kOn;
+  constexpr int kVersions = 10;
+  constexpr uint64_t kBytes = 2 << 20;
+  Evolving model(kBytes, 91, /*only=*/1);
+  if (Rank() == 0) {
+    PublishEvolving(s, &model, kVersions, [](int v, const Publisher::VersionReport& r) {
+      for (const auto& c : r.consumers) {
+        EXPECT_EQ(c.encoding, v == 0 ? std::string("full") : "delta of version " + std::to_string(v - 1))
+            << r.BriefReport();
+      }
+    });
+  } else {
+    // The callback (the receiving thread) checks each version and keeps
+    // none: the back buffer is free when the next delta comes.
+    std::mutex mu;
+    int next = 0;
+    uint64_t exact = 0, wrong = 0;
+    std::set<uint64_t> image_bytes, changed_bytes;  // every version's: one value each
+    auto sub = Subscriber::Create(s.sub, [&](std::shared_ptr<const ModelVersion> got) {
+      std::lock_guard<std::mutex> lock(mu);
+      const int v = static_cast<int>(got->state.metadata.version);
+      for (; next <= v; ++next) {
+        if (next > 0) model.Step(0.02);
+      }
+      (SameTensors(got->state, model.model()) ? exact : wrong)++;
+      image_bytes.insert(got->size_bytes);
+      changed_bytes.insert(ChangedBytes(*got, 1));
+    });
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_TRUE((*sub)->WaitUntilDone(60));
+    std::lock_guard<std::mutex> lock(mu);
+    const auto summary = (*sub)->summary();
+    EXPECT_EQ(wrong, 0u) << "versions served that differ from the full send";
+    EXPECT_EQ(exact, static_cast<uint64_t>(kVersions)) << summary.BriefReport();
+    EXPECT_EQ(summary.received, static_cast<uint64_t>(kVersions)) << summary.BriefReport();
+    EXPECT_EQ(summary.rejected, 0u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_versions, kVersions - 1u) << summary.BriefReport();
+    // Version 1 copies the whole image (the back buffer held nothing known);
+    // 2..9 bring the back buffer forward: the header and tensor 1 each.
+    EXPECT_EQ(summary.delta_copies_avoided, kVersions - 2u) << summary.BriefReport();
+    ASSERT_EQ(image_bytes.size(), 1u);
+    ASSERT_EQ(changed_bytes.size(), 1u);
+    EXPECT_LT(*changed_bytes.begin(), *image_bytes.begin() / 2);
+    EXPECT_EQ(summary.delta_copied_bytes, *image_bytes.begin() + (kVersions - 2u) * *changed_bytes.begin())
+        << summary.BriefReport();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Protocols, MpiHostDeltaBackBuffer,
+                         ::testing::Values(HostProtocol::kTwoSided, HostProtocol::kShm),
+                         ProtocolName);
+
+TEST(MpiHostDeltaFaults, WhenTheBackBufferCannotBeBroughtForwardTheServedImageIsCopiedWhole) {
+  // Rank 0 speaks the wire protocol itself; each version changes 2% of the
+  // elements of tensor 1 (of 3), and each good delta is against the version
+  // the consumers serve. Where the back buffer cannot be brought forward
+  // (copying the header and tensor 1 from the served image), the consumer
+  // copies the served image whole, and every version served is still exact:
+  //   v0 full; v1 delta: copy (no buffer known to hold anything);
+  //   v2 delta: forward;
+  //   v3 delta: copy (a reader holds v1, the back buffer; the callback keeps
+  //     it until v3 is served); v4 delta: forward (the buffer of v2);
+  //   v5 full; v6 delta: copy (the last delta rebuilt v4, not v5);
+  //   v7 forged delta: brought forward, then refused (DataLoss: the rebuilt
+  //     image fails its checksum), the back buffer spoiled;
+  //   v8 delta: copy (no buffer holds v5 any more); v9 delta: forward;
+  //   v10 delta with a flipped byte: brought forward, refused (DataLoss);
+  //   v11 delta: copy; v12 delta: forward;
+  //   v13 full with a data byte flipped: it lands in the back buffer (which
+  //     held v11) and is refused (DataLoss); v14 delta: copy (the pool
+  //     forgot what the back buffer held when it was handed out; brought
+  //     forward, v14 would keep v13's flipped byte, fail its checksum and be
+  //     lost);
+  //   v15 delta: forward.
+  // So 11 versions from deltas: 6 copies, 5 (v2, v4, v9, v12, v15) forward.
+  Scenario s = HostScenario(Mode::kSync, HostProtocol::kTwoSided);
+  const std::vector<Send> script = {Send::kFull,  Send::kDelta, Send::kDelta,  Send::kDelta, Send::kDelta,
+                                    Send::kFull,  Send::kDelta, Send::kForged, Send::kDelta, Send::kDelta,
+                                    Send::kFlipped, Send::kDelta, Send::kDelta, Send::kFull, Send::kDelta,
+                                    Send::kDelta};
+  constexpr int kCorruptFull = 13;
+  const int n = static_cast<int>(script.size());
+  Evolving model(1 << 20, 92, /*only=*/1);
+  if (Rank() == 0) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    auto session = JoinByHand(&comm);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<std::byte> held;  // what every consumer serves
+    for (int v = 0; v < n && !HasFatalFailure(); ++v) {
+      if (v > 0) model.Step(0.02);
+      const std::vector<std::byte> image = ImageOf(model.model(), static_cast<uint64_t>(v));
+      const Send what = script[static_cast<std::size_t>(v)];
+      if (what == Send::kFull) {
+        HandMadeImage made = Made(image);
+        if (v == kCorruptFull) made.bytes[made.header_bytes + made.data_bytes / 2] ^= std::byte{1};
+        StreamMadeByHand(comm, *session, v, made, nullptr, /*accept=*/true, /*rejected=*/v == kCorruptFull);
+        if (v != kCorruptFull) held = image;
+        continue;
+      }
+      SendDeltaByHand(comm, *session, v, image, what, &held);
+    }
+    SayGoodbyeByHand(&comm, *session);
+  } else {
+    std::mutex mu;
+    int next = 0;
+    uint64_t exact = 0, wrong = 0;
+    std::shared_ptr<const ModelVersion> reader;  // holds v1 until v3 is served
+    uint64_t image_bytes = 0, changed_bytes = 0;
+    auto sub = Subscriber::Create(s.sub, [&](std::shared_ptr<const ModelVersion> got) {
+      std::lock_guard<std::mutex> lock(mu);
+      const int v = static_cast<int>(got->state.metadata.version);
+      for (; next <= v; ++next) {
+        if (next > 0) model.Step(0.02);
+      }
+      (SameTensors(got->state, model.model()) ? exact : wrong)++;
+      image_bytes = got->size_bytes;
+      changed_bytes = ChangedBytes(*got, 1);
+      if (v == 1) reader = got;
+      if (v == 3) reader.reset();
+    });
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_TRUE((*sub)->WaitUntilDone(60));
+    std::lock_guard<std::mutex> lock(mu);
+    const auto summary = (*sub)->summary();
+    EXPECT_EQ(wrong, 0u) << "versions served that differ from the full send";
+    EXPECT_EQ(exact, static_cast<uint64_t>(n - 3)) << summary.BriefReport();
+    EXPECT_EQ(summary.received, static_cast<uint64_t>(n - 3)) << summary.BriefReport();
+    const auto rejections = (*sub)->Rejections();
+    ASSERT_EQ(rejections.size(), 3u) << summary.BriefReport();
+    EXPECT_EQ(rejections[0].version, 7u);
+    EXPECT_EQ(rejections[1].version, 10u);
+    EXPECT_EQ(rejections[2].version, static_cast<uint64_t>(kCorruptFull));
+    for (const auto& r : rejections) EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
+    EXPECT_EQ(summary.delta_versions, 11u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_copies_avoided, 5u) << summary.BriefReport();
+    EXPECT_EQ(summary.delta_copied_bytes, 6 * image_bytes + 5 * changed_bytes) << summary.BriefReport();
   }
 }
 

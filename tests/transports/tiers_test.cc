@@ -53,6 +53,58 @@ std::vector<std::string> ChainPaths(const Subscriber::Options& o, bool pushed) {
   return out;
 }
 
+// The landing pool knows which image a buffer holds only until it hands the
+// buffer out: the host delta path brings a buffer forward (copies only
+// what the last delta changed into it) only when it is known to hold that
+// delta's base and nobody holds it.
+TEST(LandingPool, ABufferIsKnownToHoldAnImageUntilItIsHandedOut) {
+  LandingPool pool;
+  ASSERT_TRUE(pool.Preallocate(1 << 16, 2).ok());
+  auto a = pool.Acquire(1 << 16);
+  auto b = pool.Acquire(1 << 16);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_NE(a->get(), b->get());
+  const LandingPool::Content v4{4, 0x44, 1000}, v5{5, 0x55, 1000};
+  pool.Note((*a)->data(), v4);
+  pool.Note((*b)->data() + 1, v5);  // not a buffer's start: nothing noted
+  // Held (a reader or the served version): not handed out.
+  EXPECT_EQ(pool.AcquireHolding(v4, 1000), nullptr);
+  const AlignedBuffer* a_raw = a->get();
+  a->reset();
+  // Another image, too little room, or nothing known: no.
+  EXPECT_EQ(pool.AcquireHolding(v5, 1000), nullptr);
+  EXPECT_EQ(pool.AcquireHolding(LandingPool::Content{4, 0x45, 1000}, 1000), nullptr);
+  EXPECT_EQ(pool.AcquireHolding(v4, (1 << 16) + 1), nullptr);
+  EXPECT_EQ(pool.AcquireHolding(LandingPool::Content{}, 1000), nullptr);
+  // A plain Acquire prefers a buffer holding nothing known: a freed b is
+  // taken before a, which keeps v4.
+  b->reset();
+  auto c = pool.Acquire(1000);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->get(), a_raw);
+  auto again = pool.AcquireHolding(v4, 1000);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again.get(), a_raw);
+  // Handed out, it holds nothing known any more (its taker writes into it).
+  again.reset();
+  EXPECT_EQ(pool.AcquireHolding(v4, 1000), nullptr);
+  // Noted again, then taken by a plain Acquire (the only free one): forgotten.
+  pool.Note(a_raw->data(), v4);
+  auto d = pool.Acquire(1000);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->get(), a_raw);
+  d->reset();
+  EXPECT_EQ(pool.AcquireHolding(v4, 1000), nullptr);
+  // Retired, it is no longer the pool's.
+  pool.Note(a_raw->data(), v4);
+  auto e = pool.AcquireHolding(v4, 1000);
+  ASSERT_NE(e, nullptr);
+  pool.Note(e->data(), v4);
+  pool.Retire(e);
+  e.reset();
+  EXPECT_EQ(pool.AcquireHolding(v4, 1000), nullptr);
+}
+
 TEST(TierTable, EveryAcceptedPublisherConfigurationGetsTheTierTheSwitchGaveIt) {
   int accepted = 0;
   for (Tier tier : kAllTiers) {

@@ -47,7 +47,11 @@ bool Subscriber::Options::IsValid(std::string* error) const {
 std::string Subscriber::Summary::BriefReport() const {
   std::ostringstream s;
   s << received << " versions received, " << rejected << " rejected";
-  if (delta_versions > 0) s << ", " << delta_versions << " rebuilt from deltas (" << bytes_moved << " bytes moved)";
+  if (delta_versions > 0) {
+    s << ", " << delta_versions << " rebuilt from deltas (" << delta_copies_avoided << " in the back buffer brought "
+      << "forward, " << delta_copied_bytes << " bytes copied from the served images, " << bytes_moved
+      << " bytes moved)";
+  }
   if (producer_finished) s << ", producer finished";
   if (producer_lost) s << ", producer LOST";
   if (!message.empty()) s << " (" << message << ")";
@@ -266,6 +270,8 @@ class Subscriber::Impl {
       ++summary_.received;
       summary_.bytes_moved += landed.moved_bytes;
       if (landed.from_delta) ++summary_.delta_versions;
+      if (landed.brought_forward) ++summary_.delta_copies_avoided;
+      summary_.delta_copied_bytes += landed.copied_bytes;
       samples_.push_back({options_.tier, Mode::kSync, "load", size, version->receive_s + version->verify_s});
       cb = callback_;
     }

@@ -74,16 +74,51 @@ class TierSender {
 };
 
 // Landing buffers of a subscriber, reused once no version refers to them
-// (receiving thread only).
+// (use_count 1; receiving thread only). The pool also knows, per buffer,
+// which image it holds when a receive path has said so (Note): the host
+// delta path brings such a buffer (its back buffer, holding the version
+// served before the current one) forward by copying only what the last
+// delta changed, instead of copying the whole served image into another.
+// Handing a buffer out (Acquire, AcquireHolding) forgets what it holds,
+// since its taker writes into it; Retire forgets the buffer. So a buffer is
+// known to hold an image only while nothing has been given the right to
+// write into it since Note.
 class LandingPool {
  public:
+  // An image a buffer holds from its first byte: version, viper.checksum
+  // and size in bytes. size 0: nothing known.
+  struct Content {
+    uint64_t version = 0;
+    uint64_t checksum = 0;
+    uint64_t size = 0;
+    bool known() const { return size > 0; }
+    bool operator==(const Content& o) const {
+      return version == o.version && checksum == o.checksum && size == o.size;
+    }
+  };
+
   Status Preallocate(uint64_t bytes, int count);
+  // A buffer nobody holds with room for `bytes` (one that holds no known
+  // image first, keeping a known one for AcquireHolding), else a new one;
+  // what it held is forgotten.
   StatusOr<std::shared_ptr<AlignedBuffer>> Acquire(uint64_t bytes);
+  // The buffer known to hold `content` when nobody holds it and it has room
+  // for `bytes`, writable, with what it held forgotten (its taker rewrites
+  // it); nullptr when there is none.
+  std::shared_ptr<AlignedBuffer> AcquireHolding(const Content& content, uint64_t bytes);
+  // The pool's buffer whose first byte is `data` holds `content` (a served,
+  // verified version's image: nobody writes into a buffer while it is
+  // served). No-op when `data` is not the start of one of the pool's buffers.
+  void Note(const std::byte* data, const Content& content);
   // Takes `buffer` out of the pool for good (receives may still land in it).
   void Retire(const std::shared_ptr<AlignedBuffer>& buffer);
 
  private:
-  std::vector<std::shared_ptr<AlignedBuffer>> pool_;
+  struct Entry {
+    std::shared_ptr<AlignedBuffer> buffer;
+    Content content;  // what it holds, when known
+  };
+  std::vector<Entry> pool_;
 };
 
 // A version a receiver has landed and not yet verified: Subscriber::Impl
@@ -98,6 +133,12 @@ struct Landed {
   uint64_t moved_bytes = 0;
   // Rebuilt from a delta against the version the subscriber held.
   bool from_delta = false;
+  // Of those, rebuilt in the back buffer brought forward: it held the
+  // version served before the held one, and only what the last delta
+  // changed (the header and its tensors) was copied from the held image;
+  // the others copied the held image whole. `copied_bytes`: what was copied.
+  bool brought_forward = false;
+  uint64_t copied_bytes = 0;
   std::string source;
   double receive_s = 0;
   // Hashed while it landed: the header must end at data_offset and carry

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "host_stream.h"
@@ -292,12 +293,96 @@ class DeltaReceiver : public TierReceiver {
   std::string Source(const Announce&) const override { return control_->ProducerName() + " (delta)"; }
 
  private:
+  // What the last delta this path applied changed: it rebuilt `target` from
+  // `base` (the same size: the same header size, so the same offsets) by
+  // writing only `ranges` (the header and the tensors it has records for),
+  // and the pool buffer that held `base` was noted as holding it.
+  struct Changed {
+    LandingPool::Content base, target;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (offset, bytes) in the image, ascending, merged
+    uint64_t bytes = 0;                                 // their sum
+  };
+
+  // The landing buffer for the version `a` rebuilds from `base`: the back
+  // buffer when it holds the version the last delta was applied to (then
+  // `*forward`), else any free one.
+  StatusOr<std::shared_ptr<AlignedBuffer>> LandingBuffer(const Announce& a, const ModelVersion& base,
+                                                         bool* forward);
+  // Puts `base` (the served image) in `buffer`: when `forward`, `buffer`
+  // holds changed_.base, which differs from `base` only in changed_.ranges,
+  // copied alone; else the whole image. Returns the bytes copied.
+  uint64_t BringForward(bool forward, const ModelVersion& base, AlignedBuffer* buffer) const;
+  // After `a` was rebuilt from `base` (`applied`, with the delta of
+  // `delta_bytes` in delta_): notes base's buffer as holding it and keeps
+  // what the delta changed (when its size is base's).
+  void Remember(const Announce& a, const ModelVersion& base, const std::byte* image, const delta::Applied& applied,
+                uint64_t delta_bytes, uint64_t target_checksum);
+
   ConsumerControl* control_;
   LandingPool* pool_;
   std::function<std::shared_ptr<const ModelVersion>()> held_;
   std::shared_ptr<const ModelVersion> base_;  // what Takes matched
   std::shared_ptr<AlignedBuffer> delta_;      // received deltas land here
+  std::optional<Changed> changed_;
 };
+
+LandingPool::Content ContentOf(const ModelVersion& v) {
+  return {v.state.metadata.version, v.checksum, v.size_bytes};
+}
+
+StatusOr<std::shared_ptr<AlignedBuffer>> DeltaReceiver::LandingBuffer(const Announce& a, const ModelVersion& base,
+                                                                      bool* forward) {
+  const uint64_t room = std::max(a.image_bytes, base.size_bytes);
+  *forward = false;
+  if (changed_ && changed_->target == ContentOf(base)) {
+    std::shared_ptr<AlignedBuffer> back = pool_->AcquireHolding(changed_->base, room);
+    if (back) {
+      *forward = true;
+      return back;
+    }
+  }
+  return pool_->Acquire(room);
+}
+
+uint64_t DeltaReceiver::BringForward(bool forward, const ModelVersion& base, AlignedBuffer* buffer) const {
+  if (!forward) {
+    std::memcpy(buffer->data(), base.bytes, base.size_bytes);
+    return base.size_bytes;
+  }
+  for (const auto& [offset, bytes] : changed_->ranges) std::memcpy(buffer->data() + offset, base.bytes + offset, bytes);
+  return changed_->bytes;
+}
+
+void DeltaReceiver::Remember(const Announce& a, const ModelVersion& base, const std::byte* image,
+                             const delta::Applied& applied, uint64_t delta_bytes, uint64_t target_checksum) {
+  changed_.reset();
+  // The served image's buffer (when the pool's) holds `base` exactly: it
+  // was verified when it was swapped in and nobody writes a served buffer.
+  pool_->Note(base.bytes, ContentOf(base));
+  // Apply wrote the header and the tensors the delta has records for; a
+  // header of another size moved the whole data section.
+  if (applied.image_bytes != base.size_bytes) return;
+  auto contents = delta::ReadContents(delta_->data(), delta_bytes);  // record headers only (applied: it is whole)
+  if (!contents.ok()) return;
+  const auto& tensors = applied.state.tensors();  // data-offset order, as the records index them
+  Changed c;
+  c.base = ContentOf(base);
+  c.target = {a.version, target_checksum, applied.image_bytes};
+  c.ranges.push_back({0, applied.info.data_offset});
+  for (const delta::RecordInfo& r : contents->records) {
+    if (r.tensor_index >= tensors.size()) return;  // Apply checked it: cannot happen
+    const Tensor& t = tensors[r.tensor_index];
+    const uint64_t offset = static_cast<uint64_t>(t.data - image);
+    auto& last = c.ranges.back();
+    if (last.first + last.second == offset) {
+      last.second += t.size_bytes;
+    } else {
+      c.ranges.push_back({offset, t.size_bytes});
+    }
+  }
+  for (const auto& range : c.ranges) c.bytes += range.second;
+  changed_ = std::move(c);
+}
 
 StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   const double t0 = MonotonicSeconds();
@@ -309,8 +394,10 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   ready.path = kPathDelta;
   ready.held_version = base->state.metadata.version;
   ready.held_checksum = base->checksum;
-  // Room for the rebuilt image and, first, the copy of the held one.
-  auto buffer = pool_->Acquire(std::max(a.image_bytes, base->size_bytes));
+  // Room for the rebuilt image and, first, the held one: the back buffer
+  // to bring forward, or any buffer to copy it into.
+  bool forward = false;
+  auto buffer = LandingBuffer(a, *base, &forward);
   if (buffer.ok() && (!delta_ || delta_.use_count() > 1)) delta_ = std::make_shared<AlignedBuffer>();
   if (buffer.ok() && delta_->capacity() < p.delta_bytes) {
     auto fresh = AlignedBuffer::Allocate(p.delta_bytes);
@@ -341,9 +428,13 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
     return leg.Lost("delta of version " + std::to_string(a.version) + " (" + std::to_string(p.delta_bytes) +
                     " bytes) did not arrive " + leg.in_time());
   }
-  // The back buffer: a copy of the image served, then the delta applied to it.
+  // The back buffer: the image served, then the delta applied to it. When
+  // the back buffer holds the version before the served one, only what the
+  // last delta changed (the header and the tensors it had records for) is
+  // copied; else the whole image. Apply hashes the whole rebuilt image: a
+  // back buffer that did not hold what the pool said is never served.
   std::byte* image = (*buffer)->data();
-  std::memcpy(image, base->bytes, base->size_bytes);
+  const uint64_t copied = BringForward(forward, *base, buffer->get());
   auto applied = delta::Apply(image, base->size_bytes, (*buffer)->capacity(), delta_->data(), p.delta_bytes);
   const std::string what = "delta of version " + std::to_string(a.version) + " against version " +
                            std::to_string(base->state.metadata.version);
@@ -354,11 +445,14 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   }
   auto header = delta::ReadHeader(delta_->data(), p.delta_bytes);
   if (!header.ok()) return header.status().WithContext(what);
+  Remember(a, *base, image, *applied, p.delta_bytes, header->target_checksum);
   Landed landed;
   landed.buffer = *buffer;
   landed.size = applied->image_bytes;
   landed.moved_bytes = p.delta_bytes;
   landed.from_delta = true;
+  landed.brought_forward = forward;
+  landed.copied_bytes = copied;
   landed.source = Source(a);
   landed.receive_s = MonotonicSeconds() - t0;
   // Apply hashed the rebuilt data against the header's viper.checksum:

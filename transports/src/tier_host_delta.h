@@ -35,11 +35,17 @@
 // (each child verifies its own rebuilt image); a relay that stops costs its
 // subtree that version (Unavailable, the subscription goes on), and since
 // those consumers then hold a version that is no longer the producer's
-// base, the next version reaches them whole. The consumer copies the image it serves into a landing
-// buffer (its back buffer), applies the delta there (delta::Apply: every
-// field checked first, the rebuilt image parsed with its checksums
-// verified, its version and viper.checksum compared with the delta's) and
-// hands it to verify-and-swap as an image whose data was hashed. A delta
+// base, the next version reaches them whole. The consumer puts the image
+// it serves in a landing buffer (its back buffer), applies the delta there
+// (delta::Apply: every field checked first, the rebuilt image parsed with
+// its checksums verified, its version and viper.checksum compared with the
+// delta's) and hands it to verify-and-swap as an image whose data was
+// hashed. When the back buffer is the one that holds the version served
+// before (the base of the last delta it applied; LandingPool tracks which
+// buffer holds which version, and one a reader holds, or that anything
+// else landed in since, is not it), only what that delta changed (the
+// header and the tensors it had records for) is copied from the served
+// image; otherwise the whole image. A delta
 // that does not apply is an error for that version only: the consumer keeps
 // serving what it holds, acknowledges the version as rejected, and the next
 // version comes whole (its held version is no longer the producer's base).

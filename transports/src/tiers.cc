@@ -117,28 +117,50 @@ Status TierSender::Send(const StreamSource&, double, SendOutcome*) {
 Status LandingPool::Preallocate(uint64_t bytes, int count) {
   for (int i = 0; i < count; ++i) {
     VIPER_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(bytes));
-    pool_.push_back(std::make_shared<AlignedBuffer>(std::move(b)));
+    pool_.push_back({std::make_shared<AlignedBuffer>(std::move(b)), Content{}});
   }
   return Status::Ok();
 }
 
 StatusOr<std::shared_ptr<AlignedBuffer>> LandingPool::Acquire(uint64_t bytes) {
-  for (auto& b : pool_) {
-    if (b.use_count() == 1 && b->capacity() >= bytes) {
-      b->SetReadOnly(false);  // a served version's, nobody holds it any more
-      return b;
-    }
+  Entry* pick = nullptr;
+  for (Entry& e : pool_) {
+    if (e.buffer.use_count() != 1 || e.buffer->capacity() < bytes) continue;
+    if (pick == nullptr || (pick->content.known() && !e.content.known())) pick = &e;
+  }
+  if (pick != nullptr) {
+    pick->content = Content{};
+    pick->buffer->SetReadOnly(false);  // a served version's, nobody holds it any more
+    return pick->buffer;
   }
   VIPER_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(bytes));
   // Keep at most three buffers: front, back, and one a slow reader may hold.
-  pool_.erase(std::remove_if(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; }),
+  pool_.erase(std::remove_if(pool_.begin(), pool_.end(), [](const Entry& e) { return e.buffer.use_count() == 1; }),
               pool_.end());
-  pool_.push_back(std::make_shared<AlignedBuffer>(std::move(fresh)));
-  return pool_.back();
+  pool_.push_back({std::make_shared<AlignedBuffer>(std::move(fresh)), Content{}});
+  return pool_.back().buffer;
+}
+
+std::shared_ptr<AlignedBuffer> LandingPool::AcquireHolding(const Content& content, uint64_t bytes) {
+  if (!content.known()) return nullptr;
+  for (Entry& e : pool_) {
+    if (!(e.content == content) || e.buffer.use_count() != 1 || e.buffer->capacity() < bytes) continue;
+    e.content = Content{};
+    e.buffer->SetReadOnly(false);
+    return e.buffer;
+  }
+  return nullptr;
+}
+
+void LandingPool::Note(const std::byte* data, const Content& content) {
+  for (Entry& e : pool_) {
+    if (e.buffer->data() == data && e.buffer->capacity() >= content.size) e.content = content;
+  }
 }
 
 void LandingPool::Retire(const std::shared_ptr<AlignedBuffer>& buffer) {
-  pool_.erase(std::remove(pool_.begin(), pool_.end(), buffer), pool_.end());
+  pool_.erase(std::remove_if(pool_.begin(), pool_.end(), [&](const Entry& e) { return e.buffer == buffer; }),
+              pool_.end());
 }
 
 }  // namespace internal

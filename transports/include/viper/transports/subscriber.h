@@ -100,6 +100,14 @@ class Subscriber {
     // were rebuilt from a delta against the version held.
     uint64_t bytes_moved = 0;
     uint64_t delta_versions = 0;     // versions swapped in that were rebuilt from a delta
+    // Of delta_versions, those rebuilt without a whole copy of the served
+    // image: the host tier's back buffer, which held the version served
+    // before it, brought forward by copying only what the last delta
+    // changed (the header and its changed tensors); the others copied the
+    // served image whole. delta_copied_bytes: the bytes copied from served
+    // images for delta_versions, both ways.
+    uint64_t delta_copies_avoided = 0;
+    uint64_t delta_copied_bytes = 0;
     bool producer_finished = false;  // the producer closed cleanly
     bool producer_lost = false;      // the producer went silent or the link broke
     std::string message;             // why it stopped, or the last rejection
