@@ -365,7 +365,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // served after one is sigma older on the traffic than it would have been,
   // so each request from then on pays decay x sigma more. Priced per second
   // of stall, for the next checkpoint: decay x the requests left to serve.
-  const double regime_decay = DecayPerSecond(regime_decay_points_);
+  // The lag price's decay: the regime's own once it has three
+  // re-measurements (a ramp keeps its rate across a detected change), the
+  // overall one until then.
+  const double regime_decay =
+      regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
   if (problem.requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
     const double now_s = static_cast<double>(now - W) * problem.seconds_per_iteration +
                          static_cast<double>(taken_.size()) * problem.cost.stall_s;

@@ -98,10 +98,11 @@ TEST(StalenessScenarioTest, OnlineReMeasuresTheServedVersionAndReplacesItAfterTh
 // Under the wall clock a stall is priced by how fast new versions decay (each
 // later version serves traffic sigma further on). A step change is no such
 // rate: after the swap the pre-swap version is 1.5 worse for good, while the
-// versions trained after it do not decay, so a stall is priced at most by
-// the noise of the re-measurements (3.3 per second of stall here; 93 when
-// the step was taken for a rate), and the retrained model is published soon
-// after the swap on a tier that stalls 2 s (20 iterations).
+// versions trained after it do not decay. Priced from the decay within the
+// regime (after three re-measurements past the change), the retrained model
+// is published as it recovers from the swap's spike: checkpoints at 1550,
+// 1600, 1650 and 1750 on a tier that stalls 2 s (20 iterations); priced from
+// the step as a rate (93 per second of stall), 1600 only, then 1850.
 TEST(StalenessScenarioTest, UnderTheWallClockAStepIsNoLagPrice) {
   const auto [log, table] = testing::SwapRun(1);
   ScenarioOptions o = Options(table);
@@ -111,13 +112,9 @@ TEST(StalenessScenarioTest, UnderTheWallClockAStepIsNoLagPrice) {
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const std::string& m = plan->summary.message;
-  const size_t at = m.find("lag priced up to ");
-  const double price = at == std::string::npos ? 0.0 : std::stod(m.substr(at + 17));
-  EXPECT_LT(price, 10.0) << m;
-  const auto after = std::find_if(plan->schedule.begin(), plan->schedule.end(), [](int64_t c) { return c > 1500; });
-  ASSERT_NE(after, plan->schedule.end()) << plan->summary.message;
-  EXPECT_LE(*after, 1800) << plan->summary.message;
+  const auto recovering = std::count_if(plan->schedule.begin(), plan->schedule.end(),
+                                        [](int64_t c) { return c > 1500 && c <= 1800; });
+  EXPECT_GE(recovering, 3) << plan->summary.message;
 }
 
 // Every shipped table reads, is its log's (same diagonal) and covers it, and
@@ -164,7 +161,7 @@ TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {
 // table against the same planner that never re-publishes. The oracle, which
 // may re-publish any earlier model, does too and stays a bound. Anticipating
 // the returns pays under the producer clock on the gpu tier and under the
-// wall clock on pfs (under the wall clock on gpu it does not: 37% against
+// wall clock on pfs (under the wall clock on gpu it does not: 35% against
 // 31% without it, bench/README.md).
 TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
   const std::string dir = datasets::ShippedLogDirectory();
