@@ -166,6 +166,10 @@ class PySubscriber {
     py::dict d;
     d["received"] = s.received;
     d["rejected"] = s.rejected;
+    d["bytes_moved"] = s.bytes_moved;
+    d["delta_versions"] = s.delta_versions;
+    d["delta_copies_avoided"] = s.delta_copies_avoided;
+    d["delta_copied_bytes"] = s.delta_copied_bytes;
     d["producer_finished"] = s.producer_finished;
     d["producer_lost"] = s.producer_lost;
     d["message"] = s.message;

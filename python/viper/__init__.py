@@ -249,6 +249,13 @@ class Subscriber:
         return v
 
     def summary(self):
+        """A dict: received, rejected (versions refused, never served),
+        bytes_moved (bytes that reached this consumer for the versions swapped
+        in), delta_versions (rebuilt from a delta against the version held),
+        delta_copies_avoided (of those, rebuilt without a whole copy of the
+        served image: the host tier's back buffer brought forward),
+        delta_copied_bytes (bytes copied from served images for them),
+        producer_finished, producer_lost, message, brief, rejections."""
         return self._sub.summary()
 
     def stop(self):

@@ -223,6 +223,14 @@ def test_pfs_delta_bf16_small_steps_are_rebuilt_bit_identical(tmp_path):
             got = v.state_dict()
             assert torch.equal(got["w"], w) and torch.equal(got["b"], b)
         assert (tmp_path / "model-v3.delta").exists()
+        # The consumer's summary: versions 1-3 rebuilt from the delta files,
+        # fewer bytes read than the images, each rebuilt in a whole copy of
+        # the image it held (the pfs tier has no bring-forward).
+        s = sub.summary()
+        assert s["received"] == 4 and s["delta_versions"] == 3, s
+        image = r.bytes
+        assert s["bytes_moved"] < 4 * image // 2, (s["bytes_moved"], image)
+        assert s["delta_copies_avoided"] == 0 and s["delta_copied_bytes"] == 3 * image, (s, image)
 
 
 def test_delta_option_on_writes_pfs_deltas_and_bad_values_are_refused(tmp_path):

@@ -140,6 +140,8 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   landed.size = *size;
   landed.moved_bytes = 0;
   landed.from_delta = base != nullptr && !read.empty();
+  // The back buffer's whole copy of the held image (no bring-forward here).
+  if (landed.from_delta) landed.copied_bytes = base->size_bytes;
   if (base != nullptr) {
     // The files read: each delta after the held version.
     for (uint64_t v : read) {
