@@ -577,29 +577,25 @@ Status OnlinePlanner::ObserveServed(double loss) {
     served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
     served_by_measurement_.back() = loss;
   }
+  // One (age, excess over `reference`) point, or the reference itself when
+  // there is none yet; the latest decay_window points are kept.
+  auto track = [&](std::optional<std::pair<int64_t, double>>* reference,
+                   std::vector<std::pair<double, double>>* points) {
+    if (!*reference) {
+      *reference = std::make_pair(last_iteration_, loss);
+      return;
+    }
+    const double age_s = static_cast<double>(last_iteration_ - (*reference)->first) * problem_.seconds_per_iteration;
+    if (!(age_s > 0)) return;
+    points->emplace_back(age_s, loss - (*reference)->second);
+    if (points->size() > static_cast<size_t>(options_.decay_window)) points->erase(points->begin());
+  };
   // The reference is the forecast level at the version's checkpoint (see
   // Commit); a version committed without a forecast is measured from its
-  // first re-measurement.
-  // The same within the regime (from its change on), for the lag price.
-  if (!regime_reference_) {
-    regime_reference_ = std::make_pair(last_iteration_, loss);
-  } else if (last_iteration_ > regime_reference_->first) {
-    regime_decay_points_.emplace_back(
-        static_cast<double>(last_iteration_ - regime_reference_->first) * problem_.seconds_per_iteration,
-        loss - regime_reference_->second);
-    if (regime_decay_points_.size() > static_cast<size_t>(options_.decay_window))
-      regime_decay_points_.erase(regime_decay_points_.begin());
-  }
-  if (!served_reference_) {
-    served_reference_ = std::make_pair(last_iteration_, loss);
-    return Status::Ok();
-  }
-  const double age_s =
-      static_cast<double>(last_iteration_ - served_reference_->first) * problem_.seconds_per_iteration;
-  if (age_s > 0) {
-    decay_points_.emplace_back(age_s, loss - served_reference_->second);
-    if (decay_points_.size() > static_cast<size_t>(options_.decay_window)) decay_points_.erase(decay_points_.begin());
-  }
+  // first re-measurement. The regime's (the lag price's) is the same, or
+  // the served level at the latest detected change when that is later.
+  track(&served_reference_, &decay_points_);
+  track(&regime_reference_, &regime_decay_points_);
   return Status::Ok();
 }
 
