@@ -1,6 +1,7 @@
 // Built instead of mpi_link.cc, control.cc, tier_host.cc and
 // tier_onesided.cc when Viper is built without MPI (CMake picks it): the
 // controls cannot be opened, so nothing else here is ever called.
+#include <functional>
 #include <memory>
 
 #include "keep_until_finalize.h"
@@ -24,7 +25,10 @@ StatusOr<std::unique_ptr<ProducerControl>> ProducerControl::Open(const Publisher
 Announce ProducerControl::AnnounceStaged(AnnounceKind, uint64_t, int64_t, uint64_t, uint64_t) const {
   return Announce();
 }
-void ProducerControl::NotifyDurable(const Announce&, double, bool, SendOutcome*) {}
+void ProducerControl::NotifyDurable(const Announce&, double, bool, SendOutcome*,
+                                    const std::function<void()>& meanwhile) {
+  if (meanwhile) meanwhile();
+}
 void ProducerControl::Close() {}
 
 ConsumerControl::ConsumerControl(const Subscriber::Options& options) : options_(options) {}
