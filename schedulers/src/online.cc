@@ -110,6 +110,9 @@ bool OnlinePlanner::Options::IsValid(std::string* error) const {
     return fail("replan_gap must be in [0, 0.01], got " + std::to_string(replan_gap));
   }
   if (decay_window < 2) return fail("decay_window must be >= 2, got " + std::to_string(decay_window));
+  if (!(pace_tolerance >= 0) || !std::isfinite(pace_tolerance)) {
+    return fail("pace_tolerance must be >= 0, got " + std::to_string(pace_tolerance));
+  }
   if (keep_versions < 0 || keep_versions > 1000) {
     return fail("keep_versions must be in [0, 1000], got " + std::to_string(keep_versions));
   }
@@ -142,6 +145,11 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
     s += buf;
   }
   if (cost_updates > 0) s += ", cost re-measured " + std::to_string(cost_updates) + " times";
+  if (pace_updates > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ", pace re-measured (%.3g ms per iteration at the end)", 1e3 * pace_s);
+    s += buf;
+  }
   if (diverged > 0) s += ", " + std::to_string(diverged) + " diverged measurements (never published)";
   return s;
 }
@@ -467,6 +475,10 @@ Status OnlinePlanner::Commit(int64_t iteration) {
                                 std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
   }
   taken_.push_back(iteration);
+  // How far this stall moves the traffic ahead under the wall clock, at the
+  // cost and pace measured now (a later SetCost or SetPace does not re-price it).
+  traffic_advance_.push_back((traffic_advance_.empty() ? 0.0 : traffic_advance_.back()) +
+                             problem_.cost.stall_s / problem_.seconds_per_iteration);
   if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
     // A re-publish: the kept model serves, at its level measured now.
     if (returns_->pending()) {
@@ -520,8 +532,10 @@ double OnlinePlanner::TrafficAt(int64_t iteration) const {
   double traffic = static_cast<double>(iteration);
   if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
     const auto stalls = std::lower_bound(taken_.begin(), taken_.end(), iteration) - taken_.begin();
-    traffic = std::min(static_cast<double>(problem_.total_iterations),
-                       traffic + static_cast<double>(stalls) * problem_.cost.stall_s / problem_.seconds_per_iteration);
+    if (stalls > 0) {
+      traffic = std::min(static_cast<double>(problem_.total_iterations),
+                         traffic + traffic_advance_[static_cast<size_t>(stalls - 1)]);
+    }
   }
   return traffic;
 }
@@ -563,6 +577,19 @@ Status OnlinePlanner::SetCost(const CheckpointCost& cost) {
   if (!cost.IsValid(&error)) return InvalidArgumentError("the measured checkpoint cost: " + error);
   problem_.cost = cost;
   ++summary_.cost_updates;
+  return Status::Ok();
+}
+
+Status OnlinePlanner::SetPace(double seconds_per_iteration) {
+  if (!std::isfinite(seconds_per_iteration) || !(seconds_per_iteration > 0)) {
+    return InvalidArgumentError("the measured pace must be finite and > 0 seconds per iteration, got " +
+                                std::to_string(seconds_per_iteration));
+  }
+  const double in_use = problem_.seconds_per_iteration;
+  if (std::fabs(seconds_per_iteration - in_use) <= options_.pace_tolerance * in_use) return Status::Ok();
+  ++summary_.pace_updates;
+  problem_.seconds_per_iteration = seconds_per_iteration;
+  summary_.pace_s = seconds_per_iteration;
   return Status::Ok();
 }
 

@@ -210,9 +210,26 @@ class StrategyImpl : public Strategy {
         const auto& obs = in.observed;
         const bool with_table = in.observed_staleness && in.observed_kind == ObservationKind::kValidation;
         const bool wall = with_table && p.requests.traffic_clock == TrafficClock::kWall;
+        // The producer's pace as it has measured it at `it` (a logged row):
+        // seconds per iteration over its latest W iterations, the warm-up's
+        // tau for the part of them before W. It reads the run's clock up to
+        // `it` only (the no-peeking test alters later wall times too).
+        const std::vector<double>& clock = in.truth_elapsed_s;
+        const int64_t W = p.warmup_iterations;
+        auto pace_at = [&](int64_t it) {
+          const int64_t window = std::max<int64_t>(1, W);
+          const int64_t from = it - window;
+          const double before = from >= W ? clock[static_cast<size_t>(from - W)]
+                                           : -static_cast<double>(W - from) * p.seconds_per_iteration;
+          return (clock[static_cast<size_t>(it - W)] - before) / static_cast<double>(window);
+        };
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
+          if (it > W && static_cast<size_t>(it - W) < clock.size()) {
+            const double pace = pace_at(it);
+            if (std::isfinite(pace) && pace > 0) VIPER_RETURN_IF_ERROR(planner.SetPace(pace));
+          }
           // Today's validation sample is the traffic now: the producer's
           // iteration, or under the wall clock where the traffic has got to
           // while the producer stalled (it + stalls / tau, at most N). Under

@@ -152,6 +152,12 @@ class OnlinePlanner {
     // the data does not confirm stops anticipation until three new switches
     // are evenly spaced again.
     bool anticipate_returns = true;
+    // SetPace changes the pace the re-plans use only when the measured one
+    // differs from it by more than this fraction (>= 0): a pace that moves by
+    // a few percent is noise to plan on (under the wall clock it shifts where
+    // the traffic is against a recurring domain's switches and flips
+    // decisions), one that doubles is not.
+    double pace_tolerance = 0.1;
 
     bool IsValid(std::string* error) const;
   };
@@ -172,6 +178,8 @@ class OnlinePlanner {
     // added for the lag a stall leaves (decay x requests left).
     double max_lag_price = 0;
     int64_t cost_updates = 0;         // SetCost() calls
+    int64_t pace_updates = 0;         // SetPace() calls that changed the pace planned on
+    double pace_s = 0;                // the pace planned on at the end (0: the warm-up's tau throughout)
     int64_t diverged = 0;             // non-finite measurements of the metric (a diverged model, never published)
     int64_t republished = 0;          // checkpoints that re-published a kept model
     int64_t anticipated = 0;          // of those, published ahead of a predicted domain return
@@ -234,6 +242,15 @@ class OnlinePlanner {
   // the bytes it moves, not the model's size). Later re-plans charge it to
   // every future checkpoint. InvalidArgument for a cost that is not valid.
   Status SetCost(const CheckpointCost& cost);
+  // The producer's pace as measured (seconds per training iteration over its
+  // latest iterations; a live producer times its own): later re-plans plan
+  // the time left, the lag of a stall and the traffic's position on it
+  // instead of the warm-up's tau. A run whose pace changes after its warm-up
+  // (a shared machine, evaluations, a slower data loader) was planned as if
+  // it had ended sooner or later than it does. Taken only when it differs
+  // from the pace in use by more than Options::pace_tolerance.
+  // InvalidArgument unless finite and > 0.
+  Status SetPace(double seconds_per_iteration);
   // The served versions' decay rate now, loss per second (0: none measured).
   double DecayPerSecond() const;
 
@@ -281,6 +298,9 @@ class OnlinePlanner {
   Options options_;
   Summary summary_;
   Schedule taken_, last_plan_;
+  // The traffic's advance (iterations) over the stalls of taken_[0..k],
+  // each at the cost and pace measured when it was taken.
+  std::vector<double> traffic_advance_;
   int64_t last_iteration_ = 0;
   // Measurements of the planning metric (smoothed when it is the training loss).
   predictor::CurveData measured_;
