@@ -302,21 +302,11 @@ TEST_F(PfsBackBuffer, AHeaderOfAnotherSizeIsCopiedWhole) {
 // bit-identical to the published model; the summary counts them.
 TEST(PfsBackBufferSubscriber, FrozenBackboneDeltasAreBroughtForwardAndServedExact) {
   const std::string dir = MakeTempDir();
-  Publisher::Options po;
-  po.tier = Tier::kPfs;
-  po.notify = Notify::kPoll;
-  po.mode = Mode::kSync;
-  po.pfs_dir = dir;
-  po.pfs_keep_versions = 0;
+  Publisher::Options po = testing_util::PfsPublisherOptions(dir, Mode::kSync);
   po.pfs_delta = true;
   auto pub = Publisher::Create(po);
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-  Subscriber::Options so;
-  so.tier = Tier::kPfs;
-  so.notify = Notify::kPoll;
-  so.pfs_dir = dir;
-  so.poll_period_s = 0.02;
-  auto sub = Subscriber::Create(so);
+  auto sub = Subscriber::Create(testing_util::PollSubscriberOptions(dir));
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   ModelState m = testing_util::MakeModel(800000, 9, /*tensors=*/8);
   std::mt19937 rng(5);
