@@ -39,7 +39,8 @@ class FrozenTrainer {
   FrozenTrainer() : rng_(27) {
     for (int t = 0; t < kTensors; ++t) {
       tensors_.push_back(Tensor::Allocate("layer" + std::to_string(t), DType::kF32, {kElements}));
-      for (std::size_t i = 0; i < tensors_.back().size_bytes; ++i) tensors_.back().data[i] = std::byte(rng_());
+      for (std::size_t i = 0; i < tensors_.back().size_bytes; ++i)
+        tensors_.back().data[i] = std::byte(rng_());
     }
   }
   // The next version's image; `iteration` goes into its header (more
@@ -150,7 +151,9 @@ class Consumer {
 
 class PfsBackBuffer : public ::testing::Test {
  protected:
-  PfsBackBuffer() : dir_(MakeTempDir()), store_(StoreOptions(dir_)), consumer_(dir_) { images_.emplace_back(); }
+  PfsBackBuffer() : dir_(MakeTempDir()), store_(StoreOptions(dir_)), consumer_(dir_) {
+    images_.emplace_back();
+  }
 
   static PfsStore::Options StoreOptions(const std::string& dir) {
     PfsStore::Options o;
@@ -329,7 +332,8 @@ TEST(PfsBackBufferSubscriber, FrozenBackboneDeltasAreBroughtForwardAndServedExac
     for (size_t t = 0; t < m.tensors().size(); ++t) {
       const Tensor& a = (*got)->state.tensors()[t];
       ASSERT_EQ(a.size_bytes, m.tensors()[t].size_bytes);
-      EXPECT_EQ(std::memcmp(a.data, m.tensors()[t].data, a.size_bytes), 0) << "version " << v << " tensor " << t;
+      EXPECT_EQ(std::memcmp(a.data, m.tensors()[t].data, a.size_bytes), 0)
+          << "version " << v << " tensor " << t;
     }
     got->reset();  // nobody but the subscriber holds it: its buffer is the next back buffer
   }

@@ -7,7 +7,9 @@ namespace viper {
 namespace transports {
 namespace internal {
 
-LandingPool::Content ContentOf(const ModelVersion& v) { return {v.state.metadata.version, v.checksum, v.size_bytes}; }
+LandingPool::Content ContentOf(const ModelVersion& v) {
+  return {v.state.metadata.version, v.checksum, v.size_bytes};
+}
 
 StatusOr<std::shared_ptr<AlignedBuffer>> BackBuffer::Acquire(const ModelVersion& served, uint64_t bytes,
                                                              bool may_forward, bool* forward) {
@@ -27,7 +29,8 @@ uint64_t BackBuffer::BringForward(bool forward, const ModelVersion& served, std:
     std::memcpy(buffer, served.bytes, served.size_bytes);
     return served.size_bytes;
   }
-  for (const auto& [offset, bytes] : changed_->ranges) std::memcpy(buffer + offset, served.bytes + offset, bytes);
+  for (const auto& [offset, bytes] : changed_->ranges)
+    std::memcpy(buffer + offset, served.bytes + offset, bytes);
   return changed_->bytes;
 }
 

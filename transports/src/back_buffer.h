@@ -36,8 +36,8 @@ class BackBuffer {
   // against `served` in: when `may_forward` and the last delta remembered
   // rebuilt `served` from an image a free pool buffer still holds, that
   // buffer (`*forward` set); else any free one (LandingPool::Acquire).
-  StatusOr<std::shared_ptr<AlignedBuffer>> Acquire(const ModelVersion& served, uint64_t bytes, bool may_forward,
-                                                   bool* forward);
+  StatusOr<std::shared_ptr<AlignedBuffer>> Acquire(const ModelVersion& served, uint64_t bytes,
+                                                   bool may_forward, bool* forward);
   // Puts served's image at `buffer`: when `forward` (from Acquire), only
   // the ranges the last delta wrote; else the whole image. Returns the
   // bytes copied.
@@ -47,7 +47,8 @@ class BackBuffer {
   // served's buffer (when the pool's) as holding `served`, which was
   // verified and is not written while served, and keeps `written` for the
   // next Acquire.
-  void Remember(const ModelVersion& served, const LandingPool::Content& target, std::optional<ImageRanges> written);
+  void Remember(const ModelVersion& served, const LandingPool::Content& target,
+                std::optional<ImageRanges> written);
   // Nothing to bring forward next time.
   void Forget() { changed_.reset(); }
 

@@ -4,8 +4,8 @@ namespace viper {
 namespace transports {
 namespace internal {
 
-std::optional<ImageRanges> RangesWritten(const delta::Applied& applied, const std::byte* image, uint64_t base_size,
-                                         const std::vector<delta::RecordInfo>& records) {
+std::optional<ImageRanges> RangesWritten(const delta::Applied& applied, const std::byte* image,
+                                         uint64_t base_size, const std::vector<delta::RecordInfo>& records) {
   if (applied.image_bytes != base_size) return std::nullopt;
   const auto& tensors = applied.state.tensors();  // data-offset order, as the records index them
   ImageRanges ranges{{0, applied.info.data_offset}};

@@ -25,8 +25,8 @@ using ImageRanges = std::vector<std::pair<uint64_t, uint64_t>>;
 // byte outside them is the base's. nullopt when the image's size is not
 // `base_size` (a header of another size moves the whole data section) or a
 // record names no tensor of the image.
-std::optional<ImageRanges> RangesWritten(const delta::Applied& applied, const std::byte* image, uint64_t base_size,
-                                         const std::vector<delta::RecordInfo>& records);
+std::optional<ImageRanges> RangesWritten(const delta::Applied& applied, const std::byte* image,
+                                         uint64_t base_size, const std::vector<delta::RecordInfo>& records);
 
 // The sum of the ranges' bytes.
 uint64_t RangeBytes(const ImageRanges& ranges);

@@ -643,8 +643,9 @@ StatusOr<std::vector<std::byte>> PfsStore::ReadDeltaFile(uint64_t version, uint6
   return bytes;
 }
 
-StatusOr<uint64_t> PfsStore::ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
-                                      std::vector<uint64_t>* chain, safetensors::ParseInfo* verified,
+StatusOr<uint64_t> PfsStore::ReadFrom(uint64_t version, uint64_t held, uint64_t held_size,
+                                      AlignedBuffer* buffer, std::vector<uint64_t>* chain,
+                                      safetensors::ParseInfo* verified,
                                       std::vector<std::pair<uint64_t, uint64_t>>* written) const {
   if (written != nullptr) written->clear();
   auto full_chain = Chain(version);

@@ -314,7 +314,8 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   // Room for the rebuilt image and, first, the held one: the back buffer
   // to bring forward, or any buffer to copy it into.
   bool forward = false;
-  auto buffer = back_.Acquire(*base, std::max(a.image_bytes, base->size_bytes), /*may_forward=*/true, &forward);
+  auto buffer =
+      back_.Acquire(*base, std::max(a.image_bytes, base->size_bytes), /*may_forward=*/true, &forward);
   if (buffer.ok() && (!delta_ || delta_.use_count() > 1)) delta_ = std::make_shared<AlignedBuffer>();
   if (buffer.ok() && delta_->capacity() < p.delta_bytes) {
     auto fresh = AlignedBuffer::Allocate(p.delta_bytes);
@@ -365,8 +366,9 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   // What this delta wrote, for the next one (record headers only: Apply
   // checked the delta whole).
   auto contents = delta::ReadContents(delta_->data(), p.delta_bytes);
-  back_.Remember(*base, {a.version, header->target_checksum, applied->image_bytes},
-                 contents.ok() ? RangesWritten(*applied, image, base->size_bytes, contents->records) : std::nullopt);
+  back_.Remember(
+      *base, {a.version, header->target_checksum, applied->image_bytes},
+      contents.ok() ? RangesWritten(*applied, image, base->size_bytes, contents->records) : std::nullopt);
   Landed landed;
   landed.buffer = *buffer;
   landed.size = applied->image_bytes;

@@ -2,6 +2,8 @@
 // directory (PfsStore: temp, fsync, rename) and, with push notification,
 // announces it through the control; a consumer reads it back into a landing
 // buffer, pushed or polled.
+#include "tier_pfs.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "tier_pfs.h"
 #include "viper/core/checksum.h"
 #include "viper/transports/private_dir.h"
 
@@ -130,7 +131,8 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   // chain of several would leave nothing to bring forward next time), else
   // any free buffer, the served image copied whole.
   bool forward = false;
-  auto acquired = base != nullptr ? back_.Acquire(*base, base->size_bytes, one_delta, &forward) : pool_->Acquire(4096);
+  auto acquired =
+      base != nullptr ? back_.Acquire(*base, base->size_bytes, one_delta, &forward) : pool_->Acquire(4096);
   if (!acquired.ok()) return acquired.status();
   std::shared_ptr<AlignedBuffer> buffer = std::move(*acquired);
   // PfsStore grows the buffer it is given; give it a private one.
