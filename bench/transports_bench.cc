@@ -517,8 +517,12 @@ void BM_TransportsPfs(benchmark::State& state) {
 // Arg 0: model bytes; arg 1: O_DIRECT (0, 1). Counters: delta_over_full
 // (the goal: <= 0.25), delta_update_s, full_update_s, written_fraction
 // (bytes written / image), delta_taken (versions written as deltas /
-// versions), stall_over_full.
-void BM_TransportsPfsDelta(benchmark::State& state) {
+// versions), stall_over_full, delta_load_s and full_load_s (the consumer's
+// read + rebuild + verify, as it acknowledged: for a delta, its back buffer
+// brought to the served version, by a whole copy or by copying what the
+// last delta changed, and the delta file applied). `first_trained` as
+// PublishDeltaVersions'.
+void PfsDelta(benchmark::State& state, int first_trained) {
   if (!NeedTwoRanks(state)) return;
   const uint64_t bytes = static_cast<uint64_t>(state.range(0));
   const bool o_direct = state.range(1) != 0;
@@ -531,7 +535,7 @@ void BM_TransportsPfsDelta(benchmark::State& state) {
     dir = name;
   }
   struct Figures {
-    std::vector<double> update_s, stall_s;
+    std::vector<double> update_s, stall_s, load_s;
     uint64_t written = 0, image = 0;
     int deltas = 0;
   };
@@ -552,13 +556,17 @@ void BM_TransportsPfsDelta(benchmark::State& state) {
     so.pfs_dir = o.pfs_dir;
     so.o_direct = o_direct;
     so.preallocate_bytes = bytes + (1 << 20);
-    return PublishDeltaVersions(o, so, bytes, reps, [&](const Publisher::VersionReport& r) {
-      f->update_s.push_back(r.consumers[0].servable_s);
-      f->stall_s.push_back(r.stall_s);
-      f->written += r.written_bytes;
-      f->image += r.bytes;
-      if (r.written_bytes < r.bytes) ++f->deltas;
-    });
+    return PublishDeltaVersions(
+        o, so, bytes, reps,
+        [&](const Publisher::VersionReport& r) {
+          f->update_s.push_back(r.consumers[0].servable_s);
+          f->load_s.push_back(r.consumers[0].load_s);
+          f->stall_s.push_back(r.stall_s);
+          f->written += r.written_bytes;
+          f->image += r.bytes;
+          if (r.written_bytes < r.bytes) ++f->deltas;
+        },
+        /*on_device=*/false, first_trained);
   };
   Figures full, delta;
   const Status full_st = run(false, &full);
@@ -570,10 +578,21 @@ void BM_TransportsPfsDelta(benchmark::State& state) {
   state.counters["full_update_s"] = f;
   state.counters["delta_update_s"] = d;
   state.counters["delta_over_full"] = d / f;
+  state.counters["full_load_s"] = Median(full.load_s);
+  state.counters["delta_load_s"] = Median(delta.load_s);
   state.counters["written_fraction"] = static_cast<double>(delta.written) / static_cast<double>(delta.image);
   state.counters["delta_taken"] = static_cast<double>(delta.deltas) / static_cast<double>(delta.update_s.size());
   state.counters["stall_over_full"] = Median(delta.stall_s) / Median(full.stall_s);
 }
+
+void BM_TransportsPfsDelta(benchmark::State& state) { PfsDelta(state, 0); }
+
+// The same on a frozen backbone: only the last of the model's 8 tensors
+// trained, 2% of its elements per version. From the third version on, the
+// consumer rebuilds a delta version in its back buffer brought forward (the
+// header and that tensor copied from the served image) instead of a whole
+// copy: delta_load_s against full_load_s shows it.
+void BM_TransportsPfsDeltaFrozen(benchmark::State& state) { PfsDelta(state, 7); }
 
 // A sync host Publisher (rank 0) and Subscriber (rank 1) that live through a
 // whole benchmark, as in a long-running deployment: created, then two
@@ -1339,6 +1358,15 @@ BENCHMARK(BM_TransportsPfsDelta)
         b->Args({s, 1});  // O_DIRECT, as the PFS tier is deployed
         b->Args({s, 0});  // through the page cache
       }
+    })
+    ->ArgNames({"bytes", "o_direct"})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TransportsPfsDeltaFrozen)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      b->Args({600 * kMB, 1});  // O_DIRECT
+      b->Args({600 * kMB, 0});  // page cache
     })
     ->ArgNames({"bytes", "o_direct"})
     ->Iterations(3)

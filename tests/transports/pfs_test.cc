@@ -33,6 +33,8 @@ namespace {
 using testing_util::HasPattern;
 using testing_util::MakeModel;
 using testing_util::MakeTempDir;
+using testing_util::PfsPublisherOptions;
+using testing_util::PollSubscriberOptions;
 
 std::vector<std::string> DirEntries(const std::string& dir) {
   std::vector<std::string> names;
@@ -331,25 +333,6 @@ TEST(PfsStore, FullDiskLeavesNoFileUnderAnyName) {
   ASSERT_FALSE(stats.ok());
   EXPECT_EQ(stats.status().code(), StatusCode::kIoError) << stats.status().ToString();
   EXPECT_TRUE(DirEntries(o.dir).empty()) << "a partial file was left behind";
-}
-
-Publisher::Options PfsPublisherOptions(const std::string& dir, Mode mode) {
-  Publisher::Options o;
-  o.tier = Tier::kPfs;
-  o.notify = Notify::kPoll;
-  o.mode = mode;
-  o.pfs_dir = dir;
-  o.pfs_keep_versions = 0;
-  return o;
-}
-
-Subscriber::Options PollSubscriberOptions(const std::string& dir) {
-  Subscriber::Options o;
-  o.tier = Tier::kPfs;
-  o.notify = Notify::kPoll;
-  o.pfs_dir = dir;
-  o.poll_period_s = 0.02;
-  return o;
 }
 
 TEST(PfsPublisher, WritesValidSafetensorsFiles) {

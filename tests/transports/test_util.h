@@ -1,4 +1,5 @@
-// Shared helpers of the transports tests: deterministic models and temp dirs.
+// Shared helpers of the transports tests: deterministic models, temp dirs,
+// and the options of a polling PFS pair.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,8 @@
 #include <string>
 
 #include "viper/core/model_state.h"
+#include "viper/transports/publisher.h"
+#include "viper/transports/subscriber.h"
 
 namespace viper {
 namespace transports {
@@ -45,6 +48,28 @@ inline std::string MakeTempDir() {
   std::string tmpl = std::string(base ? base : "/tmp") + "/viper-transports-XXXXXX";
   char* d = ::mkdtemp(tmpl.data());
   return d ? std::string(d) : std::string();
+}
+
+// A PFS publisher writing into `dir` for polling consumers, keeping every
+// version.
+inline Publisher::Options PfsPublisherOptions(const std::string& dir, Mode mode) {
+  Publisher::Options o;
+  o.tier = Tier::kPfs;
+  o.notify = Notify::kPoll;
+  o.mode = mode;
+  o.pfs_dir = dir;
+  o.pfs_keep_versions = 0;
+  return o;
+}
+
+// A consumer polling `dir` every 20 ms.
+inline Subscriber::Options PollSubscriberOptions(const std::string& dir) {
+  Subscriber::Options o;
+  o.tier = Tier::kPfs;
+  o.notify = Notify::kPoll;
+  o.pfs_dir = dir;
+  o.poll_period_s = 0.02;
+  return o;
 }
 
 }  // namespace testing_util

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "delta_ranges.h"
 #include "viper/core/atomic_file.h"
 #include "viper/core/checksum.h"
 #include "viper/transports/private_dir.h"
@@ -642,19 +643,23 @@ StatusOr<std::vector<std::byte>> PfsStore::ReadDeltaFile(uint64_t version, uint6
   return bytes;
 }
 
-StatusOr<uint64_t> PfsStore::ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
-                                      std::vector<uint64_t>* chain, safetensors::ParseInfo* verified) const {
+StatusOr<uint64_t> PfsStore::ReadFrom(uint64_t version, uint64_t held, uint64_t held_size,
+                                      AlignedBuffer* buffer, std::vector<uint64_t>* chain,
+                                      safetensors::ParseInfo* verified,
+                                      std::vector<std::pair<uint64_t, uint64_t>>* written) const {
+  if (written != nullptr) written->clear();
   auto full_chain = Chain(version);
   if (!full_chain.ok() || held_size > buffer->capacity()) return ReadImage(version, buffer, chain);
   auto at = std::find(full_chain->begin(), full_chain->end(), held);
   if (at == full_chain->end()) return ReadImage(version, buffer, chain);
   chain->assign(at + 1, full_chain->end());
   if (chain->empty()) return held_size;  // already there
-  return ApplyDeltas(*chain, held_size, buffer, verified);
+  return ApplyDeltas(*chain, held_size, buffer, verified, written);
 }
 
 StatusOr<uint64_t> PfsStore::ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size,
-                                         AlignedBuffer* buffer, safetensors::ParseInfo* verified) const {
+                                         AlignedBuffer* buffer, safetensors::ParseInfo* verified,
+                                         std::vector<std::pair<uint64_t, uint64_t>>* written) const {
   for (uint64_t v : versions) {
     VIPER_ASSIGN_OR_RETURN(VersionFile f, Describe(v));
     if (!f.delta) return InternalError(f.path + " is not a delta");
@@ -673,6 +678,13 @@ StatusOr<uint64_t> PfsStore::ApplyDeltas(const std::vector<uint64_t>& versions, 
     if (!applied.ok()) {
       return applied.status().WithContext(f.path + " (version " + std::to_string(v) + ", a delta of version " +
                                           std::to_string(f.base_version) + ")");
+    }
+    if (written != nullptr && v == versions.back()) {
+      // What the last delta wrote (its record headers; Apply checked it whole).
+      auto contents = delta::ReadContents(d.data(), d.size());
+      auto ranges = contents.ok() ? internal::RangesWritten(*applied, buffer->data(), size, contents->records)
+                                  : std::nullopt;
+      if (ranges) *written = std::move(*ranges);
     }
     size = applied->image_bytes;
     if (verified != nullptr) *verified = std::move(applied->info);

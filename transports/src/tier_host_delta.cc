@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "back_buffer.h"
 #include "host_stream.h"
 #include "keep_until_finalize.h"
 #include "viper/core/checksum.h"
@@ -261,7 +262,7 @@ class DeltaReceiver : public TierReceiver {
  public:
   DeltaReceiver(ConsumerControl* control, LandingPool* pool,
                 std::function<std::shared_ptr<const ModelVersion>()> held)
-      : control_(control), pool_(pool), held_(std::move(held)) {}
+      : control_(control), held_(std::move(held)), back_(pool) {}
 
   // Offered against the version this consumer serves; on the producer's
   // node with the segment offered, only when the producer offers it there.
@@ -293,96 +294,12 @@ class DeltaReceiver : public TierReceiver {
   std::string Source(const Announce&) const override { return control_->ProducerName() + " (delta)"; }
 
  private:
-  // What the last delta this path applied changed: it rebuilt `target` from
-  // `base` (the same size: the same header size, so the same offsets) by
-  // writing only `ranges` (the header and the tensors it has records for),
-  // and the pool buffer that held `base` was noted as holding it.
-  struct Changed {
-    LandingPool::Content base, target;
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (offset, bytes) in the image, ascending, merged
-    uint64_t bytes = 0;                                 // their sum
-  };
-
-  // The landing buffer for the version `a` rebuilds from `base`: the back
-  // buffer when it holds the version the last delta was applied to (then
-  // `*forward`), else any free one.
-  StatusOr<std::shared_ptr<AlignedBuffer>> LandingBuffer(const Announce& a, const ModelVersion& base,
-                                                         bool* forward);
-  // Puts `base` (the served image) in `buffer`: when `forward`, `buffer`
-  // holds changed_.base, which differs from `base` only in changed_.ranges,
-  // copied alone; else the whole image. Returns the bytes copied.
-  uint64_t BringForward(bool forward, const ModelVersion& base, AlignedBuffer* buffer) const;
-  // After `a` was rebuilt from `base` (`applied`, with the delta of
-  // `delta_bytes` in delta_): notes base's buffer as holding it and keeps
-  // what the delta changed (when its size is base's).
-  void Remember(const Announce& a, const ModelVersion& base, const std::byte* image, const delta::Applied& applied,
-                uint64_t delta_bytes, uint64_t target_checksum);
-
   ConsumerControl* control_;
-  LandingPool* pool_;
   std::function<std::shared_ptr<const ModelVersion>()> held_;
   std::shared_ptr<const ModelVersion> base_;  // what Takes matched
   std::shared_ptr<AlignedBuffer> delta_;      // received deltas land here
-  std::optional<Changed> changed_;
+  BackBuffer back_;                           // the landing buffer brought forward
 };
-
-LandingPool::Content ContentOf(const ModelVersion& v) {
-  return {v.state.metadata.version, v.checksum, v.size_bytes};
-}
-
-StatusOr<std::shared_ptr<AlignedBuffer>> DeltaReceiver::LandingBuffer(const Announce& a, const ModelVersion& base,
-                                                                      bool* forward) {
-  const uint64_t room = std::max(a.image_bytes, base.size_bytes);
-  *forward = false;
-  if (changed_ && changed_->target == ContentOf(base)) {
-    std::shared_ptr<AlignedBuffer> back = pool_->AcquireHolding(changed_->base, room);
-    if (back) {
-      *forward = true;
-      return back;
-    }
-  }
-  return pool_->Acquire(room);
-}
-
-uint64_t DeltaReceiver::BringForward(bool forward, const ModelVersion& base, AlignedBuffer* buffer) const {
-  if (!forward) {
-    std::memcpy(buffer->data(), base.bytes, base.size_bytes);
-    return base.size_bytes;
-  }
-  for (const auto& [offset, bytes] : changed_->ranges) std::memcpy(buffer->data() + offset, base.bytes + offset, bytes);
-  return changed_->bytes;
-}
-
-void DeltaReceiver::Remember(const Announce& a, const ModelVersion& base, const std::byte* image,
-                             const delta::Applied& applied, uint64_t delta_bytes, uint64_t target_checksum) {
-  changed_.reset();
-  // The served image's buffer (when the pool's) holds `base` exactly: it
-  // was verified when it was swapped in and nobody writes a served buffer.
-  pool_->Note(base.bytes, ContentOf(base));
-  // Apply wrote the header and the tensors the delta has records for; a
-  // header of another size moved the whole data section.
-  if (applied.image_bytes != base.size_bytes) return;
-  auto contents = delta::ReadContents(delta_->data(), delta_bytes);  // record headers only (applied: it is whole)
-  if (!contents.ok()) return;
-  const auto& tensors = applied.state.tensors();  // data-offset order, as the records index them
-  Changed c;
-  c.base = ContentOf(base);
-  c.target = {a.version, target_checksum, applied.image_bytes};
-  c.ranges.push_back({0, applied.info.data_offset});
-  for (const delta::RecordInfo& r : contents->records) {
-    if (r.tensor_index >= tensors.size()) return;  // Apply checked it: cannot happen
-    const Tensor& t = tensors[r.tensor_index];
-    const uint64_t offset = static_cast<uint64_t>(t.data - image);
-    auto& last = c.ranges.back();
-    if (last.first + last.second == offset) {
-      last.second += t.size_bytes;
-    } else {
-      c.ranges.push_back({offset, t.size_bytes});
-    }
-  }
-  for (const auto& range : c.ranges) c.bytes += range.second;
-  changed_ = std::move(c);
-}
 
 StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   const double t0 = MonotonicSeconds();
@@ -397,7 +314,8 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   // Room for the rebuilt image and, first, the held one: the back buffer
   // to bring forward, or any buffer to copy it into.
   bool forward = false;
-  auto buffer = LandingBuffer(a, *base, &forward);
+  auto buffer =
+      back_.Acquire(*base, std::max(a.image_bytes, base->size_bytes), /*may_forward=*/true, &forward);
   if (buffer.ok() && (!delta_ || delta_.use_count() > 1)) delta_ = std::make_shared<AlignedBuffer>();
   if (buffer.ok() && delta_->capacity() < p.delta_bytes) {
     auto fresh = AlignedBuffer::Allocate(p.delta_bytes);
@@ -434,7 +352,7 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   // copied; else the whole image. Apply hashes the whole rebuilt image: a
   // back buffer that did not hold what the pool said is never served.
   std::byte* image = (*buffer)->data();
-  const uint64_t copied = BringForward(forward, *base, buffer->get());
+  const uint64_t copied = back_.BringForward(forward, *base, image);
   auto applied = delta::Apply(image, base->size_bytes, (*buffer)->capacity(), delta_->data(), p.delta_bytes);
   const std::string what = "delta of version " + std::to_string(a.version) + " against version " +
                            std::to_string(base->state.metadata.version);
@@ -445,7 +363,12 @@ StatusOr<Landed> DeltaReceiver::Receive(const Announce& a) {
   }
   auto header = delta::ReadHeader(delta_->data(), p.delta_bytes);
   if (!header.ok()) return header.status().WithContext(what);
-  Remember(a, *base, image, *applied, p.delta_bytes, header->target_checksum);
+  // What this delta wrote, for the next one (record headers only: Apply
+  // checked the delta whole).
+  auto contents = delta::ReadContents(delta_->data(), p.delta_bytes);
+  back_.Remember(
+      *base, {a.version, header->target_checksum, applied->image_bytes},
+      contents.ok() ? RangesWritten(*applied, image, base->size_bytes, contents->records) : std::nullopt);
   Landed landed;
   landed.buffer = *buffer;
   landed.size = applied->image_bytes;

@@ -2,16 +2,18 @@
 // directory (PfsStore: temp, fsync, rename) and, with push notification,
 // announces it through the control; a consumer reads it back into a landing
 // buffer, pushed or polled.
+#include "tier_pfs.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "tier_pfs.h"
 #include "viper/core/checksum.h"
 #include "viper/transports/private_dir.h"
 
@@ -94,7 +96,7 @@ StatusOr<std::vector<std::unique_ptr<TierReceiver>>> MakePfsReceivers(const Rece
 
 PfsReceiver::PfsReceiver(const Subscriber::Options& options, LandingPool* pool,
                          std::function<std::shared_ptr<const ModelVersion>()> held)
-    : pool_(pool), held_(std::move(held)) {
+    : pool_(pool), held_(std::move(held)), back_(pool) {
   PfsStore::Options po;
   po.dir = options.pfs_dir;
   po.o_direct = options.o_direct;
@@ -112,36 +114,70 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   // A base to rebuild from: the served image, when the version's chain
   // passes through it (else reading it whole is all there is to do).
   const ModelVersion* base = HeldImage(held);
+  bool one_delta = false;  // the read is one delta file: `version`'s, against the served version
   if (base != nullptr) {
     auto chain = store_->Chain(version);
     const uint64_t held_version = base->state.metadata.version;
-    if (!chain.ok() || held_version >= version ||
-        std::find(chain->begin(), chain->end(), held_version) == chain->end())
-      base = nullptr;
+    std::ptrdiff_t after = 0;  // the chain's files after the held version
+    if (chain.ok() && held_version < version) {
+      const auto at = std::find(chain->begin(), chain->end(), held_version);
+      if (at != chain->end()) after = chain->end() - at - 1;
+    }
+    if (after == 0) base = nullptr;
+    one_delta = after == 1;
   }
-  VIPER_ASSIGN_OR_RETURN(std::shared_ptr<AlignedBuffer> buffer,
-                         pool_->Acquire(base != nullptr ? base->size_bytes : 4096));
+  // The back buffer: brought forward when it holds the version the last
+  // delta rebuilt the served one from and this read is one delta file (a
+  // chain of several would leave nothing to bring forward next time), else
+  // any free buffer, the served image copied whole.
+  bool forward = false;
+  auto acquired =
+      base != nullptr ? back_.Acquire(*base, base->size_bytes, one_delta, &forward) : pool_->Acquire(4096);
+  if (!acquired.ok()) return acquired.status();
+  std::shared_ptr<AlignedBuffer> buffer = std::move(*acquired);
   // PfsStore grows the buffer it is given; give it a private one.
   AlignedBuffer local = std::move(*buffer);
   std::vector<uint64_t> read;
   StatusOr<uint64_t> size = 0;
   safetensors::ParseInfo rebuilt;  // the last delta's Apply: the image it verified
+  ImageRanges written;             // what that delta wrote
+  uint64_t copied = 0;
   if (base != nullptr) {
-    std::memcpy(local.data(), base->bytes, base->size_bytes);  // the back buffer's copy of the held image
-    size = store_->ReadFrom(version, base->state.metadata.version, base->size_bytes, &local, &read, &rebuilt);
+    copied = back_.BringForward(forward, *base, local.data());
+    size = store_->ReadFrom(version, base->state.metadata.version, base->size_bytes, &local, &read, &rebuilt,
+                            &written);
   } else {
     size = store_->Read(version, &local);
     read = {version};
   }
   *buffer = std::move(local);
-  if (!size.ok()) return size.status();
+  if (!size.ok()) {
+    back_.Forget();
+    return size.status();
+  }
   Landed landed;
   landed.buffer = buffer;
   landed.size = *size;
   landed.moved_bytes = 0;
-  landed.from_delta = base != nullptr && !read.empty();
-  // The back buffer's whole copy of the held image (no bring-forward here).
-  if (landed.from_delta) landed.copied_bytes = base->size_bytes;
+  // Rebuilt from the deltas after the served version (ReadFrom hands back
+  // the last Apply's verified parse; not when it fell back to a whole read).
+  landed.from_delta = base != nullptr && rebuilt.data_verified;
+  std::optional<uint64_t> checksum;
+  if (landed.from_delta) {
+    const auto sum = rebuilt.metadata.find(safetensors::kChecksumKey);
+    if (sum != rebuilt.metadata.end()) checksum = ChecksumFromHex(sum->second);
+    landed.brought_forward = forward;
+    landed.copied_bytes = copied;
+  }
+  // For the next version: the served image's buffer holds it, and, when
+  // this read was one delta rebuilding an image of the same size, what it
+  // wrote. Anything else (a chain, a whole read, a header of another size)
+  // leaves nothing to bring forward.
+  if (landed.from_delta && checksum && read.size() == 1 && read.front() == version && !written.empty()) {
+    back_.Remember(*base, {version, *checksum, *size}, std::move(written));
+  } else {
+    back_.Forget();
+  }
   if (base != nullptr) {
     // The files read: each delta after the held version.
     for (uint64_t v : read) {
@@ -166,14 +202,10 @@ StatusOr<Landed> PfsReceiver::Load(uint64_t version, const std::shared_ptr<const
   // Rebuilt from deltas: Apply hashed the rebuilt data against the header's
   // viper.checksum, so verify-and-swap checks the header against it without
   // hashing the image a second time (as the host tier's delta path does).
-  if (landed.from_delta && rebuilt.data_verified) {
-    const auto sum = rebuilt.metadata.find(safetensors::kChecksumKey);
-    const auto checksum = sum == rebuilt.metadata.end() ? std::nullopt : ChecksumFromHex(sum->second);
-    if (checksum) {
-      landed.streamed = true;
-      landed.data_offset = rebuilt.data_offset;
-      landed.checksum = *checksum;
-    }
+  if (checksum) {
+    landed.streamed = true;
+    landed.data_offset = rebuilt.data_offset;
+    landed.checksum = *checksum;
   }
   return landed;
 }

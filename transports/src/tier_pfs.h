@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "back_buffer.h"
 #include "tier.h"
 #include "viper/transports/pfs_store.h"
 #include "wire.h"
@@ -46,14 +47,19 @@ class PfsReceiver : public TierReceiver {
   // delta chain passes through `held` (the version the subscriber serves),
   // the held image is copied into the landing buffer and only the deltas
   // after it are read and applied (PfsStore::ReadFrom, each rebuilt image
-  // verified); otherwise the version is read whole. Landed::moved_bytes is
-  // the size of the files read (the deltas', or the chain's).
+  // verified); otherwise the version is read whole. When the read is one
+  // delta file and the last one rebuilt the held version from the image a
+  // free landing buffer still holds (its back buffer), only what that delta
+  // wrote is copied into it (back_buffer.h; Landed::brought_forward).
+  // Landed::moved_bytes is the size of the files read (the deltas', or the
+  // chain's); Landed::copied_bytes what was copied from the held image.
   StatusOr<Landed> Load(uint64_t version, const std::shared_ptr<const ModelVersion>& held);
 
  private:
   std::unique_ptr<PfsStore> store_;
   LandingPool* pool_;
   std::function<std::shared_ptr<const ModelVersion>()> held_;
+  BackBuffer back_;  // delta versions land here
 };
 
 }  // namespace internal

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "viper/core/safetensors.h"
@@ -198,9 +199,15 @@ class PfsStore {
   // from at least one delta: the last Apply's parse of it (data_offset, the
   // metadata's viper.checksum, data_verified), so that a reader need not hash
   // the data again; left untouched (data_verified false) when it was read
-  // whole.
+  // whole. `written`, when given, is cleared, then set when the last delta
+  // applied rebuilt an image of its base's size: the (offset, bytes) ranges
+  // of the image it wrote (the header and the tensors it has records for,
+  // ascending, merged; every other byte is that delta's base's: the held
+  // image when `*chain` is one version), which a consumer copies to bring a
+  // buffer holding the base forward to this image.
   StatusOr<uint64_t> ReadFrom(uint64_t version, uint64_t held, uint64_t held_size, AlignedBuffer* buffer,
-                              std::vector<uint64_t>* chain, safetensors::ParseInfo* verified = nullptr) const;
+                              std::vector<uint64_t>* chain, safetensors::ParseInfo* verified = nullptr,
+                              std::vector<std::pair<uint64_t, uint64_t>>* written = nullptr) const;
 
   // Reads version `version` into `buffer` and checks it: a well-formed
   // safetensors file, Viper's checksums when it carries any (a damaged
@@ -236,9 +243,11 @@ class PfsStore {
   StatusOr<uint64_t> ReadImage(uint64_t version, AlignedBuffer* buffer, std::vector<uint64_t>* chain) const;
   // Rebuilds delta version `version` from its chain into `buffer`.
   StatusOr<uint64_t> ReadChain(uint64_t version, AlignedBuffer* buffer, std::vector<uint64_t>* chain) const;
-  // Applies the delta files of `versions` in order to the `size`-byte image in `buffer`.
+  // Applies the delta files of `versions` in order to the `size`-byte image
+  // in `buffer`; `verified` and `written` as ReadFrom's.
   StatusOr<uint64_t> ApplyDeltas(const std::vector<uint64_t>& versions, uint64_t size, AlignedBuffer* buffer,
-                                 safetensors::ParseInfo* verified = nullptr) const;
+                                 safetensors::ParseInfo* verified = nullptr,
+                                 std::vector<std::pair<uint64_t, uint64_t>>* written = nullptr) const;
   // The whole delta file of `version` (at most `max_bytes`, else DataLoss).
   StatusOr<std::vector<std::byte>> ReadDeltaFile(uint64_t version, uint64_t max_bytes) const;
   // Removes all but the `keep_older` newest versions older than `version`;
