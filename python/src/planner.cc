@@ -154,6 +154,17 @@ class Planner {
     while (next_ < plan_.size() && plan_[next_] <= iteration) ++next_;
   }
 
+  void SetPace(double seconds_per_iteration) {
+    if (kind_ != schedulers::StrategyKind::kOnline) {
+      throw py::value_error("set_pace: only the online strategy re-plans on the measured pace");
+    }
+    if (!built_ || !online_) {
+      throw py::value_error("set_pace: the planner is built at the end of the warm-up (the warm-up's pace is "
+                            "seconds_per_iteration, or measured there); set the pace after it");
+    }
+    OkOrRaise(online_->SetPace(seconds_per_iteration));
+  }
+
   void ObserveServed(double loss) {
     if (!online_) throw py::value_error("observe_served: only the online strategy re-measures the served version");
     OkOrRaise(online_->ObserveServed(loss));
@@ -325,6 +336,7 @@ void BindPlanner(py::module_& m) {
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))
       .def("commit", &Planner::Commit, py::arg("iteration"))
+      .def("set_pace", &Planner::SetPace, py::arg("seconds_per_iteration"))
       .def("observe_served", &Planner::ObserveServed, py::arg("loss"))
       .def("kept_versions", &Planner::KeptVersions)
       .def("observe_kept", &Planner::ObserveKept, py::arg("step"), py::arg("loss"))

@@ -253,7 +253,7 @@ class Subscriber:
         bytes_moved (bytes that reached this consumer for the versions swapped
         in), delta_versions (rebuilt from a delta against the version held),
         delta_copies_avoided (of those, rebuilt without a whole copy of the
-        served image: the host tier's back buffer brought forward),
+        served image: the back buffer brought forward, host and pfs tiers),
         delta_copied_bytes (bytes copied from served images for them),
         producer_finished, producer_lost, message, brief, rejections."""
         return self._sub.summary()
@@ -477,6 +477,13 @@ class Planner:
     def commit(self, iteration):
         """Records a publish after `iteration`."""
         self._p.commit(int(iteration))
+
+    def set_pace(self, seconds_per_iteration):
+        """online: the training loop's pace as measured (seconds per step over
+        its latest steps, publishing pauses left out). Later re-plans plan the
+        time left on it instead of the warm-up's seconds_per_iteration; it is
+        taken when it differs from the pace in use by more than 10%."""
+        self._p.set_pace(float(seconds_per_iteration))
 
     def observe_served(self, loss):
         """online: the served version re-measured on today's validation data."""

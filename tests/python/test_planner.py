@@ -133,3 +133,23 @@ def test_bad_input():
     with pytest.raises(ValueError, match="goes back"):
         p.observe(4, train_loss=1.0)
     p.observe(6, train_loss=float("nan"))  # a diverged model: kept as +inf, never an exception mid-training
+
+
+def test_online_re_plans_on_the_measured_pace():
+    p = viper.Planner("online", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
+    for i in range(1, 101):
+        p.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+    with pytest.raises(ValueError, match="after"):
+        p.set_pace(0.02)  # not built before the warm-up's end
+    p.observe(101, train_loss=curve(101))
+    p.should_checkpoint(101)
+    p.set_pace(0.0105)  # within 10% of the pace in use: noise
+    assert "pace re-measured" not in p.report()["summary"]
+    p.set_pace(0.1)
+    assert "pace re-measured (100 ms per iteration at the end)" in p.report()["summary"], p.report()["summary"]
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="pace"):
+            p.set_pace(bad)
+    o = viper.Planner("optimal", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
+    with pytest.raises(ValueError, match="only the online"):
+        o.set_pace(0.1)

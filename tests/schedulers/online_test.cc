@@ -414,6 +414,56 @@ TEST(OnlinePlannerTest, PlansWithTheMeasuredCostOfTheNextUpdate) {
   EXPECT_DOUBLE_EQ(planner.problem().cost.stall_s, 0.01);  // unchanged
 }
 
+// A run that slows down after its warm-up (a shared machine): the producer
+// measures its pace (SetPace) and the re-plans plan the time left on it.
+// With expensive checkpoints, a run ten times slower than its warm-up has
+// ten times the requests left to serve with each version, so more
+// checkpoints pay; a pace within pace_tolerance of the one in use is noise
+// and changes nothing.
+TEST(OnlinePlannerTest, PlansTheTimeLeftOnTheMeasuredPace) {
+  Problem expensive = CheapProblem();
+  expensive.cost.stall_s = 5.0;  // 100 warm-up iterations of training per checkpoint
+  expensive.cost.delay_s = 8.0;
+  auto run = [&](double pace_factor) {
+    OnlinePlanner planner(expensive, Forecasters());
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> e(0.0, 0.003);
+    for (int64_t i = 20; i <= expensive.total_iterations; i += 20) {
+      const double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 600.0) + e(rng);
+      EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+      if (i > expensive.warmup_iterations) {
+        EXPECT_TRUE(planner.SetPace(pace_factor * expensive.seconds_per_iteration).ok());
+      }
+      auto now = planner.ShouldCheckpoint(i);
+      EXPECT_TRUE(now.ok()) << now.status().ToString();
+      if (*now) EXPECT_TRUE(planner.Commit(i).ok());
+    }
+    return planner;
+  };
+  const OnlinePlanner warm = run(1.0), noise = run(1.05), slow = run(10.0);
+  EXPECT_EQ(warm.summary().pace_updates, 0);
+  EXPECT_EQ(noise.summary().pace_updates, 0);  // within the 10% tolerance
+  EXPECT_EQ(noise.taken(), warm.taken());
+  EXPECT_EQ(slow.summary().pace_updates, 1);
+  EXPECT_DOUBLE_EQ(slow.problem().seconds_per_iteration, 0.5);
+  EXPECT_GT(slow.taken().size(), warm.taken().size() + 2)
+      << "warm-up pace: " << warm.summary().BriefReport(static_cast<int64_t>(warm.taken().size()))
+      << "; measured: " << slow.summary().BriefReport(static_cast<int64_t>(slow.taken().size()));
+  EXPECT_NE(slow.summary().BriefReport(1).find("pace re-measured (500 ms per iteration at the end)"),
+            std::string::npos)
+      << slow.summary().BriefReport(1);
+  OnlinePlanner planner(CheapProblem(), Forecasters());
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    EXPECT_FALSE(planner.SetPace(bad).ok()) << bad;
+  }
+  EXPECT_DOUBLE_EQ(planner.problem().seconds_per_iteration, 0.05);  // unchanged
+  OnlinePlanner::Options o;
+  o.pace_tolerance = -0.1;
+  std::string error;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("pace_tolerance"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper

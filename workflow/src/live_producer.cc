@@ -3,6 +3,7 @@
 // over, gather their results, summarise.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -112,7 +113,16 @@ class Producer {
   // One training iteration, logged (and, with drifting traffic, timed).
   Status Step() {
     LogRecord rec;
+    const double t0 = MonotonicSeconds();
     VIPER_RETURN_IF_ERROR(work_->Step(&rec));
+    // The producer's pace: the seconds of its latest W iterations (stalls and
+    // planning pauses are outside Step), for the closed loop's SetPace.
+    step_s_.push_back(MonotonicSeconds() - t0);
+    step_sum_ += step_s_.back();
+    if (step_s_.size() > static_cast<size_t>(std::max<int64_t>(1, W_ - first_ + 1))) {
+      step_sum_ -= step_s_.front();
+      step_s_.pop_front();
+    }
     it_ = rec.iteration;
     s_.log.records.push_back(rec);
     if (drifting_) timeline_.emplace_back(Now(), it_);
@@ -329,7 +339,12 @@ class Producer {
       if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
       if (online_) {
-        if (s_.log.records.back().val_loss) VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
+        if (s_.log.records.back().val_loss) {
+          VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
+          if (!step_s_.empty() && step_sum_ > 0) {
+            VIPER_RETURN_IF_ERROR(online_->SetPace(step_sum_ / static_cast<double>(step_s_.size())));
+          }
+        }
         VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
       }
       if (!checkpoint) continue;
@@ -583,6 +598,8 @@ class Producer {
   std::unique_ptr<schedulers::OnlinePlanner> online_;
   uint64_t costed_version_ = 0;  // the latest version whose cost UpdateOnlineCost looked at
   int64_t revalidations_ = 0;  // served version re-measured for the gate
+  std::deque<double> step_s_;  // the seconds of the latest W iterations' Step()
+  double step_sum_ = 0;        // their sum
   bool keeping_ = false;       // online with keep_versions > 0 on the validation loss: re-publishing
   std::vector<int64_t> recent_;  // the last keep_versions validation points whose models are kept
 };

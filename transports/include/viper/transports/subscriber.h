@@ -101,7 +101,7 @@ class Subscriber {
     uint64_t bytes_moved = 0;
     uint64_t delta_versions = 0;     // versions swapped in that were rebuilt from a delta
     // Of delta_versions, those rebuilt without a whole copy of the served
-    // image: the host tier's back buffer, which held the version served
+    // image: the back buffer (host and pfs tiers), which held the version served
     // before it, brought forward by copying only what the last delta
     // changed (the header and its changed tensors); the others copied the
     // served image whole. delta_copied_bytes: the bytes copied from served
