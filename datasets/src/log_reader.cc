@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
+#include <vector>
 
 #include "log_rows.h"
 #include "reader_internal.h"
@@ -34,6 +35,68 @@ using namespace internal;  // the row pipeline and the formats (log_rows.h)
 // ---------------------------------------------------------------------------
 
 namespace internal {
+namespace {
+
+// Where the gzip members of the regular file `fd` end, checked against its
+// `size`: zlib's gzread stops at data after a member that is not another
+// member and says nothing, so a file with trailing garbage (two writers at
+// once, a copy over a longer file) read as the part before it. Decompresses
+// the members again (output discarded) to find the end of the last one.
+Status CheckGzipEnd(int fd, const std::string& path, uint64_t size) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return InternalError("'" + path + "': zlib inflateInit2 failed");
+  std::vector<unsigned char> in(1 << 16), out(1 << 16);
+  uint64_t fed = 0, member_end = 0;
+  bool between = false;  // after a member's end: the next bytes must start another
+  bool failed = false;   // bytes that are not a gzip member
+  Status st = Status::Ok();
+  while (!failed) {
+    const ssize_t got = ::pread(fd, in.data(), in.size(), static_cast<off_t>(fed));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      st = ErrnoError("'" + path + "': re-reading to check the end of the gzip data", errno);
+      break;
+    }
+    if (got == 0) break;
+    fed += static_cast<uint64_t>(got);
+    z.next_in = in.data();
+    z.avail_in = static_cast<uInt>(got);
+    bool pending = false;  // the output buffer filled: inflate may hold more
+    while (z.avail_in > 0 || pending) {
+      if (between) {
+        inflateReset(&z);
+        between = false;
+      }
+      z.next_out = out.data();
+      z.avail_out = static_cast<uInt>(out.size());
+      const int r = inflate(&z, Z_NO_FLUSH);
+      pending = z.avail_out == 0;
+      if (r == Z_STREAM_END) {
+        member_end = fed - z.avail_in;
+        between = true;
+        pending = false;
+      } else if (r == Z_BUF_ERROR) {
+        pending = false;  // no progress possible: more input needed
+        if (z.avail_in > 0) failed = true;
+        break;
+      } else if (r != Z_OK) {
+        failed = true;  // not a gzip member from here
+        break;
+      }
+    }
+  }
+  inflateEnd(&z);
+  if (!st.ok()) return st;
+  if (member_end < size) {
+    return DataLossError("'" + path + "': " + std::to_string(size - member_end) +
+                         " bytes after the end of the gzip data at byte " + std::to_string(member_end) +
+                         " are not a gzip member (a damaged file: written by two writers at once, or copied over "
+                         "a longer one?); only the first " + std::to_string(member_end) + " bytes decompress");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Options& options, bool binary) {
   // Opened without blocking and judged by the descriptor itself (no
@@ -73,10 +136,15 @@ StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Op
   }
   // Blocking reads from here: the writer of a pipe is known to be there.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  // A second descriptor of the same open file, to check that a regular
+  // gzip file ends where its last member does (CheckGzipEnd).
+  const int check_fd = S_ISREG(st.st_mode) ? ::dup(fd) : -1;
   gzFile f = gzdopen(fd, "rb");  // reads plain files transparently; owns fd from here
   if (!f) {
+    const int e = errno;
     ::close(fd);
-    return ErrnoError("cannot open '" + path + "'", errno);
+    if (check_fd >= 0) ::close(check_fd);
+    return ErrnoError("cannot open '" + path + "'", e);
   }
   std::string text;
   char buf[1 << 16];
@@ -112,12 +180,19 @@ StatusOr<std::string> ReadWholeFile(const std::string& path, const LogReader::Op
   int errnum = Z_OK;
   const char* msg = gzerror(f, &errnum);
   const std::string err = msg ? msg : "";
+  const bool compressed = gzdirect(f) == 0;
   gzclose(f);
+  Status end = Status::Ok();
+  if (check_fd >= 0) {
+    if (limit.ok() && n == 0 && compressed) end = CheckGzipEnd(check_fd, path, static_cast<uint64_t>(st.st_size));
+    ::close(check_fd);
+  }
   if (!limit.ok()) return limit;
   // A truncated stream reads as far as it can, then reports Z_BUF_ERROR.
   if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
     return DataLossError("'" + path + "': cannot decompress (" + err + "); is the .gz file truncated?");
   }
+  if (!end.ok()) return end;
   return text;
 }
 

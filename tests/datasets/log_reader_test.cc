@@ -394,6 +394,51 @@ TEST_F(GzipFileTest, ReadsGzipDirectly) {
   EXPECT_EQ(r->source, path);
 }
 
+// Two gzip members one after the other (`cat a.gz b.gz`) are one valid
+// file: both are read. Bytes after the last member that are not another
+// (two writers at once, a copy over a longer file) used to be ignored by
+// zlib without a word, the log read as the part before them: now an error
+// naming the file and the byte where the gzip data ends, for logs and
+// staleness tables alike (both read through ReadWholeFile).
+TEST_F(GzipFileTest, DataAfterTheLastGzipMemberIsDataLoss) {
+  auto write_member = [](const std::string& path, const std::string& text, const char* mode) {
+    gzFile f = gzopen(path.c_str(), mode);
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+    gzclose(f);
+  };
+  std::string first = "iteration,train_loss\n", second;
+  for (int i = 1; i <= 3000; ++i) first += std::to_string(i) + "," + std::to_string(1.0 / i) + "\n";
+  for (int i = 3001; i <= 6000; ++i) second += std::to_string(i) + "," + std::to_string(1.0 / i) + "\n";
+  const std::string joined = (dir_ / "joined.csv.gz").string();
+  write_member(joined, first, "wb");
+  write_member(joined, second, "ab");  // a second member appended
+  auto r = LogReader::ReadFile(joined, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records.size(), 6000u);
+  const auto member_end = std::filesystem::file_size(joined);
+  for (const std::string& tail : {std::string("garbage after the data"), std::string(1, '\x1f'),
+                                  std::string(5000, '\0'), std::string(200000, 'x')}) {
+    const std::string damaged = (dir_ / "damaged.csv.gz").string();
+    std::filesystem::remove(damaged);
+    std::filesystem::copy_file(joined, damaged);
+    {
+      std::FILE* f = std::fopen(damaged.c_str(), "ab");
+      ASSERT_NE(f, nullptr);
+      std::fwrite(tail.data(), 1, tail.size(), f);
+      std::fclose(f);
+    }
+    auto d = LogReader::ReadFile(damaged, {});
+    ASSERT_FALSE(d.ok()) << tail.size() << " bytes of trailing data were ignored";
+    EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(d.status().message().find("damaged.csv.gz"), std::string::npos) << d.status().message();
+    EXPECT_NE(d.status().message().find("at byte " + std::to_string(member_end)), std::string::npos)
+        << d.status().message();
+    EXPECT_NE(d.status().message().find(std::to_string(tail.size()) + " bytes after"), std::string::npos)
+        << d.status().message();
+  }
+}
+
 TEST_F(GzipFileTest, TruncatedGzipIsDataLoss) {
   const std::string full = (dir_ / "full.csv.gz").string();
   gzFile f = gzopen(full.c_str(), "wb");
