@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -371,33 +372,49 @@ namespace viper {
 namespace schedulers {
 namespace {
 
+// Expensive checkpoints (stall 5 s: 100 warm-up iterations of training;
+// delivery 8 s) on a decaying validation curve measured every 20
+// iterations with a little noise.
+Problem ExpensiveProblem() {
+  Problem p = CheapProblem();
+  p.cost.stall_s = 5.0;
+  p.cost.delay_s = 8.0;
+  return p;
+}
+
+// Drives `planner` through ExpensiveProblem()'s curve; `before(i)` runs after
+// each measurement is observed, `after()` after each checkpoint committed.
+OnlinePlanner PlayExpensive(OnlinePlanner planner, const std::function<void(OnlinePlanner*, int64_t)>& before,
+                            const std::function<void(OnlinePlanner*)>& after) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> e(0.0, 0.003);
+  for (int64_t i = 20; i <= planner.problem().total_iterations; i += 20) {
+    const double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 600.0) + e(rng);
+    EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+    if (before) before(&planner, i);
+    auto now = planner.ShouldCheckpoint(i);
+    EXPECT_TRUE(now.ok()) << now.status().ToString();
+    if (!*now) continue;
+    EXPECT_TRUE(planner.Commit(i).ok());
+    if (after) after(&planner);
+  }
+  return planner;
+}
+
 // The measured cost of the next update (a delta version moves fewer bytes):
 // after SetCost the re-plans charge the new cost, so a planner that learned
 // its checkpoints became cheap publishes more of them than one still
 // planning with the first version's cost. A bad cost is refused.
 TEST(OnlinePlannerTest, PlansWithTheMeasuredCostOfTheNextUpdate) {
-  Problem expensive = CheapProblem();
-  expensive.cost.stall_s = 5.0;  // 100 iterations of training per checkpoint
-  expensive.cost.delay_s = 8.0;
   auto run = [&](bool cheaper_after_first) {
-    OnlinePlanner planner(expensive, Forecasters());
-    std::mt19937_64 rng(7);
-    std::normal_distribution<double> e(0.0, 0.003);
-    for (int64_t i = 20; i <= expensive.total_iterations; i += 20) {
-      const double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 600.0) + e(rng);
-      EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
-      auto now = planner.ShouldCheckpoint(i);
-      EXPECT_TRUE(now.ok()) << now.status().ToString();
-      if (!*now) continue;
-      EXPECT_TRUE(planner.Commit(i).ok());
-      if (cheaper_after_first && planner.taken().size() == 1) {
+    return PlayExpensive(OnlinePlanner(ExpensiveProblem(), Forecasters()), nullptr, [&](OnlinePlanner* planner) {
+      if (cheaper_after_first && planner->taken().size() == 1) {
         CheckpointCost delta_cost;
         delta_cost.stall_s = 0.01;
         delta_cost.delay_s = 0.1;
-        EXPECT_TRUE(planner.SetCost(delta_cost).ok());
+        EXPECT_TRUE(planner->SetCost(delta_cost).ok());
       }
-    }
-    return planner;
+    });
   };
   const OnlinePlanner full = run(false), delta = run(true);
   EXPECT_EQ(full.summary().cost_updates, 0);
@@ -421,24 +438,16 @@ TEST(OnlinePlannerTest, PlansWithTheMeasuredCostOfTheNextUpdate) {
 // checkpoints pay; a pace within pace_tolerance of the one in use is noise
 // and changes nothing.
 TEST(OnlinePlannerTest, PlansTheTimeLeftOnTheMeasuredPace) {
-  Problem expensive = CheapProblem();
-  expensive.cost.stall_s = 5.0;  // 100 warm-up iterations of training per checkpoint
-  expensive.cost.delay_s = 8.0;
+  const Problem expensive = ExpensiveProblem();
   auto run = [&](double pace_factor) {
-    OnlinePlanner planner(expensive, Forecasters());
-    std::mt19937_64 rng(7);
-    std::normal_distribution<double> e(0.0, 0.003);
-    for (int64_t i = 20; i <= expensive.total_iterations; i += 20) {
-      const double v = 0.3 + 2.0 * std::exp(-static_cast<double>(i) / 600.0) + e(rng);
-      EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
-      if (i > expensive.warmup_iterations) {
-        EXPECT_TRUE(planner.SetPace(pace_factor * expensive.seconds_per_iteration).ok());
-      }
-      auto now = planner.ShouldCheckpoint(i);
-      EXPECT_TRUE(now.ok()) << now.status().ToString();
-      if (*now) EXPECT_TRUE(planner.Commit(i).ok());
-    }
-    return planner;
+    return PlayExpensive(
+        OnlinePlanner(expensive, Forecasters()),
+        [&](OnlinePlanner* planner, int64_t i) {
+          if (i > expensive.warmup_iterations) {
+            EXPECT_TRUE(planner->SetPace(pace_factor * expensive.seconds_per_iteration).ok());
+          }
+        },
+        nullptr);
   };
   const OnlinePlanner warm = run(1.0), noise = run(1.05), slow = run(10.0);
   EXPECT_EQ(warm.summary().pace_updates, 0);
