@@ -120,6 +120,23 @@ assert max(d['online']['schedule'] + [0]) < 2500, d['online']['schedule']
   expect_in "$tmp/out" "(val-oracle +" "each case with a table shows the val-oracle's regret"
   expect_in "$tmp/out" "val-oracle: the exact optimum on the staleness table's val_loss" "the summary explains the val-oracle"
   expect_in "$tmp/ev.json" '"val_oracle"' "the JSON has the val-oracle per case and in the summary"
+  # Per tier: the table and the JSON's by_tier, each tier's figures from that tier's cases only.
+  expect_rc 0 "evaluate over two tiers" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu,pfs --warmups 20% --strategies epoch,online --json "$tmp/ev2.json"
+  expect_match "$tmp/out" "^by tier +gpu: median \(worst\) +pfs: median \(worst\)" "evaluate prints the regret by tier"
+  if "$py" - "$tmp/ev2.json" <<'PY'
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+for k in ("epoch", "online"):
+    by = j["summary"][k]["by_tier"]
+    assert set(by) == {"gpu", "pfs"}, by
+    for tier, row in by.items():
+        r = [c["strategies"][k]["regret_vs_oracle"] for c in j["cases"] if c["tier"] == tier]
+        assert row["cases"] == len(r) == 2, (tier, row)
+        assert abs(row["median_regret"] - statistics.median(r)) < 1e-12, (k, tier, row, r)
+        assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, tier, row, r)
+    assert by["gpu"]["median_regret"] != by["pfs"]["median_regret"]
+PY
+  then passes=$((passes + 1)); else fail "evaluate's by_tier figures are not those of each tier's cases" "$tmp/ev2.json"; fi
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu
