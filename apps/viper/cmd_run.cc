@@ -554,7 +554,7 @@ int RunRun(const std::vector<std::string>& args) {
       std::cerr << "viper run: --staleness-table: the producer recorded no table\n";
       return leave(kExitFailure);
     }
-    auto st = workflow::WriteStalenessTable(*s.staleness, staleness_out);
+    auto st = WriteStalenessTable(*s.staleness, staleness_out);
     if (!st.ok()) return leave(Fail("run", st.WithContext("--staleness-table")));
   }
   if (compare) {

@@ -302,7 +302,7 @@ int RunTrain(const std::vector<std::string>& args) {
     if (!st.ok()) return Fail("train", st);
   }
   if (!staleness_out.empty()) {
-    Status st = workflow::WriteStalenessTable(t.staleness_table(), staleness_out);
+    Status st = WriteStalenessTable(t.staleness_table(), staleness_out);
     if (!st.ok()) return Fail("train", st.WithContext("--staleness-table"));
   }
   if (!save_model.empty()) {

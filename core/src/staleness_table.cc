@@ -1,8 +1,45 @@
 #include "viper/core/staleness_table.h"
 
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+
+#include "viper/core/atomic_file.h"
 
 namespace viper {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// gzip (RFC 1952) of `text`, best compression.
+StatusOr<std::string> Gzip(const std::string& text, const std::string& path) {
+  z_stream zs;
+  std::memset(&zs, 0, sizeof zs);
+  if (deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return InternalError("cannot compress staleness table '" + path + "': zlib's deflateInit2 failed");
+  }
+  std::string out(deflateBound(&zs, static_cast<uLong>(text.size())), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  zs.avail_in = static_cast<uInt>(text.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  const std::size_t written = zs.total_out;
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    return InternalError("cannot compress staleness table '" + path + "': zlib's deflate failed (" +
+                         std::to_string(rc) + ")");
+  }
+  out.resize(written);
+  return out;
+}
+
+}  // namespace
 
 std::string FormatStalenessCsv(const StalenessTable& table) {
   bool accuracy = false;
@@ -31,6 +68,22 @@ std::string FormatStalenessCsv(const StalenessTable& table) {
     out += buf;
   }
   return out;
+}
+
+Status WriteStalenessTable(const StalenessTable& table, const std::string& path) {
+  std::string bytes = FormatStalenessCsv(table);
+  if (EndsWith(path, ".gz")) {
+    VIPER_ASSIGN_OR_RETURN(bytes, Gzip(bytes, path));
+  }
+  VIPER_ASSIGN_OR_RETURN(auto file, AtomicFile::CreateFor(path));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(file->fd(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot write staleness table '" + path + "'", errno);
+    done += static_cast<std::size_t>(n);
+  }
+  return file->CommitTo(path);
 }
 
 }  // namespace viper

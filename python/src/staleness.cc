@@ -1,14 +1,9 @@
 // viper._viper.write_staleness_table: the staleness table (issue 25) that
 // viper.StalenessRecorder measured, formatted by core's FormatStalenessCsv
-// (one writer for the format) and written the way every Viper file is
-// (core's AtomicFile: a temporary beside the target, fsync, rename, fsync of
-// the directory), with private permissions (0600), gzip when the name ends
-// in ".gz".
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
-#include <cerrno>
+// and written by core's WriteStalenessTable, the trainer's writer too (an
+// AtomicFile: a temporary beside the target, fsync, rename, fsync of the
+// directory), with private permissions (0600), gzip when the name ends in
+// ".gz".
 #include <cmath>
 #include <optional>
 #include <string>
@@ -16,58 +11,11 @@
 #include <vector>
 
 #include "bindings.h"
-#include "viper/core/atomic_file.h"
 #include "viper/core/staleness_table.h"
 
 namespace viper {
 namespace python {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-StatusOr<std::string> Gzip(const std::string& text, const std::string& path) {
-  z_stream zs{};
-  if (deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return IoError("cannot compress " + path + ": zlib would not start");
-  }
-  std::string out(deflateBound(&zs, static_cast<uLong>(text.size())), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  zs.avail_in = static_cast<uInt>(text.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&zs, Z_FINISH);
-  const auto n = zs.total_out;
-  deflateEnd(&zs);
-  if (rc != Z_STREAM_END) return IoError("cannot compress " + path + " (zlib error " + std::to_string(rc) + ")");
-  out.resize(n);
-  return out;
-}
-
-Status WriteTable(const StalenessTable& table, const std::string& path) {
-  std::string bytes = FormatStalenessCsv(table);
-  if (EndsWith(path, ".gz")) {
-    VIPER_ASSIGN_OR_RETURN(bytes, Gzip(bytes, path));
-  }
-  const std::string dir = DirectoryOf(path);
-  const auto slash = path.find_last_of('/');
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  VIPER_ASSIGN_OR_RETURN(auto file, AtomicFile::Create(dir + "/." + base + ".tmp." + std::to_string(::getpid())));
-  if (::fchmod(file->fd(), 0600) != 0) return ErrnoError("chmod 0600 of " + file->temp_path(), errno);
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(file->fd(), p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + file->temp_path(), errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return file->CommitTo(path);
-}
 
 using Row = std::tuple<int64_t, int64_t, double, std::optional<double>, double, std::optional<double>>;
 
@@ -116,7 +64,7 @@ void BindStaleness(py::module_& m) {
         Status st;
         {
           py::gil_scoped_release release;
-          st = WriteTable(table, path);
+          st = WriteStalenessTable(table, path);
         }
         OkOrRaise(st);
       },

@@ -1,13 +1,9 @@
 #include "viper/workflow/trainer_log.h"
 
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
-
-#include "viper/core/atomic_file.h"
 
 namespace viper {
 namespace workflow {
@@ -17,43 +13,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// gzip (RFC 1952) of `text`, best compression.
-StatusOr<std::string> Gzip(const std::string& text) {
-  z_stream zs;
-  std::memset(&zs, 0, sizeof zs);
-  if (deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return InternalError("zlib: deflateInit2 failed");
-  }
-  std::string out(deflateBound(&zs, static_cast<uLong>(text.size())), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  zs.avail_in = static_cast<uInt>(text.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&zs, Z_FINISH);
-  const std::size_t written = zs.total_out;
-  deflateEnd(&zs);
-  if (rc != Z_STREAM_END) return InternalError("zlib: deflate failed (" + std::to_string(rc) + ")");
-  out.resize(written);
-  return out;
-}
-
 }  // namespace
-
-Status WriteStalenessTable(const StalenessTable& table, const std::string& path) {
-  std::string bytes = FormatStalenessCsv(table);
-  if (EndsWith(path, ".gz")) {
-    VIPER_ASSIGN_OR_RETURN(bytes, Gzip(bytes));
-  }
-  VIPER_ASSIGN_OR_RETURN(auto file, AtomicFile::Create(path + ".tmp." + std::to_string(::getpid())));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(file->fd(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot write staleness table '" + path + "'", errno);
-    done += static_cast<std::size_t>(n);
-  }
-  return file->CommitTo(path);
-}
 
 StatusOr<std::unique_ptr<TrainingLogWriter>> TrainingLogWriter::Open(const std::string& path) {
   // "wb9": best compression (the shipped logs are gzip); "wT": plain text.

@@ -7,13 +7,17 @@
 //   version_iteration,traffic_iteration,val_loss,val_accuracy,test_loss,test_accuracy
 // The accuracy columns are optional. One row per measured pair v <= t; val_*
 // is the producer's validation sample, test_* the disjoint traffic sample.
-// Readers: datasets/staleness_reader.h. Writer: FormatStalenessCsv below.
+// Readers: datasets/staleness_reader.h. Writers: FormatStalenessCsv and
+// WriteStalenessTable below (the trainer, `viper run` and Python's
+// StalenessRecorder all write through them).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "viper/core/status.h"
 
 namespace viper {
 
@@ -37,5 +41,12 @@ struct StalenessTable {
 // The CSV text of `table` (header first; accuracy columns only when some row
 // has them; losses with 9 significant digits). Rows in the table's order.
 std::string FormatStalenessCsv(const StalenessTable& table);
+
+// Writes `table` as FormatStalenessCsv's text, gzip-compressed (level 9) when
+// `path` ends in ".gz", atomically (AtomicFile::CreateFor: a private temporary
+// with a random name beside `path`, fsynced and renamed over it, then the
+// directory fsynced), so a reader sees the old file or the whole new one.
+// Mode 0600 whatever the umask.
+Status WriteStalenessTable(const StalenessTable& table, const std::string& path);
 
 }  // namespace viper

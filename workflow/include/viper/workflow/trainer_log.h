@@ -2,7 +2,7 @@
 //   iteration,epoch,wall_time,train_loss,val_loss,val_accuracy,test_loss,test_accuracy,lr
 // (validation and test fields empty where not evaluated), gzip-compressed
 // when the path ends in ".gz". datasets::LogReader reads both forms.
-// WriteStalenessTable writes a trainer's staleness table the same way.
+// A trainer's staleness table: core's WriteStalenessTable (staleness_table.h).
 #pragma once
 
 #include <memory>
@@ -35,12 +35,6 @@ class TrainingLogWriter {
   std::string path_;
   void* file_ = nullptr;  // gzFile (zlib writes plain text in transparent mode)
 };
-
-// Writes `table` as FormatStalenessCsv's text, gzip-compressed (level 9) when
-// `path` ends in ".gz", atomically: a temporary beside `path`, fsynced and
-// renamed over it (AtomicFile), so a reader sees the old file or the whole
-// new one.
-Status WriteStalenessTable(const StalenessTable& table, const std::string& path);
 
 }  // namespace workflow
 }  // namespace viper
