@@ -345,7 +345,10 @@ double IpcCopySeconds(uint64_t bytes, int n, std::string* error) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank != kProducers) continue;
     const double t0 = MonotonicSeconds();
-    cudaMemcpy(mine, mapped, bytes, cudaMemcpyDeviceToDevice);  // synchronous
+    // cudaMemcpy device to device does not wait for the copy on the host
+    // (CUDA runtime API, "API synchronization behavior"): wait for it here.
+    cudaMemcpy(mine, mapped, bytes, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
     if (v >= 1) total += MonotonicSeconds() - t0;
   }
   if (!all_ok && error->empty()) *error = "the whole-image CUDA IPC reference could not be set up";
