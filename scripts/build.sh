@@ -6,13 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${VIPER_BUILD_DIR:-$root/build}"
 "$root/scripts/install-deps.sh"
-# ccache, when installed, makes rebuilds in other checkouts (worktrees, CI
-# clones) cheap; CCACHE_BASEDIR makes its keys independent of where they are.
-launcher=()
-if command -v ccache >/dev/null 2>&1; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$root")}"
-fi
+# ccache, when installed: scripts/ccache-env.sh.
+source "$root/scripts/ccache-env.sh"
 if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
   mkdir -p "$build"
   cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" "$@" >"$build/configure.log" 2>&1 || {
@@ -20,4 +15,4 @@ if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
   sed -n '/The following features have been/,/^$/p' "$build/configure.log" >&2 || true
 fi
 jobs="${VIPER_JOBS:-$(nproc)}"
-CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$root")}" cmake --build "$build" -j "$jobs"
+cmake --build "$build" -j "$jobs"

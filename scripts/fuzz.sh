@@ -25,10 +25,7 @@ jobs="${VIPER_JOBS:-$(nproc)}"
 t0=$SECONDS
 stamp() { echo "fuzz: $* ($((SECONDS - t0)) s)"; }
 
-launcher=()
-if command -v ccache >/dev/null 2>&1; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+source "$root/scripts/ccache-env.sh"
 if [ ! -f "$build/build.ninja" ]; then
   mkdir -p "$build"
   # -O1 with asserts on (no NDEBUG); no tests, bench, MPI or CUDA: only the

@@ -17,6 +17,10 @@ PACKAGES=(
   # Sanitizer builds and libFuzzer harnesses (scripts/sanitize.sh, scripts/fuzz.sh):
   # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for the stacks.
   clang libclang-rt-14-dev llvm
+  # A compiler cache: the test command builds four configurations (release,
+  # ASan, TSan, fuzz), and a clone elsewhere (CI) rebuilds unchanged files
+  # from the cache (scripts/ccache-env.sh).
+  ccache
 )
 
 missing=()
