@@ -178,6 +178,65 @@ TEST(OnlinePlannerTest, DetectsAStepAndPublishesAfterIt) {
   EXPECT_TRUE(after) << "no checkpoint within two measurements of the step";
 }
 
+// A label swap in the traffic at 1000, under the wall clock with a stall of
+// 40 iterations: every version trained before it is 1.8 worse from then on
+// (a step, and no further decay), and the producer's own model, trained on
+// the swapped labels from its iteration 1000, recovers to 0.45. The served
+// version is re-measured on the traffic at every measurement, as the live
+// producer does. A step is not a rate: read as one (1.8 over the served
+// version's age, per second), every version looks to lose that much per
+// second, the served version's level at its checkpoint is rebased to 0, and
+// the recovered model is held (6 measurements here; 300 iterations on the
+// ninth session's f-swap/pfs) while each request pays the difference.
+// DISABLED: it fails today and documents the defect (bench/README.md,
+// "Tenth session"). The estimator that passes it (the median of the served
+// version's consecutive re-measurement slopes) was neutral to worse on the
+// held-out set 5 and worse on class-incremental traffic, whose repeated
+// steps are a rate, so it was not kept; the patch is described there.
+TEST(OnlinePlannerTest, DISABLED_AStepInTheServedVersionIsNotARateOfDecay) {
+  Problem p = CheapProblem();
+  p.requests.traffic_clock = TrafficClock::kWall;
+  p.cost.stall_s = 20.0;
+  p.cost.delay_s = 2.0;
+  // Version v (the producer's model after iteration v) on the traffic at t;
+  // the traffic's swap takes 60 iterations (as a table's interpolation does).
+  auto loss = [](double v, double t) {
+    if (v >= 1000) return 0.45 + 2.0 * std::exp(-(v - 1000) / 60.0);
+    return 0.4 + 1.6 * std::exp(-(v - 100) / 300.0) + 1.8 * std::clamp((t - 1000) / 60.0, 0.0, 1.0);
+  };
+  OnlinePlanner planner(p, Forecasters());
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> e(0.0, 0.01);
+  // The longest run of measurements, once the producer has the swapped
+  // labels, with the candidate 0.3 or more below the served version and
+  // nothing published (before the swap a stall of 400 iterations is worth
+  // waiting for: the plan, not the decay, decides).
+  int run = 0, longest = 0;
+  int64_t longest_end = -1;
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    const double t = planner.TrafficAt(i);
+    const double v = loss(static_cast<double>(i), t) + e(rng);
+    ASSERT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+    double served = v;
+    if (i > p.warmup_iterations) {
+      served = loss(static_cast<double>(planner.served_model()), t) + e(rng);
+      ASSERT_TRUE(planner.ObserveServed(served).ok());
+    }
+    auto now = planner.ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    run = i >= 1000 && !*now && v < served - 0.3 ? run + 1 : 0;
+    if (run > longest) {
+      longest = run;
+      longest_end = i;
+    }
+  }
+  EXPECT_LE(longest, 3) << "a candidate 0.3 or more better than the served version was held for " << longest
+                        << " measurements, until " << longest_end << "; "
+                        << planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
+  EXPECT_GE(planner.summary().changes, 1);
+}
+
 // Overfitting: the loss falls to 0.4 at 800 and then rises. Nothing measured
 // worse than the served version is published, so no version after the turn
 // is worse than the best before it.
