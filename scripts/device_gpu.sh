@@ -2,7 +2,9 @@
 # The GPU checks, run on a lent device machine (see scripts/device_pack.sh):
 # the GPU tests (single process, mpirun -np 2, the groups at 4, 5 and 6
 # ranks) and the GPU benchmarks (BM_TransportsGpu, BM_TransportsGpuDelta,
-# BM_TransportsGroupGpuReshard without and with CUDA MPS). A log and the
+# BM_TransportsGroupGpuReshard without and with CUDA MPS), and when packed
+# with Fashion-MNIST the live trainer on the gpu and host tiers (viper run,
+# -np 2, epoch on both, then online on the gpu tier). A log and the
 # benchmarks' JSON go to $OUT (the device tool's folder; /tmp/viper-gpu
 # elsewhere). Takes about a minute on an H200. Exit 1 if a test failed.
 set -uo pipefail
@@ -42,5 +44,23 @@ if command -v nvidia-cuda-mps-control >/dev/null; then  # the same, the ranks' c
   mkdir -p /tmp/mps /tmp/mpslog
   nvidia-cuda-mps-control -d && bench group_gpu_mps 6 'TransportsGroupGpu'
   echo quit | nvidia-cuda-mps-control
+fi
+data="$root/.devpack/fashion-mnist"
+if [ -f "$data/train-images-idx3-ubyte.gz" ] && [ -x $b/viper ]; then
+  # The build looks for the dataset where this machine's Debian package puts it.
+  if [ ! -e /usr/share/datasets/fashion-mnist ]; then mkdir -p /usr/share/datasets && cp -r "$data" /usr/share/datasets/; fi
+  live() {  # name, viper run arguments...
+    local name="$1"; shift
+    echo "=== live: $name"
+    timeout 300 $m -np 2 $b/viper run --workload trainer --quiet --json "$out/live_$name.json" "$@" 2>&1 | tail -4
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "live $name: FAILED"; failed=1; }
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+d["versions"] = len(d.get("versions", []))
+print("  " + ", ".join(f"{k} {d[k]}" for k in ("tier", "strategy", "versions", "cil", "mean_update_latency_s", "total_stall_s", "slowdown_fraction", "training_end_s", "every_version_delivered") if k in d))' "$out/live_$name.json" || true
+  }
+  live gpu_epoch --transport gpu --strategy epoch
+  live host_epoch --transport host --strategy epoch
+  live gpu_online --transport gpu --strategy online
 fi
 exit $failed
