@@ -503,7 +503,13 @@ TEST_P(MpiGroup, DecisionLostWithItsDeciderServesNothing) {
     auto s = f.sub_->ReceiveNext(30);
     ASSERT_TRUE(s.ok()) << s.status().message();
     EXPECT_EQ(s->committed, version == 1) << s->BriefReport();
-    if (version == 2) {
+    // Version 2 is in doubt when its bytes all came before the decider
+    // died. Under ASan on a loaded 2-core machine they can miss the 0.25 s
+    // window first (seen in CI): then nothing is in doubt, and nothing may
+    // be served either, which the lines below check in both cases. (A
+    // longer window for version 2 made the job wait out the 30 s deadlines.)
+    const bool bytes_late = s->BriefReport().find("bytes came within") != std::string::npos;
+    if (version == 2 && !bytes_late) {
       EXPECT_TRUE(s->in_doubt) << s->BriefReport();
     }
     EXPECT_EQ(s->resolved_version, 0u) << s->BriefReport();
