@@ -1,9 +1,7 @@
 #include "viper/core/staleness_table.h"
 
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -75,15 +73,7 @@ Status WriteStalenessTable(const StalenessTable& table, const std::string& path)
   if (EndsWith(path, ".gz")) {
     VIPER_ASSIGN_OR_RETURN(bytes, Gzip(bytes, path));
   }
-  VIPER_ASSIGN_OR_RETURN(auto file, AtomicFile::CreateFor(path));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(file->fd(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot write staleness table '" + path + "'", errno);
-    done += static_cast<std::size_t>(n);
-  }
-  return file->CommitTo(path);
+  return WriteFileAtomically(path, bytes).WithContext("staleness table '" + path + "'");
 }
 
 }  // namespace viper
