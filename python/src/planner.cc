@@ -276,7 +276,7 @@ class Planner {
       oo.metric = sc->metric == predictor::LossMetric::kValLoss ? ObservationKind::kValidation : ObservationKind::kTraining;
       oo.gate_z = o_.gate_z;
       online_ = std::make_unique<schedulers::OnlinePlanner>(
-          sc->problem, schedulers::PredictorForecasterFactory(sc->predictor_options), oo);
+          sc->problem, schedulers::OnlineForecasters(*sc, oo), oo);
       for (const LogRecord& r : log_.records) {
         if (r.train_loss) OkOrRaise(online_->Observe(r.iteration, *r.train_loss, ObservationKind::kTraining));
         if (r.val_loss) OkOrRaise(online_->Observe(r.iteration, *r.val_loss, ObservationKind::kValidation));

@@ -288,6 +288,12 @@ std::vector<double> TruthElapsed(const Scenario& sc) {
   return e;
 }
 
+ForecasterFactory OnlineForecasters(const Scenario& sc, const OnlinePlanner::Options& online) {
+  predictor::LearningCurvePredictor::Options o = sc.predictor_options;
+  o.min_points = std::max(5, std::min(o.min_points, online.min_fit_points));
+  return PredictorForecasterFactory(o);
+}
+
 Problem BoundProblem(const Scenario& sc) {
   Problem p = sc.problem;
   p.elapsed_s = TruthElapsed(sc);
@@ -297,7 +303,7 @@ Problem BoundProblem(const Scenario& sc) {
 StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   StrategyOptions so;
   so.iterations_per_epoch = sc.iterations_per_epoch;
-  if (kind == StrategyKind::kOnline) so.forecasters = PredictorForecasterFactory(sc.predictor_options);
+  if (kind == StrategyKind::kOnline) so.forecasters = OnlineForecasters(sc, sc.online);
   so.online = sc.online;
   if (kind == StrategyKind::kEpoch && so.iterations_per_epoch <= 0) {
     return InvalidArgumentError("the epoch strategy needs epochs in the log (" + sc.source + " has no epoch column)");

@@ -224,7 +224,9 @@ TEST(OnlinePlannerTest, DISABLED_AStepInTheServedVersionIsNotARateOfDecay) {
     }
     auto now = planner.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    if (*now) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
     run = i >= 1000 && !*now && v < served - 0.3 ? run + 1 : 0;
     if (run > longest) {
       longest = run;

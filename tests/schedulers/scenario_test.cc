@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "viper/datasets/log_reader.h"
@@ -232,6 +233,34 @@ TEST(ScenarioTest, ErrorsSayWhatToGive) {
   EXPECT_EQ(short_warmup.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(short_warmup.status().message().find("give a longer warm-up (to iteration"), std::string::npos)
       << short_warmup.status().message();
+}
+
+
+// The online planner's forecaster fits a regime from min_fit_points
+// measurements, down to 5, where the predictor alone would want its own 8
+// (and every young regime would stay flat).
+TEST(ScenarioTest, OnlineForecastersFitFromMinFitPoints) {
+  Scenario sc;
+  ASSERT_EQ(sc.predictor_options.min_points, 8);
+  auto points = [](int n) {
+    predictor::CurveData d;
+    for (int i = 1; i <= n; ++i) {
+      d.iterations.push_back(50.0 * i);
+      d.losses.push_back(0.4 + 2.0 * std::exp(-50.0 * i / 120.0));
+    }
+    return d;
+  };
+  OnlinePlanner::Options o;
+  o.min_fit_points = 5;
+  EXPECT_FALSE(PredictorForecasterFactory(sc.predictor_options)()->Forecast(points(5), 1, 1000).ok());
+  auto five = OnlineForecasters(sc, o)()->Forecast(points(5), 1, 1000);
+  ASSERT_TRUE(five.ok()) << five.status().ToString();
+  EXPECT_LT(five->at(1000), five->at(250)) << "a falling regime is forecast to fall on";
+  o.min_fit_points = 3;  // the families need 5
+  EXPECT_FALSE(OnlineForecasters(sc, o)()->Forecast(points(4), 1, 1000).ok());
+  EXPECT_TRUE(OnlineForecasters(sc, o)()->Forecast(points(5), 1, 1000).ok());
+  o.min_fit_points = 20;  // a later fit is the planner's to wait for, not the forecaster's
+  EXPECT_TRUE(OnlineForecasters(sc, o)()->Forecast(points(8), 1, 1000).ok());
 }
 
 }  // namespace

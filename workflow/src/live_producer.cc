@@ -255,7 +255,7 @@ class Producer {
                o_.workload == LiveRun::Workload::kTrainer;
     if (keeping_) s_.keep_versions = o_.keep_versions;
     online_ = std::make_unique<schedulers::OnlinePlanner>(
-        sc.problem, schedulers::PredictorForecasterFactory(sc.predictor_options), oo);
+        sc.problem, schedulers::OnlineForecasters(sc, oo), oo);
     for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));
     s_.plan_report = "online: closed loop from iteration " + std::to_string(W_);
     return Status::Ok();

@@ -118,7 +118,9 @@ class OnlinePlanner {
     double change_threshold = 6.0;
     double change_allowance = 0.5;
     // Fewest points of a regime before the forecaster is fitted (>= 3);
-    // fewer give a flat forecast at their median.
+    // fewer give a flat forecast at their median. The forecaster may need
+    // more: until it fits, the forecast is flat at the latest points'
+    // median (OnlineForecasters fits from max(5, this)).
     int min_fit_points = 8;
     // Re-fit when the regime's points have grown by this factor since the
     // last fit (> 1).

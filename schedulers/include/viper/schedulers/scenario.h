@@ -146,8 +146,15 @@ struct Scenario {
 // to give tau in its own words).
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
 
-// Plans with one strategy (online gets a predictor-backed forecaster).
+// Plans with one strategy (online gets OnlineForecasters).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
+// The online planner's forecasters: the scenario's predictor, which fits a
+// regime from `online.min_fit_points` measurements where that is fewer than
+// the warm-up fit's minimum (predictor_options.min_points), but from no
+// fewer than 5 (the 4-parameter families need more points than
+// parameters). With the predictor's own minimum, a regime's fit below it
+// would fail and its forecast would stay flat.
+ForecasterFactory OnlineForecasters(const Scenario& scenario, const OnlinePlanner::Options& online);
 // The run's own clock, Problem::elapsed_s from the log's per-iteration times
 // that the simulator replays (empty without them): what the bounds (oracle,
 // val-oracle) plan on, where the other strategies have only the warm-up's
