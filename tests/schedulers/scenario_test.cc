@@ -235,7 +235,6 @@ TEST(ScenarioTest, ErrorsSayWhatToGive) {
       << short_warmup.status().message();
 }
 
-
 // The online planner's forecaster fits a regime from min_fit_points
 // measurements, down to 5, where the predictor alone would want its own 8
 // (and every young regime would stay flat).
