@@ -227,5 +227,27 @@ std::vector<StalenessSurface::GridPoint> StalenessSurface::Grid() const {
   return g;
 }
 
+std::optional<StalenessSurface::Change> StalenessSurface::FirstChange(double relative_tolerance) const {
+  double first = std::numeric_limits<double>::infinity();
+  for (const auto& r : rows_) {
+    if (r.diverged) continue;
+    const double own = std::fabs(Diagonal(static_cast<double>(r.version)));
+    for (size_t k = 1; k < r.traffic.size(); ++k) {
+      if (r.traffic[k] >= first) break;
+      if (std::fabs(r.excess[k]) > relative_tolerance * own) first = r.traffic[k];
+    }
+  }
+  if (!std::isfinite(first)) return std::nullopt;
+  Change c;
+  c.first_changed = first;
+  c.last_unchanged = static_cast<double>(rows_.front().version);
+  for (const auto& r : rows_) {
+    for (double t : r.traffic) {
+      if (t < first) c.last_unchanged = std::max(c.last_unchanged, t);
+    }
+  }
+  return c;
+}
+
 }  // namespace schedulers
 }  // namespace viper

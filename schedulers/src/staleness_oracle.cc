@@ -243,7 +243,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
 
 StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const StalenessSurface& s,
                                                 const std::vector<int64_t>& extra, int64_t max_candidates,
-                                                double max_republish_work) {
+                                                double max_republish_work, const Schedule& fixed_prefix) {
   VIPER_RETURN_IF_ERROR(p.Validate());
   const int64_t W = p.warmup_iterations, N = p.total_iterations;
   VIPER_RETURN_IF_ERROR(s.CheckCovers(W, N));
@@ -252,15 +252,27 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
                                 ") diverged (its loss is +inf): there is no version to serve");
   }
   // A diverged version is never a candidate: it must never be served.
+  // A fixed prefix: its checkpoints are candidates 1..r, taken in order, and
+  // the free candidates come after its last.
+  for (size_t q = 0; q < fixed_prefix.size(); ++q) {
+    if (fixed_prefix[q] <= W || fixed_prefix[q] > N || (q > 0 && fixed_prefix[q] <= fixed_prefix[q - 1]) ||
+        s.Diverged(fixed_prefix[q])) {
+      return InvalidArgumentError("fixed_prefix[" + std::to_string(q) + "] = " + std::to_string(fixed_prefix[q]) +
+                                  " is not an increasing, finite version inside (W, N]");
+    }
+  }
+  const int64_t r = static_cast<int64_t>(fixed_prefix.size());
+  const int64_t free_after = r > 0 ? fixed_prefix.back() : W;
   std::vector<int64_t> cand;
   for (int64_t v : s.Versions()) {
-    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
+    if (v > free_after && v <= N && !s.Diverged(v)) cand.push_back(v);
   }
   for (int64_t v : extra) {
-    if (v > W && v <= N && !s.Diverged(v)) cand.push_back(v);
+    if (v > free_after && v <= N && !s.Diverged(v)) cand.push_back(v);
   }
   std::sort(cand.begin(), cand.end());
   cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  cand.insert(cand.begin(), fixed_prefix.begin(), fixed_prefix.end());
   const int64_t C = static_cast<int64_t>(cand.size());
   if (C > max_candidates) {
     return InvalidArgumentError(s.source() + ": " + std::to_string(C) + " candidate versions in (W, N]; the exact "
@@ -324,8 +336,13 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     return best(i, Slot{at(i), i == 0, T, std::nullopt}, R - T, model);
   };
   auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
+  // With a fixed prefix, candidate j <= r follows j - 1 only, a later one
+  // follows the prefix's last or a later one, and a schedule ends at r or later.
+  auto allowed = [&](int64_t i, int64_t j) { return j <= r ? i == j - 1 : i >= r; };
   double best_total = inf;
-  VIPER_ASSIGN_OR_RETURN(best_total, last(0, 0, nullptr));
+  if (r == 0) {
+    VIPER_ASSIGN_OR_RETURN(best_total, last(0, 0, nullptr));
+  }
   std::vector<int64_t> path;  // candidate indices of the optimum's checkpoints
   if (while_training && kmax >= C && !wall) {
     // One count-free pass: the last version's share does not depend on m.
@@ -335,7 +352,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     int64_t best_j = 0;
     for (int64_t j = 1; j <= C; ++j) {
       for (int64_t i = 0; i < j; ++i) {
-        if (!spaced(i, j) || D[static_cast<size_t>(i)] == inf) continue;
+        if (!allowed(i, j) || !spaced(i, j) || D[static_cast<size_t>(i)] == inf) continue;
         VIPER_ASSIGN_OR_RETURN(double c, seg(i, j, 0, nullptr));
         const double x = D[static_cast<size_t>(i)] + c + price;
         if (x < D[static_cast<size_t>(j)]) {
@@ -344,6 +361,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         }
       }
       // While training R - T_j = (N - s_j) tau + sigma whatever the count (k = 1 here).
+      if (j < r || D[static_cast<size_t>(j)] == inf) continue;
       VIPER_ASSIGN_OR_RETURN(double tail, last(j, 1, nullptr));
       if (D[static_cast<size_t>(j)] + tail < best_total) {
         best_total = D[static_cast<size_t>(j)] + tail;
@@ -378,7 +396,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         if (p.CheckpointStart(at(j), k) + delta >= p.WindowEnd(k)) continue;
         for (int64_t i = k - 1; i < j; ++i) {
           const double d = prev[static_cast<size_t>(i)];
-          if (d == inf) continue;
+          if (d == inf || !allowed(i, j)) continue;
           double c = inf;
           if (!wall) {
             c = S_at(i, j);
@@ -394,6 +412,7 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
         const double x = cur[static_cast<size_t>(j)];
         if (x == inf) continue;
         layer_min = std::min(layer_min, x);
+        if (j < r) continue;  // the prefix is not complete yet
         VIPER_ASSIGN_OR_RETURN(double tail, last(j, k, nullptr));
         if (x + tail < best_total) {
           best_total = x + tail;
@@ -413,6 +432,10 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& p, const Stalenes
     }
   }
   std::reverse(path.begin(), path.end());
+  if (best_total == inf) {
+    return InvalidArgumentError(s.source() + ": no schedule completes the fixed prefix of " + std::to_string(r) +
+                                " checkpoints inside the window, spacing and budget");
+  }
   // The model each checkpoint publishes: the cheapest over its segment, as
   // the passes above charged it.
   const int64_t m = static_cast<int64_t>(path.size());

@@ -166,16 +166,22 @@ TEST(StalenessEvaluationTest, AStaleVersionPaysTheSwap) {
 // window, because its stall holds the producer, and so the traffic's drift,
 // for sigma; that is a property of tying the traffic to the producer's
 // iteration, not a schedule to search.)
+// With `prefix`, every schedule begins with it and the rest is a subset of
+// the candidates after its last.
 double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std::vector<int64_t>& cand,
-                         Schedule* best_schedule = nullptr, bool republish = false) {
+                         Schedule* best_schedule = nullptr, bool republish = false, const Schedule& prefix = {}) {
   double best = std::numeric_limits<double>::infinity();
   const size_t n = cand.size();
   for (uint32_t mask = 0; mask < (1u << n); ++mask) {
-    Schedule sch;
+    Schedule sch(prefix);
     for (size_t i = 0; i < n; ++i) {
+      if (!prefix.empty() && cand[i] <= prefix.back()) {
+        if (mask & (1u << i)) sch.clear();
+        continue;
+      }
       if (mask & (1u << i)) sch.push_back(cand[i]);
     }
-    if (!p.CheckSchedule(sch).ok()) continue;
+    if (sch.size() < prefix.size() || !p.CheckSchedule(sch).ok()) continue;
     const int64_t m = static_cast<int64_t>(sch.size());
     if (m > 0 && p.CheckpointStart(sch.back(), m) + p.cost.delay_s >= p.WindowEnd(m)) continue;
     std::vector<int64_t> models(sch);
@@ -250,6 +256,86 @@ TEST(StalenessOracleTest, EqualsEnumerationOverGridSchedules) {
       EXPECT_TRUE(p.CheckSchedule(sol->schedule).ok()) << p.CheckSchedule(sol->schedule).message();
     }
   }
+}
+
+// With a fixed prefix the oracle is the best extension of it: equal to
+// enumerating the prefix followed by every subset of the later candidates
+// (both clocks, both windows, re-publishing off and on), never below the
+// unconstrained optimum, and the optimum's own prefix gives the optimum.
+TEST(StalenessOracleTest, AFixedPrefixIsTheBestExtensionOfIt) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t c = 30 + static_cast<int64_t>(u(rng) * 50);
+    const double J = 1 + 3 * u(rng);
+    LossFn f = [&](int64_t v, int64_t t) { return Curve(v) + (v < c && t >= c ? J : 0.0); };
+    auto s = StalenessSurface::Make(Grid(2, 100, 14, f), StalenessSample::kTest);
+    ASSERT_TRUE(s.ok());
+    Problem p = Small(trial % 2 ? WindowKind::kRequestCount : WindowKind::kWhileTraining);
+    p.cost.stall_s = 3 * u(rng);
+    p.cost.delay_s = 6 * u(rng);
+    std::vector<int64_t> cand;
+    for (int64_t v : s->Versions()) {
+      if (v > p.warmup_iterations && v <= p.total_iterations) cand.push_back(v);
+    }
+    // One to three of the candidates before the change, in order.
+    Schedule prefix;
+    for (int64_t v : cand) {
+      if (v < c && prefix.size() < 3 && u(rng) < 0.5) prefix.push_back(v);
+    }
+    if (prefix.empty()) prefix.push_back(cand.front());
+    for (TrafficClock clock : {TrafficClock::kProducer, TrafficClock::kWall}) {
+      p.requests.traffic_clock = clock;
+      const bool republish = trial % 3 == 0;
+      auto free = SolveOptimalOnSurface(p, *s, {}, 4000, republish ? 2e7 : 0);
+      auto fixed = SolveOptimalOnSurface(p, *s, {}, 4000, republish ? 2e7 : 0, prefix);
+      ASSERT_TRUE(free.ok() && fixed.ok()) << fixed.status().message();
+      ASSERT_GE(fixed->schedule.size(), prefix.size());
+      EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), fixed->schedule.begin())) << "trial " << trial;
+      EXPECT_GE(fixed->objective, free->objective * (1 - 1e-12)) << "trial " << trial;
+      const double enumerated = BestByEnumeration(p, *s, cand, nullptr, republish, prefix);
+      EXPECT_NEAR(fixed->objective, enumerated, 1e-9 * enumerated)
+          << "trial " << trial << ", " << ToString(clock) << " clock, republish " << republish;
+      // The optimum's own first checkpoints as the prefix: the optimum.
+      if (!free->schedule.empty()) {
+        Schedule own(free->schedule.begin(), free->schedule.begin() + 1);
+        auto same = SolveOptimalOnSurface(p, *s, {}, 4000, republish ? 2e7 : 0, own);
+        ASSERT_TRUE(same.ok());
+        EXPECT_NEAR(same->objective, free->objective, 1e-9 * free->objective) << "trial " << trial;
+      }
+    }
+  }
+  // A prefix that cannot be served inside the window is an error, not a bound.
+  Problem p = Small(WindowKind::kRequestCount);
+  p.requests.request_count = 10;  // 5 s of requests: nothing after iteration 10 + 5 - delay serves
+  auto s = StalenessSurface::Make(Grid(2, 100, 14, Swap), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  auto none = SolveOptimalOnSurface(p, *s, {}, 4000, 0, Schedule{86});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("fixed prefix"), std::string::npos) << none.status().message();
+}
+
+// FirstChange: a label swap at 60 is first measured at the grid's first
+// traffic point from 60 on, and nothing changes before the point below it;
+// a table without drift has none.
+TEST(StalenessSurfaceTest, FirstChangeIsTheFirstTrafficPointThatMoves) {
+  auto swap = StalenessSurface::Make(Grid(2, 100, 9, Swap), StalenessSample::kTest);
+  ASSERT_TRUE(swap.ok());
+  auto change = swap->FirstChange(0.02);
+  ASSERT_TRUE(change.has_value());
+  EXPECT_EQ(change->first_changed, 65.0);  // grid 2, 11, ..., 56, 65
+  EXPECT_EQ(change->last_unchanged, 56.0);
+  auto calm = StalenessSurface::Make(Grid(2, 100, 9, [](int64_t v, int64_t) { return Curve(v); }),
+                                     StalenessSample::kTest);
+  ASSERT_TRUE(calm.ok());
+  EXPECT_FALSE(calm->FirstChange(0.02).has_value());
+  // A change smaller than the tolerance is no change.
+  auto small = StalenessSurface::Make(
+      Grid(2, 100, 9, [](int64_t v, int64_t t) { return Curve(v) * (v < 60 && t >= 60 ? 1.01 : 1.0); }),
+      StalenessSample::kTest);
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(small->FirstChange(0.02).has_value());
+  EXPECT_TRUE(small->FirstChange(0.005).has_value());
 }
 
 // An uneven producer clock (Problem::elapsed_s: every iteration its own

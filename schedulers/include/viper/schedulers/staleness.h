@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,16 @@ class StalenessSurface {
   // At() and Integral() charge it +inf on every traffic; the oracle never
   // publishes it.
   bool Diverged(int64_t version) const;
+  // Where the traffic first changes: the smallest traffic knot t at which
+  // some finite version v < t measures more than `relative_tolerance` x its
+  // own-time loss away from it (|L(v, t) - L(v, v)|), and the largest knot
+  // below t (every version measured the same up to there). None when no pair
+  // moves that much: traffic that does not drift.
+  struct Change {
+    double last_unchanged = 0.0;
+    double first_changed = 0.0;
+  };
+  std::optional<Change> FirstChange(double relative_tolerance) const;
   // The table's file (for messages) and sample.
   const std::string& source() const { return source_; }
   StalenessSample sample() const { return sample_; }
@@ -167,9 +178,16 @@ struct SurfaceSolution {
   int64_t candidates = 0;
   int64_t layers = 0;  // checkpoint counts examined (1 while training)
 };
+//
+// `fixed_prefix`: checkpoints every schedule searched must begin with (their
+// published models still the cheapest, as above), the rest free among the
+// candidates after its last. With a causal planner's checkpoints taken before
+// the traffic reached a drift, the optimum is the best that planner could
+// still have done after it (`viper evaluate`'s after-drift bound).
 StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& problem, const StalenessSurface& surface,
                                                 const std::vector<int64_t>& extra_candidates = {},
-                                                int64_t max_candidates = 4000, double max_republish_work = 2e7);
+                                                int64_t max_candidates = 4000, double max_republish_work = 2e7,
+                                                const Schedule& fixed_prefix = {});
 
 }  // namespace schedulers
 }  // namespace viper
