@@ -77,6 +77,11 @@ int RunRun(const std::vector<std::string>& args) {
       "sync (Publish waits for delivery) | async (snapshot, background send)")(
       "strategy", po::value(&strategy)->default_value(strategy),
       "epoch | viper-fixed | viper-greedy | fixed | optimal | online")(
+      "drift-prior", po::value(&o.drift_prior)->default_value(o.drift_prior),
+      "--strategy online: how much traffic drift to expect before any is measured, as the factor by which it "
+      "raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it); each checkpoint's "
+      "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped; 0 = price "
+      "only measured decay (viper plan --help)")(
       "keep-versions", po::value(&o.keep_versions)->default_value(o.keep_versions),
       "--strategy online, --workload trainer: models kept for re-publishing, in [0, 1000] (0 = never "
       "re-publish): at each validation point the producer re-measures the kept models the planner asks for "
@@ -370,6 +375,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
         {"keep_versions", "--keep-versions"},
+        {"drift_prior", "--drift-prior"},
         {"poll_period_s", "--poll-period-s"},
         {"requests_per_s", "--requests-per-s"},
         {"model_bytes", "--model-bytes"},

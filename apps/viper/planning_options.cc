@@ -84,6 +84,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median; a fit takes at least 5, so 3 and 4 wait for 5)")
       ("keep-versions", po::value(&sc.online.keep_versions)->default_value(sc.online.keep_versions), "online: models kept for re-publishing, in [0, 1000]: the last ones it published and the last of each regime before a detected change; with a staleness table each is re-measured at every validation point, and one that beats both the candidate and the served version by the gate's margin is published again (recurring domains); 0 = never re-publish")
       ("anticipate-returns", po::value(&o->anticipate_returns)->default_value(o->anticipate_returns)->notifier(CheckOneOf("anticipate-returns", {"on", "off"})), "online, with --keep-versions > 0: on = once a domain has come back (a kept model of an earlier regime won) and the last three detected changes are evenly spaced, publish the returning domain's model so that it arrives at the predicted next change (nothing else is published until the change is seen; a prediction that does not come true stops this until three new changes are evenly spaced); off = re-publish only after a change is seen")
+      ("drift-prior", po::value(&sc.online.drift_prior)->default_value(sc.online.drift_prior), "online, under the wall traffic clock: how much traffic drift to expect before any is measured, as the factor by which it raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it; 3 = quadruples it). Each checkpoint's stall is then priced as that much lag (a drift that comes finds the producer behind by every stall taken before it), so checkpoints whose gain does not pay for it are skipped, until a change is detected or a decay measured (then the measured decay alone). 0 = price only measured decay. It costs a few points on traffic that never drifts (bench/README.md, 'Twelfth session')")
       ("replan-gap", RealOption(&sc.online.replan_gap), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
   desc->add(plan).add(req).add(cost).add(loop);
 }
@@ -120,6 +121,7 @@ Status ValidatePlanningOptions(const PlanningOptions& o) {
   VIPER_RETURN_IF_ERROR(CheckInteger("--min-fit-points", sc.online.min_fit_points, 3, 1000000));
   VIPER_RETURN_IF_ERROR(CheckReal("--replan-gap", sc.online.replan_gap, 0, 1e-2, false, "0 = exact re-plans"));
   VIPER_RETURN_IF_ERROR(CheckInteger("--keep-versions", sc.online.keep_versions, 0, 1000, "0 = never re-publish"));
+  VIPER_RETURN_IF_ERROR(CheckReal("--drift-prior", sc.online.drift_prior, 0, 1000, false, "0 = price only measured decay"));
   if (o.arrivals == "trace" && o.request_trace.empty()) {
     return InvalidArgumentError("--arrivals trace needs --request-trace FILE");
   }

@@ -43,6 +43,7 @@ class Planner {
     std::optional<double> slowdown_budget_s;
     int64_t min_spacing_iterations = 1;
     std::string traffic_clock = "wall";  // wall | producer (schedulers::TrafficClock)
+    double drift_prior = 0;              // online: OnlinePlanner::Options::drift_prior
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -65,6 +66,9 @@ class Planner {
     }
     if (!schedulers::TrafficClockFromString(o_.traffic_clock).ok()) {
       throw py::value_error("traffic_clock must be producer or wall, got '" + o_.traffic_clock + "'");
+    }
+    if (!(o_.drift_prior >= 0 && o_.drift_prior <= 1000)) {
+      throw py::value_error("drift_prior must be in [0, 1000] (0 = none), got " + std::to_string(o_.drift_prior));
     }
     if (o_.stall_s || o_.delay_s) SetCost(o_.stall_s.value_or(0), o_.delay_s.value_or(o_.stall_s.value_or(0)));
   }
@@ -251,6 +255,7 @@ class Planner {
     sco.problem_template.min_spacing_iterations = o_.min_spacing_iterations;
     sco.problem_template.requests.traffic_clock = *schedulers::TrafficClockFromString(o_.traffic_clock);
     sco.online.gate_z = o_.gate_z;
+    sco.online.drift_prior = o_.drift_prior;
     log_.source = "viper.Planner warm-up";
     StatusOr<schedulers::Scenario> sc = InternalError("not made");
     StatusOr<schedulers::Plan> plan = InternalError("not planned");
@@ -275,6 +280,7 @@ class Planner {
       schedulers::OnlinePlanner::Options oo = sc->online;
       oo.metric = sc->metric == predictor::LossMetric::kValLoss ? ObservationKind::kValidation : ObservationKind::kTraining;
       oo.gate_z = o_.gate_z;
+      oo.drift_prior = o_.drift_prior;
       online_ = std::make_unique<schedulers::OnlinePlanner>(
           sc->problem, schedulers::OnlineForecasters(*sc, oo), oo);
       for (const LogRecord& r : log_.records) {
@@ -310,7 +316,7 @@ void BindPlanner(py::module_& m) {
                        double seconds_per_iteration, std::optional<double> stall_s, std::optional<double> delay_s,
                        double request_interval_s, const std::string& metric, double gate_z, double drift_per_s,
                        double price_per_slowdown_s, std::optional<double> slowdown_budget_s,
-                       int64_t min_spacing_iterations, const std::string& traffic_clock) {
+                       int64_t min_spacing_iterations, const std::string& traffic_clock, double drift_prior) {
              Planner::Options o;
              o.strategy = strategy;
              o.total_iterations = total_iterations;
@@ -326,12 +332,13 @@ void BindPlanner(py::module_& m) {
              o.slowdown_budget_s = slowdown_budget_s;
              o.min_spacing_iterations = min_spacing_iterations;
              o.traffic_clock = traffic_clock;
+             o.drift_prior = drift_prior;
              return std::make_unique<Planner>(std::move(o));
            }),
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
            py::arg("stall_s"), py::arg("delay_s"), py::arg("request_interval_s"), py::arg("metric"), py::arg("gate_z"),
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
-           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall")
+           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall", py::arg("drift_prior") = 0.0)
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))

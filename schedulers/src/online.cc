@@ -113,6 +113,9 @@ bool OnlinePlanner::Options::IsValid(std::string* error) const {
   if (!(pace_tolerance >= 0) || !std::isfinite(pace_tolerance)) {
     return fail("pace_tolerance must be >= 0, got " + std::to_string(pace_tolerance));
   }
+  if (!(drift_prior >= 0 && drift_prior <= 1000)) {
+    return fail("drift_prior must be in [0, 1000], got " + std::to_string(drift_prior));
+  }
   if (keep_versions < 0 || keep_versions > 1000) {
     return fail("keep_versions must be in [0, 1000], got " + std::to_string(keep_versions));
   }
@@ -376,8 +379,16 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // The lag price's decay: the regime's own once it has three
   // re-measurements (a ramp keeps its rate across a detected change), the
   // overall one until then.
-  const double regime_decay =
+  double regime_decay =
       regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
+  // A prior over drift (Options::drift_prior), until the data speaks: while
+  // no change has been detected and no decay measured, a stale model is
+  // expected to lose drift_prior x the candidate's loss over the serving
+  // window, and a stall is priced as that much lag.
+  if (options_.drift_prior > 0 && summary_.changes == 0 && regime_decay == 0) {
+    const double span = problem.WindowEnd(static_cast<int64_t>(taken_.size()));
+    if (span > 0) regime_decay = options_.drift_prior * std::max(0.0, v) / span;
+  }
   if (problem.requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
     const double now_s = static_cast<double>(now - W) * problem.seconds_per_iteration +
                          static_cast<double>(taken_.size()) * problem.cost.stall_s;

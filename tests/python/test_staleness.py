@@ -284,6 +284,23 @@ def test_under_the_wall_clock_online_prices_the_lag_a_stall_leaves():
         viper.Planner("online", total_iterations=200, warmup=50, traffic_clock="sundial")
 
 
+def test_a_drift_prior_prices_lag_before_any_decay_is_measured():
+    # The same run under the wall clock: without a prior nothing prices a
+    # stall before the swap (no decay measured yet); with one, the lag is
+    # priced from the first re-plan and publishes before the swap are fewer.
+    before, lag = {}, {}
+    for prior in (0.0, 5.0):
+        planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.05, 0.06),
+                                seconds_per_iteration=0.01, requests={"interval_s": 0.01}, drift_prior=prior)
+        _, published = drive_online_through_a_swap(planner, steps=115)  # stop before the swap at 120
+        before[prior] = len(published)
+        lag[prior] = planner.report()["max_lag_price"]
+    assert lag[0.0] == 0 and lag[5.0] > 0, lag
+    assert before[5.0] < before[0.0], before
+    with pytest.raises(ValueError, match="drift_prior must be in"):
+        viper.Planner("online", total_iterations=200, warmup=50, drift_prior=-1)
+
+
 def test_online_re_publishes_a_kept_model_when_the_domain_returns():
     # The labels swap at 100 and back at 200: after 200 the model kept from
     # before 100 measures better on today's traffic than the one trained on

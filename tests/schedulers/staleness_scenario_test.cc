@@ -117,6 +117,44 @@ TEST(StalenessScenarioTest, UnderTheWallClockAStepIsNoLagPrice) {
   EXPECT_GE(recovering, 3) << plan->summary.message;
 }
 
+// A prior over drift (OnlinePlanner::Options::drift_prior) prices the lag of
+// every stall before a drift is measured: under the wall clock online takes
+// fewer checkpoints before the swap (each would leave the producer 20
+// iterations further behind it) and still replaces the stale version after
+// it. Under the producer clock a stall holds the traffic too: no lag, no
+// change.
+TEST(StalenessScenarioTest, ADriftPriorSkipsCheckpointsBeforeTheSwapOnlyUnderTheWallClock) {
+  const auto [log, table] = testing::SwapRun(1);
+  for (TrafficClock clock : {TrafficClock::kWall, TrafficClock::kProducer}) {
+    Plan plans[2];
+    for (int with = 0; with < 2; ++with) {
+      ScenarioOptions o = Options(table);
+      o.problem_template.requests.traffic_clock = clock;
+      o.tier = MeasuredCost{2.0, 3.0};
+      o.online.drift_prior = with ? 3.0 : 0.0;
+      auto sc = MakeScenario(log, o);
+      ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+      auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      plans[with] = *plan;
+    }
+    auto before = [](const Plan& p) { return std::count_if(p.schedule.begin(), p.schedule.end(), [](int64_t c) { return c < 1500; }); };
+    const std::string both = plans[0].summary.message + "\n" + plans[1].summary.message;
+    if (clock == TrafficClock::kWall) {
+      EXPECT_LT(before(plans[1]), before(plans[0])) << both;
+      ASSERT_FALSE(plans[1].schedule.empty()) << both;
+      EXPECT_GT(plans[1].schedule.back(), 1500) << both;
+    } else {
+      EXPECT_EQ(plans[1].schedule, plans[0].schedule) << both;
+    }
+  }
+  OnlinePlanner::Options bad;
+  bad.drift_prior = -1;
+  std::string why;
+  EXPECT_FALSE(bad.IsValid(&why));
+  EXPECT_NE(why.find("drift_prior"), std::string::npos) << why;
+}
+
 // Every shipped table reads, is its log's (same diagonal) and covers it, and
 // on the traffic-drift runs some stale pair costs more than its diagonal.
 TEST(StalenessScenarioTest, EveryShippedTableIsItsLogs) {

@@ -75,6 +75,7 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     // The planner's own bound.
     schedulers::OnlinePlanner::Options oo;
     oo.keep_versions = keep_versions;
+    oo.drift_prior = drift_prior;
     std::string why;
     if (!oo.IsValid(&why)) return Fail(error, why);
   }

@@ -249,6 +249,7 @@ class Producer {
     oo.metric = sc.metric == predictor::LossMetric::kValLoss ? schedulers::ObservationKind::kValidation
                                                              : schedulers::ObservationKind::kTraining;
     oo.keep_versions = o_.keep_versions;
+    oo.drift_prior = o_.drift_prior;
     // Kept models are re-measured on the validation sample: they compare
     // with the candidate only when that is the planning metric.
     keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&

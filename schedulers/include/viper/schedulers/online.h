@@ -160,6 +160,20 @@ class OnlinePlanner {
     // the traffic is against a recurring domain's switches and flips
     // decisions), one that doubles is not.
     double pace_tolerance = 0.1;
+    // A prior over traffic drift, for the wall clock's lag price (>= 0, at
+    // most 1000; 0 = none). Under TrafficClock::kWall every stall leaves each
+    // later version further behind the traffic, and the price of that lag is
+    // the served versions' decay; before a drift no decay is measured, so a
+    // checkpoint taken then is free of lag, and a drift that follows finds the
+    // producer behind by every stall (bench/README.md, "Twelfth session").
+    // With a prior, until a change is detected or a decay measured, the decay
+    // priced is drift_prior x the candidate's measured loss per serving
+    // window (1: the traffic is expected to double a stale model's loss over
+    // the window), so checkpoints whose gain does not pay for that lag are not
+    // taken; from then on the measured decay alone. It costs a few points
+    // where the traffic never drifts; it changes nothing under
+    // TrafficClock::kProducer.
+    double drift_prior = 0.0;
 
     bool IsValid(std::string* error) const;
   };

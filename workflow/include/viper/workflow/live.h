@@ -74,6 +74,9 @@ class LiveRun {
     // (the planner's, the last keep_versions validation points' that may
     // become a regime's end, the served one): (2K + 1) x model bytes.
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
+    // Strategy online: the prior over traffic drift its lag price uses
+    // (schedulers::OnlinePlanner::Options::drift_prior; [0, 1000], 0 = none).
+    double drift_prior = 0.0;
     // The checkpoint cost the first plan uses (sigma and delta, seconds):
     // absent = version 0's as measured (the default). Given, the plan does
     // not depend on how long version 0 took on a loaded machine (tests, or
