@@ -300,6 +300,11 @@ int RunEvaluate(const std::vector<std::string>& args) {
                                         {"prefix_checkpoints", prefix.size()},
                                         {"cil", br->cil},
                                         {"checkpoints", br->checkpoints},
+                                        {"schedule", bs->schedule},
+                                        {"published", bs->published.empty() ? bs->schedule : bs->published},
+                                        {"online_schedule", on->plan.schedule},
+                                        {"online_published", on->plan.published.empty() ? on->plan.schedule
+                                                                                        : on->plan.published},
                                         {"regret_vs_oracle", bound_regret},
                                         {"online_regret_vs_bound", online_vs_bound}};
             }

@@ -120,6 +120,25 @@ assert max(d['online']['schedule'] + [0]) < 2500, d['online']['schedule']
   expect_in "$tmp/out" "(val-oracle +" "each case with a table shows the val-oracle's regret"
   expect_in "$tmp/out" "val-oracle: the exact optimum on the staleness table's val_loss" "the summary explains the val-oracle"
   expect_in "$tmp/ev.json" '"val_oracle"' "the JSON has the val-oracle per case and in the summary"
+  # The after-drift bound (the oracle made to begin with online's checkpoints
+  # from before the traffic changed): the swap at 2500 is found, the bound
+  # keeps exactly those checkpoints, lies between the oracle and online, and
+  # online's regret against it is its CIL over the bound's.
+  expect_in "$tmp/out" "online vs it" "the summary splits online's regret at the change"
+  if "$py" - "$tmp/ev.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["cases"] and "after_drift_bound" in j["summary"], j["summary"].keys()
+for c in j["cases"]:
+    b, on = c["after_drift_bound"], c["strategies"]["online"]
+    assert 2450 <= b["last_unchanged_traffic"] < 2500 <= b["drift_traffic"] <= 2550, b
+    k = b["prefix_checkpoints"]
+    assert b["schedule"][:k] == b["online_schedule"][:k], b
+    assert all(s <= 2500 for s in b["online_schedule"][:k]), b
+    assert b["regret_vs_oracle"] >= -1e-3 and b["online_regret_vs_bound"] >= -1e-3, b
+    assert abs(b["online_regret_vs_bound"] - (on["cil"] / b["cil"] - 1)) < 1e-9, (b, on["cil"])
+PY
+  then passes=$((passes + 1)); else fail "the after-drift bound keeps online's pre-swap checkpoints and bounds it"; fi
   # Per tier: the table and the JSON's by_tier, each tier's figures from that tier's cases only.
   expect_rc 0 "evaluate over two tiers" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu,pfs --warmups 20% --strategies epoch,online --json "$tmp/ev2.json"
   expect_match "$tmp/out" "^by tier +gpu: median \(worst\) +pfs: median \(worst\)" "evaluate prints the regret by tier"
