@@ -233,18 +233,25 @@ int RunEvaluate(const std::vector<std::string>& args) {
           // judged against the oracle, and this says how much of that gap
           // no planner observing val_loss can close.
           std::string floor_text;
+          // The oracle's CIL and online's outcome, for the bounds below, and
+          // a bound's schedule simulated on the truth as the strategies were.
+          std::optional<double> oracle_cil;
+          const simulator::StrategyOutcome* on = nullptr;
+          for (const auto& x : comparison->outcomes) {
+            if (x.kind == schedulers::StrategyKind::kOracle) oracle_cil = x.sim.cil;
+            if (x.kind == schedulers::StrategyKind::kOnline) on = &x;
+          }
+          auto simulate = [&](const schedulers::SurfaceSolution& bound) {
+            simulator::Simulator::Options so = simulator::SimulatorOptionsFor(*ctx);
+            so.published = bound.published;
+            simulator::Simulator sim(so);
+            return sim.Run(*ctx->truth, bound.schedule);
+          };
           if (ctx->staleness_observed && ctx->truth) {
-            std::optional<double> oracle_cil;
-            for (const auto& x : comparison->outcomes) {
-              if (x.kind == schedulers::StrategyKind::kOracle) oracle_cil = x.sim.cil;
-            }
             // A bound: on the run's own clock, as the oracle.
             auto vs = schedulers::SolveOptimalOnSurface(schedulers::BoundProblem(*ctx), *ctx->staleness_observed);
             if (!vs.ok()) return Fail("evaluate", vs.status().WithContext(name + ": val-oracle"));
-            simulator::Simulator::Options vo = simulator::SimulatorOptionsFor(*ctx);
-            vo.published = vs->published;
-            simulator::Simulator sim(vo);
-            auto vr = sim.Run(*ctx->truth, vs->schedule);
+            auto vr = simulate(*vs);
             if (!vr.ok()) return Fail("evaluate", vr.status().WithContext(name + ": val-oracle"));
             if (oracle_cil && *oracle_cil > 0) {
               const double regret = vr->cil / *oracle_cil - 1;
@@ -262,12 +269,6 @@ int RunEvaluate(const std::vector<std::string>& args) {
           // after the drift, where it can react; the bound's own regret is
           // what its blind checkpoints cost.
           if (ctx->staleness_truth && ctx->truth) {
-            const simulator::StrategyOutcome* on = nullptr;
-            std::optional<double> oracle_cil;
-            for (const auto& x : comparison->outcomes) {
-              if (x.kind == schedulers::StrategyKind::kOnline) on = &x;
-              if (x.kind == schedulers::StrategyKind::kOracle) oracle_cil = x.sim.cil;
-            }
             const auto change = ctx->staleness_truth->FirstChange(kDriftTolerance);
             if (on && change && oracle_cil && *oracle_cil > 0) {
               const schedulers::Problem bp = schedulers::BoundProblem(*ctx);
@@ -282,10 +283,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
               }
               auto bs = schedulers::SolveOptimalOnSurface(bp, *ctx->staleness_truth, on->plan.schedule, 4000, 2e7, prefix);
               if (!bs.ok()) return Fail("evaluate", bs.status().WithContext(name + ": after-drift bound"));
-              simulator::Simulator::Options bo = simulator::SimulatorOptionsFor(*ctx);
-              bo.published = bs->published;
-              simulator::Simulator sim(bo);
-              auto br = sim.Run(*ctx->truth, bs->schedule);
+              auto br = simulate(*bs);
               if (!br.ok()) return Fail("evaluate", br.status().WithContext(name + ": after-drift bound"));
               const double bound_regret = br->cil / *oracle_cil - 1;
               const double online_vs_bound = br->cil > 0 ? on->sim.cil / br->cil - 1 : 0.0;
