@@ -67,8 +67,12 @@ class Planner {
     if (!schedulers::TrafficClockFromString(o_.traffic_clock).ok()) {
       throw py::value_error("traffic_clock must be producer or wall, got '" + o_.traffic_clock + "'");
     }
-    if (!(o_.drift_prior >= 0 && o_.drift_prior <= 1000)) {
-      throw py::value_error("drift_prior must be in [0, 1000] (0 = none), got " + std::to_string(o_.drift_prior));
+    {
+      // The planner's own rule, before the warm-up ends and it is built.
+      schedulers::OnlinePlanner::Options oo;
+      oo.drift_prior = o_.drift_prior;
+      std::string why;
+      if (!oo.IsValid(&why)) throw py::value_error(why);
     }
     if (o_.stall_s || o_.delay_s) SetCost(o_.stall_s.value_or(0), o_.delay_s.value_or(o_.stall_s.value_or(0)));
   }
