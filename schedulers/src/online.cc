@@ -318,7 +318,13 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       if (change) {
         std::vector<double> old(measured_.losses.begin() + static_cast<std::ptrdiff_t>(regime_begin_),
                                 measured_.losses.begin() + static_cast<std::ptrdiff_t>(idx));
-        previous_relative_noise_ = sigma / std::max(std::fabs(Median(old)), 1e-12);
+        // A regime that held a transition (the model re-learning after a
+        // switch, a switch seen part-way) measures its own noise far above a
+        // measurement's: the young regime takes the smallest relative noise
+        // any ended regime showed.
+        const double relative_noise = sigma / std::max(std::fabs(Median(old)), 1e-12);
+        previous_relative_noise_ = previous_relative_noise_ > 0 ? std::min(previous_relative_noise_, relative_noise)
+                                                                : relative_noise;
         // The change point: where the alarming sum left zero is only a bound;
         // the best two-level split of the values from there on places it.
         regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
@@ -496,10 +502,16 @@ Status OnlinePlanner::Commit(int64_t iteration) {
       returns_->Activate(*publishing_loss_, served_model());
       ++summary_.anticipated;
     } else {
-      // A model of another regime than the served one wins: the domain
-      // changed, a switch (unless one was just seen). The first such
-      // re-publish of a regime says how many regimes back its domain was.
-      if (measured_now_ && *measured_now_ == iteration &&
+      // A model of another regime than the served one wins and the served
+      // one measures worse than when it was published (by twice the gate's
+      // margin): the domain changed, a switch (unless one was just seen). An
+      // older model of the same domain that merely measures better is no
+      // switch; counted as one it would break the spacing anticipation reads.
+      // The first such re-publish of a regime says how many regimes back its
+      // domain was.
+      const bool served_moved = served_reference_ && served_loss_ &&
+                                *served_loss_ > served_reference_->second + 2.0 * GateMargin();
+      if (measured_now_ && *measured_now_ == iteration && served_moved &&
           returns_->RegimeOf(publishing_) != returns_->RegimeOf(served_model())) {
         AddSwitch(measured_.size() - 1);
       }

@@ -3,7 +3,8 @@
 //
 // A switch is a change of the traffic's domain the planner has seen: a
 // detected regime change, or a re-publish of a kept model of another regime
-// after none was detected. The predictor keeps the switches (where each fell,
+// after none was detected, while the served model measures worse than when it
+// was published (the planner decides; AddSwitch records). The predictor keeps the switches (where each fell,
 // in traffic iterations, and how wide the gap it fell in was), the model that
 // served each ended regime, and how many regimes back a domain came from
 // when a kept model won a re-publish (the cycle). Once a domain came back

@@ -12,8 +12,9 @@
 //  1. noise: sigma = 1.4826 x MAD of the differences between consecutive
 //     measurements of the current regime, / sqrt(2) (the spread of one
 //     measurement around a slowly moving level); with fewer than
-//     min_noise_points of them, the previous regime's relative noise times
-//     the current level.
+//     min_noise_points of them, the smallest relative noise of any ended
+//     regime times the current level (a regime that held a transition, a
+//     model re-learning after a switch, measures its own far too high).
 //  2. change detection: a two-sided Page-Hinkley test on the standardised
 //     residual (v - forecast(t)) / sigma against the regime's fitted curve.
 //     On an alarm the curve is first re-fitted on all the regime's points and
@@ -143,7 +144,8 @@ class OnlinePlanner {
     // Anticipate a recurring domain's return (needs keep_versions > 0). A
     // switch is a detected change or a re-publish after none was detected
     // (a regime too short to fit a curve to is never detected as a change,
-    // but a kept model that wins shows the domain changed). Once a kept
+    // but a kept model that wins while the served one measures worse than
+    // when it was published shows the domain changed). Once a kept
     // model of two or more regimes back won a re-publish (a domain came
     // back) and the last three switches are evenly spaced (within what their
     // measurement gaps allow, or 5%), the model that served the returning
@@ -323,7 +325,7 @@ class OnlinePlanner {
   std::optional<int64_t> measured_now_;  // iteration of a measurement taken at the current iteration
   std::vector<double> smoothing_;        // training losses not yet averaged into a measurement
   size_t regime_begin_ = 0;              // index in measured_ of the current regime's first point
-  double previous_relative_noise_ = 0;   // noise / level of the regime before
+  double previous_relative_noise_ = 0;   // the smallest noise / level of an ended regime
   PageHinkley ph_;
   std::unique_ptr<Forecaster> forecaster_;
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
