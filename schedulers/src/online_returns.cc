@@ -95,6 +95,17 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   return *kept;
 }
 
+std::optional<double> ReturnPredictor::SwitchSpacing() const {
+  if (switches_.size() < 2) return std::nullopt;
+  std::vector<double> spacing;
+  for (size_t i = 1; i < switches_.size(); ++i) spacing.push_back(switches_[i].middle - switches_[i - 1].middle);
+  std::sort(spacing.begin(), spacing.end());
+  const size_t h = spacing.size() / 2;
+  const double median = spacing.size() % 2 == 1 ? spacing[h] : 0.5 * (spacing[h - 1] + spacing[h]);
+  if (!(median > 0)) return std::nullopt;
+  return median;
+}
+
 void ReturnPredictor::Activate(double loss, int64_t replaced_model) {
   active_ = pending_;
   active_->loss = loss;

@@ -113,6 +113,10 @@ class ReturnPredictor {
   // Whether an active anticipation holds every other publish.
   bool holding() const { return active_.has_value(); }
 
+  // The median spacing of the switches seen (traffic iterations); nullopt
+  // before two.
+  std::optional<double> SwitchSpacing() const;
+
   const std::vector<Switch>& switches() const { return switches_; }
   // The model that served each ended regime (parallel to switches()).
   const std::vector<int64_t>& regime_models() const { return regime_models_; }

@@ -53,6 +53,21 @@ TEST(ReturnPredictorTest, EvenlySpacedSwitchesPredictTheNextOnesMiddle) {
   EXPECT_FALSE(r->confirmed);
 }
 
+// The switches' spacing is their middles' median spacing, whatever their
+// evenness, and only from two on (disabled prediction still records them).
+TEST(ReturnPredictorTest, SwitchSpacingIsTheMedianOfTheSwitchesSpacings) {
+  ReturnPredictor p(false);
+  EXPECT_FALSE(p.SwitchSpacing().has_value());
+  Switch(&p, 1000, 900);
+  EXPECT_FALSE(p.SwitchSpacing().has_value());
+  Switch(&p, 1400, 1300);
+  EXPECT_DOUBLE_EQ(*p.SwitchSpacing(), 400);
+  Switch(&p, 2400, 2300);
+  EXPECT_DOUBLE_EQ(*p.SwitchSpacing(), 700);  // (400 + 1000) / 2
+  Switch(&p, 2900, 2800);
+  EXPECT_DOUBLE_EQ(*p.SwitchSpacing(), 500);  // of 400, 1000, 500
+}
+
 // The same switches without a domain seen coming back (no re-publish of an
 // older regime's model), or with prediction off: no prediction.
 TEST(ReturnPredictorTest, NoPredictionWithoutAReturnOrWhenDisabled) {

@@ -313,7 +313,7 @@ struct DomainRun {
   std::vector<std::pair<int64_t, int64_t>> decisions;
   OnlinePlanner::Summary summary;
 };
-DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate) {
+DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate, const Problem& p = CheapProblem()) {
   auto domain = [&](int64_t t) {
     return static_cast<int>(std::upper_bound(switches.begin(), switches.end(), t) - switches.begin()) % 2;
   };
@@ -324,7 +324,6 @@ DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate) {
     if (last == switches.begin()) return base;
     return base + 1.5 * std::exp(-static_cast<double>(model - *(last - 1)) / 100.0);
   };
-  const Problem p = CheapProblem();
   OnlinePlanner::Options o;
   o.anticipate_returns = anticipate;
   OnlinePlanner planner(p, Forecasters(), o);
@@ -391,6 +390,31 @@ TEST(OnlinePlannerTest, AReturnThatDoesNotComeStopsAnticipation) {
     back = back || (at > 1180 && at < 1400 && ((model >= 300 && model < 600) || (model >= 900 && model < 1400)));
   }
   EXPECT_TRUE(back) << "the served model goes back to the domain of 900-1400:" << decisions << "; " << report;
+}
+
+// A reactive re-publish arrives a measurement gap and the delivery lag after
+// the switch it reacts to. With returns every 300 iterations and a delay of
+// 240 (12 s at 0.05 s per iteration), it would serve its domain for the last
+// 40 iterations of each stay and the wrong one for 260 after the next
+// switch: once two switches give their spacing, none is made (the first
+// return's, before any spacing is known, is). With the cheap delay (2
+// iterations) every return is re-published.
+TEST(OnlinePlannerTest, SkipsAReactiveRePublishThatWouldArriveTooLate) {
+  const std::vector<int64_t> switches = {300, 600, 900, 1200, 1500, 1800};
+  Problem slow = CheapProblem();
+  slow.cost.delay_s = 12.0;
+  auto republished = [](const DomainRun& run) {
+    std::vector<int64_t> at;
+    for (const auto& [when, model] : run.decisions) {
+      if (model != when) at.push_back(when);
+    }
+    return at;
+  };
+  const std::vector<int64_t> fast = republished(PlayDomains(switches, false));
+  const std::vector<int64_t> late = republished(PlayDomains(switches, false, slow));
+  EXPECT_GE(fast.size(), 4u);
+  ASSERT_LE(late.size(), 1u);
+  if (!late.empty()) EXPECT_LE(late.front(), 620) << "only the first return, before the spacing is known";
 }
 
 // Regimes of 6 measurements (every 120 iterations from 300) are shorter than

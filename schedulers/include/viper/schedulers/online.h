@@ -306,6 +306,9 @@ class OnlinePlanner {
   double DecayPerSecond(const std::vector<std::pair<double, double>>& points) const;
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
+  // How far the traffic moves (iterations) between a checkpoint and its
+  // version reaching the consumers, at the cost and pace planned on.
+  double DeliveryLag() const;
   // A switch of the traffic's domain whose first measurement after it is
   // index `begin` of measured_, handed to returns_ with its traffic position
   // and the model served then (counts a prediction it refutes).
