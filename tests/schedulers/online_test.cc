@@ -205,7 +205,9 @@ TEST(OnlinePlannerTest, AYoungRegimeBorrowsTheSmallestRelativeNoiseOfAnEndedOne)
     ASSERT_TRUE(planner.Observe(i, level(i) + e(rng), ObservationKind::kValidation).ok());
     auto now = planner.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    if (*now) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
     if (!margin_after && planner.summary().changes >= 2) margin_after = planner.GateMargin();
   }
   const std::string report = planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
@@ -414,7 +416,9 @@ TEST(OnlinePlannerTest, SkipsAReactiveRePublishThatWouldArriveTooLate) {
   const std::vector<int64_t> late = republished(PlayDomains(switches, false, slow));
   EXPECT_GE(fast.size(), 4u);
   ASSERT_LE(late.size(), 1u);
-  if (!late.empty()) EXPECT_LE(late.front(), 620) << "only the first return, before the spacing is known";
+  if (!late.empty()) {
+    EXPECT_LE(late.front(), 620) << "only the first return, before the spacing is known";
+  }
 }
 
 // Regimes of 6 measurements (every 120 iterations from 300) are shorter than

@@ -299,6 +299,15 @@ class OnlinePlanner {
   // The gate's margin for a noise sd `sigma`: gate_z x sigma x sqrt 2.
   double MarginFor(double sigma) const;
   StatusOr<bool> Decide(int64_t now, double measured);
+  // Decide's step 3, staleness (online_staleness.cc): the measured decay into
+  // the re-plan's drift term (the served version's start level rebased to
+  // its checkpoint) and, under the wall clock, the price of a stall's lag.
+  void PriceStaleness(int64_t now, double measured, Problem* problem, PlanStart* start);
+  // Decide's steps 5-6 (online_staleness.cc): whether to publish a kept model
+  // now, a re-publish or one ahead of a predicted return (publishing() is
+  // set to the decision's own model otherwise). `holding`: an anticipation
+  // holds every other publish.
+  bool ChooseKeptModel(int64_t now, double measured, double sigma, bool holding);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
   // The slope through the origin of (age, excess) `points`, when it stands

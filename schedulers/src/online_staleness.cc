@@ -1,0 +1,253 @@
+// What the closed loop makes of the staleness re-measurements (README
+// "Staleness tables"): the served version's and the kept models' losses on
+// today's validation sample, the decay and wall-clock lag a re-plan is priced
+// with, the kept models it asks for, and the decision to re-publish one or
+// to publish one ahead of a predicted return (with internal::ReturnPredictor,
+// online_returns.h). The rest of the loop (noise, change detection, re-plan,
+// gate, commit) is online.cc; both define OnlinePlanner's members.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "online_returns.h"
+#include "viper/schedulers/online.h"
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+// A reactive re-publish is skipped once its measurement gap and delivery lag
+// exceed this share of the switches' median spacing (ChooseKeptModel).
+// The simple argument puts the break-even at one half (the kept model right
+// for more than half of each stay); 0.35 was chosen on the five recurring
+// runs of the development and held-out sets 1, 3-6, where fresh models that
+// have seen both domains beat late re-publishes (bench/README.md).
+constexpr double kReactiveLagShare = 0.35;
+
+}  // namespace
+
+void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, PlanStart* start) {
+  const int64_t W = problem_.warmup_iterations;
+  // The measured decay: every version loses `decay` per second of age; the
+  // served one is at its re-measured level now, so its checkpoint-time level
+  // is that minus what it has lost since.
+  const double decay = DecayPerSecond();
+  if (decay > problem->drift_per_s) {
+    const double age_s = taken_.empty() ? static_cast<double>(now - W) * problem->seconds_per_iteration
+                                        : static_cast<double>(now - taken_.back()) * problem->seconds_per_iteration +
+                                              problem->cost.stall_s;
+    if (start->served_loss) {
+      start->served_loss = std::max(0.0, *start->served_loss - (decay - problem->drift_per_s) * age_s);
+    }
+    problem->drift_per_s = decay;
+    summary_.max_decay_per_s = std::max(summary_.max_decay_per_s, decay);
+  }
+  // Under the wall clock the traffic does not wait for a stall: every version
+  // served after one is sigma older on the traffic than it would have been,
+  // so each request from then on pays decay x sigma more. Priced per second
+  // of stall, for the next checkpoint: decay x the requests left to serve.
+  // The lag price's decay: the regime's own once it has three
+  // re-measurements (a ramp keeps its rate across a detected change), the
+  // overall one until then.
+  double regime_decay =
+      regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
+  // A prior over drift (Options::drift_prior), until the data speaks: while
+  // no change has been detected and no decay measured, a stale model is
+  // expected to lose drift_prior x the candidate's loss over the serving
+  // window, and a stall is priced as that much lag.
+  if (options_.drift_prior > 0 && summary_.changes == 0 && regime_decay == 0) {
+    const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
+    if (span > 0) regime_decay = options_.drift_prior * std::max(0.0, v) / span;
+  }
+  if (problem->requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
+    const double now_s = static_cast<double>(now - W) * problem->seconds_per_iteration +
+                         static_cast<double>(taken_.size()) * problem->cost.stall_s;
+    const double left_s = std::max(0.0, problem->WindowEnd(static_cast<int64_t>(taken_.size())) - now_s);
+    const double lag_price = regime_decay * problem->requests.RatePerSecond() * left_s;
+    problem->price_per_slowdown_s += lag_price;
+    summary_.max_lag_price = std::max(summary_.max_lag_price, lag_price);
+  }
+}
+
+bool OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool holding) {
+  bool want = false;
+  // 5. Re-publishing: a kept model that measures better now than both the
+  // candidate and the served version, by the gate's margin plus the best of
+  // K measurements' bias.
+  publishing_ = now;
+  publishing_loss_.reset();
+  returns_->DropPending();
+  const bool may_publish = options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
+                           static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
+                           (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
+  if (may_publish && !holding) {
+    const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    // The best of K noisy measurements is biased low by about
+    // sqrt(2 ln (K + 1)) noise sd of a difference: the margin adds that, so
+    // noise alone does not re-publish (a returning domain differs by far more).
+    const double K = static_cast<double>(kept_now_.size());
+    const double margin = MarginFor(sigma) + sigma * std::sqrt(2.0) * std::sqrt(2.0 * std::log(K + 1.0));
+    // A re-publish that reacts to a switch arrives a measurement gap and the
+    // delivery lag after it. Once switches have been seen, it is skipped
+    // when that is more than kReactiveLagShare of their median spacing: the
+    // kept model would serve its domain for too little of its stay, and the
+    // wrong one after the next switch (a fresh model, trained on both
+    // domains by then, does better; bench/README.md, "Thirteenth session").
+    const auto spacing = returns_->SwitchSpacing();
+    const bool in_time = !spacing || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing;
+    if (in_time && best->second < v - margin && best->second < *served_loss_ - margin) {
+      want = true;
+      publishing_ = best->first;
+      publishing_loss_ = best->second;
+    }
+  }
+  // 6. Anticipating a recurring domain's return: its model is published so
+  // that it arrives at the predicted switch.
+  if (may_publish && !holding) {
+    if (const auto ahead =
+            returns_->PublishAhead(TrafficAt(now), DeliveryLag(),
+                                   static_cast<double>(problem_.total_iterations), served_model(), kept_now_,
+                                   MeasurementGap())) {
+      want = true;
+      publishing_ = ahead->first;
+      publishing_loss_ = ahead->second;
+    }
+  }
+  return want;
+}
+
+double OnlinePlanner::DeliveryLag() const {
+  // A version reaches the traffic its delay after the checkpoint, less the
+  // stall under the producer clock (the traffic waits out the stall there).
+  const double lag_s = problem_.requests.traffic_clock == TrafficClock::kWall
+                           ? problem_.cost.delay_s
+                           : std::max(0.0, problem_.cost.delay_s - problem_.cost.stall_s);
+  return lag_s / problem_.seconds_per_iteration;
+}
+
+void OnlinePlanner::AddSwitch(size_t begin) {
+  const int64_t at = static_cast<int64_t>(measured_.iterations[begin]);
+  const double traffic_at = TrafficAt(at);
+  const double traffic_before =
+      begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
+  // The ending regime's own last model, when it measured better than the
+  // served one at that last measurement (both on that moment's sample).
+  int64_t better = -1;
+  if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
+    const double served_then = served_by_measurement_[begin - 1];
+    if (std::isfinite(served_then) && measured_.losses[begin - 1] < served_then) {
+      better = static_cast<int64_t>(measured_.iterations[begin - 1]);
+    }
+  }
+  if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better) ==
+      internal::ReturnPredictor::SwitchSeen::kRefuted) {
+    ++summary_.anticipation_failed;
+  }
+}
+
+Status OnlinePlanner::ObserveServed(double loss) {
+  if (!std::isfinite(loss) || loss < 0) {
+    return InvalidArgumentError("the served version's loss must be finite and >= 0, got " + std::to_string(loss));
+  }
+  served_loss_ = loss;
+  ++summary_.served_measurements;
+  // Kept by measurement (the one taken at this iteration), for AddSwitch.
+  if (measured_now_ && *measured_now_ == last_iteration_ && measured_.size() > 0) {
+    served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
+    served_by_measurement_.back() = loss;
+  }
+  // One (age, excess over `reference`) point, or the reference itself when
+  // there is none yet; the latest decay_window points are kept.
+  auto track = [&](std::optional<std::pair<int64_t, double>>* reference,
+                   std::vector<std::pair<double, double>>* points) {
+    if (!*reference) {
+      *reference = std::make_pair(last_iteration_, loss);
+      return;
+    }
+    const double age_s = static_cast<double>(last_iteration_ - (*reference)->first) * problem_.seconds_per_iteration;
+    if (!(age_s > 0)) return;
+    points->emplace_back(age_s, loss - (*reference)->second);
+    if (points->size() > static_cast<size_t>(options_.decay_window)) points->erase(points->begin());
+  };
+  // The reference is the forecast level at the version's checkpoint (see
+  // Commit); a version committed without a forecast is measured from its
+  // first re-measurement. The regime's (the lag price's) is the same, or
+  // the served level at the latest detected change when that is later.
+  track(&served_reference_, &decay_points_);
+  track(&regime_reference_, &regime_decay_points_);
+  return Status::Ok();
+}
+
+std::vector<int64_t> OnlinePlanner::KeptVersions() const {
+  std::vector<int64_t> kept;
+  if (options_.keep_versions <= 0) return kept;
+  const int64_t served = served_model();
+  auto add = [&](int64_t m) {
+    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions) return;
+    if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
+  };
+  // The next return's model first; then, newest regime first, what each
+  // ended regime served last and its last model (a domain that may come
+  // back), the warm-up's; then the newest published models. Regimes come
+  // before recent versions: a loop that publishes often would otherwise
+  // keep only versions of the current domain.
+  const std::vector<int64_t>& regime_models = returns_->regime_models();
+  const std::vector<int64_t>& regime_better = returns_->regime_better();
+  if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
+    add(r->model);
+    if (r->fallback >= 0) add(r->fallback);
+  }
+  for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
+    if (q < regime_better.size() && regime_better[q] >= 0) add(regime_better[q]);
+    if (q < regime_models.size()) add(regime_models[q]);
+    if (q < regime_ends_.size()) add(regime_ends_[q]);
+  }
+  add(problem_.warmup_iterations);
+  std::vector<int64_t> newest(published_);
+  std::sort(newest.begin(), newest.end(), std::greater<int64_t>());
+  for (int64_t m : newest) add(m);
+  return kept;
+}
+
+Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
+  if (model_iteration < problem_.warmup_iterations || model_iteration > last_iteration_) {
+    return InvalidArgumentError("kept model of iteration " + std::to_string(model_iteration) + " is not in [W, " +
+                                std::to_string(last_iteration_) + "]");
+  }
+  if (kept_at_ != last_iteration_) {
+    kept_now_.clear();
+    kept_at_ = last_iteration_;
+  }
+  if (!std::isfinite(loss) || loss < 0) return Status::Ok();  // a diverged model is never re-published
+  kept_now_.emplace_back(model_iteration, loss);
+  return Status::Ok();
+}
+
+double OnlinePlanner::DecayPerSecond() const { return DecayPerSecond(decay_points_); }
+
+double OnlinePlanner::DecayPerSecond(const std::vector<std::pair<double, double>>& points) const {
+  if (points.size() < 2) return 0.0;
+  double xy = 0, xx = 0, mean = 0;
+  for (const auto& [x, y] : points) {
+    xy += x * y;
+    xx += x * x;
+    mean += y;
+  }
+  const double n = static_cast<double>(points.size());
+  mean /= n;
+  // Noise is no decay: the excess must exceed what the gate calls a
+  // difference, and the slope must stand a standard error above zero.
+  if (!(xx > 0) || mean <= GateMargin()) return 0.0;
+  const double slope = xy / xx;
+  double rss = 0;
+  for (const auto& [x, y] : points) rss += (y - slope * x) * (y - slope * x);
+  const double se = std::sqrt(rss / std::max(1.0, n - 1) / xx);
+  return slope > 1 * se ? slope : 0.0;
+}
+
+}  // namespace schedulers
+}  // namespace viper
