@@ -434,8 +434,13 @@ Status OnlinePlanner::Commit(int64_t iteration) {
       // switch; counted as one it would break the spacing anticipation reads.
       // The first such re-publish of a regime says how many regimes back its
       // domain was.
-      const bool served_moved = served_reference_ && served_loss_ &&
-                                *served_loss_ > served_reference_->second + 2.0 * GateMargin();
+      // (Against its loss when it was committed, not the decay's reference:
+      // a young regime's flat forecast can sit far above a model that
+      // passed the gate.) The warm-up's model, never committed: against its
+      // first re-measurement.
+      std::optional<double> then = served_committed_loss_;
+      if (!then && served_reference_) then = served_reference_->second;
+      const bool served_moved = then && served_loss_ && *served_loss_ > *then + 2.0 * GateMargin();
       if (measured_now_ && *measured_now_ == iteration && served_moved &&
           returns_->RegimeOf(publishing_) != returns_->RegimeOf(served_model())) {
         AddSwitch(measured_.size() - 1);
@@ -446,6 +451,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
     published_.push_back(publishing_);
     ++summary_.republished;
     served_loss_ = *publishing_loss_;
+    served_committed_loss_ = served_loss_;
     served_reference_ = std::make_pair(iteration, *publishing_loss_);
     regime_reference_ = served_reference_;
     decided_at_ = -1;
@@ -459,6 +465,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
+  served_committed_loss_ = served_loss_;
   // The level the new version's decay is measured from: the regime's
   // forecast at its iteration (a fitted level, not the measurement it was
   // committed on: that one passed the gate, so it is biased low by the noise

@@ -343,6 +343,8 @@ class OnlinePlanner {
   std::optional<LossCurve> forecast_;    // over [W, N], from the current regime's fit
   size_t fitted_points_ = 0;             // regime points at the last fit (0 = flat forecast)
   std::optional<double> served_loss_;
+  // The served version's loss when it was committed (absent for the warm-up's).
+  std::optional<double> served_committed_loss_;
   // The served version's re-measurement at each measurement of measured_
   // (NaN where none was taken).
   std::vector<double> served_by_measurement_;
