@@ -428,16 +428,15 @@ Status OnlinePlanner::Commit(int64_t iteration) {
       ++summary_.anticipated;
     } else {
       // A model of another regime than the served one wins and the served
-      // one measures worse than when it was published (by twice the gate's
+      // one measures worse than when it was committed (by twice the gate's
       // margin): the domain changed, a switch (unless one was just seen). An
       // older model of the same domain that merely measures better is no
       // switch; counted as one it would break the spacing anticipation reads.
-      // The first such re-publish of a regime says how many regimes back its
+      // (The committed loss, not the decay's reference: a young regime's flat
+      // forecast can sit far above a model that passed the gate. The
+      // warm-up's model, never committed: its first re-measurement.) The
+      // first such re-publish of a regime says how many regimes back its
       // domain was.
-      // (Against its loss when it was committed, not the decay's reference:
-      // a young regime's flat forecast can sit far above a model that
-      // passed the gate.) The warm-up's model, never committed: against its
-      // first re-measurement.
       std::optional<double> then = served_committed_loss_;
       if (!then && served_reference_) then = served_reference_->second;
       const bool served_moved = then && served_loss_ && *served_loss_ > *then + 2.0 * GateMargin();
