@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include <filesystem>
 
@@ -267,6 +269,20 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
   }
 }
 
+// One frozen development run (bench/devsets/SET/NAME.csv.gz and its table)
+// as a scenario: 20% warm-up, a tier preset, the wall traffic clock.
+StatusOr<Scenario> FrozenWallScenario(const std::string& set, const std::string& name, Tier tier) {
+  const std::string path = std::string(VIPER_TEST_SOURCE_DIR) + "/bench/devsets/" + set + "/" + name;
+  VIPER_ASSIGN_OR_RETURN(auto log, datasets::LogReader::ReadFile(path + ".csv.gz", {}));
+  VIPER_ASSIGN_OR_RETURN(auto table, datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {}));
+  ScenarioOptions o;
+  o.warmup_fraction = 0.2;
+  o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
+  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
+  o.staleness = std::move(table);
+  return MakeScenario(log, o);
+}
+
 // A re-publish is a switch of the traffic's domain only when the served
 // model measures worse than when it was published. On the frozen set 1
 // recurring run (bench/devsets/set1/h-recur60: 60 degrees every 500
@@ -277,17 +293,7 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
 // early with the wrong domain's model, and online was +76% over the oracle.
 // Not counted, three returns are published ahead and none fails.
 TEST(StalenessScenarioTest, ASameDomainRePublishIsNoSwitch) {
-  const std::string dir = std::string(VIPER_TEST_SOURCE_DIR) + "/bench/devsets/set1";
-  auto log = datasets::LogReader::ReadFile(dir + "/h-recur60.csv.gz", {});
-  auto table = datasets::StalenessReader::ReadFile(dir + "/h-recur60.staleness.csv.gz", {});
-  ASSERT_TRUE(log.ok()) << log.status().ToString();
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  ScenarioOptions o;
-  o.warmup_fraction = 0.2;
-  o.tier = PresetCost{Tier::kGpu, 600e6, false, Notification::kPush, 1.0};
-  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-  o.staleness = *table;
-  auto sc = MakeScenario(*log, o);
+  auto sc = FrozenWallScenario("set1", "h-recur60", Tier::kGpu);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -316,17 +322,7 @@ TEST(StalenessScenarioTest, ASameDomainRePublishIsNoSwitch) {
 // switches' spacing came one return later, and a reactive re-publish that
 // arrived half a stay late was made (12 checkpoints, 3 re-publishes, +76%).
 TEST(StalenessScenarioTest, AReturnIsASwitchAgainstTheServedModelsCommittedLoss) {
-  const std::string dir = std::string(VIPER_TEST_SOURCE_DIR) + "/bench/devsets/set4";
-  auto log = datasets::LogReader::ReadFile(dir + "/f-recur30.csv.gz", {});
-  auto table = datasets::StalenessReader::ReadFile(dir + "/f-recur30.staleness.csv.gz", {});
-  ASSERT_TRUE(log.ok()) << log.status().ToString();
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  ScenarioOptions o;
-  o.warmup_fraction = 0.2;
-  o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
-  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-  o.staleness = *table;
-  auto sc = MakeScenario(*log, o);
+  auto sc = FrozenWallScenario("set4", "f-recur30", Tier::kHost);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
