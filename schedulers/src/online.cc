@@ -14,14 +14,7 @@ namespace viper {
 namespace schedulers {
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const size_t h = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
-  double m = v[h];
-  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)));
-  return m;
-}
+using internal::Median;
 
 // The j in (from, to] that splits v[from..to] into two runs of least total
 // squared deviation from their means: the first index of the second level.

@@ -7,6 +7,15 @@ namespace viper {
 namespace schedulers {
 namespace internal {
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const size_t h = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
+  double m = v[h];
+  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)));
+  return m;
+}
+
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
                                                        int64_t served_at, double measurement_gap,
                                                        int64_t better) {
@@ -99,9 +108,7 @@ std::optional<double> ReturnPredictor::SwitchSpacing() const {
   if (switches_.size() < 2) return std::nullopt;
   std::vector<double> spacing;
   for (size_t i = 1; i < switches_.size(); ++i) spacing.push_back(switches_[i].middle - switches_[i - 1].middle);
-  std::sort(spacing.begin(), spacing.end());
-  const size_t h = spacing.size() / 2;
-  const double median = spacing.size() % 2 == 1 ? spacing[h] : 0.5 * (spacing[h - 1] + spacing[h]);
+  const double median = Median(std::move(spacing));
   if (!(median > 0)) return std::nullopt;
   return median;
 }

@@ -30,6 +30,10 @@ namespace viper {
 namespace schedulers {
 namespace internal {
 
+// The median of `v` (the mean of the two middle values for an even count; 0
+// when empty). Shared by the predictor and the planner's noise estimate.
+double Median(std::vector<double> v);
+
 class ReturnPredictor {
  public:
   // A predicted return of a recurring domain.
