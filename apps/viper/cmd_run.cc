@@ -80,8 +80,8 @@ int RunRun(const std::vector<std::string>& args) {
       "drift-prior", po::value(&o.drift_prior)->default_value(o.drift_prior),
       "--strategy online: how much traffic drift to expect before any is measured, as the factor by which it "
       "raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it); each checkpoint's "
-      "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped; 0 = price "
-      "only measured decay (viper plan --help)")(
+      "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped, until a drift "
+      "is measured on the served version's re-measurements; 0 = price only measured decay (viper plan --help)")(
       "keep-versions", po::value(&o.keep_versions)->default_value(o.keep_versions),
       "--strategy online, --workload trainer: models kept for re-publishing, in [0, 1000] (0 = never "
       "re-publish): at each validation point the producer re-measures the kept models the planner asks for "

@@ -43,7 +43,7 @@ class Planner {
     std::optional<double> slowdown_budget_s;
     int64_t min_spacing_iterations = 1;
     std::string traffic_clock = "wall";  // wall | producer (schedulers::TrafficClock)
-    double drift_prior = 0;              // online: OnlinePlanner::Options::drift_prior
+    double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;  // online
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -342,7 +342,8 @@ void BindPlanner(py::module_& m) {
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
            py::arg("stall_s"), py::arg("delay_s"), py::arg("request_interval_s"), py::arg("metric"), py::arg("gate_z"),
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
-           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall", py::arg("drift_prior") = 0.0)
+           py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall",
+           py::arg("drift_prior") = schedulers::OnlinePlanner::Options().drift_prior)
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))

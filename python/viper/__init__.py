@@ -440,16 +440,18 @@ class Planner:
     every stall leaves later versions further behind it, and online prices
     that lag from the decay observe_served() measures) or "producer" (the
     traffic's drift follows the producer's iteration and waits while it
-    stalls). `drift_prior` (online, wall clock; 0 = none, at most 1000): how
-    much drift to expect before any is measured, as the factor by which it
-    raises a stale model's loss over the serving window (1 = doubles it);
-    each publish's stall is priced as that much lag, so publishes whose gain
-    does not pay for it are skipped (fewer before a drift nobody can see
-    coming; a few points lost where the traffic never drifts)."""
+    stalls). `drift_prior` (online, wall clock; None = the C++ default 1.5,
+    0 = none, at most 1000): how much drift to expect before any is
+    measured, as the factor by which it raises a stale model's loss over the
+    serving window (1 = doubles it); each publish's stall is priced as that
+    much lag, so publishes whose gain does not pay for it are skipped (fewer
+    before a drift nobody can see coming; a few points lost where the traffic
+    never drifts). It applies only once observe_served() has been called:
+    without re-measurements of the served version no drift can be seen."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
-                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=0.0):
+                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=None):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None
@@ -457,10 +459,11 @@ class Planner:
             stall, delay = _cost_of(cost, poll_period_s)
         interval_s = _request_interval(requests)
         self._poll_period_s = poll_period_s
+        prior = {} if drift_prior is None else {"drift_prior": float(drift_prior)}
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
                                  stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
-                                 int(min_spacing), str(traffic_clock), float(drift_prior))
+                                 int(min_spacing), str(traffic_clock), **prior)
 
     def set_cost(self, cost):
         """The checkpoint cost: (stall_s, delay_s), a dict, or a VersionReport.

@@ -76,7 +76,7 @@ class LiveRun {
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
     // Strategy online: the prior over traffic drift its lag price uses
     // (schedulers::OnlinePlanner::Options::drift_prior; [0, 1000], 0 = none).
-    double drift_prior = 0.0;
+    double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;
     // The checkpoint cost the first plan uses (sigma and delta, seconds):
     // absent = version 0's as measured (the default). Given, the plan does
     // not depend on how long version 0 took on a loaded machine (tests, or
