@@ -11,18 +11,14 @@
 #include <sstream>
 
 #include "cli_util.h"
+#include "viper/core/median.h"
 #include "commands.h"
 
 namespace viper {
 namespace cli {
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double Median(std::vector<double> v) { return viper::Median(std::move(v), 0.0); }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli_util.h"
+#include "viper/core/median.h"
 #include "commands.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/predictor/curve.h"
@@ -123,13 +124,6 @@ Status Plot(const std::string& png, const pr::CurveData& all, double warmup, con
   return RunGnuplot("set terminal pngcairo size 1300,700 noenhanced", s.str(), png);
 }
 
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int Evaluate(const std::vector<std::string>& logs_in, const std::vector<Warmup>& warmups, pr::LossMetric metric,
              const pr::LearningCurvePredictor::Options& base, const std::string& json_path) {
   std::vector<std::string> logs = logs_in;
@@ -187,7 +181,7 @@ int Evaluate(const std::vector<std::string>& logs_in, const std::vector<Warmup>&
   for (size_t wi = 0; wi < warmups.size(); ++wi) {
     out << "  warm-up " << std::setw(5) << warmups[wi].text;
     for (int r = 0; r < 3; ++r) {
-      const double mr = MedianOf(rel[{r, wi}]), mm = MedianOf(rmse[{r, wi}]);
+      const double mr = Median(rel[{r, wi}]), mm = Median(rmse[{r, wi}]);
       out << "  " << pr::ToString(rules[r]) << " " << Fmt(mr, 3) << " / " << Fmt(mm, 3);
       medians.push_back({{"warmup", warmups[wi].text}, {"selection", pr::ToString(rules[r])},
                          {"median_final_relative_error", mr}, {"median_rmse", mm}, {"logs", rel[{r, wi}].size()}});

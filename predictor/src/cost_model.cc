@@ -9,18 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include "viper/core/median.h"
+
 namespace viper {
 namespace predictor {
 namespace {
-
-double Median(std::vector<double> v) {
-  const size_t m = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + m, v.end());
-  if (v.size() % 2 == 1) return v[m];
-  const double hi = v[m];
-  std::nth_element(v.begin(), v.begin() + m - 1, v.end());
-  return 0.5 * (hi + v[m - 1]);
-}
 
 std::string Trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t\r\""));

@@ -2,19 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "viper/core/median.h"
 
 namespace viper {
 namespace schedulers {
 namespace internal {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const size_t h = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
-  double m = v[h];
-  if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)));
-  return m;
-}
+double Median(std::vector<double> v) { return viper::Median(std::move(v), 0.0); }
 
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
                                                        int64_t served_at, double measurement_gap,

@@ -30,8 +30,8 @@ namespace viper {
 namespace schedulers {
 namespace internal {
 
-// The median of `v` (the mean of the two middle values for an even count; 0
-// when empty). Shared by the predictor and the planner's noise estimate.
+// viper::Median (viper/core/median.h) with 0 for an empty sample, which the
+// return predictor and the planner's noise estimate rely on.
 double Median(std::vector<double> v);
 
 class ReturnPredictor {
