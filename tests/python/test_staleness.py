@@ -301,6 +301,24 @@ def test_a_drift_prior_prices_lag_before_any_decay_is_measured():
         viper.Planner("online", total_iterations=200, warmup=50, drift_prior=-1)
 
 
+def test_the_default_drift_prior_needs_the_served_version_re_measured():
+    # The default prior (1.5) prices the lag of a stall once observe_served()
+    # has been called; a loop that never re-measures the served version can
+    # see no drift, and nothing is priced.
+    def planner():
+        return viper.Planner("online", total_iterations=200, warmup=50, cost=(0.05, 0.06),
+                             seconds_per_iteration=0.01, requests={"interval_s": 0.01})
+    measured = planner()
+    drive_online_through_a_swap(measured, steps=115)
+    assert measured.report()["max_lag_price"] > 0
+    blind = planner()
+    for step in range(1, 116):
+        blind.observe(step, train_loss=1.0 / step, val_loss=1.0 / step if step % 10 == 0 else None)
+        if step > 50 and blind.should_checkpoint(step):
+            blind.commit(step)
+    assert blind.report()["max_lag_price"] == 0
+
+
 def test_online_re_publishes_a_kept_model_when_the_domain_returns():
     # The labels swap at 100 and back at 200: after 200 the model kept from
     # before 100 measures better on today's traffic than the one trained on
