@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7] [--train-only] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8] [--train-only] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -28,6 +28,8 @@
 #      trained with Adam (twelfth)
 #   7  hidden 112, 5 epochs, validation every 35, seeds 51-56, a later
 #      collapse, a steeper rotation (fourteenth)
+#   8  two runs only, several label swaps (--drift-swap-period: swapped,
+#      back, swapped, ...): hidden 128 and 176, seeds 61-62 (fourteenth)
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them).
 set -euo pipefail
@@ -36,10 +38,10 @@ set_id=1
 train_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6 or 7" >&2; exit 2; }
+    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7 or 8" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -137,7 +139,15 @@ case "$set_id" in
     run c-rotate    "${sgd[@]}" --seed 56 --drift rotation --drift-rotation-degrees 75 --drift-at-iteration 1100 \
                     --drift-duration 1000 --staleness-max-versions 32
     ;;
-  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6 or 7" >&2; exit 2 ;;
+  8)
+    common=("${base[@]}" --epochs 5 --val-every 45)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run b-swaps700  "${sgd[@]}" --hidden 128 --seed 61 --drift label-swap --drift-swap-classes 3,5 \
+                    --drift-at-iteration 1200 --drift-swap-period 700
+    run b-swaps450  "${sgd[@]}" --hidden 176 --seed 62 --drift label-swap --drift-swap-classes 1,7 \
+                    --drift-at-iteration 1500 --drift-swap-period 450
+    ;;
+  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7 or 8" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 logs="$(printf "$out/%s.csv.gz," "${names[@]}")"

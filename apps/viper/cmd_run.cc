@@ -136,7 +136,7 @@ int RunRun(const std::vector<std::string>& args) {
       "drift", po::value(&drift)->default_value(drift),
       "trainer; every kind drifts training and the traffic (the validation subset and the consumers' requests) "
       "alike: none | class-incremental (classes 0..K-1 first, then all 10; before the drift the traffic holds "
-      "only classes 0..K-1) | label-swap (two labels exchanged from --drift-at-iteration on) | rotation (inputs "
+      "only classes 0..K-1) | label-swap (two labels exchanged from --drift-at-iteration on; back and forth with --drift-swap-period) | rotation (inputs "
       "rotated by an angle growing from 0 to --drift-rotation-degrees over --drift-duration iterations) | "
       "recurring (inputs rotated by --drift-rotation-degrees during alternate periods of --drift-period "
       "iterations: rotated, upright, rotated, ...) | prior-shift (the class prior moves from the data's own to "
@@ -149,6 +149,10 @@ int RunRun(const std::vector<std::string>& args) {
       "drift-swap-classes", po::value(&swap_classes)->default_value(swap_classes),
       "label-swap: the two classes whose labels are exchanged, A,B (0..9, distinct; default T-shirt/top and "
       "Shirt)")(
+      "drift-swap-period",
+      po::value(&o.trainer.drift_swap_period_iterations)->default_value(o.trainer.drift_swap_period_iterations),
+      "label-swap: undo and redo the swap every this many iterations from --drift-at-iteration (swapped, "
+      "original, swapped, ...: several swaps whose labels come back); 0 = swapped once, for good")(
       "drift-rotation-degrees",
       po::value(&o.trainer.drift_rotation_degrees)->default_value(o.trainer.drift_rotation_degrees),
       "rotation: final angle; recurring: the angle of the rotated periods (degrees counter-clockwise, "
@@ -304,6 +308,7 @@ int RunRun(const std::vector<std::string>& args) {
       D applies_to, or_to;
     } specific[] = {{"drift-initial-classes", D::kClassIncremental, D::kClassIncremental},
                     {"drift-swap-classes", D::kLabelSwap, D::kLabelSwap},
+                    {"drift-swap-period", D::kLabelSwap, D::kLabelSwap},
                     {"drift-rotation-degrees", D::kRotation, D::kRecurring},
                     {"drift-duration", D::kRotation, D::kPriorShift},
                     {"drift-period", D::kRecurring, D::kRecurring},
@@ -348,6 +353,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"trainer.drift_initial_classes", "--drift-initial-classes"},
         {"trainer.drift_swap_class_a", "--drift-swap-classes (A)"},
         {"trainer.drift_swap_class_b", "--drift-swap-classes (B)"},
+        {"trainer.drift_swap_period_iterations", "--drift-swap-period"},
         {"trainer.drift_rotation_degrees", "--drift-rotation-degrees"},
         {"trainer.drift_duration_iterations", "--drift-duration"},
         {"trainer.drift_period_iterations", "--drift-period"},

@@ -240,6 +240,10 @@ PY
     expect_in "$tmp/err" "--drift-prior-classes: '11' is not a class" "run names the bad class"
     expect_rc 2 "run --drift-period 0" "$viper" run --drift recurring --drift-at-iteration 100 --drift-period 0
     expect_in "$tmp/err" "--drift-period must be >= 1" "run names --drift-period"
+    expect_rc 2 "run --drift-swap-period off label-swap" "$viper" run --drift recurring --drift-at-iteration 100 --drift-swap-period 50
+    expect_in "$tmp/err" "--drift-swap-period: applies to --drift label-swap only" "run names the drift --drift-swap-period applies to"
+    expect_rc 2 "run --drift-swap-period -3" "$viper" run --drift label-swap --drift-at-iteration 100 --drift-swap-period -3
+    expect_in "$tmp/err" "--drift-swap-period must be >= 0" "run names --drift-swap-period"
     expect_rc 2 "run --staleness-max-versions alone" "$viper" run --staleness-max-versions 4
     expect_in "$tmp/err" "given without --staleness-table" "run says what --staleness-max-versions needs"
     expect_rc 2 "run --staleness-max-versions 1" "$viper" run --staleness-table "$tmp/t.csv" --staleness-max-versions 1

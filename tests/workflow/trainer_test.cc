@@ -437,6 +437,29 @@ TEST(TrainerTest, DriftStateFollowsTheIteration) {
   EXPECT_EQ(DriftedSamples(o, s, 9).labels, s.labels);
   EXPECT_EQ(DriftedSamples(o, s, 10).labels, (std::vector<uint8_t>{6, 0, 2}));
   EXPECT_EQ(DriftedSamples(o, s, 10).pixels, s.pixels);
+  // Several swaps: undone and redone every 7 iterations from the drift point
+  // (swapped 10-16, original 17-23, swapped 24-30, ...): the traffic's state
+  // steps at each of them (where a staleness table puts its knots).
+  o.drift_swap_period_iterations = 7;
+  EXPECT_FALSE(DriftSwapsLabels(o, 9));
+  EXPECT_TRUE(DriftSwapsLabels(o, 10));
+  EXPECT_TRUE(DriftSwapsLabels(o, 16));
+  EXPECT_FALSE(DriftSwapsLabels(o, 17));
+  EXPECT_FALSE(DriftSwapsLabels(o, 23));
+  EXPECT_TRUE(DriftSwapsLabels(o, 24));
+  EXPECT_EQ(DriftedSamples(o, s, 20).labels, s.labels);
+  EXPECT_EQ(DriftedSamples(o, s, 24).labels, (std::vector<uint8_t>{6, 0, 2}));
+  std::vector<int64_t> steps;
+  for (int64_t i = 2; i <= 40; ++i) {
+    if (!(DriftTrafficState(o, i) == DriftTrafficState(o, i - 1))) steps.push_back(i);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{10, 17, 24, 31, 38}));
+  std::string why;
+  EXPECT_TRUE(o.IsValid(&why)) << why;
+  o.drift_swap_period_iterations = -1;
+  EXPECT_FALSE(o.IsValid(&why));
+  EXPECT_NE(why.find("drift_swap_period_iterations must be >= 0"), std::string::npos) << why;
+  o.drift_swap_period_iterations = 0;
   // Classes arriving: before the drift the traffic holds only the classes
   // seen so far (0..4 here: the samples of class 6 drop out), from it on all.
   o.drift = Trainer::Drift::kClassIncremental;

@@ -48,7 +48,9 @@ double DriftRotationDegrees(const Trainer::Options& o, int64_t iteration) {
 }
 
 bool DriftSwapsLabels(const Trainer::Options& o, int64_t iteration) {
-  return o.drift == Trainer::Drift::kLabelSwap && iteration >= o.drift_at_iteration;
+  if (o.drift != Trainer::Drift::kLabelSwap || iteration < o.drift_at_iteration) return false;
+  if (o.drift_swap_period_iterations <= 0) return true;
+  return ((iteration - o.drift_at_iteration) / o.drift_swap_period_iterations) % 2 == 0;
 }
 
 double DriftPriorProgress(const Trainer::Options& o, int64_t iteration) {
@@ -193,6 +195,10 @@ bool Trainer::DriftOptionsValid(const Options& o, std::string* error) {
     auto is_class = [](int c) { return c >= 0 && c < kFashionMnistClasses; };
     if (!is_class(o.drift_swap_class_a)) return fail("drift_swap_class_a must be a class in [0, 9]");
     if (!is_class(o.drift_swap_class_b)) return fail("drift_swap_class_b must be a class in [0, 9]");
+    if (o.drift_swap_period_iterations < 0) {
+      return fail("drift_swap_period_iterations must be >= 0 (0 = swapped once), got " +
+                  std::to_string(o.drift_swap_period_iterations));
+    }
     if (o.drift_swap_class_a == o.drift_swap_class_b) {
       return fail(
           "drift_swap_class_b must differ from drift_swap_class_a (swapping a class with itself changes "

@@ -127,6 +127,11 @@ class Trainer {
     // Default T-shirt/top (0) and Shirt (6).
     int drift_swap_class_a = 0;
     int drift_swap_class_b = 6;
+    // Label swap, several: the swap is undone and redone every
+    // drift_swap_period_iterations from drift_at_iteration on (swapped,
+    // original, swapped, ...; the labels return, as a recurring domain's
+    // inputs do). 0 (the default) = swapped once, for good; else >= 1.
+    int64_t drift_swap_period_iterations = 0;
     // Rotation: final angle in degrees, counter-clockwise (finite, |angle| <= 360),
     // reached drift_duration_iterations after drift_at_iteration (>= 0; 0 =
     // at once). Bilinear interpolation about the image centre, 0 outside.
@@ -433,7 +438,8 @@ Samples DriftedSamples(const Trainer::Options& options, const Samples& samples, 
 // The rotation angle in degrees at `iteration` (0 unless Drift::kRotation or
 // Drift::kRecurring).
 double DriftRotationDegrees(const Trainer::Options& options, int64_t iteration);
-// True from drift_at_iteration on with Drift::kLabelSwap.
+// With Drift::kLabelSwap: true from drift_at_iteration on, or, with a swap
+// period, during every other period from it (the first swapped).
 bool DriftSwapsLabels(const Trainer::Options& options, int64_t iteration);
 // Prior shift: how far the prior has moved at `iteration`, in [0, 1]
 // (0 before drift_at_iteration, 1 from drift_duration_iterations later on;
