@@ -179,7 +179,7 @@ class OnlinePlanner {
     // prior would only cost checkpoints. Default 1.5 (bench/README.md,
     // "Fourteenth session": on 210 drifting cases of seven sets, one of them
     // a fresh held-out draw, the median regret under the wall clock 13.7% ->
-    // 8.6%; on 42 runs without traffic drift median 1.79 -> 1.92%, worst
+    // 8.6%; on 42 cases without traffic drift median 1.79 -> 1.92%, worst
     // 5.3 -> 6.1%). It changes nothing under TrafficClock::kProducer.
     double drift_prior = 1.5;
 
