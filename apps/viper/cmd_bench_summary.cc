@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "cli_util.h"
-#include "viper/core/median.h"
 #include "commands.h"
+#include "viper/core/median.h"
 
 namespace viper {
 namespace cli {

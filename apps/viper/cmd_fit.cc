@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "cli_util.h"
-#include "viper/core/median.h"
 #include "commands.h"
+#include "viper/core/median.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"

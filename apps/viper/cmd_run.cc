@@ -80,8 +80,9 @@ int RunRun(const std::vector<std::string>& args) {
       "drift-prior", po::value(&o.drift_prior)->default_value(o.drift_prior),
       "--strategy online: how much traffic drift to expect before any is measured, as the factor by which it "
       "raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it); each checkpoint's "
-      "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped, until a drift "
-      "is measured on the served version's re-measurements; 0 = price only measured decay (viper plan --help)")(
+      "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped, until a "
+      "drift is measured on the served version's re-measurements; 0 = price only measured decay (viper plan "
+      "--help)")(
       "keep-versions", po::value(&o.keep_versions)->default_value(o.keep_versions),
       "--strategy online, --workload trainer: models kept for re-publishing, in [0, 1000] (0 = never "
       "re-publish): at each validation point the producer re-measures the kept models the planner asks for "
@@ -136,8 +137,9 @@ int RunRun(const std::vector<std::string>& args) {
       "drift", po::value(&drift)->default_value(drift),
       "trainer; every kind drifts training and the traffic (the validation subset and the consumers' requests) "
       "alike: none | class-incremental (classes 0..K-1 first, then all 10; before the drift the traffic holds "
-      "only classes 0..K-1) | label-swap (two labels exchanged from --drift-at-iteration on; back and forth with --drift-swap-period) | rotation (inputs "
-      "rotated by an angle growing from 0 to --drift-rotation-degrees over --drift-duration iterations) | "
+      "only classes 0..K-1) | label-swap (two labels exchanged from --drift-at-iteration on; back and forth "
+      "with --drift-swap-period) | rotation (inputs rotated by an angle growing from 0 to "
+      "--drift-rotation-degrees over --drift-duration iterations) | "
       "recurring (inputs rotated by --drift-rotation-degrees during alternate periods of --drift-period "
       "iterations: rotated, upright, rotated, ...) | prior-shift (the class prior moves from the data's own to "
       "one giving --drift-prior-mass to --drift-prior-classes over --drift-duration iterations; the traffic is "
@@ -150,7 +152,8 @@ int RunRun(const std::vector<std::string>& args) {
       "label-swap: the two classes whose labels are exchanged, A,B (0..9, distinct; default T-shirt/top and "
       "Shirt)")(
       "drift-swap-period",
-      po::value(&o.trainer.drift_swap_period_iterations)->default_value(o.trainer.drift_swap_period_iterations),
+      po::value(&o.trainer.drift_swap_period_iterations)
+          ->default_value(o.trainer.drift_swap_period_iterations),
       "label-swap: undo and redo the swap every this many iterations from --drift-at-iteration (swapped, "
       "original, swapped, ...: several swaps whose labels come back); 0 = swapped once, for good")(
       "drift-rotation-degrees",

@@ -89,8 +89,9 @@ int RunTrain(const std::vector<std::string>& args) {
        "data stream; every kind drifts training, validation and test (the traffic) alike: none; "
        "class-incremental (classes 0..k-1 first, then all 10; before the drift the validation and test samples "
        "hold only classes 0..k-1); label-swap (the labels of two classes exchanged from --drift-at-iteration "
-       "on, or back and forth with --drift-swap-period); rotation (inputs rotated by an angle growing from 0 to --drift-rotation-degrees over "
-       "--drift-duration iterations); recurring (inputs rotated by --drift-rotation-degrees during alternate "
+       "on, or back and forth with --drift-swap-period); rotation (inputs rotated by an angle growing from 0 "
+       "to --drift-rotation-degrees over --drift-duration iterations); recurring (inputs rotated by "
+       "--drift-rotation-degrees during alternate "
        "periods of --drift-period iterations from --drift-at-iteration on: rotated, upright, rotated, ...); "
        "prior-shift (the class prior moves linearly from the data's own to one giving --drift-prior-mass to "
        "--drift-prior-classes over --drift-duration iterations; training draws by class, validation and test "
@@ -101,7 +102,8 @@ int RunTrain(const std::vector<std::string>& args) {
        "class-incremental: k, classes 0..k-1 are seen before the drift (1..9)")
       ("drift-swap-classes", po::value(&swap_classes)->default_value(swap_classes),
        "label-swap: the two classes whose labels are exchanged, 'a,b' (0 = T-shirt/top, 6 = Shirt)")
-      ("drift-swap-period", po::value(&o.drift_swap_period_iterations)->default_value(o.drift_swap_period_iterations),
+      ("drift-swap-period",
+       po::value(&o.drift_swap_period_iterations)->default_value(o.drift_swap_period_iterations),
        "label-swap: undo and redo the swap every this many iterations from --drift-at-iteration (swapped, "
        "original, swapped, ...: several swaps whose labels come back); 0 = swapped once, for good")
       ("drift-rotation-degrees", po::value(&o.drift_rotation_degrees)->default_value(o.drift_rotation_degrees),
@@ -217,7 +219,8 @@ int RunTrain(const std::vector<std::string>& args) {
         {"epochs", "--epochs"}, {"max_iterations", "--max-iterations"}, {"train_samples", "--train-samples"},
         {"hidden_widths", "--hidden"}, {"drift_at_iteration", "--drift-at-iteration"},
         {"drift_initial_classes", "--drift-initial-classes"}, {"drift_swap_class_a", "--drift-swap-classes (a)"},
-        {"drift_swap_class_b", "--drift-swap-classes (b)"}, {"drift_swap_period_iterations", "--drift-swap-period"},
+        {"drift_swap_class_b", "--drift-swap-classes (b)"},
+        {"drift_swap_period_iterations", "--drift-swap-period"},
         {"drift_rotation_degrees", "--drift-rotation-degrees"},
         {"drift_duration_iterations", "--drift-duration"}, {"drift_period_iterations", "--drift-period"},
         {"drift_prior_classes", "--drift-prior-classes"}, {"drift_prior_mass", "--drift-prior-mass"},
@@ -335,7 +338,9 @@ int RunTrain(const std::vector<std::string>& args) {
     if (o.drift == Trainer::Drift::kClassIncremental) j["drift_initial_classes"] = o.drift_initial_classes;
     if (o.drift == Trainer::Drift::kLabelSwap) {
       j["drift_swap_classes"] = {o.drift_swap_class_a, o.drift_swap_class_b};
-      if (o.drift_swap_period_iterations > 0) j["drift_swap_period_iterations"] = o.drift_swap_period_iterations;
+      if (o.drift_swap_period_iterations > 0) {
+        j["drift_swap_period_iterations"] = o.drift_swap_period_iterations;
+      }
     }
     if (o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kRecurring) {
       j["drift_rotation_degrees"] = o.drift_rotation_degrees;

@@ -60,7 +60,8 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // window, and a stall is priced as that much lag. Only where the served
   // version is re-measured: elsewhere no drift can be seen, by this loop or
   // by a diagonal judge.
-  if (options_.drift_prior > 0 && summary_.served_measurements > 0 && summary_.changes == 0 && regime_decay == 0) {
+  if (options_.drift_prior > 0 && summary_.served_measurements > 0 && summary_.changes == 0 &&
+      regime_decay == 0) {
     const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
     if (span > 0) regime_decay = options_.drift_prior * std::max(0.0, v) / span;
   }

@@ -181,7 +181,8 @@ TEST(StalenessScenarioTest, ADriftPriorNeedsTheServedVersionReMeasured) {
     EXPECT_EQ(plan->summary.message.find("re-measured"), std::string::npos) << plan->summary.message;
     plans[with] = *plan;
   }
-  EXPECT_EQ(plans[1].schedule, plans[0].schedule) << plans[0].summary.message << "\n" << plans[1].summary.message;
+  EXPECT_EQ(plans[1].schedule, plans[0].schedule)
+      << plans[0].summary.message << "\n" << plans[1].summary.message;
   EXPECT_EQ(plans[1].summary.message.find("lag priced"), std::string::npos) << plans[1].summary.message;
 }
 
