@@ -135,6 +135,7 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
   if (republished > 0) s += ", " + std::to_string(republished) + " re-published a kept version";
   if (anticipated > 0) s += " (" + std::to_string(anticipated) + " ahead of a predicted return)";
   if (anticipation_failed > 0) s += ", " + std::to_string(anticipation_failed) + " predicted returns did not come";
+  if (ramp_holds > 0) s += ", " + std::to_string(ramp_holds) + " held on a young ramp";
   if (max_lag_price > 0) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
@@ -359,19 +360,25 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   Problem problem = problem_;
   PriceStaleness(now, v, &problem, &start);
   ++summary_.replans;
-  bool want = false;
-  if (start.checkpoints_taken < problem_.MaxCheckpoints()) {
-    VIPER_ASSIGN_OR_RETURN(Solution sol, SolveOptimal(problem, LossCurve(W, std::move(curve)), start,
-                                                      SolveOptions{options_.replan_gap}));
+  const int64_t gap =
+      idx > 0 ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] - measured_.iterations[idx - 1]))
+              : 1;
+  // Whether the re-plan from now, with a candidate of `loss` now, takes a
+  // checkpoint before the next measurement.
+  auto plan_wants = [&](double loss, bool record) -> StatusOr<bool> {
+    if (start.checkpoints_taken >= problem_.MaxCheckpoints()) {
+      if (record) last_plan_.clear();
+      return false;
+    }
+    curve[static_cast<size_t>(now - W)] = loss;
+    VIPER_ASSIGN_OR_RETURN(Solution sol,
+                           SolveOptimal(problem, LossCurve(W, curve), start, SolveOptions{options_.replan_gap}));
     summary_.max_certified_gap = std::max(summary_.max_certified_gap, sol.certified_gap);
-    last_plan_ = std::move(sol.schedule);
-    const int64_t gap = idx > 0 ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] -
-                                                                             measured_.iterations[idx - 1]))
-                                : 1;
-    want = !last_plan_.empty() && last_plan_.front() < now + gap;
-  } else {
-    last_plan_.clear();
-  }
+    const bool now_wanted = !sol.schedule.empty() && sol.schedule.front() < now + gap;
+    if (record) last_plan_ = std::move(sol.schedule);
+    return now_wanted;
+  };
+  VIPER_ASSIGN_OR_RETURN(bool want, plan_wants(v, true));
   // 4. Quality gate: better than the served version by more than the noise.
   if (want && options_.gate_z > 0 && served_loss_ && !(v < *served_loss_ - MarginFor(sigma))) {
     ++summary_.gated;
@@ -388,7 +395,17 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   if (holding) want = false;
   // 5-6. Re-publishing a kept model, or publishing one ahead of a predicted
   // return (online_staleness.cc).
-  if (ChooseKeptModel(now, v, sigma, holding)) want = true;
+  const auto kept_wants = [&](double loss) -> StatusOr<bool> {
+    ++summary_.replans;
+    return plan_wants(loss, false);
+  };
+  VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, kept_wants));
+  if (kept) want = true;
+  // 7. A young ramp under the wall clock: publish nothing yet (RampYounger).
+  if (want && options_.hold_young_ramps && !returns_->pending() && RampYounger(now)) {
+    ++summary_.ramp_holds;
+    want = false;
+  }
   decided_at_ = want ? now : -1;
   summary_.plan_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return want;
@@ -473,6 +490,41 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
   const auto it = std::lower_bound(taken_.begin(), taken_.end(), iteration);
   const size_t k = static_cast<size_t>(it - taken_.begin());
   return k == 0 ? problem_.warmup_iterations : published_[k - 1];
+}
+
+bool OnlinePlanner::RampYounger(int64_t now) const {
+  const size_t n = levels_.size();
+  if (n < 3 || levels_.back().first != now) return false;
+  if (problem_.requests.traffic_clock != TrafficClock::kWall) return false;
+  const double rise = 2.0 * GateMargin();
+  auto level = [&](size_t i, int64_t model) {
+    for (const auto& [m, l] : levels_[i].second) {
+      if (m == model) return l;
+    }
+    return std::numeric_limits<double>::quiet_NaN();
+  };
+  // A domain that comes back is no ramp: some fixed model got better.
+  for (const auto& [model, last] : levels_.back().second) {
+    const double before = level(n - 2, model);
+    if (std::isfinite(before) && before - last > rise) return false;
+  }
+  // The earliest start of a rise, over every fixed model that has risen at
+  // its last two re-measurements or more.
+  double start = std::numeric_limits<double>::infinity();
+  for (const auto& [model, last] : levels_.back().second) {
+    size_t b = n - 1;
+    double here = last;
+    while (b > 0) {
+      const double before = level(b - 1, model);
+      if (!std::isfinite(before) || !(here - before > rise)) break;
+      here = before;
+      --b;
+    }
+    if (n - 1 - b >= 2) start = std::min(start, TrafficAt(levels_[b].first));
+  }
+  if (!std::isfinite(start)) return false;
+  const double lag = DeliveryLag() + problem_.cost.stall_s / problem_.seconds_per_iteration;
+  return TrafficAt(now) - start < lag;
 }
 
 double OnlinePlanner::TrafficAt(int64_t iteration) const {

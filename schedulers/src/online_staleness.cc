@@ -75,7 +75,8 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   }
 }
 
-bool OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool holding) {
+StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool holding,
+                                              const std::function<StatusOr<bool>(double)>& plan_wants) {
   bool want = false;
   // 5. Re-publishing: a kept model that measures better now than both the
   // candidate and the served version, by the gate's margin plus the best of
@@ -102,7 +103,14 @@ bool OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool ho
     // domains by then, does better; bench/README.md, "Thirteenth session").
     const auto spacing = returns_->SwitchSpacing();
     const bool in_time = !spacing || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing;
-    if (in_time && best->second < v - margin && best->second < *served_loss_ - margin) {
+    // And it pays a stall and, under the wall clock, its lag like any
+    // checkpoint: the re-plan with the kept model as the candidate must
+    // take one now.
+    bool better = in_time && best->second < v - margin && best->second < *served_loss_ - margin;
+    if (better) {
+      VIPER_ASSIGN_OR_RETURN(better, plan_wants(best->second));
+    }
+    if (better) {
       want = true;
       publishing_ = best->first;
       publishing_loss_ = best->second;
@@ -158,6 +166,7 @@ Status OnlinePlanner::ObserveServed(double loss) {
   }
   served_loss_ = loss;
   ++summary_.served_measurements;
+  NoteLevel(served_model(), loss);
   // Kept by measurement (the one taken at this iteration), for AddSwitch.
   if (measured_now_ && *measured_now_ == last_iteration_ && measured_.size() > 0) {
     served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
@@ -227,7 +236,16 @@ Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
   }
   if (!std::isfinite(loss) || loss < 0) return Status::Ok();  // a diverged model is never re-published
   kept_now_.emplace_back(model_iteration, loss);
+  NoteLevel(model_iteration, loss);
   return Status::Ok();
+}
+
+void OnlinePlanner::NoteLevel(int64_t model, double loss) {
+  if (levels_.empty() || levels_.back().first != last_iteration_) {
+    levels_.emplace_back(last_iteration_, std::vector<std::pair<int64_t, double>>{});
+    if (levels_.size() > 64) levels_.pop_front();
+  }
+  levels_.back().second.emplace_back(model, loss);
 }
 
 double OnlinePlanner::DecayPerSecond() const { return DecayPerSecond(decay_points_); }

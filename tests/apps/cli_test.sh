@@ -92,6 +92,8 @@ if [ -f "$log" ]; then
   expect_in "$tmp/err" "--keep-versions" "the error names --keep-versions"
   expect_rc 2 "--anticipate-returns bad value" "$viper" simulate --log "$swap" -q --anticipate-returns maybe
   expect_in "$tmp/err" "--anticipate-returns maybe: expected on or off" "the error names --anticipate-returns and its values"
+  expect_rc 2 "--ramp-hold bad value" "$viper" simulate --log "$swap" -q --ramp-hold 1
+  expect_in "$tmp/err" "--ramp-hold 1: expected on or off" "the error names --ramp-hold and its values"
   expect_rc 2 "an unknown --traffic-clock is bad usage" "$viper" simulate --log "$swap" -q --traffic-clock sundial
   expect_in "$tmp/err" "expected producer or wall" "the error lists the traffic clocks"
   # A run that diverges to NaN: read as a diverged model by default; the judge charges epoch +inf, online never serves one.

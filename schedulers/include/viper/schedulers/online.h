@@ -63,6 +63,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -156,6 +157,20 @@ class OnlinePlanner {
     // the data does not confirm stops anticipation until three new switches
     // are evenly spaced again.
     bool anticipate_returns = true;
+    // Under the wall traffic clock, with the served and kept models
+    // re-measured: while the traffic is on a young ramp, publish nothing.
+    // A ramp: some fixed model (served or kept) measured worse at each of
+    // its last two re-measurements or more, by twice the gate's margin
+    // each, and none measured better at the last one (a domain coming back
+    // is a switch, not a ramp). Young: the traffic has moved less since the
+    // rise began than a checkpoint's lag (its stall plus its delivery, in
+    // iterations). A version published then reaches the traffic no closer
+    // to it than the served one is now, and its stall leaves every later
+    // version further behind a traffic that keeps moving; the re-plan
+    // cannot see that, since a ramp's decay is measured only from three
+    // re-measurements after the change it starts. An anticipated return is
+    // never held (bench/README.md, "Fifteenth session").
+    bool hold_young_ramps = true;
     // SetPace changes the pace the re-plans use only when the measured one
     // differs from it by more than this fraction (>= 0): a pace that moves by
     // a few percent is noise to plan on (under the wall clock it shifts where
@@ -208,6 +223,7 @@ class OnlinePlanner {
     int64_t republished = 0;          // checkpoints that re-published a kept model
     int64_t anticipated = 0;          // of those, published ahead of a predicted domain return
     int64_t anticipation_failed = 0;  // predicted returns that did not come (within two measurement gaps)
+    int64_t ramp_holds = 0;           // publishes held back on a young ramp (Options::hold_young_ramps)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -312,13 +328,21 @@ class OnlinePlanner {
   // Decide's steps 5-6 (online_staleness.cc): whether to publish a kept model
   // now, a re-publish or one ahead of a predicted return (publishing() is
   // set to the decision's own model otherwise). `holding`: an anticipation
-  // holds every other publish.
-  bool ChooseKeptModel(int64_t now, double measured, double sigma, bool holding);
+  // holds every other publish. `plan_wants(loss)`: whether the re-plan,
+  // with a candidate of that loss now, checkpoints now (a reactive
+  // re-publish pays the same stall and lag as a fresh one).
+  StatusOr<bool> ChooseKeptModel(int64_t now, double measured, double sigma, bool holding,
+                                 const std::function<StatusOr<bool>(double)>& plan_wants);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
   // The slope through the origin of (age, excess) `points`, when it stands
   // out of the noise (0 otherwise).
   double DecayPerSecond(const std::vector<std::pair<double, double>>& points) const;
+  // Whether the traffic is on a young ramp now (Options::hold_young_ramps):
+  // only under the wall clock, from levels_.
+  bool RampYounger(int64_t now) const;
+  // Records a model's re-measurement now (served or kept) in levels_.
+  void NoteLevel(int64_t model, double loss);
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
   // How far the traffic moves (iterations) between a checkpoint and its
@@ -371,6 +395,9 @@ class OnlinePlanner {
   std::vector<int64_t> regime_ends_;
   // Kept models re-measured at the current iteration: (model, loss).
   std::vector<std::pair<int64_t, double>> kept_now_;
+  // The latest re-measurements of fixed models (served and kept), by
+  // iteration, oldest first (at most 64): (iteration, [(model, loss)]).
+  std::deque<std::pair<int64_t, std::vector<std::pair<int64_t, double>>>> levels_;
   int64_t kept_at_ = -1;    // the iteration of kept_now_
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
