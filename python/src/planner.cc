@@ -223,6 +223,7 @@ class Planner {
       d["republished"] = online_->summary().republished;
       d["anticipated"] = online_->summary().anticipated;  // of those, ahead of a predicted return
       d["anticipation_failed"] = online_->summary().anticipation_failed;
+      d["ramp_holds"] = online_->summary().ramp_holds;  // publishes held on a young ramp (wall clock)
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;
