@@ -523,7 +523,12 @@ bool OnlinePlanner::RampYounger(int64_t now) const {
     if (n - 1 - b >= 2) start = std::min(start, TrafficAt(levels_[b].first));
   }
   if (!std::isfinite(start)) return false;
+  // Only where the lag spans three measurement gaps or more: where it spans
+  // fewer, waiting a gap to see whether a rise goes on (a step the table's
+  // interpolation spreads over two points reads as two rises) costs about
+  // as much as a publish that arrives late.
   const double lag = DeliveryLag() + problem_.cost.stall_s / problem_.seconds_per_iteration;
+  if (lag < 3.0 * MeasurementGap()) return false;
   return TrafficAt(now) - start < lag;
 }
 

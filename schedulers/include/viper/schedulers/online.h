@@ -164,7 +164,7 @@ class OnlinePlanner {
     // each, and none measured better at the last one (a domain coming back
     // is a switch, not a ramp). Young: the traffic has moved less since the
     // rise began than a checkpoint's lag (its stall plus its delivery, in
-    // iterations). A version published then reaches the traffic no closer
+    // iterations). Only where that lag spans three measurement gaps or more. A version published then reaches the traffic no closer
     // to it than the served one is now, and its stall leaves every later
     // version further behind a traffic that keeps moving; the re-plan
     // cannot see that, since a ramp's decay is measured only from three
