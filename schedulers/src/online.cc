@@ -503,10 +503,11 @@ bool OnlinePlanner::RampYounger(int64_t now) const {
     }
     return std::numeric_limits<double>::quiet_NaN();
   };
-  // A domain that comes back is no ramp: some fixed model got better.
+  // A domain that comes back is no ramp: some fixed model got better, by
+  // three rises (one would be the noise of one of several kept models).
   for (const auto& [model, last] : levels_.back().second) {
     const double before = level(n - 2, model);
-    if (std::isfinite(before) && before - last > rise) return false;
+    if (std::isfinite(before) && before - last > 3.0 * rise) return false;
   }
   // The earliest start of a rise, over every fixed model that has risen at
   // its last two re-measurements or more.

@@ -421,6 +421,57 @@ TEST(OnlinePlannerTest, SkipsAReactiveRePublishThatWouldArriveTooLate) {
   }
 }
 
+// A ramp in the traffic (iterations 800-1400: a model's loss grows by 3 x
+// how far the traffic has moved from where it was trained) under the wall
+// clock, the served and kept models re-measured at every measurement. With
+// a delivery of 160 iterations (8 s), eight measurement gaps, publishes are
+// held while the ramp is younger than that (none from 840, where two rises
+// are seen, to 900); with a delivery of 50 iterations (2.5 gaps, longer
+// than two rises span) and under the producer clock none is.
+TEST(OnlinePlannerTest, HoldsAYoungRampOnlyWhereTheLagSpansThreeGapsUnderTheWallClock) {
+  auto angle = [](double t) { return std::clamp((t - 800.0) / 600.0, 0.0, 1.0); };
+  auto loss = [&](int64_t model, double traffic) {
+    const double m = static_cast<double>(model);
+    return 0.3 + 1.5 * std::exp(-m / 300.0) + 3.0 * std::fabs(angle(traffic) - angle(m));
+  };
+  auto play = [&](double delay_s, TrafficClock clock, bool hold) {
+    Problem p = CheapProblem();
+    p.cost.delay_s = delay_s;
+    p.requests.traffic_clock = clock;
+    OnlinePlanner::Options o;
+    o.hold_young_ramps = hold;
+    OnlinePlanner planner(p, Forecasters(), o);
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> e(0.0, 0.01);
+    std::vector<int64_t> during;  // checkpoints while the ramp (from 800) was younger than the lag
+    for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+      const double traffic = planner.TrafficAt(i);
+      EXPECT_TRUE(planner.Observe(i, loss(i, traffic) + e(rng), ObservationKind::kValidation).ok());
+      if (i > p.warmup_iterations) {
+        // Re-measured on a fixed sample, as a table's are: no noise.
+        EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), traffic)).ok());
+        for (int64_t k : planner.KeptVersions()) EXPECT_TRUE(planner.ObserveKept(k, loss(k, traffic)).ok());
+      }
+      auto now = planner.ShouldCheckpoint(i);
+      EXPECT_TRUE(now.ok()) << now.status().ToString();
+      if (!*now) continue;
+      EXPECT_TRUE(planner.Commit(i).ok());
+      if (traffic >= 840 && traffic < 900) during.push_back(i);
+    }
+    return std::make_pair(planner.summary(), during);
+  };
+  const auto [slow, slow_during] = play(8.0, TrafficClock::kWall, true);
+  const std::string report = slow.BriefReport(0);
+  EXPECT_GT(slow.ramp_holds, 0) << report;
+  EXPECT_NE(report.find("held on a young ramp"), std::string::npos) << report;
+  EXPECT_TRUE(slow_during.empty()) << report << " first at " << (slow_during.empty() ? -1 : slow_during.front());
+  const auto [off, off_during] = play(8.0, TrafficClock::kWall, false);
+  EXPECT_EQ(off.ramp_holds, 0);
+  EXPECT_FALSE(off_during.empty()) << "without the hold the loop publishes on the young ramp: " << off.BriefReport(0);
+  EXPECT_EQ(play(2.9, TrafficClock::kWall, true).first.ramp_holds, 0) << "a lag of 58 iterations is under three gaps";
+  EXPECT_EQ(play(8.0, TrafficClock::kProducer, true).first.ramp_holds, 0) << "the traffic waits out a stall";
+}
+
 // Regimes of 6 measurements (every 120 iterations from 300) are shorter than
 // min_fit_points: the change detector sees only some switches, late, and
 // fits no curve between them. The kept model that wins at each return marks
