@@ -53,12 +53,16 @@ void ReturnPredictor::NoteRepublish(int64_t model) {
 std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double measurement_gap) const {
   if (!enabled_ || cycle_ < 2) return std::nullopt;
   const size_t n = switches_.size();
-  if (n < pattern_from_ + 3) return std::nullopt;
-  const Switch* w = &switches_[n - 3];
-  const double i1 = w[1].middle - w[0].middle, i2 = w[2].middle - w[1].middle;
-  const double u[3] = {w[0].halfwidth, w[1].halfwidth, w[2].halfwidth};
-  // Evenly spaced: the intervals agree within what the switches' half-widths
-  // allow, or 5%.
+  if (n < pattern_from_ + 2) return std::nullopt;
+  // The spacing: from the last two switches while only two are known since
+  // the last refuted prediction (a domain has come back, so the traffic
+  // recurs; a wrong guess is refuted and costs one stay), else from the last
+  // three, which must be evenly spaced: their intervals agree within what
+  // the switches' half-widths allow, or 5%.
+  const bool two = n == pattern_from_ + 2;
+  const Switch* w = &switches_[n - (two ? 2 : 3)];
+  const double i1 = w[1].middle - w[0].middle, i2 = two ? i1 : w[2].middle - w[1].middle;
+  const double u[3] = {w[0].halfwidth, w[1].halfwidth, two ? w[1].halfwidth : w[2].halfwidth};
   if (!(i1 > 0 && i2 > 0) || std::fabs(i1 - i2) > std::max(0.05 * std::max(i1, i2), u[0] + 2 * u[1] + u[2])) {
     return std::nullopt;
   }
@@ -66,7 +70,7 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
   const size_t upcoming = n + 1;
   if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
   Return r;
-  r.change = w[2].middle + 0.5 * (i1 + i2);
+  r.change = switches_.back().middle + (two ? i1 : 0.5 * (i1 + i2));
   // The domain's best model at its last visit's end: the producer's own
   // when it measured better than the served one there (trained on that
   // domain for the whole visit), else the served one.

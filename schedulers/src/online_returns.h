@@ -8,12 +8,13 @@
 // in traffic iterations, and how wide the gap it fell in was), the model that
 // served each ended regime, and how many regimes back a domain came from
 // when a kept model won a re-publish (the cycle). Once a domain came back
-// (two or more regimes back) and the last three switches are evenly spaced,
+// (two or more regimes back) and two switches are known (their interval is
+// the spacing) or the last three are evenly spaced,
 // it predicts the next return: where it falls and the model to serve after
 // it. The planner publishes that model ahead of it (PublishAhead, then
 // Activate at the checkpoint) and publishes nothing else until the switch is
 // seen (holding()); a prediction the data does not confirm stops predictions
-// until three new switches are evenly spaced.
+// until two new switches are seen.
 //
 // It reads nothing of the planner: the traffic position, the measurement
 // gap, the served model, the kept models re-measured now and the gate's
@@ -82,7 +83,8 @@ class ReturnPredictor {
   void NoteRepublish(int64_t model);
 
   // The next return, or nullopt when the evidence (a domain came back, the
-  // last three switches evenly spaced since the last refuted prediction) is
+  // last two switches since the last refuted prediction, or the last three
+  // evenly spaced) is
   // not there or the model that served the returning domain is unknown.
   std::optional<Return> PredictedReturn(double measurement_gap) const;
 
@@ -112,7 +114,7 @@ class ReturnPredictor {
   // Ends the active anticipation once the traffic is past its switch (when
   // confirmed: by half a measurement gap, and past where it was seen) or
   // past its tolerance (not confirmed: a failed prediction, which stops
-  // predictions until three new switches; returns true).
+  // predictions until two new switches; returns true).
   bool Settle(double traffic, double measurement_gap);
   // Whether an active anticipation holds every other publish.
   bool holding() const { return active_.has_value(); }

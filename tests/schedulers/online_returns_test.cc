@@ -53,6 +53,23 @@ TEST(ReturnPredictorTest, EvenlySpacedSwitchesPredictTheNextOnesMiddle) {
   EXPECT_FALSE(r->confirmed);
 }
 
+// Two switches (1000, 2000) and a return (the first regime's model 900 won a
+// re-publish in the third): the traffic recurs, and the one interval
+// predicts the next switch at 2990, to the domain of the regime two before
+// (its model 1900); without the return, nothing.
+TEST(ReturnPredictorTest, TwoSwitchesAndAReturnPredictFromTheirInterval) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);
+  Switch(&p, 2000, 1900);
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "no domain came back yet";
+  p.NoteRepublish(900);
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(r->change, 2990);
+  EXPECT_EQ(r->model, 1900);
+  EXPECT_DOUBLE_EQ(r->tolerance, 50);
+}
+
 // The switches' spacing is their middles' median spacing, whatever their
 // evenness, and only from two on (disabled prediction still records them).
 TEST(ReturnPredictorTest, SwitchSpacingIsTheMedianOfTheSwitchesSpacings) {
@@ -167,8 +184,10 @@ TEST(ReturnPredictorTest, AConfirmedReturnHoldsUntilTheTrafficIsPastIt) {
 }
 
 // A prediction (3990, tolerance 50) not confirmed by traffic 4040 is still
-// open; past it, at 4041, it failed: predictions stop until three new evenly
-// spaced switches (then the next middle again, 6190 + 1000).
+// open; past it, at 4041, it failed: predictions stop until two new
+// switches (then from their one interval: 5190 + 1000, the model that served
+// the regime two before), and then need three evenly spaced ones (the next
+// middle again, 6190 + 1000).
 TEST(ReturnPredictorTest, AnUnconfirmedPredictionFailsAndStopsPredictions) {
   ReturnPredictor p = ThreeEvenSwitches();
   ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
@@ -179,8 +198,13 @@ TEST(ReturnPredictorTest, AnUnconfirmedPredictionFailsAndStopsPredictions) {
   EXPECT_FALSE(p.holding());
   EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "the old switches no longer count";
   EXPECT_EQ(Switch(&p, 4200, 3100), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "one new switch gives no spacing";
   EXPECT_EQ(Switch(&p, 5200, 4300), ReturnPredictor::SwitchSeen::kRecorded);
-  EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "two new switches are not three";
+  const auto two = p.PredictedReturn(kGap);
+  ASSERT_TRUE(two.has_value()) << "two new switches: their interval";
+  EXPECT_DOUBLE_EQ(two->change, 6190);
+  EXPECT_EQ(two->model, 4300);
+  EXPECT_DOUBLE_EQ(two->tolerance, 50);
   EXPECT_EQ(Switch(&p, 6200, 5300), ReturnPredictor::SwitchSeen::kRecorded);
   const auto r = p.PredictedReturn(kGap);
   ASSERT_TRUE(r.has_value()) << "three new evenly spaced switches";
