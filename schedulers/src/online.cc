@@ -361,8 +361,9 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   PriceStaleness(now, v, &problem, &start);
   ++summary_.replans;
   const int64_t gap =
-      idx > 0 ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] - measured_.iterations[idx - 1]))
-              : 1;
+      idx > 0
+          ? std::max<int64_t>(1, static_cast<int64_t>(measured_.iterations[idx] - measured_.iterations[idx - 1]))
+          : 1;
   // Whether the re-plan from now, with a candidate of `loss` now, takes a
   // checkpoint before the next measurement.
   auto plan_wants = [&](double loss, bool record) -> StatusOr<bool> {
@@ -371,8 +372,8 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
       return false;
     }
     curve[static_cast<size_t>(now - W)] = loss;
-    VIPER_ASSIGN_OR_RETURN(Solution sol,
-                           SolveOptimal(problem, LossCurve(W, curve), start, SolveOptions{options_.replan_gap}));
+    VIPER_ASSIGN_OR_RETURN(
+        Solution sol, SolveOptimal(problem, LossCurve(W, curve), start, SolveOptions{options_.replan_gap}));
     summary_.max_certified_gap = std::max(summary_.max_certified_gap, sol.certified_gap);
     const bool now_wanted = !sol.schedule.empty() && sol.schedule.front() < now + gap;
     if (record) last_plan_ = std::move(sol.schedule);

@@ -465,11 +465,14 @@ TEST(OnlinePlannerTest, HoldsAYoungRampOnlyWhereTheLagSpansThreeGapsUnderTheWall
   const std::string report = slow.BriefReport(0);
   EXPECT_GT(slow.ramp_holds, 0) << report;
   EXPECT_NE(report.find("held on a young ramp"), std::string::npos) << report;
-  EXPECT_TRUE(slow_during.empty()) << report << " first at " << (slow_during.empty() ? -1 : slow_during.front());
+  EXPECT_TRUE(slow_during.empty()) << report << " first at "
+                                   << (slow_during.empty() ? -1 : slow_during.front());
   const auto [off, off_during] = play(8.0, TrafficClock::kWall, false);
   EXPECT_EQ(off.ramp_holds, 0);
-  EXPECT_FALSE(off_during.empty()) << "without the hold the loop publishes on the young ramp: " << off.BriefReport(0);
-  EXPECT_EQ(play(2.9, TrafficClock::kWall, true).first.ramp_holds, 0) << "a lag of 58 iterations is under three gaps";
+  EXPECT_FALSE(off_during.empty()) << "without the hold the loop publishes on the young ramp: "
+                                   << off.BriefReport(0);
+  EXPECT_EQ(play(2.9, TrafficClock::kWall, true).first.ramp_holds, 0)
+      << "a lag of 58 iterations is under three gaps";
   EXPECT_EQ(play(8.0, TrafficClock::kProducer, true).first.ramp_holds, 0) << "the traffic waits out a stall";
 }
 

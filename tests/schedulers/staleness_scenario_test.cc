@@ -337,7 +337,8 @@ TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
   auto chased = PlanStrategy(chase, StrategyKind::kOnline);
   ASSERT_TRUE(chased.ok()) << chased.status().ToString();
   const auto during = [](const Plan& p) {
-    return std::count_if(p.schedule.begin(), p.schedule.end(), [](int64_t c) { return c >= 1600 && c < 2500; });
+    return std::count_if(p.schedule.begin(), p.schedule.end(),
+                         [](int64_t c) { return c >= 1600 && c < 2500; });
   };
   EXPECT_GE(during(*chased), 2) << chased->summary.message;
   EXPECT_EQ(during(*held), 0) << held->summary.message;

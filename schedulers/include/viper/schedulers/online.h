@@ -162,15 +162,17 @@ class OnlinePlanner {
     // re-measured: while the traffic is on a young ramp, publish nothing.
     // A ramp: some fixed model (served or kept) measured worse at each of
     // its last two re-measurements or more, by twice the gate's margin
-    // each, and none measured better at the last one (a domain coming back
-    // is a switch, not a ramp). Young: the traffic has moved less since the
-    // rise began than a checkpoint's lag (its stall plus its delivery, in
-    // iterations). Only where that lag spans three measurement gaps or more. A version published then reaches the traffic no closer
-    // to it than the served one is now, and its stall leaves every later
-    // version further behind a traffic that keeps moving; the re-plan
-    // cannot see that, since a ramp's decay is measured only from three
-    // re-measurements after the change it starts. An anticipated return is
-    // never held (bench/README.md, "Fifteenth session").
+    // each, and none measured better at the last one by three times that
+    // (a domain coming back is a switch, not a ramp). Young: the traffic
+    // has moved less since the rise began than a checkpoint's lag (its
+    // stall plus its delivery, in iterations). Only where that lag spans
+    // three measurement gaps or more. A version published then reaches the
+    // traffic no closer to it than the served one is now, and its stall
+    // leaves every later version further behind a traffic that keeps
+    // moving; the re-plan cannot see that, since a ramp's decay is measured
+    // only from three re-measurements after the change it starts. An
+    // anticipated return is never held (bench/README.md, "Fifteenth
+    // session").
     bool hold_young_ramps = true;
     // SetPace changes the pace the re-plans use only when the measured one
     // differs from it by more than this fraction (>= 0): a pace that moves by
