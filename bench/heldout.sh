@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8] [--train-only] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9] [--train-only] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -30,6 +30,9 @@
 #      collapse, a steeper rotation (fourteenth)
 #   8  two runs only, several label swaps (--drift-swap-period: swapped,
 #      back, swapped, ...): hidden 128 and 176, seeds 61-62 (fourteenth)
+#   9  hidden 144, 5 epochs, validation every 40, seeds 71-77, seven runs: a
+#      class-incremental start from 2 classes, a fast prior shift, a collapse
+#      (sixteenth; trained before any change of that session)
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them).
 set -euo pipefail
@@ -38,10 +41,10 @@ set_id=1
 train_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7 or 8" >&2; exit 2; }
+    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -139,6 +142,20 @@ case "$set_id" in
     run c-rotate    "${sgd[@]}" --seed 56 --drift rotation --drift-rotation-degrees 75 --drift-at-iteration 1100 \
                     --drift-duration 1000 --staleness-max-versions 32
     ;;
+  9)
+    common=("${base[@]}" --hidden 144 --epochs 5 --val-every 40)
+    sgd=(--optimizer sgd --lr 0.045 --momentum 0.9)
+    run a-recur55   "${sgd[@]}" --seed 71 --drift recurring --drift-rotation-degrees 55 --drift-at-iteration 1250 \
+                    --drift-period 550
+    run a-swap      "${sgd[@]}" --seed 72 --drift label-swap --drift-swap-classes 4,7 --drift-at-iteration 1600
+    run a-nodrift   --optimizer adam --lr 0.0008 --seed 73
+    run a-classinc  "${sgd[@]}" --seed 74 --drift class-incremental --drift-initial-classes 2 --drift-at-iteration 1400
+    run a-prior     "${sgd[@]}" --seed 75 --drift prior-shift --drift-prior-classes 1,4,9 --drift-prior-mass 0.85 \
+                    --drift-at-iteration 1100 --drift-duration 400
+    run a-rotate    "${sgd[@]}" --seed 76 --drift rotation --drift-rotation-degrees 40 --drift-at-iteration 1300 \
+                    --drift-duration 600 --staleness-max-versions 28
+    run a-collapse  "${sgd[@]}" --seed 77 --lr-milestones 2000:40
+    ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
     sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
@@ -147,7 +164,7 @@ case "$set_id" in
     run b-swaps450  "${sgd[@]}" --hidden 176 --seed 62 --drift label-swap --drift-swap-classes 1,7 \
                     --drift-at-iteration 1500 --drift-swap-period 450
     ;;
-  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7 or 8" >&2; exit 2 ;;
+  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 logs="$(printf "$out/%s.csv.gz," "${names[@]}")"
