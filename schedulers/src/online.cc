@@ -494,35 +494,32 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
 }
 
 bool OnlinePlanner::RampYounger(int64_t now) const {
-  const size_t n = levels_.size();
-  if (n < 3 || levels_.back().first != now) return false;
+  const size_t n = remeasured_.size();
+  if (n < 3 || remeasured_.back().iteration != now) return false;
   if (problem_.requests.traffic_clock != TrafficClock::kWall) return false;
   const double rise = 2.0 * GateMargin();
-  auto level = [&](size_t i, int64_t model) {
-    for (const auto& [m, l] : levels_[i].second) {
-      if (m == model) return l;
-    }
-    return std::numeric_limits<double>::quiet_NaN();
-  };
+  // Every fixed model re-measured now: the served version and the kept ones.
+  std::vector<std::pair<int64_t, double>> now_levels = remeasured_.back().kept;
+  if (remeasured_.back().served) now_levels.insert(now_levels.begin(), *remeasured_.back().served);
   // A domain that comes back is no ramp: some fixed model got better, by
   // three rises (one would be the noise of one of several kept models).
-  for (const auto& [model, last] : levels_.back().second) {
-    const double before = level(n - 2, model);
+  for (const auto& [model, last] : now_levels) {
+    const double before = remeasured_[n - 2].LossOf(model);
     if (std::isfinite(before) && before - last > 3.0 * rise) return false;
   }
   // The earliest start of a rise, over every fixed model that has risen at
   // its last two re-measurements or more.
   double start = std::numeric_limits<double>::infinity();
-  for (const auto& [model, last] : levels_.back().second) {
+  for (const auto& [model, last] : now_levels) {
     size_t b = n - 1;
     double here = last;
     while (b > 0) {
-      const double before = level(b - 1, model);
+      const double before = remeasured_[b - 1].LossOf(model);
       if (!std::isfinite(before) || !(here - before > rise)) break;
       here = before;
       --b;
     }
-    if (n - 1 - b >= 2) start = std::min(start, TrafficAt(levels_[b].first));
+    if (n - 1 - b >= 2) start = std::min(start, TrafficAt(remeasured_[b].iteration));
   }
   if (!std::isfinite(start)) return false;
   // Only where the lag spans three measurement gaps or more: where it spans

@@ -84,16 +84,17 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   publishing_ = now;
   publishing_loss_.reset();
   returns_->DropPending();
-  const bool may_publish = options_.keep_versions > 0 && kept_at_ == now && !kept_now_.empty() && served_loss_ &&
+  const std::vector<std::pair<int64_t, double>>& kept_now = KeptAt(now);
+  const bool may_publish = options_.keep_versions > 0 && !kept_now.empty() && served_loss_ &&
                            static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
                            (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
   if (may_publish && !holding) {
-    const auto best = std::min_element(kept_now_.begin(), kept_now_.end(),
+    const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     // The best of K noisy measurements is biased low by about
     // sqrt(2 ln (K + 1)) noise sd of a difference: the margin adds that, so
     // noise alone does not re-publish (a returning domain differs by far more).
-    const double K = static_cast<double>(kept_now_.size());
+    const double K = static_cast<double>(kept_now.size());
     const double margin = MarginFor(sigma) + sigma * std::sqrt(2.0) * std::sqrt(2.0 * std::log(K + 1.0));
     // A re-publish that reacts to a switch arrives a measurement gap and the
     // delivery lag after it. Once switches have been seen, it is skipped
@@ -121,7 +122,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   if (may_publish && !holding) {
     if (const auto ahead =
             returns_->PublishAhead(TrafficAt(now), DeliveryLag(),
-                                   static_cast<double>(problem_.total_iterations), served_model(), kept_now_,
+                                   static_cast<double>(problem_.total_iterations), served_model(), kept_now,
                                    MeasurementGap())) {
       want = true;
       publishing_ = ahead->first;
@@ -166,7 +167,7 @@ Status OnlinePlanner::ObserveServed(double loss) {
   }
   served_loss_ = loss;
   ++summary_.served_measurements;
-  NoteLevel(served_model(), loss);
+  RemeasuredNow().served = std::make_pair(served_model(), loss);
   // Kept by measurement (the one taken at this iteration), for AddSwitch.
   if (measured_now_ && *measured_now_ == last_iteration_ && measured_.size() > 0) {
     served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
@@ -230,22 +231,31 @@ Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
     return InvalidArgumentError("kept model of iteration " + std::to_string(model_iteration) + " is not in [W, " +
                                 std::to_string(last_iteration_) + "]");
   }
-  if (kept_at_ != last_iteration_) {
-    kept_now_.clear();
-    kept_at_ = last_iteration_;
-  }
   if (!std::isfinite(loss) || loss < 0) return Status::Ok();  // a diverged model is never re-published
-  kept_now_.emplace_back(model_iteration, loss);
-  NoteLevel(model_iteration, loss);
+  RemeasuredNow().kept.emplace_back(model_iteration, loss);
   return Status::Ok();
 }
 
-void OnlinePlanner::NoteLevel(int64_t model, double loss) {
-  if (levels_.empty() || levels_.back().first != last_iteration_) {
-    levels_.emplace_back(last_iteration_, std::vector<std::pair<int64_t, double>>{});
-    if (levels_.size() > 64) levels_.pop_front();
+double OnlinePlanner::Remeasurement::LossOf(int64_t model) const {
+  if (served && served->first == model) return served->second;
+  for (const auto& [m, l] : kept) {
+    if (m == model) return l;
   }
-  levels_.back().second.emplace_back(model, loss);
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
+  if (remeasured_.empty() || remeasured_.back().iteration != last_iteration_) {
+    remeasured_.emplace_back();
+    remeasured_.back().iteration = last_iteration_;
+    if (remeasured_.size() > kRemeasurementsKept) remeasured_.pop_front();
+  }
+  return remeasured_.back();
+}
+
+const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now) const {
+  static const std::vector<std::pair<int64_t, double>> kNone;
+  return !remeasured_.empty() && remeasured_.back().iteration == now ? remeasured_.back().kept : kNone;
 }
 
 double OnlinePlanner::DecayPerSecond() const { return DecayPerSecond(decay_points_); }

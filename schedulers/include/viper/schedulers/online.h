@@ -342,10 +342,8 @@ class OnlinePlanner {
   // out of the noise (0 otherwise).
   double DecayPerSecond(const std::vector<std::pair<double, double>>& points) const;
   // Whether the traffic is on a young ramp now (Options::hold_young_ramps):
-  // only under the wall clock, from levels_.
+  // only under the wall clock, from remeasured_.
   bool RampYounger(int64_t now) const;
-  // Records a model's re-measurement now (served or kept) in levels_.
-  void NoteLevel(int64_t model, double loss);
   // The spacing of the last two measurements (1 before two).
   double MeasurementGap() const;
   // How far the traffic moves (iterations) between a checkpoint and its
@@ -396,12 +394,24 @@ class OnlinePlanner {
   // The last model of each regime before a detected change (kept too:
   // the domain it was trained on may come back).
   std::vector<int64_t> regime_ends_;
-  // Kept models re-measured at the current iteration: (model, loss).
-  std::vector<std::pair<int64_t, double>> kept_now_;
-  // The latest re-measurements of fixed models (served and kept), by
-  // iteration, oldest first (at most 64): (iteration, [(model, loss)]).
-  std::deque<std::pair<int64_t, std::vector<std::pair<int64_t, double>>>> levels_;
-  int64_t kept_at_ = -1;    // the iteration of kept_now_
+  // What was re-measured at one iteration on that moment's validation
+  // sample: the served version (ObserveServed) and the kept models
+  // (ObserveKept, finite losses only), in whichever order they came.
+  struct Remeasurement {
+    int64_t iteration = 0;
+    std::optional<std::pair<int64_t, double>> served;  // (model, loss)
+    std::vector<std::pair<int64_t, double>> kept;      // (model, loss)
+    // The loss of `model` here (served or kept), NaN where it was not re-measured.
+    double LossOf(int64_t model) const;
+  };
+  // The latest re-measurements, oldest first, at most kRemeasurementsKept
+  // (RampYounger reads the history; ChooseKeptModel the current one).
+  static constexpr size_t kRemeasurementsKept = 64;
+  std::deque<Remeasurement> remeasured_;
+  // The kept models re-measured at `now` (empty where none were).
+  const std::vector<std::pair<int64_t, double>>& KeptAt(int64_t now) const;
+  // The record of the current iteration, begun if there is none yet.
+  Remeasurement& RemeasuredNow();
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
