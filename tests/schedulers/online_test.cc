@@ -315,8 +315,8 @@ struct DomainRun {
   std::vector<std::pair<int64_t, int64_t>> decisions;
   OnlinePlanner::Summary summary;
 };
-DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate, const Problem& p = CheapProblem(),
-                      bool kept_first = false) {
+DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate,
+                      const Problem& p = CheapProblem(), bool kept_first = false) {
   auto domain = [&](int64_t t) {
     return static_cast<int>(std::upper_bound(switches.begin(), switches.end(), t) - switches.begin()) % 2;
   };
