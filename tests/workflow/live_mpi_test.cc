@@ -371,11 +371,16 @@ TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   CheckProducerSummary(*r);
   // Every request carries the consumer's estimate of the producer's
   // iteration (never behind the version it served, never past N) and the
-  // producer's own count at that time.
+  // producer's own count at that time. A request comes after version 0
+  // (W), on the producer's clock; on the consumer's aligned clock up to the
+  // alignment's tolerance earlier, a few iterations at this run's pace
+  // (two_nodes.sh on the loaded 2-core VM: 16 against W = 19 seen).
+  ASSERT_GT(r->seconds_per_iteration, 0);
+  const auto slack = static_cast<int64_t>(std::ceil(2.0 * ClockToleranceS() / r->seconds_per_iteration)) + 1;
   for (const auto& q : r->request_log) {
     EXPECT_GE(q.traffic_iteration, q.iteration);
     EXPECT_LE(q.traffic_iteration, r->total_iterations);
-    EXPECT_GE(q.true_iteration, r->warmup_iterations);
+    EXPECT_GE(q.true_iteration, r->warmup_iterations - slack) << "slack " << slack << " iterations";
     EXPECT_LE(q.true_iteration, r->total_iterations);
   }
   ASSERT_TRUE(r->traffic_iteration_mae.has_value());
