@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9] [--train-only] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10] [--train-only] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -33,6 +33,9 @@
 #   9  hidden 144, 5 epochs, validation every 40, seeds 71-77, seven runs: a
 #      class-incremental start from 2 classes, a fast prior shift, a collapse
 #      (sixteenth; trained before any change of that session)
+#  10  hidden 176, 4 epochs, validation every 50, seeds 81-87, seven runs:
+#      recurring 70 degrees every 450, several swaps every 600, a slow prior
+#      shift, a collapse at 1500 (seventeenth; trained before any change)
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them).
 set -euo pipefail
@@ -41,10 +44,10 @@ set_id=1
 train_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2; }
+    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9 or 10" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -156,6 +159,21 @@ case "$set_id" in
                     --drift-duration 600 --staleness-max-versions 28
     run a-collapse  "${sgd[@]}" --seed 77 --lr-milestones 2000:40
     ;;
+  10)
+    common=("${base[@]}" --hidden 176 --epochs 4 --val-every 50)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run k-recur70   "${sgd[@]}" --seed 81 --drift recurring --drift-rotation-degrees 70 --drift-at-iteration 1000 \
+                    --drift-period 450
+    run k-swaps600  "${sgd[@]}" --seed 82 --drift label-swap --drift-swap-classes 2,9 --drift-at-iteration 1300 \
+                    --drift-swap-period 600
+    run k-nodrift   --optimizer sgd --lr 0.06 --momentum 0.9 --seed 83
+    run k-classinc  "${sgd[@]}" --seed 84 --drift class-incremental --drift-initial-classes 6 --drift-at-iteration 1600
+    run k-prior     "${sgd[@]}" --seed 85 --drift prior-shift --drift-prior-classes 2,6 --drift-prior-mass 0.7 \
+                    --drift-at-iteration 900 --drift-duration 1500
+    run k-rotate    "${sgd[@]}" --seed 86 --drift rotation --drift-rotation-degrees 60 --drift-at-iteration 1200 \
+                    --drift-duration 1200 --staleness-max-versions 28
+    run k-collapse  "${sgd[@]}" --seed 87 --lr-milestones 1500:35
+    ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
     sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
@@ -164,7 +182,7 @@ case "$set_id" in
     run b-swaps450  "${sgd[@]}" --hidden 176 --seed 62 --drift label-swap --drift-swap-classes 1,7 \
                     --drift-at-iteration 1500 --drift-swap-period 450
     ;;
-  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2 ;;
+  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9 or 10" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 logs="$(printf "$out/%s.csv.gz," "${names[@]}")"
