@@ -51,16 +51,33 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // of stall, for the next checkpoint: decay x the requests left to serve.
   // The lag price's decay: the regime's own once it has three
   // re-measurements (a ramp keeps its rate across a detected change), the
-  // overall one until then.
-  double regime_decay =
-      regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
+  // overall one until then. But none over a settled step: while the served
+  // model was trained before the latest detected change (a fresh one from
+  // then, or a re-published one) and its last two re-measurements did not
+  // each rise by the gate's margin, its excess is what the change did to an
+  // old model, a step that may have begun before the detector fired
+  // (class-incremental traffic measures a rise, then a step ten times as
+  // high), not the rate at which the versions trained since will fall
+  // behind the traffic. Read as one, it priced every stall so high that a
+  // recovered model was held while the old one served at 12 times its loss
+  // (bench/README.md, "Seventeenth session"). A served model still rising
+  // is on a ramp (a rotation), whose rate the new versions meet too.
+  const bool settled_step = summary_.changes > 0 && regime_begin_ < measured_.iterations.size() &&
+                            static_cast<double>(served_model()) < measured_.iterations[regime_begin_] &&
+                            !ServedStillRising();
+  double regime_decay = 0;
+  if (!settled_step) {
+    regime_decay = regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
+  }
   // A prior over drift (Options::drift_prior), until the data speaks: while
-  // no change has been detected and no decay measured, a stale model is
-  // expected to lose drift_prior x the candidate's loss over the serving
-  // window, and a stall is priced as that much lag. Only where the served
-  // version is re-measured: elsewhere no drift can be seen, by this loop or
-  // by a diagonal judge.
-  if (options_.drift_prior > 0 && summary_.served_measurements > 0 && summary_.changes == 0 &&
+  // no change has been detected (or after one, over a settled step as
+  // above) and no decay measured, a stale model is expected to lose
+  // drift_prior x the candidate's loss over the serving window, and a stall
+  // is priced as that much lag. Only where the served version is
+  // re-measured: elsewhere no drift can be seen, by this loop or by a
+  // diagonal judge.
+  summary_.lag_price = 0;
+  if (options_.drift_prior > 0 && summary_.served_measurements > 0 && (summary_.changes == 0 || settled_step) &&
       regime_decay == 0) {
     const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
     if (span > 0) regime_decay = options_.drift_prior * std::max(0.0, v) / span;
@@ -71,6 +88,7 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
     const double left_s = std::max(0.0, problem->WindowEnd(static_cast<int64_t>(taken_.size())) - now_s);
     const double lag_price = regime_decay * problem->requests.RatePerSecond() * left_s;
     problem->price_per_slowdown_s += lag_price;
+    summary_.lag_price = lag_price;
     summary_.max_lag_price = std::max(summary_.max_lag_price, lag_price);
   }
 }
@@ -251,6 +269,21 @@ OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
     if (remeasured_.size() > kRemeasurementsKept) remeasured_.pop_front();
   }
   return remeasured_.back();
+}
+
+bool OnlinePlanner::ServedStillRising() const {
+  // Two rises: one is as likely a noisy pair as a ramp.
+  const size_t n = remeasured_.size();
+  if (n < 3) return false;
+  for (size_t r = 0; r < 2; ++r) {
+    const Remeasurement& now = remeasured_[n - 1 - r];
+    const Remeasurement& before = remeasured_[n - 2 - r];
+    if (!(now.served && before.served && now.served->first == before.served->first &&
+          now.served->second - before.served->second > GateMargin())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now) const {

@@ -190,7 +190,11 @@ class OnlinePlanner {
     // priced is drift_prior x the candidate's measured loss per serving
     // window (1: the traffic is expected to double a stale model's loss over
     // the window), so checkpoints whose gain does not pay for that lag are not
-    // taken; from then on the measured decay alone. It applies only once the
+    // taken; from then on the measured decay alone, except over a settled
+    // step: after a detected change, while the served model is from before
+    // it and not still rising, its excess is a step, not a rate, and the
+    // prior prices the lag again (bench/README.md, "Seventeenth session").
+    // It applies only once the
     // served version has been re-measured (ObserveServed: a staleness table,
     // a live producer, Python's observe_served): without re-measurements
     // neither the planner nor the diagonal judge can see a drift, and the
@@ -219,6 +223,7 @@ class OnlinePlanner {
     // Wall traffic clock: the largest price per second of stall a re-plan
     // added for the lag a stall leaves (decay x requests left).
     double max_lag_price = 0;
+    double lag_price = 0;             // the same, added by the latest re-plan (0: none)
     int64_t cost_updates = 0;         // SetCost() calls
     int64_t pace_updates = 0;         // SetPace() calls that changed the pace planned on
     double pace_s = 0;                // the pace planned on at the end (0: the warm-up's tau throughout)
@@ -412,6 +417,10 @@ class OnlinePlanner {
   const std::vector<std::pair<int64_t, double>>& KeptAt(int64_t now) const;
   // The record of the current iteration, begun if there is none yet.
   Remeasurement& RemeasuredNow();
+  // Whether the served model's latest two re-measurements each rose above
+  // the one before by more than the gate's margin, the same model all three
+  // times (PriceStaleness: a ramp, not a settled step).
+  bool ServedStillRising() const;
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
