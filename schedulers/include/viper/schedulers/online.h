@@ -194,11 +194,11 @@ class OnlinePlanner {
     // step: after a detected change, while the served model is from before
     // it and not still rising, its excess is a step, not a rate, and the
     // prior prices the lag again (bench/README.md, "Seventeenth session").
-    // It applies only once the
-    // served version has been re-measured (ObserveServed: a staleness table,
-    // a live producer, Python's observe_served): without re-measurements
-    // neither the planner nor the diagonal judge can see a drift, and the
-    // prior would only cost checkpoints. Default 1.5 (bench/README.md,
+    // It applies only once the served version has been re-measured
+    // (ObserveServed: a staleness table, a live producer, Python's
+    // observe_served): without re-measurements neither the planner nor the
+    // diagonal judge can see a drift, and the prior would only cost
+    // checkpoints. Default 1.5 (bench/README.md,
     // "Fourteenth session": on 210 drifting cases of seven sets, one of them
     // a fresh held-out draw, the median regret under the wall clock 13.7% ->
     // 8.6%; on 42 cases without traffic drift median 1.79 -> 1.92%, worst
