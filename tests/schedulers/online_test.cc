@@ -424,9 +424,13 @@ DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate,
       const double served = loss(planner.served_model(), i) + e(rng);
       std::vector<std::pair<int64_t, double>> kept;
       for (int64_t k : planner.KeptVersions()) kept.emplace_back(k, loss(k, i) + e(rng));
-      if (!kept_first) EXPECT_TRUE(planner.ObserveServed(served).ok());
+      if (!kept_first) {
+        EXPECT_TRUE(planner.ObserveServed(served).ok());
+      }
       for (const auto& [k, l] : kept) EXPECT_TRUE(planner.ObserveKept(k, l).ok());
-      if (kept_first) EXPECT_TRUE(planner.ObserveServed(served).ok());
+      if (kept_first) {
+        EXPECT_TRUE(planner.ObserveServed(served).ok());
+      }
     }
     auto now = planner.ShouldCheckpoint(i);
     EXPECT_TRUE(now.ok()) << now.status().ToString();
@@ -540,9 +544,13 @@ TEST(OnlinePlannerTest, HoldsAYoungRampOnlyWhereTheLagSpansThreeGapsUnderTheWall
       EXPECT_TRUE(planner.Observe(i, loss(i, traffic) + e(rng), ObservationKind::kValidation).ok());
       if (i > p.warmup_iterations) {
         // Re-measured on a fixed sample, as a table's are: no noise.
-        if (!kept_first) EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), traffic)).ok());
+        if (!kept_first) {
+          EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), traffic)).ok());
+        }
         for (int64_t k : planner.KeptVersions()) EXPECT_TRUE(planner.ObserveKept(k, loss(k, traffic)).ok());
-        if (kept_first) EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), traffic)).ok());
+        if (kept_first) {
+          EXPECT_TRUE(planner.ObserveServed(loss(planner.served_model(), traffic)).ok());
+        }
       }
       auto now = planner.ShouldCheckpoint(i);
       EXPECT_TRUE(now.ok()) << now.status().ToString();
