@@ -2,9 +2,10 @@
 // (OnlinePlanner::Options::anticipate_returns; README "Staleness tables").
 //
 // A switch is a change of the traffic's domain the planner has seen: a
-// detected regime change, or a re-publish of a kept model of another regime
+// detected regime change, a re-publish of a kept model of another regime
 // after none was detected, while the served model measures worse than when it
-// was published (the planner decides; AddSwitch records). The predictor keeps the switches (where each fell,
+// was published, or a jump of the served model between two re-measurements
+// (the planner decides; AddSwitch records). The predictor keeps the switches (where each fell,
 // in traffic iterations, and how wide the gap it fell in was), the model that
 // served each ended regime, and how many regimes back a domain came from
 // when a kept model won a re-publish (the cycle). Once a domain came back
@@ -78,8 +79,9 @@ class ReturnPredictor {
                        double measurement_gap, int64_t better = -1);
   // The regime a model's iteration falls in (0 before the first switch).
   size_t RegimeOf(int64_t model) const;
-  // A kept model won a re-publish: the first such of a regime says how many
-  // regimes back its domain was (the cycle, when two or more).
+  // A kept model won a re-publish (or would have, but for arriving too
+  // late): the first such of a regime says how many regimes back its domain
+  // was (the cycle, when two or more).
   void NoteRepublish(int64_t model);
 
   // The next return, or nullopt when the evidence (a domain came back, the

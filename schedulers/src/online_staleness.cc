@@ -125,7 +125,12 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // And it pays a stall and, under the wall clock, its lag like any
     // checkpoint: the re-plan with the kept model as the candidate must
     // take one now.
-    bool better = in_time && best->second < v - margin && best->second < *served_loss_ - margin;
+    const bool wins = best->second < v - margin && best->second < *served_loss_ - margin;
+    // A win too late to re-publish still shows a domain came back: the cycle
+    // anticipation reads (else a slow tier, which skips every reactive
+    // re-publish, would never anticipate the returns it needs most).
+    if (wins && !in_time) returns_->NoteRepublish(best->first);
+    bool better = in_time && wins;
     if (better) {
       VIPER_ASSIGN_OR_RETURN(better, plan_wants(best->second));
     }
@@ -269,6 +274,27 @@ OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
     if (remeasured_.size() > kRemeasurementsKept) remeasured_.pop_front();
   }
   return remeasured_.back();
+}
+
+bool OnlinePlanner::ServedJumped(double sigma) const {
+  const size_t n = remeasured_.size(), m = measured_.size();
+  if (n < 2 || m < 2) return false;
+  const Remeasurement& now = remeasured_[n - 1];
+  const Remeasurement& before = remeasured_[n - 2];
+  if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
+    return false;
+  }
+  if (!(now.served && before.served && now.served->first == before.served->first)) return false;
+  return std::fabs(now.served->second - before.served->second) > options_.change_threshold * sigma * std::sqrt(2.0);
+}
+
+bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
+  const size_t now = measured_.size() - 1;
+  if (begin == 0 || begin > now || now >= served_by_measurement_.size()) return false;
+  const double then = served_by_measurement_[begin - 1], latest = served_by_measurement_[now];
+  if (!std::isfinite(then) || !std::isfinite(latest)) return false;
+  if (ServedAt(static_cast<int64_t>(measured_.iterations[begin - 1])) != served_model()) return false;
+  return std::fabs(latest - then) <= options_.change_threshold * sigma * std::sqrt(2.0);
 }
 
 bool OnlinePlanner::ServedStillRising() const {

@@ -143,11 +143,15 @@ class OnlinePlanner {
     // Published models kept for re-publishing (>= 0; 0 = never re-publish).
     int keep_versions = 8;
     // Anticipate a recurring domain's return (needs keep_versions > 0). A
-    // switch is a detected change or a re-publish after none was detected
+    // switch is a detected change, a re-publish after none was detected
     // (a regime too short to fit a curve to is never detected as a change,
     // but a kept model that wins while the served one measures worse than
-    // when it was published shows the domain changed). Once a kept
-    // model of two or more regimes back won a re-publish (a domain came
+    // when it was published shows the domain changed), or a jump of the
+    // served model between two consecutive re-measurements by more than
+    // change_threshold noise sd (a domain the producer never forgets comes
+    // back without moving its own loss). Once a kept
+    // model of two or more regimes back won a re-publish, or would have but
+    // for arriving too late (a domain came
     // back) and either only two switches are known (their interval is the
     // spacing) or the last three are evenly spaced (within what their
     // measurement gaps allow, or 5%), the model that served the returning
@@ -421,6 +425,16 @@ class OnlinePlanner {
   // the one before by more than the gate's margin, the same model all three
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
+  // Whether the served model, re-measured at the current measurement and at
+  // the one before (the same model both times), moved by more than
+  // change_threshold noise sd (`sigma`) of a difference: a switch of the
+  // traffic's domain (Decide).
+  bool ServedJumped(double sigma) const;
+  // Whether one model served from measurement `begin - 1` to the current one,
+  // re-measured at both, and moved by no more than ServedJumped's threshold:
+  // a change the detector places at `begin` is then the producer's own (a
+  // model re-learning after a switch seen earlier), not the traffic's.
+  bool ServedStayedAcross(size_t begin, double sigma) const;
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
