@@ -83,7 +83,7 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
 
 std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
     double traffic, double delivery_lag, double horizon, int64_t served_model,
-    const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap) {
+    const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap, double late_share) {
   auto r = PredictedReturn(measurement_gap);
   if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
     return std::nullopt;
@@ -91,6 +91,7 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   // the gap before the predicted switch (the switch happened somewhere in it).
   const double arrival = traffic + delivery_lag;
   if (!(arrival >= r->change - 0.5 * measurement_gap)) return std::nullopt;
+  if (arrival - r->change > late_share * (r->change - switches_.back().middle)) return std::nullopt;
   auto measured = [&](int64_t model) {
     return std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == model; });
   };

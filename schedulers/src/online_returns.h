@@ -96,10 +96,13 @@ class ReturnPredictor {
   // the predicted switch (from half a measurement gap before its middle);
   // nullopt when there is no prediction, it is past or beyond `horizon`, the
   // model serves already, neither it nor the fallback was re-measured now,
-  // or it is too early. A model returned becomes the pending anticipation.
+  // it is too early, or it would arrive after the predicted switch by more
+  // than `late_share` of the spacing (a delivery lag as long as a stay: it
+  // would serve its domain for little of it, then the wrong one after the
+  // next switch). A model returned becomes the pending anticipation.
   std::optional<std::pair<int64_t, double>> PublishAhead(
       double traffic, double delivery_lag, double horizon, int64_t served_model,
-      const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap);
+      const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap, double late_share = 1.0);
   // Whether a pending anticipation (PublishAhead) awaits its checkpoint.
   bool pending() const { return pending_.has_value(); }
   // Forgets the pending anticipation (a new decision, or a checkpoint that

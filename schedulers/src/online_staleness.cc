@@ -141,12 +141,15 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     }
   }
   // 6. Anticipating a recurring domain's return: its model is published so
-  // that it arrives at the predicted switch.
+  // that it arrives at the predicted switch, and not when it would arrive
+  // later than kReactiveLagShare of the spacing after it (a delivery lag as
+  // long as a stay, as on pfs under the wall clock: a late anticipation
+  // serves the wrong domain after the next switch, as a late re-publish does).
   if (may_publish && !holding) {
     if (const auto ahead =
             returns_->PublishAhead(TrafficAt(now), DeliveryLag(),
                                    static_cast<double>(problem_.total_iterations), served_model(), kept_now,
-                                   MeasurementGap())) {
+                                   MeasurementGap(), kReactiveLagShare)) {
       want = true;
       publishing_ = ahead->first;
       publishing_loss_ = ahead->second;

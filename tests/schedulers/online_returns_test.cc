@@ -160,6 +160,12 @@ TEST(ReturnPredictorTest, PublishesAheadOnlyWhenItArrivesAtTheSwitch) {
   ASSERT_TRUE(ahead.has_value());
   EXPECT_EQ(ahead->first, 900);
   EXPECT_DOUBLE_EQ(ahead->second, 0.5);
+  p.DropPending();
+  // A lag that lands it 360 after the predicted switch (3000 + 1350), more
+  // than 0.35 of the spacing of 1000: too late; 340 after is not.
+  EXPECT_FALSE(p.PublishAhead(3000, 1350, 10000, 3100, kept, kGap, 0.35).has_value()) << "arrives at 4350";
+  EXPECT_FALSE(p.pending());
+  EXPECT_TRUE(p.PublishAhead(3000, 1330, 10000, 3100, kept, kGap, 0.35).has_value()) << "arrives at 4330";
   EXPECT_TRUE(p.pending());
   EXPECT_FALSE(p.holding()) << "pending until its checkpoint";
 }

@@ -549,6 +549,22 @@ TEST(OnlinePlannerTest, AnticipatesReturnsThatOnlyTheServedModelShows) {
   EXPECT_GE(ahead, 2) << "publishes about 240 iterations ahead of a switch:" << decisions << "; " << report;
 }
 
+// The same returns with a delivery of 440 iterations (22 s), longer than a
+// stay of 300: a model published for the next return as soon as the last
+// switch is seen lands 160 iterations after it, more than 0.35 of the
+// spacing: it would serve the wrong domain after the switch that follows.
+// No return is anticipated (the cycle is still learned from the kept
+// models' late wins).
+TEST(OnlinePlannerTest, DoesNotAnticipateAReturnItCannotReachInTime) {
+  const std::vector<int64_t> switches = {300, 600, 900, 1200, 1500, 1800};
+  Problem slower = CheapProblem();
+  slower.cost.delay_s = 22.0;
+  const DomainRun run = PlayDomains(switches, true, slower, false, /*relearns_first_domain=*/false);
+  const std::string report = run.summary.BriefReport(static_cast<int64_t>(run.decisions.size()));
+  EXPECT_EQ(run.summary.anticipated, 0) << report;
+  EXPECT_EQ(run.summary.anticipation_failed, 0) << report;
+}
+
 // A ramp in the traffic (iterations 800-1400: a model's loss grows by 3 x
 // how far the traffic has moved from where it was trained) under the wall
 // clock, the served and kept models re-measured at every measurement. With
