@@ -288,7 +288,7 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
     return false;
   }
   if (!(now.served && before.served && now.served->first == before.served->first)) return false;
-  return std::fabs(now.served->second - before.served->second) > options_.change_threshold * sigma * std::sqrt(2.0);
+  return std::fabs(now.served->second - before.served->second) > JumpThreshold(sigma);
 }
 
 bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
@@ -297,8 +297,10 @@ bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
   const double then = served_by_measurement_[begin - 1], latest = served_by_measurement_[now];
   if (!std::isfinite(then) || !std::isfinite(latest)) return false;
   if (ServedAt(static_cast<int64_t>(measured_.iterations[begin - 1])) != served_model()) return false;
-  return std::fabs(latest - then) <= options_.change_threshold * sigma * std::sqrt(2.0);
+  return std::fabs(latest - then) <= JumpThreshold(sigma);
 }
+
+double OnlinePlanner::JumpThreshold(double sigma) const { return options_.change_threshold * sigma * std::sqrt(2.0); }
 
 bool OnlinePlanner::ServedStillRising() const {
   // Two rises: one is as likely a noisy pair as a ramp.

@@ -528,11 +528,17 @@ TEST(OnlinePlannerTest, SkipsAReactiveRePublishThatWouldArriveTooLate) {
 // re-publish is skipped: the returns are anticipated, each publish made
 // about 240 iterations before the switch it is for. Without either, nothing
 // is anticipated.
+const std::vector<int64_t> kEvery300 = {300, 600, 900, 1200, 1500, 1800};
+// Those returns, the first domain never forgotten, with a delivery delay of
+// `delay_s` (20 iterations a second).
+DomainRun PlayNeverForgotten(double delay_s) {
+  Problem p = CheapProblem();
+  p.cost.delay_s = delay_s;
+  return PlayDomains(kEvery300, true, p, false, /*relearns_first_domain=*/false);
+}
 TEST(OnlinePlannerTest, AnticipatesReturnsThatOnlyTheServedModelShows) {
-  const std::vector<int64_t> switches = {300, 600, 900, 1200, 1500, 1800};
-  Problem slow = CheapProblem();
-  slow.cost.delay_s = 12.0;
-  const DomainRun run = PlayDomains(switches, true, slow, false, /*relearns_first_domain=*/false);
+  const std::vector<int64_t>& switches = kEvery300;
+  const DomainRun run = PlayNeverForgotten(12.0);
   const std::string report = run.summary.BriefReport(static_cast<int64_t>(run.decisions.size()));
   EXPECT_LE(run.summary.changes, 3) << report;
   EXPECT_GE(run.summary.anticipated, 2) << report;
@@ -556,10 +562,7 @@ TEST(OnlinePlannerTest, AnticipatesReturnsThatOnlyTheServedModelShows) {
 // No return is anticipated (the cycle is still learned from the kept
 // models' late wins).
 TEST(OnlinePlannerTest, DoesNotAnticipateAReturnItCannotReachInTime) {
-  const std::vector<int64_t> switches = {300, 600, 900, 1200, 1500, 1800};
-  Problem slower = CheapProblem();
-  slower.cost.delay_s = 22.0;
-  const DomainRun run = PlayDomains(switches, true, slower, false, /*relearns_first_domain=*/false);
+  const DomainRun run = PlayNeverForgotten(22.0);
   const std::string report = run.summary.BriefReport(static_cast<int64_t>(run.decisions.size()));
   EXPECT_EQ(run.summary.anticipated, 0) << report;
   EXPECT_EQ(run.summary.anticipation_failed, 0) << report;

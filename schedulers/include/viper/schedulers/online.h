@@ -435,6 +435,9 @@ class OnlinePlanner {
   // a change the detector places at `begin` is then the producer's own (a
   // model re-learning after a switch seen earlier), not the traffic's.
   bool ServedStayedAcross(size_t begin, double sigma) const;
+  // Both read this: change_threshold noise sd (`sigma`) of a difference of
+  // two measurements.
+  double JumpThreshold(double sigma) const;
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
