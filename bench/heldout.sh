@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12] [--train-only] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13] [--train-only] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -44,6 +44,11 @@
 #      recurring 50 degrees every 500, swaps of 0 and 8 every 500, one swap
 #      under Adam, class-incremental from 3 classes, a prior shift, rotation,
 #      a collapse, no drift (eighteenth; trained before any change)
+#  13  hidden 160, 4 epochs, validation every 48, seeds 111-118, eight runs:
+#      recurring 65 degrees every 600, swaps of 4 and 6 every 550, one swap
+#      of 0 and 2, class-incremental from 5 classes, a prior shift, a slow
+#      rotation, a late collapse, no drift (nineteenth; trained before any
+#      change)
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them).
 set -euo pipefail
@@ -52,10 +57,10 @@ set_id=1
 train_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12" >&2; exit 2; }
+    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -213,6 +218,22 @@ case "$set_id" in
     run n-collapse  "${sgd[@]}" --seed 107 --lr-milestones 1800:45
     run n-nodrift   --optimizer sgd --lr 0.03 --momentum 0.9 --seed 108
     ;;
+  13)
+    common=("${base[@]}" --hidden 160 --epochs 4 --val-every 48)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run p-recur65   "${sgd[@]}" --seed 111 --drift recurring --drift-rotation-degrees 65 --drift-at-iteration 1100 \
+                    --drift-period 600
+    run p-swaps550  "${sgd[@]}" --seed 112 --drift label-swap --drift-swap-classes 4,6 --drift-at-iteration 1350 \
+                    --drift-swap-period 550
+    run p-swap      "${sgd[@]}" --seed 113 --drift label-swap --drift-swap-classes 0,2 --drift-at-iteration 1900
+    run p-classinc5 "${sgd[@]}" --seed 114 --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 1500
+    run p-prior     "${sgd[@]}" --seed 115 --drift prior-shift --drift-prior-classes 2,8 --drift-prior-mass 0.75 \
+                    --drift-at-iteration 1200 --drift-duration 600
+    run p-rotate    "${sgd[@]}" --seed 116 --drift rotation --drift-rotation-degrees 35 --drift-at-iteration 1000 \
+                    --drift-duration 1000 --staleness-max-versions 28
+    run p-collapse  "${sgd[@]}" --seed 117 --lr-milestones 2100:45
+    run p-nodrift   --optimizer adam --lr 0.001 --seed 118
+    ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
     sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
@@ -221,7 +242,7 @@ case "$set_id" in
     run b-swaps450  "${sgd[@]}" --hidden 176 --seed 62 --drift label-swap --drift-swap-classes 1,7 \
                     --drift-at-iteration 1500 --drift-swap-period 450
     ;;
-  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12" >&2; exit 2 ;;
+  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 logs="$(printf "$out/%s.csv.gz," "${names[@]}")"
