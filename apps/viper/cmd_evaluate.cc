@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "cli_util.h"
@@ -144,6 +145,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
   // 0.1%: the oracle is then not the judge's optimum (README, "the oracle").
   nlohmann::json oracle_beaten = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
+  std::set<std::string> warned_pace;  // log/warm-up pairs whose irregular pace was reported
   const size_t total = logs.size() * tiers.size() * warmups.size() * windows.size();
   size_t done = 0;
   std::fprintf(table, "%-34s", "case (log/tier/warm-up/window)");
@@ -196,6 +198,17 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
+          const auto pace = schedulers::MeasureReplayedPace(*ctx);
+          c["replayed_pace"] = pace ? nlohmann::json{{"seconds_per_iteration", pace->seconds_per_iteration},
+                                                     {"over_tau", pace->over_tau},
+                                                     {"slow_share", pace->slow_share},
+                                                     {"irregular", schedulers::IrregularPace(*pace)}}
+                                    : nlohmann::json();
+          // Once per log (the tier and window do not move it; the warm-up does).
+          if (pace && schedulers::IrregularPace(*pace) && warned_pace.insert(log + "/" + w.text).second) {
+            std::cerr << "viper evaluate: " << log << " (warm-up " << w.text << "): "
+                      << schedulers::DescribeReplayedPace(*pace) << "\n";
+          }
           nlohmann::json rows = nlohmann::json::object();
           std::fprintf(table, "%-34s", name.c_str());
           for (auto k : *kinds) {

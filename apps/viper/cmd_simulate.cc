@@ -250,6 +250,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   std::fprintf(table, "log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration (%s)\n", ctx.log.source.c_str(),
               predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
               static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
+  const auto pace = schedulers::MeasureReplayedPace(ctx);
+  if (pace) std::fprintf(table, "%s\n", schedulers::DescribeReplayedPace(*pace).c_str());
   std::fprintf(table, "transport %s, %s, %s%s, model %s: stall %s, update latency %s per checkpoint\n",
               ctx.cost_source.c_str(), ctx.tier.synchronous ? "sync" : "async",
               schedulers::ToString(ctx.tier.notification),
@@ -296,6 +298,11 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["separate_truth"] = ctx.separate_truth;
     j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
     j["tau_source"] = ctx.tau_source;
+    j["replayed_pace"] = pace ? nlohmann::json{{"seconds_per_iteration", pace->seconds_per_iteration},
+                                               {"over_tau", pace->over_tau},
+                                               {"slow_share", pace->slow_share},
+                                               {"irregular", schedulers::IrregularPace(*pace)}}
+                              : nlohmann::json();
     j["warmup_iterations"] = p.warmup_iterations;
     j["total_iterations"] = p.total_iterations;
     j["seconds_per_iteration"] = p.seconds_per_iteration;

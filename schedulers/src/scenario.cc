@@ -288,6 +288,45 @@ std::vector<double> TruthElapsed(const Scenario& sc) {
   return e;
 }
 
+std::optional<ReplayedPace> MeasureReplayedPace(const Scenario& sc) {
+  const std::vector<double>& t = sc.iteration_times_s;
+  if (t.empty() || !(sc.problem.seconds_per_iteration > 0)) return std::nullopt;
+  double total = 0;
+  for (double x : t) total += x;
+  if (!(total > 0)) return std::nullopt;
+  std::vector<double> sorted = t;
+  const auto mid = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+  std::nth_element(sorted.begin(), mid, sorted.end());
+  const double slow = 10.0 * *mid;
+  double slow_total = 0;
+  for (double x : t) {
+    if (x > slow) slow_total += x;
+  }
+  ReplayedPace pace;
+  pace.seconds_per_iteration = total / static_cast<double>(t.size());
+  pace.over_tau = pace.seconds_per_iteration / sc.problem.seconds_per_iteration;
+  pace.slow_share = slow_total / total;
+  return pace;
+}
+
+bool IrregularPace(const ReplayedPace& pace) {
+  return pace.over_tau > 1.5 || pace.over_tau < 2.0 / 3.0 || pace.slow_share > 0.5;
+}
+
+std::string DescribeReplayedPace(const ReplayedPace& pace) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "replayed clock after the warm-up: %.4g s/iteration, %.2fx tau; %.0f%% of it in iterations over 10x "
+                "the median one",
+                pace.seconds_per_iteration, pace.over_tau, 100.0 * pace.slow_share);
+  std::string s = buf;
+  if (IrregularPace(pace)) {
+    s += " (an irregular pace, e.g. a loaded machine: the strategies plan on tau, the judge replays these times, "
+         "and under the wall clock the traffic moves on through every slow stretch)";
+  }
+  return s;
+}
+
 ForecasterFactory OnlineForecasters(const Scenario& sc, const OnlinePlanner::Options& online) {
   predictor::LearningCurvePredictor::Options o = sc.predictor_options;
   o.min_points = std::max(5, std::min(o.min_points, online.min_fit_points));

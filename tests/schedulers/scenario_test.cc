@@ -169,6 +169,56 @@ TEST(ScenarioTest, TheOracleIsPlannedOnTheRunsOwnClock) {
   EXPECT_TRUE(TruthElapsed(*sc2).empty());
 }
 
+// The replayed clock against tau: an even pace is regular; a run that
+// stalls for 5 s at a few iterations after its warm-up (a loaded machine)
+// spends most of its replayed time there and is reported as irregular, as is
+// one that runs three times slower after its warm-up; a given tau replays no
+// clock at all.
+TEST(ScenarioTest, SaysWhenTheReplayedClockIsIrregular) {
+  ScenarioOptions o;
+  o.warmup_fraction = 0.5;
+  o.tier = MeasuredCost{0.5, 3.0};
+  auto pace_of = [&](const TrainingLog& log, const ScenarioOptions& options) {
+    auto sc = MakeScenario(log, options);
+    EXPECT_TRUE(sc.ok()) << sc.status().ToString();
+    return sc.ok() ? MeasureReplayedPace(*sc) : std::nullopt;
+  };
+  const auto even = pace_of(MadeUpLog("even", true, true), o);
+  ASSERT_TRUE(even.has_value());
+  EXPECT_NEAR(even->over_tau, 1.0, 0.05);
+  EXPECT_NEAR(even->seconds_per_iteration, 0.1, 0.005);
+  EXPECT_LT(even->slow_share, 0.01);
+  EXPECT_FALSE(IrregularPace(*even)) << DescribeReplayedPace(*even);
+  EXPECT_EQ(DescribeReplayedPace(*even).find("irregular"), std::string::npos);
+
+  TrainingLog loaded = MadeUpLog("loaded", true, true);
+  double extra = 0;
+  for (LogRecord& r : loaded.records) {
+    if (r.iteration == 130 || r.iteration == 150 || r.iteration == 170) extra += 5.0;
+    *r.wall_time_s += extra;
+  }
+  const auto spiky = pace_of(loaded, o);
+  ASSERT_TRUE(spiky.has_value());
+  EXPECT_GT(spiky->slow_share, 0.5);
+  EXPECT_NEAR(spiky->over_tau, (10.0 + 15.0) / 10.0, 0.05);  // 100 iterations of 0.1 s, plus 15 s
+  EXPECT_TRUE(IrregularPace(*spiky));
+  EXPECT_NE(DescribeReplayedPace(*spiky).find("irregular"), std::string::npos) << DescribeReplayedPace(*spiky);
+
+  TrainingLog slower = MadeUpLog("slower", true, true);
+  for (LogRecord& r : slower.records) {
+    if (r.iteration > 100) r.wall_time_s = 10.0 + 0.3 * static_cast<double>(r.iteration - 100);
+  }
+  const auto slow = pace_of(slower, o);
+  ASSERT_TRUE(slow.has_value());
+  EXPECT_NEAR(slow->over_tau, 3.0, 0.2);
+  EXPECT_LT(slow->slow_share, 0.01);
+  EXPECT_TRUE(IrregularPace(*slow));
+
+  ScenarioOptions given = o;
+  given.seconds_per_iteration = 0.1;
+  EXPECT_FALSE(pace_of(MadeUpLog("given", true, true), given).has_value());
+}
+
 // The defaults are valid: the gpu preset for a 600 MB model, async, push.
 TEST(ScenarioOptionsTest, DefaultsAreValid) {
   ScenarioOptions o;

@@ -163,5 +163,27 @@ std::vector<double> TruthElapsed(const Scenario& scenario);
 // The scenario's problem on that clock: a bound's problem.
 Problem BoundProblem(const Scenario& scenario);
 
+// How the clock the simulator replays (the log's own per-iteration times
+// after the warm-up) compares with tau, the warm-up's pace that every
+// strategy but the bounds plans on. A run on a loaded machine shows it:
+// the wall clock replays each stall of the producer as traffic that moved
+// on (bench/README.md, "Nineteenth session").
+struct ReplayedPace {
+  double seconds_per_iteration = 0;  // mean over W+1..N
+  double over_tau = 0;               // that / problem.seconds_per_iteration
+  // Share of the time after the warm-up spent in iterations slower than
+  // 10x the median one. Validation points alone make 15-30% on the shipped
+  // and held-out runs of a quiet machine; a loaded one can make most of it.
+  double slow_share = 0;
+};
+// nullopt when the scenario replays no per-iteration times (a uniform tau).
+std::optional<ReplayedPace> MeasureReplayedPace(const Scenario& scenario);
+// One line for a human: the replayed pace, its ratio to tau, the slow share,
+// and, when the ratio is outside [2/3, 3/2] or the slow share above a half,
+// what that does to a wall-clock evaluation.
+std::string DescribeReplayedPace(const ReplayedPace& pace);
+// Whether DescribeReplayedPace warns.
+bool IrregularPace(const ReplayedPace& pace);
+
 }  // namespace schedulers
 }  // namespace viper
