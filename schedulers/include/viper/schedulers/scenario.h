@@ -172,8 +172,8 @@ struct ReplayedPace {
   double seconds_per_iteration = 0;  // mean over W+1..N
   double over_tau = 0;               // that / problem.seconds_per_iteration
   // Share of the time after the warm-up spent in iterations slower than
-  // 10x the median one. Validation points alone make 15-30% on the shipped
-  // and held-out runs of a quiet machine; a loaded one can make most of it.
+  // 10x the median one. On a quiet machine the validation points alone make
+  // 11-29% of it (the shipped and held-out runs); on a loaded one, most.
   double slow_share = 0;
 };
 // nullopt when the scenario replays no per-iteration times (a uniform tau).
