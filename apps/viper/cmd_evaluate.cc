@@ -199,11 +199,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
           const auto pace = schedulers::MeasureReplayedPace(*ctx);
-          c["replayed_pace"] = pace ? nlohmann::json{{"seconds_per_iteration", pace->seconds_per_iteration},
-                                                     {"over_tau", pace->over_tau},
-                                                     {"slow_share", pace->slow_share},
-                                                     {"irregular", schedulers::IrregularPace(*pace)}}
-                                    : nlohmann::json();
+          c["replayed_pace"] = ReplayedPaceJson(*ctx);
           // Once per log (the tier and window do not move it; the warm-up does).
           if (pace && schedulers::IrregularPace(*pace) && warned_pace.insert(log + "/" + w.text).second) {
             std::cerr << "viper evaluate: " << log << " (warm-up " << w.text << "): "

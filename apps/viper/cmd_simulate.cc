@@ -298,11 +298,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["separate_truth"] = ctx.separate_truth;
     j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
     j["tau_source"] = ctx.tau_source;
-    j["replayed_pace"] = pace ? nlohmann::json{{"seconds_per_iteration", pace->seconds_per_iteration},
-                                               {"over_tau", pace->over_tau},
-                                               {"slow_share", pace->slow_share},
-                                               {"irregular", schedulers::IrregularPace(*pace)}}
-                              : nlohmann::json();
+    j["replayed_pace"] = ReplayedPaceJson(ctx);
     j["warmup_iterations"] = p.warmup_iterations;
     j["total_iterations"] = p.total_iterations;
     j["seconds_per_iteration"] = p.seconds_per_iteration;

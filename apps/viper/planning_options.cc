@@ -224,6 +224,15 @@ StatusOr<double> GivenTau(const TrainingLog& log, const PlanningOptions& o, std:
 
 }  // namespace
 
+nlohmann::json ReplayedPaceJson(const PlanningContext& ctx) {
+  const auto pace = schedulers::MeasureReplayedPace(ctx);
+  if (!pace) return nlohmann::json();
+  return {{"seconds_per_iteration", pace->seconds_per_iteration},
+          {"over_tau", pace->over_tau},
+          {"slow_share", pace->slow_share},
+          {"irregular", schedulers::IrregularPace(*pace)}};
+}
+
 StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, const PlanningOptions& o) {
   PlanningContext ctx;
   VIPER_ASSIGN_OR_RETURN(ctx.log, ReadLog(log_options));

@@ -96,6 +96,11 @@ Status CheckSimulationSize(const PlanningContext& ctx, const schedulers::Schedul
 // plan before simulating it.
 simulator::ScheduleCheck SimulationSizeCheck(const PlanningContext& ctx);
 
+// The replayed clock against tau (schedulers::MeasureReplayedPace) as the
+// simulate and evaluate JSONs carry it: null when the scenario replays no
+// per-iteration times.
+nlohmann::json ReplayedPaceJson(const PlanningContext& ctx);
+
 // One line saying what the schedules are judged on; warns when the truth is
 // the noisy per-batch training loss.
 std::string TruthNote(const PlanningContext& ctx);

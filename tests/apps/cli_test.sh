@@ -65,6 +65,16 @@ if [ -f "$log" ]; then
   # A staleness table: requests are charged L(version, traffic); the JSON says which judge.
   expect_in "$tmp/sim.json" '"judge": "diagonal"' "without a table the judge is the diagonal"
   expect_in "$tmp/out" "a stale version is charged the loss it had on its own traffic" "the table says a stale version is charged its own-time loss"
+  expect_in "$tmp/out" "replayed clock after the warm-up" "simulate prints the replayed clock"
+  # The replayed clock next to tau: regular on the shipped log; a copy that
+  # stalls 30 s at three points after the warm-up is irregular, and evaluate
+  # says so once for the log (not once per case).
+  expect_in "$tmp/sim.json" '"irregular": false' "the shipped log's replayed clock is regular"
+  zcat "$log" | awk -F, 'BEGIN { OFS = "," } NR == 1 { print; next } { if ($1 == 2000 || $1 == 2500 || $1 == 3000) e += 30; $3 += e; print }' >"$tmp/loaded.csv"
+  expect_rc 0 "evaluate on a log written on a loaded machine" "$viper" evaluate --logs "$tmp/loaded.csv" --tiers gpu,host --warmups 20% --strategies epoch -q --json "$tmp/loaded.json"
+  expect_in "$tmp/err" "an irregular pace" "evaluate warns about the irregular replayed clock"
+  if [ "$(grep -c "an irregular pace" "$tmp/err")" = 1 ]; then passes=$((passes + 1)); else fail "evaluate warns once per log, not per case" "$tmp/err"; fi
+  expect_in "$tmp/loaded.json" '"irregular": true' "the evaluate JSON marks the irregular clock"
   swap="$src/datasets/logs/swap-sgd-h256.csv.gz"
   expect_rc 0 "simulate with the staleness table beside the log" "$viper" simulate --log "$swap" -q --staleness auto --json "$tmp/st.json" --requests-csv "$tmp/st.csv"
   expect_in "$tmp/st.json" '"judge": "staleness table"' "with a table the JSON names the judge"
