@@ -11,12 +11,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -1042,13 +1045,37 @@ const internal::ShmControl* MappedShmControl() {
 }
 
 // True once process `pid` (on this node) has exited: gone, or a zombie.
-bool ProcessExited(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return true;
+// A process as /proc/<pid>/stat shows it: its state and its start time
+// (clock ticks after boot), or nullopt when there is no such process.
+struct ProcStat {
   char state = '?';
-  const int got = std::fscanf(f, "%*d (%*[^)]) %c", &state);
-  std::fclose(f);
-  return got == 1 && (state == 'Z' || state == 'X');
+  unsigned long long start_ticks = 0;
+};
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return std::nullopt;
+  // The command name may hold spaces and parentheses: the fields follow the last ')'.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  ProcStat st;
+  std::string skip;
+  rest >> st.state;
+  for (int field = 4; field < 22 && rest; ++field) rest >> skip;  // ppid .. itrealvalue
+  rest >> st.start_ticks;
+  if (!rest) return std::nullopt;
+  return st;
+}
+// Whether the process that had `pid` and started at `start_ticks` has
+// exited: gone, a zombie, or its pid now names another process started
+// later (pids wrap at 32768 on the 2-core VM). On a loaded VM the wait
+// below once found the dead rank exited and the assertion's second read
+// found it running (cause not found; a reused pid would do it): one read
+// decides now.
+bool ProcessExited(pid_t pid, unsigned long long start_ticks) {
+  const auto st = ReadProcStat(pid);
+  return !st || st->state == 'Z' || st->state == 'X' || st->start_ticks != start_ticks;
 }
 
 // A consumer process that really dies (_exit, no MPI_Finalize) during a
@@ -1084,6 +1111,10 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
   const int my_pid = static_cast<int>(::getpid());
   MPI_Gather(&my_pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (Rank() == 0) {
+    // The dead rank's start time while it is alive (it waits at the barrier below).
+    const pid_t dead_pid = static_cast<pid_t>(pids[static_cast<std::size_t>(dead)]);
+    const auto dead_stat = ReadProcStat(dead_pid);
+    ASSERT_TRUE(dead_stat.has_value()) << "rank " << dead << " (pid " << dead_pid << ") is not on this node";
     auto pub = Publisher::Create(s.pub);
     ASSERT_TRUE(pub.ok());
     // Two-sided, 16 MiB: the survivor gets no byte until the dead rank's
@@ -1099,11 +1130,12 @@ TEST_P(MpiKillByProtocol, ConsumerKilledDuringPublishIsDropped) {
     for (std::size_t v = 0; v < models.size(); ++v) {
       if (v == 1) {  // the rank is gone before version 1 (same node: its pid is visible)
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (!ProcessExited(static_cast<pid_t>(pids[static_cast<std::size_t>(dead)])) &&
+        bool exited = false;
+        while (!(exited = ProcessExited(dead_pid, dead_stat->start_ticks)) &&
                std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        ASSERT_TRUE(ProcessExited(static_cast<pid_t>(pids[static_cast<std::size_t>(dead)])));
+        ASSERT_TRUE(exited) << "rank " << dead << " (pid " << dead_pid << ") still runs after 30 s";
       }
       auto r = (*pub)->Publish(models[v], static_cast<int64_t>(10 * v));
       ASSERT_TRUE(r.ok()) << r.status().ToString();
