@@ -199,7 +199,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
           const auto pace = schedulers::MeasureReplayedPace(*ctx);
-          c["replayed_pace"] = ReplayedPaceJson(*ctx);
+          c["replayed_pace"] = ReplayedPaceJson(pace);
           // Once per log (the tier and window do not move it; the warm-up does).
           if (pace && schedulers::IrregularPace(*pace) && warned_pace.insert(log + "/" + w.text).second) {
             std::cerr << "viper evaluate: " << log << " (warm-up " << w.text << "): "

@@ -298,7 +298,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     j["separate_truth"] = ctx.separate_truth;
     j["truth_is_training_loss"] = TruthIsTrainingLoss(ctx);
     j["tau_source"] = ctx.tau_source;
-    j["replayed_pace"] = ReplayedPaceJson(ctx);
+    j["replayed_pace"] = ReplayedPaceJson(pace);
     j["warmup_iterations"] = p.warmup_iterations;
     j["total_iterations"] = p.total_iterations;
     j["seconds_per_iteration"] = p.seconds_per_iteration;

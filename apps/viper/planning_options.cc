@@ -224,8 +224,7 @@ StatusOr<double> GivenTau(const TrainingLog& log, const PlanningOptions& o, std:
 
 }  // namespace
 
-nlohmann::json ReplayedPaceJson(const PlanningContext& ctx) {
-  const auto pace = schedulers::MeasureReplayedPace(ctx);
+nlohmann::json ReplayedPaceJson(const std::optional<schedulers::ReplayedPace>& pace) {
   if (!pace) return nlohmann::json();
   return {{"seconds_per_iteration", pace->seconds_per_iteration},
           {"over_tau", pace->over_tau},

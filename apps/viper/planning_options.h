@@ -99,7 +99,7 @@ simulator::ScheduleCheck SimulationSizeCheck(const PlanningContext& ctx);
 // The replayed clock against tau (schedulers::MeasureReplayedPace) as the
 // simulate and evaluate JSONs carry it: null when the scenario replays no
 // per-iteration times.
-nlohmann::json ReplayedPaceJson(const PlanningContext& ctx);
+nlohmann::json ReplayedPaceJson(const std::optional<schedulers::ReplayedPace>& pace);
 
 // One line saying what the schedules are judged on; warns when the truth is
 // the noisy per-batch training loss.
