@@ -228,6 +228,43 @@ TEST(ReturnPredictorTest, AnEarlySwitchRefutesThePrediction) {
   EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
 }
 
+// Under the wall clock a stall moves the traffic on while the producer waits.
+// The return predicted at 3990 (tolerance 50), published ahead at iteration
+// 3010, is seen at iteration 3060, three measurements after the last switch
+// (3000) but a stay later in the traffic: it confirms the prediction, not a
+// repeat of the last switch. And a switch seen across a wide gap (traffic
+// 3800 to 4000 while a stall ran: middle 3900, 90 from the prediction)
+// confirms it when the gap meets the tolerance; one that falls wholly before
+// it (3700 to 3760) refutes it.
+TEST(ReturnPredictorTest, APredictedReturnSeenAcrossAStallConfirmsIt) {
+  const std::vector<std::pair<int64_t, double>> kept = {{900, 0.5}};
+  {
+    ReturnPredictor p = ThreeEvenSwitches();
+    ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, kept, kGap).has_value());
+    p.Activate(0.5, 3100);
+    EXPECT_EQ(p.AddSwitch(3060, 3960, 4000, 900, kGap), ReturnPredictor::SwitchSeen::kConfirmed);
+    EXPECT_EQ(p.switches().size(), 4u);
+    EXPECT_EQ(p.AddSwitch(3080, 4000, 4020, 900, kGap), ReturnPredictor::SwitchSeen::kRepeated)
+        << "seen again by the other detector";
+  }
+  {
+    ReturnPredictor p = ThreeEvenSwitches();
+    ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, kept, kGap).has_value());
+    p.Activate(0.5, 3100);
+    EXPECT_EQ(p.AddSwitch(3200, 3800, 4000, 900, kGap), ReturnPredictor::SwitchSeen::kConfirmed);
+  }
+  {
+    ReturnPredictor p = ThreeEvenSwitches();
+    ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, kept, kGap).has_value());
+    p.Activate(0.5, 3100);
+    EXPECT_EQ(p.AddSwitch(3200, 3700, 3760, 900, kGap), ReturnPredictor::SwitchSeen::kRefuted);
+  }
+  {
+    ReturnPredictor p = ThreeEvenSwitches();  // no anticipation: three measurements on is the same switch
+    EXPECT_EQ(p.AddSwitch(3060, 3960, 4000, 900, kGap), ReturnPredictor::SwitchSeen::kRepeated);
+  }
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace schedulers
