@@ -29,9 +29,12 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   const bool meets_prediction = within && !active_->confirmed;
   // One switch seen twice (a re-publish, then the slower change detector, or
   // the other way round) within four measurement gaps is one; not when it is
-  // the predicted return.
+  // the predicted return. The gaps are counted in the traffic's iterations,
+  // from the end of the last switch's interval: under the wall clock a
+  // stall moves the traffic on between two measurements, and a switch a
+  // stall's traffic after the last one is another switch.
   if (!meets_prediction && !switches_.empty() &&
-      static_cast<double>(at - switches_.back().at) <= 4.0 * measurement_gap) {
+      traffic_at - (switches_.back().middle + switches_.back().halfwidth) <= 4.0 * measurement_gap) {
     return SwitchSeen::kRepeated;
   }
   // The regime that ended was served by the model an anticipation replaced,

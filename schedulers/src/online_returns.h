@@ -57,7 +57,7 @@ class ReturnPredictor {
   };
   // What AddSwitch made of a switch.
   enum class SwitchSeen {
-    kRepeated,   // within four measurement gaps of the last one and not the predicted return: the same switch, ignored
+    kRepeated,   // within four measurement gaps of traffic after the last one and not the predicted return: the same switch, ignored
     kRecorded,   // a new switch, no anticipation waiting for it
     kConfirmed,  // a new switch whose interval meets the active anticipation's tolerance
     kRefuted,    // a new switch outside it: the prediction failed

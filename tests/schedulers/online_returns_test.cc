@@ -259,10 +259,19 @@ TEST(ReturnPredictorTest, APredictedReturnSeenAcrossAStallConfirmsIt) {
     p.Activate(0.5, 3100);
     EXPECT_EQ(p.AddSwitch(3200, 3700, 3760, 900, kGap), ReturnPredictor::SwitchSeen::kRefuted);
   }
-  {
-    ReturnPredictor p = ThreeEvenSwitches();  // no anticipation: three measurements on is the same switch
-    EXPECT_EQ(p.AddSwitch(3060, 3960, 4000, 900, kGap), ReturnPredictor::SwitchSeen::kRepeated);
-  }
+}
+
+// A switch three measurements after the last one (at 3000, traffic 2980 to
+// 3000) is the same switch when its traffic is too (3040 to 3060, within
+// four gaps of 3000), another one when a stall moved the traffic on between
+// them (3500 to 3540), as it does under the wall clock.
+TEST(ReturnPredictorTest, ASwitchAStallsTrafficAfterTheLastOneIsAnother) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  EXPECT_EQ(p.AddSwitch(3060, 3040, 3060, 900, kGap), ReturnPredictor::SwitchSeen::kRepeated);
+  EXPECT_EQ(p.switches().size(), 3u);
+  EXPECT_EQ(p.AddSwitch(3060, 3500, 3540, 900, kGap), ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(p.switches().size(), 4u);
+  EXPECT_DOUBLE_EQ(p.switches().back().middle, 3520);
 }
 
 }  // namespace
