@@ -395,10 +395,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   }
   // An anticipated return is seen when a change is detected (AddSwitch) or
   // when the model it published measures better than at its publishing by
-  // twice the gate's margin (the traffic came back to its domain). It holds
+  // twice the gate's margin (the traffic came back to its domain), placed at
+  // the first measurement since which it has (ReturnShownFrom). It holds
   // everything else until the traffic is past its switch; one that did not
   // come by its tolerance was a wrong prediction.
-  if (returns_->ServedShowsReturn(served_loss_, MarginFor(sigma))) AddSwitch(idx);
+  if (returns_->ServedShowsReturn(served_loss_, MarginFor(sigma))) AddSwitch(ReturnShownFrom(MarginFor(sigma)));
   if (returns_->Settle(TrafficAt(now), MeasurementGap())) ++summary_.anticipation_failed;
   const bool holding = returns_->holding();
   if (holding) want = false;

@@ -142,6 +142,12 @@ bool ReturnPredictor::ServedShowsReturn(std::optional<double> served_loss, doubl
   return active_ && !active_->confirmed && served_loss && *served_loss < active_->loss - 2.0 * gate_margin;
 }
 
+size_t ReturnPredictor::ShownFor(const std::vector<double>& served, double gate_margin) const {
+  size_t shown = 0;
+  for (size_t i = served.size(); i-- > 1 && ServedShowsReturn(served[i - 1], gate_margin);) ++shown;
+  return shown;
+}
+
 bool ReturnPredictor::Settle(double traffic, double measurement_gap) {
   if (!active_) return false;
   // A confirmed switch holds until the traffic is past the predicted

@@ -116,6 +116,14 @@ class ReturnPredictor {
   // unconfirmed anticipation's switch: better than at its publishing by twice
   // the gate's margin `gate_margin` (the traffic came back to its domain).
   bool ServedShowsReturn(std::optional<double> served_loss, double gate_margin) const;
+  // For how many measurements before the latest the served model has shown
+  // it without a break (0: only at the latest), by today's margin: `served`
+  // is one model's re-measurements at consecutive measurements, oldest
+  // first, the latest last. The switch fell before the first of them: a
+  // return already under way when its model arrived shows from its first
+  // re-measurement, and the test may pass only later, when the margin
+  // shrinks (bench/README.md, "Twentieth session").
+  size_t ShownFor(const std::vector<double>& served, double gate_margin) const;
   // Ends the active anticipation once the traffic is past its switch (when
   // confirmed: by half a measurement gap, and past where it was seen) or
   // past its tolerance (not confirmed: a failed prediction, which stops

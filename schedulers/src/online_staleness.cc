@@ -300,6 +300,27 @@ bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
   return std::fabs(latest - then) <= JumpThreshold(sigma);
 }
 
+size_t OnlinePlanner::ReturnShownFrom(double gate_margin) const {
+  // The served model's re-measurements at the latest measurements, back to
+  // the first where another model served or it was not re-measured.
+  std::vector<double> served;
+  std::vector<size_t> at;
+  size_t m = measured_.size();
+  for (size_t r = remeasured_.size(); r-- > 0 && m > 0;) {
+    const Remeasurement& e = remeasured_[r];
+    if (!(e.served && e.served->first == served_model()) ||
+        static_cast<int64_t>(measured_.iterations[m - 1]) != e.iteration) {
+      break;
+    }
+    served.push_back(e.served->second);
+    at.push_back(--m);
+  }
+  if (served.empty()) return measured_.size() - 1;
+  std::reverse(served.begin(), served.end());
+  std::reverse(at.begin(), at.end());
+  return at[at.size() - 1 - returns_->ShownFor(served, gate_margin)];
+}
+
 double OnlinePlanner::JumpThreshold(double sigma) const { return options_.change_threshold * sigma * std::sqrt(2.0); }
 
 bool OnlinePlanner::ServedStillRising() const {

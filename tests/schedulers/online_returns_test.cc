@@ -274,6 +274,22 @@ TEST(ReturnPredictorTest, ASwitchAStallsTrafficAfterTheLastOneIsAnother) {
   EXPECT_DOUBLE_EQ(p.switches().back().middle, 3520);
 }
 
+// The active anticipation's model measured 0.5 when published; with a margin
+// of 0.05 a re-measurement below 0.4 shows the return. Re-measured 0.45,
+// 0.38, 0.39, 0.37 (the latest last), it has shown it for the two before the
+// latest; broken by 0.45 it counts no further back. Without an active,
+// unconfirmed anticipation nothing shows.
+TEST(ReturnPredictorTest, AReturnShowsFromTheFirstReMeasurementBelowTheMargin) {
+  ReturnPredictor p = ThreeEvenSwitches();
+  EXPECT_EQ(p.ShownFor({0.38, 0.37}, 0.05), 0u) << "no anticipation";
+  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+  p.Activate(0.5, 3100);
+  EXPECT_EQ(p.ShownFor({0.45, 0.38, 0.39, 0.37}, 0.05), 2u);
+  EXPECT_EQ(p.ShownFor({0.38, 0.45, 0.39, 0.37}, 0.05), 1u);
+  EXPECT_EQ(p.ShownFor({0.37}, 0.05), 0u);
+  EXPECT_EQ(p.ShownFor({0.38, 0.39, 0.37}, 0.01), 2u) << "today's margin";
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace schedulers

@@ -435,6 +435,11 @@ class OnlinePlanner {
   // a change the detector places at `begin` is then the producer's own (a
   // model re-learning after a switch seen earlier), not the traffic's.
   bool ServedStayedAcross(size_t begin, double sigma) const;
+  // The measurement (index into measured_) from which the served model has
+  // shown the active anticipation's return without a break, the current one
+  // at the latest (ReturnPredictor::ShownFor over its re-measurements at
+  // consecutive measurements).
+  size_t ReturnShownFrom(double gate_margin) const;
   // Both read this: change_threshold noise sd (`sigma`) of a difference of
   // two measurements.
   double JumpThreshold(double sigma) const;
