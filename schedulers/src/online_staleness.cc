@@ -301,24 +301,20 @@ bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
 }
 
 size_t OnlinePlanner::ReturnShownFrom(double gate_margin) const {
-  // The served model's re-measurements at the latest measurements, back to
-  // the first where another model served or it was not re-measured.
+  // The served model's re-measurements at the latest consecutive
+  // measurements, back to the first where another model served or it was
+  // not re-measured; the k-th from the end is at measurement size - 1 - k.
   std::vector<double> served;
-  std::vector<size_t> at;
-  size_t m = measured_.size();
-  for (size_t r = remeasured_.size(); r-- > 0 && m > 0;) {
+  for (size_t r = remeasured_.size(), m = measured_.size(); r-- > 0 && m-- > 0;) {
     const Remeasurement& e = remeasured_[r];
     if (!(e.served && e.served->first == served_model()) ||
-        static_cast<int64_t>(measured_.iterations[m - 1]) != e.iteration) {
+        static_cast<int64_t>(measured_.iterations[m]) != e.iteration) {
       break;
     }
     served.push_back(e.served->second);
-    at.push_back(--m);
   }
-  if (served.empty()) return measured_.size() - 1;
   std::reverse(served.begin(), served.end());
-  std::reverse(at.begin(), at.end());
-  return at[at.size() - 1 - returns_->ShownFor(served, gate_margin)];
+  return measured_.size() - 1 - returns_->ShownFor(served, gate_margin);
 }
 
 double OnlinePlanner::JumpThreshold(double sigma) const { return options_.change_threshold * sigma * std::sqrt(2.0); }
