@@ -131,6 +131,10 @@ class ReturnPredictor {
   bool Settle(double traffic, double measurement_gap);
   // Whether an active anticipation holds every other publish.
   bool holding() const { return active_.has_value(); }
+  // The model the active anticipation replaced: the one that serves the
+  // ending domain while the returning domain's model is published ahead of
+  // the switch (-1: no anticipation is active).
+  int64_t replaced_model() const { return active_ ? pre_anticipation_model_ : -1; }
 
   // The median spacing of the switches seen (traffic iterations); nullopt
   // before two.

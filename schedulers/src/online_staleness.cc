@@ -26,6 +26,13 @@ namespace {
 // runs of the development and held-out sets 1, 3-6, where fresh models that
 // have seen both domains beat late re-publishes (bench/README.md).
 constexpr double kReactiveLagShare = 0.35;
+// A reactive re-publish that kReactiveLagShare skips is still made when the
+// next switch is predicted and it lands at least this share of the spacing
+// before it: an anticipation serves that switch, so the kept model is wrong
+// for none of the next stay, and it serves its own domain for the rest of
+// this one where the served model is the other domain's (bench/README.md,
+// "Twenty-first session").
+constexpr double kPredictedStayShare = 0.2;
 
 }  // namespace
 
@@ -130,7 +137,14 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // anticipation reads (else a slow tier, which skips every reactive
     // re-publish, would never anticipate the returns it needs most).
     if (wins && !in_time) returns_->NoteRepublish(best->first);
-    bool better = in_time && wins;
+    bool before_predicted = false;
+    if (wins && !in_time) {
+      if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
+        before_predicted = r->model != best->first &&
+                           TrafficAt(now) + DeliveryLag() <= r->change - kPredictedStayShare * *spacing;
+      }
+    }
+    bool better = (in_time || before_predicted) && wins;
     if (better) {
       VIPER_ASSIGN_OR_RETURN(better, plan_wants(best->second));
     }
@@ -173,10 +187,17 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   const double traffic_before =
       begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
   // The ending regime's own last model, when it measured better than the
-  // served one at that last measurement (both on that moment's sample).
+  // model serving that regime at that last measurement (both on that
+  // moment's sample). An anticipation serves the coming domain's model ahead
+  // of the switch: the ending domain's is the one it replaced, re-measured
+  // there as kept (a model of the coming domain measures badly on the ending
+  // one, and the producer's own, whatever domain it was trained on, would
+  // pass for that domain's best; bench/README.md, "Twenty-first session").
   int64_t better = -1;
   if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
-    const double served_then = served_by_measurement_[begin - 1];
+    const int64_t replaced = returns_->replaced_model();
+    const double served_then =
+        replaced >= 0 ? RemeasuredAt(begin - 1, replaced) : served_by_measurement_[begin - 1];
     if (std::isfinite(served_then) && measured_.losses[begin - 1] < served_then) {
       better = static_cast<int64_t>(measured_.iterations[begin - 1]);
     }
@@ -294,10 +315,34 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
 bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
   const size_t now = measured_.size() - 1;
   if (begin == 0 || begin > now || now >= served_by_measurement_.size()) return false;
-  const double then = served_by_measurement_[begin - 1], latest = served_by_measurement_[now];
-  if (!std::isfinite(then) || !std::isfinite(latest)) return false;
-  if (ServedAt(static_cast<int64_t>(measured_.iterations[begin - 1])) != served_model()) return false;
-  return std::fabs(latest - then) <= JumpThreshold(sigma);
+  const int64_t before = ServedAt(static_cast<int64_t>(measured_.iterations[begin - 1]));
+  if (before == served_model()) {
+    const double then = served_by_measurement_[begin - 1], latest = served_by_measurement_[now];
+    if (!std::isfinite(then) || !std::isfinite(latest)) return false;
+    return std::fabs(latest - then) <= JumpThreshold(sigma);
+  }
+  // A publish fell between (under the wall clock a fresh model goes out
+  // while the producer's own data switch is still being detected): a model
+  // re-measured at both measurements tells. A model of the other domain
+  // moves by a multiple of its level at a switch, which a regime that held a
+  // transition may measure as noise: a move of more than half its level is
+  // a move too (bench/README.md, "Twenty-first session").
+  for (int64_t model : {served_model(), before}) {
+    const double then = RemeasuredAt(begin - 1, model), latest = RemeasuredAt(now, model);
+    if (std::isfinite(then) && std::isfinite(latest)) {
+      return std::fabs(latest - then) <= std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
+    }
+  }
+  return false;
+}
+
+double OnlinePlanner::RemeasuredAt(size_t m, int64_t model) const {
+  const int64_t iteration = static_cast<int64_t>(measured_.iterations[m]);
+  for (auto e = remeasured_.rbegin(); e != remeasured_.rend(); ++e) {
+    if (e->iteration == iteration) return e->LossOf(model);
+    if (e->iteration < iteration) break;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 size_t OnlinePlanner::ReturnShownFrom(double gate_margin) const {

@@ -407,13 +407,93 @@ TEST(StalenessScenarioTest, AReturnIsASwitchAgainstTheServedModelsCommittedLoss)
   // re-plan would do with the kept model as the candidate (it pays a stall
   // and its lag like any checkpoint). Before, this run re-published the
   // warm-up's model at 1400 and 950 at 1800, 10 checkpoints, +64%; the
-  // re-plan wants neither, 5 checkpoints, +52%.
-  const std::vector<int64_t> models = Models(*plan);
-  ASSERT_EQ(models.size(), plan->schedule.size()) << plan->summary.message;
-  int republished = 0;
-  for (size_t q = 0; q < plan->schedule.size(); ++q) republished += models[q] != plan->schedule[q];
-  EXPECT_EQ(republished, 0) << plan->summary.message;
+  // re-plan wants neither, 5 checkpoints, +52%. Since the twenty-first
+  // session the returns are predicted and published ahead, none fails, and
+  // a re-publish too late for the reactive rule is made when it lands well
+  // before the next predicted switch: +43.8% -> +27.7% over the oracle
+  // (with the drift prior off, as here).
   EXPECT_LE(plan->schedule.size(), 10u) << plan->summary.message;
+  EXPECT_EQ(plan->summary.message.find("did not come"), std::string::npos) << plan->summary.message;
+  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
+  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
+  ASSERT_TRUE(online.ok() && oracle.ok());
+  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_LT(online->cil, 1.35 * bound->cil) << plan->summary.message << "; online " << online->cil << ", oracle "
+                                            << bound->cil;
+}
+
+// Under the wall clock the traffic runs ahead of the producer, so the
+// producer's own training data switches domain after the traffic's did, and
+// the change detector sees that switch in the candidate's curve. The served
+// model tells the two apart (it stays put across the producer's switch), but
+// not when a publish fell between the two measurements: until the
+// twenty-first session that was a switch of the traffic. On held-out set 14's
+// swaps (bench/devsets/set14/q-swaps800: classes 5 and 9 swapped back and forth
+// every 800 iterations from 1100; host) such a false switch refuted a
+// correct prediction and stopped predictions for the rest of the run: +97%
+// over the oracle (drift prior off, as here). The model re-measured at both
+// measurements (the one served before, kept, or the new one, kept before)
+// stayed put, so it is no switch: +39%.
+TEST(StalenessScenarioTest, APublishBetweenIsNoSwitchWhenAModelReMeasuredAcrossStayedPut) {
+  auto sc = FrozenWallScenario("set14", "q-swaps800", Tier::kHost);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string& m = plan->summary.message;
+  EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
+  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
+  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
+  ASSERT_TRUE(online.ok() && oracle.ok());
+  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_LT(online->cil, 1.6 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+}
+
+// When an anticipation has published the returning domain's model ahead of a
+// switch, that model serves the last stretch of the ending domain, where it
+// measures badly. The ending domain's best model was read against it: the
+// producer's own model there, of whichever domain it was trained on, passed
+// for the ending domain's best and went out ahead of that domain's next
+// return. On set 1's recurring run (bench/devsets/set1/h-recur60: 60 degrees
+// every 600 iterations; host) that was +65% over the oracle; read against the
+// model the anticipation replaced (re-measured there as kept), +50%.
+TEST(StalenessScenarioTest, TheEndingDomainsBestIsReadAgainstTheModelServingIt) {
+  auto sc = FrozenWallScenario("set1", "h-recur60", Tier::kHost);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string& m = plan->summary.message;
+  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
+  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
+  ASSERT_TRUE(online.ok() && oracle.ok());
+  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_LT(online->cil, 1.57 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+}
+
+// A reactive re-publish that would land more than 0.35 of the switches'
+// spacing after the switch it reacts to is skipped (the kept model would
+// serve the wrong domain after the next switch). Once the next switch is
+// predicted an anticipation serves it, and the re-publish is made when it
+// lands at least 0.2 of the spacing before that switch. On set 4's recurring
+// run (bench/devsets/set4/f-recur30, host, the default drift prior) the
+// first return's kept model then serves the last part of that stay: +28.8%
+// -> +15.7% over the oracle.
+TEST(StalenessScenarioTest, ALateRePublishIsMadeWhenItLandsWellBeforeThePredictedSwitch) {
+  auto sc = FrozenWallScenario("set4", "f-recur30", Tier::kHost);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.drift_prior = OnlinePlanner::Options().drift_prior;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string& m = plan->summary.message;
+  EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
+  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
+  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
+  ASSERT_TRUE(online.ok() && oracle.ok());
+  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_LT(online->cil, 1.22 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
 }
 
 // A run that collapses (collapse-sgd-h256: the learning rate jumps 60x at

@@ -430,11 +430,19 @@ class OnlinePlanner {
   // change_threshold noise sd (`sigma`) of a difference: a switch of the
   // traffic's domain (Decide).
   bool ServedJumped(double sigma) const;
-  // Whether one model served from measurement `begin - 1` to the current one,
-  // re-measured at both, and moved by no more than ServedJumped's threshold:
-  // a change the detector places at `begin` is then the producer's own (a
-  // model re-learning after a switch seen earlier), not the traffic's.
+  // Whether the served model stayed put from measurement `begin - 1` to the
+  // current one: a change the detector places at `begin` is then the
+  // producer's own (a model re-learning after a switch seen earlier, or, under
+  // the wall clock, the producer's training data switching after the
+  // traffic's did), not the traffic's. One model served throughout: it moved
+  // by no more than ServedJumped's threshold. A publish fell between: the
+  // newly served model (kept, re-measured before) or the one it replaced
+  // (kept, re-measured now), re-measured at both, moved by no more than that
+  // threshold and by no more than half its level.
   bool ServedStayedAcross(size_t begin, double sigma) const;
+  // The loss of `model` re-measured at measurement `m` of measured_ (served
+  // or kept; NaN where it was not, or that record is no longer kept).
+  double RemeasuredAt(size_t m, int64_t model) const;
   // The measurement (index into measured_) from which the served model has
   // shown the active anticipation's return without a break, the current one
   // at the latest (ReturnPredictor::ShownFor over its re-measurements at
