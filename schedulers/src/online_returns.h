@@ -136,6 +136,8 @@ class ReturnPredictor {
   // the switch (-1: no anticipation is active).
   int64_t replaced_model() const { return active_ ? pre_anticipation_model_ : -1; }
 
+  // Regimes between a domain and its return (0: no return seen yet).
+  size_t cycle() const { return cycle_; }
   // The median spacing of the switches seen (traffic iterations); nullopt
   // before two.
   std::optional<double> SwitchSpacing() const;

@@ -137,6 +137,26 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // anticipation reads (else a slow tier, which skips every reactive
     // re-publish, would never anticipate the returns it needs most).
     if (wins && !in_time) returns_->NoteRepublish(best->first);
+    // So does one named model, before any return was seen: the one that
+    // served the regime two back (the simplest recurrence, two domains
+    // taking turns), once it measures better now than both the served model
+    // and the candidate by the gate's margin. One hypothesis carries no
+    // best-of-K bias; where the domains differ by little (two classes
+    // swapped) that bias hid every return and no return was ever predicted
+    // (bench/README.md, "Twenty-first session").
+    if (!wins && returns_->cycle() == 0) {
+      const size_t n = returns_->switches().size();
+      const std::vector<int64_t>& served_by_regime = returns_->regime_models();
+      if (n >= 2 && n - 2 < served_by_regime.size()) {
+        const int64_t two_back = served_by_regime[n - 2];
+        const auto k = std::find_if(kept_now.begin(), kept_now.end(),
+                                    [&](const auto& e) { return e.first == two_back; });
+        const double m = MarginFor(sigma);
+        if (k != kept_now.end() && k->second < v - m && k->second < *served_loss_ - m) {
+          returns_->NoteRepublish(two_back);
+        }
+      }
+    }
     bool before_predicted = false;
     if (wins && !in_time) {
       if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
