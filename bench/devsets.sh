@@ -15,10 +15,10 @@
 # regret by tens of points per case (bench/README.md, "Ninth session"): compare
 # builds on these frozen files, and keep a fresh draw (or --set 5) for the
 # check that a change was not fitted to them. These sets guided changes: they
-# are not held out. bench/devsets/set14 holds one run of held-out set 14
-# (q-swaps800, trained 2026-11-28), the fixture of a scheduler test
-# (StalenessScenarioTest.APublishBetweenIsNoSwitchWhen...); it is not one
-# of the sets evaluated here. A pace 1% off moves single cases by up to 34 points
+# are not held out. bench/devsets/set8 and set14 each hold one run of
+# held-out sets 8 and 14 (b-swaps450, q-swaps800, trained 2026-11-27/28),
+# fixtures of scheduler tests (StalenessScenarioTest.AServedModelMoving...,
+# APublishBetweenIsNoSwitchWhen...); they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
 # (bench/README.md, "Tenth session"): with --paces 0.99,1,1.01 a comparison
 # (bench/compare_evals.py) averages each case over the paces.
 #

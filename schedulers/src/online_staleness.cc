@@ -329,7 +329,12 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
     return false;
   }
   if (!(now.served && before.served && now.served->first == before.served->first)) return false;
-  return std::fabs(now.served->second - before.served->second) > JumpThreshold(sigma);
+  // ServedStayedAcross's bounds, the other way round: a move of more than
+  // half its level is a jump however noisy the regime measured (one that
+  // held a transition measures a noise sd that hides a model of the other
+  // domain tripling; bench/README.md, "Twenty-first session").
+  const double then = before.served->second, latest = now.served->second;
+  return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
 }
 
 bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {

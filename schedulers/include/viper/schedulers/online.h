@@ -427,8 +427,8 @@ class OnlinePlanner {
   bool ServedStillRising() const;
   // Whether the served model, re-measured at the current measurement and at
   // the one before (the same model both times), moved by more than
-  // change_threshold noise sd (`sigma`) of a difference: a switch of the
-  // traffic's domain (Decide).
+  // change_threshold noise sd (`sigma`) of a difference, or by more than half
+  // its level: a switch of the traffic's domain (Decide).
   bool ServedJumped(double sigma) const;
   // Whether the served model stayed put from measurement `begin - 1` to the
   // current one: a change the detector places at `begin` is then the
