@@ -317,6 +317,19 @@ StatusOr<Scenario> FrozenWallScenario(const std::string& set, const std::string&
   return MakeScenario(log, o);
 }
 
+// A plan's CIL and the oracle's, both judged on the scenario's table.
+struct AgainstOracle {
+  double online = 0, oracle = 0;
+};
+StatusOr<AgainstOracle> JudgeAgainstOracle(const Scenario& sc, const Plan& plan) {
+  VIPER_ASSIGN_OR_RETURN(auto online,
+                         EvaluateOnSurface(sc.problem, *sc.staleness_truth, plan.schedule, plan.published));
+  VIPER_ASSIGN_OR_RETURN(auto oracle, PlanStrategy(sc, StrategyKind::kOracle));
+  VIPER_ASSIGN_OR_RETURN(
+      auto bound, EvaluateOnSurface(sc.problem, *sc.staleness_truth, oracle.schedule, oracle.published));
+  return AgainstOracle{online.cil, bound.cil};
+}
+
 // A young ramp is not chased on a slow tier under the wall clock. On the
 // frozen set 4 rotation run (bench/devsets/set4/f-rotate: 60 degrees over
 // iterations 1600-2500; pfs, a 0.48 s stall and a 1.15 s delivery, about
@@ -382,12 +395,9 @@ TEST(StalenessScenarioTest, ASameDomainRePublishIsNoSwitch) {
   ASSERT_NE(open, std::string::npos) << m;
   EXPECT_GE(std::stoi(m.substr(open + 1, ahead - open - 1)), 3) << m;
   EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.5 * bound->cil) << m;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.5 * judged->oracle) << m;
 }
 
 // The same rule reads "worse than when it was published" against the served
@@ -415,13 +425,10 @@ TEST(StalenessScenarioTest, AReturnIsASwitchAgainstTheServedModelsCommittedLoss)
   // (with the drift prior off, as here).
   EXPECT_LE(plan->schedule.size(), 10u) << plan->summary.message;
   EXPECT_EQ(plan->summary.message.find("did not come"), std::string::npos) << plan->summary.message;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.35 * bound->cil) << plan->summary.message << "; online " << online->cil << ", oracle "
-                                            << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.35 * judged->oracle)
+      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // Under the wall clock the traffic runs ahead of the producer, so the
@@ -443,12 +450,10 @@ TEST(StalenessScenarioTest, APublishBetweenIsNoSwitchWhenAModelReMeasuredAcrossS
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::string& m = plan->summary.message;
   EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.6 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.6 * judged->oracle)
+      << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // When an anticipation has published the returning domain's model ahead of a
@@ -465,12 +470,10 @@ TEST(StalenessScenarioTest, TheEndingDomainsBestIsReadAgainstTheModelServingIt) 
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::string& m = plan->summary.message;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.57 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.57 * judged->oracle)
+      << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // A reactive re-publish that would land more than 0.35 of the switches'
@@ -489,12 +492,10 @@ TEST(StalenessScenarioTest, ALateRePublishIsMadeWhenItLandsWellBeforeThePredicte
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::string& m = plan->summary.message;
   EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.22 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.22 * judged->oracle)
+      << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // A return is learned from one named model too: the one that served the
@@ -513,12 +514,10 @@ TEST(StalenessScenarioTest, TheModelOfTwoRegimesBackShowsAReturn) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::string& m = plan->summary.message;
   EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.46 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.46 * judged->oracle)
+      << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // A jump of the served model between two re-measurements is a switch when
@@ -538,12 +537,10 @@ TEST(StalenessScenarioTest, AServedModelMovingByHalfItsLevelJumped) {
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::string& m = plan->summary.message;
-  auto online = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
-  auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
-  ASSERT_TRUE(online.ok() && oracle.ok());
-  auto bound = EvaluateOnSurface(sc->problem, *sc->staleness_truth, oracle->schedule, oracle->published);
-  ASSERT_TRUE(bound.ok());
-  EXPECT_LT(online->cil, 1.9 * bound->cil) << m << "; online " << online->cil << ", oracle " << bound->cil;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.9 * judged->oracle)
+      << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // A run that collapses (collapse-sgd-h256: the learning rate jumps 60x at
