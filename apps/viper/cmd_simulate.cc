@@ -137,7 +137,8 @@ namespace {
 struct SimulateArgs {
   LogOptions log;
   PlanningOptions planning;
-  std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv;
+  std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv,
+      decisions_csv;
   double poll_phase_s = 0.0;
   bool quiet = false;
   std::vector<schedulers::StrategyKind> kinds;
@@ -158,6 +159,7 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
       ("trace", po::value(&a->trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")
       ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
       ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
+      ("decisions-csv", po::value(&a->decisions_csv), "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, publish and which model); README, 'Why online published'")
       ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
       ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
   AddPlanningOptions(&desc, &a->planning);
@@ -174,6 +176,13 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
   auto kinds = schedulers::ParseStrategyKinds(a->strategies);
   if (!kinds.ok()) return UsageError("simulate", "--strategies " + a->strategies + ": " + kinds.status().message());
   a->kinds = *kinds;
+  if (!a->decisions_csv.empty()) {
+    if (std::find(a->kinds.begin(), a->kinds.end(), schedulers::StrategyKind::kOnline) == a->kinds.end()) {
+      return UsageError("simulate", "--decisions-csv records online's decisions: add online to --strategies " +
+                                        a->strategies);
+    }
+    a->planning.scenario.online.record_decisions = true;
+  }
   auto trace_kind = schedulers::StrategyKindFromString(a->trace_strategy);
   if (!trace_kind.ok()) {
     return UsageError("simulate", "--trace-strategy " + a->trace_strategy + ": " + trace_kind.status().message());
@@ -229,6 +238,10 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (rows.empty()) return Fail("simulate", InvalidArgumentError("no strategy produced a schedule"));
   for (const auto& r : rows) {
     progress(r.plan.summary.BriefReport() + "; simulated " + r.sim.BriefReport());
+    if (r.kind == schedulers::StrategyKind::kOnline && !a.decisions_csv.empty()) {
+      Status st = WriteText(a.decisions_csv, schedulers::DecisionsCsv(r.plan.decisions));
+      if (!st.ok()) return Fail("simulate", st);
+    }
     if (r.kind != a.trace_kind || (trace_path.empty() && requests_csv.empty())) continue;
     // Re-run the traced strategy recording every request.
     simulator::Simulator::Options traced = so;

@@ -388,9 +388,12 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     return now_wanted;
   };
   VIPER_ASSIGN_OR_RETURN(bool want, plan_wants(v, true));
+  const bool plan_wanted = want;
   // 4. Quality gate: better than the served version by more than the noise.
+  bool gated = false;
   if (want && options_.gate_z > 0 && served_loss_ && !(v < *served_loss_ - MarginFor(sigma))) {
     ++summary_.gated;
+    gated = true;
     want = false;
   }
   // An anticipated return is seen when a change is detected (AddSwitch) or
@@ -412,11 +415,16 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, kept_wants));
   if (kept) want = true;
   // 7. A young ramp under the wall clock: publish nothing yet (RampYounger).
+  bool ramp_hold = false;
   if (want && options_.hold_young_ramps && !returns_->pending() && RampYounger(now)) {
     ++summary_.ramp_holds;
     want = false;
+    ramp_hold = true;
   }
   decided_at_ = want ? now : -1;
+  if (options_.record_decisions) {
+    RecordDecision(now, v, sigma, problem, plan_wanted, gated, holding, ramp_hold, want);
+  }
   summary_.plan_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return want;
 }

@@ -142,6 +142,7 @@ class StrategyImpl : public Strategy {
     s.strategy = kind_;
     Solution sol;
     std::vector<int64_t> published;
+    std::vector<OnlinePlanner::Decision> decisions;
     switch (kind_) {
       case StrategyKind::kEpoch: {
         VIPER_ASSIGN_OR_RETURN(sol, EpochSchedule(p, options_.iterations_per_epoch));
@@ -257,6 +258,7 @@ class StrategyImpl : public Strategy {
         }
         sol.schedule = planner.taken();
         if (planner.summary().republished > 0) published = planner.published();
+        decisions = planner.decisions();
         s.replans = planner.summary().replans;
         s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size())) +
                     ": re-plans exactly at every measurement, gates on measured quality";
@@ -265,6 +267,7 @@ class StrategyImpl : public Strategy {
     }
     plan.schedule = sol.schedule;
     plan.published = std::move(published);
+    plan.decisions = std::move(decisions);
     s.dp_layers = sol.layers;
     s.solver_objective = sol.objective;
     s.checkpoints = static_cast<int64_t>(plan.schedule.size());

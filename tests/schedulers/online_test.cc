@@ -145,6 +145,63 @@ TEST(OnlinePlannerTest, FollowsADecreasingCurveAndPublishesOnlyImprovements) {
   EXPECT_GT(r.summary.replans, 80);  // one per measurement after the warm-up
 }
 
+// With record_decisions, one Decision per measurement after the warm-up that
+// agrees with what the loop did (its checkpoints, its gate's refusals), and
+// DecisionsCsv writes one row each; without it, none are kept.
+TEST(OnlinePlannerTest, RecordsEveryDecisionWhenAsked) {
+  const Problem p = CheapProblem();
+  OnlinePlanner::Options o;
+  o.record_decisions = true;
+  OnlinePlanner planner(p, Forecasters(), o);
+  OnlinePlanner quiet(p, Forecasters());
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> e(0.0, 0.02);
+  for (int64_t i = 20; i <= p.total_iterations; i += 20) {
+    const double v = 0.4 + 1.5 * std::exp(-static_cast<double>(i) / 300.0) + e(rng);
+    for (OnlinePlanner* pl : {&planner, &quiet}) {
+      ASSERT_TRUE(pl->Observe(i, v, ObservationKind::kValidation).ok());
+      auto now = pl->ShouldCheckpoint(i);
+      ASSERT_TRUE(now.ok()) << now.status().ToString();
+      if (*now) ASSERT_TRUE(pl->Commit(i).ok());
+    }
+  }
+  EXPECT_TRUE(quiet.decisions().empty());
+  EXPECT_EQ(quiet.taken(), planner.taken()) << "recording changes no decision";
+  const auto& d = planner.decisions();
+  ASSERT_EQ(d.size(), static_cast<size_t>((p.total_iterations - p.warmup_iterations) / 20));
+  Schedule published;
+  int64_t gated = 0;
+  for (const auto& x : d) {
+    EXPECT_GT(x.iteration, p.warmup_iterations);
+    // The wall clock (the default): each stall so far moves the traffic on
+    // by stall_s / tau = 0.2 iterations, up to N.
+    EXPECT_NEAR(x.traffic,
+                std::min(static_cast<double>(p.total_iterations),
+                         static_cast<double>(x.iteration) + 0.2 * static_cast<double>(published.size())),
+                1e-9);
+    if (x.publish) {
+      published.push_back(x.iteration);
+      EXPECT_EQ(x.published_model, x.iteration);
+      EXPECT_STREQ(x.publish_kind, "fresh");
+      EXPECT_TRUE(x.plan_wants);
+    } else {
+      EXPECT_EQ(x.published_model, -1);
+    }
+    if (x.gated) {
+      ++gated;
+      EXPECT_TRUE(x.plan_wants && !x.publish);
+      EXPECT_GE(x.candidate_loss, x.served_loss - x.gate_margin);
+    }
+  }
+  EXPECT_EQ(published, planner.taken());
+  EXPECT_EQ(gated, planner.summary().gated);
+  EXPECT_GT(gated, 0);
+  const std::string csv = DecisionsCsv(d);
+  EXPECT_EQ(csv.rfind("iteration,traffic_iteration,candidate_loss,served_model,served_loss,", 0), 0u);
+  EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), d.size() + 1);
+  EXPECT_NE(csv.find("\n" + std::to_string(published.front()) + ","), std::string::npos);
+}
+
 // Flat and noisy: most candidates are noise, and the gate refuses them.
 TEST(OnlinePlannerTest, GateRefusesNoiseOnAFlatCurve) {
   const LoopRun r = Play(CheapProblem(), [](double) { return 0.4; }, 0.02);

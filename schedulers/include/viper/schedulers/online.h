@@ -208,8 +208,41 @@ class OnlinePlanner {
     // 8.6%; on 42 cases without traffic drift median 1.79 -> 1.92%, worst
     // 5.3 -> 6.1%). It changes nothing under TrafficClock::kProducer.
     double drift_prior = 1.5;
+    // Record one Decision per decision taken (decisions()): what the loop
+    // saw and chose at each measurement after the warm-up. Off by default
+    // (a few hundred bytes per measurement).
+    bool record_decisions = false;
 
     bool IsValid(std::string* error) const;
+  };
+
+  // One decision, at a measurement after the warm-up: what the loop saw
+  // there and what it chose (Options::record_decisions; DecisionsCsv).
+  // NaN where there was nothing to see (no re-measurement, no kept model,
+  // no prediction).
+  struct Decision {
+    int64_t iteration = 0;            // the producer's
+    double traffic = 0;               // the traffic's iteration then (TrafficAt; the iteration under the producer clock)
+    double candidate_loss = 0;        // the producer's own model, measured now
+    int64_t served_model = 0;         // the model serving (the warm-up's: W)
+    double served_loss = 0;           // re-measured now (else its committed level)
+    double noise_sd = 0;              // the regime's noise sd of one measurement
+    double gate_margin = 0;           // what the candidate must beat the served model by
+    bool plan_wants = false;          // the re-plan takes a checkpoint before the next measurement
+    bool gated = false;               // ... and the gate refused it
+    bool held_for_return = false;     // an anticipated return holds everything else
+    bool held_on_ramp = false;        // a young ramp held it (Options::hold_young_ramps)
+    bool publish = false;             // the decision: checkpoint now
+    int64_t published_model = -1;     // the model it publishes (-1: none)
+    const char* publish_kind = "";    // "fresh", "kept" (a re-publish), "ahead" (of a predicted return), or ""
+    int64_t best_kept_model = -1;     // the best kept model re-measured now (-1: none)
+    double best_kept_loss = 0;
+    double decay_per_s = 0;           // the decay rate the re-plan charged every version
+    double lag_price = 0;             // wall clock: the price per second of stall for its lag
+    int64_t changes = 0;              // changes detected so far
+    int64_t switches = 0;             // switches of a recurring domain recorded so far
+    int64_t cycle = 0;                // regimes between a domain's visits (0: no return seen)
+    double predicted_switch = 0;      // the next predicted return's switch, in traffic iterations
   };
 
   // What the planner has done, for reports.
@@ -310,6 +343,8 @@ class OnlinePlanner {
   const Options& options() const { return options_; }
   const Schedule& taken() const { return taken_; }
   const Summary& summary() const { return summary_; }
+  // Every decision, in order (empty unless Options::record_decisions).
+  const std::vector<Decision>& decisions() const { return decisions_; }
   // The remaining plan of the last re-plan (iterations after its "now").
   const Schedule& last_plan() const { return last_plan_; }
   // The served version's measured loss (absent before any measurement).
@@ -367,6 +402,7 @@ class OnlinePlanner {
   ForecasterFactory forecasters_;
   Options options_;
   Summary summary_;
+  std::vector<Decision> decisions_;
   Schedule taken_, last_plan_;
   // The traffic's advance (iterations) over the stalls of taken_[0..k],
   // each at the cost and pace measured when it was taken.
@@ -440,6 +476,9 @@ class OnlinePlanner {
   // (kept, re-measured now), re-measured at both, moved by no more than that
   // threshold and by no more than half its level.
   bool ServedStayedAcross(size_t begin, double sigma) const;
+  // Appends the decision just taken to decisions_ (Options::record_decisions).
+  void RecordDecision(int64_t now, double v, double sigma, const Problem& planned, bool plan_wanted, bool gated,
+                      bool holding, bool ramp_hold, bool publish);
   // The loss of `model` re-measured at measurement `m` of measured_ (served
   // or kept; NaN where it was not, or that record is no longer kept).
   double RemeasuredAt(size_t m, int64_t model) const;
@@ -460,6 +499,15 @@ class OnlinePlanner {
   // measurement gap, served and kept models, the gate's margin).
   std::unique_ptr<internal::ReturnPredictor> returns_;
 };
+
+// The decisions as CSV, one row each, with the header
+// iteration,traffic_iteration,candidate_loss,served_model,served_loss,noise_sd,
+// gate_margin,plan_wants,gated,held_for_return,held_on_ramp,publish,
+// published_model,publish_kind,best_kept_model,best_kept_loss,decay_per_s,
+// lag_price_per_s,changes,switches,cycle,predicted_switch
+// (booleans 0/1; an empty field where there was nothing: no kept model, no
+// prediction, nothing published).
+std::string DecisionsCsv(const std::vector<OnlinePlanner::Decision>& decisions);
 
 }  // namespace schedulers
 }  // namespace viper

@@ -104,6 +104,8 @@ struct Plan {
   // older kept version that measures better on today's traffic fills it.
   std::vector<int64_t> published;
   PlanSummary summary;
+  // online with OnlinePlanner::Options::record_decisions: every decision.
+  std::vector<OnlinePlanner::Decision> decisions;
 };
 
 class Strategy {
