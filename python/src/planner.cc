@@ -44,6 +44,7 @@ class Planner {
     int64_t min_spacing_iterations = 1;
     std::string traffic_clock = "wall";  // wall | producer (schedulers::TrafficClock)
     double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;  // online
+    bool record_decisions = false;                                          // online: decisions()
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -194,6 +195,42 @@ class Planner {
     return online_->publishing();
   }
 
+  // online with record_decisions: every decision taken so far, one dict each
+  // (the keys are DecisionsCsv's columns; None where there was nothing).
+  py::list Decisions() const {
+    py::list out;
+    if (!online_) return out;
+    auto real = [](double x) -> py::object { return std::isfinite(x) ? py::object(py::float_(x)) : py::none(); };
+    auto model = [](int64_t m) -> py::object { return m >= 0 ? py::object(py::int_(m)) : py::none(); };
+    for (const auto& x : online_->decisions()) {
+      py::dict d;
+      d["iteration"] = x.iteration;
+      d["traffic_iteration"] = x.traffic;
+      d["candidate_loss"] = x.candidate_loss;
+      d["served_model"] = x.served_model;
+      d["served_loss"] = real(x.served_loss);
+      d["noise_sd"] = x.noise_sd;
+      d["gate_margin"] = x.gate_margin;
+      d["plan_wants"] = x.plan_wants;
+      d["gated"] = x.gated;
+      d["held_for_return"] = x.held_for_return;
+      d["held_on_ramp"] = x.held_on_ramp;
+      d["publish"] = x.publish;
+      d["published_model"] = model(x.published_model);
+      d["publish_kind"] = std::string(x.publish_kind);
+      d["best_kept_model"] = model(x.best_kept_model);
+      d["best_kept_loss"] = real(x.best_kept_loss);
+      d["decay_per_s"] = x.decay_per_s;
+      d["lag_price_per_s"] = x.lag_price;
+      d["changes"] = x.changes;
+      d["switches"] = x.switches;
+      d["cycle"] = x.cycle;
+      d["predicted_switch"] = real(x.predicted_switch);
+      out.append(d);
+    }
+    return out;
+  }
+
   py::dict Report() const {
     py::dict d;
     d["strategy"] = schedulers::ToString(kind_);
@@ -286,6 +323,7 @@ class Planner {
       oo.metric = sc->metric == predictor::LossMetric::kValLoss ? ObservationKind::kValidation : ObservationKind::kTraining;
       oo.gate_z = o_.gate_z;
       oo.drift_prior = o_.drift_prior;
+      oo.record_decisions = o_.record_decisions;
       online_ = std::make_unique<schedulers::OnlinePlanner>(
           sc->problem, schedulers::OnlineForecasters(*sc, oo), oo);
       for (const LogRecord& r : log_.records) {
@@ -321,7 +359,8 @@ void BindPlanner(py::module_& m) {
                        double seconds_per_iteration, std::optional<double> stall_s, std::optional<double> delay_s,
                        double request_interval_s, const std::string& metric, double gate_z, double drift_per_s,
                        double price_per_slowdown_s, std::optional<double> slowdown_budget_s,
-                       int64_t min_spacing_iterations, const std::string& traffic_clock, double drift_prior) {
+                       int64_t min_spacing_iterations, const std::string& traffic_clock, double drift_prior,
+                       bool record_decisions) {
              Planner::Options o;
              o.strategy = strategy;
              o.total_iterations = total_iterations;
@@ -338,13 +377,15 @@ void BindPlanner(py::module_& m) {
              o.min_spacing_iterations = min_spacing_iterations;
              o.traffic_clock = traffic_clock;
              o.drift_prior = drift_prior;
+             o.record_decisions = record_decisions;
              return std::make_unique<Planner>(std::move(o));
            }),
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
            py::arg("stall_s"), py::arg("delay_s"), py::arg("request_interval_s"), py::arg("metric"), py::arg("gate_z"),
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
            py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall",
-           py::arg("drift_prior") = schedulers::OnlinePlanner::Options().drift_prior)
+           py::arg("drift_prior") = schedulers::OnlinePlanner::Options().drift_prior,
+           py::arg("record_decisions") = false)
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))
@@ -354,6 +395,7 @@ void BindPlanner(py::module_& m) {
       .def("kept_versions", &Planner::KeptVersions)
       .def("observe_kept", &Planner::ObserveKept, py::arg("step"), py::arg("loss"))
       .def("publishing", &Planner::Publishing)
+      .def("decisions", &Planner::Decisions)
       .def("report", &Planner::Report);
 }
 

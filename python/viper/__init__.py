@@ -447,11 +447,13 @@ class Planner:
     much lag, so publishes whose gain does not pay for it are skipped (fewer
     before a drift nobody can see coming; a few points lost where the traffic
     never drifts). It applies only once observe_served() has been called:
-    without re-measurements of the served version no drift can be seen."""
+    without re-measurements of the served version no drift can be seen.
+    `record_decisions` (online): keep every decision for decisions()."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
-                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=None):
+                 slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=None,
+                 record_decisions=False):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None
@@ -463,7 +465,8 @@ class Planner:
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
                                  stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
-                                 int(min_spacing), str(traffic_clock), **prior)
+                                 int(min_spacing), str(traffic_clock), record_decisions=bool(record_decisions),
+                                 **prior)
 
     def set_cost(self, cost):
         """The checkpoint cost: (stall_s, delay_s), a dict, or a VersionReport.
@@ -513,6 +516,18 @@ class Planner:
         True: the current step's, or an older kept one that measures better
         on today's data (a re-publish: publish that model, then commit())."""
         return int(self._p.publishing())
+
+    def decisions(self):
+        """online with record_decisions=True: one dict per decision taken so
+        far, at every validation point after the warm-up: what it saw
+        (candidate_loss, served_model and served_loss, noise_sd, gate_margin,
+        best_kept_model and best_kept_loss, decay_per_s, lag_price_per_s,
+        traffic_iteration, changes, switches, cycle, predicted_switch) and
+        what it chose (plan_wants, gated, held_for_return, held_on_ramp,
+        publish, published_model, publish_kind: "fresh", "kept" or "ahead");
+        None where there was nothing. The columns of `viper simulate
+        --decisions-csv` (README, "Why online published"). Empty otherwise."""
+        return list(self._p.decisions())
 
     def report(self):
         """What the planner did: strategy, checkpoints, tau, cost, summary..."""

@@ -153,3 +153,35 @@ def test_online_re_plans_on_the_measured_pace():
     o = viper.Planner("optimal", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
     with pytest.raises(ValueError, match="only the online"):
         o.set_pace(0.1)
+
+
+def test_online_decisions_are_recorded_when_asked():
+    # A fall, then a jump of the served version re-measured (the traffic
+    # changed): every decision after the warm-up is kept, the publishing ones
+    # are the checkpoints, and the served version's re-measurement is what
+    # observe_served() gave.
+    n, w = 800, 200
+    kw = dict(total_iterations=n, warmup=w, cost=(0.001, 0.002), seconds_per_iteration=0.01,
+              requests={"interval_s": 0.01})
+    p = viper.Planner("online", record_decisions=True, **kw)
+    quiet = viper.Planner("online", **kw)
+    for i in range(1, n + 1):
+        val = curve(i) if i % 10 == 0 else None
+        for q in (p, quiet):
+            q.observe(i, train_loss=curve(i), val_loss=val)
+            if val is not None and i > w:
+                q.observe_served(curve(q.publishing() if q.report()["checkpoints"] else w) + (0.5 if i > 600 else 0))
+            if q.should_checkpoint(i):
+                q.commit(i)
+    d = p.decisions()
+    assert quiet.decisions() == []
+    assert quiet.report()["checkpoints"] == p.report()["checkpoints"], "recording changes no decision"
+    assert len(d) == (n - w) // 10
+    assert [x["iteration"] for x in d] == list(range(w + 10, n + 1, 10))
+    assert [x["iteration"] for x in d if x["publish"]] == p.report()["checkpoints"]
+    assert all(x["published_model"] == x["iteration"] and x["publish_kind"] == "fresh" for x in d if x["publish"])
+    assert all(x["published_model"] is None and x["publish_kind"] == "" for x in d if not x["publish"])
+    assert all(x["served_loss"] is not None and x["noise_sd"] > 0 for x in d)
+    last = d[-1]
+    assert math.isclose(last["served_loss"], curve(last["served_model"]) + 0.5, rel_tol=1e-9)
+    assert set(d[0]) >= {"candidate_loss", "gate_margin", "best_kept_model", "predicted_switch", "lag_price_per_s"}
