@@ -196,36 +196,26 @@ class Planner {
   }
 
   // online with record_decisions: every decision taken so far, one dict each
-  // (the keys are DecisionsCsv's columns; None where there was nothing).
+  // (schedulers::ForEachDecisionField's names and values; None where there
+  // was nothing).
   py::list Decisions() const {
     py::list out;
     if (!online_) return out;
-    auto real = [](double x) -> py::object { return std::isfinite(x) ? py::object(py::float_(x)) : py::none(); };
-    auto model = [](int64_t m) -> py::object { return m >= 0 ? py::object(py::int_(m)) : py::none(); };
+    struct Field {
+      py::dict* d;
+      void operator()(const char* name, int64_t x) const { (*d)[name] = x; }
+      void operator()(const char* name, bool b) const { (*d)[name] = b; }
+      void operator()(const char* name, std::string_view s) const { (*d)[name] = std::string(s); }
+      void operator()(const char* name, std::optional<int64_t> m) const {
+        (*d)[name] = m ? py::object(py::int_(*m)) : py::none();
+      }
+      void operator()(const char* name, double x) const {
+        (*d)[name] = std::isfinite(x) ? py::object(py::float_(x)) : py::none();
+      }
+    };
     for (const auto& x : online_->decisions()) {
       py::dict d;
-      d["iteration"] = x.iteration;
-      d["traffic_iteration"] = x.traffic;
-      d["candidate_loss"] = x.candidate_loss;
-      d["served_model"] = x.served_model;
-      d["served_loss"] = real(x.served_loss);
-      d["noise_sd"] = x.noise_sd;
-      d["gate_margin"] = x.gate_margin;
-      d["plan_wants"] = x.plan_wants;
-      d["gated"] = x.gated;
-      d["held_for_return"] = x.held_for_return;
-      d["held_on_ramp"] = x.held_on_ramp;
-      d["publish"] = x.publish;
-      d["published_model"] = model(x.published_model);
-      d["publish_kind"] = std::string(x.publish_kind);
-      d["best_kept_model"] = model(x.best_kept_model);
-      d["best_kept_loss"] = real(x.best_kept_loss);
-      d["decay_per_s"] = x.decay_per_s;
-      d["lag_price_per_s"] = x.lag_price;
-      d["changes"] = x.changes;
-      d["switches"] = x.switches;
-      d["cycle"] = x.cycle;
-      d["predicted_switch"] = real(x.predicted_switch);
+      schedulers::ForEachDecisionField(x, Field{&d});
       out.append(d);
     }
     return out;

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "online_returns.h"
@@ -13,17 +15,19 @@ namespace viper {
 namespace schedulers {
 namespace {
 
-void Real(std::string* row, double x) {
-  char buf[32] = "";
-  if (std::isfinite(x)) std::snprintf(buf, sizeof(buf), "%.9g", x);
-  *row += buf;
-  *row += ',';
-}
-
-void Int(std::string* row, int64_t x, bool present = true) {
-  if (present) *row += std::to_string(x);
-  *row += ',';
-}
+// Appends one field and a comma.
+struct CsvField {
+  std::string* row;
+  void operator()(const char*, int64_t x) const { *row += std::to_string(x) + ','; }
+  void operator()(const char*, bool b) const { *row += b ? "1," : "0,"; }
+  void operator()(const char*, std::string_view s) const { *row += std::string(s) + ','; }
+  void operator()(const char*, std::optional<int64_t> m) const { *row += (m ? std::to_string(*m) : "") + ','; }
+  void operator()(const char*, double x) const {
+    char buf[32] = "";
+    if (std::isfinite(x)) std::snprintf(buf, sizeof(buf), "%.9g", x);
+    *row += std::string(buf) + ',';
+  }
+};
 
 }  // namespace
 
@@ -65,33 +69,12 @@ void OnlinePlanner::RecordDecision(int64_t now, double v, double sigma, const Pr
 }
 
 std::string DecisionsCsv(const std::vector<OnlinePlanner::Decision>& decisions) {
-  std::string out =
-      "iteration,traffic_iteration,candidate_loss,served_model,served_loss,noise_sd,gate_margin,plan_wants,"
-      "gated,"
-      "held_for_return,held_on_ramp,publish,published_model,publish_kind,best_kept_model,best_kept_loss,"
-      "decay_per_s,"
-      "lag_price_per_s,changes,switches,cycle,predicted_switch\n";
+  std::string out;
+  ForEachDecisionField(OnlinePlanner::Decision(), [&](const char* name, const auto&) { out += std::string(name) + ','; });
+  out.back() = '\n';
   for (const auto& d : decisions) {
     std::string row;
-    Int(&row, d.iteration);
-    Real(&row, d.traffic);
-    Real(&row, d.candidate_loss);
-    Int(&row, d.served_model);
-    Real(&row, d.served_loss);
-    Real(&row, d.noise_sd);
-    Real(&row, d.gate_margin);
-    for (bool b : {d.plan_wants, d.gated, d.held_for_return, d.held_on_ramp, d.publish}) Int(&row, b ? 1 : 0);
-    Int(&row, d.published_model, d.published_model >= 0);
-    row += d.publish_kind;
-    row += ',';
-    Int(&row, d.best_kept_model, d.best_kept_model >= 0);
-    Real(&row, d.best_kept_loss);
-    Real(&row, d.decay_per_s);
-    Real(&row, d.lag_price);
-    Int(&row, d.changes);
-    Int(&row, d.switches);
-    Int(&row, d.cycle);
-    Real(&row, d.predicted_switch);
+    ForEachDecisionField(d, CsvField{&row});
     row.back() = '\n';
     out += row;
   }

@@ -68,6 +68,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "viper/core/status.h"
@@ -500,13 +501,41 @@ class OnlinePlanner {
   std::unique_ptr<internal::ReturnPredictor> returns_;
 };
 
-// The decisions as CSV, one row each, with the header
-// iteration,traffic_iteration,candidate_loss,served_model,served_loss,noise_sd,
-// gate_margin,plan_wants,gated,held_for_return,held_on_ramp,publish,
-// published_model,publish_kind,best_kept_model,best_kept_loss,decay_per_s,
-// lag_price_per_s,changes,switches,cycle,predicted_switch
-// (booleans 0/1; an empty field where there was nothing: no kept model, no
-// prediction, nothing published).
+// Calls f(name, value) for each field of a decision, in the columns' order
+// (the one schema of DecisionsCsv and Python's Planner.decisions()): value is
+// an int64_t, a double (NaN: nothing to see), a bool, a std::string_view, or
+// a std::optional<int64_t> model (nullopt: none).
+template <typename F>
+void ForEachDecisionField(const OnlinePlanner::Decision& d, F&& f) {
+  auto model = [](int64_t m) { return m >= 0 ? std::optional<int64_t>(m) : std::nullopt; };
+  f("iteration", d.iteration);
+  f("traffic_iteration", d.traffic);
+  f("candidate_loss", d.candidate_loss);
+  f("served_model", d.served_model);
+  f("served_loss", d.served_loss);
+  f("noise_sd", d.noise_sd);
+  f("gate_margin", d.gate_margin);
+  f("plan_wants", d.plan_wants);
+  f("gated", d.gated);
+  f("held_for_return", d.held_for_return);
+  f("held_on_ramp", d.held_on_ramp);
+  f("publish", d.publish);
+  f("published_model", model(d.published_model));
+  f("publish_kind", std::string_view(d.publish_kind));
+  f("best_kept_model", model(d.best_kept_model));
+  f("best_kept_loss", d.best_kept_loss);
+  f("decay_per_s", d.decay_per_s);
+  f("lag_price_per_s", d.lag_price);
+  f("changes", d.changes);
+  f("switches", d.switches);
+  f("cycle", d.cycle);
+  f("predicted_switch", d.predicted_switch);
+}
+
+// The decisions as CSV: a header of ForEachDecisionField's names
+// (iteration,traffic_iteration,candidate_loss,served_model,served_loss,...),
+// then one row each (booleans 0/1; an empty field where there was nothing:
+// no kept model, no prediction, nothing published).
 std::string DecisionsCsv(const std::vector<OnlinePlanner::Decision>& decisions);
 
 }  // namespace schedulers
