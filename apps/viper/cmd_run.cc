@@ -51,7 +51,7 @@ int RunRun(const std::vector<std::string>& args) {
               strategy = schedulers::ToString(o.strategy);
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
   std::string delta = transports::ToString(o.delta);
-  std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path;
+  std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
   std::string drift = "none", swap_classes = "0,6", prior_classes, staleness_out;
@@ -203,6 +203,9 @@ int RunRun(const std::vector<std::string>& args) {
       "json", po::value(&json_path), "write the result as JSON to PATH (rank 0; '-' = stdout only JSON, the "
       "table goes to stderr); schema viper.run/1")(
       "requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")(
+      "decisions-csv", po::value(&decisions_path),
+      "--strategy online: write the producer's planner's decision at every validation point after the warm-up "
+      "to PATH (rank 0): what it saw and what it chose, the columns of `viper simulate --decisions-csv`")(
       "trace", po::value(&trace_path),
       "write a Chrome trace (producer, transfer, notification, consumers) to PATH")(
       "compare-simulation", po::bool_switch(&compare),
@@ -267,6 +270,12 @@ int RunRun(const std::vector<std::string>& args) {
   auto sk = schedulers::StrategyKindFromString(strategy);
   if (!sk.ok()) return usage("--strategy: " + sk.status().message());
   o.strategy = *sk;
+  if (!decisions_path.empty()) {
+    if (o.strategy != schedulers::StrategyKind::kOnline) {
+      return usage("--decisions-csv records the online planner's decisions: needs --strategy online, got " + strategy);
+    }
+    o.record_decisions = true;
+  }
   auto mb = ParseBytes(model_bytes);
   if (!mb.ok()) return usage("--model-bytes " + mb.status().message());
   {
@@ -496,6 +505,10 @@ int RunRun(const std::vector<std::string>& args) {
   }
   if (!csv_path.empty()) {
     auto st = WriteText(csv_path, s.RequestCsv());
+    if (!st.ok()) return leave(Fail("run", st));
+  }
+  if (!decisions_path.empty()) {
+    auto st = WriteText(decisions_path, schedulers::DecisionsCsv(s.decisions));
     if (!st.ok()) return leave(Fail("run", st));
   }
   if (!trace_path.empty()) {

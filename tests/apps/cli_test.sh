@@ -385,5 +385,7 @@ expect_in "$tmp/err" "expected a whole number" "a non-integer --keep-versions sa
 "$viper" run --help 2>&1 | tr -s ' \n' '  ' >"$tmp/help"
 expect_in "$tmp/help" "--keep-versions arg (=8)" "run --help shows the --keep-versions default"
 expect_in "$tmp/help" "(2K + 1) x the model's bytes" "run --help states the memory cost"
+expect_rc 2 "run --decisions-csv without --strategy online" "$viper" run --strategy optimal --decisions-csv "$tmp/d.csv"
+expect_in "$tmp/err" "--decisions-csv records the online planner's decisions: needs --strategy online" "run says what --decisions-csv needs"
 
 finish "cli"

@@ -264,6 +264,7 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = RecurringOnline(8);
   o.trainer.staleness_table = true;  // for the simulation comparison (as --compare-simulation sets it)
+  o.record_decisions = true;
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) return;
@@ -271,6 +272,20 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   EXPECT_EQ(r->keep_versions, 8);
   ASSERT_EQ(r->published.size(), r->schedule.size());
   ASSERT_GE(r->republished, 1) << r->plan_report;
+  // The planner's decisions: one publishing decision per checkpoint, naming
+  // the model each published; the re-publishes are "kept" or "ahead".
+  schedulers::Schedule decided;
+  std::vector<int64_t> decided_models;
+  int64_t decided_republishes = 0;
+  for (const auto& d : r->decisions) {
+    if (!d.publish) continue;
+    decided.push_back(d.iteration);
+    decided_models.push_back(d.published_model);
+    decided_republishes += std::string(d.publish_kind) != "fresh" ? 1 : 0;
+  }
+  EXPECT_EQ(decided, r->schedule);
+  EXPECT_EQ(decided_models, r->published);
+  EXPECT_EQ(decided_republishes, r->republished);
   int64_t republished = 0;
   std::map<uint64_t, int64_t> model_of;  // re-published version -> its model's iteration
   for (size_t k = 0; k < r->schedule.size(); ++k) {

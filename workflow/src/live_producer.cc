@@ -250,6 +250,7 @@ class Producer {
                                                              : schedulers::ObservationKind::kTraining;
     oo.keep_versions = o_.keep_versions;
     oo.drift_prior = o_.drift_prior;
+    oo.record_decisions = o_.record_decisions;
     // Kept models are re-measured on the validation sample: they compare
     // with the candidate only when that is the planning metric.
     keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
@@ -374,6 +375,7 @@ class Producer {
       // The summary says "served version re-measured N times" when the
       // re-measurements reached the planner; say it here only otherwise.
       s_.plan_report = online_->summary().BriefReport(static_cast<int64_t>(online_->taken().size()));
+      s_.decisions = online_->decisions();
       if (online_->summary().served_measurements == 0 && revalidations_ > 0) {
         s_.plan_report += ", served version re-measured " + std::to_string(revalidations_) + "x";
       }

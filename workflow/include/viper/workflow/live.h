@@ -77,6 +77,9 @@ class LiveRun {
     // Strategy online: the prior over traffic drift its lag price uses
     // (schedulers::OnlinePlanner::Options::drift_prior; [0, 1000], 0 = none).
     double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;
+    // Strategy online: keep every decision the producer's planner takes
+    // (Summary::decisions; schedulers::OnlinePlanner::Options::record_decisions).
+    bool record_decisions = false;
     // The checkpoint cost the first plan uses (sigma and delta, seconds):
     // absent = version 0's as measured (the default). Given, the plan does
     // not depend on how long version 0 took on a loaded machine (tests, or
@@ -226,6 +229,9 @@ class LiveRun {
     // iteration, or an older kept model's (a re-publish: `republished` of them).
     std::vector<int64_t> published;
     int64_t republished = 0;
+    // Options::record_decisions: the planner's decision at every measurement
+    // after the warm-up (schedulers::DecisionsCsv writes them).
+    std::vector<schedulers::OnlinePlanner::Decision> decisions;
     // Options::keep_versions where the run re-published (online on the
     // validation loss, trainer workload), else 0.
     int keep_versions = 0;
