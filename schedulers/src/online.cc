@@ -280,6 +280,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   const size_t idx = measured_.size() - 1;
   // 1. Noise of the current regime (recomputed below if a change starts a new one).
   double sigma = Noise();
+  PlaceSwitchSeenPartWay(idx);
   // 2. Change detection on the standardised residual against the fitted
   // forecast (not against a young regime's flat placeholder).
   bool switched = false;

@@ -54,6 +54,12 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   return SwitchSeen::kRefuted;
 }
 
+void ReturnPredictor::PlaceSwitch(size_t i, double middle, double halfwidth) {
+  if (i >= switches_.size()) return;
+  switches_[i].middle = middle;
+  switches_[i].halfwidth = halfwidth;
+}
+
 size_t ReturnPredictor::RegimeOf(int64_t model) const {
   return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
                                               [](int64_t m, const Switch& w) { return m < w.at; }) -
@@ -63,7 +69,8 @@ size_t ReturnPredictor::RegimeOf(int64_t model) const {
 void ReturnPredictor::NoteRepublish(int64_t model) {
   if (republished_in_regime_) return;
   const size_t from = RegimeOf(model), now_regime = switches_.size();
-  if (now_regime >= from + 2) cycle_ = now_regime - from;
+  if (now_regime < from + 2) return;
+  cycle_ = now_regime - from;
   republished_in_regime_ = true;
 }
 

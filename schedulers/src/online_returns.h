@@ -80,8 +80,12 @@ class ReturnPredictor {
   // The regime a model's iteration falls in (0 before the first switch).
   size_t RegimeOf(int64_t model) const;
   // A kept model won a re-publish (or would have, but for arriving too
-  // late): the first such of a regime says how many regimes back its domain
-  // was (the cycle, when two or more).
+  // late): the first such of a regime from two or more regimes back says
+  // how many regimes back its domain was (the cycle). A model of the regime
+  // just ended says nothing: it wins where the traffic is part-way through
+  // the switch back, a blend its early, least-adapted models measure best
+  // on, and it must not hide the older domain's model that wins a
+  // measurement later (bench/README.md, "Twenty-third session").
   void NoteRepublish(int64_t model);
 
   // The next return, or nullopt when the evidence (a domain came back, the
@@ -143,6 +147,9 @@ class ReturnPredictor {
   std::optional<double> SwitchSpacing() const;
 
   const std::vector<Switch>& switches() const { return switches_; }
+  // Places switch `i` anew (a measurement after it showed where in its gap
+  // it fell: OnlinePlanner::PlaceSwitchSeenPartWay).
+  void PlaceSwitch(size_t i, double middle, double halfwidth);
   // The model that served each ended regime (parallel to switches()).
   const std::vector<int64_t>& regime_models() const { return regime_models_; }
   // Each ended regime's own better model (AddSwitch's `better`; -1: none).
@@ -155,7 +162,7 @@ class ReturnPredictor {
   std::vector<int64_t> regime_better_;  // parallel: AddSwitch's `better` (-1: the served one was best)
   size_t cycle_ = 0;         // regimes between a domain and its return (0: none seen)
   size_t pattern_from_ = 0;  // the first switch the spacing is judged from
-  bool republished_in_regime_ = false;
+  bool republished_in_regime_ = false;  // the current regime's cycle was noted
   std::optional<Return> pending_;        // decided, not yet committed
   std::optional<Return> active_;         // committed, waiting for its switch
   int64_t pre_anticipation_model_ = -1;  // the model the active one replaced

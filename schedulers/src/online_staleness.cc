@@ -33,6 +33,10 @@ constexpr double kReactiveLagShare = 0.35;
 // this one where the served model is the other domain's (bench/README.md,
 // "Twenty-first session").
 constexpr double kPredictedStayShare = 0.2;
+// A served model's move at a switch's first measurement counts as seen
+// part-way when it is between this share of the whole move and one less it
+// (PlaceSwitchSeenPartWay; set before any evaluation, not tuned).
+constexpr double kPartWay = 0.05;
 
 }  // namespace
 
@@ -222,10 +226,39 @@ void OnlinePlanner::AddSwitch(size_t begin) {
       better = static_cast<int64_t>(measured_.iterations[begin - 1]);
     }
   }
-  if (returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better) ==
-      internal::ReturnPredictor::SwitchSeen::kRefuted) {
-    ++summary_.anticipation_failed;
+  const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better);
+  if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
+  if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated && begin > 0) {
+    switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);
   }
+}
+
+void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
+  if (!switch_to_place_ || idx <= switch_to_place_->first) return;
+  const auto [begin, index] = *switch_to_place_;
+  switch_to_place_.reset();
+  if (idx != begin + 1 || index + 1 != returns_->switches().size()) return;
+  // The traffic between two of a table's rows is a blend of the two (the
+  // judge interpolates; a validation sample drawn across a switch is a
+  // mix): the first measurement after a switch may show only part of the
+  // move, the next one all of it. The model that served when the switch
+  // was seen, re-measured before it (a), there (x) and now (y), moved the
+  // fraction f = (x - a) / (y - a) of its way there: the move began f of a
+  // measurement gap (the table's rows are the measurements) before it, and
+  // its middle is half a gap after that. A switch seen whole (f near 1) or
+  // not yet (f near 0) keeps its gap's middle. Placing a switch seen
+  // part-way at its gap's middle put it up to half a gap early, twice that
+  // in a spacing from two switches (bench/README.md, "Twenty-third session").
+  const int64_t model = ServedAt(static_cast<int64_t>(measured_.iterations[begin]));
+  const double a = RemeasuredAt(begin - 1, model), x = RemeasuredAt(begin, model), y = RemeasuredAt(idx, model);
+  if (!(std::isfinite(a) && std::isfinite(x) && std::isfinite(y)) || !(std::fabs(y - a) > 0)) return;
+  const double f = (x - a) / (y - a);
+  if (!(f > kPartWay && f < 1.0 - kPartWay)) return;
+  const double gap = measured_.iterations[begin] - measured_.iterations[begin - 1];
+  const double before = TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1]));
+  const double after = TrafficAt(static_cast<int64_t>(measured_.iterations[begin]));
+  returns_->PlaceSwitch(index, std::clamp(after - f * gap + 0.5 * gap, before, after),
+                        0.5 * std::min(gap, after - before));
 }
 
 Status OnlinePlanner::ObserveServed(double loss) {

@@ -85,6 +85,43 @@ TEST(ReturnPredictorTest, SwitchSpacingIsTheMedianOfTheSwitchesSpacings) {
   EXPECT_DOUBLE_EQ(*p.SwitchSpacing(), 500);  // of 400, 1000, 500
 }
 
+// A re-publish of the regime just ended's model says nothing of the cycle
+// (it wins where the traffic is part-way back, a blend), and does not hide
+// the re-publish a measurement later, in the same regime, of the model two
+// regimes back: that one sets the cycle. The first such of a regime counts.
+TEST(ReturnPredictorTest, OnlyAModelTwoOrMoreRegimesBackSetsTheCycle) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);
+  Switch(&p, 2000, 1900);
+  p.NoteRepublish(1900);
+  EXPECT_EQ(p.cycle(), 0u) << "the regime just ended";
+  EXPECT_FALSE(p.PredictedReturn(kGap).has_value());
+  p.NoteRepublish(900);
+  EXPECT_EQ(p.cycle(), 2u);
+  EXPECT_TRUE(p.PredictedReturn(kGap).has_value());
+  Switch(&p, 3000, 900);
+  Switch(&p, 4000, 3900);
+  p.NoteRepublish(950);  // regime 0, four back: the first of regime 4 that shows one
+  EXPECT_EQ(p.cycle(), 4u);
+  p.NoteRepublish(2900);
+  EXPECT_EQ(p.cycle(), 4u) << "the first re-publish of a regime that shows a cycle counts";
+}
+
+// A switch placed anew (a measurement after it showed where in its gap it
+// fell) moves the prediction that reads it.
+TEST(ReturnPredictorTest, APlacedSwitchMovesThePrediction) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);
+  Switch(&p, 2000, 1900);
+  p.NoteRepublish(900);
+  ASSERT_DOUBLE_EQ(p.PredictedReturn(kGap)->change, 2990);
+  p.PlaceSwitch(1, 1996, 10);
+  EXPECT_DOUBLE_EQ(p.switches()[1].middle, 1996);
+  EXPECT_DOUBLE_EQ(p.PredictedReturn(kGap)->change, 3002);  // 1996 + (1996 - 990)
+  p.PlaceSwitch(5, 0, 0);  // no such switch: nothing moves
+  EXPECT_EQ(p.switches().size(), 2u);
+}
+
 // The same switches without a domain seen coming back (no re-publish of an
 // older regime's model), or with prediction off: no prediction.
 TEST(ReturnPredictorTest, NoPredictionWithoutAReturnOrWhenDisabled) {

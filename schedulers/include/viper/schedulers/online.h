@@ -398,6 +398,9 @@ class OnlinePlanner {
   // index `begin` of measured_, handed to returns_ with its traffic position
   // and the model served then (counts a prediction it refutes).
   void AddSwitch(size_t begin);
+  // At the measurement after a switch's first one: where a move seen
+  // part-way there began (bench/README.md, "Twenty-third session").
+  void PlaceSwitchSeenPartWay(size_t idx);
 
   Problem problem_;
   ForecasterFactory forecasters_;
@@ -425,6 +428,10 @@ class OnlinePlanner {
   // The served version's re-measurement at each measurement of measured_
   // (NaN where none was taken).
   std::vector<double> served_by_measurement_;
+  // The last switch handed to returns_: (its first measurement's index in
+  // measured_, its index in returns_->switches()), until the measurement
+  // after it has placed it.
+  std::optional<std::pair<size_t, size_t>> switch_to_place_;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
