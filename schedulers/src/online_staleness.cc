@@ -178,6 +178,32 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       publishing_loss_ = best->second;
     }
   }
+  // 5b. A predicted return seen before its model went out ahead: on a fast
+  // tier the delivery lag is shorter than a measurement gap, so the
+  // measurement whose delivery would land at the switch is often already
+  // past the switch's start, sees it part-way and records it, and the
+  // anticipation never goes out. The returning domain's model is then
+  // published now, the one the prediction named (or its fallback), kept and
+  // re-measured now but not the best measured: part-way through the switch
+  // the blend favours the ending domain's models, and waiting for a kept
+  // model to win by the margin costs a measurement gap or more of the wrong
+  // domain. Not when it would land late (the reactive re-publish's
+  // kReactiveLagShare rule; bench/README.md, "Twenty-third session").
+  const auto spacing_now = returns_->SwitchSpacing();
+  if (seen_return_ && seen_return_->at == now && may_publish && !holding &&
+      (!spacing_now || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing_now)) {
+    const int64_t served = served_model();
+    for (int64_t m : {seen_return_->model, seen_return_->fallback}) {
+      if (m < 0 || m == served) continue;
+      const auto k = std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& e) { return e.first == m; });
+      if (k == kept_now.end()) continue;
+      want = true;
+      publishing_ = k->first;
+      publishing_loss_ = k->second;
+      break;
+    }
+  }
+  seen_return_.reset();
   // 6. Anticipating a recurring domain's return: its model is published so
   // that it arrives at the predicted switch, and not when it would arrive
   // later than kReactiveLagShare of the spacing after it (a delivery lag as
@@ -226,7 +252,17 @@ void OnlinePlanner::AddSwitch(size_t begin) {
       better = static_cast<int64_t>(measured_.iterations[begin - 1]);
     }
   }
+  // A predicted return not yet published ahead (its switch came before a
+  // measurement whose delivery would land in time): this switch, when it
+  // meets the prediction's tolerance, is that return.
+  std::optional<internal::ReturnPredictor::Return> predicted;
+  if (!returns_->holding() && !returns_->pending()) predicted = returns_->PredictedReturn(MeasurementGap());
   const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better);
+  if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
+      std::fabs(0.5 * (traffic_before + traffic_at) - predicted->change) <=
+          predicted->tolerance + 0.5 * (traffic_at - traffic_before)) {
+    seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
+  }
   if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
   if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated && begin > 0) {
     switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);

@@ -432,6 +432,12 @@ class OnlinePlanner {
   // measured_, its index in returns_->switches()), until the measurement
   // after it has placed it.
   std::optional<std::pair<size_t, size_t>> switch_to_place_;
+  // A predicted return seen before its model was published ahead: (the
+  // iteration it was seen at, the model, its fallback).
+  struct SeenReturn {
+    int64_t at = 0, model = -1, fallback = -1;
+  };
+  std::optional<SeenReturn> seen_return_;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
