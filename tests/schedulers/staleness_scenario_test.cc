@@ -303,9 +303,8 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
 // Without the prior over drift: the tests below were measured at 0 and test
 // the re-publishing rules, which the prior's fewer checkpoints would leave
 // unexercised on these runs.
-StatusOr<Scenario> FrozenWallScenario(const std::string& set, const std::string& name, Tier tier,
-                                      TrafficClock clock = TrafficClock::kWall) {
-  const std::string path = std::string(VIPER_TEST_SOURCE_DIR) + "/bench/devsets/" + set + "/" + name;
+// `path`: the log without its .csv.gz; its table is beside it.
+StatusOr<Scenario> WallScenarioAt(const std::string& path, Tier tier, TrafficClock clock = TrafficClock::kWall) {
   VIPER_ASSIGN_OR_RETURN(auto log, datasets::LogReader::ReadFile(path + ".csv.gz", {}));
   VIPER_ASSIGN_OR_RETURN(auto table, datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {}));
   ScenarioOptions o;
@@ -315,6 +314,14 @@ StatusOr<Scenario> FrozenWallScenario(const std::string& set, const std::string&
   o.staleness = std::move(table);
   o.online.drift_prior = 0;
   return MakeScenario(log, o);
+}
+StatusOr<Scenario> FrozenWallScenario(const std::string& set, const std::string& name, Tier tier,
+                                      TrafficClock clock = TrafficClock::kWall) {
+  return WallScenarioAt(std::string(VIPER_TEST_SOURCE_DIR) + "/bench/devsets/" + set + "/" + name, tier, clock);
+}
+// The same for a shipped log (datasets/logs/NAME.csv.gz).
+StatusOr<Scenario> ShippedWallScenario(const std::string& name, Tier tier) {
+  return WallScenarioAt(datasets::ShippedLogDirectory() + "/" + name, tier);
 }
 
 // A plan's CIL and the oracle's, both judged on the scenario's table.
@@ -328,6 +335,17 @@ StatusOr<AgainstOracle> JudgeAgainstOracle(const Scenario& sc, const Plan& plan)
   VIPER_ASSIGN_OR_RETURN(
       auto bound, EvaluateOnSurface(sc.problem, *sc.staleness_truth, oracle.schedule, oracle.published));
   return AgainstOracle{online.cil, bound.cil};
+}
+
+// Plans `online` on `sc` and expects its CIL on the table below `factor`
+// times the oracle's.
+void ExpectOnlineWithin(const Scenario& sc, double factor) {
+  auto plan = PlanStrategy(sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto judged = JudgeAgainstOracle(sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, factor * judged->oracle)
+      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
 // A young ramp is not chased on a slow tier under the wall clock. On the
@@ -554,27 +572,11 @@ TEST(StalenessScenarioTest, AServedModelMovingByHalfItsLevelJumped) {
 // fraction of the move seen, +35.0% and +15.2% (gpu +21.5% with the rule of
 // the next test).
 TEST(StalenessScenarioTest, ASwitchSeenPartWayIsPlacedWhereItsMoveBegan) {
-  const std::string dir = datasets::ShippedLogDirectory();
-  auto log = datasets::LogReader::ReadFile(dir + "/recur-sgd-h256.csv.gz", {});
-  auto table = datasets::StalenessReader::ReadFile(dir + "/recur-sgd-h256.staleness.csv.gz", {});
-  ASSERT_TRUE(log.ok()) << log.status().ToString();
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
   for (const auto& [tier, bound] : {std::pair{Tier::kGpu, 1.45}, std::pair{Tier::kHost, 1.23}}) {
     SCOPED_TRACE(ToString(tier));
-    ScenarioOptions o;
-    o.warmup_fraction = 0.2;
-    o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
-    o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-    o.staleness = *table;
-    o.online.drift_prior = 0;
-    auto sc = MakeScenario(*log, o);
+    auto sc = ShippedWallScenario("recur-sgd-h256", tier);
     ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-    auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    auto judged = JudgeAgainstOracle(*sc, *plan);
-    ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-    EXPECT_LT(judged->online, bound * judged->oracle)
-        << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+    ExpectOnlineWithin(*sc, bound);
   }
 }
 
@@ -588,25 +590,9 @@ TEST(StalenessScenarioTest, ASwitchSeenPartWayIsPlacedWhereItsMoveBegan) {
 // producer's own, of the ending domain: +35.0% over the oracle (wall clock,
 // drift prior off). Publishing the named model at the switch: +21.5%.
 TEST(StalenessScenarioTest, APredictedReturnSeenBeforeItWentOutIsPublishedAtOnce) {
-  const std::string dir = datasets::ShippedLogDirectory();
-  auto log = datasets::LogReader::ReadFile(dir + "/recur-sgd-h256.csv.gz", {});
-  auto table = datasets::StalenessReader::ReadFile(dir + "/recur-sgd-h256.staleness.csv.gz", {});
-  ASSERT_TRUE(log.ok()) << log.status().ToString();
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  ScenarioOptions o;
-  o.warmup_fraction = 0.2;
-  o.tier = PresetCost{Tier::kGpu, 600e6, false, Notification::kPush, 1.0};
-  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-  o.staleness = *table;
-  o.online.drift_prior = 0;
-  auto sc = MakeScenario(*log, o);
+  auto sc = ShippedWallScenario("recur-sgd-h256", Tier::kGpu);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  auto judged = JudgeAgainstOracle(*sc, *plan);
-  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.28 * judged->oracle)
-      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  ExpectOnlineWithin(*sc, 1.28);
 }
 
 // A re-publish of the regime just ended's model shows no cycle. On frozen
@@ -621,12 +607,7 @@ TEST(StalenessScenarioTest, APredictedReturnSeenBeforeItWentOutIsPublishedAtOnce
 TEST(StalenessScenarioTest, ARePublishOfTheRegimeJustEndedShowsNoCycle) {
   auto sc = FrozenWallScenario("set3", "g-recur45", Tier::kGpu);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  auto judged = JudgeAgainstOracle(*sc, *plan);
-  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.135 * judged->oracle)
-      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  ExpectOnlineWithin(*sc, 1.135);
 }
 
 // A run that collapses (collapse-sgd-h256: the learning rate jumps 60x at
