@@ -281,7 +281,9 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   // was seen, re-measured before it (a), there (x) and now (y), moved the
   // fraction f = (x - a) / (y - a) of its way there: the move began f of a
   // measurement gap (the table's rows are the measurements) before it, and
-  // its middle is half a gap after that. A switch seen whole (f near 1) or
+  // its middle is half a gap after that, kept within the gap the switch was
+  // seen in (the bound measured better than none on the pool: bench/README.md,
+  // "Twenty-third session", tried and not kept). A switch seen whole (f near 1) or
   // not yet (f near 0) keeps its gap's middle. Placing a switch seen
   // part-way at its gap's middle put it up to half a gap early, twice that
   // in a spacing from two switches (bench/README.md, "Twenty-third session").
