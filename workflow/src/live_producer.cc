@@ -14,6 +14,7 @@
 
 #include "live_exchange.h"
 #include "live_roles.h"
+#include "live_summary.h"
 #include "live_workloads.h"
 #include "viper/core/log.h"
 #include "viper/schedulers/online.h"
@@ -27,14 +28,6 @@ namespace {
 
 using transports::MonotonicSeconds;
 
-// One published version, as the producer saw it.
-struct Published {
-  uint64_t version = 0;
-  int64_t iteration = 0;
-  int64_t model_iteration = 0;  // the model it carries (older than `iteration`: a re-publish)
-  double start_s = 0;  // since the end of warm-up
-  transports::Publisher::VersionReport report;
-};
 
 class Producer {
  public:
@@ -57,9 +50,9 @@ class Producer {
     s_.lost_consumers = pub_->summary().lost_consumers;
     Info("training done at " + std::to_string(s_.training_end_s) + " s; " + pub_->summary().BriefReport());
     const auto results = EndAndGather();
-    SummarizeVersions(results);
+    index_ = SummarizeVersions(published_, pub_->Reports(), results, t_warm_, o_.mode, &s_);
     VIPER_RETURN_IF_ERROR(EveryConsumerGotThisRun(results));
-    SummarizeRequests(results);
+    SummarizeRequests(results, t_warm_, index_, timeline_, first_, &s_);
     SummarizeRun(static_cast<int>(results.size()));
     work_->SummarizeKept(&s_);
     FinishStalenessTable();
@@ -438,106 +431,6 @@ class Producer {
         "): the run failed; see the consumers' warnings for the versions they refused");
   }
 
-  // Per version: the producer's report and the consumers' servable times.
-  void SummarizeVersions(const std::map<int, ConsumerResults>& results) {
-    const auto reports = pub_->Reports();
-    std::map<uint64_t, double> start_of;  // version -> T_k (version 0: its actual publish start)
-    for (const auto& p : published_) {
-      LiveRun::VersionStats v;
-      v.version = p.version;
-      v.iteration = p.iteration;
-      v.model_iteration = p.model_iteration;
-      v.checkpoint_s = p.version == 0 ? 0.0 : p.start_s;
-      v.stall_s = p.report.stall_s;
-      for (const auto& r : reports) {
-        if (r.version != p.version) continue;
-        v.snapshot_s = r.snapshot_s;
-        v.transfer_s = r.transfer_s;
-        v.notify_s = r.notify_s;
-        v.superseded = r.superseded;
-        v.bytes = r.bytes;
-        v.written_bytes = r.written_bytes;
-        v.encoding = r.encoding;
-      }
-      if (p.version > 0) s_.total_stall_s += v.stall_s;
-      index_[v.version] = s_.versions.size();
-      start_of[p.version] = p.start_s;
-      s_.versions.push_back(v);
-    }
-    for (const auto& [rank, res] : results) {
-      for (const auto& sw : res.swaps) {
-        auto f = index_.find(sw.version);
-        if (f == index_.end()) continue;
-        auto& v = s_.versions[f->second];
-        const double latency = sw.time_s - t_warm_ - start_of[sw.version];
-        const double load = sw.receive_s + sw.verify_s;
-        v.delivered_to += 1;
-        v.update_latency_s += latency;
-        v.max_update_latency_s = std::max(v.max_update_latency_s, latency);
-        v.load_s += load;
-        const double sent = o_.mode == transports::Mode::kSync ? v.stall_s : v.snapshot_s + v.transfer_s;
-        v.discovery_s += std::max(0.0, latency - sent - load);
-      }
-    }
-    const int reporting = static_cast<int>(results.size());
-    double latency_sum = 0;
-    int latency_n = 0;
-    s_.every_version_delivered = reporting == s_.consumers;
-    for (auto& v : s_.versions) {
-      if (v.delivered_to > 0) {
-        v.update_latency_s /= v.delivered_to;
-        v.load_s /= v.delivered_to;
-        v.discovery_s /= v.delivered_to;
-        if (v.version > 0) {
-          latency_sum += v.update_latency_s;
-          ++latency_n;
-        }
-      }
-      if (!v.superseded && v.delivered_to < reporting) s_.every_version_delivered = false;
-    }
-    if (latency_n > 0) s_.mean_update_latency_s = latency_sum / latency_n;
-  }
-
-  // The requests served in the window [0, training end], charged to their versions.
-  void SummarizeRequests(const std::map<int, ConsumerResults>& results) {
-    double stale_sum = 0, bias_sum = 0, abs_sum = 0;
-    int64_t judged = 0;
-    for (const auto& [rank, res] : results) {
-      for (const auto& r : res.requests) {
-        LiveRun::Request q;
-        q.consumer = rank;
-        q.time_s = r.time_s - t_warm_;
-        if (q.time_s > s_.training_end_s) continue;
-        q.version = r.version;
-        q.iteration = r.iteration;
-        q.loss = r.loss;
-        q.traffic_iteration = r.traffic_iteration;
-        if (q.traffic_iteration >= 0 && !timeline_.empty()) {
-          q.true_iteration = IterationsDoneAt(r.time_s);
-          const double d = static_cast<double>(q.traffic_iteration - q.true_iteration);
-          bias_sum += d;
-          abs_sum += std::fabs(d);
-          ++judged;
-        }
-        auto f = index_.find(q.version);
-        q.staleness_s = q.time_s - (f == index_.end() ? 0.0 : s_.versions[f->second].checkpoint_s);
-        stale_sum += q.staleness_s;
-        s_.cil += q.loss;
-        if (f != index_.end()) {
-          s_.versions[f->second].requests += 1;
-          s_.versions[f->second].loss_sum += q.loss;
-        }
-        s_.request_log.push_back(q);
-      }
-    }
-    s_.requests = static_cast<int64_t>(s_.request_log.size());
-    if (s_.requests > 0) s_.mean_staleness_s = stale_sum / static_cast<double>(s_.requests);
-    if (judged > 0) {
-      s_.traffic_iteration_bias = bias_sum / static_cast<double>(judged);
-      s_.traffic_iteration_mae = abs_sum / static_cast<double>(judged);
-    }
-  }
-
   // After the run (the consumers are done, the window closed): the kept
   // versions evaluated on every validation point's traffic; the log's test
   // columns are the table's diagonal.
@@ -558,13 +451,6 @@ class Producer {
          std::to_string(s_.staleness_versions_kept) + " versions kept, copies " +
          std::to_string(s_.staleness_keep_s) + " s during the run, evaluation " +
          std::to_string(s_.staleness_evaluate_s) + " s after it");
-  }
-
-  // Iterations done at `time_s` (since the common origin), from the timeline.
-  int64_t IterationsDoneAt(double time_s) const {
-    auto e = std::upper_bound(timeline_.begin(), timeline_.end(),
-                              std::make_pair(time_s, std::numeric_limits<int64_t>::max()));
-    return e == timeline_.begin() ? first_ - 1 : std::prev(e)->second;
   }
 
   void SummarizeRun(int reporting) {
