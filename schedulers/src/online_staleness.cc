@@ -117,6 +117,14 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   const bool may_publish = options_.keep_versions > 0 && !kept_now.empty() && served_loss_ &&
                            static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
                            (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
+  // A re-publish that reacts to a switch arrives a measurement gap and the
+  // delivery lag after it. Once switches have been seen, it is skipped
+  // when that is more than kReactiveLagShare of their median spacing: the
+  // kept model would serve its domain for too little of its stay, and the
+  // wrong one after the next switch (a fresh model, trained on both
+  // domains by then, does better; bench/README.md, "Thirteenth session").
+  const auto spacing = returns_->SwitchSpacing();
+  const bool in_time = !spacing || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing;
   if (may_publish && !holding) {
     const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -125,14 +133,6 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // noise alone does not re-publish (a returning domain differs by far more).
     const double K = static_cast<double>(kept_now.size());
     const double margin = MarginFor(sigma) + sigma * std::sqrt(2.0) * std::sqrt(2.0 * std::log(K + 1.0));
-    // A re-publish that reacts to a switch arrives a measurement gap and the
-    // delivery lag after it. Once switches have been seen, it is skipped
-    // when that is more than kReactiveLagShare of their median spacing: the
-    // kept model would serve its domain for too little of its stay, and the
-    // wrong one after the next switch (a fresh model, trained on both
-    // domains by then, does better; bench/README.md, "Thirteenth session").
-    const auto spacing = returns_->SwitchSpacing();
-    const bool in_time = !spacing || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing;
     // And it pays a stall and, under the wall clock, its lag like any
     // checkpoint: the re-plan with the kept model as the candidate must
     // take one now.
@@ -189,9 +189,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // model to win by the margin costs a measurement gap or more of the wrong
   // domain. Not when it would land late (the reactive re-publish's
   // kReactiveLagShare rule; bench/README.md, "Twenty-third session").
-  const auto spacing_now = returns_->SwitchSpacing();
-  if (seen_return_ && seen_return_->at == now && may_publish && !holding &&
-      (!spacing_now || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing_now)) {
+  if (seen_return_ && seen_return_->at == now && may_publish && !holding && in_time) {
     const int64_t served = served_model();
     for (int64_t m : {seen_return_->model, seen_return_->fallback}) {
       if (m < 0 || m == served) continue;
