@@ -415,6 +415,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   };
   VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, kept_wants));
   if (kept) want = true;
+  if (!kept && !holding && returns_->holding()) want = false;  // the served model became the anticipation (5-6)
   // 7. A young ramp under the wall clock: publish nothing yet (RampYounger).
   bool ramp_hold = false;
   if (want && options_.hold_young_ramps && !returns_->pending() && RampYounger(now)) {
@@ -451,48 +452,25 @@ Status OnlinePlanner::Commit(int64_t iteration) {
   traffic_advance_.push_back((traffic_advance_.empty() ? 0.0 : traffic_advance_.back()) +
                              problem_.cost.stall_s / problem_.seconds_per_iteration);
   if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
-    // A re-publish: the kept model serves, at its level measured now.
-    if (returns_->pending()) {
-      returns_->Activate(*publishing_loss_, served_model());
-      ++summary_.anticipated;
-    } else {
-      // A model of another regime than the served one wins and the served
-      // one measures worse than when it was committed (by twice the gate's
-      // margin): the domain changed, a switch (unless one was just seen). An
-      // older model of the same domain that merely measures better is no
-      // switch; counted as one it would break the spacing anticipation reads.
-      // (The committed loss, not the decay's reference: a young regime's flat
-      // forecast can sit far above a model that passed the gate. The
-      // warm-up's model, never committed: its first re-measurement.) The
-      // first such re-publish of a regime says how many regimes back its
-      // domain was.
-      std::optional<double> then = served_committed_loss_;
-      if (!then && served_reference_) then = served_reference_->second;
-      const bool served_moved = then && served_loss_ && *served_loss_ > *then + 2.0 * GateMargin();
-      if (measured_now_ && *measured_now_ == iteration && served_moved &&
-          returns_->RegimeOf(publishing_) != returns_->RegimeOf(served_model())) {
-        AddSwitch(measured_.size() - 1);
-      }
-      returns_->NoteRepublish(publishing_);
-    }
-    returns_->DropPending();
-    published_.push_back(publishing_);
-    ++summary_.republished;
-    served_loss_ = *publishing_loss_;
-    served_committed_loss_ = served_loss_;
-    served_reference_ = std::make_pair(iteration, *publishing_loss_);
-    regime_reference_ = served_reference_;
+    CommitKeptModel(iteration);  // online_staleness.cc
     decided_at_ = -1;
     return Status::Ok();
   }
   published_.push_back(iteration);
+  const bool ahead = decided_at_ == iteration && returns_->pending_model() == iteration;
   decided_at_ = -1;
-  returns_->DropPending();
   if (measured_now_ && *measured_now_ == iteration) {
     served_loss_ = measured_.losses.back();
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
+  // The producer's own model published ahead of a return two switches on
+  // (ReturnPredictor::PublishSecondAhead).
+  if (ahead && served_loss_) {
+    returns_->Activate(*served_loss_, served_model());
+    ++summary_.anticipated;
+  }
+  returns_->DropPending();
   served_committed_loss_ = served_loss_;
   // The level the new version's decay is measured from: the regime's
   // forecast at its iteration (a fitted level, not the measurement it was

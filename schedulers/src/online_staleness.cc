@@ -1,9 +1,9 @@
 // What the closed loop makes of the staleness re-measurements (README
 // "Staleness tables"): the served version's and the kept models' losses on
 // today's validation sample, the decay and wall-clock lag a re-plan is priced
-// with, the kept models it asks for, and the decision to re-publish one or
-// to publish one ahead of a predicted return (with internal::ReturnPredictor,
-// online_returns.h). The rest of the loop (noise, change detection, re-plan,
+// with, the kept models it asks for, and the decision to re-publish one (and
+// its commit) or to publish one ahead of a predicted return (with
+// internal::ReturnPredictor, online_returns.h). The rest of the loop (noise, change detection, re-plan,
 // gate, commit) is online.cc; both define OnlinePlanner's members.
 #include <algorithm>
 #include <cmath>
@@ -215,9 +215,65 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       want = true;
       publishing_ = ahead->first;
       publishing_loss_ = ahead->second;
+    } else if (!want &&
+               returns_->AdoptServed(TrafficAt(now), DeliveryLag(), static_cast<double>(problem_.total_iterations),
+                                     served_model(), *served_loss_, MeasurementGap(), kReactiveLagShare)) {
+      // The served model is already the predicted return's (a re-publish
+      // that landed late, in the regime before): a publish now would land at
+      // the return and replace it there. It holds as the anticipation
+      // instead (Decide drops the fresh publish; bench/README.md,
+      // "Twenty-fourth session").
+      ++summary_.anticipated;
+    }
+  }
+  // 6b. While an anticipation holds, the return after it (two switches
+  // ahead): where the delivery lag is as long as a stay (pfs under the wall
+  // clock), no publish after the held switch lands in time for the next
+  // one, so the next domain's model goes out now, behind the held one.
+  if (may_publish && holding) {
+    if (const auto second = returns_->PublishSecondAhead(
+            TrafficAt(now), DeliveryLag(), static_cast<double>(problem_.total_iterations), served_model(), kept_now,
+            std::make_pair(now, v), MeasurementGap(), kReactiveLagShare)) {
+      want = true;
+      publishing_ = second->first;
+      publishing_loss_ = second->second;
     }
   }
   return want;
+}
+
+void OnlinePlanner::CommitKeptModel(int64_t iteration) {
+  // A re-publish: the kept model serves, at its level measured now.
+  if (returns_->pending()) {
+    returns_->Activate(*publishing_loss_, served_model());
+    ++summary_.anticipated;
+  } else {
+    // A model of another regime than the served one wins and the served
+    // one measures worse than when it was committed (by twice the gate's
+    // margin): the domain changed, a switch (unless one was just seen). An
+    // older model of the same domain that merely measures better is no
+    // switch; counted as one it would break the spacing anticipation reads.
+    // (The committed loss, not the decay's reference: a young regime's flat
+    // forecast can sit far above a model that passed the gate. The
+    // warm-up's model, never committed: its first re-measurement.) The
+    // first such re-publish of a regime says how many regimes back its
+    // domain was.
+    std::optional<double> then = served_committed_loss_;
+    if (!then && served_reference_) then = served_reference_->second;
+    const bool served_moved = then && served_loss_ && *served_loss_ > *then + 2.0 * GateMargin();
+    if (measured_now_ && *measured_now_ == iteration && served_moved &&
+        returns_->RegimeOf(publishing_) != returns_->RegimeOf(served_model())) {
+      AddSwitch(measured_.size() - 1);
+    }
+    returns_->NoteRepublish(publishing_);
+  }
+  returns_->DropPending();
+  published_.push_back(publishing_);
+  ++summary_.republished;
+  served_loss_ = *publishing_loss_;
+  served_committed_loss_ = served_loss_;
+  served_reference_ = std::make_pair(iteration, *publishing_loss_);
+  regime_reference_ = served_reference_;
 }
 
 double OnlinePlanner::DeliveryLag() const {
@@ -397,12 +453,23 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
     return false;
   }
-  if (!(now.served && before.served && now.served->first == before.served->first)) return false;
+  if (!now.served) return false;
+  // The same model served at both, or, while an anticipation holds, was
+  // re-measured as kept at the one before: a model published behind the
+  // held one (6b) serves in the planner's view from its checkpoint, and its
+  // jump at the held switch is what shows that switch.
+  double then = std::numeric_limits<double>::quiet_NaN();
+  if (before.served && now.served->first == before.served->first) {
+    then = before.served->second;
+  } else if (returns_->holding()) {
+    then = before.LossOf(now.served->first);
+  }
+  if (!std::isfinite(then)) return false;
   // ServedStayedAcross's bounds, the other way round: a move of more than
   // half its level is a jump however noisy the regime measured (one that
   // held a transition measures a noise sd that hides a model of the other
   // domain tripling; bench/README.md, "Twenty-first session").
-  const double then = before.served->second, latest = now.served->second;
+  const double latest = now.served->second;
   return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
 }
 

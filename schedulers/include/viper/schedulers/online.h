@@ -401,6 +401,10 @@ class OnlinePlanner {
   // At the measurement after a switch's first one: where a move seen
   // part-way there began (bench/README.md, "Twenty-third session").
   void PlaceSwitchSeenPartWay(size_t idx);
+  // Commit's re-publish: the kept model `publishing_` serves from checkpoint
+  // `iteration`, at its level measured now (an anticipation activated, or a
+  // switch and the cycle noted).
+  void CommitKeptModel(int64_t iteration);
 
   Problem problem_;
   ForecasterFactory forecasters_;
