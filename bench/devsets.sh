@@ -15,12 +15,12 @@
 # regret by tens of points per case (bench/README.md, "Ninth session"): compare
 # builds on these frozen files, and keep a fresh draw (or --set 5) for the
 # check that a change was not fitted to them. These sets guided changes: they
-# are not held out. bench/devsets/set8, set13, set14 and set15 each hold one
-# run of held-out sets 8, 13, 14 and 15 (b-swaps450, p-recur65, q-swaps800,
-# r-recur45, trained 2026-11-27/28 and 2026-12-01), fixtures of scheduler
-# tests (StalenessScenarioTest.AServedModelMoving...,
-# APublishBetweenIsNoSwitchWhen..., AServedModelThatIsTheReturns...,
-# AReturnTwoSwitchesAhead...); they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
+# are not held out. bench/devsets/set8, set13 and set14 each hold one run of
+# held-out sets 8, 13 and 14 (b-swaps450, p-recur65, q-swaps800, trained
+# 2026-11-27/28 and 2026-12-01), fixtures of scheduler tests
+# (StalenessScenarioTest.AServedModelMoving...,
+# APublishBetweenIsNoSwitchWhen..., AServedModelThatIsTheReturns...);
+# they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
 # (bench/README.md, "Tenth session"): with --paces 0.99,1,1.01 a comparison
 # (bench/compare_evals.py) averages each case over the paces.
 #

@@ -457,20 +457,13 @@ Status OnlinePlanner::Commit(int64_t iteration) {
     return Status::Ok();
   }
   published_.push_back(iteration);
-  const bool ahead = decided_at_ == iteration && returns_->pending_model() == iteration;
   decided_at_ = -1;
+  returns_->DropPending();
   if (measured_now_ && *measured_now_ == iteration) {
     served_loss_ = measured_.losses.back();
   } else if (forecast_) {
     served_loss_ = forecast_->at(iteration);
   }
-  // The producer's own model published ahead of a return two switches on
-  // (ReturnPredictor::PublishSecondAhead).
-  if (ahead && served_loss_) {
-    returns_->Activate(*served_loss_, served_model());
-    ++summary_.anticipated;
-  }
-  returns_->DropPending();
   served_committed_loss_ = served_loss_;
   // The level the new version's decay is measured from: the regime's
   // forecast at its iteration (a fitted level, not the measurement it was

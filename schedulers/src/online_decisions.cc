@@ -49,7 +49,7 @@ void OnlinePlanner::RecordDecision(int64_t now, double v, double sigma, const Pr
   d.publish = publish;
   if (publish) {
     d.published_model = publishing_;
-    d.publish_kind = returns_->pending() ? "ahead" : publishing_ == now ? "fresh" : "kept";
+    d.publish_kind = publishing_ == now ? "fresh" : returns_->pending() ? "ahead" : "kept";
   }
   d.best_kept_loss = kNaN;
   for (const auto& [model, loss] : KeptAt(now)) {

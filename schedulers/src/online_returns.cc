@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "viper/core/median.h"
@@ -52,7 +51,6 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   }
   pattern_from_ = switches_.size() - 1;
   active_.reset();
-  next_.reset();
   return SwitchSeen::kRefuted;
 }
 
@@ -76,8 +74,8 @@ void ReturnPredictor::NoteRepublish(int64_t model) {
   republished_in_regime_ = true;
 }
 
-std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double measurement_gap, size_t ahead) const {
-  if (!enabled_ || cycle_ < 2 || ahead < 1 || ahead > 2) return std::nullopt;
+std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double measurement_gap) const {
+  if (!enabled_ || cycle_ < 2) return std::nullopt;
   const size_t n = switches_.size();
   if (n < pattern_from_ + 2) return std::nullopt;
   // The spacing: from the last two switches while only two are known since
@@ -93,25 +91,17 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
     return std::nullopt;
   }
   // The upcoming regime's domain is the one `cycle_` regimes before it.
-  const size_t upcoming = n + ahead;
-  if (upcoming < cycle_ || upcoming - cycle_ > regime_models_.size()) return std::nullopt;
+  const size_t upcoming = n + 1;
+  if (upcoming < cycle_ || upcoming - cycle_ >= regime_models_.size()) return std::nullopt;
   Return r;
-  const double spacing = two ? i1 : 0.5 * (i1 + i2);
-  r.change = switches_.back().middle + static_cast<double>(ahead) * spacing;
+  r.change = switches_.back().middle + (two ? i1 : 0.5 * (i1 + i2));
   // The domain's best model at its last visit's end: the producer's own
   // when it measured better than the served one there (trained on that
-  // domain for the whole visit), else the served one. The current regime's
-  // domain has no such model yet (-1: the caller names it).
+  // domain for the whole visit), else the served one.
   const size_t q = upcoming - cycle_;
-  if (q == regime_models_.size()) {
-    if (ahead == 1) return std::nullopt;
-    r.model = -1;
-  } else {
-    r.model = regime_better_[q] >= 0 ? regime_better_[q] : regime_models_[q];
-    if (r.model != regime_models_[q]) r.fallback = regime_models_[q];
-  }
-  // An error in the spacing counts once for each switch ahead.
-  r.tolerance = static_cast<double>(ahead) * std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + measurement_gap);
+  r.model = regime_better_[q] >= 0 ? regime_better_[q] : regime_models_[q];
+  if (r.model != regime_models_[q]) r.fallback = regime_models_[q];
+  r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + measurement_gap);
   return r;
 }
 
@@ -144,6 +134,7 @@ bool ReturnPredictor::AdoptServed(double traffic, double delivery_lag, double ho
   if (active_ || pending_) return false;
   auto r = PredictedReturn(measurement_gap);
   if (!r || r->model != served_model || !(traffic < r->change) || !(r->change <= horizon)) return false;
+  // PublishAhead's window: a publish now would land at the switch.
   const double arrival = traffic + delivery_lag;
   if (!(arrival >= r->change - 0.5 * measurement_gap)) return false;
   if (arrival - r->change > late_share * (r->change - switches_.back().middle)) return false;
@@ -151,40 +142,6 @@ bool ReturnPredictor::AdoptServed(double traffic, double delivery_lag, double ho
   active_->loss = served_loss;
   pre_anticipation_model_ = served_model;
   return true;
-}
-
-std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishSecondAhead(
-    double traffic, double delivery_lag, double horizon, int64_t served_model,
-    const std::vector<std::pair<int64_t, double>>& kept_now, std::pair<int64_t, double> candidate,
-    double measurement_gap, double late_share) {
-  if (!active_ || next_ || pending_) return std::nullopt;
-  auto r = PredictedReturn(measurement_gap, 2);
-  if (!r || !(traffic < r->change) || !(r->change <= horizon)) return std::nullopt;
-  const double arrival = traffic + delivery_lag;
-  if (!(arrival >= r->change - 0.5 * measurement_gap) || !(arrival > active_->change)) return std::nullopt;
-  if (arrival - r->change > late_share * (r->change - active_->change)) return std::nullopt;
-  std::optional<std::pair<int64_t, double>> chosen;
-  auto consider = [&](const std::pair<int64_t, double>& m) {
-    if (m.first == served_model || m.first == active_->model) return;
-    if (!chosen || m.second < chosen->second) chosen = m;
-  };
-  if (r->model < 0) {
-    for (const auto& k : kept_now) consider(k);
-    consider(candidate);
-  } else {
-    for (int64_t m : {r->model, r->fallback}) {
-      const auto k = std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& e) { return e.first == m; });
-      if (m >= 0 && k != kept_now.end() && m != served_model) {
-        chosen = *k;
-        break;
-      }
-    }
-  }
-  if (!chosen) return std::nullopt;
-  r->model = chosen->first;
-  r->fallback = -1;
-  pending_ = r;
-  return chosen;
 }
 
 std::optional<double> ReturnPredictor::SwitchSpacing() const {
@@ -197,16 +154,6 @@ std::optional<double> ReturnPredictor::SwitchSpacing() const {
 }
 
 void ReturnPredictor::Activate(double loss, int64_t replaced_model) {
-  if (active_) {
-    // The model published behind is the served one from now on, measured
-    // on its own domain: it shows no return of the held one's (its jump at
-    // the held switch does: OnlinePlanner::ServedJumped).
-    next_ = pending_;
-    next_->loss = loss;
-    active_->loss = std::numeric_limits<double>::quiet_NaN();
-    pending_.reset();
-    return;
-  }
   active_ = pending_;
   active_->loss = loss;
   pre_anticipation_model_ = replaced_model;
@@ -230,24 +177,12 @@ bool ReturnPredictor::Settle(double traffic, double measurement_gap) {
   // it was seen (a switch seen part-way, as it happens under the wall clock,
   // is still under way: the old domain's model may still measure better there).
   if (active_->confirmed) {
-    if (traffic >= active_->change + 0.5 * measurement_gap && traffic > active_->seen_at) {
-      // The anticipation published behind it takes over: the model of the
-      // held one serves the regime until its switch. Its loss was measured
-      // on the other domain, so it shows no return (ServedShowsReturn).
-      const int64_t serving = active_->model;
-      active_ = next_;
-      next_.reset();
-      if (active_) {
-        active_->loss = std::numeric_limits<double>::quiet_NaN();
-        pre_anticipation_model_ = serving;
-      }
-    }
+    if (traffic >= active_->change + 0.5 * measurement_gap && traffic > active_->seen_at) active_.reset();
     return false;
   }
   if (traffic > active_->change + active_->tolerance) {
     pattern_from_ = switches_.size();
     active_.reset();
-    next_.reset();
     return true;
   }
   return false;

@@ -92,11 +92,7 @@ class ReturnPredictor {
   // last two switches since the last refuted prediction, or the last three
   // evenly spaced) is
   // not there or the model that served the returning domain is unknown.
-  std::optional<Return> PredictedReturn(double measurement_gap) const { return PredictedReturn(measurement_gap, 1); }
-  // The return `ahead` switches on (1: the next, as above; 2: the one after
-  // it). Its `model` is -1 when its domain is the current regime's (two
-  // domains taking turns, two switches ahead): the planner names it.
-  std::optional<Return> PredictedReturn(double measurement_gap, size_t ahead) const;
+  std::optional<Return> PredictedReturn(double measurement_gap) const;
 
   // At a measurement where the planner may publish and is not holding: the
   // kept model (and its loss measured now, from `kept_now`) to publish now so
@@ -117,31 +113,13 @@ class ReturnPredictor {
   // `served_loss` now (it holds every other publish until its switch).
   bool AdoptServed(double traffic, double delivery_lag, double horizon, int64_t served_model, double served_loss,
                    double measurement_gap, double late_share);
-  // While an anticipation holds and its model is out: the model to publish
-  // now for the return after it (two switches ahead), for a delivery lag as
-  // long as a stay, which no publish after the held switch meets in time.
-  // It must land within PublishAhead's window of that return and after the
-  // held switch. Its domain is the current regime's when two take turns: the
-  // model measuring best now among `kept_now` and the producer's own
-  // `candidate` (its iteration and loss now), the served one excluded;
-  // else the model that served that domain last, as PredictedReturn names
-  // it. A model returned becomes pending; committed (Activate), it is
-  // published behind the held one and takes over once the held switch is
-  // past (Settle).
-  std::optional<std::pair<int64_t, double>> PublishSecondAhead(
-      double traffic, double delivery_lag, double horizon, int64_t served_model,
-      const std::vector<std::pair<int64_t, double>>& kept_now, std::pair<int64_t, double> candidate,
-      double measurement_gap, double late_share);
-  // The pending anticipation's model (-1: none).
-  int64_t pending_model() const { return pending_ ? pending_->model : -1; }
   // Whether a pending anticipation (PublishAhead) awaits its checkpoint.
   bool pending() const { return pending_.has_value(); }
   // Forgets the pending anticipation (a new decision, or a checkpoint that
   // did not publish it).
   void DropPending() { pending_.reset(); }
   // The pending anticipation was published, its model measuring `loss`, in
-  // place of `replaced_model`: it becomes active (or, published behind an
-  // active one, the next).
+  // place of `replaced_model`: it becomes active.
   void Activate(double loss, int64_t replaced_model);
 
   // Whether the served model's re-measurement `served_loss` shows the active,
@@ -193,7 +171,6 @@ class ReturnPredictor {
   bool republished_in_regime_ = false;  // the current regime's cycle was noted
   std::optional<Return> pending_;        // decided, not yet committed
   std::optional<Return> active_;         // committed, waiting for its switch
-  std::optional<Return> next_;           // committed behind active_, for the switch after (PublishSecondAhead)
   int64_t pre_anticipation_model_ = -1;  // the model the active one replaced
 };
 

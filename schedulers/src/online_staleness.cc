@@ -226,19 +226,6 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       ++summary_.anticipated;
     }
   }
-  // 6b. While an anticipation holds, the return after it (two switches
-  // ahead): where the delivery lag is as long as a stay (pfs under the wall
-  // clock), no publish after the held switch lands in time for the next
-  // one, so the next domain's model goes out now, behind the held one.
-  if (may_publish && holding) {
-    if (const auto second = returns_->PublishSecondAhead(
-            TrafficAt(now), DeliveryLag(), static_cast<double>(problem_.total_iterations), served_model(), kept_now,
-            std::make_pair(now, v), MeasurementGap(), kReactiveLagShare)) {
-      want = true;
-      publishing_ = second->first;
-      publishing_loss_ = second->second;
-    }
-  }
   return want;
 }
 
@@ -453,23 +440,12 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
     return false;
   }
-  if (!now.served) return false;
-  // The same model served at both, or, while an anticipation holds, was
-  // re-measured as kept at the one before: a model published behind the
-  // held one (6b) serves in the planner's view from its checkpoint, and its
-  // jump at the held switch is what shows that switch.
-  double then = std::numeric_limits<double>::quiet_NaN();
-  if (before.served && now.served->first == before.served->first) {
-    then = before.served->second;
-  } else if (returns_->holding()) {
-    then = before.LossOf(now.served->first);
-  }
-  if (!std::isfinite(then)) return false;
+  if (!(now.served && before.served && now.served->first == before.served->first)) return false;
   // ServedStayedAcross's bounds, the other way round: a move of more than
   // half its level is a jump however noisy the regime measured (one that
   // held a transition measures a noise sd that hides a model of the other
   // domain tripling; bench/README.md, "Twenty-first session").
-  const double latest = now.served->second;
+  const double then = before.served->second, latest = now.served->second;
   return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
 }
 

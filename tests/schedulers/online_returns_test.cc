@@ -346,68 +346,6 @@ TEST(ReturnPredictorTest, AServedModelThatIsTheReturnsIsAdoptedAsItsAnticipation
   EXPECT_EQ(p.regime_models().back(), 900) << "it served the regime that ended, badly";
 }
 
-// Two switches ahead: the return after the next (4990) is to the current
-// regime's domain (B; two domains taking turns), whose model the caller
-// names; its spacing error counts twice (tolerance 100). The next switch's
-// anticipation (900, to A) holds; a delivery lag of a stay or more lands a
-// publish now past it: the best model measured now among the kept ones and
-// the producer's own, the served one excluded, goes out behind it when it
-// lands from 4980 to 4990 + 350. It takes over once the held switch is past,
-// and holds until its own.
-TEST(ReturnPredictorTest, ASecondReturnIsPublishedBehindTheHeldOne) {
-  ReturnPredictor p = ThreeEvenSwitches();
-  const auto second = p.PredictedReturn(kGap, 2);
-  ASSERT_TRUE(second.has_value());
-  EXPECT_DOUBLE_EQ(second->change, 4990);
-  EXPECT_EQ(second->model, -1) << "the current regime's domain";
-  EXPECT_DOUBLE_EQ(second->tolerance, 100);
-  const std::vector<std::pair<int64_t, double>> kept = {{1900, 0.9}, {3500, 0.4}, {900, 2.5}};
-  EXPECT_FALSE(p.PublishSecondAhead(3985, 1000, 10000, 3100, kept, {3985, 0.45}, kGap, 0.35).has_value())
-      << "nothing holds";
-  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
-  p.Activate(0.5, 3100);
-  EXPECT_FALSE(p.PublishSecondAhead(3985, 980, 10000, 900, kept, {3985, 0.45}, kGap, 0.35).has_value())
-      << "lands at 4965: early";
-  EXPECT_FALSE(p.PublishSecondAhead(3985, 1360, 10000, 900, kept, {3985, 0.45}, kGap, 0.35).has_value())
-      << "lands at 5345: late";
-  const auto behind = p.PublishSecondAhead(3985, 1000, 10000, 900, kept, {3985, 0.45}, kGap, 0.35);
-  ASSERT_TRUE(behind.has_value());
-  EXPECT_EQ(behind->first, 3500) << "the best measured now; 900 serves";
-  EXPECT_EQ(p.pending_model(), 3500);
-  p.Activate(0.4, 900);
-  EXPECT_FALSE(p.pending());
-  EXPECT_FALSE(p.PublishSecondAhead(3985, 1000, 10000, 3500, kept, {3985, 0.3}, kGap, 0.35).has_value())
-      << "one is already behind";
-  EXPECT_FALSE(p.ServedShowsReturn(0.01, 0.05)) << "the served model is the one behind, on its own domain";
-  EXPECT_EQ(Switch(&p, 4000, 3500), ReturnPredictor::SwitchSeen::kConfirmed);
-  EXPECT_EQ(p.regime_models().back(), 3100) << "the regime that ended was served by the model replaced";
-  EXPECT_FALSE(p.Settle(4020, kGap));
-  EXPECT_TRUE(p.holding()) << "the one behind takes over";
-  EXPECT_EQ(p.replaced_model(), 900) << "the held model serves until the next switch";
-  EXPECT_EQ(Switch(&p, 5000, 3500), ReturnPredictor::SwitchSeen::kConfirmed);
-  EXPECT_EQ(p.regime_models().back(), 900);
-  EXPECT_FALSE(p.Settle(5020, kGap));
-  EXPECT_FALSE(p.holding());
-}
-
-// The model published behind is dropped with the held one when a switch
-// refutes it, and the producer's own model goes out behind when it
-// measures best.
-TEST(ReturnPredictorTest, ARefutedHeldReturnDropsTheOneBehind) {
-  ReturnPredictor p = ThreeEvenSwitches();
-  ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
-  p.Activate(0.5, 3100);
-  const auto behind =
-      p.PublishSecondAhead(3985, 1000, 10000, 900, {{1900, 0.9}, {3500, 0.4}}, {3985, 0.3}, kGap, 0.35);
-  ASSERT_TRUE(behind.has_value());
-  EXPECT_EQ(behind->first, 3985) << "the producer's own";
-  p.Activate(0.3, 900);
-  EXPECT_EQ(Switch(&p, 4500, 3985), ReturnPredictor::SwitchSeen::kRefuted);
-  EXPECT_FALSE(p.holding());
-  EXPECT_FALSE(p.Settle(4600, kGap));
-  EXPECT_FALSE(p.holding());
-}
-
 }  // namespace
 }  // namespace internal
 }  // namespace schedulers
