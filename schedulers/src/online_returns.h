@@ -13,9 +13,10 @@
 // the spacing) or the last three are evenly spaced,
 // it predicts the next return: where it falls and the model to serve after
 // it. The planner publishes that model ahead of it (PublishAhead, then
-// Activate at the checkpoint) and publishes nothing else until the switch is
-// seen (holding()); a prediction the data does not confirm stops predictions
-// until two new switches are seen.
+// Activate at the checkpoint), or, when the served model is that model
+// already, holds it (AdoptServed), and publishes nothing else until the
+// switch is seen (holding()); a prediction the data does not confirm stops
+// predictions until two new switches are seen.
 //
 // It reads nothing of the planner: the traffic position, the measurement
 // gap, the served model, the kept models re-measured now and the gate's
