@@ -123,8 +123,17 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // kept model would serve its domain for too little of its stay, and the
   // wrong one after the next switch (a fresh model, trained on both
   // domains by then, does better; bench/README.md, "Thirteenth session").
+  // With one switch seen there is no spacing yet: the first regime's
+  // length (from the traffic's start to that switch) stands in for a stay.
+  // Without it the first re-publish was never judged late, and on pfs
+  // under the wall clock (a lag longer than a stay) it landed in the next
+  // domain (bench/README.md, "Twenty-fourth session").
   const auto spacing = returns_->SwitchSpacing();
-  const bool in_time = !spacing || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *spacing;
+  std::optional<double> stay = spacing;
+  if (!stay && returns_->switches().size() == 1 && returns_->switches()[0].middle > 0) {
+    stay = returns_->switches()[0].middle;
+  }
+  const bool in_time = !stay || MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *stay;
   if (may_publish && !holding) {
     const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
