@@ -111,11 +111,7 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   auto r = PredictedReturn(measurement_gap);
   if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
     return std::nullopt;
-  // Published at the measurement whose delivery lands nearest the middle of
-  // the gap before the predicted switch (the switch happened somewhere in it).
-  const double arrival = traffic + delivery_lag;
-  if (!(arrival >= r->change - 0.5 * measurement_gap)) return std::nullopt;
-  if (arrival - r->change > late_share * (r->change - switches_.back().middle)) return std::nullopt;
+  if (!LandsAtReturn(*r, traffic + delivery_lag, measurement_gap, late_share)) return std::nullopt;
   auto measured = [&](int64_t model) {
     return std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == model; });
   };
@@ -129,15 +125,21 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   return *kept;
 }
 
+bool ReturnPredictor::LandsAtReturn(const Return& r, double arrival, double measurement_gap,
+                                    double late_share) const {
+  // From the measurement whose delivery lands nearest the middle of the gap
+  // before the predicted switch (the switch happened somewhere in it), and
+  // no later than late_share of the spacing after it.
+  return arrival >= r.change - 0.5 * measurement_gap &&
+         !(arrival - r.change > late_share * (r.change - switches_.back().middle));
+}
+
 bool ReturnPredictor::AdoptServed(double traffic, double delivery_lag, double horizon, int64_t served_model,
                                   double served_loss, double measurement_gap, double late_share) {
   if (active_ || pending_) return false;
   auto r = PredictedReturn(measurement_gap);
   if (!r || r->model != served_model || !(traffic < r->change) || !(r->change <= horizon)) return false;
-  // PublishAhead's window: a publish now would land at the switch.
-  const double arrival = traffic + delivery_lag;
-  if (!(arrival >= r->change - 0.5 * measurement_gap)) return false;
-  if (arrival - r->change > late_share * (r->change - switches_.back().middle)) return false;
+  if (!LandsAtReturn(*r, traffic + delivery_lag, measurement_gap, late_share)) return false;
   active_ = r;
   active_->loss = served_loss;
   pre_anticipation_model_ = served_model;

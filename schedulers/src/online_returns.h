@@ -163,6 +163,10 @@ class ReturnPredictor {
   const std::vector<int64_t>& regime_better() const { return regime_better_; }
 
  private:
+  // Whether a publish arriving at traffic `arrival` lands at return `r`:
+  // PublishAhead's window, which AdoptServed shares.
+  bool LandsAtReturn(const Return& r, double arrival, double measurement_gap, double late_share) const;
+
   bool enabled_;
   std::vector<Switch> switches_;
   std::vector<int64_t> regime_models_;
