@@ -460,6 +460,20 @@ TEST(StalenessScenarioTest, AReturnIsASwitchAgainstTheServedModelsCommittedLoss)
   ASSERT_TRUE(judged.ok()) << judged.status().ToString();
   EXPECT_LT(judged->online, 1.35 * judged->oracle)
       << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  // The rules added since make that run pass without this one (checked in
+  // the twenty-fifth session: 1.32 x either way). Among the frozen recurring
+  // and repeated-swap runs it still decides one: set 8's b-swaps450 (host,
+  // served while training, the default drift prior), where online is
+  // 1.53 x the oracle with it and 2.48 x without.
+  auto swaps = FrozenWallScenario("set8", "b-swaps450", Tier::kHost);
+  ASSERT_TRUE(swaps.ok()) << swaps.status().ToString();
+  swaps->online.drift_prior = OnlinePlanner::Options().drift_prior;
+  auto swaps_plan = PlanStrategy(*swaps, StrategyKind::kOnline);
+  ASSERT_TRUE(swaps_plan.ok()) << swaps_plan.status().ToString();
+  auto swaps_judged = JudgeAgainstOracle(*swaps, *swaps_plan);
+  ASSERT_TRUE(swaps_judged.ok()) << swaps_judged.status().ToString();
+  EXPECT_LT(swaps_judged->online, 1.8 * swaps_judged->oracle)
+      << swaps_plan->summary.message << "; online " << swaps_judged->online << ", oracle " << swaps_judged->oracle;
 }
 
 // Under the wall clock the traffic runs ahead of the producer, so the
