@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -447,10 +448,9 @@ Status OnlinePlanner::Commit(int64_t iteration) {
                                 std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
   }
   taken_.push_back(iteration);
-  // How far this stall moves the traffic ahead under the wall clock, at the
-  // cost and pace measured now (a later SetCost or SetPace does not re-price it).
-  traffic_advance_.push_back((traffic_advance_.empty() ? 0.0 : traffic_advance_.back()) +
-                             problem_.cost.stall_s / problem_.seconds_per_iteration);
+  // How long this stall holds the producer, at the cost measured now (a
+  // later SetCost does not re-price it); TrafficAt turns it into iterations.
+  stalled_s_.push_back((stalled_s_.empty() ? 0.0 : stalled_s_.back()) + problem_.cost.stall_s);
   if (decided_at_ == iteration && publishing_ != iteration && publishing_loss_) {
     CommitKeptModel(iteration);  // online_staleness.cc
     decided_at_ = -1;
@@ -525,8 +525,12 @@ double OnlinePlanner::TrafficAt(int64_t iteration) const {
   if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
     const auto stalls = std::lower_bound(taken_.begin(), taken_.end(), iteration) - taken_.begin();
     if (stalls > 0) {
+      double pace = problem_.seconds_per_iteration;
+      const auto in_use = std::upper_bound(paces_.begin(), paces_.end(), iteration,
+                                           [](int64_t it, const auto& p) { return it < p.first; });
+      if (in_use != paces_.begin()) pace = std::prev(in_use)->second;
       traffic = std::min(static_cast<double>(problem_.total_iterations),
-                         traffic + traffic_advance_[static_cast<size_t>(stalls - 1)]);
+                         traffic + stalled_s_[static_cast<size_t>(stalls - 1)] / pace);
     }
   }
   return traffic;
@@ -560,6 +564,10 @@ Status OnlinePlanner::SetPace(double seconds_per_iteration) {
   const double in_use = problem_.seconds_per_iteration;
   if (std::fabs(seconds_per_iteration - in_use) <= options_.pace_tolerance * in_use) return Status::Ok();
   ++summary_.pace_updates;
+  // From the next observation on (a live producer measures its pace before
+  // it reports that iteration); earlier positions keep the pace they had.
+  if (paces_.empty()) paces_.emplace_back(std::numeric_limits<int64_t>::min(), in_use);
+  paces_.emplace_back(last_iteration_ + 1, seconds_per_iteration);
   problem_.seconds_per_iteration = seconds_per_iteration;
   summary_.pace_s = seconds_per_iteration;
   return Status::Ok();

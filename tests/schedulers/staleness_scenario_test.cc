@@ -458,10 +458,11 @@ TEST(StalenessScenarioTest, AReturnIsASwitchAgainstTheServedModelsCommittedLoss)
   EXPECT_EQ(plan->summary.message.find("did not come"), std::string::npos) << plan->summary.message;
   auto judged = JudgeAgainstOracle(*sc, *plan);
   ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.35 * judged->oracle)
+  // 1.32 x before the twenty-fifth session's traffic position, 1.36 x since.
+  EXPECT_LT(judged->online, 1.4 * judged->oracle)
       << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
   // The rules added since make that run pass without this one (checked in
-  // the twenty-fifth session: 1.32 x either way). Among the frozen recurring
+  // the twenty-fifth session: the same CIL either way). Among the frozen recurring
   // and repeated-swap runs it still decides one: set 8's b-swaps450 (host,
   // served while training, the default drift prior), where online is
   // 1.53 x the oracle with it and 2.48 x without.
@@ -519,6 +520,13 @@ TEST(StalenessScenarioTest, TheEndingDomainsBestIsReadAgainstTheModelServingIt) 
   ASSERT_TRUE(judged.ok()) << judged.status().ToString();
   EXPECT_LT(judged->online, 1.57 * judged->oracle)
       << m << "; online " << judged->online << ", oracle " << judged->oracle;
+  // Since the twenty-fifth session's traffic position (all stalls at the
+  // latest pace) that run passes without the rule too; it now decides set
+  // 14's q-swaps800 on host with a window of 3747 requests: 1.35 x the
+  // oracle with it, 1.54 x without.
+  auto swaps = FrozenWallScenario("set14", "q-swaps800", Tier::kHost, TrafficClock::kWall, 3747);
+  ASSERT_TRUE(swaps.ok()) << swaps.status().ToString();
+  ExpectOnlineWithin(*swaps, 1.45);
 }
 
 // A reactive re-publish that would land more than 0.35 of the switches'
@@ -539,7 +547,9 @@ TEST(StalenessScenarioTest, ALateRePublishIsMadeWhenItLandsWellBeforeThePredicte
   EXPECT_EQ(m.find("did not come"), std::string::npos) << m;
   auto judged = JudgeAgainstOracle(*sc, *plan);
   ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.22 * judged->oracle)
+  // (1.22 x since the twenty-fifth session's traffic position; 1.28 x
+  // without the rule.)
+  EXPECT_LT(judged->online, 1.25 * judged->oracle)
       << m << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 
@@ -630,11 +640,17 @@ TEST(StalenessScenarioTest, APredictedReturnSeenBeforeItWentOutIsPublishedAtOnce
 // took the regime's one say on the cycle; the first domain's model (the
 // warm-up's, 0.43), re-published a measurement later, was not heard, and
 // the cycle was learned a whole stay later: +14.7% over the oracle.
-// Heard: +12.2%.
+// Heard: +12.2%. Since the twenty-fifth session's traffic position (all
+// stalls at the latest pace) that run is 1.20 x the oracle with the rule or
+// without it, and stays here as a bound; the rule now decides set 4's
+// f-recur30 on gpu: 1.13 x with it, 1.22 x without.
 TEST(StalenessScenarioTest, ARePublishOfTheRegimeJustEndedShowsNoCycle) {
   auto sc = FrozenWallScenario("set3", "g-recur45", Tier::kGpu);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  ExpectOnlineWithin(*sc, 1.135);
+  ExpectOnlineWithin(*sc, 1.23);
+  auto f = FrozenWallScenario("set4", "f-recur30", Tier::kGpu);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ExpectOnlineWithin(*f, 1.17);
 }
 
 // A run that collapses (collapse-sgd-h256: the learning rate jumps 60x at
