@@ -321,8 +321,9 @@ std::string DescribeReplayedPace(const ReplayedPace& pace) {
                 pace.seconds_per_iteration, pace.over_tau, 100.0 * pace.slow_share);
   std::string s = buf;
   if (IrregularPace(pace)) {
-    s += " (an irregular pace, e.g. a loaded machine: the strategies plan on tau, the judge replays these times, "
-         "and under the wall clock the traffic moves on through every slow stretch)";
+    s += " (an irregular pace, e.g. a loaded machine: the strategies plan on tau, online on the pace it has "
+         "measured so far, the judge replays these times, and under the wall clock the traffic moves on through "
+         "every slow stretch)";
   }
   return s;
 }
