@@ -333,7 +333,9 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   // measurement gap (the table's rows are the measurements) before it, and
   // its middle is half a gap after that, kept within the gap the switch was
   // seen in (the bound measured better than none on the pool: bench/README.md,
-  // "Twenty-third session", tried and not kept). A switch seen whole (f near 1) or
+  // "Twenty-third session", tried and not kept; measured again, no better
+  // without it, since the replay measures where the traffic is: "Twenty-sixth
+  // session"). A switch seen whole (f near 1) or
   // not yet (f near 0) keeps its gap's middle. Placing a switch seen
   // part-way at its gap's middle put it up to half a gap early, twice that
   // in a spacing from two switches (bench/README.md, "Twenty-third session").
