@@ -227,16 +227,18 @@ class StrategyImpl : public Strategy {
         // Where the traffic is when the producer measures at `it` under the
         // wall clock: the last iteration an unstalled producer would have
         // finished by then (the run's clock at `it` plus the stalls of the
-        // checkpoints taken so far; at most N), as the judge replays it. The
+        // checkpoints taken so far; at most N), as the simulator's judge
+        // replays it (Simulator's TrafficIteration, whole iterations). The
         // world's present, not the planner's guess of it (TrafficAt, which
         // converts the stalled seconds at the pace measured so far): a live
         // producer's validation sample is drawn from the traffic as it is,
         // so a switch shows when it happens wherever the planner thinks the
         // traffic is. Measured at the planner's own guess, a switch showed at
-        // the guessed position and the guess's error never reached the plan:
-        // online looked 1.5 points better on the frozen development sets'
-        // wall clock than it could do (bench/README.md, "Twenty-sixth
-        // session"). The planner reads the loss there, never the position or
+        // the guessed position and the guess's error never reached what the
+        // planner saw: online's wall-clock mean regret looked 0.6 points
+        // better over thirteen sets (1.5 on the frozen development sets)
+        // than it is (bench/README.md, "Twenty-sixth session"). The planner
+        // reads the loss there, never the position or
         // the clock past `it`.
         auto traffic_now = [&](int64_t it) {
           const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s;
