@@ -172,6 +172,25 @@ double Problem::ElapsedAt(double p) const {
   return elapsed_s[i] + (x - static_cast<double>(i)) * (elapsed_s[i + 1] - elapsed_s[i]);
 }
 
+int64_t LastIterationBy(const std::vector<double>& elapsed, int64_t W, int64_t N, double tau, double seconds) {
+  if (std::isnan(seconds) || N <= W) return W;
+  const int64_t span = N - W;
+  if (elapsed.empty()) {
+    if (!(tau > 0) || !(seconds > 0)) return W;
+    const double guess = std::floor(seconds / tau);
+    if (!(guess < static_cast<double>(span))) return N;
+    // The quotient may be off by one from the products the clock is made
+    // of: settle on the largest n whose n x tau is still <= seconds.
+    int64_t n = static_cast<int64_t>(guess);
+    while (n < span && static_cast<double>(n + 1) * tau <= seconds) ++n;
+    while (n > 0 && static_cast<double>(n) * tau > seconds) --n;
+    return W + n;
+  }
+  // The entries finished by then: elapsed[0] = 0 is W itself.
+  const auto done = std::upper_bound(elapsed.begin(), elapsed.end(), seconds) - elapsed.begin();
+  return std::clamp<int64_t>(W + static_cast<int64_t>(done) - 1, W, N);
+}
+
 double Problem::PositionAt(double seconds) const {
   const double W = static_cast<double>(warmup_iterations);
   if (elapsed_s.empty()) return W + seconds / seconds_per_iteration;

@@ -227,8 +227,8 @@ class StrategyImpl : public Strategy {
         // Where the traffic is when the producer measures at `it` under the
         // wall clock: the last iteration an unstalled producer would have
         // finished by then (the run's clock at `it` plus the stalls of the
-        // checkpoints taken so far; at most N), as the simulator's judge
-        // replays it (Simulator's TrafficIteration, whole iterations). The
+        // checkpoints taken so far; at most N), the simulator's judge's own
+        // position (LastIterationBy, whole iterations). The
         // world's present, not the planner's guess of it (TrafficAt, which
         // converts the stalled seconds at the pace measured so far): a live
         // producer's validation sample is drawn from the traffic as it is,
@@ -241,17 +241,14 @@ class StrategyImpl : public Strategy {
         // reads the loss there, never the position or
         // the clock past `it`.
         auto traffic_now = [&](int64_t it) {
+          if (it <= W) return static_cast<double>(it);  // no stall before the warm-up's end
           const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s;
-          const double N = static_cast<double>(p.total_iterations);
-          double t = 0;
-          if (static_cast<size_t>(it - W) < clock.size()) {
-            const double at = clock[static_cast<size_t>(it - W)] + stalled;
-            const auto done = std::upper_bound(clock.begin(), clock.end(), at) - clock.begin();
-            t = static_cast<double>(W) + static_cast<double>(done - 1);
-          } else {
-            t = std::floor(static_cast<double>(it) + stalled / p.seconds_per_iteration + 1e-9);
-          }
-          return std::clamp(t, static_cast<double>(it), N);
+          const bool on_clock = static_cast<size_t>(it - W) < clock.size();
+          const double trained = on_clock ? clock[static_cast<size_t>(it - W)]
+                                          : static_cast<double>(it - W) * p.seconds_per_iteration;
+          const int64_t t = LastIterationBy(on_clock ? clock : std::vector<double>{}, W, p.total_iterations,
+                                            p.seconds_per_iteration, trained + stalled);
+          return static_cast<double>(std::clamp(t, it, p.total_iterations));
         };
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);

@@ -199,16 +199,19 @@ class Engine {
   // come in time order). Producer clock: the producer's last finished
   // iteration, where iteration i ends at its training time plus the stalls of
   // the checkpoints taken before it. Wall clock: the last iteration an
-  // unstalled producer would have finished (its training time alone).
+  // unstalled producer would have finished (its training time alone;
+  // schedulers::LastIterationBy, which the offline replay shares).
   int64_t TrafficIteration(double t, int64_t from) const {
     const auto& p = o_.problem;
-    const bool wall = p.requests.traffic_clock == schedulers::TrafficClock::kWall;
-    auto end_of = [&](int64_t i) {
-      if (wall) return TrainingTime(i);
-      const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), i) - schedule_.begin();
-      return TrainingTime(i) + static_cast<double>(before) * stall_s_;
-    };
     int64_t i = std::max(from, p.warmup_iterations);
+    if (p.requests.traffic_clock == schedulers::TrafficClock::kWall) {
+      return std::max(i, schedulers::LastIterationBy(prefix_s_, p.warmup_iterations, p.total_iterations,
+                                                     p.seconds_per_iteration, t));
+    }
+    auto end_of = [&](int64_t k) {
+      const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), k) - schedule_.begin();
+      return TrainingTime(k) + static_cast<double>(before) * stall_s_;
+    };
     while (i < p.total_iterations && end_of(i + 1) <= t) ++i;
     return i;
   }

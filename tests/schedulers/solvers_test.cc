@@ -154,6 +154,45 @@ TEST(SolversTest, AnUnevenClockIsValidated) {
   EXPECT_NE(p.Validate().message().find("elapsed_s[2]"), std::string::npos);
 }
 
+// The traffic's whole iteration under the wall clock (the judge's and the
+// replay's): the last iteration finished by then, on an uneven clock (a
+// pause, two iterations that end together) and on a uniform one (exact
+// where seconds is a multiple of tau, the quotient being inexact), in
+// [W, N], and the floor of PositionAt, the oracle's fractional position.
+TEST(SolversTest, TheTrafficIterationIsTheLastOneFinished) {
+  Problem p;
+  p.warmup_iterations = 10;
+  p.total_iterations = 15;
+  p.seconds_per_iteration = 0.1;
+  p.elapsed_s = {0, 1, 1, 4, 4.5, 6};
+  ASSERT_TRUE(p.Validate().ok());
+  EXPECT_EQ(p.TrafficIterationAt(-1.0), 10);
+  EXPECT_EQ(p.TrafficIterationAt(0.0), 10);
+  EXPECT_EQ(p.TrafficIterationAt(0.99), 10);
+  EXPECT_EQ(p.TrafficIterationAt(1.0), 12);  // 11 and 12 end together
+  EXPECT_EQ(p.TrafficIterationAt(3.99), 12);  // the pause before 13
+  EXPECT_EQ(p.TrafficIterationAt(4.0), 13);
+  EXPECT_EQ(p.TrafficIterationAt(6.0), 15);
+  EXPECT_EQ(p.TrafficIterationAt(1e9), 15);
+  for (double s = -0.5; s < 7.0; s += 0.01) {
+    EXPECT_EQ(p.TrafficIterationAt(s), static_cast<int64_t>(std::floor(p.PositionAt(s)))) << s;
+  }
+  // Uniform: 0.3 / 0.1 is 2.9999999999999996 in floating point, and
+  // 3 x 0.1 is 0.30000000000000004 > 0.3: the largest n with n x tau <= s.
+  p.elapsed_s.clear();
+  EXPECT_EQ(p.TrafficIterationAt(0.3), 12);
+  EXPECT_EQ(p.TrafficIterationAt(3.0 * 0.1), 13);
+  EXPECT_EQ(p.TrafficIterationAt(0.05), 10);
+  EXPECT_EQ(p.TrafficIterationAt(0.5), 15);
+  EXPECT_EQ(p.TrafficIterationAt(99.0), 15);
+  EXPECT_EQ(p.TrafficIterationAt(std::nan("")), 10);
+  for (int n = 0; n <= 5; ++n) {
+    const double at = static_cast<double>(n) * p.seconds_per_iteration;
+    EXPECT_EQ(p.TrafficIterationAt(at), 10 + n) << n;
+    EXPECT_EQ(p.TrafficIterationAt(std::nextafter(at, -1.0)), std::max(10, 9 + n)) << n;
+  }
+}
+
 // Larger horizons: optimal == the O(N^2) DP (enumeration is out of reach).
 TEST(SolversTest, OptimalMatchesQuadraticDpOnLongerCurves) {
   std::mt19937_64 rng(7);

@@ -23,6 +23,19 @@ namespace schedulers {
 // producer checkpoints.
 using Schedule = std::vector<int64_t>;
 
+// Where the traffic is under the wall clock, in whole iterations: the last
+// iteration an unstalled producer has finished `seconds` after the end of
+// warm-up iteration W, on `elapsed` (Problem::elapsed_s's form: elapsed[i]
+// = training seconds from the end of W to the end of W + i, N - W + 1
+// entries) or, when `elapsed` is empty, a uniform `tau` seconds per
+// iteration (the largest n with n x tau <= seconds, exact in floating
+// point). In [W, N]. The simulator's judge charges each request the table
+// at this iteration, and the offline replay measures online's validation
+// sample there; the oracle plans on Problem::PositionAt, its fractional
+// form (floor(PositionAt(s)) is this, but for a quotient s / tau that
+// rounds onto a whole number on the uniform clock).
+int64_t LastIterationBy(const std::vector<double>& elapsed, int64_t W, int64_t N, double tau, double seconds);
+
 // How inference requests arrive after the warm-up.
 enum class ArrivalProcess {
   kFixedRate,  // one request every interval_s, the first at t = 0
@@ -180,6 +193,12 @@ struct Problem {
   // `seconds` after the warm-up (W + seconds / tau when uniform; N at most
   // when the clock is given, past its end).
   double PositionAt(double seconds) const;
+  // The traffic's iteration `seconds` after the warm-up under the wall
+  // clock: the last iteration an unstalled producer has finished by then
+  // (LastIterationBy on elapsed_s and tau).
+  int64_t TrafficIterationAt(double seconds) const {
+    return LastIterationBy(elapsed_s, warmup_iterations, total_iterations, seconds_per_iteration, seconds);
+  }
   // Wall time of the start of checkpoint `index` (1-based) at `iteration`.
   double CheckpointStart(int64_t iteration, int64_t index) const {
     return Elapsed(iteration) + static_cast<double>(index - 1) * cost.stall_s;
