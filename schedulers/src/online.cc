@@ -282,6 +282,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // 1. Noise of the current regime (recomputed below if a change starts a new one).
   double sigma = Noise();
   PlaceSwitchSeenPartWay(idx);
+  if (!own_clock_.empty()) PlaceSwitchesOnClock();
   // 2. Change detection on the standardised residual against the fitted
   // forecast (not against a young regime's flat placeholder).
   bool switched = false;
@@ -520,10 +521,50 @@ bool OnlinePlanner::RampYounger(int64_t now) const {
   return TrafficAt(now) - start < lag;
 }
 
+Status OnlinePlanner::ObserveClock(int64_t iteration, double elapsed_s) {
+  const int64_t W = problem_.warmup_iterations;
+  if (iteration < W || iteration > problem_.total_iterations) {
+    return InvalidArgumentError("the producer's clock at iteration " + std::to_string(iteration) + ": not in [" +
+                                std::to_string(W) + ", " + std::to_string(problem_.total_iterations) + "]");
+  }
+  if (own_clock_.empty()) own_clock_.push_back(0.0);  // the end of the warm-up
+  const int64_t next = W + static_cast<int64_t>(own_clock_.size());
+  if (iteration < next) return Status::Ok();
+  if (iteration > next) {
+    return InvalidArgumentError("the producer's clock at iteration " + std::to_string(iteration) +
+                                ": iteration " + std::to_string(next) + " comes first");
+  }
+  if (!std::isfinite(elapsed_s) || elapsed_s < own_clock_.back()) {
+    return InvalidArgumentError("the producer's clock at iteration " + std::to_string(iteration) + ": " +
+                                std::to_string(elapsed_s) + " s, expected finite and >= " +
+                                std::to_string(own_clock_.back()) + " s (the iteration before)");
+  }
+  own_clock_.push_back(elapsed_s);
+  return Status::Ok();
+}
+
 double OnlinePlanner::TrafficAt(int64_t iteration) const {
   double traffic = static_cast<double>(iteration);
   if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
     const auto stalls = std::lower_bound(taken_.begin(), taken_.end(), iteration) - taken_.begin();
+    const int64_t W = problem_.warmup_iterations;
+    const int64_t known = W + static_cast<int64_t>(own_clock_.size()) - 1;  // the clock's last iteration
+    if (stalls > 0 && !own_clock_.empty() && iteration <= known) {
+      const double stalled = stalled_s_[static_cast<size_t>(stalls - 1)], tau = problem_.seconds_per_iteration;
+      if (stalled / tau >= MeasurementGap()) {
+        const double at = own_clock_[static_cast<size_t>(iteration - W)] + stalled;
+        if (at > own_clock_.back()) {
+          return std::min(static_cast<double>(problem_.total_iterations),
+                          static_cast<double>(known) + (at - own_clock_.back()) / tau);
+        }
+        // Where the producer itself was `at` seconds in (PositionAt's reading).
+        const size_t j = static_cast<size_t>(std::upper_bound(own_clock_.begin(), own_clock_.end(), at) -
+                                             own_clock_.begin());
+        if (j >= own_clock_.size()) return static_cast<double>(known);
+        const double t0 = own_clock_[j - 1], t1 = own_clock_[j];
+        return static_cast<double>(W) + static_cast<double>(j - 1) + (t1 > t0 ? (at - t0) / (t1 - t0) : 1.0);
+      }
+    }
     if (stalls > 0) {
       double pace = problem_.seconds_per_iteration;
       const auto in_use = std::upper_bound(paces_.begin(), paces_.end(), iteration,

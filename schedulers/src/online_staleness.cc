@@ -314,8 +314,25 @@ void OnlinePlanner::AddSwitch(size_t begin) {
     seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
   }
   if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
-  if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated && begin > 0) {
-    switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);
+  if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated) {
+    switches_seen_at_.push_back(
+        SwitchSeenAt{begin > 0 ? static_cast<int64_t>(measured_.iterations[begin - 1]) : at, at, -1});
+    if (begin > 0) switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);
+  }
+}
+
+std::pair<double, double> OnlinePlanner::SwitchPlace(const SwitchSeenAt& seen) const {
+  const double before = TrafficAt(seen.before), after = TrafficAt(seen.after);
+  if (seen.part_way < 0) return {0.5 * (before + after), 0.5 * (after - before)};
+  const double gap = static_cast<double>(seen.after - seen.before), f = seen.part_way;
+  return {std::clamp(after - f * gap + 0.5 * gap, before, after), 0.5 * std::min(gap, after - before)};
+}
+
+void OnlinePlanner::PlaceSwitchesOnClock() {
+  const size_t n = std::min(returns_->switches().size(), switches_seen_at_.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[i]);
+    returns_->PlaceSwitch(i, middle, halfwidth);
   }
 }
 
@@ -344,11 +361,10 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   if (!(std::isfinite(a) && std::isfinite(x) && std::isfinite(y)) || !(std::fabs(y - a) > 0)) return;
   const double f = (x - a) / (y - a);
   if (!(f > kPartWay && f < 1.0 - kPartWay)) return;
-  const double gap = measured_.iterations[begin] - measured_.iterations[begin - 1];
-  const double before = TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1]));
-  const double after = TrafficAt(static_cast<int64_t>(measured_.iterations[begin]));
-  returns_->PlaceSwitch(index, std::clamp(after - f * gap + 0.5 * gap, before, after),
-                        0.5 * std::min(gap, after - before));
+  if (index >= switches_seen_at_.size()) return;
+  switches_seen_at_[index].part_way = f;
+  const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[index]);
+  returns_->PlaceSwitch(index, middle, halfwidth);
 }
 
 Status OnlinePlanner::ObserveServed(double loss) {

@@ -250,6 +250,7 @@ class StrategyImpl : public Strategy {
                                             p.seconds_per_iteration, trained + stalled);
           return static_cast<double>(std::clamp(t, it, p.total_iterations));
         };
+        int64_t clock_known = W;  // the producer's clock reported up to here
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -265,6 +266,12 @@ class StrategyImpl : public Strategy {
           double measured = obs.losses[i];
           if (wall && it > p.warmup_iterations) {
             VIPER_ASSIGN_OR_RETURN(measured, in.observed_staleness->At(it, traffic));
+          }
+          // The producer's own clock up to `it` (it times its iterations):
+          // where the traffic was at a past iteration becomes known to it
+          // once it has trained past that moment (OnlinePlanner::ObserveClock).
+          for (; wall && clock_known < it && static_cast<size_t>(clock_known + 1 - W) < clock.size(); ++clock_known) {
+            VIPER_RETURN_IF_ERROR(planner.ObserveClock(clock_known + 1, clock[static_cast<size_t>(clock_known + 1 - W)]));
           }
           VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));
           if (with_table && it > p.warmup_iterations) {

@@ -80,6 +80,52 @@ TEST(OnlinePlannerTest, DefaultOptionsAreValidAndBadOnesAreNamed) {
   EXPECT_NE(error.find("keep_versions"), std::string::npos);
 }
 
+// Under the wall clock the traffic's lead at a past iteration is read off
+// the producer's own clock once the producer has trained past that moment.
+// A 2 s stall at 140 (40 iterations at tau = 0.05 s), then the producer
+// slows to 0.1 s an iteration from 180: seen from 160 the traffic is
+// estimated at 200; once the clock reaches it, it was at 190 (4 s to 180,
+// one more second at 0.1). Without the clock it stays an estimate. Bad
+// clock readings are named.
+TEST(OnlinePlannerTest, APastTrafficPositionIsReadOffTheProducersClock) {
+  Problem p = CheapProblem();
+  p.requests.traffic_clock = TrafficClock::kWall;
+  p.cost.stall_s = 2.0;
+  OnlinePlanner timed(p, Forecasters()), blind(p, Forecasters());
+  double elapsed = 0;
+  int64_t clocked = p.warmup_iterations;
+  auto clock_to = [&](int64_t it) {
+    for (; clocked < it; ++clocked) {
+      elapsed += clocked + 1 <= 180 ? 0.05 : 0.1;
+      ASSERT_TRUE(timed.ObserveClock(clocked + 1, elapsed).ok());
+    }
+  };
+  for (int64_t i = 120; i <= 300; i += 20) {
+    clock_to(i);
+    for (OnlinePlanner* planner : {&timed, &blind}) {
+      ASSERT_TRUE(planner->Observe(i, 2.0 - 0.001 * static_cast<double>(i), ObservationKind::kValidation).ok());
+      if (i == 140) {
+        ASSERT_TRUE(planner->Commit(i).ok());
+      }
+    }
+    if (i == 160) {
+      EXPECT_DOUBLE_EQ(timed.TrafficAt(160), 200.0);  // 2 s ahead of the clock's end, at tau
+    }
+  }
+  EXPECT_NEAR(timed.TrafficAt(160), 190.0, 1e-9);
+  EXPECT_DOUBLE_EQ(blind.TrafficAt(160), 200.0);
+  EXPECT_DOUBLE_EQ(timed.TrafficAt(120), 120.0);  // no stall before it
+  // An iteration reported again is ignored; a gap, seconds running
+  // backwards or not finite, and iterations outside [W, N] are errors.
+  EXPECT_TRUE(timed.ObserveClock(250, 1.0).ok());
+  auto message = [&](int64_t it, double s) { return timed.ObserveClock(it, s).message(); };
+  EXPECT_NE(message(302, elapsed + 1).find("iteration 301 comes first"), std::string::npos);
+  EXPECT_NE(message(301, elapsed - 1).find("expected finite and >="), std::string::npos);
+  EXPECT_NE(message(301, std::nan("")).find("expected finite"), std::string::npos);
+  EXPECT_NE(message(99, 0).find("not in [100, 2000]"), std::string::npos);
+  EXPECT_TRUE(timed.ObserveClock(301, elapsed + 0.1).ok());
+}
+
 TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
   OnlinePlanner planner(CheapProblem(), Forecasters());
   EXPECT_TRUE(planner.Observe(50, 1.0, ObservationKind::kValidation).ok());

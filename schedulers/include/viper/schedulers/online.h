@@ -319,8 +319,25 @@ class OnlinePlanner {
   // seconds, which are still ahead of this one, so all of them go at the
   // latest pace, not each stall's at the pace of its own time (on held-out
   // sets 8-15 the position the judge replays is 19% closer on host and 29%
-  // on pfs; bench/README.md, "Twenty-fifth session").
+  // on pfs; bench/README.md, "Twenty-fifth session"). With the producer's
+  // own clock (ObserveClock), a past iteration's position is read off it
+  // once the producer has trained past the moment the traffic had reached
+  // (fractional, as PositionAt), and a lead the clock covers only in part
+  // goes on from the clock's end at the latest pace; not where the lead is
+  // shorter than a measurement gap (the estimate is within the gap a
+  // switch is seen in there, and on the gpu tier the reading moved cases
+  // both ways; bench/README.md, "Twenty-seventh session").
   double TrafficAt(int64_t iteration) const;
+  // The producer's own clock: the training seconds from the end of the
+  // warm-up to the end of `iteration` (no stalls; a live producer sums its
+  // iterations' times), reported for every iteration after W in order, up
+  // to the one it observes next. Under the wall clock the traffic's lead at
+  // a past iteration is then a known stretch of this clock, no longer an
+  // estimate at the pace, and the switches seen are placed anew on it
+  // (TrafficAt). An iteration already reported is ignored. InvalidArgument
+  // for seconds that are not finite or run backwards, an iteration that is
+  // not the next one, or one before W; holds one double per iteration.
+  Status ObserveClock(int64_t iteration, double elapsed_s);
   // The model each checkpoint published (parallel to taken()), and the one
   // served now (W before any checkpoint).
   const std::vector<int64_t>& published() const { return published_; }
@@ -407,6 +424,22 @@ class OnlinePlanner {
   // At the measurement after a switch's first one: where a move seen
   // part-way there began (bench/README.md, "Twenty-third session").
   void PlaceSwitchSeenPartWay(size_t idx);
+  // Where each switch handed to returns_ was seen (parallel to its
+  // switches()): the iterations of the measurements before and after it and
+  // the fraction of the move seen there (PlaceSwitchSeenPartWay; -1: placed
+  // at its gap's middle), for placing it anew once the producer's clock
+  // knows where the traffic was (PlaceSwitchesOnClock).
+  struct SwitchSeenAt {
+    int64_t before = 0, after = 0;
+    double part_way = -1;
+  };
+  // Every switch seen placed again at the traffic positions TrafficAt gives
+  // now, which the producer's clock has since made exact (ObserveClock).
+  void PlaceSwitchesOnClock();
+  // A switch's middle and half-width between the traffic positions of the
+  // measurements before and after it, a fraction `part_way` of the move
+  // seen at the later one (-1: the gap's middle).
+  std::pair<double, double> SwitchPlace(const SwitchSeenAt& seen) const;
   // Commit's re-publish: the kept model `publishing_` serves from checkpoint
   // `iteration`, at its level measured now (an anticipation activated, or a
   // switch and the cycle noted).
@@ -444,6 +477,9 @@ class OnlinePlanner {
   // measured_, its index in returns_->switches()), until the measurement
   // after it has placed it.
   std::optional<std::pair<size_t, size_t>> switch_to_place_;
+  std::vector<SwitchSeenAt> switches_seen_at_;
+  // ObserveClock: own_clock_[i] = seconds to the end of W + i (empty: none).
+  std::vector<double> own_clock_;
   // A predicted return seen before its model was published ahead: (the
   // iteration it was seen at, the model, its fallback).
   struct SeenReturn {
