@@ -319,14 +319,11 @@ class OnlinePlanner {
   // seconds, which are still ahead of this one, so all of them go at the
   // latest pace, not each stall's at the pace of its own time (on held-out
   // sets 8-15 the position the judge replays is 19% closer on host and 29%
-  // on pfs; bench/README.md, "Twenty-fifth session"). With the producer's
-  // own clock (ObserveClock), a past iteration's position is read off it
-  // once the producer has trained past the moment the traffic had reached
-  // (fractional, as PositionAt), and a lead the clock covers only in part
-  // goes on from the clock's end at the latest pace; not where the lead is
-  // shorter than a measurement gap (the estimate is within the gap a
-  // switch is seen in there, and on the gpu tier the reading moved cases
-  // both ways; bench/README.md, "Twenty-seventh session").
+  // on pfs; bench/README.md, "Twenty-fifth session"). With ObserveClock a
+  // past position is read off the producer's clock once it has got there
+  // (fractional, as PositionAt; a lead the clock covers in part goes on at
+  // the latest pace), unless the lead is under a measurement gap
+  // (bench/README.md, "Twenty-seventh session"; online_position.cc).
   double TrafficAt(int64_t iteration) const;
   // The producer's own clock: the training seconds from the end of the
   // warm-up to the end of `iteration` (no stalls; a live producer sums its
@@ -425,10 +422,8 @@ class OnlinePlanner {
   // part-way there began (bench/README.md, "Twenty-third session").
   void PlaceSwitchSeenPartWay(size_t idx);
   // Where each switch handed to returns_ was seen (parallel to its
-  // switches()): the iterations of the measurements before and after it and
-  // the fraction of the move seen there (PlaceSwitchSeenPartWay; -1: placed
-  // at its gap's middle), for placing it anew once the producer's clock
-  // knows where the traffic was (PlaceSwitchesOnClock).
+  // switches()): the measurements before and after it and the fraction of
+  // the move seen (PlaceSwitchSeenPartWay; -1: its gap's middle).
   struct SwitchSeenAt {
     int64_t before = 0, after = 0;
     double part_way = -1;
