@@ -174,6 +174,17 @@ class Planner {
     OkOrRaise(online_->SetPace(seconds_per_iteration));
   }
 
+  void ObserveClock(int64_t step, double seconds) {
+    if (kind_ != schedulers::StrategyKind::kOnline) {
+      throw py::value_error("observe_clock: only the online strategy reads the producer's clock");
+    }
+    if (!built_ || !online_) {
+      throw py::value_error("observe_clock: the planner is built at the end of the warm-up; report the clock from "
+                            "the step after it");
+    }
+    OkOrRaise(online_->ObserveClock(step, seconds));
+  }
+
   void ObserveServed(double loss) {
     if (!online_) throw py::value_error("observe_served: only the online strategy re-measures the served version");
     OkOrRaise(online_->ObserveServed(loss));
@@ -381,6 +392,7 @@ void BindPlanner(py::module_& m) {
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))
       .def("commit", &Planner::Commit, py::arg("iteration"))
       .def("set_pace", &Planner::SetPace, py::arg("seconds_per_iteration"))
+      .def("observe_clock", &Planner::ObserveClock, py::arg("step"), py::arg("seconds"))
       .def("observe_served", &Planner::ObserveServed, py::arg("loss"))
       .def("kept_versions", &Planner::KeptVersions)
       .def("observe_kept", &Planner::ObserveKept, py::arg("step"), py::arg("loss"))

@@ -496,6 +496,16 @@ class Planner:
         taken when it differs from the pace in use by more than 10%."""
         self._p.set_pace(float(seconds_per_iteration))
 
+    def observe_clock(self, step, seconds):
+        """online: the producer's own clock, the training seconds from the
+        end of the warm-up to the end of `step` (checkpoint stalls not
+        counted), for every step after the warm-up, in order (a step given
+        again is ignored). Under the wall traffic clock a past traffic
+        position is then read off it once training has got there, instead of
+        estimated at the pace. ValueError for a skipped step, or seconds that
+        are not finite or run backwards."""
+        self._p.observe_clock(int(step), float(seconds))
+
     def observe_served(self, loss):
         """online: the served version re-measured on today's validation data."""
         self._p.observe_served(float(loss))

@@ -155,6 +155,27 @@ def test_online_re_plans_on_the_measured_pace():
         o.set_pace(0.1)
 
 
+def test_online_reads_the_producers_clock():
+    p = viper.Planner("online", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
+    for i in range(1, 101):
+        p.observe(i, train_loss=curve(i), val_loss=curve(i) if i % 10 == 0 else None)
+    with pytest.raises(ValueError, match="after it"):
+        p.observe_clock(101, 0.01)  # not built before the warm-up's end
+    p.observe(101, train_loss=curve(101))
+    p.should_checkpoint(101)
+    p.observe_clock(101, 0.01)
+    p.observe_clock(101, 0.5)  # given again: ignored
+    with pytest.raises(ValueError, match="iteration 102 comes first"):
+        p.observe_clock(103, 0.03)
+    for bad in (0.005, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="expected finite and >= 0.01"):
+            p.observe_clock(102, bad)
+    p.observe_clock(102, 0.02)
+    o = viper.Planner("optimal", total_iterations=300, warmup=100, cost=(0.002, 0.005), seconds_per_iteration=0.01)
+    with pytest.raises(ValueError, match="only the online"):
+        o.observe_clock(101, 0.01)
+
+
 def test_online_decisions_are_recorded_when_asked():
     # A fall, then a jump of the served version re-measured (the traffic
     # changed): every decision after the warm-up is kept, the publishing ones
