@@ -59,6 +59,11 @@ double OnlinePlanner::TrafficAt(int64_t iteration) const {
     const int64_t known = W + static_cast<int64_t>(own_clock_.size()) - 1;  // the clock's last iteration
     if (stalls > 0 && !own_clock_.empty() && iteration <= known) {
       const double stalled = stalled_s_[static_cast<size_t>(stalls - 1)], tau = problem_.seconds_per_iteration;
+      // A past position the producer's clock has reached is a reading. Not
+      // where the lead is under a measurement gap: the estimate is within
+      // the gap a switch is seen in there, and a reading beside the current
+      // estimate (which stays one) moved the gpu tier both ways
+      // (bench/README.md, "Twenty-seventh session").
       if (stalled / tau >= MeasurementGap()) {
         const double at = own_clock_[static_cast<size_t>(iteration - W)] + stalled;
         if (at > own_clock_.back()) {

@@ -270,8 +270,10 @@ class StrategyImpl : public Strategy {
           // The producer's own clock up to `it` (it times its iterations):
           // where the traffic was at a past iteration becomes known to it
           // once it has trained past that moment (OnlinePlanner::ObserveClock).
-          for (; wall && clock_known < it && static_cast<size_t>(clock_known + 1 - W) < clock.size(); ++clock_known) {
-            VIPER_RETURN_IF_ERROR(planner.ObserveClock(clock_known + 1, clock[static_cast<size_t>(clock_known + 1 - W)]));
+          while (wall && clock_known < it && static_cast<size_t>(clock_known + 1 - W) < clock.size()) {
+            ++clock_known;
+            const double trained = clock[static_cast<size_t>(clock_known - W)];
+            VIPER_RETURN_IF_ERROR(planner.ObserveClock(clock_known, trained));
           }
           VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));
           if (with_table && it > p.warmup_iterations) {
