@@ -58,6 +58,55 @@ std::string Stem(const std::string& path) {
   return s.substr(0, s.find('.'));
 }
 
+using Breakdown = std::map<std::string, std::map<schedulers::StrategyKind, std::vector<double>>>;
+using BreakdownCount = std::map<std::string, std::map<schedulers::StrategyKind, size_t>>;
+
+// The median regret (worst in parentheses) per group of cases, one column
+// per group in `columns` order (tier presets, what the planners observed),
+// and the same into summary[strategy][key]. Printed only where the cases
+// fall into more than one group.
+void PrintBreakdown(FILE* table, const std::string& title, const std::vector<std::string>& columns,
+                    const Breakdown& regrets, const BreakdownCount& worse,
+                    const std::vector<schedulers::StrategyKind>& kinds, const std::string& key,
+                    nlohmann::json* summary) {
+  std::vector<std::string> present;
+  for (const auto& g : columns) {
+    if (regrets.count(g)) present.push_back(g);
+  }
+  if (present.size() < 2) return;
+  std::fprintf(table, "\n%-13s", title.c_str());
+  for (const auto& g : present) std::fprintf(table, " %26s", (g + ": median (worst)").c_str());
+  std::fprintf(table, "\n");
+  for (auto k : kinds) {
+    bool any = false;
+    for (const auto& g : present) any = any || (regrets.at(g).count(k) && !regrets.at(g).at(k).empty());
+    if (!any) continue;
+    std::fprintf(table, "%-13s", schedulers::ToString(k));
+    nlohmann::json by = nlohmann::json::object();
+    for (const auto& g : present) {
+      const auto r = regrets.at(g).find(k);
+      if (r == regrets.at(g).end() || r->second.empty()) {
+        std::fprintf(table, " %26s", "-");
+        continue;
+      }
+      const std::string cell = FormatPercent(Quantile(r->second, 0.5), 0) + " (" +
+                               FormatPercent(Quantile(r->second, 1.0), 0) + ")";
+      std::fprintf(table, " %26s", cell.c_str());
+      size_t w = 0;
+      if (const auto wg = worse.find(g); wg != worse.end()) {
+        if (const auto wk = wg->second.find(k); wk != wg->second.end()) w = wk->second;
+      }
+      by[g] = {{"median_regret", Quantile(r->second, 0.5)},
+               {"p90_regret", Quantile(r->second, 0.9)},
+               {"worst_regret", Quantile(r->second, 1.0)},
+               {"cases", r->second.size()},
+               {"worse_than_epoch_by_1pct", w}};
+    }
+    std::fprintf(table, "\n");
+    (*summary)[schedulers::ToString(k)][key] = by;
+  }
+}
+
 }  // namespace
 
 int RunEvaluate(const std::vector<std::string>& args) {
@@ -86,7 +135,10 @@ int RunEvaluate(const std::vector<std::string>& args) {
       "(test_loss where logged: a sample the planners never see). Prints one line per case (regret of each\n"
       "strategy vs the oracle, in %) and per strategy the median, 90th percentile and worst regret, the\n"
       "median change vs epoch-boundary updates and how many cases are more than 1% worse than epoch; with\n"
-      "several tiers, also each strategy's median and worst regret per tier (JSON: summary.<strategy>.by_tier).\n"
+      "several tiers, also each strategy's median and worst regret per tier (JSON:\n"
+      "summary.<strategy>.by_tier); where some cases planned on train_loss and others on val_loss\n"
+      "(--metric auto plans on train_loss when a warm-up holds too few validation points to fit), the same\n"
+      "per metric observed (by_observed_metric).\n"
       "With --staleness, each case also shows the val-oracle: the exact optimum on the table's val_loss\n"
       "(perfect foresight of the sample the planners observe) judged on test_loss, i.e. the regret that\n"
       "validation noise alone sets. Where the table's traffic changes and online is evaluated, also the\n"
@@ -133,8 +185,15 @@ int RunEvaluate(const std::vector<std::string>& args) {
   // The same per tier preset: the medians above mix tiers whose costs differ
   // by orders of magnitude, and a planner can be close to the oracle on one
   // and far from it on another (bench/README.md, "Ninth session").
-  std::map<std::string, std::map<schedulers::StrategyKind, std::vector<double>>> tier_regrets;
-  std::map<std::string, std::map<schedulers::StrategyKind, size_t>> tier_worse_than_epoch;
+  Breakdown tier_regrets;
+  BreakdownCount tier_worse_than_epoch;
+  // The same by what the planners observed: --metric auto plans on the
+  // training loss where the warm-up holds fewer validation points than the
+  // warm-up fit needs, and those cases carry most of the diagonal's worst
+  // (bench/README.md, "Twenty-eighth session").
+  Breakdown metric_regrets;
+  BreakdownCount metric_worse_than_epoch;
+  size_t fell_back = 0;  // cases planned on train_loss although the log has validation points
   // With a staleness table: the exact optimum on its val_loss (perfect
   // foresight of the producer's own sample), simulated on test_loss.
   std::vector<double> val_oracle_regrets;
@@ -192,6 +251,12 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["window"] = window;
           c["request_count"] = ctx->problem.requests.request_count;
           c["metric"] = predictor::ToString(ctx->metric);
+          if (options.metric == "auto" && ctx->metric == predictor::LossMetric::kTrainLoss &&
+              predictor::ExtractCurve(ctx->log, predictor::LossMetric::kValLoss, true).ok()) {
+            ++fell_back;
+            c["metric_fallback"] = "the warm-up holds fewer than " +
+                                   std::to_string(ctx->predictor_options.min_points) + " val_loss points";
+          }
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
           c["judge"] = JudgeName(*ctx);
           c["traffic_clock"] = schedulers::ToString(ctx->problem.requests.traffic_clock);
@@ -219,12 +284,14 @@ int RunEvaluate(const std::vector<std::string>& args) {
             std::fprintf(table, " %s", FormatPercent(*r->regret_vs_oracle, 11).c_str());
             regrets[k].push_back(*r->regret_vs_oracle);
             tier_regrets[tier][k].push_back(*r->regret_vs_oracle);
+            metric_regrets[predictor::ToString(ctx->metric)][k].push_back(*r->regret_vs_oracle);
             plan_time[k] += r->plan.summary.plan_time_s;
             if (r->change_vs_epoch) {
               vs_epoch[k].push_back(*r->change_vs_epoch);
               if (*r->change_vs_epoch > 0.01) {
                 worse_than_epoch[k].push_back(name);
                 ++tier_worse_than_epoch[tier][k];
+                ++metric_worse_than_epoch[predictor::ToString(ctx->metric)][k];
               }
             }
             rows[schedulers::ToString(k)] = {
@@ -390,35 +457,24 @@ int RunEvaluate(const std::vector<std::string>& args) {
                                     {"online_worst_regret_vs_bound", Quantile(o, 1.0)},
                                     {"cases", b.size()}};
   }
-  if (tier_regrets.size() > 1) {
-    // Median regret per tier (worst in parentheses), in the order of --tiers.
-    std::fprintf(table, "\n%-13s", "by tier");
-    for (const auto& t : tiers) std::fprintf(table, " %26s", (t + ": median (worst)").c_str());
-    std::fprintf(table, "\n");
-    for (auto k : *kinds) {
-      if (regrets[k].empty()) continue;
-      std::fprintf(table, "%-13s", schedulers::ToString(k));
-      nlohmann::json by_tier = nlohmann::json::object();
-      for (const auto& t : tiers) {
-        const auto& r = tier_regrets[t][k];
-        if (r.empty()) {
-          std::fprintf(table, " %26s", "-");
-          continue;
-        }
-        const std::string cell = FormatPercent(Quantile(r, 0.5), 0) + " (" + FormatPercent(Quantile(r, 1.0), 0) + ")";
-        std::fprintf(table, " %26s", cell.c_str());
-        by_tier[t] = {{"median_regret", Quantile(r, 0.5)},
-                      {"p90_regret", Quantile(r, 0.9)},
-                      {"worst_regret", Quantile(r, 1.0)},
-                      {"cases", r.size()},
-                      {"worse_than_epoch_by_1pct", tier_worse_than_epoch[t][k]}};
-      }
-      std::fprintf(table, "\n");
-      summary[schedulers::ToString(k)]["by_tier"] = by_tier;
-    }
-  }
+  // Per tier, in the order of --tiers; then by what the planners observed.
+  PrintBreakdown(table, "by tier", tiers, tier_regrets, tier_worse_than_epoch, *kinds, "by_tier", &summary);
+  PrintBreakdown(table, "by observed",
+                 {predictor::ToString(predictor::LossMetric::kValLoss),
+                  predictor::ToString(predictor::LossMetric::kTrainLoss)},
+                 metric_regrets, metric_worse_than_epoch, *kinds, "by_observed_metric", &summary);
   std::fprintf(table, "\nregret: CIL / oracle CIL - 1 on the truth; vs epoch: median CIL / epoch CIL - 1; worse than epoch: cases\n"
               "more than 1%% worse than checkpointing at every epoch boundary; plan time: summed over the cases.\n");
+  if (fell_back > 0) {
+    std::fprintf(
+        table,
+        "observed: %zu of %zu cases were planned on train_loss although the log has val_loss: their\n"
+        "warm-up holds fewer validation points than the warm-up fit needs (%d), and --metric auto then\n"
+        "plans on the training loss, a noisier and more optimistic proxy for the traffic's loss (a longer\n"
+        "warm-up, or validating more often, plans on val_loss).\n",
+        fell_back, cases.size(), options.scenario.predictor.min_points);
+  }
+  summary["metric_fallback_cases"] = fell_back;
   if (!val_oracle_regrets.empty()) {
     std::fprintf(table, "val-oracle: the exact optimum on the staleness table's val_loss (perfect foresight of the sample the\n"
                 "planners observe), judged on test_loss: the part of every planner's regret that validation noise sets.\n");

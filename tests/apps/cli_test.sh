@@ -176,6 +176,31 @@ for k in ("epoch", "online"):
     assert by["gpu"]["median_regret"] != by["pfs"]["median_regret"]
 PY
   then passes=$((passes + 1)); else fail "evaluate's by_tier figures are not those of each tier's cases" "$tmp/ev2.json"; fi
+  # What the planners observed: a warm-up of 350 iterations holds 7 of the log's
+  # val_loss points (every 50), fewer than the warm-up fit needs (8), so --metric
+  # auto plans on train_loss there and on val_loss at 1000; the summary splits
+  # the two and says why.
+  expect_rc 0 "evaluate with a warm-up too short for val_loss" "$viper" evaluate --logs "$log" -q --tiers gpu --warmups 350,1000 --strategies epoch,online --json "$tmp/ev3.json"
+  expect_match "$tmp/out" "^by observed +val_loss: median \(worst\) +train_loss: median \(worst\)" "evaluate prints the regret by what the planners observed"
+  expect_in "$tmp/out" "observed: 2 of 4 cases were planned on train_loss although the log has val_loss" "evaluate says which cases fell back to train_loss"
+  if "$py" - "$tmp/ev3.json" <<'PY'
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+assert j["summary"]["metric_fallback_cases"] == 2, j["summary"]["metric_fallback_cases"]
+for c in j["cases"]:
+    short = c["warmup_iterations"] == 350
+    assert c["metric"] == ("train_loss" if short else "val_loss"), c["case"]
+    assert ("metric_fallback" in c) == short, c["case"]
+for k in ("epoch", "online"):
+    by = j["summary"][k]["by_observed_metric"]
+    assert set(by) == {"val_loss", "train_loss"}, by
+    for metric, row in by.items():
+        r = [c["strategies"][k]["regret_vs_oracle"] for c in j["cases"] if c["metric"] == metric]
+        assert row["cases"] == len(r) == 2, (metric, row)
+        assert abs(row["median_regret"] - statistics.median(r)) < 1e-12, (k, metric, row, r)
+        assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, metric, row, r)
+PY
+  then passes=$((passes + 1)); else fail "evaluate's by_observed_metric figures are not those of each metric's cases" "$tmp/ev3.json"; fi
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu
