@@ -146,7 +146,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
       "(what no causal planner can tell from a calm run), so online's regret splits into its blind\n"
       "checkpoints' cost and what it lost after the change (JSON: after_drift_bound).\n"
       "The planning options below apply to every case (--transport, --warmup and --requests are set by the\n"
-      "grid). Exit codes: 0 ok, 1 bad input (a log, a file), 2 bad usage (an option value; the message names it).");
+      "grid). A case that fails stops the sweep; with --json FILE the cases judged before it are written there\n"
+      "(summary.incomplete, summary.error).\n"
+      "Exit codes: 0 ok, 1 bad input (a log, a file), 2 bad usage (an option value; the message names it).");
   if (rc != 0) return rc < 0 ? kExitOk : rc;
   auto kinds = schedulers::ParseStrategyKinds(strategies);
   if (!kinds.ok()) return UsageError("evaluate", "--strategies " + strategies + ": " + kinds.status().message());
@@ -204,6 +206,21 @@ int RunEvaluate(const std::vector<std::string>& args) {
   // 0.1%: the oracle is then not the judge's optimum (README, "the oracle").
   nlohmann::json oracle_beaten = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
+  // A case that fails stops the sweep (exit 1) without losing the cases
+  // already judged: with --json FILE they are written there, marked
+  // incomplete, with the error.
+  auto fail_case = [&](const Status& status) {
+    if (!json_path.empty() && !JsonToStdout(json_path) && !cases.empty()) {
+      nlohmann::json j;
+      j["cases"] = cases;
+      j["summary"] = {{"incomplete", true}, {"error", status.message()}};
+      if (WriteJson(j, json_path, "evaluate").ok()) {
+        std::cerr << "viper evaluate: wrote the " << cases.size() << " cases judged before the error to "
+                  << json_path << " (summary.incomplete)\n";
+      }
+    }
+    return Fail("evaluate", status);
+  };
   std::set<std::string> warned_pace;  // log/warm-up pairs whose irregular pace was reported
   const size_t total = logs.size() * tiers.size() * warmups.size() * windows.size();
   size_t done = 0;
@@ -225,7 +242,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           o.warmup = w;
           o.requests = 0;
           auto ctx = BuildPlanningContext(lo, o);
-          if (!ctx.ok()) return Fail("evaluate", ctx.status().WithContext(name));
+          if (!ctx.ok()) return fail_case(ctx.status().WithContext(name));
           if (window == "requests") {
             auto& p = ctx->problem;
             const double fit = static_cast<double>(p.total_iterations - p.warmup_iterations) *
@@ -239,7 +256,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
             if (comparison.status().code() == StatusCode::kOutOfRange) {
               return UsageError("evaluate", comparison.status().WithContext(name).message());
             }
-            return Fail("evaluate", comparison.status().WithContext(name));
+            return fail_case(comparison.status().WithContext(name));
           }
           for (const auto& s : comparison->skipped) std::cerr << "viper evaluate: " << name << ": skipped " << s << "\n";
           nlohmann::json c;
@@ -326,9 +343,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
           if (ctx->staleness_observed && ctx->truth) {
             // A bound: on the run's own clock, as the oracle.
             auto vs = schedulers::SolveOptimalOnSurface(schedulers::BoundProblem(*ctx), *ctx->staleness_observed);
-            if (!vs.ok()) return Fail("evaluate", vs.status().WithContext(name + ": val-oracle"));
+            if (!vs.ok()) return fail_case(vs.status().WithContext(name + ": val-oracle"));
             auto vr = simulate(*vs);
-            if (!vr.ok()) return Fail("evaluate", vr.status().WithContext(name + ": val-oracle"));
+            if (!vr.ok()) return fail_case(vr.status().WithContext(name + ": val-oracle"));
             if (oracle_cil && *oracle_cil > 0) {
               const double regret = vr->cil / *oracle_cil - 1;
               val_oracle_regrets.push_back(regret);
@@ -358,9 +375,9 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 prefix.push_back(at);
               }
               auto bs = schedulers::SolveOptimalOnSurface(bp, *ctx->staleness_truth, on->plan.schedule, 4000, 2e7, prefix);
-              if (!bs.ok()) return Fail("evaluate", bs.status().WithContext(name + ": after-drift bound"));
+              if (!bs.ok()) return fail_case(bs.status().WithContext(name + ": after-drift bound"));
               auto br = simulate(*bs);
-              if (!br.ok()) return Fail("evaluate", br.status().WithContext(name + ": after-drift bound"));
+              if (!br.ok()) return fail_case(br.status().WithContext(name + ": after-drift bound"));
               const double bound_regret = br->cil / *oracle_cil - 1;
               const double online_vs_bound = br->cil > 0 ? on->sim.cil / br->cil - 1 : 0.0;
               after_drift_bound_regrets.push_back(bound_regret);

@@ -201,6 +201,18 @@ for k in ("epoch", "online"):
         assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, metric, row, r)
 PY
   then passes=$((passes + 1)); else fail "evaluate's by_observed_metric figures are not those of each metric's cases" "$tmp/ev3.json"; fi
+  # A log that fails part-way through a sweep: exit 1 naming the file, and the
+  # cases judged before it are written to --json, marked incomplete.
+  expect_rc 1 "evaluate with a staleness table given as a log" "$viper" evaluate --logs "$log,$src/datasets/logs/sgd-h256.staleness.csv.gz" -q --tiers gpu --warmups 20% --strategies epoch --json "$tmp/ev4.json"
+  expect_in "$tmp/err" "sgd-h256.staleness.csv.gz:1: no iteration column" "the failing log is named"
+  expect_in "$tmp/err" "wrote the 2 cases judged before the error to" "evaluate says it kept the finished cases"
+  if "$py" - "$tmp/ev4.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["summary"]["incomplete"] is True and "no iteration column" in j["summary"]["error"], j["summary"]
+assert [c["log"].endswith("sgd-h256.csv.gz") for c in j["cases"]] == [True, True], [c["case"] for c in j["cases"]]
+PY
+  then passes=$((passes + 1)); else fail "evaluate lost the cases judged before a failing log" "$tmp/ev4.json"; fi
   expect_rc 0 "simulate with measured transport costs" "$viper" simulate --log "$log" -q --strategies optimal --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport host --mode async
   expect_in "$tmp/out" "transport measured" "simulate reports measured costs"
   expect_rc 1 "simulate with costs for a tier the file lacks" "$viper" simulate --log "$log" -q --cost-model "$src/bench/results/cost-samples-2core-vm.csv" --transport gpu
