@@ -162,17 +162,28 @@ PY
   # Per tier: the table and the JSON's by_tier, each tier's figures from that tier's cases only.
   expect_rc 0 "evaluate over two tiers" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu,pfs --warmups 20% --strategies epoch,online --json "$tmp/ev2.json"
   expect_match "$tmp/out" "^by tier +gpu: median \(worst\) +pfs: median \(worst\)" "evaluate prints the regret by tier"
-  if "$py" - "$tmp/ev2.json" <<'PY'
+  # check_breakdown JSON KEY FIELD GROUP...: summary.<epoch|online>.<KEY> has
+  # exactly these groups, each from the two cases whose FIELD is that group.
+  check_breakdown() {
+    "$py" - "$@" <<'PY'
 import json, statistics, sys
+path, key, field, groups = sys.argv[1], sys.argv[2], sys.argv[3], set(sys.argv[4:])
+j = json.load(open(path))
+for k in ("epoch", "online"):
+    by = j["summary"][k][key]
+    assert set(by) == groups, by
+    for group, row in by.items():
+        r = [c["strategies"][k]["regret_vs_oracle"] for c in j["cases"] if c[field] == group]
+        assert row["cases"] == len(r) == 2, (group, row)
+        assert abs(row["median_regret"] - statistics.median(r)) < 1e-12, (k, group, row, r)
+        assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, group, row, r)
+PY
+  }
+  if check_breakdown "$tmp/ev2.json" by_tier tier gpu pfs && "$py" - "$tmp/ev2.json" <<'PY'
+import json, sys
 j = json.load(open(sys.argv[1]))
 for k in ("epoch", "online"):
     by = j["summary"][k]["by_tier"]
-    assert set(by) == {"gpu", "pfs"}, by
-    for tier, row in by.items():
-        r = [c["strategies"][k]["regret_vs_oracle"] for c in j["cases"] if c["tier"] == tier]
-        assert row["cases"] == len(r) == 2, (tier, row)
-        assert abs(row["median_regret"] - statistics.median(r)) < 1e-12, (k, tier, row, r)
-        assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, tier, row, r)
     assert by["gpu"]["median_regret"] != by["pfs"]["median_regret"]
 PY
   then passes=$((passes + 1)); else fail "evaluate's by_tier figures are not those of each tier's cases" "$tmp/ev2.json"; fi
@@ -183,22 +194,14 @@ PY
   expect_rc 0 "evaluate with a warm-up too short for val_loss" "$viper" evaluate --logs "$log" -q --tiers gpu --warmups 350,1000 --strategies epoch,online --json "$tmp/ev3.json"
   expect_match "$tmp/out" "^by observed +val_loss: median \(worst\) +train_loss: median \(worst\)" "evaluate prints the regret by what the planners observed"
   expect_in "$tmp/out" "observed: 2 of 4 cases were planned on train_loss although the log has val_loss" "evaluate says which cases fell back to train_loss"
-  if "$py" - "$tmp/ev3.json" <<'PY'
-import json, statistics, sys
+  if check_breakdown "$tmp/ev3.json" by_observed_metric metric val_loss train_loss && "$py" - "$tmp/ev3.json" <<'PY'
+import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["summary"]["metric_fallback_cases"] == 2, j["summary"]["metric_fallback_cases"]
 for c in j["cases"]:
     short = c["warmup_iterations"] == 350
     assert c["metric"] == ("train_loss" if short else "val_loss"), c["case"]
     assert ("metric_fallback" in c) == short, c["case"]
-for k in ("epoch", "online"):
-    by = j["summary"][k]["by_observed_metric"]
-    assert set(by) == {"val_loss", "train_loss"}, by
-    for metric, row in by.items():
-        r = [c["strategies"][k]["regret_vs_oracle"] for c in j["cases"] if c["metric"] == metric]
-        assert row["cases"] == len(r) == 2, (metric, row)
-        assert abs(row["median_regret"] - statistics.median(r)) < 1e-12, (k, metric, row, r)
-        assert abs(row["worst_regret"] - max(r)) < 1e-12, (k, metric, row, r)
 PY
   then passes=$((passes + 1)); else fail "evaluate's by_observed_metric figures are not those of each metric's cases" "$tmp/ev3.json"; fi
   # A log that fails part-way through a sweep: exit 1 naming the file, and the
