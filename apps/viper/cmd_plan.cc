@@ -79,8 +79,8 @@ int RunPlan(const std::vector<std::string>& args) {
   const sch::Problem& p = ctx.problem;
 
   std::fprintf(table, "log %s: %s, W = %lld, N = %lld, %.4g s/iteration (%s)\n", ctx.log.source.c_str(),
-              predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
-              static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
+               ObservedMetrics(ctx).c_str(), static_cast<long long>(p.warmup_iterations),
+               static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
   std::fprintf(table, "cost %s: stall %s, delay %s per checkpoint; %s window, %.4g requests/s\n", ctx.cost_source.c_str(),
               FormatSeconds(p.cost.stall_s).c_str(), FormatSeconds(p.cost.delay_s).c_str(),
               sch::ToString(p.requests.window), p.requests.RatePerSecond());
@@ -92,6 +92,7 @@ int RunPlan(const std::vector<std::string>& args) {
   nlohmann::json out;
   out["log"] = ctx.log.source;
   out["metric"] = predictor::ToString(ctx.metric);
+  out["online_metric"] = predictor::ToString(ctx.online_metric);
   out["warmup_iterations"] = p.warmup_iterations;
   out["total_iterations"] = p.total_iterations;
   out["seconds_per_iteration"] = p.seconds_per_iteration;

@@ -94,7 +94,7 @@ Status Plot(const PlanningContext& ctx, const std::vector<Row>& rows, const std:
   }
   char clip_note[96] = "";
   if (clipped) std::snprintf(clip_note, sizeof clip_note, "; losses above %.3g (4x the warm-up's largest) drawn at it", ceiling);
-  const std::string truth = predictor::ToString(ctx.truth_metric), observed = predictor::ToString(ctx.metric);
+  const std::string truth = predictor::ToString(ctx.truth_metric), observed = ObservedMetrics(ctx);
   const std::string title = ctx.log.source + " (planners observe " + observed + ", judged on " + truth +
                             (TruthIsTrainingLoss(ctx) ? ": the noisy per-batch training loss" : "") + "; warm-up " +
                             std::to_string(p.warmup_iterations) + " of " + std::to_string(p.total_iterations) + ")";
@@ -260,9 +260,10 @@ int RunSimulate(const std::vector<std::string>& args) {
   }
 
   const auto& p = ctx.problem;
-  std::fprintf(table, "log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration (%s)\n", ctx.log.source.c_str(),
-              predictor::ToString(ctx.metric), static_cast<long long>(p.warmup_iterations),
-              static_cast<long long>(p.total_iterations), p.seconds_per_iteration, ctx.tau_source.c_str());
+  std::fprintf(table, "log %s: %s, warm-up W=%lld of N=%lld iterations, tau %.4g s/iteration (%s)\n",
+               ctx.log.source.c_str(), ObservedMetrics(ctx).c_str(),
+               static_cast<long long>(p.warmup_iterations), static_cast<long long>(p.total_iterations),
+               p.seconds_per_iteration, ctx.tau_source.c_str());
   const auto pace = schedulers::MeasureReplayedPace(ctx);
   if (pace) std::fprintf(table, "%s\n", schedulers::DescribeReplayedPace(*pace).c_str());
   std::fprintf(table, "transport %s, %s, %s%s, model %s: stall %s, update latency %s per checkpoint\n",
@@ -304,6 +305,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     nlohmann::json j;
     j["log"] = ctx.log.source;
     j["metric"] = predictor::ToString(ctx.metric);
+    j["online_metric"] = predictor::ToString(ctx.online_metric);
     j["truth_metric"] = predictor::ToString(ctx.truth_metric);
     j["judge"] = JudgeName(ctx);
     j["traffic_clock"] = schedulers::ToString(ctx.problem.requests.traffic_clock);

@@ -48,7 +48,7 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
   plan.add_options()
       ("warmup", po::value(&o->warmup)->default_value(o->warmup, o->warmup.text), "warm-up, N|P%: the warm-up ends at iteration N (as logged), or after P% of the logged iteration span (first + P/100 x (last - first), so a log starting at step 49 works); the predictor and the planners see only the log up to it")
       ("total-iterations", po::value(&sc.total_iterations)->default_value(sc.total_iterations), "N, the last training iteration (0 = the log's last)")
-      ("metric", po::value(&o->metric)->default_value(o->metric)->notifier(CheckMetric("metric", false)), "what the planners observe: auto (val_loss when the warm-up has enough validation points, else train_loss), train_loss, val_loss (never test_loss)")
+      ("metric", po::value(&o->metric)->default_value(o->metric)->notifier(CheckMetric("metric", false)), "what the planners observe: auto (val_loss when the warm-up has enough validation points to fit, else train_loss for the fit while online observes val_loss wherever the warm-up holds any), train_loss, val_loss (never test_loss)")
       ("truth-metric", po::value(&o->truth_metric)->default_value(o->truth_metric)->notifier(CheckMetric("truth-metric", true)), "what the schedules are judged on: auto (test_loss when the log has it: a sample disjoint from validation, standing for the inference traffic; else the planning metric, and the output says so), test_loss, val_loss, train_loss (the noisy per-batch loss: the output warns)")
       ("select", po::value(&o->select)->default_value(o->select)->notifier(CheckEnum<predictor::SelectionFromString>("select")), "predictor model selection: best-mse|validation|ensemble")
       ("seconds-per-iteration", po::value(&sc.seconds_per_iteration)->default_value(sc.seconds_per_iteration), "tau, seconds per training iteration as the planners see it, in [0, 1e6] (0 = the MEAN over the warm-up's wall times: wall-time span / iteration span; needed when the log has no wall time, e.g. Keras or Lightning)")
@@ -398,6 +398,13 @@ std::string StalenessTableBeside(const std::string& log_path) {
 
 std::string JudgeName(const PlanningContext& ctx) { return ctx.staleness_truth ? "staleness table" : "diagonal"; }
 
+std::string ObservedMetrics(const PlanningContext& ctx) {
+  std::string s = predictor::ToString(ctx.metric);
+  if (ctx.online_metric != ctx.metric)
+    s += std::string(" (online: ") + predictor::ToString(ctx.online_metric) + ")";
+  return s;
+}
+
 std::string TruthNote(const PlanningContext& ctx) {
   std::string note;
   if (ctx.staleness_truth) {
@@ -411,13 +418,15 @@ std::string TruthNote(const PlanningContext& ctx) {
            "charges L(version, traffic))\n";
   }
   if (ctx.separate_truth) {
-    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + " (a sample the planners never see); " +
-           "planners observe " + predictor::ToString(ctx.metric);
+    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) +
+            " (a sample the planners never see); " + "planners observe " + ObservedMetrics(ctx);
   } else {
     const bool has_test = predictor::ExtractCurve(ctx.log, predictor::LossMetric::kTestLoss, true).ok();
-    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) + ", the series the planners observe: " +
-           (has_test ? "--truth-metric chose it over the log's test_loss" : "the log has no separate truth column (test_loss)") +
-           ",\nso a rule that selects on measured noise is rewarded for it";
+    note += std::string("judged on ") + predictor::ToString(ctx.truth_metric) +
+            ", the series the planners observe (" + ObservedMetrics(ctx) + "): " +
+            (has_test ? "--truth-metric chose it over the log's test_loss"
+                      : "the log has no separate truth column (test_loss)") +
+            ",\nso a rule that selects on measured noise is rewarded for it";
   }
   if (ctx.log.diverged_values > 0) {
     const LogSummary s = Summarize(ctx.log);

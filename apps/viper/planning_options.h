@@ -104,6 +104,10 @@ nlohmann::json ReplayedPaceJson(const std::optional<schedulers::ReplayedPace>& p
 // One line saying what the schedules are judged on; warns when the truth is
 // the noisy per-batch training loss.
 std::string TruthNote(const PlanningContext& ctx);
+// What the planners observe, for the output: the metric, followed by
+// "(online: val_loss)" where the warm-up fit fell back to train_loss and
+// online still observes the validation loss (Scenario::online_metric).
+std::string ObservedMetrics(const PlanningContext& ctx);
 // True when the truth curve is the training loss (noisy per-batch values).
 bool TruthIsTrainingLoss(const PlanningContext& ctx);
 

@@ -239,6 +239,7 @@ class Planner {
     d["checkpoints"] = taken_;
     if (built_) {
       d["metric"] = metric_;
+      d["online_metric"] = online_metric_;
       d["traffic_clock"] = schedulers::ToString(problem_.requests.traffic_clock);
       d["seconds_per_iteration"] = problem_.seconds_per_iteration;
       d["stall_s"] = problem_.cost.stall_s;
@@ -318,10 +319,11 @@ class Planner {
     if (!sc.ok()) Raise(sc.status().WithContext("planning at the end of the warm-up"));
     problem_ = sc->problem;
     metric_ = predictor::ToString(sc->metric);
+    online_metric_ = predictor::ToString(sc->online_metric);
     predictor_report_ = sc->predictor_report;
     if (kind_ == schedulers::StrategyKind::kOnline) {
       schedulers::OnlinePlanner::Options oo = sc->online;
-      oo.metric = sc->metric == predictor::LossMetric::kValLoss ? ObservationKind::kValidation : ObservationKind::kTraining;
+      oo.metric = schedulers::OnlineObservationKind(*sc);
       oo.gate_z = o_.gate_z;
       oo.drift_prior = o_.drift_prior;
       oo.record_decisions = o_.record_decisions;
@@ -346,7 +348,7 @@ class Planner {
   int64_t last_iteration_ = std::numeric_limits<int64_t>::min();
   bool built_ = false;
   schedulers::Problem problem_;
-  std::string metric_, predictor_report_, plan_report_;
+  std::string metric_, online_metric_, predictor_report_, plan_report_;
   std::unique_ptr<schedulers::OnlinePlanner> online_;
   schedulers::Schedule plan_, taken_;
   size_t next_ = 0;

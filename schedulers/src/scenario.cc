@@ -161,15 +161,18 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   }
 
   // Metric: validation loss when the warm-up holds enough validation points.
+  // `online` observes it when the warm-up holds any (Scenario::online_metric).
+  std::optional<predictor::CurveData> online_val;
   if (o.metric) {
     sc.metric = *o.metric;
   } else {
     auto val = predictor::ExtractCurve(log, predictor::LossMetric::kValLoss, /*keep_diverged=*/true);
-    const bool enough =
-        val.ok() && static_cast<int>(val->Prefix(static_cast<double>(W)).size()) >= o.predictor.min_points;
+    const size_t in_warmup = val.ok() ? val->Prefix(static_cast<double>(W)).size() : 0;
+    const bool enough = static_cast<int>(in_warmup) >= o.predictor.min_points;
     // An evaluation-only log (no training loss at all) plans on its validation series.
     sc.metric = enough || log.TrainLossPoints() == 0 ? predictor::LossMetric::kValLoss
                                                      : predictor::LossMetric::kTrainLoss;
+    if (sc.metric == predictor::LossMetric::kTrainLoss && in_warmup > 0) online_val = std::move(*val);
   }
   if (sc.metric == predictor::LossMetric::kTestLoss) {
     return InvalidArgumentError("the planning metric cannot be test_loss: that is the served truth the schedules "
@@ -188,6 +191,8 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
                           : sc.metric;
   }
   sc.separate_truth = sc.truth_metric != sc.metric;
+  sc.online_metric = online_val ? predictor::LossMetric::kValLoss : sc.metric;
+  sc.online_points = online_val ? std::move(*online_val) : sc.points;
   sc.observed = sc.points.Prefix(static_cast<double>(W));
   for (size_t i = 0; i < sc.observed.size(); ++i) {
     if (std::isinf(sc.observed.losses[i])) {
@@ -328,6 +333,11 @@ std::string DescribeReplayedPace(const ReplayedPace& pace) {
   return s;
 }
 
+ObservationKind OnlineObservationKind(const Scenario& sc) {
+  return sc.online_metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining
+                                                               : ObservationKind::kValidation;
+}
+
 ForecasterFactory OnlineForecasters(const Scenario& sc, const OnlinePlanner::Options& online) {
   predictor::LearningCurvePredictor::Options o = sc.predictor_options;
   o.min_points = std::max(5, std::min(o.min_points, online.min_fit_points));
@@ -352,9 +362,13 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   PlanningInput input;
   input.problem = sc.problem;
   input.predicted = sc.predicted;
-  input.observed = sc.points;
-  input.observed_kind =
-      sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining : ObservationKind::kValidation;
+  // online observes what a live producer measures (Scenario::online_metric);
+  // the static strategies only read the warm-up's points (Viper's greedy).
+  const bool online = kind == StrategyKind::kOnline;
+  input.observed = online ? sc.online_points : sc.points;
+  input.observed_kind = online                                           ? OnlineObservationKind(sc)
+                        : sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining
+                                                                         : ObservationKind::kValidation;
   input.truth = sc.truth;
   input.truth_staleness = sc.staleness_truth;
   input.truth_elapsed_s = TruthElapsed(sc);

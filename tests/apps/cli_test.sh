@@ -187,14 +187,14 @@ for k in ("epoch", "online"):
     assert by["gpu"]["median_regret"] != by["pfs"]["median_regret"]
 PY
   then passes=$((passes + 1)); else fail "evaluate's by_tier figures are not those of each tier's cases" "$tmp/ev2.json"; fi
-  # What the planners observed: a warm-up of 350 iterations holds 7 of the log's
+  # The warm-up fit's metric: a warm-up of 350 iterations holds 7 of the log's
   # val_loss points (every 50), fewer than the warm-up fit needs (8), so --metric
-  # auto plans on train_loss there and on val_loss at 1000; the summary splits
-  # the two and says why.
+  # auto fits train_loss there and val_loss at 1000; the summary splits the two
+  # and says why; online observes val_loss in all four.
   expect_rc 0 "evaluate with a warm-up too short for val_loss" "$viper" evaluate --logs "$log" -q --tiers gpu --warmups 350,1000 --strategies epoch,online --json "$tmp/ev3.json"
-  expect_match "$tmp/out" "^by observed +val_loss: median \(worst\) +train_loss: median \(worst\)" "evaluate prints the regret by what the planners observed"
-  expect_in "$tmp/out" "observed: 2 of 4 cases were planned on train_loss although the log has val_loss" "evaluate says which cases fell back to train_loss"
-  if check_breakdown "$tmp/ev3.json" by_observed_metric metric val_loss train_loss && "$py" - "$tmp/ev3.json" <<'PY'
+  expect_match "$tmp/out" "^by fit +val_loss: median \(worst\) +train_loss: median \(worst\)" "evaluate prints the regret by the warm-up fit's metric"
+  expect_in "$tmp/out" "fit: 2 of 4 cases fitted the static strategies' curve to train_loss although the log has" "evaluate says which cases fell back to train_loss"
+  if check_breakdown "$tmp/ev3.json" by_fit_metric metric val_loss train_loss && "$py" - "$tmp/ev3.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["summary"]["metric_fallback_cases"] == 2, j["summary"]["metric_fallback_cases"]
@@ -202,8 +202,9 @@ for c in j["cases"]:
     short = c["warmup_iterations"] == 350
     assert c["metric"] == ("train_loss" if short else "val_loss"), c["case"]
     assert ("metric_fallback" in c) == short, c["case"]
+    assert c["online_metric"] == "val_loss", c["case"]
 PY
-  then passes=$((passes + 1)); else fail "evaluate's by_observed_metric figures are not those of each metric's cases" "$tmp/ev3.json"; fi
+  then passes=$((passes + 1)); else fail "evaluate's by_fit_metric figures are not those of each metric's cases" "$tmp/ev3.json"; fi
   # A log that fails part-way through a sweep: exit 1 naming the file, and the
   # cases judged before it are written to --json, marked incomplete.
   expect_rc 1 "evaluate with a staleness table given as a log" "$viper" evaluate --logs "$log,$src/datasets/logs/sgd-h256.staleness.csv.gz" -q --tiers gpu --warmups 20% --strategies epoch --json "$tmp/ev4.json"

@@ -262,6 +262,10 @@ def test_the_served_re_measurement_feeds_the_online_planner():
     planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.001, 0.002),
                             seconds_per_iteration=0.01, requests={"interval_s": 0.01})
     rec, published = drive_online_through_a_swap(planner)
+    # Five validation points in the warm-up: too few for the warm-up fit
+    # (train_loss), not for online, which observes val_loss as the served
+    # version's re-measurements are.
+    assert (planner.report()["metric"], planner.report()["online_metric"]) == ("train_loss", "val_loss")
     assert rec.served_step == (published[-1][1] if published else 50)
     assert planner.report()["checkpoints"] == [step for step, _ in published]
 
@@ -288,11 +292,13 @@ def test_a_drift_prior_prices_lag_before_any_decay_is_measured():
     # The same run under the wall clock: without a prior nothing prices a
     # stall before the swap (no decay measured yet); with one, the lag is
     # priced from the first re-plan and publishes before the swap are fewer.
+    # Validation every 5 steps and a stall of 20 iterations' time: without
+    # the prior online publishes twice before the swap.
     before, lag = {}, {}
     for prior in (0.0, 5.0):
-        planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.05, 0.06),
+        planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.2, 0.25),
                                 seconds_per_iteration=0.01, requests={"interval_s": 0.01}, drift_prior=prior)
-        _, published = drive_online_through_a_swap(planner, steps=115)  # stop before the swap at 120
+        _, published = drive_online_through_a_swap(planner, every=5, steps=115)  # stop before the swap at 120
         before[prior] = len(published)
         lag[prior] = planner.report()["max_lag_price"]
     assert lag[0.0] == 0 and lag[5.0] > 0, lag

@@ -312,6 +312,48 @@ TEST(ScenarioTest, OnlineForecastersFitFromMinFitPoints) {
   EXPECT_TRUE(OnlineForecasters(sc, o)()->Forecast(points(8), 1, 1000).ok());
 }
 
+// Where the warm-up holds fewer validation points than the warm-up fit
+// needs, the static strategies plan on the training loss, and online still
+// observes the validation loss, as a producer that validates measures it;
+// it reads no later row there either. An explicit metric binds online too,
+// and a warm-up without a validation point leaves it the training loss.
+TEST(ScenarioTest, OnlineObservesValidationWhereTheFitFallsBack) {
+  const TrainingLog log = MadeUpLog("made-up", /*timed=*/true, /*evaluated=*/true);
+  ScenarioOptions o;
+  o.warmup_iterations = 60;  // validation at 10, 20, ..., 60: 6 points, the fit needs 8
+  auto sc = MakeScenario(log, o);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->metric, predictor::LossMetric::kTrainLoss);
+  EXPECT_EQ(sc->online_metric, predictor::LossMetric::kValLoss);
+  EXPECT_EQ(OnlineObservationKind(*sc), ObservationKind::kValidation);
+  EXPECT_EQ(sc->online_points.size(), 20u);
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->decisions.size(), 14u) << "one decision at each validation point after the warm-up";
+  for (const auto& d : plan->decisions) {
+    EXPECT_EQ(d.iteration % 10, 0);
+    EXPECT_DOUBLE_EQ(d.candidate_loss, 1.0 / (1 + 0.02 * static_cast<double>(d.iteration)));
+  }
+  const int64_t s = 130;
+  auto altered = MakeScenario(AlterAfter(log, s, 7), o);
+  ASSERT_TRUE(altered.ok()) << altered.status().ToString();
+  auto b = PlanStrategy(*altered, StrategyKind::kOnline);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(UpTo(plan->schedule, s), UpTo(b->schedule, s)) << "online read a row after iteration " << s;
+
+  o.metric = predictor::LossMetric::kTrainLoss;
+  auto explicit_metric = MakeScenario(log, o);
+  ASSERT_TRUE(explicit_metric.ok()) << explicit_metric.status().ToString();
+  EXPECT_EQ(explicit_metric->online_metric, predictor::LossMetric::kTrainLoss);
+  o.metric.reset();
+  o.warmup_iterations = 9;  // 9 training points, no validation point yet
+  auto unvalidated = MakeScenario(log, o);
+  ASSERT_TRUE(unvalidated.ok()) << unvalidated.status().ToString();
+  EXPECT_EQ(unvalidated->online_metric, predictor::LossMetric::kTrainLoss);
+  EXPECT_EQ(OnlineObservationKind(*unvalidated), ObservationKind::kTraining);
+}
+
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper

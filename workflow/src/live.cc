@@ -243,7 +243,8 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   sco.total_iterations = s.iterations_done;
   sco.log_iteration_times = true;
   sco.request_interval_s = 1.0 / o.requests_per_s;
-  sco.metric = s.metric == "val_loss" ? predictor::LossMetric::kValLoss : predictor::LossMetric::kTrainLoss;
+  // The metric as the run chose it: auto on the same warm-up (the fit's
+  // metric and online's, Scenario::online_metric).
   // The consumers drifted their requests to the producer's estimated
   // iteration: judged on the producer's clock (the offline default is wall).
   sco.problem_template.requests.traffic_clock = schedulers::TrafficClock::kProducer;

@@ -231,16 +231,19 @@ class Producer {
     }
     s_.planning_s = MonotonicSeconds() - t0;
     work_->Paused(s_.planning_s);
-    Info("plan: " + s_.plan_report + " (" + predictor::ToString(sc.metric) + ", " + sc.predictor_report + ")");
+    Info("plan: " + s_.plan_report + " (" + predictor::ToString(sc.metric) +
+         (o_.strategy == schedulers::StrategyKind::kOnline && sc.online_metric != sc.metric
+              ? std::string(", online observes ") + predictor::ToString(sc.online_metric)
+              : std::string()) +
+         ", " + sc.predictor_report + ")");
     return Status::Ok();
   }
 
   // The closed loop observes every training loss and, as its planning
-  // metric, the validation loss when the warm-up has enough of it.
+  // metric, the validation loss when the warm-up has any (online_metric).
   Status StartOnline(const schedulers::Scenario& sc) {
     schedulers::OnlinePlanner::Options oo;
-    oo.metric = sc.metric == predictor::LossMetric::kValLoss ? schedulers::ObservationKind::kValidation
-                                                             : schedulers::ObservationKind::kTraining;
+    oo.metric = schedulers::OnlineObservationKind(sc);
     oo.keep_versions = o_.keep_versions;
     oo.drift_prior = o_.drift_prior;
     oo.record_decisions = o_.record_decisions;

@@ -78,8 +78,9 @@ struct ScenarioOptions {
   // N, the last training iteration; 0 = the log's last.
   int64_t total_iterations = 0;
   // What the planners observe; absent = val_loss when the warm-up holds
-  // enough validation points for the predictor, else train_loss. Never
-  // test_loss: that is the judge's truth.
+  // enough validation points for the predictor, else train_loss (and then
+  // `online` still observes val_loss when the warm-up holds any: see
+  // Scenario::online_metric). Never test_loss: that is the judge's truth.
   std::optional<predictor::LossMetric> metric;
   // What the schedules are judged on (the served truth); absent = test_loss
   // when the log has it (a sample disjoint from validation, standing for the
@@ -124,6 +125,16 @@ struct Scenario {
   predictor::LossMetric truth_metric = predictor::LossMetric::kTrainLoss;
   bool separate_truth = false;
   predictor::CurveData observed;      // points with iteration <= W
+  // What `online` observes, as a live producer measures it: val_loss
+  // whenever the warm-up holds a validation point, even where it holds
+  // fewer than the warm-up fit needs and `metric` (the static strategies'
+  // fit) fell back to train_loss; else `metric`. A producer that validates
+  // measures every validation point as it comes, and the per-batch training
+  // loss overstates what a newer version gains on the traffic (bench/README,
+  // "Twenty-ninth session"). online_points is that series over the whole
+  // log (a copy of `points` when the two metrics agree).
+  predictor::LossMetric online_metric = predictor::LossMetric::kTrainLoss;
+  predictor::CurveData online_points;
   Problem problem;        // with cost = tier.ToCheckpointCost()
   TierCost tier;          // the cost source's phases (ToTierCost)
   std::optional<LossCurve> truth;  // [W, N] when the log covers N
@@ -146,8 +157,11 @@ struct Scenario {
 // to give tau in its own words).
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
 
-// Plans with one strategy (online gets OnlineForecasters).
+// Plans with one strategy (online gets OnlineForecasters and observes
+// scenario.online_points).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
+// The kind of observation `online` plans on: Scenario::online_metric.
+ObservationKind OnlineObservationKind(const Scenario& scenario);
 // The online planner's forecasters: the scenario's predictor, which fits a
 // regime from `online.min_fit_points` measurements where that is fewer than
 // the warm-up fit's minimum (predictor_options.min_points), but from no
