@@ -406,7 +406,9 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // everything else until the traffic is past its switch; one that did not
   // come by its tolerance was a wrong prediction.
   if (returns_->ServedShowsReturn(served_loss_, MarginFor(sigma))) AddSwitch(ReturnShownFrom(MarginFor(sigma)));
-  if (returns_->Settle(TrafficAt(now), MeasurementGap())) ++summary_.anticipation_failed;
+  if (returns_->Settle(TrafficAt(now), MeasurementGap(), static_cast<double>(problem_.total_iterations))) {
+    ++summary_.anticipation_failed;
+  }
   const bool holding = returns_->holding();
   if (holding) want = false;
   // 5-6. Re-publishing a kept model, or publishing one ahead of a predicted

@@ -138,8 +138,11 @@ class ReturnPredictor {
   // Ends the active anticipation once the traffic is past its switch (when
   // confirmed: by half a measurement gap, and past where it was seen) or
   // past its tolerance (not confirmed: a failed prediction, which stops
-  // predictions until two new switches; returns true).
-  bool Settle(double traffic, double measurement_gap);
+  // predictions until two new switches; returns true). Traffic at `horizon`
+  // (the run's last iteration N, where the traffic's position stops) ends
+  // it either way, not as a failure: no later switch can come to confirm,
+  // refute or settle it.
+  bool Settle(double traffic, double measurement_gap, double horizon);
   // Whether an active anticipation holds every other publish.
   bool holding() const { return active_.has_value(); }
   // The model the active anticipation replaced: the one that serves the

@@ -220,10 +220,26 @@ TEST(ReturnPredictorTest, AConfirmedReturnHoldsUntilTheTrafficIsPastIt) {
   EXPECT_EQ(Switch(&p, 4000, 900), ReturnPredictor::SwitchSeen::kConfirmed);
   EXPECT_EQ(p.regime_models().back(), 3100) << "the regime that ended was served by the model replaced";
   EXPECT_FALSE(p.ServedShowsReturn(0.3, 0.05)) << "already confirmed";
-  EXPECT_FALSE(p.Settle(4000, kGap));
+  EXPECT_FALSE(p.Settle(4000, kGap, 1e9));
   EXPECT_TRUE(p.holding()) << "not past where it was seen";
-  EXPECT_FALSE(p.Settle(4020, kGap));
+  EXPECT_FALSE(p.Settle(4020, kGap, 1e9));
   EXPECT_FALSE(p.holding());
+}
+
+// Traffic at the run's end (N = 4010 here) cannot move on to confirm a
+// prediction (3990, tolerance 50) or settle a confirmed one: either ends
+// there, neither as a failure (the run ended before it could be judged).
+TEST(ReturnPredictorTest, TheRunsEndSettlesEveryAnticipation) {
+  for (bool confirmed : {false, true}) {
+    ReturnPredictor p = ThreeEvenSwitches();
+    ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+    p.Activate(0.5, 3100);
+    if (confirmed) ASSERT_EQ(Switch(&p, 4000, 900), ReturnPredictor::SwitchSeen::kConfirmed);
+    EXPECT_FALSE(p.Settle(4000, kGap, 4010));
+    EXPECT_TRUE(p.holding()) << "confirmed " << confirmed << ": before the end";
+    EXPECT_FALSE(p.Settle(4010, kGap, 4010)) << "not a failure";
+    EXPECT_FALSE(p.holding()) << "confirmed " << confirmed << ": at the end";
+  }
 }
 
 // A prediction (3990, tolerance 50) not confirmed by traffic 4040 is still
@@ -235,9 +251,9 @@ TEST(ReturnPredictorTest, AnUnconfirmedPredictionFailsAndStopsPredictions) {
   ReturnPredictor p = ThreeEvenSwitches();
   ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
   p.Activate(0.5, 3100);
-  EXPECT_FALSE(p.Settle(4040, kGap)) << "within the tolerance";
+  EXPECT_FALSE(p.Settle(4040, kGap, 1e9)) << "within the tolerance";
   EXPECT_TRUE(p.holding());
-  EXPECT_TRUE(p.Settle(4041, kGap)) << "past 3990 + 50: failed";
+  EXPECT_TRUE(p.Settle(4041, kGap, 1e9)) << "past 3990 + 50: failed";
   EXPECT_FALSE(p.holding());
   EXPECT_FALSE(p.PredictedReturn(kGap).has_value()) << "the old switches no longer count";
   EXPECT_EQ(Switch(&p, 4200, 3100), ReturnPredictor::SwitchSeen::kRecorded);
