@@ -26,6 +26,7 @@ nlohmann::json RunSummaryJson(const workflow::LiveRun::Summary& s) {
   j["planned_stall_s"] = s.planned_stall_s;
   j["planned_delay_s"] = s.planned_delay_s;
   j["metric"] = s.metric;
+  if (!s.online_metric.empty()) j["online_metric"] = s.online_metric;
   j["plan_report"] = s.plan_report;
   j["planning_s"] = s.planning_s;
   j["schedule"] = s.schedule;

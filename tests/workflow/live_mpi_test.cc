@@ -203,6 +203,10 @@ TEST(LiveMpi, TrainerOnlineReplans) {
   CheckProducerSummary(*r);
   // Full versions only (host, one node): version 0's cost throughout.
   EXPECT_EQ(r->plan_report.find("cost re-measured"), std::string::npos) << r->plan_report;
+  // A warm-up of 19 iterations holds 3 validation points (every 5): too few
+  // for the warm-up fit (train_loss), not for online, which observes them.
+  EXPECT_EQ(r->metric, "train_loss");
+  EXPECT_EQ(r->online_metric, "val_loss");
 }
 
 // With delta versions (pfs, the first layer frozen so deltas are small) the

@@ -223,6 +223,7 @@ class Producer {
     sc.iterations_per_epoch = work_->iterations_per_epoch();
     s_.metric = predictor::ToString(sc.metric);
     if (o_.strategy == schedulers::StrategyKind::kOnline) {
+      s_.online_metric = predictor::ToString(sc.online_metric);
       VIPER_RETURN_IF_ERROR(StartOnline(sc));
     } else {
       VIPER_ASSIGN_OR_RETURN(auto p, schedulers::PlanStrategy(sc, o_.strategy));

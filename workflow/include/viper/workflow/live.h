@@ -222,6 +222,7 @@ class LiveRun {
     double planned_stall_s = 0;           // sigma used by the planner (from version 0)
     double planned_delay_s = 0;           // delta used by the planner (from version 0)
     std::string metric;                   // "val_loss" or "train_loss": the planner's curve
+    std::string online_metric;            // what online observes (Scenario::online_metric); "" for others
     std::string plan_report;              // the strategy's BriefReport (online: last re-plan)
     double planning_s = 0;                // seconds spent fitting/planning after warm-up (on the producer)
     schedulers::Schedule schedule;        // iterations actually published (after W)
