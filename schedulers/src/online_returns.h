@@ -75,7 +75,10 @@ class ReturnPredictor {
   // `better` (-1: none) the producer's own model at the last measurement
   // before the switch when it measured better than the served one there:
   // the ending domain's best model, which a return publishes first.
-  // Confirms or refutes the active anticipation.
+  // Confirms or refutes the active anticipation: a switch within its
+  // tolerance, the switch's half-width and a tenth of the traffic's lead
+  // over the producer (traffic_at - at, the estimated position's error
+  // growing with it) confirms it.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
                        double measurement_gap, int64_t better = -1);
   // The regime a model's iteration falls in (0 before the first switch).

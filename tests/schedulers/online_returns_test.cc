@@ -226,6 +226,22 @@ TEST(ReturnPredictorTest, AConfirmedReturnHoldsUntilTheTrafficIsPastIt) {
   EXPECT_FALSE(p.holding());
 }
 
+// Under the wall clock a switch's position is an estimate whose error grows
+// with the traffic's lead over the producer: a switch at traffic 4070 (half-
+// width 10) is 80 from the prediction (3990, tolerance 50), refuted when
+// seen with no lead, confirmed when seen at producer iteration 3600 (a lead
+// of 480: 50 + 10 + 48 >= 80).
+TEST(ReturnPredictorTest, ALeadWidensWhereASwitchMeetsThePrediction) {
+  for (int64_t at : {4080, 3600}) {
+    ReturnPredictor p = ThreeEvenSwitches();
+    ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
+    p.Activate(0.5, 3100);
+    const auto seen = p.AddSwitch(at, 4060, 4080, 900, kGap);
+    EXPECT_EQ(seen, at == 4080 ? ReturnPredictor::SwitchSeen::kRefuted : ReturnPredictor::SwitchSeen::kConfirmed)
+        << "seen at producer iteration " << at;
+  }
+}
+
 // Traffic at the run's end (N = 4010 here) cannot move on to confirm a
 // prediction (3990, tolerance 50) or settle a confirmed one: either ends
 // there, neither as a failure (the run ended before it could be judged).
