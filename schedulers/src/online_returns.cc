@@ -37,10 +37,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // anticipated (published a stall's traffic before it) comes a few
   // measurements after the last switch in the producer's iterations but a
   // whole stay later in the traffic's (bench/README.md, "Twentieth session").
-  // The estimate's error grows with the traffic's lead over the producer (kLeadShare).
-  const double lead = std::max(0.0, traffic_at - static_cast<double>(at));
-  const bool within =
-      active_ && std::fabs(middle - active_->change) <= active_->tolerance + halfwidth + kLeadShare * lead;
+  const bool within = active_ && Meets(*active_, middle, halfwidth, traffic_at - static_cast<double>(at));
   const bool meets_prediction = within && !active_->confirmed;
   // One switch seen twice (a re-publish, then the slower change detector, or
   // the other way round) within four measurement gaps is one; not when it is
@@ -67,6 +64,11 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   pattern_from_ = switches_.size() - 1;
   active_.reset();
   return SwitchSeen::kRefuted;
+}
+
+bool ReturnPredictor::Meets(const Return& r, double middle, double halfwidth, double lead) {
+  // The estimate's error grows with the traffic's lead over the producer (kLeadShare).
+  return std::fabs(middle - r.change) <= r.tolerance + halfwidth + kLeadShare * std::max(0.0, lead);
 }
 
 void ReturnPredictor::PlaceSwitch(size_t i, double middle, double halfwidth) {

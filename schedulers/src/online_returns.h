@@ -92,6 +92,11 @@ class ReturnPredictor {
   // measurement later (bench/README.md, "Twenty-third session").
   void NoteRepublish(int64_t model);
 
+  // Whether a switch (its middle and half-width, seen `lead` traffic
+  // iterations ahead of the producer) falls where return `r` predicted it:
+  // within its tolerance, the half-width and kLeadShare of the lead.
+  static bool Meets(const Return& r, double middle, double halfwidth, double lead);
+
   // The next return, or nullopt when the evidence (a domain came back, the
   // last two switches since the last refuted prediction, or the last three
   // evenly spaced) is

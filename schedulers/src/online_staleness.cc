@@ -309,8 +309,8 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   if (!returns_->holding() && !returns_->pending()) predicted = returns_->PredictedReturn(MeasurementGap());
   const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better);
   if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
-      std::fabs(0.5 * (traffic_before + traffic_at) - predicted->change) <=
-          predicted->tolerance + 0.5 * (traffic_at - traffic_before)) {
+      internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
+                                       0.5 * (traffic_at - traffic_before), traffic_at - static_cast<double>(at))) {
     seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
   }
   if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
