@@ -51,10 +51,13 @@ class ReturnPredictor {
   };
   // One switch: the iteration of the first measurement after it, and its
   // middle and half-width in traffic iterations (between the traffic of the
-  // last measurement before it and of the first after it).
+  // last measurement before it and of the first after it), and the traffic's
+  // lead over the producer when it was seen (traffic - at; the estimated
+  // position's error grows with it, kLeadShare).
   struct Switch {
     int64_t at = 0;
     double middle = 0, halfwidth = 0;
+    double lead = 0;
   };
   // What AddSwitch made of a switch.
   enum class SwitchSeen {
@@ -99,7 +102,8 @@ class ReturnPredictor {
 
   // The next return, or nullopt when the evidence (a domain came back, the
   // last two switches since the last refuted prediction, or the last three
-  // evenly spaced) is
+  // evenly spaced: within 5%, or what their half-widths and kLeadShare of
+  // their leads allow) is
   // not there or the model that served the returning domain is unknown.
   std::optional<Return> PredictedReturn(double measurement_gap) const;
 

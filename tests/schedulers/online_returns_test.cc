@@ -242,6 +242,26 @@ TEST(ReturnPredictorTest, ALeadWidensWhereASwitchMeetsThePrediction) {
   }
 }
 
+// Intervals of 1000 and 1100 are too uneven to predict from when the three
+// switches were seen with no lead (allowed: max(5% of 1100, 10 + 2 x 10 +
+// 10) = 55 < 100), even enough when each was seen 200 traffic iterations
+// ahead of the producer (its position an estimate: + 0.1 x (200 + 2 x 200 +
+// 200) = 80, allowed 120).
+TEST(ReturnPredictorTest, ALeadWidensHowEvenlySpacedSwitchesMustBe) {
+  for (int64_t lead : {0, 200}) {
+    ReturnPredictor p(true);
+    auto add = [&](int64_t traffic, int64_t served) {
+      return p.AddSwitch(traffic - lead, static_cast<double>(traffic - 20), static_cast<double>(traffic), served,
+                         kGap);
+    };
+    EXPECT_EQ(add(1000, 500), ReturnPredictor::SwitchSeen::kRecorded);
+    EXPECT_EQ(add(2000, 1700), ReturnPredictor::SwitchSeen::kRecorded);
+    p.NoteRepublish(500);  // the first regime's model won: the traffic recurs
+    EXPECT_EQ(add(3100, 500), ReturnPredictor::SwitchSeen::kRecorded);
+    EXPECT_EQ(p.PredictedReturn(kGap).has_value(), lead > 0) << "lead " << lead;
+  }
+}
+
 // Traffic at the run's end (N = 4010 here) cannot move on to confirm a
 // prediction (3990, tolerance 50) or settle a confirmed one: either ends
 // there, neither as a failure (the run ended before it could be judged).
