@@ -192,7 +192,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   }
   sc.separate_truth = sc.truth_metric != sc.metric;
   sc.online_metric = online_val ? predictor::LossMetric::kValLoss : sc.metric;
-  sc.online_points = online_val ? std::move(*online_val) : sc.points;
+  if (online_val) sc.online_points = std::move(*online_val);
   sc.observed = sc.points.Prefix(static_cast<double>(W));
   for (size_t i = 0; i < sc.observed.size(); ++i) {
     if (std::isinf(sc.observed.losses[i])) {
@@ -338,6 +338,10 @@ ObservationKind OnlineObservationKind(const Scenario& sc) {
                                                                : ObservationKind::kValidation;
 }
 
+const predictor::CurveData& OnlinePoints(const Scenario& sc) {
+  return sc.online_metric == sc.metric ? sc.points : sc.online_points;
+}
+
 ForecasterFactory OnlineForecasters(const Scenario& sc, const OnlinePlanner::Options& online) {
   predictor::LearningCurvePredictor::Options o = sc.predictor_options;
   o.min_points = std::max(5, std::min(o.min_points, online.min_fit_points));
@@ -365,7 +369,7 @@ StatusOr<Plan> PlanStrategy(const Scenario& sc, StrategyKind kind) {
   // online observes what a live producer measures (Scenario::online_metric);
   // the static strategies only read the warm-up's points (Viper's greedy).
   const bool online = kind == StrategyKind::kOnline;
-  input.observed = online ? sc.online_points : sc.points;
+  input.observed = online ? OnlinePoints(sc) : sc.points;
   input.observed_kind = online                                           ? OnlineObservationKind(sc)
                         : sc.metric == predictor::LossMetric::kTrainLoss ? ObservationKind::kTraining
                                                                          : ObservationKind::kValidation;

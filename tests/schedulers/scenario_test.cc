@@ -326,7 +326,7 @@ TEST(ScenarioTest, OnlineObservesValidationWhereTheFitFallsBack) {
   EXPECT_EQ(sc->metric, predictor::LossMetric::kTrainLoss);
   EXPECT_EQ(sc->online_metric, predictor::LossMetric::kValLoss);
   EXPECT_EQ(OnlineObservationKind(*sc), ObservationKind::kValidation);
-  EXPECT_EQ(sc->online_points.size(), 20u);
+  EXPECT_EQ(OnlinePoints(*sc).size(), 20u) << "the validation series";
   sc->online.record_decisions = true;
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -346,6 +346,8 @@ TEST(ScenarioTest, OnlineObservesValidationWhereTheFitFallsBack) {
   auto explicit_metric = MakeScenario(log, o);
   ASSERT_TRUE(explicit_metric.ok()) << explicit_metric.status().ToString();
   EXPECT_EQ(explicit_metric->online_metric, predictor::LossMetric::kTrainLoss);
+  EXPECT_EQ(OnlinePoints(*explicit_metric).size(), 200u) << "the training series, not a copy of it";
+  EXPECT_TRUE(explicit_metric->online_points.iterations.empty());
   o.metric.reset();
   o.warmup_iterations = 9;  // 9 training points, no validation point yet
   auto unvalidated = MakeScenario(log, o);

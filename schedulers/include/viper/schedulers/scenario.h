@@ -132,7 +132,7 @@ struct Scenario {
   // measures every validation point as it comes, and the per-batch training
   // loss overstates what a newer version gains on the traffic (bench/README,
   // "Twenty-ninth session"). online_points is that series over the whole
-  // log (a copy of `points` when the two metrics agree).
+  // log where the two metrics differ, else empty (OnlinePoints).
   predictor::LossMetric online_metric = predictor::LossMetric::kTrainLoss;
   predictor::CurveData online_points;
   Problem problem;        // with cost = tier.ToCheckpointCost()
@@ -158,10 +158,13 @@ struct Scenario {
 StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& options);
 
 // Plans with one strategy (online gets OnlineForecasters and observes
-// scenario.online_points).
+// OnlinePoints).
 StatusOr<Plan> PlanStrategy(const Scenario& scenario, StrategyKind kind);
 // The kind of observation `online` plans on: Scenario::online_metric.
 ObservationKind OnlineObservationKind(const Scenario& scenario);
+// The series `online` observes: online_points where online_metric differs
+// from metric, else points.
+const predictor::CurveData& OnlinePoints(const Scenario& scenario);
 // The online planner's forecasters: the scenario's predictor, which fits a
 // regime from `online.min_fit_points` measurements where that is fewer than
 // the warm-up fit's minimum (predictor_options.min_points), but from no
