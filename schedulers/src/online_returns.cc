@@ -30,6 +30,8 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // Where the switch fell in traffic iterations: somewhere between the last
   // measurement before it and the first after it.
   const double middle = 0.5 * (traffic_before + traffic_at), halfwidth = 0.5 * (traffic_at - traffic_before);
+  // The traffic's lead over the producer when it was seen (kLeadShare).
+  const double lead = std::max(0.0, traffic_at - static_cast<double>(at));
   // Whether it can be the active, unconfirmed anticipation's switch: its
   // interval meets the prediction's tolerance. Under the wall clock a stall
   // moves the traffic on while the producer waits: a switch seen part-way
@@ -37,7 +39,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // anticipated (published a stall's traffic before it) comes a few
   // measurements after the last switch in the producer's iterations but a
   // whole stay later in the traffic's (bench/README.md, "Twentieth session").
-  const bool within = active_ && Meets(*active_, middle, halfwidth, traffic_at - static_cast<double>(at));
+  const bool within = active_ && Meets(*active_, middle, halfwidth, lead);
   const bool meets_prediction = within && !active_->confirmed;
   // One switch seen twice (a re-publish, then the slower change detector, or
   // the other way round) within four measurement gaps is one; not when it is
@@ -53,7 +55,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // not by the returning domain's model published ahead of the switch.
   regime_models_.push_back(active_ ? pre_anticipation_model_ : served_at);
   regime_better_.push_back(better);
-  switches_.push_back(Switch{at, middle, halfwidth, std::max(0.0, traffic_at - static_cast<double>(at))});
+  switches_.push_back(Switch{at, middle, halfwidth, lead});
   republished_in_regime_ = false;
   if (!active_) return SwitchSeen::kRecorded;
   if (within) {
@@ -199,8 +201,8 @@ bool ReturnPredictor::Settle(double traffic, double measurement_gap, double hori
   // tolerance of it can no longer be seen, and a hold waiting for one would
   // keep the returning domain's model serving the traffic that stayed
   // (h16's s-recur55 pfs/train held it at 3.77 for the last 800 iterations
-  // against a candidate at 0.45).
-  // Not counted as a failure: the run ended before it could be judged.
+  // against a candidate at 0.45). Not counted as a failure: the run ended
+  // before it could be judged.
   if (traffic >= horizon) {
     active_.reset();
     return false;
