@@ -9,19 +9,6 @@
 namespace viper {
 namespace schedulers {
 namespace internal {
-namespace {
-
-// A switch's traffic position is the planner's estimate (TrafficAt): under
-// the wall clock, the stalled seconds converted at the pace measured so far.
-// Its error grows with that lead: 14-20% of it at three switches of set 1's
-// h-recur60 pfs/train, which placed a switch 175 traffic iterations before
-// the predicted one, 5 past the tolerance, refuted a right prediction and
-// left the next switch unpredicted. A switch meets a prediction within this
-// share of its lead more (bench/README.md, "Twenty-ninth session").
-constexpr double kLeadShare = 0.1;
-
-}  // namespace
-
 double Median(std::vector<double> v) { return viper::Median(std::move(v), 0.0); }
 
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,

@@ -270,7 +270,9 @@ TEST(ReturnPredictorTest, TheRunsEndSettlesEveryAnticipation) {
     ReturnPredictor p = ThreeEvenSwitches();
     ASSERT_TRUE(p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}}, kGap).has_value());
     p.Activate(0.5, 3100);
-    if (confirmed) ASSERT_EQ(Switch(&p, 4000, 900), ReturnPredictor::SwitchSeen::kConfirmed);
+    if (confirmed) {
+      ASSERT_EQ(Switch(&p, 4000, 900), ReturnPredictor::SwitchSeen::kConfirmed);
+    }
     EXPECT_FALSE(p.Settle(4000, kGap, 4010));
     EXPECT_TRUE(p.holding()) << "confirmed " << confirmed << ": before the end";
     EXPECT_FALSE(p.Settle(4010, kGap, 4010)) << "not a failure";
