@@ -134,16 +134,14 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     stay = returns_->switches()[0].middle;
   }
   // Once the traffic is at the run's end (its clock stops at N) no switch
-  // can follow, and no re-publish is late. Read a tenth of the lead back
-  // (internal::kLeadShare: one short of N by less saw a switch follow, h11's
-  // m-recur45 pfs/train); h8's b-swaps700 host/train served a model measuring
-  // 1.69 there for 630 iterations beside a kept one at 0.37 (bench/README.md,
-  // "Thirtieth session").
-  const int64_t N = problem_.total_iterations;
-  const auto lead_error =
-      static_cast<int64_t>(std::ceil(internal::kLeadShare * static_cast<double>(N - now)));
-  const bool in_time = TrafficAt(now - lead_error) >= static_cast<double>(N) || !stay ||
-                       MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *stay;
+  // can follow: no re-publish is late. Read a tenth of the lead back
+  // (internal::kLeadShare; at the estimate a switch followed on h11's
+  // m-recur45 pfs/train). h8's b-swaps700 host/train served a model at 1.69
+  // there for 630 iterations beside a kept one at 0.37 ("Thirtieth session").
+  const double N = static_cast<double>(problem_.total_iterations);
+  const bool in_time =
+      TrafficAt(now - static_cast<int64_t>(std::ceil(internal::kLeadShare * (N - now)))) >= N || !stay ||
+      MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *stay;
   if (may_publish && !holding) {
     const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -313,11 +311,10 @@ void OnlinePlanner::AddSwitch(size_t begin) {
     size_t last = begin - 1;
     // That measurement may be part-way into the next domain already: the
     // model serving then jumped there from the one before it (the jump
-    // threshold at the smallest relative noise an ended regime showed; the
-    // regime's own noise holds the switches). Two wrong models compare there,
-    // and the less wrong, trained on the next domain, passed for the ending
-    // one's best: set 1's h-recur60 pfs/train published it ahead of the
-    // return (bench/README.md, "Thirtieth session"). The one before decides.
+    // threshold at the smallest relative noise an ended regime showed). Two
+    // wrong models compare there, and the less wrong, trained on the next
+    // domain, passed for the ending one's best (set 1's h-recur60 pfs/train;
+    // bench/README.md, "Thirtieth session"). The one before decides.
     auto served_model_at = [&](size_t m) { return ServedAt(static_cast<int64_t>(measured_.iterations[m])); };
     if (begin >= 2 && (replaced >= 0 || served_model_at(begin - 2) == served_model_at(begin - 1)) &&
         std::isfinite(served_then) && std::isfinite(serving_at(begin - 2))) {
@@ -327,8 +324,9 @@ void OnlinePlanner::AddSwitch(size_t begin) {
       if (served_then - before > JumpThreshold(sd)) last = begin - 2;
     }
     const double then = serving_at(last);
-    if (std::isfinite(then) && measured_.losses[last] < then)
+    if (std::isfinite(then) && measured_.losses[last] < then) {
       better = static_cast<int64_t>(measured_.iterations[last]);
+    }
   }
   // A predicted return not yet published ahead (its switch came before a
   // measurement whose delivery would land in time): this switch, when it
