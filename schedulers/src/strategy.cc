@@ -251,6 +251,8 @@ class StrategyImpl : public Strategy {
           return static_cast<double>(std::clamp(t, it, p.total_iterations));
         };
         int64_t clock_known = W;  // the producer's clock reported up to here
+        std::vector<std::pair<int64_t, double>>
+            judged;  // (iteration, traffic): each decision's judge position
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -263,6 +265,7 @@ class StrategyImpl : public Strategy {
           // while the producer stalled. Under the wall clock the candidate is
           // measured there too.
           const double traffic = wall ? traffic_now(it) : planner.TrafficAt(it);
+          judged.emplace_back(it, traffic);
           double measured = obs.losses[i];
           if (wall && it > p.warmup_iterations) {
             VIPER_ASSIGN_OR_RETURN(measured, in.observed_staleness->At(it, traffic));
@@ -294,6 +297,12 @@ class StrategyImpl : public Strategy {
         sol.schedule = planner.taken();
         if (planner.summary().republished > 0) published = planner.published();
         decisions = planner.decisions();
+        // Where the judge placed the traffic at each decision, beside the
+        // planner's estimate (`traffic`): the decisions CSV's last column.
+        for (auto& d : decisions) {
+          const auto j = std::lower_bound(judged.begin(), judged.end(), std::make_pair(d.iteration, -1e300));
+          if (j != judged.end() && j->first == d.iteration) d.judge_traffic = j->second;
+        }
         s.replans = planner.summary().replans;
         s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size())) +
                     ": re-plans exactly at every measurement, gates on measured quality";

@@ -99,6 +99,10 @@ if [ -f "$log" ]; then
   publishes="$(awk -F, 'NR > 1 && $12 == 1' "$tmp/dec.csv" | wc -l)"
   if [ -n "$checkpoints" ] && [ "$publishes" -eq "$checkpoints" ]; then passes=$((passes + 1)); else fail "one publishing decision per checkpoint: $publishes rows, $checkpoints checkpoints" "$tmp/dec.csv"; fi
   expect_in "$tmp/dec.csv" ",ahead," "a publish ahead of a predicted return is named"
+  expect_in "$tmp/dec.csv" ",predicted_switch,judge_traffic_iteration" "the decisions CSV ends with the judge's traffic position"
+  judged="$(awk -F, 'NR > 1 && $NF ~ /^[0-9.]+$/ && $NF + 0 >= $1 + 0' "$tmp/dec.csv" | wc -l)"
+  rows="$(awk 'NR > 1' "$tmp/dec.csv" | wc -l)"
+  if [ "$rows" -gt 0 ] && [ "$judged" -eq "$rows" ]; then passes=$((passes + 1)); else fail "every decision has the judge's traffic position, at or past its iteration: $judged of $rows" "$tmp/dec.csv"; fi
   expect_rc 2 "--decisions-csv without online" "$viper" simulate --log "$swap" -q --strategies epoch --decisions-csv "$tmp/x.csv"
   expect_in "$tmp/err" "--decisions-csv records online's decisions" "the error says what --decisions-csv needs"
   expect_rc 0 "plan the oracle on recurring domains" "$viper" plan --log "$src/datasets/logs/recur-sgd-h256.csv.gz" --staleness auto --transport gpu --strategy oracle --json "$tmp/recplan.json"

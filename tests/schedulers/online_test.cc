@@ -208,7 +208,9 @@ TEST(OnlinePlannerTest, RecordsEveryDecisionWhenAsked) {
       ASSERT_TRUE(pl->Observe(i, v, ObservationKind::kValidation).ok());
       auto now = pl->ShouldCheckpoint(i);
       ASSERT_TRUE(now.ok()) << now.status().ToString();
-      if (*now) ASSERT_TRUE(pl->Commit(i).ok());
+      if (*now) {
+        ASSERT_TRUE(pl->Commit(i).ok());
+      }
     }
   }
   EXPECT_TRUE(quiet.decisions().empty());

@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -244,6 +245,7 @@ class OnlinePlanner {
     int64_t switches = 0;             // switches of a recurring domain recorded so far
     int64_t cycle = 0;                // regimes between a domain's visits (0: no return seen)
     double predicted_switch = 0;      // the next predicted return's switch, in traffic iterations
+    double judge_traffic = std::numeric_limits<double>::quiet_NaN();  // where it was (offline replay only)
   };
 
   // What the planner has done, for reports.
@@ -586,6 +588,7 @@ void ForEachDecisionField(const OnlinePlanner::Decision& d, F&& f) {
   f("switches", d.switches);
   f("cycle", d.cycle);
   f("predicted_switch", d.predicted_switch);
+  f("judge_traffic_iteration", d.judge_traffic);
 }
 
 // The decisions as CSV: a header of ForEachDecisionField's names
