@@ -552,10 +552,9 @@ class OnlinePlanner {
   int64_t publishing_ = 0;  // the model the last positive decision publishes
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
-  // Anticipating returns (Options::anticipate_returns): the switches seen,
-  // each ended regime's served model, and the pending / active anticipation.
-  // It is told what it needs of the planner at each call (traffic position,
-  // measurement gap, served and kept models, the gate's margin).
+  // Anticipating returns (Options::anticipate_returns): the switches seen, each ended regime's
+  // served model, the pending / active anticipation. It is told what it needs of the planner at
+  // each call (traffic position, measurement gap, served and kept models, the gate's margin).
   std::unique_ptr<internal::ReturnPredictor> returns_;
 };
 
