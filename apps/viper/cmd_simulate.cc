@@ -152,27 +152,16 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
   po::options_description desc("Options");
   desc.add_options()("help,h", "print this help");
   AddLogOptions(&desc, &a->log);
-  desc.add_options()(
-      "strategies", po::value(&a->strategies)->default_value(a->strategies),
-      "comma-separated list or 'all': epoch,viper-fixed,viper-greedy,fixed,optimal,online,oracle")(
-      "json", po::value(&a->json_path),
-      "write the comparison as JSON to this path ('-' = stdout only JSON, the table goes to stderr); schema "
-      "viper.simulate/1")("plot", po::value(&a->plot_path),
-                          "draw the curves, checkpoints and CIL bars to this PNG (gnuplot)")(
-      "trace", po::value(&a->trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")(
-      "trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy),
-      "strategy whose run --trace and --requests-csv record")(
-      "requests-csv", po::value(&a->requests_csv),
-      "write every request (time, version, iteration, loss) of that run as CSV")(
-      "decisions-csv", po::value(&a->decisions_csv),
-      "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's "
-      "and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and "
-      "lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, "
-      "publish and which model), and last where the replay's judge placed the traffic "
-      "(judge_traffic_iteration, beside the planner's estimate traffic_iteration); README, 'Why online "
-      "published'")("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s),
-                    "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")(
-      "quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
+  desc.add_options()
+      ("strategies", po::value(&a->strategies)->default_value(a->strategies), "comma-separated list or 'all': epoch,viper-fixed,viper-greedy,fixed,optimal,online,oracle")
+      ("json", po::value(&a->json_path), "write the comparison as JSON to this path ('-' = stdout only JSON, the table goes to stderr); schema viper.simulate/1")
+      ("plot", po::value(&a->plot_path), "draw the curves, checkpoints and CIL bars to this PNG (gnuplot)")
+      ("trace", po::value(&a->trace_path), "write a Chrome trace-event JSON (Perfetto) of one strategy's run")
+      ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
+      ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
+      ("decisions-csv", po::value(&a->decisions_csv), "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, publish and which model), and last where the replay's judge placed the traffic (judge_traffic_iteration, beside the planner's estimate traffic_iteration); README, 'Why online published'")
+      ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
+      ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
   AddPlanningOptions(&desc, &a->planning);
   po::variables_map vm;
   const int rc = ParseOrHelp(

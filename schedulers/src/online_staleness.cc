@@ -316,9 +316,9 @@ void OnlinePlanner::AddSwitch(size_t begin) {
     // domain, passed for the ending one's best (set 1's h-recur60 pfs/train;
     // bench/README.md, "Thirtieth session"). The one before decides.
     auto served_model_at = [&](size_t m) { return ServedAt(static_cast<int64_t>(measured_.iterations[m])); };
-    if (begin >= 2 && (replaced >= 0 || served_model_at(begin - 2) == served_model_at(begin - 1)) &&
-        std::isfinite(served_then) && std::isfinite(serving_at(begin - 2))) {
-      const double before = serving_at(begin - 2);
+    const double before = begin >= 2 ? serving_at(begin - 2) : std::numeric_limits<double>::quiet_NaN();
+    if (std::isfinite(served_then) && std::isfinite(before) &&
+        (replaced >= 0 || served_model_at(begin - 2) == served_model_at(begin - 1))) {
       const double sd =
           previous_relative_noise_ > 0 ? std::min(Noise(), previous_relative_noise_ * before) : Noise();
       if (served_then - before > JumpThreshold(sd)) last = begin - 2;

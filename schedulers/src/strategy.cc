@@ -251,8 +251,8 @@ class StrategyImpl : public Strategy {
           return static_cast<double>(std::clamp(t, it, p.total_iterations));
         };
         int64_t clock_known = W;  // the producer's clock reported up to here
-        std::vector<std::pair<int64_t, double>>
-            judged;  // (iteration, traffic): each decision's judge position
+        // (iteration, traffic) at each measurement: where the judge placed the traffic.
+        std::vector<std::pair<int64_t, double>> judged;
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -300,7 +300,8 @@ class StrategyImpl : public Strategy {
         // Where the judge placed the traffic at each decision, beside the
         // planner's estimate (`traffic`): the decisions CSV's last column.
         for (auto& d : decisions) {
-          const auto j = std::lower_bound(judged.begin(), judged.end(), std::make_pair(d.iteration, -1e300));
+          const auto j = std::lower_bound(judged.begin(), judged.end(), d.iteration,
+                                          [](const auto& e, int64_t it) { return e.first < it; });
           if (j != judged.end() && j->first == d.iteration) d.judge_traffic = j->second;
         }
         s.replans = planner.summary().replans;
