@@ -198,7 +198,23 @@ Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind ki
     measured_.losses.push_back(value);
   }
   measured_now_ = iteration;
-  if (iteration <= problem_.warmup_iterations) served_loss_ = value;  // version 0 is the warm-up model
+  const double W = static_cast<double>(problem_.warmup_iterations);
+  const size_t n = measured_.size();
+  if (x <= W) {
+    served_loss_ = value;  // version 0 is the warm-up model
+  } else if (n >= 2 && measured_.iterations[n - 2] < W && taken_.empty() &&
+             summary_.served_measurements == 0) {
+    // The warm-up model (iteration W) lies between the last measurement
+    // before it and this first one after it: its level is read between the
+    // two, not at the older one alone. On a falling curve the older one sits
+    // above it by the progress made since, and a candidate a few iterations
+    // past W passed for better by that much: held-out n-collapse pfs/train at
+    // a 10% warm-up published the model two iterations after W on it and paid
+    // a pfs stall for nothing (bench/README.md, "Thirty-first session"). A
+    // re-measurement of the served version (ObserveServed) replaces it.
+    const double a = measured_.iterations[n - 2];
+    served_loss_ = measured_.losses[n - 2] + (W - a) / (x - a) * (value - measured_.losses[n - 2]);
+  }
   return Status::Ok();
 }
 

@@ -926,6 +926,48 @@ TEST(OnlinePlannerTest, PlansTheTimeLeftOnTheMeasuredPace) {
   EXPECT_NE(error.find("pace_tolerance"), std::string::npos);
 }
 
+// The warm-up model (iteration W, between two measurements) is read between
+// the last measurement before W and the first one after it, not at the older
+// one alone: on a falling curve that one sits above the model at W by the
+// progress made since, and a candidate a few iterations past W looked better
+// by that much: on a tier whose stall is 20 iterations (1 s at 0.05 s an
+// iteration) it was published, two iterations past W; read between, it is
+// no gain worth the stall. A re-measurement of the served version replaces
+// the reading; one measured at W itself is read as measured.
+TEST(OnlinePlannerTest, TheWarmUpModelIsReadBetweenItsNeighbouringMeasurements) {
+  Problem p = CheapProblem();
+  p.cost.stall_s = 1.0;
+  p.cost.delay_s = 1.0;
+  p.warmup_iterations = 98;  // measurements every 20: 80 before W, 100 after
+  auto curve = [](double i) { return 0.3 + 2.0 * std::exp(-i / 600.0); };
+  OnlinePlanner planner(p, Forecasters());
+  for (int64_t i = 20; i <= 80; i += 20) {
+    ASSERT_TRUE(planner.Observe(i, curve(static_cast<double>(i)), ObservationKind::kValidation).ok());
+  }
+  ASSERT_DOUBLE_EQ(*planner.served_loss(), curve(80));
+  ASSERT_TRUE(planner.Observe(100, curve(100), ObservationKind::kValidation).ok());
+  EXPECT_NEAR(*planner.served_loss(), curve(80) + 0.9 * (curve(100) - curve(80)), 1e-12);
+  auto now = planner.ShouldCheckpoint(100);
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_FALSE(*now) << "a model two iterations past W is no gain worth a 20-iteration stall";
+  ASSERT_TRUE(planner.Observe(120, curve(120), ObservationKind::kValidation).ok());
+  EXPECT_NEAR(*planner.served_loss(), curve(80) + 0.9 * (curve(100) - curve(80)), 1e-12)
+      << "only the first measurement past W places the warm-up model";
+
+  OnlinePlanner remeasured(p, Forecasters());
+  ASSERT_TRUE(remeasured.Observe(80, curve(80), ObservationKind::kValidation).ok());
+  ASSERT_TRUE(remeasured.ObserveServed(1.5).ok());
+  ASSERT_TRUE(remeasured.Observe(100, curve(100), ObservationKind::kValidation).ok());
+  EXPECT_DOUBLE_EQ(*remeasured.served_loss(), 1.5) << "a re-measured served version is read as measured";
+
+  p.warmup_iterations = 100;
+  OnlinePlanner on_grid(p, Forecasters());
+  for (int64_t i = 20; i <= 120; i += 20) {
+    ASSERT_TRUE(on_grid.Observe(i, curve(static_cast<double>(i)), ObservationKind::kValidation).ok());
+  }
+  EXPECT_DOUBLE_EQ(*on_grid.served_loss(), curve(100));
+}
+
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper
