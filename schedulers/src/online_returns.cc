@@ -67,8 +67,18 @@ void ReturnPredictor::PlaceSwitch(size_t i, double middle, double halfwidth) {
 }
 
 size_t ReturnPredictor::RegimeOf(int64_t model) const {
+  // A model is of the domain it was trained on. The producer trains through
+  // iteration m on the data of iteration m, and the traffic reaches a
+  // switch no later than the producer does (under the wall clock it leads),
+  // so a model up to the first measurement after the switch, or before the
+  // switch's place in the traffic (its middle), was trained before it:
+  // counted with the switch's `at` alone, the model measured at the switch
+  // was the new regime's, and its re-publish at the return showed no cycle
+  // (bench/README.md, "Thirty-second session").
   return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
-                                              [](int64_t m, const Switch& w) { return m < w.at; }) -
+                                              [](int64_t m, const Switch& w) {
+                                                return m <= w.at || static_cast<double>(m) < w.middle;
+                                              }) -
                              switches_.begin());
 }
 

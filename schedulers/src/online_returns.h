@@ -94,7 +94,9 @@ class ReturnPredictor {
   // growing with it) confirms it.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
                        double measurement_gap, int64_t better = -1);
-  // The regime a model's iteration falls in (0 before the first switch).
+  // The regime of the data a model was trained on (0 before the first
+  // switch): a model up to a switch's first measurement `at`, or before its
+  // middle in the traffic, is of the regime before it.
   size_t RegimeOf(int64_t model) const;
   // A kept model won a re-publish (or would have, but for arriving too
   // late): the first such of a regime from two or more regimes back says

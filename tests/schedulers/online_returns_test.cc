@@ -107,6 +107,29 @@ TEST(ReturnPredictorTest, OnlyAModelTwoOrMoreRegimesBackSetsTheCycle) {
   EXPECT_EQ(p.cycle(), 4u) << "the first re-publish of a regime that shows a cycle counts";
 }
 
+// A model is of the regime it was trained in. The model measured at a
+// switch's first measurement was trained before the switch; so was one made
+// after the producer saw a switch while the traffic led it, up to the
+// switch's middle. Its re-publish at the return shows the cycle.
+TEST(ReturnPredictorTest, AModelTrainedBeforeASwitchIsOfTheRegimeBefore) {
+  ReturnPredictor p(true);
+  // Seen at 1000 (the last measurement before at 950): middle 975.
+  p.AddSwitch(1000, 950, 1000, 750, 50);
+  EXPECT_EQ(p.RegimeOf(975), 0u);
+  EXPECT_EQ(p.RegimeOf(1000), 0u) << "measured at the switch: trained before it";
+  EXPECT_EQ(p.RegimeOf(1001), 1u);
+  // Under the wall clock the traffic leads: seen by the producer at 1550
+  // with the traffic between 1650 and 1830, middle 1740.
+  p.AddSwitch(1550, 1650, 1830, 1300, 50);
+  EXPECT_EQ(p.RegimeOf(1600), 1u) << "made after the producer saw the switch, trained before the traffic reached it";
+  EXPECT_EQ(p.RegimeOf(1739), 1u);
+  EXPECT_EQ(p.RegimeOf(1740), 2u);
+  // The first regime's model measured at the first switch wins a re-publish
+  // at the return: a domain two regimes back, the cycle.
+  p.NoteRepublish(1000);
+  EXPECT_EQ(p.cycle(), 2u);
+}
+
 // A switch placed anew (a measurement after it showed where in its gap it
 // fell) moves the prediction that reads it.
 TEST(ReturnPredictorTest, APlacedSwitchMovesThePrediction) {
