@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16] [--train-only] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16] [--train-only|--partners] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -65,6 +65,16 @@
 #      to 50 degrees, a collapse, no drift under SGD and under Adam
 #      (twenty-fifth; trained before its evaluation, after the drift prior's
 #      level was chosen on the pool of the earlier sets)
+#
+# --partners: for each run whose traffic returns (--drift-period or
+#   --drift-swap-period), train instead its partner NAME-once: the same run
+#   (same seed) with that period set past the run's end, so that its traffic
+#   never comes back. Its table agrees with the run's until the first return
+#   (the training is deterministic). Then prints, for each pair, each tier and
+#   both windows, the causal pair bound (`viper simulate --versus-staleness`,
+#   README "The causal pair bound") beside online's regret, and writes them to
+#   OUT_DIR/causal-bound.csv. OUT_DIR must then hold the set's runs already
+#   (a --train-only of the same set): bench/heldout.sh --set 10 --partners DIR.
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them). `viper
 # evaluate` warns about a log whose replayed clock is irregular (set 12 as
@@ -74,12 +84,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
 train_only=0
+partners=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 or 16" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    -h|--help) sed -n '2,72p' "$0"; exit 0 ;;
+    --partners) partners=1; shift ;;
+    -h|--help) sed -n '2,82p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -91,6 +103,21 @@ base=(--dataset fashion-mnist --batch 64 --val-samples 2000 --test-samples 5000 
 names=()
 run() {
   local name="$1"; shift
+  if [ "$partners" = 1 ]; then
+    # The partner of a run whose traffic returns; nothing for the others.
+    case " $* " in *" --drift-period "*|*" --drift-swap-period "*) ;; *) return 0 ;; esac
+    local args=() prev=""
+    for x in "$@"; do
+      if [ "$prev" = --drift-period ] || [ "$prev" = --drift-swap-period ]; then args+=(1000000); else args+=("$x"); fi
+      prev="$x"
+    done
+    [ -f "$out/$name.csv.gz" ] || { echo "heldout.sh: --partners: $out/$name.csv.gz missing (train the set first: --train-only)" >&2; exit 1; }
+    echo "== $name-once: viper train ${args[*]}" >&2
+    "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-once.csv.gz" \
+        --staleness-table "$out/$name-once.staleness.csv.gz" --json "$out/$name-once.train.json" > /dev/null
+    names+=("$name")
+    return 0
+  fi
   echo "== $name: viper train $*" >&2
   "$viper" train "${common[@]}" "$@" --log-out "$out/$name.csv.gz" \
       --staleness-table "$out/$name.staleness.csv.gz" --json "$out/$name.train.json" > /dev/null
@@ -314,6 +341,36 @@ case "$set_id" in
   *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 or 16" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
+if [ "$partners" = 1 ]; then
+  csv="$out/causal-bound.csv"
+  echo "run,tier,window,agree_until_traffic,bound,online_regret" > "$csv"
+  printf '%-14s %-5s %-6s %8s %8s %8s\n' run tier window agree bound online
+  for name in "${names[@]}"; do
+    for tier in gpu host pfs; do
+      for window in train req; do
+        req=()
+        # The request window: as many requests as the while-training window
+        # serves without checkpoints, (N - W) tau / interval (what `viper
+        # evaluate` takes), from the while-training run's JSON.
+        [ "$window" = req ] && req=(--requests "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(max(1, int((j['total_iterations'] - j['warmup_iterations']) * j['seconds_per_iteration'] / j['requests']['interval_s'])))" "$out/bound.json")")
+        "$viper" simulate --log "$out/$name.csv.gz" --staleness auto --warmup 20% --transport "$tier" "${req[@]}" \
+            --strategies online,oracle --versus-staleness "$out/$name-once.staleness.csv.gz" --json "$out/bound.json" \
+            --quiet > /dev/null
+        python3 - "$out/bound.json" "$name" "$tier" "$window" "$csv" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+b = j["causal_pair_bound"]
+online = next(s for s in j["strategies"] if s["strategy"] == "online")
+row = [sys.argv[2], sys.argv[3], sys.argv[4], "%.0f" % b["agree_until_traffic"], "%.4f" % b["bound"], "%.4f" % online["regret_vs_oracle"]]
+open(sys.argv[5], "a").write(",".join(row) + "\n")
+print("%-14s %-5s %-6s %8s %7.2f%% %7.2f%%" % (row[0], row[1], row[2], row[3], 100 * b["bound"], 100 * online["regret_vs_oracle"]))
+PY
+      done
+    done
+  done
+  echo "causal pair bounds in $csv" >&2
+  exit 0
+fi
 logs="$(printf "$out/%s.csv.gz," "${names[@]}")"
 logs="${logs%,}"
 for clock in producer wall; do

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -18,6 +19,8 @@
 #include "log_options.h"
 #include "planning_options.h"
 #include "viper/core/units.h"
+#include "viper/datasets/staleness_reader.h"
+#include "viper/schedulers/staleness.h"
 #include "viper/simulator/simulator.h"
 
 namespace viper {
@@ -138,7 +141,7 @@ struct SimulateArgs {
   LogOptions log;
   PlanningOptions planning;
   std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv,
-      decisions_csv;
+      decisions_csv, versus_staleness;
   double poll_phase_s = 0.0;
   bool quiet = false;
   std::vector<schedulers::StrategyKind> kinds;
@@ -160,6 +163,7 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
       ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
       ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
       ("decisions-csv", po::value(&a->decisions_csv), "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, publish and which model), and last where the replay's judge placed the traffic (judge_traffic_iteration, beside the planner's estimate traffic_iteration); README, 'Why online published'")
+      ("versus-staleness", po::value(&a->versus_staleness), "with --staleness: the staleness table of a second run that the producer cannot tell from this one until some traffic point (trained alike; e.g. the same recurring run with a period longer than the run: its traffic never returns). Prints the causal pair bound: the regret (fluid objective, against each run's exact optimum on its table's test_loss) that no planner deciding at validation points from what the producer measures can stay below on both runs; both are judged on this log's clock and cost. README 'The causal pair bound'")
       ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
       ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
   AddPlanningOptions(&desc, &a->planning);
@@ -192,6 +196,45 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
   if (st.ok()) st = ValidatePlanningOptions(a->planning);
   if (!st.ok()) return UsageError("simulate", st.message());
   return 0;
+}
+
+// The causal pair bound of this run against the run of `versus_path`'s
+// table (schedulers::SolveCausalPairBound), as JSON.
+StatusOr<nlohmann::json> CausalPairBoundAgainst(const PlanningContext& ctx, const std::string& versus_path,
+                                                const std::string& non_finite,
+                                                const std::function<void(const std::string&)>& progress) {
+  if (!ctx.staleness_truth || !ctx.staleness_observed) {
+    return InvalidArgumentError("--versus-staleness " + versus_path +
+                                ": needs this log's own staleness table (--staleness FILE or auto)");
+  }
+  datasets::StalenessReader::Options table_options;
+  VIPER_ASSIGN_OR_RETURN(table_options.non_finite, datasets::NonFinitePolicyFromString(non_finite));
+  VIPER_ASSIGN_OR_RETURN(auto versus, datasets::StalenessReader::ReadFile(versus_path, table_options));
+  VIPER_ASSIGN_OR_RETURN(auto truth,
+                         schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kTest));
+  VIPER_ASSIGN_OR_RETURN(auto observed,
+                         schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kValidation));
+  const schedulers::Problem bp = schedulers::BoundProblem(ctx);
+  const double agree = schedulers::SurfacesAgreeUntil(*ctx.staleness_observed, observed, bp.warmup_iterations);
+  std::vector<double> lambdas;
+  for (int q = 1; q < 20; ++q) lambdas.push_back(0.05 * q);
+  progress("causal pair bound against " + versus_path + " (validation samples agree up to traffic iteration " +
+           std::to_string(static_cast<long long>(agree)) + ")");
+  auto bound = schedulers::SolveCausalPairBound(bp, *ctx.staleness_truth, truth, agree, lambdas);
+  if (!bound.ok()) return Status(bound.status().code(), versus_path + ": " + bound.status().message());
+  nlohmann::json j;
+  j["versus"] = versus_path;
+  j["agree_until_traffic"] = agree;
+  j["bound"] = bound->bound;
+  j["lambda"] = bound->lambda;
+  j["objective"] = bound->objective_a;
+  j["objective_versus"] = bound->objective_b;
+  j["shared_decisions"] = bound->shared_decisions;
+  j["candidates"] = bound->candidates;
+  nlohmann::json by = nlohmann::json::array();
+  for (const auto& [l, b] : bound->by_lambda) by.push_back({{"lambda", l}, {"bound", b}});
+  j["by_lambda"] = by;
+  return j;
 }
 
 }  // namespace
@@ -301,8 +344,33 @@ int RunSimulate(const std::vector<std::string>& args) {
                 static_cast<long long>(r.sim.requests));
   }
 
+  nlohmann::json pair_json;
+  if (!a.versus_staleness.empty()) {
+    auto bound = CausalPairBoundAgainst(ctx, a.versus_staleness, log_options.non_finite, progress);
+    if (!bound.ok()) return Fail("simulate", bound.status());
+    pair_json = *bound;
+    const double agree = pair_json["agree_until_traffic"].get<double>();
+    char where[160];
+    if (agree > static_cast<double>(p.warmup_iterations)) {
+      std::snprintf(where, sizeof(where),
+                    "the validation samples agree up to traffic iteration %.0f; %lld decisions shared", agree,
+                    static_cast<long long>(pair_json["shared_decisions"].get<int64_t>()));
+    } else {
+      std::snprintf(where, sizeof(where),
+                    "the validation samples differ by the warm-up's end: no decision is shared");
+    }
+    std::fprintf(table,
+                 "\ncausal pair bound against %s (%s): no planner that decides at validation points from "
+                 "what the producer measures keeps its regret below %s on both runs (fluid objective, "
+                 "weight %.2f on this run; optima %.6g and %.6g)\n",
+                 a.versus_staleness.c_str(), where,
+                 FormatPercent(pair_json["bound"].get<double>()).c_str(), pair_json["lambda"].get<double>(),
+                 pair_json["objective"].get<double>(), pair_json["objective_versus"].get<double>());
+  }
+
   if (!json_path.empty()) {
     nlohmann::json j;
+    if (!pair_json.is_null()) j["causal_pair_bound"] = pair_json;
     j["log"] = ctx.log.source;
     j["metric"] = predictor::ToString(ctx.metric);
     j["online_metric"] = predictor::ToString(ctx.online_metric);

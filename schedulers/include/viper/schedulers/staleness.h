@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "viper/core/staleness_table.h"
@@ -188,6 +189,42 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& problem, const St
                                                 const std::vector<int64_t>& extra_candidates = {},
                                                 int64_t max_candidates = 4000, double max_republish_work = 2e7,
                                                 const Schedule& fixed_prefix = {});
+
+// The causal pair bound: what no planner that decides from what the
+// producer measures can beat on both of two runs it cannot tell apart until
+// the traffic passes `diverge_traffic` (a recurring domain's first return
+// against the same run whose traffic never returns; trained alike, their
+// tables agree until then). Every decision taken before that (which
+// checkpoint, which model it publishes) is the same on both; later ones are
+// each run's own. For any weight l in (0, 1) and any such planner,
+//   max(regret_a, regret_b) >= l regret_a + (1 - l) regret_b
+//                          >= min over shared decisions of that sum,
+// regret being the objective over each run's exact optimum
+// (SolveOptimalOnSurface, re-publishing searched) minus one. That minimum
+// is exact by dynamic programming: each run's best continuation from every
+// checkpoint decided after `diverge_traffic` (backward), then the shared
+// decisions (forward). `bound` is its largest value over `lambdas`.
+// Candidates are the runs' grid versions, as the oracle's: the bound holds
+// for planners that checkpoint at validation points. Both runs are judged
+// on `problem` (one clock, one cost). The work is O(C^3 K) slot costs for
+// C candidates and K checkpoints at most.
+struct CausalPairBound {
+  double bound = 0.0;                                // the largest weighted lower bound on the worse regret
+  double lambda = 0.0;                               // the weight on run a where it is reached
+  std::vector<std::pair<double, double>> by_lambda;  // (weight, bound)
+  double objective_a = 0.0, objective_b = 0.0;       // each run's optimum
+  int64_t shared_decisions = 0;  // (checkpoint, count) states decided before the runs differ
+  int64_t candidates = 0;
+};
+StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& problem, const StalenessSurface& a,
+                                               const StalenessSurface& b, double diverge_traffic,
+                                               const std::vector<double>& lambdas,
+                                               int64_t max_candidates = 400);
+// The traffic iteration up to which two surfaces hold the same measured
+// pairs with the same losses: the last traffic point of their grids before
+// the first that differs (`from` when the first already differs). Between
+// that point and the next the interpolated surfaces differ.
+double SurfacesAgreeUntil(const StalenessSurface& a, const StalenessSurface& b, int64_t from);
 
 }  // namespace schedulers
 }  // namespace viper
