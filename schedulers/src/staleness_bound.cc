@@ -5,6 +5,7 @@
 // point) and one forward pass over the decisions both runs share.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -21,6 +22,11 @@ namespace schedulers {
 using internal::Clock;
 using internal::Slot;
 using internal::SlotCost;
+
+namespace {
+// The most slot costs the backward passes may take (about a minute here).
+constexpr double kMaxBoundWork = 2e8;
+}  // namespace
 
 double SurfacesAgreeUntil(const StalenessSurface& a, const StalenessSurface& b, int64_t from) {
   // Every measured pair by traffic, then version: (traffic, version) -> loss.
@@ -61,13 +67,6 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
       return InvalidArgumentError("causal pair bound: weight " + std::to_string(l) + " is not inside (0, 1)");
     }
   }
-  // Each run's exact optimum, re-publishing searched as below.
-  const double unlimited = std::numeric_limits<double>::infinity();
-  VIPER_ASSIGN_OR_RETURN(SurfaceSolution oa, SolveOptimalOnSurface(p, sa, {}, max_candidates, unlimited));
-  VIPER_ASSIGN_OR_RETURN(SurfaceSolution ob, SolveOptimalOnSurface(p, sb, {}, max_candidates, unlimited));
-  if (!(oa.objective > 0 && ob.objective > 0)) {
-    return InvalidArgumentError("causal pair bound: a run's optimum costs nothing; regret is undefined");
-  }
   // The candidates: grid versions of either run inside (W, N] that diverged on neither.
   std::vector<int64_t> cand;
   for (const StalenessSurface* s : {&sa, &sb}) {
@@ -82,6 +81,26 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     return InvalidArgumentError("causal pair bound: " + std::to_string(C) + " candidate versions; at most " +
                                 std::to_string(max_candidates));
   }
+  const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
+  // The backward passes cost about C^3 K / 6 slot costs each (a few
+  // seconds at 10^7 on one core).
+  const double work = std::pow(static_cast<double>(C) + 1, 3) * static_cast<double>(kmax) / 6.0;
+  if (work > kMaxBoundWork) {
+    char buf[200];
+    std::snprintf(
+        buf, sizeof(buf),
+        "causal pair bound: %lld candidate versions and up to %lld checkpoints make about %.3g slot "
+        "costs; at most %.3g (thin the tables' versions)",
+        static_cast<long long>(C), static_cast<long long>(kmax), work, kMaxBoundWork);
+    return InvalidArgumentError(buf);
+  }
+  // Each run's exact optimum, re-publishing searched as below.
+  const double unlimited = std::numeric_limits<double>::infinity();
+  VIPER_ASSIGN_OR_RETURN(SurfaceSolution oa, SolveOptimalOnSurface(p, sa, {}, max_candidates, unlimited));
+  VIPER_ASSIGN_OR_RETURN(SurfaceSolution ob, SolveOptimalOnSurface(p, sb, {}, max_candidates, unlimited));
+  if (!(oa.objective > 0 && ob.objective > 0)) {
+    return InvalidArgumentError("causal pair bound: a run's optimum costs nothing; regret is undefined");
+  }
   std::vector<int64_t> pos(static_cast<size_t>(C + 1));
   pos[0] = W;
   for (int64_t i = 0; i < C; ++i) pos[static_cast<size_t>(i + 1)] = cand[static_cast<size_t>(i)];
@@ -90,7 +109,6 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
   const double inf = std::numeric_limits<double>::infinity();
   const int64_t g = p.min_spacing_iterations;
   const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
-  const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
   Clock clock_a(p, sa), clock_b(p, sb);
   auto span = [&](int64_t a, int64_t b) {
     return clock_a.uniform() ? static_cast<double>(b - a) * p.seconds_per_iteration

@@ -755,6 +755,15 @@ TEST(CausalPairBoundTest, BadWeightsAndUncoveredTablesAreErrors) {
   EXPECT_FALSE(SolveCausalPairBound(p, *s, *s, 50, {}).ok());
   EXPECT_FALSE(SolveCausalPairBound(p, *s, *s, 50, {0.0}).ok());
   EXPECT_FALSE(SolveCausalPairBound(p, *s, *s, 50, {1.5}).ok());
+  // 400 candidates: about 2.1e9 slot costs, refused before any is computed.
+  auto big = StalenessSurface::Make(Grid(0, 4000, 10, [](int64_t v, int64_t) { return Curve(v); }),
+                                    StalenessSample::kTest);
+  ASSERT_TRUE(big.ok());
+  Problem wide = p;
+  wide.total_iterations = 4000;
+  auto slow = SolveCausalPairBound(wide, *big, *big, 50, {0.5});
+  ASSERT_FALSE(slow.ok());
+  EXPECT_NE(slow.status().message().find("thin the tables"), std::string::npos) << slow.status().message();
   auto uncovered = SolveCausalPairBound(p, *s, *short_table, 50, {0.5});
   ASSERT_FALSE(uncovered.ok());
   EXPECT_NE(uncovered.status().message().find("100"), std::string::npos) << uncovered.status().message();

@@ -206,8 +206,9 @@ StatusOr<SurfaceSolution> SolveOptimalOnSurface(const Problem& problem, const St
 // decisions (forward). `bound` is its largest value over `lambdas`.
 // Candidates are the runs' grid versions, as the oracle's: the bound holds
 // for planners that checkpoint at validation points. Both runs are judged
-// on `problem` (one clock, one cost). The work is O(C^3 K) slot costs for
-// C candidates and K checkpoints at most.
+// on `problem` (one clock, one cost). The work is about C^3 K / 6 slot costs
+// for C candidates and K checkpoints at most; InvalidArgument above 2e8
+// (thin the tables' versions), or above max_candidates.
 struct CausalPairBound {
   double bound = 0.0;                                // the largest weighted lower bound on the worse regret
   double lambda = 0.0;                               // the weight on run a where it is reached
