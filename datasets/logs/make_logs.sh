@@ -61,12 +61,13 @@ run_table diverge-sgd-h256 --hidden 256 --optimizer sgd  --lr 0.05  --momentum 0
                       --lr-milestones 2500:1e12 --on-divergence continue
 # The partner of recur-sgd-h256 for the causal pair bound (README "The causal
 # pair bound"): the same run, its period past the run's end, so that its
-# traffic never returns. Only its table is shipped (its log goes to /tmp): it
-# agrees with recur-sgd-h256's bit for bit until the first return (1750).
+# traffic never returns. Only its table is shipped, in datasets/pairs (its log
+# goes to /tmp; every table here has its log beside it): it agrees with
+# recur-sgd-h256's bit for bit until the first return (1750).
 if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" recur-once-sgd-h256 "* ]]; then
   echo "== recur-once-sgd-h256" >&2
   nice -n 10 "$viper" train "${common[@]}" --hidden 256 --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 5 \
       --val-every 50 --drift recurring --drift-rotation-degrees 90 --drift-at-iteration 1000 --drift-period 1000000 \
-      --log-out /tmp/recur-once-sgd-h256.csv.gz --staleness-table "$out/recur-once-sgd-h256.staleness.csv.gz" \
+      --log-out /tmp/recur-once-sgd-h256.csv.gz --staleness-table "${PAIRS_DIR:-$here/../pairs}/recur-once-sgd-h256.staleness.csv.gz" \
       --json "${JSON_DIR:-/tmp}/recur-once-sgd-h256.json"
 fi

@@ -96,11 +96,11 @@ if [ -f "$log" ]; then
   # The causal pair bound against the partner whose traffic never returns:
   # the tables agree until the return at 1750 (last common point 1700), and
   # the first return forces some regret on pfs (7.3% on this build).
-  expect_rc 0 "simulate the causal pair bound" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport pfs --strategies oracle --versus-staleness "$src/datasets/logs/recur-once-sgd-h256.staleness.csv.gz" --json "$tmp/pair.json"
+  expect_rc 0 "simulate the causal pair bound" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport pfs --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --json "$tmp/pair.json"
   expect_in "$tmp/out" "causal pair bound against" "the table line gives the causal pair bound"
   expect_in "$tmp/pair.json" '"agree_until_traffic": 1700' "the runs agree until the last point before the return"
   if /usr/bin/python3 -c "import json,sys; b=json.load(open(sys.argv[1]))['causal_pair_bound']['bound']; sys.exit(0 if 0.01 < b < 0.5 else 1)" "$tmp/pair.json"; then passes=$((passes + 1)); else fail "the first return forces a bound between 1% and 50% on pfs" "$tmp/pair.json"; fi
-  expect_rc 1 "the causal pair bound needs the log's own table" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness none --strategies oracle --versus-staleness "$src/datasets/logs/recur-once-sgd-h256.staleness.csv.gz"
+  expect_rc 1 "the causal pair bound needs the log's own table" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness none --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "needs this log's own staleness table" "the error says what is missing"
   expect_rc 1 "a missing partner table is bad input" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$tmp/none.staleness.csv"
   expect_rc 0 "simulate writes online's decisions" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport gpu --strategies online --json "$tmp/dec.json" --decisions-csv "$tmp/dec.csv"
