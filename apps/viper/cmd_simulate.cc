@@ -231,6 +231,12 @@ StatusOr<nlohmann::json> CausalPairBoundAgainst(const PlanningContext& ctx, cons
   j["objective_versus"] = bound->objective_b;
   j["shared_decisions"] = bound->shared_decisions;
   j["candidates"] = bound->candidates;
+  // The schedules the bound comes from: the first shared_checkpoints the same on both runs.
+  j["shared_checkpoints"] = bound->shared_checkpoints;
+  j["schedule"] = bound->schedule_a;
+  j["published"] = bound->published_a;
+  j["schedule_versus"] = bound->schedule_b;
+  j["published_versus"] = bound->published_b;
   nlohmann::json by = nlohmann::json::array();
   for (const auto& [l, b] : bound->by_lambda) by.push_back({{"lambda", l}, {"bound", b}});
   j["by_lambda"] = by;

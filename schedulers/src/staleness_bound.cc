@@ -143,41 +143,61 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
   auto idx = [&](int64_t j, int64_t k) { return static_cast<size_t>(j) * K + static_cast<size_t>(k); };
   // Each run's best cost from checkpoint j as the k-th on, every later
   // choice its own (its model the cheapest of 0..j, as the oracle's).
-  auto backward = [&](const StalenessSurface& s, Clock& clock) -> StatusOr<std::vector<double>> {
-    std::vector<double> F(static_cast<size_t>(C + 1) * K, inf);
+  // The best continuation's choices: the next checkpoint (-1: none) and
+  // the model this one publishes.
+  struct Backward {
+    std::vector<double> F;
+    std::vector<int64_t> next, model;
+  };
+  auto backward = [&](const StalenessSurface& s, Clock& clock) -> StatusOr<Backward> {
+    Backward b{std::vector<double>(static_cast<size_t>(C + 1) * K, inf),
+               std::vector<int64_t>(static_cast<size_t>(C + 1) * K, -1),
+               std::vector<int64_t>(static_cast<size_t>(C + 1) * K, 0)};
     for (int64_t k = kmax; k >= 1; --k) {
       for (int64_t j = C; j >= k; --j) {
         if (!servable(j, k)) continue;
         double best = inf;
+        const size_t x = idx(j, k);
         for (int64_t u = 0; u <= j; ++u) {
           VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, j, k, -1, u));
-          best = std::min(best, c);
+          if (c < best) {
+            best = c;
+            b.model[x] = u;
+          }
         }
         for (int64_t j2 = j + 1; j2 <= C && k < kmax; ++j2) {
-          const double rest = F[idx(j2, k + 1)];
+          const double rest = b.F[idx(j2, k + 1)];
           if (!spaced(j, j2) || !(rest + price < best)) continue;
           for (int64_t u = 0; u <= j; ++u) {
             VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, j, k, j2, u));
-            best = std::min(best, c + price + rest);
+            if (c + price + rest < best) {
+              best = c + price + rest;
+              b.next[x] = j2;
+              b.model[x] = u;
+            }
           }
         }
-        F[idx(j, k)] = best;
+        b.F[x] = best;
       }
     }
-    return F;
+    return b;
   };
-  VIPER_ASSIGN_OR_RETURN(std::vector<double> Fa, backward(sa, clock_a));
-  VIPER_ASSIGN_OR_RETURN(std::vector<double> Fb, backward(sb, clock_b));
+  VIPER_ASSIGN_OR_RETURN(Backward Ba, backward(sa, clock_a));
+  VIPER_ASSIGN_OR_RETURN(Backward Bb, backward(sb, clock_b));
   // From a shared checkpoint i (the k-th) publishing u: each run's best
-  // continuation, its next checkpoint decided after the runs differ.
-  auto after = [&](const StalenessSurface& s, Clock& clock, const std::vector<double>& F, int64_t i,
-                   int64_t k, int64_t u) -> StatusOr<double> {
+  // continuation, its next checkpoint (-1: none) decided after the runs differ.
+  auto after = [&](const StalenessSurface& s, Clock& clock, const Backward& B, int64_t i, int64_t k,
+                   int64_t u, int64_t* next) -> StatusOr<double> {
     VIPER_ASSIGN_OR_RETURN(double best, slot_cost(s, clock, i, k, -1, u));
+    *next = -1;
     for (int64_t j2 = i + 1; j2 <= C && k < kmax; ++j2) {
-      const double rest = F[idx(j2, k + 1)];
+      const double rest = B.F[idx(j2, k + 1)];
       if (shared(j2, k + 1) || !spaced(i, j2) || !(rest + price < best)) continue;
       VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, i, k, j2, u));
-      best = std::min(best, c + price + rest);
+      if (c + price + rest < best) {
+        best = c + price + rest;
+        *next = j2;
+      }
     }
     return best;
   };
@@ -186,17 +206,21 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
   struct Shared {
     int64_t i, k;
     std::vector<double> after_a, after_b;  // by u
+    std::vector<int64_t> next_a, next_b;   // by u: each run's next checkpoint
   };
   std::vector<Shared> states;
   for (int64_t k = 0; k <= kmax; ++k) {
     for (int64_t i = k == 0 ? 0 : k; i <= (k == 0 ? 0 : C); ++i) {
       if (i > 0 && (!servable(i, k) || !shared(i, k))) continue;
-      Shared st{i, k, {}, {}};
+      Shared st{i, k, {}, {}, {}, {}};
       for (int64_t u = 0; u <= i; ++u) {
-        VIPER_ASSIGN_OR_RETURN(double ca, after(sa, clock_a, Fa, i, k, u));
-        VIPER_ASSIGN_OR_RETURN(double cb, after(sb, clock_b, Fb, i, k, u));
+        int64_t na = -1, nb = -1;
+        VIPER_ASSIGN_OR_RETURN(double ca, after(sa, clock_a, Ba, i, k, u, &na));
+        VIPER_ASSIGN_OR_RETURN(double cb, after(sb, clock_b, Bb, i, k, u, &nb));
         st.after_a.push_back(ca);
         st.after_b.push_back(cb);
+        st.next_a.push_back(na);
+        st.next_b.push_back(nb);
       }
       states.push_back(std::move(st));
     }
@@ -228,30 +252,63 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     // D[x]: the weighted cost of reaching shared state x (states are in
     // order of k, so every predecessor comes first).
     std::vector<double> D(states.size(), inf);
+    std::vector<size_t> from(states.size(), 0);
+    std::vector<int64_t> from_model(states.size(), 0);  // what the predecessor published
     D[0] = 0;
     double total = inf;
+    size_t last = 0;
+    int64_t last_model = 0;
     for (size_t y = 0; y < states.size(); ++y) {
       for (const auto& [key, cost] : segs) {
         if (key.second != y || D[key.first] == inf) continue;
-        double c = inf;
         for (size_t u = 0; u < cost.first.size(); ++u) {
-          c = std::min(c, wa * cost.first[u] + wb * cost.second[u]);
+          const double x = D[key.first] + wa * cost.first[u] + wb * cost.second[u] + (wa + wb) * price;
+          if (x < D[y]) {
+            D[y] = x;
+            from[y] = key.first;
+            from_model[y] = static_cast<int64_t>(u);
+          }
         }
-        D[y] = std::min(D[y], D[key.first] + c + (wa + wb) * price);
       }
       if (D[y] == inf) continue;
-      double end = inf;
       for (size_t u = 0; u < states[y].after_a.size(); ++u) {
-        end = std::min(end, wa * states[y].after_a[u] + wb * states[y].after_b[u]);
+        const double x = D[y] + wa * states[y].after_a[u] + wb * states[y].after_b[u];
+        if (x < total) {
+          total = x;
+          last = y;
+          last_model = static_cast<int64_t>(u);
+        }
       }
-      total = std::min(total, D[y] + end);
     }
     const double bound = total - 1.0;
     out.by_lambda.emplace_back(lambda, bound);
-    if (bound > out.bound) {
-      out.bound = bound;
-      out.lambda = lambda;
+    if (!(bound > out.bound)) continue;
+    out.bound = bound;
+    out.lambda = lambda;
+    // The schedules that reach it: the shared checkpoints (each with the
+    // model it publishes), then each run's own.
+    Schedule shared_schedule;
+    std::vector<int64_t> shared_published;
+    int64_t model = last_model;
+    for (size_t y = last; y != 0; y = from[y]) {
+      shared_schedule.push_back(at(states[y].i));
+      shared_published.push_back(at(model));
+      model = from_model[y];
     }
+    std::reverse(shared_schedule.begin(), shared_schedule.end());
+    std::reverse(shared_published.begin(), shared_published.end());
+    auto rest = [&](const Backward& B, int64_t next, Schedule* schedule, std::vector<int64_t>* published) {
+      *schedule = shared_schedule;
+      *published = shared_published;
+      for (int64_t j = next, k = states[last].k + 1; j >= 0; j = B.next[idx(j, k)], ++k) {
+        schedule->push_back(at(j));
+        published->push_back(at(B.model[idx(j, k)]));
+      }
+    };
+    const size_t u = static_cast<size_t>(last_model);
+    rest(Ba, states[last].next_a[u], &out.schedule_a, &out.published_a);
+    rest(Bb, states[last].next_b[u], &out.schedule_b, &out.published_b);
+    out.shared_checkpoints = static_cast<int64_t>(shared_schedule.size());
   }
   return out;
 }

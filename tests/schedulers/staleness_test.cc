@@ -725,6 +725,22 @@ TEST(CausalPairBoundTest, EqualsEnumerationOverSharedDecisions) {
       EXPECT_NEAR(bound->by_lambda[q].second, best - 1, 1e-9)
           << "trial " << trial << " weight " << lambdas[q];
     }
+    // The schedules the bound comes from: the same on both runs for their
+    // first shared_checkpoints, and their weighted regret is the bound.
+    const size_t r = static_cast<size_t>(bound->shared_checkpoints);
+    ASSERT_LE(r, bound->schedule_a.size());
+    ASSERT_LE(r, bound->schedule_b.size());
+    for (size_t q = 0; q < r; ++q) {
+      EXPECT_EQ(bound->schedule_a[q], bound->schedule_b[q]);
+      EXPECT_EQ(bound->published_a[q], bound->published_b[q]);
+    }
+    auto xa = EvaluateOnSurface(p, *a, bound->schedule_a, bound->published_a);
+    auto xb = EvaluateOnSurface(p, *b, bound->schedule_b, bound->published_b);
+    ASSERT_TRUE(xa.ok() && xb.ok()) << "trial " << trial;
+    EXPECT_NEAR(bound->lambda * xa->objective / oa->objective +
+                    (1 - bound->lambda) * xb->objective / ob->objective - 1,
+                bound->bound, 1e-9)
+        << "trial " << trial;
     // A bound, not a schedule's regret: at least 0, and no more than what one
     // schedule served on both runs (a planner that never looks) pays on the
     // worse of them.

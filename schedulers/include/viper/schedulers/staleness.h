@@ -216,6 +216,12 @@ struct CausalPairBound {
   double objective_a = 0.0, objective_b = 0.0;       // each run's optimum
   int64_t shared_decisions = 0;  // (checkpoint, count) states decided before the runs differ
   int64_t candidates = 0;
+  // At the weight that gives `bound`, the schedules that reach it (each
+  // checkpoint with the model it publishes): the first shared_checkpoints
+  // are the same on both runs, the rest each run's own.
+  Schedule schedule_a, schedule_b;
+  std::vector<int64_t> published_a, published_b;
+  int64_t shared_checkpoints = 0;
 };
 StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& problem, const StalenessSurface& a,
                                                const StalenessSurface& b, double diverge_traffic,
