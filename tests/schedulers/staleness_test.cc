@@ -168,9 +168,12 @@ TEST(StalenessEvaluationTest, AStaleVersionPaysTheSwap) {
 // iteration, not a schedule to search.)
 // With `prefix`, every schedule begins with it and the rest is a subset of
 // the candidates after its last.
-double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std::vector<int64_t>& cand,
-                         Schedule* best_schedule = nullptr, bool republish = false, const Schedule& prefix = {}) {
-  double best = std::numeric_limits<double>::infinity();
+// Calls `visit` with every schedule of `cand` (beginning with `prefix`,
+// the rest after its last) the oracle searches, and every choice of the
+// models its checkpoints publish (their own only, unless `republish`).
+void ForEachSchedule(const Problem& p, const std::vector<int64_t>& cand, bool republish,
+                     const Schedule& prefix,
+                     const std::function<void(const Schedule&, const std::vector<int64_t>&)>& visit) {
   const size_t n = cand.size();
   for (uint32_t mask = 0; mask < (1u << n); ++mask) {
     Schedule sch(prefix);
@@ -186,14 +189,7 @@ double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std:
     if (m > 0 && p.CheckpointStart(sch.back(), m) + p.cost.delay_s >= p.WindowEnd(m)) continue;
     std::vector<int64_t> models(sch);
     std::function<void(size_t)> choose = [&](size_t q) {
-      if (q == sch.size()) {
-        auto e = EvaluateOnSurface(p, s, sch, models);
-        if (e.ok() && e->objective < best) {
-          best = e->objective;
-          if (best_schedule) *best_schedule = sch;
-        }
-        return;
-      }
+      if (q == sch.size()) return visit(sch, models);
       if (!republish) return choose(q + 1);
       models[q] = p.warmup_iterations;
       choose(q + 1);
@@ -205,6 +201,19 @@ double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std:
     };
     choose(0);
   }
+}
+
+double BestByEnumeration(const Problem& p, const StalenessSurface& s, const std::vector<int64_t>& cand,
+                         Schedule* best_schedule = nullptr, bool republish = false,
+                         const Schedule& prefix = {}) {
+  double best = std::numeric_limits<double>::infinity();
+  ForEachSchedule(p, cand, republish, prefix, [&](const Schedule& sch, const std::vector<int64_t>& models) {
+    auto e = EvaluateOnSurface(p, s, sch, models);
+    if (e.ok() && e->objective < best) {
+      best = e->objective;
+      if (best_schedule) *best_schedule = sch;
+    }
+  });
   return best;
 }
 
@@ -633,18 +642,8 @@ using PrefixKey = std::vector<std::pair<int64_t, int64_t>>;
 std::map<PrefixKey, double> BestByPrefix(const Problem& p, const StalenessSurface& s,
                                          const std::vector<int64_t>& cand, double diverge) {
   std::map<PrefixKey, double> best;
-  const size_t n = cand.size();
-  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
-    Schedule sch;
-    for (size_t i = 0; i < n; ++i) {
-      if (mask & (1u << i)) sch.push_back(cand[i]);
-    }
-    if (!p.CheckSchedule(sch).ok()) continue;
-    const int64_t m = static_cast<int64_t>(sch.size());
-    if (m > 0 && p.CheckpointStart(sch.back(), m) + p.cost.delay_s >= p.WindowEnd(m)) continue;
-    std::vector<int64_t> models(sch);
-    std::function<void(size_t)> choose = [&](size_t q) {
-      if (q == sch.size()) {
+  ForEachSchedule(
+      p, cand, /*republish=*/true, {}, [&](const Schedule& sch, const std::vector<int64_t>& models) {
         auto e = EvaluateOnSurface(p, s, sch, models);
         if (!e.ok()) return;
         PrefixKey key;
@@ -659,18 +658,7 @@ std::map<PrefixKey, double> BestByPrefix(const Problem& p, const StalenessSurfac
         }
         auto it = best.find(key);
         if (it == best.end() || e->objective < it->second) best[key] = e->objective;
-        return;
-      }
-      models[q] = p.warmup_iterations;
-      choose(q + 1);
-      for (int64_t c : cand) {
-        if (c > sch[q]) break;
-        models[q] = c;
-        choose(q + 1);
-      }
-    };
-    choose(0);
-  }
+      });
   return best;
 }
 
