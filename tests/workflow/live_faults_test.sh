@@ -20,12 +20,19 @@ rank_pid() {  # rank_pid R -> pid of world rank R
     if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then echo $p; return; fi
   done
 }
+# A case's output files start empty before its job starts: a background
+# job's redirections truncate them in the child, after the shell has moved
+# on, and under load wait_for_line read the last case's plan line from the
+# old file, looked for ranks of a job not yet launched and failed ("rank 0
+# not found", with the files empty by the time fail printed them).
+fresh_output() { : >"$work/out"; : >"$work/err"; }
 wait_for_line() {  # wait_for_line FILE PATTERN SECONDS
   for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
 
 # 1. SIGINT to every rank once training runs (after the plan line).
+fresh_output
 "$mpiexec" --oversubscribe -np 3 "$viper" run --workload trainer --train-samples 10000 --epochs 20 >"$work/out" 2>"$work/err" &
 job=$!
 wait_for_line "$work/err" "\[producer\] plan:" 60 || fail "no plan line within 60 s"
@@ -45,6 +52,7 @@ echo "ok: SIGINT stops every rank cleanly"
 # --consumer-timeout-s 5 bounds a transfer the stop interrupts mid-way (the
 # consumer's transfer timeout is 2 x 5 + 5 = 15 s; with the default 30 s it
 # was 65 s, longer than this test waits).
+fresh_output
 "$mpiexec" --oversubscribe -np 3 "$viper" run --workload trainer --train-samples 10000 --epochs 20 --producer-timeout-s 8 \
   --warmup 20 --consumer-timeout-s 5 >"$work/out" 2>"$work/err" &
 job=$!
@@ -101,6 +109,7 @@ if [ "${VIPER_TEST_KILL_RANK:-0}" != 1 ]; then
   echo "skipped: killed consumer (set VIPER_TEST_KILL_RANK=1; needs mpirun --mca orte_enable_recovery 1)"
   exit 0
 fi
+fresh_output
 "$mpiexec" --mca orte_enable_recovery 1 --oversubscribe -np 3 "$viper" run --workload trainer \
   --train-samples 10000 --epochs 20 --consumer-timeout-s 5 >"$work/out" 2>"$work/err" &
 job=$!
