@@ -225,20 +225,25 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
       states.push_back(std::move(st));
     }
   }
-  // Shared segments i -> j, both runs' cost per model: (i, k-1) -> (j, k).
-  std::map<std::pair<size_t, size_t>, std::pair<std::vector<double>, std::vector<double>>> segs;
+  // Shared segments (i, k-1) -> (j, k), by destination: where from, and
+  // both runs' cost per model the source publishes.
+  struct Incoming {
+    size_t from;
+    std::vector<double> cost_a, cost_b;  // by u
+  };
+  std::vector<std::vector<Incoming>> into(states.size());
   for (size_t x = 0; x < states.size(); ++x) {
     for (size_t y = 0; y < states.size(); ++y) {
       const Shared &from = states[x], &to = states[y];
       if (to.k != from.k + 1 || to.i <= from.i || !spaced(from.i, to.i)) continue;
-      std::vector<double> ca, cb;
+      Incoming in{x, {}, {}};
       for (int64_t u = 0; u <= from.i; ++u) {
         VIPER_ASSIGN_OR_RETURN(double a, slot_cost(sa, clock_a, from.i, from.k, to.i, u));
         VIPER_ASSIGN_OR_RETURN(double b, slot_cost(sb, clock_b, from.i, from.k, to.i, u));
-        ca.push_back(a);
-        cb.push_back(b);
+        in.cost_a.push_back(a);
+        in.cost_b.push_back(b);
       }
-      segs[{x, y}] = {std::move(ca), std::move(cb)};
+      into[y].push_back(std::move(in));
     }
   }
   CausalPairBound out;
@@ -259,13 +264,13 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     size_t last = 0;
     int64_t last_model = 0;
     for (size_t y = 0; y < states.size(); ++y) {
-      for (const auto& [key, cost] : segs) {
-        if (key.second != y || D[key.first] == inf) continue;
-        for (size_t u = 0; u < cost.first.size(); ++u) {
-          const double x = D[key.first] + wa * cost.first[u] + wb * cost.second[u] + (wa + wb) * price;
+      for (const Incoming& in : into[y]) {
+        if (D[in.from] == inf) continue;
+        for (size_t u = 0; u < in.cost_a.size(); ++u) {
+          const double x = D[in.from] + wa * in.cost_a[u] + wb * in.cost_b[u] + (wa + wb) * price;
           if (x < D[y]) {
             D[y] = x;
-            from[y] = key.first;
+            from[y] = in.from;
             from_model[y] = static_cast<int64_t>(u);
           }
         }
