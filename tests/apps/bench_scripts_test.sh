@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The comparison tooling of bench/: devsets.sh (usage errors; --paces makes
 # copies of the logs with wall_time scaled, the tables unchanged, and names
-# each evaluation by its pace) and compare_evals.py (per-case means over
-# paces, the change, the spread across paces). devsets.sh runs against a
-# stand-in for viper that records its --logs and writes a one-case report,
-# so the planners themselves are not run here.
+# each evaluation by its pace), compare_evals.py (per-case means over
+# paces, the change, the spread across paces), pool.sh (which files of a
+# directory are logs, the reports' names, a failed evaluation) and pool.py
+# (the pooled figures, the comparison, the split by kind). devsets.sh and
+# pool.sh run against a stand-in for viper that records its --logs and
+# writes a one-case report, so the planners themselves are not run here.
 # Usage: bench_scripts_test.sh <repo root>
 set -uo pipefail
 root="$1"
@@ -73,4 +75,58 @@ report "$tmp/C/set1-wall.json" 0.1 1
 check "no common set: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no set and clock" "$tmp/err"'
 /usr/bin/python3 "$cmpy" "$tmp/A" "$tmp/missing" >/dev/null 2>&1; rc=$?
 check "a missing directory is bad usage (exit 2)" '[ $rc -eq 2 ]'
+# pool.sh: the logs of a directory are its *.csv.gz less the tables and the
+# causal pair partners; --only filters them; the report is named by the
+# directory and the clock; a failing viper is exit 1, the rest still run.
+pool="$root/bench/pool.sh"
+mkdir -p "$tmp/p/h9" "$tmp/p/set4"
+for f in h-recur40 h-recur40-once h-swaps300 h-nodrift; do cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/h9/$f.csv.gz"; done
+cp "$root/bench/devsets/set4/f-swap.staleness.csv.gz" "$tmp/p/h9/h-recur40.staleness.csv.gz"
+cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/set4/f-swap.csv.gz"
+: >"$tmp/calls"
+"$pool" --only 'recur|swap' "$tmp/pout" "$tmp/viper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.sh exits 0" '[ $rc -eq 0 ]'
+check "pool.sh passes the recurring and swap logs, never a table or a partner" 'grep -q "h-recur40.csv.gz" "$tmp/calls" && grep -q "h-swaps300.csv.gz" "$tmp/calls" && ! grep -q "staleness\|once\|nodrift" "$tmp/calls"'
+check "pool.sh names each report by directory and clock" '[ -f "$tmp/pout/h9-wall.json" ] && [ -f "$tmp/pout/set4-wall.json" ]'
+"$pool" --clock both "$tmp/pout2" "$tmp/viper" "$tmp/p/set4" >/dev/null 2>&1
+check "pool.sh --clock both writes both clocks" '[ -f "$tmp/pout2/set4-wall.json" ] && [ -f "$tmp/pout2/set4-producer.json" ]'
+printf '#!/usr/bin/env bash\necho broken >&2\nexit 1\n' >"$tmp/badviper"; chmod +x "$tmp/badviper"
+"$pool" "$tmp/pout3" "$tmp/badviper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
+check "a failed evaluation is exit 1, named, and the next directory still runs" '[ $rc -eq 1 ] && grep -q "h9 (wall clock): viper evaluate failed" "$tmp/err" && grep -q "set4 (wall clock): viper evaluate failed" "$tmp/err"'
+"$pool" "$tmp/pout4" "$tmp/viper" "$tmp/p/h9" "$tmp/p/h9/" >/dev/null 2>"$tmp/err"; rc=$?
+check "two directories of one name are bad usage" '[ $rc -eq 2 ] && grep -q "two directories named" "$tmp/err"'
+"$pool" --clock later "$tmp/pout4" "$tmp/viper" "$tmp/p/h9" >/dev/null 2>&1; rc=$?
+check "pool.sh --clock later is bad usage" '[ $rc -eq 2 ]'
+
+# pool.py: A holds four cases (regrets 1, 3, 20 and 50%; the last one's CIL
+# 2% above epoch's, the 20% one's 0.5%, within the 1%), B the same with the
+# 50% case at 5%.
+poolpy="$root/bench/pool.py"
+mkdir -p "$tmp/PA" "$tmp/PB"
+cases() {  # regret of the h-recur40 pfs case, its CIL
+  printf '{"cases": ['
+  printf '{"case": "h-recur40/gpu/w20/train", "log": "/x/h-recur40.csv.gz", "tier": "gpu", "judge": "staleness table", "traffic_clock": "wall", "strategies": {"online": {"regret_vs_oracle": 0.01, "cil": 1.0}, "epoch": {"regret_vs_oracle": 0.2, "cil": 1.2}}},'
+  printf '{"case": "h-recur40/host/w20/train", "log": "/x/h-recur40.csv.gz", "tier": "host", "judge": "staleness table", "traffic_clock": "wall", "strategies": {"online": {"regret_vs_oracle": 0.03, "cil": 1.0}, "epoch": {"regret_vs_oracle": 0.2, "cil": 1.2}}},'
+  printf '{"case": "b-swaps300/gpu/w20/train", "log": "/x/b-swaps300.csv.gz", "tier": "gpu", "judge": "staleness table", "traffic_clock": "wall", "strategies": {"online": {"regret_vs_oracle": 0.2, "cil": 1.005}, "epoch": {"regret_vs_oracle": 0.2, "cil": 1.0}}},'
+  printf '{"case": "h-recur40/pfs/w20/train", "log": "/x/h-recur40.csv.gz", "tier": "pfs", "judge": "staleness table", "traffic_clock": "wall", "strategies": {"online": {"regret_vs_oracle": %s, "cil": %s}, "epoch": {"regret_vs_oracle": 0.2, "cil": 1.0}}}' "$1" "$2"
+  printf ']}\n'
+}
+cases 0.5 1.02 >"$tmp/PA/h9-wall.json"
+cases 0.05 1.0 >"$tmp/PB/h9-wall.json"
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" --by kind)"; rc=$?
+echo "$out"
+check "pool.py exits 0" '[ $rc -eq 0 ]'
+check "pool.py: 4 cases, mean 18.50, median 11.50, worst 50.0, 2 over 10%, 1 worse than epoch" 'echo "$out" | grep -q "^all *4 cases  mean   18.50  median  11.50  p90   20.0  worst   50.0  over 10%   2  worse than epoch   1"'
+check "pool.py reads the kind from the log name (recur: 3 cases, swaps: 1)" 'echo "$out" | grep -q "^kind recur *3 cases" && echo "$out" | grep -q "^kind swaps *1 cases"'
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/PB" --cases 1 --json "$tmp/pool.json")"; rc=$?
+echo "$out"
+check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *4 cases.*worse than epoch   0"'
+check "pool.py lists the moved case" 'echo "$out" | grep -q "h9-wall:h-recur40/pfs/w20/train *50.00 -> *5.00 (-45.0)"'
+check "pool.py --json holds the same figures" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); g=j[\"groups\"][0]; sys.exit(not (g[\"a\"][\"cases\"] == 4 and g[\"b\"][\"worse_than_epoch\"] == 0 and j[\"moved_cases\"][0][\"b\"] == 5.0))" "$tmp/pool.json"'
+/usr/bin/python3 "$poolpy" "$tmp/PA" --judge diagonal >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no case" "$tmp/err"'
+/usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/nowhere" >/dev/null 2>&1; rc=$?
+check "pool.py: a missing directory is bad usage (exit 2)" '[ $rc -eq 2 ]'
+/usr/bin/python3 "$poolpy" "$tmp/PA" --by colour >/dev/null 2>&1; rc=$?
+check "pool.py --by colour is bad usage (exit 2)" '[ $rc -eq 2 ]'
 exit $fail

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""Pools `viper evaluate` reports and compares two builds on them.
+
+Usage: bench/pool.py A [B] [--strategy online] [--by kind,tier,...] [--cases POINTS]
+                     [--clock wall|producer] [--judge table|diagonal] [--json FILE]
+
+A, B: a directory of viper.evaluate/1 reports (every *.json in it, as
+bench/pool.sh, bench/devsets.sh or bench/heldout.sh write them) or one report.
+A case is a report's name (its file name less .json) and the case's own name
+(log/tier/warm-up/window), so two directories compare case by case.
+
+Prints, for the strategy (default online): the number of cases, the mean,
+median, p90 and worst regret against the oracle (in %), how many are over 10%,
+and how many are more than 1% worse than epoch (their CIL above 1.01 x
+epoch's), the issue's three goals. With B: A's and B's figures on the cases
+both hold, and how many cases moved, better and worse; --cases lists each
+case that moved by more than POINTS percentage points. --by splits the
+figures by kind (the log's name: h-recur60 -> recur, b-swaps450 -> swaps,
+recur-sgd-h256 -> recur), tier, window, clock, judge or report. --clock and
+--judge keep only the cases under that traffic clock or judge (staleness
+table or diagonal). --json writes the same figures as JSON.
+Exit status: 0; 1 when there is no case (or none in common); 2 on bad usage.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+GROUPS = ("kind", "tier", "window", "clock", "judge", "report")
+
+
+def kind_of(log):
+    """The drift kind a log's file name says: its first word, less a one-letter set prefix."""
+    name = os.path.basename(log)
+    name = re.sub(r"\.csv(\.gz)?$", "", name)
+    name = re.sub(r"^[a-z]-", "", name)
+    m = re.match(r"[a-z]+", name)
+    return m.group(0) if m else name
+
+
+def load(path, strategy, clock, judge):
+    """{key: case figures} for one directory of reports, or one report."""
+    files = sorted(glob.glob(os.path.join(path, "*.json"))) if os.path.isdir(path) else [path]
+    cases = {}
+    for f in files:
+        try:
+            with open(f) as fh:
+                report = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"pool.py: {f}: not a readable JSON report ({e})")
+        if not isinstance(report, dict) or "cases" not in report:
+            continue  # not a viper.evaluate report (e.g. a heldout.sh train.json)
+        name = os.path.basename(f)[:-5] if f.endswith(".json") else os.path.basename(f)
+        for c in report["cases"]:
+            st = c.get("strategies", {})
+            if strategy not in st or "epoch" not in st:
+                raise SystemExit(f"pool.py: {f}: case {c.get('case')} has no '{strategy}' or no 'epoch'")
+            case_judge = "diagonal" if c.get("judge", "diagonal") == "diagonal" else "table"
+            if clock and c.get("traffic_clock") != clock:
+                continue
+            if judge and case_judge != judge:
+                continue
+            cases[f"{name}:{c['case']}"] = {
+                "regret": 100.0 * st[strategy]["regret_vs_oracle"],
+                "worse_than_epoch": st[strategy]["cil"] > 1.01 * st["epoch"]["cil"],
+                "kind": kind_of(c.get("log", c["case"].split("/")[0])),
+                "tier": c.get("tier", "?"),
+                "window": c.get("window", "?"),
+                "clock": c.get("traffic_clock", "?"),
+                "judge": case_judge,
+                "report": name,
+            }
+    return cases
+
+
+def figures(cases, keys):
+    r = sorted(cases[k]["regret"] for k in keys)
+    if not r:
+        return None
+    return {
+        "cases": len(r),
+        "mean": statistics.fmean(r),
+        "median": statistics.median(r),
+        "p90": r[int(0.9 * (len(r) - 1))],
+        "worst": r[-1],
+        "over_10": sum(1 for x in r if x > 10.0),
+        "worse_than_epoch": sum(1 for k in keys if cases[k]["worse_than_epoch"]),
+    }
+
+
+def line(f):
+    return (f"{f['cases']:4d} cases  mean {f['mean']:7.2f}  median {f['median']:6.2f}  p90 {f['p90']:6.1f}  "
+            f"worst {f['worst']:6.1f}  over 10% {f['over_10']:3d}  worse than epoch {f['worse_than_epoch']:3d}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("a")
+    ap.add_argument("b", nargs="?")
+    ap.add_argument("--strategy", default="online")
+    ap.add_argument("--by", default="", help="comma-separated: " + ",".join(GROUPS))
+    ap.add_argument("--cases", type=float, default=None, metavar="POINTS")
+    ap.add_argument("--clock", choices=("wall", "producer"))
+    ap.add_argument("--judge", choices=("table", "diagonal"))
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    by = [g for g in args.by.split(",") if g]
+    for g in by:
+        if g not in GROUPS:
+            ap.error(f"--by {g}: expected one of {', '.join(GROUPS)}")
+    for p in (args.a, args.b):
+        if p is not None and not os.path.exists(p):
+            ap.error(f"{p}: no such directory or file")
+    a = load(args.a, args.strategy, args.clock, args.judge)
+    b = load(args.b, args.strategy, args.clock, args.judge) if args.b else None
+    keys = sorted(set(a) & set(b)) if b is not None else sorted(a)
+    if not keys:
+        print(f"pool.py: no case{' in common' if b is not None else ''} "
+              f"({args.a}{', ' + args.b if args.b else ''})", file=sys.stderr)
+        return 1
+    out = {"strategy": args.strategy, "a": args.a, "b": args.b, "groups": []}
+
+    def report(label, ks):
+        fa = figures(a, ks)
+        entry = {"group": label, "a": fa}
+        if b is None:
+            print(f"{label:28s} {line(fa)}")
+        else:
+            fb = figures(b, ks)
+            moved = [k for k in ks if abs(b[k]["regret"] - a[k]["regret"]) > 1e-6]
+            better = sum(1 for k in moved if b[k]["regret"] < a[k]["regret"])
+            entry.update(b=fb, moved=len(moved), better=better, worse=len(moved) - better)
+            print(f"{label:28s} A {line(fa)}")
+            print(f"{'':28s} B {line(fb)}")
+            print(f"{'':28s}   moved {len(moved)}: {better} better, {len(moved) - better} worse")
+        out["groups"].append(entry)
+
+    report("all", keys)
+    for g in by:
+        for value in sorted({a[k][g] for k in keys}):
+            report(f"{g} {value}", [k for k in keys if a[k][g] == value])
+    if b is not None and args.cases is not None:
+        moved = sorted((k for k in keys if abs(b[k]["regret"] - a[k]["regret"]) > args.cases),
+                       key=lambda k: b[k]["regret"] - a[k]["regret"])
+        print(f"cases that moved by more than {args.cases} points:")
+        for k in moved:
+            print(f"  {k:58s} {a[k]['regret']:8.2f} -> {b[k]['regret']:8.2f} ({b[k]['regret'] - a[k]['regret']:+.1f})")
+        out["moved_cases"] = [{"case": k, "a": a[k]["regret"], "b": b[k]["regret"]} for k in moved]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Evaluates every log of some directories with one viper binary, so that two
+# builds compare on the same files (bench/pool.py pools and compares them).
+# Usage: bench/pool.sh [--clock wall|producer|both] [--only REGEX] OUT_DIR VIPER DIR...
+#   DIR: a directory of logs and their staleness tables: a held-out set as
+#     bench/heldout.sh --train-only wrote it, bench/devsets/setN, datasets/logs.
+#     Every *.csv.gz in it that is neither a staleness table nor a causal
+#     pair partner (NAME-once.csv.gz, bench/heldout.sh --partners) is a log;
+#     a log without a table beside it is judged on its diagonal.
+#   --clock: the traffic clock (default wall: the one the slow tiers' regret
+#     lives on; both: two evaluations per directory).
+#   --only REGEX: only the logs whose file name matches (grep -E), e.g.
+#     'recur|swap' (about 9 minutes for the 186 recurring and swap cases of
+#     the shipped, development and held-out sets 8-16 on a 2-core VM).
+# Writes OUT_DIR/NAME-CLOCK.json (viper.evaluate/1: 20% warm-up, gpu/host/pfs,
+# both windows) and OUT_DIR/NAME-CLOCK.txt (its table), NAME being the
+# directory's name (two directories of one name are bad usage), and prints a
+# line per evaluation. Evaluations are deterministic: one run per build.
+# Exit status: 0; 1 when an evaluation failed (the others still run); 2 on
+# bad usage.
+set -uo pipefail
+clocks=(wall)
+only=""
+usage() { echo "pool.sh: $1 (see --help)" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --clock)
+      [ $# -ge 2 ] || usage "--clock needs wall, producer or both"
+      case "$2" in wall|producer) clocks=("$2") ;; both) clocks=(producer wall) ;;
+        *) usage "--clock '$2': expected wall, producer or both" ;; esac
+      shift 2 ;;
+    --only) [ $# -ge 2 ] || usage "--only needs a regular expression"; only="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -*) usage "unknown option $1" ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 3 ] || usage "expected OUT_DIR VIPER DIR..."
+out="$1" viper="$2"
+shift 2
+[ -x "$viper" ] || usage "'$viper' is not an executable viper"
+declare -A seen=()
+for dir in "$@"; do
+  [ -d "$dir" ] || usage "'$dir' is not a directory"
+  name="$(basename "$(cd "$dir" && pwd)")"
+  [ -z "${seen[$name]:-}" ] || usage "two directories named '$name' ($dir and ${seen[$name]}): their reports would collide"
+  seen[$name]="$dir"
+done
+mkdir -p "$out" || exit 1
+status=0
+for dir in "$@"; do
+  name="$(basename "$(cd "$dir" && pwd)")"
+  logs=()
+  for f in "$dir"/*.csv.gz; do
+    [ -f "$f" ] || continue
+    base="$(basename "$f")"
+    case "$base" in *.staleness.csv.gz|*-once.csv.gz) continue ;; esac
+    if [ -n "$only" ] && ! grep -qE -- "$only" <<<"$base"; then continue; fi
+    logs+=("$f")
+  done
+  if [ ${#logs[@]} -eq 0 ]; then
+    echo "== $name: no log${only:+ matching '$only'}, skipped" >&2
+    continue
+  fi
+  list="$(IFS=,; echo "${logs[*]}")"
+  for clock in "${clocks[@]}"; do
+    start=$SECONDS
+    if "$viper" evaluate --logs "$list" --staleness auto --warmups 20% --traffic-clock "$clock" \
+        --json "$out/$name-$clock.json" --quiet >"$out/$name-$clock.txt" 2>&1; then
+      echo "== $name ($clock clock): ${#logs[@]} logs in $((SECONDS - start)) s -> $out/$name-$clock.json" >&2
+    else
+      echo "== $name ($clock clock): viper evaluate failed; see $out/$name-$clock.txt" >&2
+      status=1
+    fi
+  done
+done
+exit $status
