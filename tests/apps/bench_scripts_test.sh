@@ -4,9 +4,11 @@
 # each evaluation by its pace), compare_evals.py (per-case means over
 # paces, the change, the spread across paces), pool.sh (which files of a
 # directory are logs, the reports' names, a failed evaluation) and pool.py
-# (the pooled figures, the comparison, the split by kind). devsets.sh and
+# (the pooled figures, the comparison, the split by kind) and phases.py
+# (the switches read off a table, the excess split by stay). devsets.sh and
 # pool.sh run against a stand-in for viper that records its --logs and
-# writes a one-case report, so the planners themselves are not run here.
+# writes a one-case report, phases.py against one that writes a request
+# trace, so the planners themselves are not run here.
 # Usage: bench_scripts_test.sh <repo root>
 set -uo pipefail
 root="$1"
@@ -129,4 +131,54 @@ check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $
 check "pool.py: a missing directory is bad usage (exit 2)" '[ $rc -eq 2 ]'
 /usr/bin/python3 "$poolpy" "$tmp/PA" --by colour >/dev/null 2>&1; rc=$?
 check "pool.py --by colour is bad usage (exit 2)" '[ $rc -eq 2 ]'
+# phases.py: a table whose traffic is domain A up to 300, B at 400-500 and A
+# again from 600 (grid 100): switches at 350 and 550. The stand-in's oracle
+# pays 1.0 a request (one every 10 traffic iterations, 0-1000: 101), online
+# 2.0 in [600, 700) (10 requests: +10, the first return) and 3.0 at the
+# traffic's end N = 1000 (+2): 9.90% and 1.98% of the oracle's 101.
+phases="$root/bench/phases.py"
+mkdir -p "$tmp/ph"
+/usr/bin/python3 - "$tmp/ph" <<'PY'
+import gzip, os, sys
+d = sys.argv[1]
+dom = lambda x: "B" if 350 <= x < 550 else "A"
+with gzip.open(os.path.join(d, "r-recur.staleness.csv.gz"), "wt") as f:
+    f.write("version_iteration,traffic_iteration,val_loss,test_loss\n")
+    for t in range(0, 1001, 100):
+        for v in range(0, t + 1, 100):
+            l = 0.5 if dom(v) == dom(t) else 2.0
+            f.write(f"{v},{t},{l},{l}\n")
+for name in ("r-recur", "r-notable"):
+    with gzip.open(os.path.join(d, name + ".csv.gz"), "wt") as f:
+        f.write("iteration,wall_time,train_loss\n1,0.01,1.0\n")
+PY
+cat >"$tmp/phviper" <<'STUB'
+#!/usr/bin/env bash
+traced="" csv="" json=""
+while [ $# -gt 0 ]; do
+  case "$1" in --trace-strategy) traced="$2"; shift ;; --requests-csv) csv="$2"; shift ;; --json) json="$2"; shift ;; esac
+  shift
+done
+{
+  echo "time_s,version,iteration,traffic_iteration,loss"
+  for t in $(seq 0 10 1000); do
+    l=1.0
+    if [ "$traced" = online ] && [ "$t" -ge 600 ] && [ "$t" -lt 700 ]; then l=2.0; fi
+    if [ "$traced" = online ] && [ "$t" -eq 1000 ]; then l=3.0; fi
+    echo "0,0,0,$t,$l"
+  done
+} >"$csv"
+echo '{"total_iterations": 1000, "warmup_iterations": 200, "seconds_per_iteration": 0.01, "requests": {"interval_s": 0.1}}' >"$json"
+STUB
+chmod +x "$tmp/phviper"
+out="$(/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers host --json "$tmp/ph.json" "$tmp/ph/r-recur.csv.gz")"; rc=$?
+echo "$out"
+check "phases.py exits 0" '[ $rc -eq 0 ]'
+check "phases.py finds the switches at 350 and 550" 'echo "$out" | grep -q "switches 350,550"'
+check "phases.py puts 9.9% after the second switch and 2.0% at the end, 11.9% in all" 'echo "$out" | grep -q "r-recur/host/train *regret *11.9%  before *0.0  first *0.0  return1 *9.9  later *0.0  end *2.0"'
+check "phases.py --json holds the case" '/usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"cases\"][0]; sys.exit(not (abs(c[\"excess_percent\"][\"return1\"] - 1000 / 101) < 1e-9))" "$tmp/ph.json"'
+/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers host "$tmp/ph/r-notable.csv.gz" >/dev/null 2>"$tmp/err"; rc=$?
+check "phases.py: a log without its table is exit 1, named" '[ $rc -eq 1 ] && grep -q "r-notable.csv.gz: no staleness table" "$tmp/err"'
+/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers tape "$tmp/ph/r-recur.csv.gz" >/dev/null 2>&1; rc=$?
+check "phases.py --tiers tape is bad usage (exit 2)" '[ $rc -eq 2 ]'
 exit $fail

@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""Where a strategy's regret lies: its excess over the oracle, stay by stay.
+
+Usage: bench/phases.py [--viper PATH] [--tiers gpu,host,pfs] [--windows train,req]
+                       [--clock wall|producer] [--strategy online] [--json FILE] LOG...
+
+Each LOG needs its staleness table beside it (NAME.staleness.csv.gz). For
+each tier and window (train: while training; req: as many requests as that
+window serves without checkpoints, as `viper evaluate` takes them) it runs
+`viper simulate --warmup 20% --staleness auto` twice, tracing every request
+of the strategy and of the oracle (--trace-strategy, --requests-csv), and
+sums each one's loss by the traffic's position. The table says where the
+traffic switched: between two of its traffic points where the latest model
+at the first loses more than half again at the second (a step of the
+traffic; the model is the same, so training has no part in it). A gradual
+drift shows no switch.
+
+The excess (the strategy's loss minus the oracle's, in % of the oracle's
+CIL) is split into phases: before the first switch; the stay after the
+first switch (from a quarter of a measurement grid step before it, as the
+traffic blends there); after the second (where the traffic recurs, the
+first return); after any later one; and the run's end (requests at the
+traffic's last iteration N, where under the wall clock a producer the
+traffic leads serves its last stretch, often a third of all requests).
+Prints one line per case and the mean over cases; --json writes them.
+Exit status: 0; 1 when a simulation failed or a log has no table; 2 on bad usage.
+"""
+import argparse
+import collections
+import csv
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PHASES = ("before", "first", "return1", "later", "end")
+
+
+def switches(table):
+    """Traffic iterations where the traffic switched, from a staleness table."""
+    loss = collections.defaultdict(dict)
+    with gzip.open(table, "rt") as f:
+        for row in csv.DictReader(f):
+            loss[int(row["traffic_iteration"])][int(row["version_iteration"])] = float(row["test_loss"])
+    points = sorted(loss)
+    found = []
+    for a, b in zip(points, points[1:]):
+        common = [v for v in loss[a] if v in loss[b]]
+        if not common:
+            continue
+        v = max(common)  # the latest model at a, on the traffic at a and at b
+        if loss[a][v] > 0 and loss[b][v] > 1.5 * loss[a][v]:
+            found.append((a, b))
+    grid = statistics.median(b - a for a, b in zip(points, points[1:])) if len(points) > 1 else 0
+    return [0.5 * (a + b) for a, b in found], grid
+
+
+def trace(viper, log, tier, clock, extra, strategy, traced, tmp):
+    out = os.path.join(tmp, "requests.csv")
+    cmd = [viper, "simulate", "--log", log, "--staleness", "auto", "--warmup", "20%", "--transport", tier,
+           "--traffic-clock", clock, "--strategies", f"{strategy},oracle", "--trace-strategy", traced,
+           "--requests-csv", out, "--json", os.path.join(tmp, "run.json"), "--quiet"] + extra
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[-400:]}")
+    with open(out) as f:
+        rows = [(float(x["traffic_iteration"]), float(x["loss"])) for x in csv.DictReader(f)]
+    with open(os.path.join(tmp, "run.json")) as f:
+        return rows, json.load(f)
+
+
+def phase_of(t, sw, grid, end):
+    if t >= end - 0.5:
+        return "end"
+    k = sum(1 for s in sw if t >= s - 0.25 * grid)
+    return ("before", "first", "return1")[k] if k < 3 else "later"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("logs", nargs="+", metavar="LOG")
+    ap.add_argument("--viper", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
+                                                    "apps", "viper"))
+    ap.add_argument("--tiers", default="gpu,host,pfs")
+    ap.add_argument("--windows", default="train")
+    ap.add_argument("--clock", default="wall", choices=("wall", "producer"))
+    ap.add_argument("--strategy", default="online")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    tiers = [t for t in args.tiers.split(",") if t]
+    windows = [w for w in args.windows.split(",") if w]
+    for t in tiers:
+        if t not in ("gpu", "host", "pfs"):
+            ap.error(f"--tiers {t}: expected gpu, host or pfs")
+    for w in windows:
+        if w not in ("train", "req"):
+            ap.error(f"--windows {w}: expected train or req")
+    if not os.access(args.viper, os.X_OK):
+        ap.error(f"--viper {args.viper}: not an executable")
+    cases = []
+    status = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for log in args.logs:
+            table = log[:-len(".csv.gz")] + ".staleness.csv.gz" if log.endswith(".csv.gz") else None
+            if not table or not os.path.exists(table):
+                print(f"phases.py: {log}: no staleness table beside it (NAME.staleness.csv.gz)", file=sys.stderr)
+                status = 1
+                continue
+            sw, grid = switches(table)
+            name = os.path.basename(log)[:-len(".csv.gz")]
+            for tier in tiers:
+                for window in windows:
+                    try:
+                        extra = []
+                        if window == "req":
+                            _, j = trace(args.viper, log, tier, args.clock, [], args.strategy, "oracle", tmp)
+                            n = (j["total_iterations"] - j["warmup_iterations"]) * j["seconds_per_iteration"]
+                            extra = ["--requests", str(max(1, int(n / j["requests"]["interval_s"])))]
+                        mine, j = trace(args.viper, log, tier, args.clock, extra, args.strategy, args.strategy, tmp)
+                        best, _ = trace(args.viper, log, tier, args.clock, extra, args.strategy, "oracle", tmp)
+                    except (RuntimeError, OSError, KeyError, ValueError) as e:
+                        print(f"phases.py: {name} {tier} {window}: {e}", file=sys.stderr)
+                        status = 1
+                        continue
+                    end = j["total_iterations"]
+                    excess = dict.fromkeys(PHASES, 0.0)
+                    for t, l in mine:
+                        excess[phase_of(t, sw, grid, end)] += l
+                    for t, l in best:
+                        excess[phase_of(t, sw, grid, end)] -= l
+                    oracle_cil = sum(l for _, l in best)
+                    share = {p: 100.0 * excess[p] / oracle_cil if oracle_cil > 0 else 0.0 for p in PHASES}
+                    case = {"case": f"{name}/{tier}/{window}", "switches": sw, "excess_percent": share,
+                            "regret_percent": sum(share.values())}
+                    cases.append(case)
+                    print(f"{case['case']:34s} regret {case['regret_percent']:7.1f}%  " +
+                          "  ".join(f"{p} {share[p]:6.1f}" for p in PHASES) +
+                          f"  switches {','.join('%.0f' % s for s in sw) or 'none'}", flush=True)
+    if cases:
+        mean = {p: statistics.fmean(c["excess_percent"][p] for c in cases) for p in PHASES}
+        print(f"{'mean over %d cases' % len(cases):34s} regret {sum(mean.values()):7.1f}%  " +
+              "  ".join(f"{p} {mean[p]:6.1f}" for p in PHASES))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"strategy": args.strategy, "clock": args.clock, "cases": cases, "mean_excess_percent": mean},
+                          f, indent=1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
