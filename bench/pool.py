@@ -12,7 +12,9 @@ A case is a report's name (its file name less .json) and the case's own name
 Prints, for the strategy (default online): the number of cases, the mean,
 median, p90 and worst regret against the oracle (in %), how many are over 10%,
 and how many are more than 1% worse than epoch (their CIL above 1.01 x
-epoch's), the issue's three goals. With B: A's and B's figures on the cases
+epoch's; never where epoch served a diverged model), the issue's three
+goals. A case where the strategy itself served a diverged model (no CIL)
+is left out, with a line on stderr. With B: A's and B's figures on the cases
 both hold, and how many cases moved, better and worse; --cases lists each
 case that moved by more than POINTS percentage points. --by splits the
 figures by kind (the log's name: h-recur60 -> recur, b-swaps450 -> swaps,
@@ -63,9 +65,15 @@ def load(path, strategy, clock, judge):
                 continue
             if judge and case_judge != judge:
                 continue
+            mine, epoch = st[strategy], st["epoch"]
+            if mine.get("regret_vs_oracle") is None or mine.get("cil") is None:
+                # It served a diverged model (CIL infinite): no regret to pool.
+                print(f"pool.py: {f}: {c['case']}: {strategy} served a diverged model; left out", file=sys.stderr)
+                continue
             cases[f"{name}:{c['case']}"] = {
-                "regret": 100.0 * st[strategy]["regret_vs_oracle"],
-                "worse_than_epoch": st[strategy]["cil"] > 1.01 * st["epoch"]["cil"],
+                "regret": 100.0 * mine["regret_vs_oracle"],
+                # Epoch's CIL is null where it served a diverged model: never better.
+                "worse_than_epoch": epoch.get("cil") is not None and mine["cil"] > 1.01 * epoch["cil"],
                 "kind": kind_of(c.get("log", c["case"].split("/")[0])),
                 "tier": c.get("tier", "?"),
                 "window": c.get("window", "?"),

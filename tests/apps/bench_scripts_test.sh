@@ -115,16 +115,21 @@ cases() {  # regret of the h-recur40 pfs case, its CIL
 }
 cases 0.5 1.02 >"$tmp/PA/h9-wall.json"
 cases 0.05 1.0 >"$tmp/PB/h9-wall.json"
+# A fifth case where epoch served a diverged model (CIL null: online is not
+# worse), a sixth where online did (left out).
+for d in PA PB; do
+  printf '{"cases": [{"case": "e-collapse/gpu/w20/train", "log": "/x/e-collapse.csv.gz", "judge": "staleness table", "strategies": {"online": {"regret_vs_oracle": 0.005, "cil": 1.0}, "epoch": {"regret_vs_oracle": null, "cil": null}}}, {"case": "e-collapse/host/w20/train", "log": "/x/e-collapse.csv.gz", "judge": "staleness table", "strategies": {"online": {"regret_vs_oracle": null, "cil": null}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}}]}\n' >"$tmp/$d/h5-wall.json"
+done
 out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" --by kind)"; rc=$?
 echo "$out"
 check "pool.py exits 0" '[ $rc -eq 0 ]'
-check "pool.py: 4 cases, mean 18.50, median 11.50, worst 50.0, 2 over 10%, 1 worse than epoch" 'echo "$out" | grep -q "^all *4 cases  mean   18.50  median  11.50  p90   20.0  worst   50.0  over 10%   2  worse than epoch   1"'
-check "pool.py reads the kind from the log name (recur: 3 cases, swaps: 1)" 'echo "$out" | grep -q "^kind recur *3 cases" && echo "$out" | grep -q "^kind swaps *1 cases"'
+check "pool.py: 5 cases, mean 14.90, median 3.00, worst 50.0, 2 over 10%, 1 worse than epoch" 'echo "$out" | grep -q "^all *5 cases  mean   14.90  median   3.00  p90   20.0  worst   50.0  over 10%   2  worse than epoch   1"'
+check "pool.py reads the kind from the log name (recur: 3 cases, swaps: 1, collapse: 1)" 'echo "$out" | grep -q "^kind recur *3 cases" && echo "$out" | grep -q "^kind swaps *1 cases" && echo "$out" | grep -q "^kind collapse *1 cases"'
 out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/PB" --cases 1 --json "$tmp/pool.json")"; rc=$?
 echo "$out"
-check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *4 cases.*worse than epoch   0"'
+check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *5 cases.*worse than epoch   0"'
 check "pool.py lists the moved case" 'echo "$out" | grep -q "h9-wall:h-recur40/pfs/w20/train *50.00 -> *5.00 (-45.0)"'
-check "pool.py --json holds the same figures" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); g=j[\"groups\"][0]; sys.exit(not (g[\"a\"][\"cases\"] == 4 and g[\"b\"][\"worse_than_epoch\"] == 0 and j[\"moved_cases\"][0][\"b\"] == 5.0))" "$tmp/pool.json"'
+check "pool.py --json holds the same figures" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); g=j[\"groups\"][0]; sys.exit(not (g[\"a\"][\"cases\"] == 5 and g[\"b\"][\"worse_than_epoch\"] == 0 and j[\"moved_cases\"][0][\"b\"] == 5.0))" "$tmp/pool.json"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" --judge diagonal >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no case" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/nowhere" >/dev/null 2>&1; rc=$?
