@@ -80,7 +80,7 @@ def phase_of(t, sw, grid, end):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("logs", nargs="+", metavar="LOG")
     ap.add_argument("--viper", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
                                                     "apps", "viper"))

@@ -10,8 +10,10 @@
 #   --clock: the traffic clock (default wall: the one the slow tiers' regret
 #     lives on; both: two evaluations per directory).
 #   --only REGEX: only the logs whose file name matches (grep -E), e.g.
-#     'recur|swap' (about 9 minutes for the 186 recurring and swap cases of
-#     the shipped, development and held-out sets 8-16 on a 2-core VM).
+#     'recur|swap'. On a 2-core VM with another evaluation beside it: about
+#     2 minutes for the 48 recurring and swap cases of the shipped logs and
+#     sets 1, 3, 4; about 20 minutes for every log of those and of held-out
+#     sets 8-16 (540 table cases).
 # Writes OUT_DIR/NAME-CLOCK.json (viper.evaluate/1: 20% warm-up, gpu/host/pfs,
 # both windows) and OUT_DIR/NAME-CLOCK.txt (its table), NAME being the
 # directory's name (two directories of one name are bad usage), and prints a
