@@ -112,15 +112,18 @@ def main():
             sw, grid = switches(table)
             name = os.path.basename(log)[:-len(".csv.gz")]
             for tier in tiers:
+                run_json = None  # the while-training run's report, which sizes the request window
                 for window in windows:
                     try:
                         extra = []
                         if window == "req":
-                            _, j = trace(args.viper, log, tier, args.clock, [], args.strategy, "oracle", tmp)
+                            j = run_json or trace(args.viper, log, tier, args.clock, [], args.strategy, "oracle", tmp)[1]
                             n = (j["total_iterations"] - j["warmup_iterations"]) * j["seconds_per_iteration"]
                             extra = ["--requests", str(max(1, int(n / j["requests"]["interval_s"])))]
                         mine, j = trace(args.viper, log, tier, args.clock, extra, args.strategy, args.strategy, tmp)
                         best, _ = trace(args.viper, log, tier, args.clock, extra, args.strategy, "oracle", tmp)
+                        if window == "train":
+                            run_json = j
                     except (RuntimeError, OSError, KeyError, ValueError) as e:
                         print(f"phases.py: {name} {tier} {window}: {e}", file=sys.stderr)
                         status = 1
