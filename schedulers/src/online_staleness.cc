@@ -185,7 +185,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
                            TrafficAt(now) + DeliveryLag() <= r->change - kPredictedStayShare * *spacing;
       }
     }
-    bool better = (in_time || before_predicted) && wins;
+    bool better = (in_time || before_predicted) && wins && !StallOutweighsKeptGain(now, best->second);
     if (better) {
       VIPER_ASSIGN_OR_RETURN(better, plan_wants(best->second));
     }
@@ -278,6 +278,41 @@ void OnlinePlanner::CommitKeptModel(int64_t iteration) {
   served_committed_loss_ = served_loss_;
   served_reference_ = std::make_pair(iteration, *publishing_loss_);
   regime_reference_ = served_reference_;
+}
+
+bool OnlinePlanner::StallOutweighsKeptGain(int64_t now, double kept_loss) const {
+  // Under the wall clock the traffic leads the producer, and the latest
+  // switch the traffic has shown may lie ahead of the producer's own
+  // iteration: its fresh models are still the ending domain's. Once it has
+  // trained through the switch (taken as a measurement gap past it) they
+  // are expected back at the level the traffic was served at before it
+  // (as after a single label swap). A kept model better now than the served
+  // one but still above that level serves only until then, and its stall
+  // puts every later version, the recovered ones too, that much further
+  // behind the traffic. It is skipped when its gain over that stretch is
+  // less than the stall's traffic iterations priced at its excess over the
+  // level before the switch. A returning domain's model is back at that
+  // level (no excess) and is never skipped; under the producer clock the
+  // traffic waits out a stall, and no switch it has shown lies ahead of
+  // the producer. (Set 3's g-swap pfs/req re-published the warm-up's model,
+  // at 2.99 against the served one's 3.55, two measurements before a fresh
+  // one measured 0.39, and that one reached the traffic 120 iterations
+  // later; bench/README.md, "Thirty-fourth session".)
+  if (problem_.requests.traffic_clock != TrafficClock::kWall || !served_loss_ || switches_seen_at_.empty() ||
+      returns_->switches().empty()) {
+    return false;
+  }
+  const double change = returns_->switches().back().middle;
+  if (!(static_cast<double>(now) < change)) return false;
+  const double before_at = static_cast<double>(switches_seen_at_.back().before);
+  const auto it = std::find(measured_.iterations.begin(), measured_.iterations.end(), before_at);
+  const size_t i = static_cast<size_t>(it - measured_.iterations.begin());
+  if (it == measured_.iterations.end() || i >= served_by_measurement_.size()) return false;
+  const double level_before = served_by_measurement_[i];
+  if (!std::isfinite(level_before) || !(kept_loss > level_before)) return false;
+  const double stall_iterations = problem_.cost.stall_s / problem_.seconds_per_iteration;
+  const double until = change - static_cast<double>(now) + MeasurementGap();
+  return (*served_loss_ - kept_loss) * until < stall_iterations * (kept_loss - level_before);
 }
 
 double OnlinePlanner::DeliveryLag() const {

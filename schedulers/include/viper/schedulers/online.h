@@ -416,6 +416,11 @@ class OnlinePlanner {
   // How far the traffic moves (iterations) between a checkpoint and its
   // version reaching the consumers, at the cost and pace planned on.
   double DeliveryLag() const;
+  // Whether a reactive re-publish of a kept model measuring `kept_loss` now
+  // is skipped: the traffic has shown a switch the producer has not yet
+  // trained through, and the stall costs more than the kept model gains
+  // until the producer's recovered models can replace it (online_staleness.cc).
+  bool StallOutweighsKeptGain(int64_t now, double kept_loss) const;
   // A switch of the traffic's domain whose first measurement after it is
   // index `begin` of measured_, handed to returns_ with its traffic position
   // and the model served then (counts a prediction it refutes).
