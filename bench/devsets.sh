@@ -17,10 +17,11 @@
 # check that a change was not fitted to them. These sets guided changes: they
 # are not held out. bench/devsets/set8, set13 and set14 each hold one run of
 # held-out sets 8, 13 and 14 (b-swaps450, p-recur65, q-swaps800, trained
-# 2026-11-27/28 and 2026-12-01; set 8's b-swaps700 as drawn on 2026-12-03),
-# fixtures of scheduler tests (StalenessScenarioTest.AServedModelMoving...,
-# APublishBetweenIsNoSwitchWhen..., AServedModelThatIsTheReturns...,
-# ARePublishIsNeverLateOnce...); they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
+# 2026-11-27/28 and 2026-12-01; set 8's b-swaps700 and set 14's q-rotate as
+# drawn on 2026-12-03), fixtures of scheduler tests
+# (StalenessScenarioTest.AServedModelMoving..., APublishBetweenIsNoSwitchWhen...,
+# AServedModelThatIsTheReturns..., ARePublishIsNeverLateOnce...,
+# NothingIsHeldForASwitchOnARamp); they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
 # (bench/README.md, "Tenth session"): with --paces 0.99,1,1.01 a comparison
 # (bench/compare_evals.py) averages each case over the paces.
 #

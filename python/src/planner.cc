@@ -263,6 +263,7 @@ class Planner {
       d["anticipated"] = online_->summary().anticipated;  // of those, ahead of a predicted return
       d["anticipation_failed"] = online_->summary().anticipation_failed;
       d["ramp_holds"] = online_->summary().ramp_holds;  // publishes held on a young ramp (wall clock)
+      d["switch_holds"] = online_->summary().switch_holds;  // publishes held until the producer trains through a switch
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;

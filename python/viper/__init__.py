@@ -534,7 +534,7 @@ class Planner:
         best_kept_model and best_kept_loss, decay_per_s, lag_price_per_s,
         traffic_iteration, changes, switches, cycle, predicted_switch) and
         what it chose (plan_wants, gated, held_for_return, held_on_ramp,
-        publish, published_model, publish_kind: "fresh", "kept" or "ahead");
+        held_for_switch, publish, published_model, publish_kind: "fresh", "kept" or "ahead");
         None where there was nothing (judge_traffic_iteration always: only
         the offline replay knows where the judge placed the traffic). The columns of `viper simulate
         --decisions-csv` (README, "Why online published"). Empty otherwise."""

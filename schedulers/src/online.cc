@@ -137,6 +137,9 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
   if (anticipated > 0) s += " (" + std::to_string(anticipated) + " ahead of a predicted return)";
   if (anticipation_failed > 0) s += ", " + std::to_string(anticipation_failed) + " predicted returns did not come";
   if (ramp_holds > 0) s += ", " + std::to_string(ramp_holds) + " held on a young ramp";
+  if (switch_holds > 0) {
+    s += ", " + std::to_string(switch_holds) + " held until the producer trains through a switch";
+  }
   if (max_lag_price > 0) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
@@ -427,6 +430,11 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   }
   const bool holding = returns_->holding();
   if (holding) want = false;
+  held_for_switch_ = false;
+  if (want && StallOutweighsGain(now, v)) {
+    want = false;
+    held_for_switch_ = true;
+  }
   // 5-6. Re-publishing a kept model, or publishing one ahead of a predicted
   // return (online_staleness.cc).
   const auto kept_wants = [&](double loss) -> StatusOr<bool> {
@@ -435,6 +443,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   };
   VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, kept_wants));
   if (kept) want = true;
+  if (held_for_switch_) ++summary_.switch_holds;
   if (!kept && !holding && returns_->holding()) want = false;  // the served model became the anticipation (5-6)
   // 7. A young ramp under the wall clock: publish nothing yet (RampYounger).
   bool ramp_hold = false;

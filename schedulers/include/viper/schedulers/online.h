@@ -234,6 +234,7 @@ class OnlinePlanner {
     bool gated = false;               // ... and the gate refused it
     bool held_for_return = false;     // an anticipated return holds everything else
     bool held_on_ramp = false;        // a young ramp held it (Options::hold_young_ramps)
+    bool held_for_switch = false;     // held until the producer trains through a switch (StallOutweighsGain)
     bool publish = false;             // the decision: checkpoint now
     int64_t published_model = -1;     // the model it publishes (-1: none)
     const char* publish_kind = "";    // "fresh", "kept" (a re-publish), "ahead" (of a predicted return), or ""
@@ -272,6 +273,8 @@ class OnlinePlanner {
     int64_t anticipated = 0;          // of those, published ahead of a predicted domain return
     int64_t anticipation_failed = 0;  // predicted returns that did not come (within two measurement gaps)
     int64_t ramp_holds = 0;           // publishes held back on a young ramp (Options::hold_young_ramps)
+    int64_t switch_holds = 0;         // measurements where a publish was held until the producer trains
+                                      // through the traffic's latest switch (StallOutweighsGain)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -416,11 +419,12 @@ class OnlinePlanner {
   // How far the traffic moves (iterations) between a checkpoint and its
   // version reaching the consumers, at the cost and pace planned on.
   double DeliveryLag() const;
-  // Whether a reactive re-publish of a kept model measuring `kept_loss` now
-  // is skipped: the traffic has shown a switch the producer has not yet
-  // trained through, and the stall costs more than the kept model gains
-  // until the producer's recovered models can replace it (online_staleness.cc).
-  bool StallOutweighsKeptGain(int64_t now, double kept_loss) const;
+  // Whether a publish (the producer's own model or a kept one's re-publish)
+  // of a model measuring `loss` now is held: the traffic has shown a switch
+  // the producer has not yet trained through, and the stall costs more than
+  // the model gains until the producer's recovered models can replace it
+  // (online_staleness.cc).
+  bool StallOutweighsGain(int64_t now, double loss) const;
   // A switch of the traffic's domain whose first measurement after it is
   // index `begin` of measured_, handed to returns_ with its traffic position
   // and the model served then (counts a prediction it refutes).
@@ -488,6 +492,8 @@ class OnlinePlanner {
     int64_t at = 0, model = -1, fallback = -1;
   };
   std::optional<SeenReturn> seen_return_;
+  // This measurement's decision held a publish (StallOutweighsGain).
+  bool held_for_switch_ = false;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
@@ -581,6 +587,7 @@ void ForEachDecisionField(const OnlinePlanner::Decision& d, F&& f) {
   f("gated", d.gated);
   f("held_for_return", d.held_for_return);
   f("held_on_ramp", d.held_on_ramp);
+  f("held_for_switch", d.held_for_switch);
   f("publish", d.publish);
   f("published_model", model(d.published_model));
   f("publish_kind", std::string_view(d.publish_kind));
