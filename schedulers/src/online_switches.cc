@@ -1,0 +1,134 @@
+// Where the closed loop records a switch of the traffic's domain and places
+// it in traffic iterations (README "Staleness tables"): AddSwitch (the
+// ending domain's best model, the switch handed to internal::ReturnPredictor,
+// a predicted return it confirms), SwitchPlace and PlaceSwitchesOnClock (a
+// switch's middle and half-width on the traffic's clock), and
+// PlaceSwitchSeenPartWay (a switch seen part-way placed where its move
+// began). Moved from online_staleness.cc unchanged (thirty-fourth session);
+// the staleness re-measurements and the kept-model choice stay there.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "online_returns.h"
+#include "viper/schedulers/online.h"
+
+namespace viper {
+namespace schedulers {
+namespace {
+
+// A served model's move at a switch's first measurement counts as seen
+// part-way when it is between this share of the whole move and one less it
+// (PlaceSwitchSeenPartWay; set before any evaluation, not tuned).
+constexpr double kPartWay = 0.05;
+
+}  // namespace
+
+void OnlinePlanner::AddSwitch(size_t begin) {
+  const int64_t at = static_cast<int64_t>(measured_.iterations[begin]);
+  const double traffic_at = TrafficAt(at);
+  const double traffic_before =
+      begin > 0 ? TrafficAt(static_cast<int64_t>(measured_.iterations[begin - 1])) : traffic_at;
+  // The ending regime's own last model, when it measured better than the
+  // model serving that regime at that last measurement (both on that
+  // moment's sample). An anticipation serves the coming domain's model ahead
+  // of the switch: the ending domain's is the one it replaced, re-measured
+  // there as kept (a model of the coming domain measures badly on the ending
+  // one, and the producer's own, whatever domain it was trained on, would
+  // pass for that domain's best; bench/README.md, "Twenty-first session").
+  int64_t better = -1;
+  if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
+    const int64_t replaced = returns_->replaced_model();
+    auto serving_at = [&](size_t m) {
+      return replaced >= 0 ? RemeasuredAt(m, replaced) : served_by_measurement_[m];
+    };
+    const double served_then = serving_at(begin - 1);
+    size_t last = begin - 1;
+    // That measurement may be part-way into the next domain already: the
+    // model serving then jumped there from the one before it (the jump
+    // threshold at the smallest relative noise an ended regime showed). Two
+    // wrong models compare there, and the less wrong, trained on the next
+    // domain, passed for the ending one's best (set 1's h-recur60 pfs/train;
+    // bench/README.md, "Thirtieth session"). The one before decides.
+    auto served_model_at = [&](size_t m) { return ServedAt(static_cast<int64_t>(measured_.iterations[m])); };
+    const double before = begin >= 2 ? serving_at(begin - 2) : std::numeric_limits<double>::quiet_NaN();
+    if (std::isfinite(served_then) && std::isfinite(before) &&
+        (replaced >= 0 || served_model_at(begin - 2) == served_model_at(begin - 1))) {
+      const double sd =
+          previous_relative_noise_ > 0 ? std::min(Noise(), previous_relative_noise_ * before) : Noise();
+      if (served_then - before > JumpThreshold(sd)) last = begin - 2;
+    }
+    const double then = serving_at(last);
+    if (std::isfinite(then) && measured_.losses[last] < then) {
+      better = static_cast<int64_t>(measured_.iterations[last]);
+    }
+  }
+  // A predicted return not yet published ahead (its switch came before a
+  // measurement whose delivery would land in time): this switch, when it
+  // meets the prediction's tolerance, is that return.
+  std::optional<internal::ReturnPredictor::Return> predicted;
+  if (!returns_->holding() && !returns_->pending()) predicted = returns_->PredictedReturn(MeasurementGap());
+  const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better);
+  if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
+      internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
+                                       0.5 * (traffic_at - traffic_before), traffic_at - static_cast<double>(at))) {
+    seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
+  }
+  if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
+  if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated) {
+    switches_seen_at_.push_back(
+        SwitchSeenAt{begin > 0 ? static_cast<int64_t>(measured_.iterations[begin - 1]) : at, at, -1});
+    if (begin > 0) switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);
+  }
+}
+
+std::pair<double, double> OnlinePlanner::SwitchPlace(const SwitchSeenAt& seen) const {
+  const double before = TrafficAt(seen.before), after = TrafficAt(seen.after);
+  if (seen.part_way < 0) return {0.5 * (before + after), 0.5 * (after - before)};
+  const double gap = static_cast<double>(seen.after - seen.before), f = seen.part_way;
+  return {std::clamp(after - f * gap + 0.5 * gap, before, after), 0.5 * std::min(gap, after - before)};
+}
+
+void OnlinePlanner::PlaceSwitchesOnClock() {
+  const size_t n = std::min(returns_->switches().size(), switches_seen_at_.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[i]);
+    returns_->PlaceSwitch(i, middle, halfwidth);
+  }
+}
+
+void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
+  if (!switch_to_place_ || idx <= switch_to_place_->first) return;
+  const auto [begin, index] = *switch_to_place_;
+  switch_to_place_.reset();
+  if (idx != begin + 1 || index + 1 != returns_->switches().size()) return;
+  // The traffic between two of a table's rows is a blend of the two (the
+  // judge interpolates; a validation sample drawn across a switch is a
+  // mix): the first measurement after a switch may show only part of the
+  // move, the next one all of it. The model that served when the switch
+  // was seen, re-measured before it (a), there (x) and now (y), moved the
+  // fraction f = (x - a) / (y - a) of its way there: the move began f of a
+  // measurement gap (the table's rows are the measurements) before it, and
+  // its middle is half a gap after that, kept within the gap the switch was
+  // seen in (the bound measured better than none on the pool: bench/README.md,
+  // "Twenty-third session", tried and not kept; measured again, no better
+  // without it, since the replay measures where the traffic is: "Twenty-sixth
+  // session"). A switch seen whole (f near 1) or
+  // not yet (f near 0) keeps its gap's middle. Placing a switch seen
+  // part-way at its gap's middle put it up to half a gap early, twice that
+  // in a spacing from two switches (bench/README.md, "Twenty-third session").
+  const int64_t model = ServedAt(static_cast<int64_t>(measured_.iterations[begin]));
+  const double a = RemeasuredAt(begin - 1, model), x = RemeasuredAt(begin, model), y = RemeasuredAt(idx, model);
+  if (!(std::isfinite(a) && std::isfinite(x) && std::isfinite(y)) || !(std::fabs(y - a) > 0)) return;
+  const double f = (x - a) / (y - a);
+  if (!(f > kPartWay && f < 1.0 - kPartWay)) return;
+  if (index >= switches_seen_at_.size()) return;
+  switches_seen_at_[index].part_way = f;
+  const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[index]);
+  returns_->PlaceSwitch(index, middle, halfwidth);
+}
+
+}  // namespace schedulers
+}  // namespace viper
