@@ -93,10 +93,12 @@ std::pair<double, double> OnlinePlanner::SwitchPlace(const SwitchSeenAt& seen) c
 
 void OnlinePlanner::PlaceSwitchesOnClock() {
   const size_t n = std::min(returns_->switches().size(), switches_seen_at_.size());
-  for (size_t i = 0; i < n; ++i) {
-    const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[i]);
-    returns_->PlaceSwitch(i, middle, halfwidth);
-  }
+  for (size_t i = 0; i < n; ++i) PlaceSwitchOnClock(i);
+}
+
+void OnlinePlanner::PlaceSwitchOnClock(size_t i) {
+  const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[i]);
+  returns_->PlaceSwitch(i, middle, halfwidth);
 }
 
 void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
@@ -126,8 +128,7 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   if (!(f > kPartWay && f < 1.0 - kPartWay)) return;
   if (index >= switches_seen_at_.size()) return;
   switches_seen_at_[index].part_way = f;
-  const auto [middle, halfwidth] = SwitchPlace(switches_seen_at_[index]);
-  returns_->PlaceSwitch(index, middle, halfwidth);
+  PlaceSwitchOnClock(index);
 }
 
 }  // namespace schedulers

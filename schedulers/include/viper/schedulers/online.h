@@ -442,6 +442,9 @@ class OnlinePlanner {
   // Every switch seen placed again at the traffic positions TrafficAt gives
   // now, which the producer's clock has since made exact (ObserveClock).
   void PlaceSwitchesOnClock();
+  // Switch i (of switches_seen_at_) placed at SwitchPlace's middle and
+  // half-width, handed to the return predictor.
+  void PlaceSwitchOnClock(size_t i);
   // A switch's middle and half-width between the traffic positions of the
   // measurements before and after it, a fraction `part_way` of the move
   // seen at the later one (-1: the gap's middle).
