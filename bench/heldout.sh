@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16] [--train-only|--partners] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16|17] [--train-only|--partners] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -65,6 +65,11 @@
 #      to 50 degrees, a collapse, no drift under SGD and under Adam
 #      (twenty-fifth; trained before its evaluation, after the drift prior's
 #      level was chosen on the pool of the earlier sets)
+#  17  hidden 168, 5 epochs, validation every 41, seeds 151-158, eight runs:
+#      recurring 35 degrees every 500, swaps of 4 and 9 every 500, one swap
+#      of 2 and 3, class-incremental from 5 classes, a prior shift to three
+#      classes, a rotation to 70 degrees, a collapse, no drift (thirty-
+#      seventh; trained before the drift prior's default moved, to check it)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -87,11 +92,11 @@ train_only=0
 partners=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 or 16" >&2; exit 2; }
+    --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or 17" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
     --partners) partners=1; shift ;;
-    -h|--help) sed -n '2,82p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,87p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -330,6 +335,22 @@ case "$set_id" in
     run s-nodrift   "${sgd[@]}" --seed 148
     run s-nodriftadam --optimizer adam --lr 0.001 --seed 149
     ;;
+  17)
+    common=("${base[@]}" --hidden 168 --epochs 5 --val-every 41)
+    sgd=(--optimizer sgd --lr 0.055 --momentum 0.9)
+    run t-recur35   "${sgd[@]}" --seed 151 --drift recurring --drift-rotation-degrees 35 --drift-at-iteration 1100 \
+                    --drift-period 500
+    run t-swaps500  "${sgd[@]}" --seed 152 --drift label-swap --drift-swap-classes 4,9 --drift-at-iteration 1300 \
+                    --drift-swap-period 500
+    run t-swap      "${sgd[@]}" --seed 153 --drift label-swap --drift-swap-classes 2,3 --drift-at-iteration 1700
+    run t-classinc5 "${sgd[@]}" --seed 154 --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 1200
+    run t-prior     "${sgd[@]}" --seed 155 --drift prior-shift --drift-prior-classes 3,5,8 --drift-prior-mass 0.75 \
+                    --drift-at-iteration 1600 --drift-duration 500
+    run t-rotate    "${sgd[@]}" --seed 156 --drift rotation --drift-rotation-degrees 70 --drift-at-iteration 1300 \
+                    --drift-duration 700 --staleness-max-versions 28
+    run t-collapse  "${sgd[@]}" --seed 157 --lr-milestones 2000:40
+    run t-nodrift   "${sgd[@]}" --seed 158
+    ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
     sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
@@ -338,7 +359,7 @@ case "$set_id" in
     run b-swaps450  "${sgd[@]}" --hidden 176 --seed 62 --drift label-swap --drift-swap-classes 1,7 \
                     --drift-at-iteration 1500 --drift-swap-period 450
     ;;
-  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 or 16" >&2; exit 2 ;;
+  *) echo "heldout.sh: --set $set_id: expected 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or 17" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 if [ "$partners" = 1 ]; then
