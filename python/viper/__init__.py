@@ -440,7 +440,7 @@ class Planner:
     every stall leaves later versions further behind it, and online prices
     that lag from the decay observe_served() measures) or "producer" (the
     traffic's drift follows the producer's iteration and waits while it
-    stalls). `drift_prior` (online, wall clock; None = the C++ default 1.5,
+    stalls). `drift_prior` (online, wall clock; None = the C++ default 3,
     0 = none, at most 1000): how much drift to expect before any is
     measured, as the factor by which it raises a stale model's loss over the
     serving window (1 = doubles it); each publish's stall is priced as that

@@ -308,7 +308,7 @@ def test_a_drift_prior_prices_lag_before_any_decay_is_measured():
 
 
 def test_the_default_drift_prior_needs_the_served_version_re_measured():
-    # The default prior (1.5) prices the lag of a stall once observe_served()
+    # The default prior (3) prices the lag of a stall once observe_served()
     # has been called; a loop that never re-measures the served version can
     # see no drift, and nothing is priced.
     def planner():

@@ -204,12 +204,14 @@ class OnlinePlanner {
     // (ObserveServed: a staleness table, a live producer, Python's
     // observe_served): without re-measurements neither the planner nor the
     // diagonal judge can see a drift, and the prior would only cost
-    // checkpoints. Default 1.5 (bench/README.md,
-    // "Fourteenth session": on 210 drifting cases of seven sets, one of them
-    // a fresh held-out draw, the median regret under the wall clock 13.7% ->
-    // 8.6%; on 42 cases without traffic drift median 1.79 -> 1.92%, worst
-    // 5.3 -> 6.1%). It changes nothing under TrafficClock::kProducer.
-    double drift_prior = 1.5;
+    // checkpoints. Default 3 since the thirty-seventh session (1.5 from the
+    // fourteenth; bench/README.md, "Thirty-seventh session": on 540 wall
+    // cases of the shipped logs and twelve sets, mean regret 14.1 -> 12.9%,
+    // cases worse than epoch 27 -> 24; on 156 cases of four sets the sweep
+    // had not seen, one of them a fresh draw, 13.6 -> 12.4%; calm runs pay
+    // a few tenths of a point, nodrift mean 2.0 -> 2.3%). It changes
+    // nothing under TrafficClock::kProducer.
+    double drift_prior = 3.0;
     // Record one Decision per decision taken (decisions()): what the loop
     // saw and chose at each measurement after the warm-up. Off by default
     // (a few hundred bytes per measurement).
