@@ -69,12 +69,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "viper/core/status.h"
 #include "viper/predictor/curve.h"
 #include "viper/predictor/learning_curve.h"
+#include "viper/schedulers/online_decisions.h"
+#include "viper/schedulers/online_options.h"
 #include "viper/schedulers/problem.h"
 #include "viper/schedulers/solvers.h"
 
@@ -101,155 +102,12 @@ using ForecasterFactory = std::function<std::unique_ptr<Forecaster>()>;
 std::unique_ptr<Forecaster> MakePredictorForecaster(const predictor::LearningCurvePredictor::Options& options);
 ForecasterFactory PredictorForecasterFactory(const predictor::LearningCurvePredictor::Options& options);
 
-// What an observation is.
-enum class ObservationKind {
-  kTraining,    // the training loss of one iteration's batch
-  kValidation,  // the loss of the current model on the producer's validation sample
-};
-
 class OnlinePlanner {
  public:
-  struct Options {
-    // The planning metric: which observations are forecast, gated and
-    // planned on. kValidation when validation losses are logged.
-    ObservationKind metric = ObservationKind::kValidation;
-    // Quality gate: a candidate is published only when its measured loss is
-    // below the served version's by more than gate_z noise standard
-    // deviations of a difference of two measurements; 0 = no gate.
-    double gate_z = 0.5;
-    // Page-Hinkley alarm threshold and per-point allowance, in noise
-    // standard deviations (> 0).
-    double change_threshold = 6.0;
-    double change_allowance = 0.5;
-    // Fewest points of a regime before the forecaster is fitted (>= 3);
-    // fewer give a flat forecast at their median. The forecaster may need
-    // more: until it fits, the forecast is flat at the latest points'
-    // median (OnlineForecasters fits from max(5, this)).
-    int min_fit_points = 8;
-    // Re-fit when the regime's points have grown by this factor since the
-    // last fit (> 1).
-    double refit_growth = 1.5;
-    // Latest measurements used for the noise estimate (>= 3), and fewest
-    // before the regime's own estimate is trusted (>= 2).
-    int noise_window = 32;
-    int min_noise_points = 4;
-    // Measurements averaged into one when the metric is the training loss
-    // (one noisy batch per iteration); >= 1.
-    int training_smoothing = 25;
-    // Relative gap each re-plan may be certified at (SolveOptions): in
-    // [0, 1e-2]; 0 = the exact certificate. A forecast is never that exact.
-    double replan_gap = 1e-6;
-    // Latest re-measurements of served versions the decay rate is fitted on
-    // (>= 2).
-    int decay_window = 8;
-    // Published models kept for re-publishing (>= 0; 0 = never re-publish).
-    int keep_versions = 8;
-    // Anticipate a recurring domain's return (needs keep_versions > 0). A
-    // switch is a detected change, a re-publish after none was detected
-    // (a regime too short to fit a curve to is never detected as a change,
-    // but a kept model that wins while the served one measures worse than
-    // when it was published shows the domain changed), or a jump of the
-    // served model between two consecutive re-measurements by more than
-    // change_threshold noise sd (a domain the producer never forgets comes
-    // back without moving its own loss). Once a kept
-    // model of two or more regimes back won a re-publish, or would have but
-    // for arriving too late (a domain came
-    // back) and either only two switches are known (their interval is the
-    // spacing) or the last three are evenly spaced (within what their
-    // measurement gaps allow, or 5%), the model that served the returning
-    // domain last time is published so that it arrives at the predicted
-    // switch, and nothing else is published until the switch is seen (a
-    // change detected, or the published model re-measured better than when
-    // it was published by more than twice the gate's margin). A prediction
-    // the data does not confirm stops anticipation until two new switches
-    // are seen (three evenly spaced ones from then on).
-    bool anticipate_returns = true;
-    // Under the wall traffic clock, with the served and kept models
-    // re-measured: while the traffic is on a young ramp, publish nothing.
-    // A ramp: some fixed model (served or kept) measured worse at each of
-    // its last two re-measurements or more, by twice the gate's margin
-    // each, and none measured better at the last one by three times that
-    // (a domain coming back is a switch, not a ramp). Young: the traffic
-    // has moved less since the rise began than a checkpoint's lag (its
-    // stall plus its delivery, in iterations). Only where that lag spans
-    // three measurement gaps or more. A version published then reaches the
-    // traffic no closer to it than the served one is now, and its stall
-    // leaves every later version further behind a traffic that keeps
-    // moving; the re-plan cannot see that, since a ramp's decay is measured
-    // only from three re-measurements after the change it starts. An
-    // anticipated return is never held (bench/README.md, "Fifteenth
-    // session").
-    bool hold_young_ramps = true;
-    // SetPace changes the pace the re-plans use only when the measured one
-    // differs from it by more than this fraction (>= 0): a pace that moves by
-    // a few percent is noise to plan on (under the wall clock it shifts where
-    // the traffic is against a recurring domain's switches and flips
-    // decisions), one that doubles is not.
-    double pace_tolerance = 0.1;
-    // A prior over traffic drift, for the wall clock's lag price (>= 0, at
-    // most 1000; 0 = none). Under TrafficClock::kWall every stall leaves each
-    // later version further behind the traffic, and the price of that lag is
-    // the served versions' decay; before a drift no decay is measured, so a
-    // checkpoint taken then is free of lag, and a drift that follows finds the
-    // producer behind by every stall (bench/README.md, "Twelfth session").
-    // With a prior, until a change is detected or a decay measured, the decay
-    // priced is drift_prior x the candidate's measured loss per serving
-    // window (1: the traffic is expected to double a stale model's loss over
-    // the window), so checkpoints whose gain does not pay for that lag are not
-    // taken; from then on the measured decay alone, except over a settled
-    // step: after a detected change, while the served model is from before
-    // it and not still rising, its excess is a step, not a rate, and the
-    // prior prices the lag again (bench/README.md, "Seventeenth session").
-    // It applies only once the served version has been re-measured
-    // (ObserveServed: a staleness table, a live producer, Python's
-    // observe_served): without re-measurements neither the planner nor the
-    // diagonal judge can see a drift, and the prior would only cost
-    // checkpoints. Default 3 since the thirty-seventh session (1.5 from the
-    // fourteenth; bench/README.md, "Thirty-seventh session": on 540 wall
-    // cases of the shipped logs and twelve sets, mean regret 14.1 -> 12.9%,
-    // cases worse than epoch 27 -> 24; on 156 cases of four sets the sweep
-    // had not seen, one of them a fresh draw, 13.6 -> 12.4%; calm runs pay
-    // a few tenths of a point, nodrift mean 2.0 -> 2.3%). It changes
-    // nothing under TrafficClock::kProducer.
-    double drift_prior = 3.0;
-    // Record one Decision per decision taken (decisions()): what the loop
-    // saw and chose at each measurement after the warm-up. Off by default
-    // (a few hundred bytes per measurement).
-    bool record_decisions = false;
-
-    bool IsValid(std::string* error) const;
-  };
-
-  // One decision, at a measurement after the warm-up: what the loop saw
-  // there and what it chose (Options::record_decisions; DecisionsCsv).
-  // NaN where there was nothing to see (no re-measurement, no kept model,
-  // no prediction).
-  struct Decision {
-    int64_t iteration = 0;            // the producer's
-    double traffic = 0;               // the traffic's iteration then (TrafficAt; the iteration under the producer clock)
-    double candidate_loss = 0;        // the producer's own model, measured now
-    int64_t served_model = 0;         // the model serving (the warm-up's: W)
-    double served_loss = 0;           // re-measured now (else its committed level)
-    double noise_sd = 0;              // the regime's noise sd of one measurement
-    double gate_margin = 0;           // what the candidate must beat the served model by
-    bool plan_wants = false;          // the re-plan takes a checkpoint before the next measurement
-    bool gated = false;               // ... and the gate refused it
-    bool held_for_return = false;     // an anticipated return holds everything else
-    bool held_on_ramp = false;        // a young ramp held it (Options::hold_young_ramps)
-    bool held_for_switch = false;     // held until the producer trains through a switch (StallOutweighsGain)
-    bool publish = false;             // the decision: checkpoint now
-    int64_t published_model = -1;     // the model it publishes (-1: none)
-    const char* publish_kind = "";    // "fresh", "kept" (a re-publish), "ahead" (of a predicted return), or ""
-    int64_t best_kept_model = -1;     // the best kept model re-measured now (-1: none)
-    double best_kept_loss = 0;
-    double decay_per_s = 0;           // the decay rate the re-plan charged every version
-    double lag_price = 0;             // wall clock: the price per second of stall for its lag
-    int64_t changes = 0;              // changes detected so far
-    int64_t switches = 0;             // switches of a recurring domain recorded so far
-    int64_t cycle = 0;                // regimes between a domain's visits (0: no return seen)
-    double predicted_switch = 0;      // the next predicted return's switch, in traffic iterations
-    double judge_traffic = std::numeric_limits<double>::quiet_NaN();  // where it was (offline replay only)
-  };
+  // OnlinePlannerOptions (online_options.h): what the loop may do and how.
+  using Options = OnlinePlannerOptions;
+  // OnlineDecision (online_decisions.h): one decision, recorded.
+  using Decision = OnlineDecision;
 
   // What the planner has done, for reports.
   struct Summary {
@@ -573,45 +431,6 @@ class OnlinePlanner {
   // each call (traffic position, measurement gap, served and kept models, the gate's margin).
   std::unique_ptr<internal::ReturnPredictor> returns_;
 };
-
-// Calls f(name, value) for each field of a decision, in the columns' order
-// (the one schema of DecisionsCsv and Python's Planner.decisions()): value is
-// an int64_t, a double (NaN: nothing to see), a bool, a std::string_view, or
-// a std::optional<int64_t> model (nullopt: none).
-template <typename F>
-void ForEachDecisionField(const OnlinePlanner::Decision& d, F&& f) {
-  auto model = [](int64_t m) { return m >= 0 ? std::optional<int64_t>(m) : std::nullopt; };
-  f("iteration", d.iteration);
-  f("traffic_iteration", d.traffic);
-  f("candidate_loss", d.candidate_loss);
-  f("served_model", d.served_model);
-  f("served_loss", d.served_loss);
-  f("noise_sd", d.noise_sd);
-  f("gate_margin", d.gate_margin);
-  f("plan_wants", d.plan_wants);
-  f("gated", d.gated);
-  f("held_for_return", d.held_for_return);
-  f("held_on_ramp", d.held_on_ramp);
-  f("held_for_switch", d.held_for_switch);
-  f("publish", d.publish);
-  f("published_model", model(d.published_model));
-  f("publish_kind", std::string_view(d.publish_kind));
-  f("best_kept_model", model(d.best_kept_model));
-  f("best_kept_loss", d.best_kept_loss);
-  f("decay_per_s", d.decay_per_s);
-  f("lag_price_per_s", d.lag_price);
-  f("changes", d.changes);
-  f("switches", d.switches);
-  f("cycle", d.cycle);
-  f("predicted_switch", d.predicted_switch);
-  f("judge_traffic_iteration", d.judge_traffic);
-}
-
-// The decisions as CSV: a header of ForEachDecisionField's names
-// (iteration,traffic_iteration,candidate_loss,served_model,served_loss,...),
-// then one row each (booleans 0/1; an empty field where there was nothing:
-// no kept model, no prediction, nothing published).
-std::string DecisionsCsv(const std::vector<OnlinePlanner::Decision>& decisions);
 
 }  // namespace schedulers
 }  // namespace viper
