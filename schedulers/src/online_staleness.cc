@@ -432,12 +432,20 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
     return false;
   }
-  if (!(now.served && before.served && now.served->first == before.served->first)) return false;
+  if (!now.served) return false;
+  // The model serving now, as it measured at the measurement before: served
+  // then too, or kept and re-measured there (a re-publish went out between;
+  // the traffic may switch again before the re-published model's first
+  // re-measurement as served, and only that model's move shows it when the
+  // producer's own is re-learning at both; set 1's h-recur60 pfs/req;
+  // bench/README.md, "Thirty-eighth session").
+  const double then = before.LossOf(now.served->first);
+  if (!std::isfinite(then)) return false;
   // ServedStayedAcross's bounds, the other way round: a move of more than
   // half its level is a jump however noisy the regime measured (one that
   // held a transition measures a noise sd that hides a model of the other
   // domain tripling; bench/README.md, "Twenty-first session").
-  const double then = before.served->second, latest = now.served->second;
+  const double latest = now.served->second;
   return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
 }
 

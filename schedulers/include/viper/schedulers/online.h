@@ -395,9 +395,9 @@ class OnlinePlanner {
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
   // Whether the served model, re-measured at the current measurement and at
-  // the one before (the same model both times), moved by more than
-  // change_threshold noise sd (`sigma`) of a difference, or by more than half
-  // its level: a switch of the traffic's domain (Decide).
+  // the one before (served then too, or kept and re-measured there), moved
+  // by more than change_threshold noise sd (`sigma`) of a difference, or by
+  // more than half its level: a switch of the traffic's domain (Decide).
   bool ServedJumped(double sigma) const;
   // Whether the served model stayed put from measurement `begin - 1` to the
   // current one: a change the detector places at `begin` is then the
