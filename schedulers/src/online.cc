@@ -337,8 +337,8 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     }
   }
   // A switch the producer's own loss may not show: the served model,
-  // re-measured at this measurement and at the one before (served or kept
-  // there), jumped by
+  // re-measured at this measurement and measured at the one before (served,
+  // kept or the producer's own there), jumped by
   // more than the change threshold in noise sd of a difference. A recurring
   // domain the producer never forgets moves the old domain's served model,
   // not the candidate (bench/README.md, "Eighteenth session").

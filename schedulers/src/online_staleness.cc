@@ -434,12 +434,18 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   }
   if (!now.served) return false;
   // The model serving now, as it measured at the measurement before: served
-  // then too, or kept and re-measured there (a re-publish went out between;
-  // the traffic may switch again before the re-published model's first
+  // then too, kept and re-measured there (a re-publish went out between), or
+  // the producer's own model of then, published at that measurement (on the
+  // validation sample, which its re-measurements are on). Under the wall
+  // clock the traffic may switch before a newly published model's first
   // re-measurement as served, and only that model's move shows it when the
-  // producer's own is re-learning at both; set 1's h-recur60 pfs/req;
+  // producer's own is re-learning at both (set 1's h-recur60 pfs/req;
   // bench/README.md, "Thirty-eighth session").
-  const double then = before.LossOf(now.served->first);
+  double then = before.LossOf(now.served->first);
+  if (!std::isfinite(then) && options_.metric == ObservationKind::kValidation &&
+      now.served->first == static_cast<int64_t>(measured_.iterations[m - 2])) {
+    then = measured_.losses[m - 2];
+  }
   if (!std::isfinite(then)) return false;
   // ServedStayedAcross's bounds, the other way round: a move of more than
   // half its level is a jump however noisy the regime measured (one that

@@ -373,7 +373,10 @@ void ExpectOnlineWithin(const Scenario& sc, double factor) {
 // stall left every later version 320 iterations further behind: 5
 // checkpoints, +49% over the oracle. Held while the ramp is younger than the
 // lag, it publishes once, after the ramp, and is within 2% of the oracle
-// (which checkpoints twice).
+// (which checkpoints twice). Since the thirty-eighth session a model
+// published at one measurement and measuring far worse at the next shows a
+// switch (ARePublishedModelThatJumpsShowsASwitch), and without the hold
+// online is +16% over the oracle (3 checkpoints).
 TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
   auto sc = FrozenWallScenario("set4", "f-rotate", Tier::kPfs);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
@@ -399,7 +402,7 @@ TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
     return e.ok() ? e->cil : 0.0;
   };
   EXPECT_LT(cil(*held), 1.05 * cil(*oracle)) << held->summary.message;
-  EXPECT_GT(cil(*chased), 1.3 * cil(*oracle)) << chased->summary.message;
+  EXPECT_GT(cil(*chased), 1.12 * cil(*oracle)) << chased->summary.message;
   // Under the producer clock the traffic waits out a stall: nothing is held.
   Scenario producer = *sc;
   producer.problem.requests.traffic_clock = TrafficClock::kProducer;
@@ -907,6 +910,10 @@ TEST(StalenessScenarioTest, AKeptModelIsNotRePublishedWhenItsStallOutweighsItsGa
 // for the wrong domain's return and published the second domain's model
 // 1440 ahead of the first domain's return: 2.16 x the oracle. Recorded:
 // 2.03 x, and no model of the second domain goes out ahead of that return.
+// The same for the producer's own model published at the measurement before
+// (compared with its own measurement there): on set 4's f-recur30 (30
+// degrees, back every 600 iterations; pfs, served while training runs)
+// 1.34 x the oracle -> 1.18 x.
 TEST(StalenessScenarioTest, ARePublishedModelThatJumpsShowsASwitch) {
   auto sc = FrozenWallScenario("set1", "h-recur60", Tier::kPfs, TrafficClock::kWall, 2998,
                                OnlinePlanner::Options().drift_prior);
@@ -925,6 +932,10 @@ TEST(StalenessScenarioTest, ARePublishedModelThatJumpsShowsASwitch) {
   // 1200, the re-publish at 1560 (the first domain back) and the jump at 1600.
   EXPECT_EQ(switches_at, 3) << "the switch at traffic 2200, seen at 1600, was not recorded";
   ExpectOnlineWithin(*sc, 2.1);
+  auto own = FrozenWallScenario("set4", "f-recur30", Tier::kPfs, TrafficClock::kWall, 0,
+                                OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ExpectOnlineWithin(*own, 1.25);
 }
 
 // The same hold for the producer's own model. On set 1's h-recur60 (two

@@ -394,10 +394,11 @@ class OnlinePlanner {
   // the one before by more than the gate's margin, the same model all three
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
-  // Whether the served model, re-measured at the current measurement and at
-  // the one before (served then too, or kept and re-measured there), moved
-  // by more than change_threshold noise sd (`sigma`) of a difference, or by
-  // more than half its level: a switch of the traffic's domain (Decide).
+  // Whether the served model, re-measured at the current measurement and
+  // measured at the one before (served then too, kept and re-measured there,
+  // or the producer's own model published there), moved by more than
+  // change_threshold noise sd (`sigma`) of a difference, or by more than half
+  // its level: a switch of the traffic's domain (Decide).
   bool ServedJumped(double sigma) const;
   // Whether the served model stayed put from measurement `begin - 1` to the
   // current one: a change the detector places at `begin` is then the

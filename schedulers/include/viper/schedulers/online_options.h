@@ -55,8 +55,9 @@ struct OnlinePlannerOptions {
   // (a regime too short to fit a curve to is never detected as a change,
   // but a kept model that wins while the served one measures worse than
   // when it was published shows the domain changed), or a jump of the
-  // served model between two consecutive re-measurements (served at both,
-  // or kept at the first: a re-publish went out between) by more than
+  // served model between two consecutive measurements of it (served at
+  // both, or, when it went out between, kept or the producer's own at the
+  // first) by more than
   // change_threshold noise sd (a domain the producer never forgets comes
   // back without moving its own loss). Once a kept
   // model of two or more regimes back won a re-publish, or would have but
