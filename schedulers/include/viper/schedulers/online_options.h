@@ -57,20 +57,19 @@ struct OnlinePlannerOptions {
   // when it was published shows the domain changed), or a jump of the
   // served model between two consecutive measurements of it (served at
   // both, or, when it went out between, kept or the producer's own at the
-  // first) by more than
-  // change_threshold noise sd (a domain the producer never forgets comes
-  // back without moving its own loss). Once a kept
+  // first) by more than change_threshold noise sd (a domain the producer
+  // never forgets comes back without moving its own loss). Once a kept
   // model of two or more regimes back won a re-publish, or would have but
-  // for arriving too late (a domain came
-  // back) and either only two switches are known (their interval is the
-  // spacing) or the last three are evenly spaced (within what their
-  // measurement gaps allow, or 5%), the model that served the returning
-  // domain last time is published so that it arrives at the predicted
-  // switch, and nothing else is published until the switch is seen (a
-  // change detected, or the published model re-measured better than when
-  // it was published by more than twice the gate's margin). A prediction
-  // the data does not confirm stops anticipation until two new switches
-  // are seen (three evenly spaced ones from then on).
+  // for arriving too late (a domain came back) and either only two
+  // switches are known (their interval is the spacing) or the last three
+  // are evenly spaced (within what their measurement gaps allow, or 5%),
+  // the model that served the returning domain last time is published so
+  // that it arrives at the predicted switch, and nothing else is published
+  // until the switch is seen (a change detected, or the published model
+  // re-measured better than when it was published by more than twice the
+  // gate's margin). A prediction the data does not confirm stops
+  // anticipation until two new switches are seen (three evenly spaced ones
+  // from then on).
   bool anticipate_returns = true;
   // Under the wall traffic clock, with the served and kept models
   // re-measured: while the traffic is on a young ramp, publish nothing.
