@@ -99,6 +99,14 @@ check "a failed evaluation is exit 1, named, and the next directory still runs" 
 check "two directories of one name are bad usage" '[ $rc -eq 2 ] && grep -q "two directories named" "$tmp/err"'
 "$pool" --clock later "$tmp/pout4" "$tmp/viper" "$tmp/p/h9" >/dev/null 2>&1; rc=$?
 check "pool.sh --clock later is bad usage" '[ $rc -eq 2 ]'
+# --jobs: evaluations run side by side, the same reports; a failure in one
+# is still exit 1 and named; a count that is not 1-99 is bad usage.
+"$pool" --jobs 2 --clock both "$tmp/pout5" "$tmp/viper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.sh --jobs 2 exits 0 and writes every report" '[ $rc -eq 0 ] && [ -f "$tmp/pout5/h9-wall.json" ] && [ -f "$tmp/pout5/h9-producer.json" ] && [ -f "$tmp/pout5/set4-wall.json" ] && [ -f "$tmp/pout5/set4-producer.json" ] && [ "$(grep -c "^== " "$tmp/err")" -eq 4 ]'
+"$pool" --jobs 2 "$tmp/pout6" "$tmp/badviper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.sh --jobs 2: a failed evaluation is exit 1 and named, the other still runs" '[ $rc -eq 1 ] && grep -q "h9 (wall clock): viper evaluate failed" "$tmp/err" && grep -q "set4 (wall clock): viper evaluate failed" "$tmp/err"'
+"$pool" --jobs 0 "$tmp/pout7" "$tmp/viper" "$tmp/p/h9" >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.sh --jobs 0 is bad usage, naming the value" '[ $rc -eq 2 ] && grep -q "'"'"'0'"'"'" "$tmp/err"'
 
 # pool.py: A holds four cases (regrets 1, 3, 20 and 50%; the last one's CIL
 # 2% above epoch's, the 20% one's 0.5%, within the 1%), B the same with the
