@@ -17,7 +17,8 @@
 #   --jobs N: run up to N evaluations (one directory and clock each) at
 #     once (default 1). A 2-core VM runs the full pool (the shipped logs,
 #     development sets 1, 3, 4, held-out sets 5-17: 696 wall cases) in
-#     6.5 minutes with --jobs 2, against about 12 with one. The
+#     6.5 minutes with --jobs 2 (11.5 minutes of CPU: about that long
+#     with one). The
 #     reports are the same: each evaluation is deterministic and writes
 #     its own files; the progress lines come in the order they end.
 # Writes OUT_DIR/NAME-CLOCK.json (viper.evaluate/1: 20% warm-up, gpu/host/pfs,
