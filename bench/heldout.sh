@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16|17] [--train-only|--partners] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|5|6|7|8|9|10|11|12|13|14|15|16|17] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -78,8 +78,17 @@
 #   (the training is deterministic). Then prints, for each pair, each tier and
 #   both windows, the causal pair bound (`viper simulate --versus-staleness`,
 #   README "The causal pair bound") beside online's regret, and writes them to
-#   OUT_DIR/causal-bound.csv. OUT_DIR must then hold the set's runs already
+#   OUT_DIR/causal-bound.csv; its bound_half, the bound at weight 1/2, is a
+#   floor under the mean of the two runs' regrets. OUT_DIR must then hold the set's runs already
 #   (a --train-only of the same set): bench/heldout.sh --set 10 --partners DIR.
+# --calm-partners: the same for the first change instead of the first return:
+#   for each run whose traffic drifts (--drift ... --drift-at-iteration), train
+#   its partner NAME-calm, the same run with --drift-at-iteration set past the
+#   run's end, so that its traffic never changes (a calm run, itself in the
+#   class). The two tables agree until the first drifted grid point, so the
+#   bound is what not knowing whether a drift will come at all forces on any
+#   planner: the price of insurance against drift, paid on the run or on its
+#   calm partner. Writes OUT_DIR/causal-calm-bound.csv.
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them). `viper
 # evaluate` warns about a log whose replayed clock is irregular (set 12 as
@@ -91,13 +100,15 @@ set_id=1
 known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or 17"  # the sets the case below defines
 train_only=0
 partners=0
+suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
 while [ $# -gt 0 ]; do
   case "$1" in
     --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs $known_sets" >&2; exit 2; }
            set_id="$2"; shift 2 ;;
     --train-only) train_only=1; shift ;;
-    --partners) partners=1; shift ;;
-    -h|--help) sed -n '2,87p' "$0"; exit 0 ;;
+    --partners) partners=1; suffix=once; shift ;;
+    --calm-partners) partners=1; suffix=calm; shift ;;
+    -h|--help) sed -n '2,96p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -110,18 +121,30 @@ names=()
 run() {
   local name="$1"; shift
   if [ "$partners" = 1 ]; then
-    # The partner of a run whose traffic returns; nothing for the others.
-    case " $* " in *" --drift-period "*|*" --drift-swap-period "*) ;; *) return 0 ;; esac
-    local args=() prev=""
+    # The partner of a run whose traffic returns (--partners) or drifts at all
+    # (--calm-partners): the option that starts it set past the run's end;
+    # nothing for the other runs.
+    local moved=(--drift-period --drift-swap-period)
+    if [ "$suffix" = calm ]; then
+      moved=(--drift-at-iteration)
+      case " $* " in *" --drift none "*) return 0 ;; esac
+    fi
+    local args=() prev="" found=0 m
     for x in "$@"; do
-      if [ "$prev" = --drift-period ] || [ "$prev" = --drift-swap-period ]; then args+=(1000000); else args+=("$x"); fi
+      local hit=0
+      for m in "${moved[@]}"; do [ "$prev" = "$m" ] && hit=1; done
+      if [ "$hit" = 1 ]; then args+=(1000000); found=1; else args+=("$x"); fi
       prev="$x"
     done
-    [ -f "$out/$name.csv.gz" ] || { echo "heldout.sh: --partners: $out/$name.csv.gz missing (train the set first: --train-only)" >&2; exit 1; }
-    echo "== $name-once: viper train ${args[*]}" >&2
-    "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-once.csv.gz" \
-        --staleness-table "$out/$name-once.staleness.csv.gz" --json "$out/$name-once.train.json" > /dev/null
+    [ "$found" = 1 ] || return 0
+    [ -f "$out/$name.csv.gz" ] || { echo "heldout.sh: --$( [ "$suffix" = calm ] && echo calm-)partners: $out/$name.csv.gz missing (train the set first: --train-only)" >&2; exit 1; }
     names+=("$name")
+    # Trained already (the JSON is written last): kept, so that a stopped
+    # run picks up where it was.
+    [ -f "$out/$name-$suffix.train.json" ] && [ -f "$out/$name-$suffix.staleness.csv.gz" ] && return 0
+    echo "== $name-$suffix: viper train ${args[*]}" >&2
+    "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-$suffix.csv.gz" \
+        --staleness-table "$out/$name-$suffix.staleness.csv.gz" --json "$out/$name-$suffix.train.json" > /dev/null
     return 0
   fi
   echo "== $name: viper train $*" >&2
@@ -365,8 +388,9 @@ esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
 if [ "$partners" = 1 ]; then
   csv="$out/causal-bound.csv"
-  echo "run,tier,window,agree_until_traffic,bound,online_regret" > "$csv"
-  printf '%-14s %-5s %-6s %8s %8s %8s\n' run tier window agree bound online
+  [ "$suffix" = calm ] && csv="$out/causal-calm-bound.csv"
+  echo "run,tier,window,agree_until_traffic,bound,bound_half,online_regret" > "$csv"
+  printf '%-14s %-5s %-6s %8s %8s %8s %8s\n' run tier window agree bound half online
   for name in "${names[@]}"; do
     for tier in gpu host pfs; do
       for window in train req; do
@@ -376,16 +400,20 @@ if [ "$partners" = 1 ]; then
         # evaluate` takes), from the while-training run's JSON.
         [ "$window" = req ] && req=(--requests "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(max(1, int((j['total_iterations'] - j['warmup_iterations']) * j['seconds_per_iteration'] / j['requests']['interval_s'])))" "$out/bound.json")")
         "$viper" simulate --log "$out/$name.csv.gz" --staleness auto --warmup 20% --transport "$tier" "${req[@]}" \
-            --strategies online,oracle --versus-staleness "$out/$name-once.staleness.csv.gz" --json "$out/bound.json" \
+            --strategies online,oracle --versus-staleness "$out/$name-$suffix.staleness.csv.gz" --json "$out/bound.json" \
             --quiet > /dev/null
         python3 - "$out/bound.json" "$name" "$tier" "$window" "$csv" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 b = j["causal_pair_bound"]
 online = next(s for s in j["strategies"] if s["strategy"] == "online")
-row = [sys.argv[2], sys.argv[3], sys.argv[4], "%.0f" % b["agree_until_traffic"], "%.4f" % b["bound"], "%.4f" % online["regret_vs_oracle"]]
+# bound_half: the bound at weight 1/2, a floor under the two runs' mean regret.
+half = next(x["bound"] for x in b["by_lambda"] if abs(x["lambda"] - 0.5) < 1e-9)
+row = [sys.argv[2], sys.argv[3], sys.argv[4], "%.0f" % b["agree_until_traffic"], "%.4f" % b["bound"], "%.4f" % half,
+       "%.4f" % online["regret_vs_oracle"]]
 open(sys.argv[5], "a").write(",".join(row) + "\n")
-print("%-14s %-5s %-6s %8s %7.2f%% %7.2f%%" % (row[0], row[1], row[2], row[3], 100 * b["bound"], 100 * online["regret_vs_oracle"]))
+print("%-14s %-5s %-6s %8s %7.2f%% %7.2f%% %7.2f%%" % (row[0], row[1], row[2], row[3], 100 * b["bound"], 100 * half,
+                                                   100 * online["regret_vs_oracle"]))
 PY
       done
     done

@@ -5,7 +5,8 @@
 #   DIR: a directory of logs and their staleness tables: a held-out set as
 #     bench/heldout.sh --train-only wrote it, bench/devsets/setN, datasets/logs.
 #     Every *.csv.gz in it that is neither a staleness table nor a causal
-#     pair partner (NAME-once.csv.gz, bench/heldout.sh --partners) is a log;
+#     pair partner (NAME-once.csv.gz or NAME-calm.csv.gz, bench/heldout.sh
+#     --partners or --calm-partners) is a log;
 #     a log without a table beside it is judged on its diagonal.
 #   --clock: the traffic clock (default wall: the one the slow tiers' regret
 #     lives on; both: two evaluations per directory).
@@ -80,7 +81,7 @@ for dir in "$@"; do
   for f in "$dir"/*.csv.gz; do
     [ -f "$f" ] || continue
     base="$(basename "$f")"
-    case "$base" in *.staleness.csv.gz|*-once.csv.gz) continue ;; esac
+    case "$base" in *.staleness.csv.gz|*-once.csv.gz|*-calm.csv.gz) continue ;; esac
     if [ -n "$only" ] && ! grep -qE -- "$only" <<<"$base"; then continue; fi
     logs+=("$f")
   done

@@ -77,18 +77,53 @@ report "$tmp/C/set1-wall.json" 0.1 1
 check "no common set: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no set and clock" "$tmp/err"'
 /usr/bin/python3 "$cmpy" "$tmp/A" "$tmp/missing" >/dev/null 2>&1; rc=$?
 check "a missing directory is bad usage (exit 2)" '[ $rc -eq 2 ]'
+# heldout.sh --calm-partners: for each run of set 1 that drifts (five of
+# six; not the Adam run without --drift), a partner NAME-calm trained with
+# the same options but --drift-at-iteration past the run's end; then a pair
+# bound per run, tier and window into causal-calm-bound.csv. Against a
+# stand-in that records its arguments and writes what the script reads.
+cat >"$tmp/hviper" <<'STUB'
+#!/usr/bin/env bash
+echo "$*" >>"$(dirname "$0")/hcalls"
+cmd="$1"; shift
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log-out|--staleness-table) : >"$2"; shift ;;
+    --json) json="$2"; shift ;;
+  esac
+  shift
+done
+if [ "$cmd" = train ]; then echo '{}' >"$json"; exit 0; fi
+printf '{"total_iterations": 3000, "warmup_iterations": 600, "seconds_per_iteration": 0.002, "requests": {"interval_s": 0.002}, "causal_pair_bound": {"agree_until_traffic": 1500, "bound": 0.04, "by_lambda": [{"lambda": 0.45, "bound": 0.03}, {"lambda": 0.5, "bound": 0.025}]}, "strategies": [{"strategy": "online", "regret_vs_oracle": 0.07}]}\n' >"$json"
+STUB
+chmod +x "$tmp/hviper"
+mkdir -p "$tmp/hc"
+"$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --calm-partners without the set's runs is exit 1, naming the run" '[ $rc -eq 1 ] && grep -q "h-recur60.csv.gz missing" "$tmp/err"'
+for f in h-recur60 h-swap h-nodrift h-classinc h-prior h-rotate; do : >"$tmp/hc/$f.csv.gz"; done
+: >"$tmp/hviper.calls"; rm -f "$tmp/hcalls"
+"$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --calm-partners exits 0" '[ $rc -eq 0 ]'
+check "five calm partners trained, the drift moved past the end, no other option changed" '[ "$(grep -c "^train " "$tmp/hcalls")" -eq 5 ] && [ "$(grep "^train " "$tmp/hcalls" | grep -c -- "--drift-at-iteration 1000000 ")" -eq 5 ] && grep "^train " "$tmp/hcalls" | grep -q -- "--seed 3 --drift label-swap --drift-swap-classes 2,4 --drift-at-iteration 1000000 --log-out $tmp/hc/h-swap-calm.csv.gz"'
+check "none for the run without a drift" '! grep -q "h-nodrift-calm" "$tmp/hcalls"'
+check "a bound per run, tier and window, against the calm partner" '[ "$(grep -c "^simulate .*--versus-staleness $tmp/hc/h-[a-z0-9]*-calm.staleness.csv.gz" "$tmp/hcalls")" -eq 30 ]'
+check "causal-calm-bound.csv: 30 rows with the bound at weight 1/2" '[ "$(wc -l <"$tmp/hc/causal-calm-bound.csv")" -eq 31 ] && grep -q "^h-rotate,pfs,req,1500,0.0400,0.0250,0.0700$" "$tmp/hc/causal-calm-bound.csv"'
+rm -f "$tmp/hcalls"
+"$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>&1
+check "a second run keeps the partners trained already" '! grep -q "^train " "$tmp/hcalls" && [ "$(grep -c "^simulate " "$tmp/hcalls")" -eq 30 ]'
+
 # pool.sh: the logs of a directory are its *.csv.gz less the tables and the
 # causal pair partners; --only filters them; the report is named by the
 # directory and the clock; a failing viper is exit 1, the rest still run.
 pool="$root/bench/pool.sh"
 mkdir -p "$tmp/p/h9" "$tmp/p/set4"
-for f in h-recur40 h-recur40-once h-swaps300 h-nodrift; do cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/h9/$f.csv.gz"; done
+for f in h-recur40 h-recur40-once h-recur40-calm h-swaps300 h-nodrift; do cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/h9/$f.csv.gz"; done
 cp "$root/bench/devsets/set4/f-swap.staleness.csv.gz" "$tmp/p/h9/h-recur40.staleness.csv.gz"
 cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/set4/f-swap.csv.gz"
 : >"$tmp/calls"
 "$pool" --only 'recur|swap' "$tmp/pout" "$tmp/viper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.sh exits 0" '[ $rc -eq 0 ]'
-check "pool.sh passes the recurring and swap logs, never a table or a partner" 'grep -q "h-recur40.csv.gz" "$tmp/calls" && grep -q "h-swaps300.csv.gz" "$tmp/calls" && ! grep -q "staleness\|once\|nodrift" "$tmp/calls"'
+check "pool.sh passes the recurring and swap logs, never a table or a partner" 'grep -q "h-recur40.csv.gz" "$tmp/calls" && grep -q "h-swaps300.csv.gz" "$tmp/calls" && ! grep -q "staleness\|once\|calm\|nodrift" "$tmp/calls"'
 check "pool.sh names each report by directory and clock" '[ -f "$tmp/pout/h9-wall.json" ] && [ -f "$tmp/pout/set4-wall.json" ]'
 "$pool" --clock both "$tmp/pout2" "$tmp/viper" "$tmp/p/set4" >/dev/null 2>&1
 check "pool.sh --clock both writes both clocks" '[ -f "$tmp/pout2/set4-wall.json" ] && [ -f "$tmp/pout2/set4-producer.json" ]'
