@@ -262,6 +262,22 @@ PY
   expect_rc 0 "evaluate on one log, one tier, both windows" "$viper" evaluate --logs "$log" --tiers gpu --warmups 20% -q --strategies epoch,online --json "$tmp/eval.json"
   expect_in "$tmp/out" "sgd-h256/gpu/w20/req" "evaluate lists the fixed-window case"
   expect_in "$tmp/eval.json" '"worst_regret"' "evaluate JSON has the summary"
+  # Without a table too, each case shows the val-oracle: the exact optimum on
+  # the log's val_loss judged on test_loss; its schedule is the oracle's when
+  # val_loss is the truth (simulate --truth-metric val_loss).
+  expect_in "$tmp/out" "test_loss (val-oracle +" "evaluate shows the val-oracle on the diagonal"
+  expect_rc 0 "the oracle judged on val_loss" "$viper" simulate --log "$log" -q --transport gpu --warmup 20% --truth-metric val_loss --strategies oracle --json "$tmp/valtruth.json"
+  if "$py" - "$tmp/eval.json" "$tmp/valtruth.json" <<'PY'
+import json, sys
+ev, sim = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+oracle = next(s for s in sim["strategies"] if s["strategy"] == "oracle")
+case = next(c for c in ev["cases"] if c["case"] == "sgd-h256/gpu/w20/train")
+vo = case["val_oracle"]
+assert vo["checkpoints"] == oracle["checkpoints"], (vo, oracle["checkpoints"])
+assert -1e-3 <= vo["regret_vs_oracle"] < 0.5, vo
+assert all("val_oracle" in c for c in ev["cases"]) and ev["summary"]["val_oracle"]["cases"] == len(ev["cases"]), ev["summary"]
+PY
+  then passes=$((passes + 1)); else fail "the diagonal's val-oracle is the oracle planned on val_loss, judged on test_loss"; fi
   expect_rc 2 "evaluate with a warm-up outside (0, 1)" "$viper" evaluate --logs "$log" --warmups 1.5
   expect_rc 2 "evaluate with an unknown window" "$viper" evaluate --logs "$log" --windows forever
   expect_rc 2 "simulate with a negative gate" "$viper" simulate --log "$log" -q --gate-z -1
