@@ -445,8 +445,9 @@ class Planner:
     measured, as the factor by which it raises a stale model's loss over the
     serving window (1 = doubles it); each publish's stall is priced as that
     much lag, so publishes whose gain does not pay for it are skipped (fewer
-    before a drift nobody can see coming; a few points lost where the traffic
-    never drifts). It applies only once observe_served() has been called:
+    before a drift nobody can see coming; where the traffic never drifts it
+    costs more than that with a fixed request count on a slow tier: pass 0
+    for traffic known not to drift). It applies only once observe_served() has been called:
     without re-measurements of the served version no drift can be seen.
     `record_decisions` (online): keep every decision for decisions()."""
 
