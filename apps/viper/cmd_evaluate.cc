@@ -346,26 +346,29 @@ int RunEvaluate(const std::vector<std::string>& args) {
             simulator::Simulator sim(so);
             return sim.Run(*ctx->truth, bound.schedule);
           };
+          // The val-oracle's outcome on the truth, against the oracle's.
+          auto record_val_oracle = [&](double cil, int64_t checkpoints) {
+            if (!oracle_cil || *oracle_cil <= 0) return;
+            const double regret = cil / *oracle_cil - 1;
+            val_oracle_regrets.push_back(regret);
+            char buf[48];
+            std::snprintf(buf, sizeof buf, " (val-oracle %+.2f%%)", 100 * regret);
+            floor_text = buf;
+            c["val_oracle"] = {{"cil", cil}, {"regret_vs_oracle", regret}, {"checkpoints", checkpoints}};
+          };
           if (ctx->staleness_observed && ctx->truth) {
             // A bound: on the run's own clock, as the oracle.
             auto vs = schedulers::SolveOptimalOnSurface(schedulers::BoundProblem(*ctx), *ctx->staleness_observed);
             if (!vs.ok()) return fail_case(vs.status().WithContext(name + ": val-oracle"));
             auto vr = simulate(*vs);
             if (!vr.ok()) return fail_case(vr.status().WithContext(name + ": val-oracle"));
-            if (oracle_cil && *oracle_cil > 0) {
-              const double regret = vr->cil / *oracle_cil - 1;
-              val_oracle_regrets.push_back(regret);
-              char buf[48];
-              std::snprintf(buf, sizeof buf, " (val-oracle %+.2f%%)", 100 * regret);
-              floor_text = buf;
-              c["val_oracle"] = {{"cil", vr->cil}, {"regret_vs_oracle", regret}, {"checkpoints", vr->checkpoints}};
-            }
+            record_val_oracle(vr->cil, vr->checkpoints);
           } else if (ctx->separate_truth && ctx->truth && oracle_cil && *oracle_cil > 0) {
             // The same floor on the diagonal: the exact optimum on the log's
             // own val_loss (what the producer measures, over the whole run),
             // judged on the truth. On a run whose loss is near zero the two
             // samples' noise is a large share of the loss, and this says how
-            // much of a relative regret no planner observing val_loss avoids.
+            // much relative regret perfect foresight of val_loss still pays.
             const predictor::CurveData* val = nullptr;
             if (ctx->metric == predictor::LossMetric::kValLoss) {
               val = &ctx->points;
@@ -383,12 +386,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
               simulator::Simulator sim(simulator::SimulatorOptionsFor(*ctx));
               auto vr = sim.Run(*ctx->truth, plan->schedule);
               if (!vr.ok()) return fail_case(vr.status().WithContext(name + ": val-oracle"));
-              const double regret = vr->cil / *oracle_cil - 1;
-              val_oracle_regrets.push_back(regret);
-              char buf[48];
-              std::snprintf(buf, sizeof buf, " (val-oracle %+.2f%%)", 100 * regret);
-              floor_text = buf;
-              c["val_oracle"] = {{"cil", vr->cil}, {"regret_vs_oracle", regret}, {"checkpoints", vr->checkpoints}};
+              record_val_oracle(vr->cil, vr->checkpoints);
             }
           }
           // The after-drift bound: the oracle made to begin with the
