@@ -88,7 +88,8 @@
 #   class). The two tables agree until the first drifted grid point, so the
 #   bound is what not knowing whether a drift will come at all forces on any
 #   planner: the price of insurance against drift, paid on the run or on its
-#   calm partner. Writes OUT_DIR/causal-calm-bound.csv.
+#   calm partner. Writes OUT_DIR/causal-calm-bound.csv. With either option a
+#   partner trained already (its table and JSON in OUT_DIR) is kept.
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them). `viper
 # evaluate` warns about a log whose replayed clock is irregular (set 12 as
@@ -108,7 +109,7 @@ while [ $# -gt 0 ]; do
     --train-only) train_only=1; shift ;;
     --partners) partners=1; suffix=once; shift ;;
     --calm-partners) partners=1; suffix=calm; shift ;;
-    -h|--help) sed -n '2,96p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,97p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac

@@ -447,8 +447,9 @@ class Planner:
     much lag, so publishes whose gain does not pay for it are skipped (fewer
     before a drift nobody can see coming; where the traffic never drifts it
     costs more than that with a fixed request count on a slow tier: pass 0
-    for traffic known not to drift). It applies only once observe_served() has been called:
-    without re-measurements of the served version no drift can be seen.
+    for traffic known not to drift). It applies only once observe_served()
+    has been called: without re-measurements of the served version no drift
+    can be seen.
     `record_decisions` (online): keep every decision for decisions()."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
