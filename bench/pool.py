@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Pools `viper evaluate` reports and compares two builds on them.
 
-Usage: bench/pool.py A [B] [--strategy online] [--by kind,tier,...] [--cases POINTS]
+Usage: bench/pool.py A [B] [--strategy online|val-oracle|...] [--by kind,tier,...] [--cases POINTS]
                      [--clock wall|producer] [--judge table|diagonal] [--json FILE]
 
 A, B: a directory of viper.evaluate/1 reports (every *.json in it, as
@@ -13,7 +13,11 @@ Prints, for the strategy (default online): the number of cases, the mean,
 median, p90 and worst regret against the oracle (in %), how many are over 10%,
 and how many are more than 1% worse than epoch (their CIL above 1.01 x
 epoch's; never where epoch served a diverged model), the issue's three
-goals. A case where the strategy itself served a diverged model (no CIL)
+goals. --strategy val-oracle pools the val-oracle instead (the exact optimum
+on the producer's own val_loss, judged on the truth: what the val/test
+samples' noise alone costs); a case whose report has none (reports before
+the fortieth session's build on the diagonal) is left out and counted on
+stderr. A case where the strategy itself served a diverged model (no CIL)
 is left out, with a line on stderr. With B: A's and B's figures on the cases
 both hold, and how many cases moved, better and worse; --cases lists each
 case that moved by more than POINTS percentage points. --by splits the
@@ -56,16 +60,20 @@ def load(path, strategy, clock, judge):
         if not isinstance(report, dict) or "cases" not in report:
             continue  # not a viper.evaluate report (e.g. a heldout.sh train.json)
         name = os.path.basename(f)[:-5] if f.endswith(".json") else os.path.basename(f)
+        without = 0  # cases without a val-oracle (--strategy val-oracle)
         for c in report["cases"]:
             st = c.get("strategies", {})
-            if strategy not in st or "epoch" not in st:
+            if (strategy != "val-oracle" and strategy not in st) or "epoch" not in st:
                 raise SystemExit(f"pool.py: {f}: case {c.get('case')} has no '{strategy}' or no 'epoch'")
             case_judge = "diagonal" if c.get("judge", "diagonal") == "diagonal" else "table"
             if clock and c.get("traffic_clock") != clock:
                 continue
             if judge and case_judge != judge:
                 continue
-            mine, epoch = st[strategy], st["epoch"]
+            if strategy == "val-oracle" and "val_oracle" not in c:
+                without += 1
+                continue
+            mine, epoch = (c["val_oracle"] if strategy == "val-oracle" else st[strategy]), st["epoch"]
             if mine.get("regret_vs_oracle") is None or mine.get("cil") is None:
                 # It served a diverged model (CIL infinite): no regret to pool.
                 print(f"pool.py: {f}: {c['case']}: {strategy} served a diverged model; left out", file=sys.stderr)
@@ -81,6 +89,8 @@ def load(path, strategy, clock, judge):
                 "judge": case_judge,
                 "report": name,
             }
+        if without:
+            print(f"pool.py: {f}: {without} cases without a val-oracle; left out", file=sys.stderr)
     return cases
 
 

@@ -173,6 +173,12 @@ echo "$out"
 check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *5 cases.*worse than epoch   0"'
 check "pool.py lists the moved case" 'echo "$out" | grep -q "h9-wall:h-recur40/pfs/w20/train *50.00 -> *5.00 (-45.0)"'
 check "pool.py --json holds the same figures" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); g=j[\"groups\"][0]; sys.exit(not (g[\"a\"][\"cases\"] == 5 and g[\"b\"][\"worse_than_epoch\"] == 0 and j[\"moved_cases\"][0][\"b\"] == 5.0))" "$tmp/pool.json"'
+# --strategy val-oracle: the val-oracle's figures, from each case's val_oracle;
+# a case without one is left out and counted.
+mkdir -p "$tmp/PV"
+printf '{"cases": [{"case": "h-swap/gpu/w20/train", "log": "/x/h-swap.csv.gz", "judge": "diagonal", "strategies": {"online": {"regret_vs_oracle": 0.05, "cil": 1.05}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}, "val_oracle": {"regret_vs_oracle": 0.02, "cil": 1.02, "checkpoints": 3}}, {"case": "h-swap/gpu/w20/req", "log": "/x/h-swap.csv.gz", "judge": "diagonal", "strategies": {"online": {"regret_vs_oracle": 0.05, "cil": 1.05}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}}]}\n' >"$tmp/PV/h3-wall.json"
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PV" --strategy val-oracle 2>"$tmp/err")"; rc=$?
+check "pool.py --strategy val-oracle pools the val-oracle (1 case, 2.00%) and counts the case without one" '[ $rc -eq 0 ] && echo "$out" | grep -q "^all *1 cases  mean    2.00" && grep -q "1 cases without a val-oracle" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" --judge diagonal >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no case" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/nowhere" >/dev/null 2>&1; rc=$?
