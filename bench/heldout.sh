@@ -408,6 +408,12 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 b = j["causal_pair_bound"]
 online = next(s for s in j["strategies"] if s["strategy"] == "online")
+# Tables that differ from the warm-up on are not one run and its partner
+# (a run trained by another build, or other options): say so, once a run.
+if b["agree_until_traffic"] <= j["warmup_iterations"] and sys.argv[3:5] == ["gpu", "train"]:
+    print(f"heldout.sh: {sys.argv[2]}: its partner's table differs from the run's from the warm-up "
+          f"({j['warmup_iterations']}) on, so they are not one run up to its drift (trained by another build?); "
+          "its bounds compare two different runs", file=sys.stderr)
 # bound_half: the bound at weight 1/2, a floor under the two runs' mean regret.
 half = next(x["bound"] for x in b["by_lambda"] if abs(x["lambda"] - 0.5) < 1e-9)
 row = [sys.argv[2], sys.argv[3], sys.argv[4], "%.0f" % b["agree_until_traffic"], "%.4f" % b["bound"], "%.4f" % half,

@@ -94,7 +94,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$cmd" = train ]; then echo '{}' >"$json"; exit 0; fi
-printf '{"total_iterations": 3000, "warmup_iterations": 600, "seconds_per_iteration": 0.002, "requests": {"interval_s": 0.002}, "causal_pair_bound": {"agree_until_traffic": 1500, "bound": 0.04, "by_lambda": [{"lambda": 0.45, "bound": 0.03}, {"lambda": 0.5, "bound": 0.025}]}, "strategies": [{"strategy": "online", "regret_vs_oracle": 0.07}]}\n' >"$json"
+printf '{"total_iterations": 3000, "warmup_iterations": 600, "seconds_per_iteration": 0.002, "requests": {"interval_s": 0.002}, "causal_pair_bound": {"agree_until_traffic": %s, "bound": 0.04, "by_lambda": [{"lambda": 0.45, "bound": 0.03}, {"lambda": 0.5, "bound": 0.025}]}, "strategies": [{"strategy": "online", "regret_vs_oracle": 0.07}]}\n' "${AGREE:-1500}" >"$json"
 STUB
 chmod +x "$tmp/hviper"
 mkdir -p "$tmp/hc"
@@ -109,8 +109,11 @@ check "none for the run without a drift" '! grep -q "h-nodrift-calm" "$tmp/hcall
 check "a bound per run, tier and window, against the calm partner" '[ "$(grep -c "^simulate .*--versus-staleness $tmp/hc/h-[a-z0-9]*-calm.staleness.csv.gz" "$tmp/hcalls")" -eq 30 ]'
 check "causal-calm-bound.csv: 30 rows with the bound at weight 1/2" '[ "$(wc -l <"$tmp/hc/causal-calm-bound.csv")" -eq 31 ] && grep -q "^h-rotate,pfs,req,1500,0.0400,0.0250,0.0700$" "$tmp/hc/causal-calm-bound.csv"'
 rm -f "$tmp/hcalls"
-"$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>&1
+"$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"
 check "a second run keeps the partners trained already" '! grep -q "^train " "$tmp/hcalls" && [ "$(grep -c "^simulate " "$tmp/hcalls")" -eq 30 ]'
+check "pairs that agree past the warm-up: no warning" '! grep -q "not one run" "$tmp/err"'
+AGREE=600 "$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"
+check "tables that differ from the warm-up on: one warning a run, naming it" '[ "$(grep -c "not one run up to its drift" "$tmp/err")" -eq 5 ] && grep -q "h-swap: its partner" "$tmp/err"'
 
 # pool.sh: the logs of a directory are its *.csv.gz less the tables and the
 # causal pair partners; --only filters them; the report is named by the
