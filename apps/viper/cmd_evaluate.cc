@@ -143,10 +143,11 @@ int RunEvaluate(const std::vector<std::string>& args) {
       "validation points; online still observes val_loss there), the same per fit metric (by_fit_metric).\n"
       "Where the truth is test_loss and the log has val_loss, each case also shows the val-oracle: the exact\n"
       "optimum on val_loss (the table's with --staleness, else the log's; perfect foresight of the sample the\n"
-      "planners observe) judged on test_loss, i.e. the regret that validation noise alone sets. Where the table's traffic changes and online is evaluated, also the\n"
-      "after-drift bound: the exact optimum made to begin with online's checkpoints from before the change\n"
-      "(what no causal planner can tell from a calm run), so online's regret splits into its blind\n"
-      "checkpoints' cost and what it lost after the change (JSON: after_drift_bound).\n"
+      "planners observe) judged on test_loss, i.e. the regret that validation noise alone sets. Where the\n"
+      "table's traffic changes and online is evaluated, also the after-drift bound: the exact optimum made\n"
+      "to begin with online's checkpoints from before the change (what no causal planner can tell from a\n"
+      "calm run), so online's regret splits into its blind checkpoints' cost and what it lost after the\n"
+      "change (JSON: after_drift_bound).\n"
       "The planning options below apply to every case (--transport, --warmup and --requests are set by the\n"
       "grid). A case that fails stops the sweep; with --json FILE the cases judged before it are written there\n"
       "(summary.incomplete, summary.error).\n"
@@ -369,15 +370,11 @@ int RunEvaluate(const std::vector<std::string>& args) {
             // judged on the truth. On a run whose loss is near zero the two
             // samples' noise is a large share of the loss, and this says how
             // much relative regret perfect foresight of val_loss still pays.
-            const predictor::CurveData* val = nullptr;
-            if (ctx->metric == predictor::LossMetric::kValLoss) {
-              val = &ctx->points;
-            } else if (ctx->online_metric == predictor::LossMetric::kValLoss) {
-              val = &schedulers::OnlinePoints(*ctx);
-            }
-            if (val != nullptr) {
+            // online observes val_loss wherever the log has it
+            // (Scenario::online_metric), whatever the warm-up fit's metric.
+            if (ctx->online_metric == predictor::LossMetric::kValLoss) {
               schedulers::Scenario seen = *ctx;
-              auto curve = schedulers::InterpolateCurve(*val, ctx->problem.warmup_iterations,
+              auto curve = schedulers::InterpolateCurve(schedulers::OnlinePoints(*ctx), ctx->problem.warmup_iterations,
                                                         ctx->problem.total_iterations);
               if (!curve.ok()) return fail_case(curve.status().WithContext(name + ": val-oracle"));
               seen.truth = std::move(*curve);
