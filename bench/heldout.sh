@@ -70,6 +70,12 @@
 #      of 2 and 3, class-incremental from 5 classes, a prior shift to three
 #      classes, a rotation to 70 degrees, a collapse, no drift (thirty-
 #      seventh; trained before the drift prior's default moved, to check it)
+#  18  hidden 200, 4 epochs, validation every 39, seeds 161-169, nine runs:
+#      recurring 50 degrees every 650, swaps of 1 and 6 every 550, one swap
+#      of 3 and 8, class-incremental from 3 classes, a prior shift to 0,4
+#      over 600, a rotation to 55 degrees, a collapse, no drift under SGD
+#      and under Adam (forty-first; trained before any change of that
+#      session)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -98,7 +104,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or 17"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17 or 18"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -109,7 +115,7 @@ while [ $# -gt 0 ]; do
     --train-only) train_only=1; shift ;;
     --partners) partners=1; suffix=once; shift ;;
     --calm-partners) partners=1; suffix=calm; shift ;;
-    -h|--help) sed -n '2,97p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,103p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -375,6 +381,23 @@ case "$set_id" in
                     --drift-duration 700 --staleness-max-versions 28
     run t-collapse  "${sgd[@]}" --seed 157 --lr-milestones 2000:40
     run t-nodrift   "${sgd[@]}" --seed 158
+    ;;
+  18)
+    common=("${base[@]}" --hidden 200 --epochs 4 --val-every 39)
+    sgd=(--optimizer sgd --lr 0.045 --momentum 0.9)
+    run u-recur50   "${sgd[@]}" --seed 161 --drift recurring --drift-rotation-degrees 50 --drift-at-iteration 1250 \
+                    --drift-period 650
+    run u-swaps550  "${sgd[@]}" --seed 162 --drift label-swap --drift-swap-classes 1,6 --drift-at-iteration 1150 \
+                    --drift-swap-period 550
+    run u-swap      "${sgd[@]}" --seed 163 --drift label-swap --drift-swap-classes 3,8 --drift-at-iteration 1450
+    run u-classinc3 "${sgd[@]}" --seed 164 --drift class-incremental --drift-initial-classes 3 --drift-at-iteration 1350
+    run u-prior     "${sgd[@]}" --seed 165 --drift prior-shift --drift-prior-classes 0,4 --drift-prior-mass 0.7 \
+                    --drift-at-iteration 1400 --drift-duration 600
+    run u-rotate    "${sgd[@]}" --seed 166 --drift rotation --drift-rotation-degrees 55 --drift-at-iteration 1200 \
+                    --drift-duration 800 --staleness-max-versions 28
+    run u-collapse  "${sgd[@]}" --seed 167 --lr-milestones 1700:45
+    run u-nodrift   "${sgd[@]}" --seed 168
+    run u-adam      --optimizer adam --lr 0.001 --seed 169
     ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
