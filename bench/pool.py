@@ -22,7 +22,10 @@ is left out, with a line on stderr. With B: A's and B's figures on the cases
 both hold, and how many cases moved, better and worse; --cases lists each
 case that moved by more than POINTS percentage points. --by splits the
 figures by kind (the log's name: h-recur60 -> recur, b-swaps450 -> swaps,
-recur-sgd-h256 -> recur), tier, window, clock, judge or report. --clock and
+recur-sgd-h256 -> recur), traffic (drifting or calm, from the case's
+staleness table: its traffic_change, or for reports before the
+forty-first session's build its after-drift bound; "no table" on the
+diagonal), tier, window, clock, judge or report. --clock and
 --judge keep only the cases under that traffic clock or judge (staleness
 table or diagonal). --json writes the same figures as JSON.
 Exit status: 0; 1 when there is no case (or none in common); 2 on bad usage.
@@ -35,7 +38,7 @@ import re
 import statistics
 import sys
 
-GROUPS = ("kind", "tier", "window", "clock", "judge", "report")
+GROUPS = ("kind", "traffic", "tier", "window", "clock", "judge", "report")
 
 
 def kind_of(log):
@@ -45,6 +48,15 @@ def kind_of(log):
     name = re.sub(r"^[a-z]-", "", name)
     m = re.match(r"[a-z]+", name)
     return m.group(0) if m else name
+
+
+def traffic_of(c, case_judge):
+    """drifting or calm, from the table (viper evaluate's traffic_change), or no table."""
+    if case_judge == "diagonal":
+        return "no table"
+    if "traffic_change" in c:
+        return "calm" if c["traffic_change"] is None else "drifting"
+    return "drifting" if "after_drift_bound" in c else "calm"
 
 
 def load(path, strategy, clock, judge):
@@ -83,6 +95,7 @@ def load(path, strategy, clock, judge):
                 # Epoch's CIL is null where it served a diverged model: never better.
                 "worse_than_epoch": epoch.get("cil") is not None and mine["cil"] > 1.01 * epoch["cil"],
                 "kind": kind_of(c.get("log", c["case"].split("/")[0])),
+                "traffic": traffic_of(c, case_judge),
                 "tier": c.get("tier", "?"),
                 "window": c.get("window", "?"),
                 "clock": c.get("traffic_clock", "?"),

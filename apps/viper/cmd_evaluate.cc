@@ -147,7 +147,8 @@ int RunEvaluate(const std::vector<std::string>& args) {
       "table's traffic changes and online is evaluated, also the after-drift bound: the exact optimum made\n"
       "to begin with online's checkpoints from before the change (what no causal planner can tell from a\n"
       "calm run), so online's regret splits into its blind checkpoints' cost and what it lost after the\n"
-      "change (JSON: after_drift_bound).\n"
+      "change (JSON: after_drift_bound). With a table each case says where its traffic first changes\n"
+      "(JSON: traffic_change, a traffic iteration; null on a calm run).\n"
       "The planning options below apply to every case (--transport, --warmup and --requests are set by the\n"
       "grid). A case that fails stops the sweep; with --json FILE the cases judged before it are written there\n"
       "(summary.incomplete, summary.error).\n"
@@ -285,6 +286,13 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["judge"] = JudgeName(*ctx);
           c["traffic_clock"] = schedulers::ToString(ctx->problem.requests.traffic_clock);
           c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
+          // Where the table's traffic first changes (the after-drift bound's
+          // test), null where it never does: a calm run. Absent without a
+          // table. bench/pool.py --by traffic splits the cases by it.
+          if (ctx->staleness_truth) {
+            const auto change = ctx->staleness_truth->FirstChange(kDriftTolerance);
+            c["traffic_change"] = change ? nlohmann::json(change->first_changed) : nlohmann::json();
+          }
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
           const auto pace = schedulers::MeasureReplayedPace(*ctx);

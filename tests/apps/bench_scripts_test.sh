@@ -182,6 +182,23 @@ mkdir -p "$tmp/PV"
 printf '{"cases": [{"case": "h-swap/gpu/w20/train", "log": "/x/h-swap.csv.gz", "judge": "diagonal", "strategies": {"online": {"regret_vs_oracle": 0.05, "cil": 1.05}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}, "val_oracle": {"regret_vs_oracle": 0.02, "cil": 1.02, "checkpoints": 3}}, {"case": "h-swap/gpu/w20/req", "log": "/x/h-swap.csv.gz", "judge": "diagonal", "strategies": {"online": {"regret_vs_oracle": 0.05, "cil": 1.05}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}}]}\n' >"$tmp/PV/h3-wall.json"
 out="$(/usr/bin/python3 "$poolpy" "$tmp/PV" --strategy val-oracle 2>"$tmp/err")"; rc=$?
 check "pool.py --strategy val-oracle pools the val-oracle (1 case, 2.00%) and counts the case without one" '[ $rc -eq 0 ] && echo "$out" | grep -q "^all *1 cases  mean    2.00" && grep -q "1 cases without a val-oracle" "$tmp/err"'
+# --by traffic: drifting or calm from the table (traffic_change: a number or
+# null; a report from before it: the after-drift bound or none), "no table"
+# on the diagonal. Two drifting (one each way), two calm, one without a table.
+mkdir -p "$tmp/PT"
+{
+  printf '{"cases": ['
+  e='"strategies": {"online": {"regret_vs_oracle": %s, "cil": 1.0}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}'
+  printf '{"case": "x-one/gpu/w20/train", "judge": "staleness table", "traffic_change": 1500.0, '"$e"'},' 0.10
+  printf '{"case": "x-two/gpu/w20/train", "judge": "staleness table", "after_drift_bound": {"cil": 1.0}, '"$e"'},' 0.30
+  printf '{"case": "x-three/gpu/w20/train", "judge": "staleness table", "traffic_change": null, "after_drift_bound": {"cil": 1.0}, '"$e"'},' 0.02
+  printf '{"case": "x-four/gpu/w20/train", "judge": "staleness table", '"$e"'},' 0.04
+  printf '{"case": "x-five/gpu/w20/train", "judge": "diagonal", '"$e"'}' 0.01
+  printf ']}\n'
+} >"$tmp/PT/t-wall.json"
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PT" --by traffic)"; rc=$?
+echo "$out"
+check "pool.py --by traffic: 2 drifting (mean 20.00), 2 calm (mean 3.00), 1 without a table" '[ $rc -eq 0 ] && echo "$out" | grep -q "^traffic drifting *2 cases  mean   20.00" && echo "$out" | grep -q "^traffic calm *2 cases  mean    3.00" && echo "$out" | grep -q "^traffic no table *1 cases"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" --judge diagonal >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no case" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/nowhere" >/dev/null 2>&1; rc=$?

@@ -171,8 +171,19 @@ for c in j["cases"]:
     assert all(s <= 2500 for s in b["online_schedule"][:k]), b
     assert b["regret_vs_oracle"] >= -1e-3 and b["online_regret_vs_bound"] >= -1e-3, b
     assert abs(b["online_regret_vs_bound"] - (on["cil"] / b["cil"] - 1)) < 1e-9, (b, on["cil"])
+    assert c["traffic_change"] == b["drift_traffic"], c["traffic_change"]
 PY
   then passes=$((passes + 1)); else fail "the after-drift bound keeps online's pre-swap checkpoints and bounds it"; fi
+  # traffic_change: null on the calm control's table, absent without a table.
+  expect_rc 0 "evaluate a calm table and a log without one" "$viper" evaluate --logs "$src/datasets/logs/sgd-h256.csv.gz" -q --staleness auto --tiers gpu --warmups 20% --windows while-training --strategies online --json "$tmp/ev-calm.json"
+  expect_rc 0 "evaluate a log without a table" "$viper" evaluate --logs "$src/datasets/logs/sgd-h256.csv.gz" -q --tiers gpu --warmups 20% --windows while-training --strategies online --json "$tmp/ev-diag.json"
+  if "$py" - "$tmp/ev-calm.json" "$tmp/ev-diag.json" <<'PY'
+import json, sys
+calm, diag = (json.load(open(p))["cases"] for p in sys.argv[1:3])
+assert calm and all(c["traffic_change"] is None for c in calm), calm
+assert diag and all("traffic_change" not in c for c in diag), diag
+PY
+  then passes=$((passes + 1)); else fail "traffic_change is null on a calm table and absent without one"; fi
   # Per tier: the table and the JSON's by_tier, each tier's figures from that tier's cases only.
   expect_rc 0 "evaluate over two tiers" "$viper" evaluate --logs "$swap" -q --staleness auto --tiers gpu,pfs --warmups 20% --strategies epoch,online --json "$tmp/ev2.json"
   expect_match "$tmp/out" "^by tier +gpu: median \(worst\) +pfs: median \(worst\)" "evaluate prints the regret by tier"
