@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -289,9 +290,10 @@ int RunEvaluate(const std::vector<std::string>& args) {
           // Where the table's traffic first changes (the after-drift bound's
           // test), null where it never does: a calm run. Absent without a
           // table. bench/pool.py --by traffic splits the cases by it.
+          std::optional<schedulers::StalenessSurface::Change> traffic_change;
           if (ctx->staleness_truth) {
-            const auto change = ctx->staleness_truth->FirstChange(kDriftTolerance);
-            c["traffic_change"] = change ? nlohmann::json(change->first_changed) : nlohmann::json();
+            traffic_change = ctx->staleness_truth->FirstChange(kDriftTolerance);
+            c["traffic_change"] = traffic_change ? nlohmann::json(traffic_change->first_changed) : nlohmann::json();
           }
           c["separate_truth"] = ctx->separate_truth;
           c["truth_is_training_loss"] = TruthIsTrainingLoss(*ctx);
@@ -401,7 +403,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           // after the drift, where it can react; the bound's own regret is
           // what its blind checkpoints cost.
           if (ctx->staleness_truth && ctx->truth) {
-            const auto change = ctx->staleness_truth->FirstChange(kDriftTolerance);
+            const auto& change = traffic_change;
             if (on && change && oracle_cil && *oracle_cil > 0) {
               const schedulers::Problem bp = schedulers::BoundProblem(*ctx);
               const bool wall = bp.requests.traffic_clock == schedulers::TrafficClock::kWall;
