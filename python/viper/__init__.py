@@ -535,7 +535,8 @@ class Planner:
         (candidate_loss, served_model and served_loss, noise_sd, gate_margin,
         best_kept_model and best_kept_loss, decay_per_s, lag_price_per_s,
         traffic_iteration, changes, switches, cycle, predicted_switch) and
-        what it chose (plan_wants, gated, held_for_return, held_on_ramp,
+        what it chose (plan_wants, planned_checkpoint: the re-plan's first
+        checkpoint or None when it plans none, gated, held_for_return, held_on_ramp,
         held_for_switch, publish, published_model, publish_kind: "fresh", "kept" or "ahead");
         None where there was nothing (judge_traffic_iteration always: only
         the offline replay knows where the judge placed the traffic). The columns of `viper simulate

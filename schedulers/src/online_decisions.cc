@@ -43,6 +43,10 @@ void OnlinePlanner::RecordDecision(int64_t now, double v, double sigma, const Pr
   d.noise_sd = sigma;
   d.gate_margin = MarginFor(sigma);
   d.plan_wants = plan_wanted;
+  // The re-plan with the candidate at its measured loss (before the gate
+  // and the holds): when it takes none, no publish is planned for the rest
+  // of the run as things stand, not merely later.
+  if (!last_plan_.empty()) d.planned_checkpoint = last_plan_.front();
   d.gated = gated;
   d.held_for_return = holding;
   d.held_on_ramp = ramp_hold;

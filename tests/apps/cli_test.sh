@@ -105,6 +105,7 @@ if [ -f "$log" ]; then
   expect_rc 1 "a missing partner table is bad input" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$tmp/none.staleness.csv"
   expect_rc 0 "simulate writes online's decisions" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport gpu --strategies online --json "$tmp/dec.json" --decisions-csv "$tmp/dec.csv"
   expect_in "$tmp/dec.csv" "iteration,traffic_iteration,candidate_loss,served_model,served_loss,noise_sd" "the decisions CSV's header"
+  expect_in "$tmp/dec.csv" ",plan_wants,planned_checkpoint,gated," "the decisions CSV says which checkpoint the re-plan takes first"
   checkpoints="$(grep -o '"checkpoints": *[0-9]*' "$tmp/dec.json" | head -n 1 | grep -o '[0-9]*$')"
   publishes="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "publish") c = i; next } c && $c == 1' "$tmp/dec.csv" | wc -l)"
   if [ -n "$checkpoints" ] && [ "$publishes" -eq "$checkpoints" ]; then passes=$((passes + 1)); else fail "one publishing decision per checkpoint: $publishes rows, $checkpoints checkpoints" "$tmp/dec.csv"; fi

@@ -218,9 +218,18 @@ TEST(OnlinePlannerTest, RecordsEveryDecisionWhenAsked) {
   const auto& d = planner.decisions();
   ASSERT_EQ(d.size(), static_cast<size_t>((p.total_iterations - p.warmup_iterations) / 20));
   Schedule published;
-  int64_t gated = 0;
+  int64_t gated = 0, waits = 0;
   for (const auto& x : d) {
     EXPECT_GT(x.iteration, p.warmup_iterations);
+    // The re-plan's first checkpoint: before the next measurement (20
+    // iterations on) exactly when it wants one now; a later one is a wait.
+    if (x.plan_wants) {
+      EXPECT_GE(x.planned_checkpoint, x.iteration);
+      EXPECT_LT(x.planned_checkpoint, x.iteration + 20);
+    } else if (x.planned_checkpoint >= 0) {
+      EXPECT_GE(x.planned_checkpoint, x.iteration + 20);
+      ++waits;
+    }
     // The wall clock (the default): each stall so far moves the traffic on
     // by stall_s / tau = 0.2 iterations, up to N.
     EXPECT_NEAR(x.traffic,
@@ -244,7 +253,9 @@ TEST(OnlinePlannerTest, RecordsEveryDecisionWhenAsked) {
   EXPECT_EQ(published, planner.taken());
   EXPECT_EQ(gated, planner.summary().gated);
   EXPECT_GT(gated, 0);
+  EXPECT_GT(waits, 0);
   const std::string csv = DecisionsCsv(d);
+  EXPECT_NE(csv.find(",plan_wants,planned_checkpoint,gated,"), std::string::npos);
   EXPECT_EQ(csv.rfind("iteration,traffic_iteration,candidate_loss,served_model,served_loss,", 0), 0u);
   EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), d.size() + 1);
   EXPECT_NE(csv.find("\n" + std::to_string(published.front()) + ","), std::string::npos);

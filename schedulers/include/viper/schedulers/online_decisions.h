@@ -28,6 +28,7 @@ struct OnlineDecision {
   double noise_sd = 0;            // the regime's noise sd of one measurement
   double gate_margin = 0;         // what the candidate must beat the served model by
   bool plan_wants = false;        // the re-plan takes a checkpoint before the next measurement
+  int64_t planned_checkpoint = -1;  // the re-plan's first checkpoint, a producer iteration (-1: it takes none)
   bool gated = false;             // ... and the gate refused it
   bool held_for_return = false;   // an anticipated return holds everything else
   bool held_on_ramp = false;      // a young ramp held it (Options::hold_young_ramps)
@@ -61,6 +62,7 @@ void ForEachDecisionField(const OnlineDecision& d, F&& f) {
   f("noise_sd", d.noise_sd);
   f("gate_margin", d.gate_margin);
   f("plan_wants", d.plan_wants);
+  f("planned_checkpoint", model(d.planned_checkpoint));
   f("gated", d.gated);
   f("held_for_return", d.held_for_return);
   f("held_on_ramp", d.held_on_ramp);
