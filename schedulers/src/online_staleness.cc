@@ -84,12 +84,23 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // drift_prior x the candidate's loss over the serving window, and a stall
   // is priced as that much lag. Only where the served version is
   // re-measured: elsewhere no drift can be seen, by this loop or by a
-  // diagonal judge.
+  // diagonal judge. On a ramp (the served model still rising) the prior is
+  // a floor under the measured rate: a young ramp's rate, fitted on its
+  // first few re-measurements, can be a fraction of the prior's or not yet
+  // significant at all, and seeing
+  // drift begin must not make a stall cheaper than before any was seen (a
+  // late rotation on pfs published as its ramp began, and the model then
+  // decayed to ten times the producer's loss: bench/README.md,
+  // "Forty-second session").
   summary_.lag_price = 0;
-  if (options_.drift_prior > 0 && summary_.served_measurements > 0 && (summary_.changes == 0 || settled_step) &&
-      regime_decay == 0) {
+  if (options_.drift_prior > 0 && summary_.served_measurements > 0) {
     const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
-    if (span > 0) regime_decay = options_.drift_prior * std::max(0.0, v) / span;
+    const double prior = span > 0 ? options_.drift_prior * std::max(0.0, v) / span : 0.0;
+    if ((summary_.changes == 0 || settled_step) && regime_decay == 0) {
+      regime_decay = prior;
+    } else if (ServedStillRising()) {
+      regime_decay = std::max(regime_decay, prior);
+    }
   }
   if (problem->requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
     const double now_s = static_cast<double>(now - W) * problem->seconds_per_iteration +

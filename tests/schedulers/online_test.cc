@@ -406,6 +406,11 @@ TEST(OnlinePlannerTest, DISABLED_AStepInTheServedVersionIsNotARateOfDecay) {
 // prior's bound (drift_prior x the largest candidate loss x request rate).
 struct LagPrices {
   double flat = 0, rising = 0, prior_bound = 0;
+  // Over the decisions after the change where the old model served and had
+  // risen by more than 0.02 at each of its last two re-measurements: the
+  // smallest lag price over what the drift prior alone prices then (inf:
+  // none such).
+  double rising_over_prior = std::numeric_limits<double>::infinity();
   std::string report;
 };
 LagPrices PlayAChange(const std::function<double(double)>& old, const std::function<double(double, double)>& fresh,
@@ -423,7 +428,7 @@ LagPrices PlayAChange(const std::function<double(double)>& old, const std::funct
   std::mt19937_64 rng(11);
   std::normal_distribution<double> e(0.0, 0.01);
   LagPrices out;
-  double max_candidate = 0, served_before = 0;
+  double max_candidate = 0, served_before = 0, served_before2 = 0;
   for (int64_t i = 20; i <= p.total_iterations; i += 20) {
     const double t = planner.TrafficAt(i);
     const double v = loss(static_cast<double>(i), t) + e(rng);
@@ -440,7 +445,18 @@ LagPrices PlayAChange(const std::function<double(double)>& old, const std::funct
     if (old_after_change && planner.summary().changes > 0) {
       double* slot = std::fabs(served - served_before) < 0.05 ? &out.flat : &out.rising;
       *slot = std::max(*slot, planner.summary().lag_price);
+      if (served - served_before > 0.02 && served_before - served_before2 > 0.02 && drift_prior > 0) {
+        // The prior's price per second of stall now: drift_prior x v over
+        // the window, x the request rate, x the window's seconds left.
+        const int64_t k = static_cast<int64_t>(planner.taken().size());
+        const double span = p.WindowEnd(k);
+        const double now_s = static_cast<double>(i - p.warmup_iterations) * p.seconds_per_iteration +
+                             static_cast<double>(k) * p.cost.stall_s;
+        const double prior = drift_prior * v / span * p.requests.RatePerSecond() * std::max(0.0, span - now_s);
+        if (prior > 0) out.rising_over_prior = std::min(out.rising_over_prior, planner.summary().lag_price / prior);
+      }
     }
+    served_before2 = served_before;
     served_before = served;
     if (*now) {
       EXPECT_TRUE(planner.Commit(i).ok());
@@ -482,6 +498,22 @@ TEST(OnlinePlannerTest, ARampKeepsItsLagRateAcrossAChange) {
       [](double v, double t) { return 0.45 + 2.0 * std::exp(-(v - 1000) / 60.0) + 0.01 * std::max(0.0, t - v); },
       /*drift_prior=*/1.5);
   EXPECT_GT(lag.rising, lag.prior_bound) << lag.report;
+}
+
+// A slow rotation: from 1000 every model's loss rises by 0.002 per traffic
+// iteration past max(its own iteration, 1000). The ramp's rate, fitted on
+// the old model's first re-measurements, is below the drift prior's (3):
+// while the old model keeps rising, a stall is priced at least as the prior
+// prices it, as before any change was seen. Fails without the prior's floor
+// on a ramp in PriceStaleness (the price fell to the young ramp's rate).
+TEST(OnlinePlannerTest, ARampPricesTheLagAtLeastAsThePriorDoes) {
+  const LagPrices lag = PlayAChange(
+      [](double t) { return 0.002 * std::max(0.0, t - 1000); },
+      [](double v, double t) { return 0.45 + 2.0 * std::exp(-(v - 1000) / 60.0) + 0.002 * std::max(0.0, t - v); },
+      /*drift_prior=*/3.0);
+  ASSERT_TRUE(std::isfinite(lag.rising_over_prior)) << "no decision on the ramp: the test measures nothing: "
+                                                    << lag.report;
+  EXPECT_GE(lag.rising_over_prior, 0.999) << lag.report;
 }
 
 // Overfitting: the loss falls to 0.4 at 800 and then rises. Nothing measured
