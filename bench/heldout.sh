@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|19] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|...|20] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -84,6 +84,15 @@
 #      3400-4200, a rotation to 40 degrees over 3200-4400, a collapse at
 #      4000, no drift, one swap under Adam (forty-second; trained before any
 #      change of that session: a draw outside the pool's timing)
+#  20  hidden 480 (a slower model: about three times set 19's seconds per
+#      iteration, so each stall is fewer iterations of traffic), 4 epochs,
+#      validation every 50, seeds 181-189, nine runs, drifts at 30-45%:
+#      recurring 50 degrees every 600 from 1300, swaps of 3 and 5 every 650
+#      from 1200, one swap of 1 and 9 at 1500, class-incremental from 3
+#      classes at 1400, a prior shift to 2,6 over 1300-1900, a rotation to 50
+#      degrees over 1200-2000, a collapse at 1800, no drift, no drift under
+#      Adam (forty-second; trained after that session's change, before its
+#      evaluation)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -112,7 +121,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18 or 19"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19 or 20"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -123,7 +132,7 @@ while [ $# -gt 0 ]; do
     --train-only) train_only=1; shift ;;
     --partners) partners=1; suffix=once; shift ;;
     --calm-partners) partners=1; suffix=calm; shift ;;
-    -h|--help) sed -n '2,111p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,120p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -424,6 +433,23 @@ case "$set_id" in
     run v-nodrift   "${sgd[@]}" --seed 178
     run v-swapadam  --optimizer adam --lr 0.001 --seed 179 --drift label-swap --drift-swap-classes 4,9 \
                     --drift-at-iteration 3500
+    ;;
+  20)
+    common=("${base[@]}" --hidden 480 --epochs 4 --val-every 50)
+    sgd=(--optimizer sgd --lr 0.04 --momentum 0.9)
+    run w-recur50   "${sgd[@]}" --seed 181 --drift recurring --drift-rotation-degrees 50 --drift-at-iteration 1300 \
+                    --drift-period 600
+    run w-swaps650  "${sgd[@]}" --seed 182 --drift label-swap --drift-swap-classes 3,5 --drift-at-iteration 1200 \
+                    --drift-swap-period 650
+    run w-swap      "${sgd[@]}" --seed 183 --drift label-swap --drift-swap-classes 1,9 --drift-at-iteration 1500
+    run w-classinc3 "${sgd[@]}" --seed 184 --drift class-incremental --drift-initial-classes 3 --drift-at-iteration 1400
+    run w-prior     "${sgd[@]}" --seed 185 --drift prior-shift --drift-prior-classes 2,6 --drift-prior-mass 0.7 \
+                    --drift-at-iteration 1300 --drift-duration 600
+    run w-rotate    "${sgd[@]}" --seed 186 --drift rotation --drift-rotation-degrees 50 --drift-at-iteration 1200 \
+                    --drift-duration 800 --staleness-max-versions 28
+    run w-collapse  "${sgd[@]}" --seed 187 --lr-milestones 1800:45
+    run w-nodrift   "${sgd[@]}" --seed 188
+    run w-adam      --optimizer adam --lr 0.001 --seed 189
     ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
