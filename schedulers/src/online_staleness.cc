@@ -87,11 +87,10 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // diagonal judge. On a ramp (the served model still rising) the prior is
   // a floor under the measured rate: a young ramp's rate, fitted on its
   // first few re-measurements, can be a fraction of the prior's or not yet
-  // significant at all, and seeing
-  // drift begin must not make a stall cheaper than before any was seen (a
-  // late rotation on pfs published as its ramp began, and the model then
-  // decayed to ten times the producer's loss: bench/README.md,
-  // "Forty-second session").
+  // significant at all, and seeing drift begin must not make a stall
+  // cheaper than before any was seen (a late rotation on pfs published as
+  // its ramp began, and the model then decayed to ten times the producer's
+  // loss: bench/README.md, "Forty-second session").
   summary_.lag_price = 0;
   if (options_.drift_prior > 0 && summary_.served_measurements > 0) {
     const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
