@@ -71,9 +71,9 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // recovered model was held while the old one served at 12 times its loss
   // (bench/README.md, "Seventeenth session"). A served model still rising
   // is on a ramp (a rotation), whose rate the new versions meet too.
+  const bool rising = ServedStillRising();  // read again by the prior's floor below
   const bool settled_step = summary_.changes > 0 && regime_begin_ < measured_.iterations.size() &&
-                            static_cast<double>(served_model()) < measured_.iterations[regime_begin_] &&
-                            !ServedStillRising();
+                            static_cast<double>(served_model()) < measured_.iterations[regime_begin_] && !rising;
   double regime_decay = 0;
   if (!settled_step) {
     regime_decay = regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
@@ -97,7 +97,7 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
     const double prior = span > 0 ? options_.drift_prior * std::max(0.0, v) / span : 0.0;
     if ((summary_.changes == 0 || settled_step) && regime_decay == 0) {
       regime_decay = prior;
-    } else if (ServedStillRising()) {
+    } else if (rising) {
       regime_decay = std::max(regime_decay, prior);
     }
   }
