@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|20] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|...|21] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -93,6 +93,14 @@
 #      degrees over 1200-2000, a collapse at 1800, no drift, no drift under
 #      Adam (forty-second; trained after that session's change, before its
 #      evaluation)
+#  21  hidden 256, 5 epochs, validation every 55, seeds 191-199, nine runs,
+#      drifts at 35-55%: recurring 40 degrees every 700 from 1700, swaps of
+#      4 and 7 every 600 from 1800, one swap of 2 and 9 at 2300,
+#      class-incremental from 5 classes at 2000, a prior shift to 0,3,7 over
+#      1900-2600, a rotation to 65 degrees over 1700-2700, a collapse at
+#      2500, no drift, one swap of 5 and 8 under Adam at 2100 (forty-third;
+#      trained before that session's planner change was chosen, evaluated
+#      once with it)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -121,7 +129,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19 or 20"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20 or 21"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -132,7 +140,7 @@ while [ $# -gt 0 ]; do
     --train-only) train_only=1; shift ;;
     --partners) partners=1; suffix=once; shift ;;
     --calm-partners) partners=1; suffix=calm; shift ;;
-    -h|--help) sed -n '2,120p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,128p' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -450,6 +458,24 @@ case "$set_id" in
     run w-collapse  "${sgd[@]}" --seed 187 --lr-milestones 1800:45
     run w-nodrift   "${sgd[@]}" --seed 188
     run w-adam      --optimizer adam --lr 0.001 --seed 189
+    ;;
+  21)
+    common=("${base[@]}" --hidden 256 --epochs 5 --val-every 55)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run x-recur40   "${sgd[@]}" --seed 191 --drift recurring --drift-rotation-degrees 40 --drift-at-iteration 1700 \
+                    --drift-period 700
+    run x-swaps600  "${sgd[@]}" --seed 192 --drift label-swap --drift-swap-classes 4,7 --drift-at-iteration 1800 \
+                    --drift-swap-period 600
+    run x-swap      "${sgd[@]}" --seed 193 --drift label-swap --drift-swap-classes 2,9 --drift-at-iteration 2300
+    run x-classinc5 "${sgd[@]}" --seed 194 --drift class-incremental --drift-initial-classes 5 --drift-at-iteration 2000
+    run x-prior     "${sgd[@]}" --seed 195 --drift prior-shift --drift-prior-classes 0,3,7 --drift-prior-mass 0.8 \
+                    --drift-at-iteration 1900 --drift-duration 700
+    run x-rotate    "${sgd[@]}" --seed 196 --drift rotation --drift-rotation-degrees 65 --drift-at-iteration 1700 \
+                    --drift-duration 1000 --staleness-max-versions 28
+    run x-collapse  "${sgd[@]}" --seed 197 --lr-milestones 2500:35
+    run x-nodrift   "${sgd[@]}" --seed 198
+    run x-swapadam  --optimizer adam --lr 0.001 --seed 199 --drift label-swap --drift-swap-classes 5,8 \
+                    --drift-at-iteration 2100
     ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)

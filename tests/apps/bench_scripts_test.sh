@@ -26,10 +26,10 @@ check "--sets set9 is bad usage" '[ $rc -eq 2 ] && grep -q "set9" "$tmp/err"'
 check "an unknown option is bad usage" '[ $rc -eq 2 ]'
 
 heldout="$root/bench/heldout.sh"
-"$heldout" --set 21 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
-check "heldout.sh --set 21 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "19 or 20" "$tmp/err"'
+"$heldout" --set 22 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --set 22 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "20 or 21" "$tmp/err"'
 "$heldout" --help >"$tmp/help" 2>&1; rc=$?
-check "heldout.sh --help describes every set, 20 included" '[ $rc -eq 0 ] && grep -q "^#  20 " "$tmp/help" && grep -q "train such a set again" "$tmp/help"'
+check "heldout.sh --help describes every set, 21 included" '[ $rc -eq 0 ] && grep -q "^#  21 " "$tmp/help" && grep -q "train such a set again" "$tmp/help"'
 
 # The stand-in: records the logs it was given, writes a one-case report whose
 # online regret is the first log's last wall_time (so a scaled copy shows).
