@@ -2,7 +2,7 @@
 """Pools `viper evaluate` reports and compares two builds on them.
 
 Usage: bench/pool.py A [B] [--strategy online|val-oracle|...] [--by kind,tier,...] [--cases POINTS]
-                     [--clock wall|producer] [--judge table|diagonal] [--json FILE]
+                     [--clock wall|producer] [--judge table|diagonal] [--blind] [--json FILE]
 
 A, B: a directory of viper.evaluate/1 reports (every *.json in it, as
 bench/pool.sh, bench/devsets.sh or bench/heldout.sh write them) or one report.
@@ -27,7 +27,15 @@ staleness table: its traffic_change, or for reports before the
 forty-first session's build its after-drift bound; "no table" on the
 diagonal), tier, window, clock, judge or report. --clock and
 --judge keep only the cases under that traffic clock or judge (staleness
-table or diagonal). --json writes the same figures as JSON.
+table or diagonal). --blind (online only) adds, under each line, where
+online's regret lies on the drifting cases that carry an after-drift bound
+(`viper evaluate`'s after_drift_bound: the exact optimum made to begin with
+the checkpoints online took before the traffic's first change): the blind
+checkpoints' cost (the bound's regret against the oracle, which no causal
+planner can tell from a calm run's choice) and what online lost after the
+change (its regret against the bound), mean and median in points. The two
+do not add exactly: they are ratios to different CILs. --json writes the
+same figures as JSON.
 Exit status: 0; 1 when there is no case (or none in common); 2 on bad usage.
 """
 import argparse
@@ -57,6 +65,14 @@ def traffic_of(c, case_judge):
     if "traffic_change" in c:
         return "calm" if c["traffic_change"] is None else "drifting"
     return "drifting" if "after_drift_bound" in c else "calm"
+
+
+def split_of(bound):
+    """{blind, after} in points from a case's after_drift_bound, or Nones."""
+    if not isinstance(bound, dict) or bound.get("regret_vs_oracle") is None \
+            or bound.get("online_regret_vs_bound") is None:
+        return {"blind": None, "after": None}
+    return {"blind": 100.0 * bound["regret_vs_oracle"], "after": 100.0 * bound["online_regret_vs_bound"]}
 
 
 def load(path, strategy, clock, judge):
@@ -101,6 +117,8 @@ def load(path, strategy, clock, judge):
                 "clock": c.get("traffic_clock", "?"),
                 "judge": case_judge,
                 "report": name,
+                # The after-drift bound's split (--blind): None without one.
+                **split_of(c.get("after_drift_bound") if strategy == "online" else None),
             }
         if without:
             print(f"pool.py: {f}: {without} cases without a val-oracle; left out", file=sys.stderr)
@@ -122,6 +140,24 @@ def figures(cases, keys):
     }
 
 
+def split_figures(cases, keys):
+    """The blind / after split over the cases of `keys` that have a bound, or None."""
+    ks = [k for k in keys if cases[k]["blind"] is not None]
+    if not ks:
+        return None
+    blind = [cases[k]["blind"] for k in ks]
+    after = [cases[k]["after"] for k in ks]
+    return {"cases": len(ks), "blind_mean": statistics.fmean(blind), "blind_median": statistics.median(blind),
+            "after_mean": statistics.fmean(after), "after_median": statistics.median(after)}
+
+
+def split_line(f):
+    if f is None:
+        return "no case with an after-drift bound"
+    return (f"{f['cases']:4d} with a bound: blind checkpoints mean {f['blind_mean']:6.2f} median "
+            f"{f['blind_median']:5.2f}; after the change mean {f['after_mean']:6.2f} median {f['after_median']:5.2f}")
+
+
 def line(f):
     return (f"{f['cases']:4d} cases  mean {f['mean']:7.2f}  median {f['median']:6.2f}  p90 {f['p90']:6.1f}  "
             f"worst {f['worst']:6.1f}  over 10% {f['over_10']:3d}  worse than epoch {f['worse_than_epoch']:3d}")
@@ -136,8 +172,12 @@ def main():
     ap.add_argument("--cases", type=float, default=None, metavar="POINTS")
     ap.add_argument("--clock", choices=("wall", "producer"))
     ap.add_argument("--judge", choices=("table", "diagonal"))
+    ap.add_argument("--blind", action="store_true")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
+    if args.blind and args.strategy != "online":
+        ap.error("--blind splits online's regret (the after-drift bound is made on online's checkpoints); "
+                 f"not --strategy {args.strategy}")
     by = [g for g in args.by.split(",") if g]
     for g in by:
         if g not in GROUPS:
@@ -159,6 +199,9 @@ def main():
         entry = {"group": label, "a": fa}
         if b is None:
             print(f"{label:28s} {line(fa)}")
+            if args.blind:
+                entry["a_split"] = split_figures(a, ks)
+                print(f"{'':28s}   split {split_line(entry['a_split'])}")
         else:
             fb = figures(b, ks)
             moved = [k for k in ks if abs(b[k]["regret"] - a[k]["regret"]) > 1e-6]
@@ -167,6 +210,10 @@ def main():
             print(f"{label:28s} A {line(fa)}")
             print(f"{'':28s} B {line(fb)}")
             print(f"{'':28s}   moved {len(moved)}: {better} better, {len(moved) - better} worse")
+            if args.blind:
+                entry["a_split"], entry["b_split"] = split_figures(a, ks), split_figures(b, ks)
+                print(f"{'':28s} A split {split_line(entry['a_split'])}")
+                print(f"{'':28s} B split {split_line(entry['b_split'])}")
         out["groups"].append(entry)
 
     report("all", keys)

@@ -199,6 +199,25 @@ mkdir -p "$tmp/PT"
 out="$(/usr/bin/python3 "$poolpy" "$tmp/PT" --by traffic)"; rc=$?
 echo "$out"
 check "pool.py --by traffic: 2 drifting (mean 20.00), 2 calm (mean 3.00), 1 without a table" '[ $rc -eq 0 ] && echo "$out" | grep -q "^traffic drifting *2 cases  mean   20.00" && echo "$out" | grep -q "^traffic calm *2 cases  mean    3.00" && echo "$out" | grep -q "^traffic no table *1 cases"'
+# --blind: the after-drift bound's split of online's regret, over the cases
+# that carry one with both figures (x-two's bound has neither: left out):
+# blind 4 and 0 points, after the change 10 and 30.
+mkdir -p "$tmp/PS"
+{
+  printf '{"cases": ['
+  e='"strategies": {"online": {"regret_vs_oracle": %s, "cil": 1.0}, "epoch": {"regret_vs_oracle": 0.1, "cil": 1.1}}'
+  printf '{"case": "x-one/host/w20/train", "tier": "host", "judge": "staleness table", "traffic_change": 1500.0, "after_drift_bound": {"regret_vs_oracle": 0.04, "online_regret_vs_bound": 0.10}, '"$e"'},' 0.15
+  printf '{"case": "x-two/host/w20/train", "tier": "host", "judge": "staleness table", "traffic_change": 1500.0, "after_drift_bound": {"cil": 1.0}, '"$e"'},' 0.20
+  printf '{"case": "x-six/pfs/w20/train", "tier": "pfs", "judge": "staleness table", "traffic_change": 900.0, "after_drift_bound": {"regret_vs_oracle": 0.0, "online_regret_vs_bound": 0.30}, '"$e"'},' 0.30
+  printf '{"case": "x-four/pfs/w20/train", "tier": "pfs", "judge": "staleness table", "traffic_change": null, '"$e"'}' 0.04
+  printf ']}\n'
+} >"$tmp/PS/s-wall.json"
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PS" --blind --by tier --json "$tmp/split.json")"; rc=$?
+echo "$out"
+check "pool.py --blind: 2 cases with a bound, blind mean 2.00, after the change mean 20.00" '[ $rc -eq 0 ] && echo "$out" | grep -q "split    2 with a bound: blind checkpoints mean   2.00 median  2.00; after the change mean  20.00 median 20.00"'
+check "pool.py --blind --by tier: host's one case (4 / 10), and the JSON holds the split" 'echo "$out" | grep -A1 "^tier host" | grep -q "1 with a bound: blind checkpoints mean   4.00 median  4.00; after the change mean  10.00" && /usr/bin/python3 -c "import json,sys; g=json.load(open(sys.argv[1]))[\"groups\"][0]; sys.exit(not (g[\"a_split\"][\"cases\"] == 2 and abs(g[\"a_split\"][\"after_mean\"] - 20.0) < 1e-9))" "$tmp/split.json"'
+/usr/bin/python3 "$poolpy" "$tmp/PS" --blind --strategy val-oracle >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.py --blind with another strategy is bad usage (exit 2, says why)" '[ $rc -eq 2 ] && grep -q "after-drift bound" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" --judge diagonal >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.py --judge diagonal keeps no table case: exit 1 with a message" '[ $rc -eq 1 ] && grep -q "no case" "$tmp/err"'
 /usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/nowhere" >/dev/null 2>&1; rc=$?
