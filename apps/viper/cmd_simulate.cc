@@ -141,7 +141,9 @@ struct SimulateArgs {
   LogOptions log;
   PlanningOptions planning;
   std::string strategies = "all", json_path, plot_path, trace_path, trace_strategy = "optimal", requests_csv,
-      decisions_csv, versus_staleness;
+      decisions_csv;
+  std::vector<std::string> versus_staleness;
+  double versus_self_weight = 0.0;  // 0: equal weights
   double poll_phase_s = 0.0;
   bool quiet = false;
   std::vector<schedulers::StrategyKind> kinds;
@@ -163,7 +165,8 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
       ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
       ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
       ("decisions-csv", po::value(&a->decisions_csv), "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, publish and which model), and last where the replay's judge placed the traffic (judge_traffic_iteration, beside the planner's estimate traffic_iteration); README, 'Why online published'")
-      ("versus-staleness", po::value(&a->versus_staleness), "with --staleness: the staleness table of a second run that the producer cannot tell from this one until some traffic point (trained alike; e.g. the same recurring run with a period longer than the run: its traffic never returns). Prints the causal pair bound: the regret (fluid objective, against each run's exact optimum on its table's test_loss) that no planner deciding at validation points from what the producer measures can stay below on both runs; both are judged on this log's clock and cost. README 'The causal pair bound'")
+      ("versus-staleness", po::value(&a->versus_staleness)->composing(), "with --staleness: the staleness table of a second run that the producer cannot tell from this one until some traffic point (trained alike; e.g. the same recurring run with a period longer than the run: its traffic never returns). Prints the causal pair bound: the regret (fluid objective, against each run's exact optimum on its table's test_loss) that no planner deciding at validation points from what the producer measures can stay below on both runs; both are judged on this log's clock and cost. Given more than once, the causal bound over the family (this run and each table, each parting from this one where its validation sample first differs; e.g. a calm run and the same run with its drift at several iterations): the least mean regret over them of any such planner. README 'The causal pair bound'")
+      ("versus-self-weight", po::value(&a->versus_self_weight), "with --versus-staleness given more than once: the weight in (0, 1) on this log's run in the family's mean, the rest shared equally by the tables' runs (default: all equal); e.g. a calm run's share of the traffic a planner expects")
       ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
       ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
   AddPlanningOptions(&desc, &a->planning);
@@ -193,9 +196,31 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
   }
   a->trace_kind = *trace_kind;
   Status st = CheckReal("--poll-phase-s", a->poll_phase_s, 0, 86400);
+  if (st.ok() && vm.count("versus-self-weight")) {
+    if (a->versus_staleness.size() < 2) {
+      st = InvalidArgumentError("--versus-self-weight needs --versus-staleness given at least twice");
+    } else if (!(a->versus_self_weight > 0 && a->versus_self_weight < 1)) {
+      st = InvalidArgumentError("--versus-self-weight must be inside (0, 1), got " +
+                                std::to_string(a->versus_self_weight));
+    }
+  }
   if (st.ok()) st = ValidatePlanningOptions(a->planning);
   if (!st.ok()) return UsageError("simulate", st.message());
   return 0;
+}
+
+// A table read as the judge's truth (test_loss) and the producer's view (val_loss).
+struct VersusTable {
+  schedulers::StalenessSurface truth, observed;
+};
+StatusOr<VersusTable> ReadVersusTable(const std::string& path, const std::string& non_finite) {
+  datasets::StalenessReader::Options table_options;
+  VIPER_ASSIGN_OR_RETURN(table_options.non_finite, datasets::NonFinitePolicyFromString(non_finite));
+  VIPER_ASSIGN_OR_RETURN(auto versus, datasets::StalenessReader::ReadFile(path, table_options));
+  VIPER_ASSIGN_OR_RETURN(auto truth, schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kTest));
+  VIPER_ASSIGN_OR_RETURN(auto observed,
+                         schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kValidation));
+  return VersusTable{std::move(truth), std::move(observed)};
 }
 
 // The causal pair bound of this run against the run of `versus_path`'s
@@ -203,24 +228,14 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
 StatusOr<nlohmann::json> CausalPairBoundAgainst(const PlanningContext& ctx, const std::string& versus_path,
                                                 const std::string& non_finite,
                                                 const std::function<void(const std::string&)>& progress) {
-  if (!ctx.staleness_truth || !ctx.staleness_observed) {
-    return InvalidArgumentError("--versus-staleness " + versus_path +
-                                ": needs this log's own staleness table (--staleness FILE or auto)");
-  }
-  datasets::StalenessReader::Options table_options;
-  VIPER_ASSIGN_OR_RETURN(table_options.non_finite, datasets::NonFinitePolicyFromString(non_finite));
-  VIPER_ASSIGN_OR_RETURN(auto versus, datasets::StalenessReader::ReadFile(versus_path, table_options));
-  VIPER_ASSIGN_OR_RETURN(auto truth,
-                         schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kTest));
-  VIPER_ASSIGN_OR_RETURN(auto observed,
-                         schedulers::StalenessSurface::Make(versus, schedulers::StalenessSample::kValidation));
+  VIPER_ASSIGN_OR_RETURN(VersusTable versus, ReadVersusTable(versus_path, non_finite));
   const schedulers::Problem bp = schedulers::BoundProblem(ctx);
-  const double agree = schedulers::SurfacesAgreeUntil(*ctx.staleness_observed, observed, bp.warmup_iterations);
+  const double agree = schedulers::SurfacesAgreeUntil(*ctx.staleness_observed, versus.observed, bp.warmup_iterations);
   std::vector<double> lambdas;
   for (int q = 1; q < 20; ++q) lambdas.push_back(0.05 * q);
   progress("causal pair bound against " + versus_path + " (validation samples agree up to traffic iteration " +
            std::to_string(static_cast<long long>(agree)) + ")");
-  auto bound = schedulers::SolveCausalPairBound(bp, *ctx.staleness_truth, truth, agree, lambdas);
+  auto bound = schedulers::SolveCausalPairBound(bp, *ctx.staleness_truth, versus.truth, agree, lambdas);
   if (!bound.ok()) return Status(bound.status().code(), versus_path + ": " + bound.status().message());
   nlohmann::json j;
   j["versus"] = versus_path;
@@ -240,6 +255,60 @@ StatusOr<nlohmann::json> CausalPairBoundAgainst(const PlanningContext& ctx, cons
   nlohmann::json by = nlohmann::json::array();
   for (const auto& [l, b] : bound->by_lambda) by.push_back({{"lambda", l}, {"bound", b}});
   j["by_lambda"] = by;
+  return j;
+}
+
+// The causal bound over this run and the runs of `versus_paths`' tables
+// (schedulers::SolveCausalBound) at equal weights: a floor under their mean
+// regret. Each run parts from this one where its validation sample first
+// differs; this one with the last of them.
+StatusOr<nlohmann::json> CausalBoundOver(const PlanningContext& ctx, const std::vector<std::string>& versus_paths,
+                                         double self_weight, const std::string& non_finite,
+                                         const std::function<void(const std::string&)>& progress) {
+  const schedulers::Problem bp = schedulers::BoundProblem(ctx);
+  std::vector<VersusTable> tables;
+  std::vector<const schedulers::StalenessSurface*> runs = {&*ctx.staleness_truth};
+  std::vector<double> parts_at = {static_cast<double>(bp.warmup_iterations)};
+  tables.reserve(versus_paths.size());
+  for (const std::string& path : versus_paths) {
+    VIPER_ASSIGN_OR_RETURN(VersusTable t, ReadVersusTable(path, non_finite));
+    tables.push_back(std::move(t));
+    parts_at.push_back(
+        schedulers::SurfacesAgreeUntil(*ctx.staleness_observed, tables.back().observed, bp.warmup_iterations));
+    parts_at[0] = std::max(parts_at[0], parts_at.back());
+  }
+  for (const VersusTable& t : tables) runs.push_back(&t.truth);
+  const double M = static_cast<double>(runs.size());
+  progress("causal bound over " + std::to_string(runs.size()) + " runs (this log's and " +
+           std::to_string(versus_paths.size()) + " tables)");
+  std::vector<double> weights(runs.size(), 1.0 / M);
+  if (self_weight > 0) {
+    weights.assign(runs.size(), (1 - self_weight) / (M - 1));
+    weights[0] = self_weight;
+  }
+  auto bound = schedulers::SolveCausalBound(bp, runs, parts_at, {weights});
+  if (!bound.ok()) return Status(bound.status().code(), "causal bound: " + bound.status().message());
+  nlohmann::json j;
+  j["bound"] = bound->bound;  // the floor under the weighted mean regret
+  j["weights"] = weights;
+  j["shared_decisions"] = bound->shared_decisions;
+  j["candidates"] = bound->candidates;
+  nlohmann::json rs = nlohmann::json::array();
+  for (size_t m = 0; m < runs.size(); ++m) {
+    nlohmann::json r;
+    r["table"] = m == 0 ? std::string("(this log's)") : versus_paths[m - 1];
+    r["agree_until_traffic"] = parts_at[m];
+    r["objective"] = bound->objectives[m];
+    r["shared_checkpoints"] = bound->shared_checkpoints[m];
+    // This run's regret under the schedules the bound comes from (their mean is the bound).
+    VIPER_ASSIGN_OR_RETURN(schedulers::SurfaceEvaluation e,
+                           schedulers::EvaluateOnSurface(bp, *runs[m], bound->schedules[m], bound->published[m]));
+    r["regret"] = e.objective / bound->objectives[m] - 1;
+    r["schedule"] = bound->schedules[m];
+    r["published"] = bound->published[m];
+    rs.push_back(r);
+  }
+  j["runs"] = rs;
   return j;
 }
 
@@ -350,9 +419,31 @@ int RunSimulate(const std::vector<std::string>& args) {
                 static_cast<long long>(r.sim.requests));
   }
 
-  nlohmann::json pair_json;
-  if (!a.versus_staleness.empty()) {
-    auto bound = CausalPairBoundAgainst(ctx, a.versus_staleness, log_options.non_finite, progress);
+  nlohmann::json pair_json, family_json;
+  if (!a.versus_staleness.empty() && (!ctx.staleness_truth || !ctx.staleness_observed)) {
+    return Fail("simulate", InvalidArgumentError("--versus-staleness " + a.versus_staleness[0] +
+                                                 ": needs this log's own staleness table (--staleness FILE or auto)"));
+  }
+  if (a.versus_staleness.size() > 1) {
+    auto bound = CausalBoundOver(ctx, a.versus_staleness, a.versus_self_weight, log_options.non_finite, progress);
+    if (!bound.ok()) return Fail("simulate", bound.status());
+    family_json = *bound;
+    std::fprintf(table,
+                 "\ncausal bound over this run and %zu others (each parting from this one where its validation "
+                 "sample first differs): no planner that decides at validation points from what the producer "
+                 "measures keeps its mean regret over them below %s (fluid objective; weight %.3g on this run, "
+                 "%.3g on each other)\n",
+                 a.versus_staleness.size(), FormatPercent(family_json["bound"].get<double>()).c_str(),
+                 family_json["weights"][0].get<double>(), family_json["weights"][1].get<double>());
+    for (const auto& r : family_json["runs"]) {
+      std::fprintf(table,
+                   "  %-40s parts at traffic %6.0f, optimum %.6g, %lld checkpoints decided with others, regret %s\n",
+                   r["table"].get<std::string>().c_str(), r["agree_until_traffic"].get<double>(),
+                   r["objective"].get<double>(), static_cast<long long>(r["shared_checkpoints"].get<int64_t>()),
+                   FormatPercent(r["regret"].get<double>()).c_str());
+    }
+  } else if (!a.versus_staleness.empty()) {
+    auto bound = CausalPairBoundAgainst(ctx, a.versus_staleness[0], log_options.non_finite, progress);
     if (!bound.ok()) return Fail("simulate", bound.status());
     pair_json = *bound;
     const double agree = pair_json["agree_until_traffic"].get<double>();
@@ -369,7 +460,7 @@ int RunSimulate(const std::vector<std::string>& args) {
                  "\ncausal pair bound against %s (%s): no planner that decides at validation points from "
                  "what the producer measures keeps its regret below %s on both runs (fluid objective, "
                  "weight %.2f on this run; optima %.6g and %.6g)\n",
-                 a.versus_staleness.c_str(), where,
+                 a.versus_staleness[0].c_str(), where,
                  FormatPercent(pair_json["bound"].get<double>()).c_str(), pair_json["lambda"].get<double>(),
                  pair_json["objective"].get<double>(), pair_json["objective_versus"].get<double>());
   }
@@ -377,6 +468,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (!json_path.empty()) {
     nlohmann::json j;
     if (!pair_json.is_null()) j["causal_pair_bound"] = pair_json;
+    if (!family_json.is_null()) j["causal_bound"] = family_json;
     j["log"] = ctx.log.source;
     j["metric"] = predictor::ToString(ctx.metric);
     j["online_metric"] = predictor::ToString(ctx.online_metric);

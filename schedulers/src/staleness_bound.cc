@@ -1,13 +1,15 @@
-// The causal pair bound (staleness.h, SolveCausalPairBound): the best any
-// planner that decides from what the producer measures can do on two runs
-// that look the same until the traffic passes a point. Two backward passes
-// (each run's best continuation from every checkpoint decided after that
-// point) and one forward pass over the decisions both runs share.
+// The causal bound (staleness.h, SolveCausalBound, and its two-run form
+// SolveCausalPairBound): the best any planner that decides from what the
+// producer measures can do on runs that look the same until the traffic
+// passes a point, one point per run. One backward pass per run (its best
+// continuation from every checkpoint decided after it parts) and one forward
+// pass over the decisions runs share.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -24,7 +26,7 @@ using internal::Slot;
 using internal::SlotCost;
 
 namespace {
-// The most slot costs the backward passes may take (about a minute here).
+// The most slot costs one run's backward pass may take (about a minute here).
 constexpr double kMaxBoundWork = 2e8;
 }  // namespace
 
@@ -50,56 +52,76 @@ double SurfacesAgreeUntil(const StalenessSurface& a, const StalenessSurface& b, 
   return agreed;
 }
 
-StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const StalenessSurface& sa,
-                                               const StalenessSurface& sb, double diverge_traffic,
-                                               const std::vector<double>& lambdas, int64_t max_candidates) {
+StatusOr<CausalBound> SolveCausalBound(const Problem& p, const std::vector<const StalenessSurface*>& runs,
+                                       const std::vector<double>& parts_at,
+                                       const std::vector<std::vector<double>>& weights, int64_t max_candidates) {
   VIPER_RETURN_IF_ERROR(p.Validate());
-  const int64_t W = p.warmup_iterations, N = p.total_iterations;
-  VIPER_RETURN_IF_ERROR(sa.CheckCovers(W, N));
-  VIPER_RETURN_IF_ERROR(sb.CheckCovers(W, N));
-  if (sa.Diverged(W) || sb.Diverged(W)) {
-    return InvalidArgumentError("the model at the end of the warm-up (iteration " + std::to_string(W) +
-                                ") diverged on one of the runs: there is no version to serve");
+  const size_t M = runs.size();
+  if (M < 2) return InvalidArgumentError("causal bound: needs at least two runs, got " + std::to_string(M));
+  if (parts_at.size() != M) {
+    return InvalidArgumentError("causal bound: " + std::to_string(parts_at.size()) + " parting points for " +
+                                std::to_string(M) + " runs");
   }
-  if (lambdas.empty()) return InvalidArgumentError("no weights for the causal pair bound");
-  for (double l : lambdas) {
-    if (!(l > 0 && l < 1)) {
-      return InvalidArgumentError("causal pair bound: weight " + std::to_string(l) + " is not inside (0, 1)");
+  const int64_t W = p.warmup_iterations, N = p.total_iterations;
+  for (const StalenessSurface* s : runs) {
+    VIPER_RETURN_IF_ERROR(s->CheckCovers(W, N));
+    if (s->Diverged(W)) {
+      return InvalidArgumentError("the model at the end of the warm-up (iteration " + std::to_string(W) +
+                                  ") diverged on one of the runs: there is no version to serve");
     }
   }
-  // The candidates: grid versions of either run inside (W, N] that diverged on neither.
+  if (weights.empty()) return InvalidArgumentError("no weights for the causal bound");
+  for (const std::vector<double>& w : weights) {
+    double sum = 0;
+    for (double x : w) {
+      if (!(x > 0 && x < 1)) {
+        return InvalidArgumentError("causal bound: weight " + std::to_string(x) + " is not inside (0, 1)");
+      }
+      sum += x;
+    }
+    if (w.size() != M || std::abs(sum - 1) > 1e-9) {
+      return InvalidArgumentError("causal bound: each weight vector needs " + std::to_string(M) +
+                                  " weights summing to 1");
+    }
+  }
+  // The candidates: grid versions of any run inside (W, N] that diverged on none.
+  auto diverged = [&](int64_t v) {
+    return std::any_of(runs.begin(), runs.end(), [&](const StalenessSurface* s) { return s->Diverged(v); });
+  };
   std::vector<int64_t> cand;
-  for (const StalenessSurface* s : {&sa, &sb}) {
+  for (const StalenessSurface* s : runs) {
     for (int64_t v : s->Versions()) {
-      if (v > W && v <= N && !sa.Diverged(v) && !sb.Diverged(v)) cand.push_back(v);
+      if (v > W && v <= N && !diverged(v)) cand.push_back(v);
     }
   }
   std::sort(cand.begin(), cand.end());
   cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
   const int64_t C = static_cast<int64_t>(cand.size());
   if (C > max_candidates) {
-    return InvalidArgumentError("causal pair bound: " + std::to_string(C) + " candidate versions; at most " +
+    return InvalidArgumentError("causal bound: " + std::to_string(C) + " candidate versions; at most " +
                                 std::to_string(max_candidates));
   }
   const int64_t kmax = std::min<int64_t>(C, p.MaxCheckpoints());
   // The backward passes cost about C^3 K / 6 slot costs each (a few
-  // seconds at 10^7 on one core).
+  // seconds at 10^7 on one core), one per run.
   const double work = std::pow(static_cast<double>(C) + 1, 3) * static_cast<double>(kmax) / 6.0;
   if (work > kMaxBoundWork) {
-    char buf[200];
-    std::snprintf(
-        buf, sizeof(buf),
-        "causal pair bound: %lld candidate versions and up to %lld checkpoints make about %.3g slot "
-        "costs; at most %.3g (thin the tables' versions)",
-        static_cast<long long>(C), static_cast<long long>(kmax), work, kMaxBoundWork);
+    char buf[240];
+    std::snprintf(buf, sizeof(buf),
+                  "causal bound: %lld candidate versions and up to %lld checkpoints make about %.3g slot costs "
+                  "a run; at most %.3g (thin the tables' versions)",
+                  static_cast<long long>(C), static_cast<long long>(kmax), work, kMaxBoundWork);
     return InvalidArgumentError(buf);
   }
   // Each run's exact optimum, re-publishing searched as below.
   const double unlimited = std::numeric_limits<double>::infinity();
-  VIPER_ASSIGN_OR_RETURN(SurfaceSolution oa, SolveOptimalOnSurface(p, sa, {}, max_candidates, unlimited));
-  VIPER_ASSIGN_OR_RETURN(SurfaceSolution ob, SolveOptimalOnSurface(p, sb, {}, max_candidates, unlimited));
-  if (!(oa.objective > 0 && ob.objective > 0)) {
-    return InvalidArgumentError("causal pair bound: a run's optimum costs nothing; regret is undefined");
+  std::vector<double> optimum(M);
+  for (size_t m = 0; m < M; ++m) {
+    VIPER_ASSIGN_OR_RETURN(SurfaceSolution o, SolveOptimalOnSurface(p, *runs[m], {}, max_candidates, unlimited));
+    if (!(o.objective > 0)) {
+      return InvalidArgumentError("causal bound: a run's optimum costs nothing; regret is undefined");
+    }
+    optimum[m] = o.objective;
   }
   std::vector<int64_t> pos(static_cast<size_t>(C + 1));
   pos[0] = W;
@@ -109,35 +131,35 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
   const double inf = std::numeric_limits<double>::infinity();
   const int64_t g = p.min_spacing_iterations;
   const bool wall = p.requests.traffic_clock == TrafficClock::kWall;
-  Clock clock_a(p, sa), clock_b(p, sb);
+  std::vector<std::unique_ptr<Clock>> clocks;
+  for (const StalenessSurface* s : runs) clocks.push_back(std::make_unique<Clock>(p, *s));
   auto span = [&](int64_t a, int64_t b) {
-    return clock_a.uniform() ? static_cast<double>(b - a) * p.seconds_per_iteration
-                             : p.Elapsed(b) - p.Elapsed(a);
+    return clocks[0]->uniform() ? static_cast<double>(b - a) * p.seconds_per_iteration
+                                : p.Elapsed(b) - p.Elapsed(a);
   };
   // Candidate i as the k-th checkpoint (i = 0, k = 0: the warm-up's model)
-  // serving model u until checkpoint j (j < 0: to the window's end).
-  auto slot_cost = [&](const StalenessSurface& s, Clock& clock, int64_t i, int64_t k, int64_t j,
-                       int64_t u) -> StatusOr<double> {
+  // serving model u until checkpoint j (j < 0: to the window's end), on run m.
+  auto slot_cost = [&](size_t m, int64_t i, int64_t k, int64_t j, int64_t u) -> StatusOr<double> {
     const double T = i == 0 ? 0.0 : p.CheckpointStart(at(i), k);
     if (j < 0) {
       const double R = p.WindowEnd(k);
       if (i > 0 && T + delta >= R) return inf;
-      return SlotCost(p, s, clock, Slot{at(i), i == 0, T, std::nullopt}, at(u), R - T);
+      return SlotCost(p, *runs[m], *clocks[m], Slot{at(i), i == 0, T, std::nullopt}, at(u), R - T);
     }
     const double end = i == 0 ? span(W, at(j)) + delta : span(at(i), at(j)) + sigma + delta;
-    return SlotCost(p, s, clock, Slot{at(i), i == 0, T, at(j)}, at(u), end);
+    return SlotCost(p, *runs[m], *clocks[m], Slot{at(i), i == 0, T, at(j)}, at(u), end);
   };
   auto servable = [&](int64_t j, int64_t k) { return p.CheckpointStart(at(j), k) + delta < p.WindowEnd(k); };
   auto spaced = [&](int64_t i, int64_t j) { return i == 0 || at(j) - at(i) >= g; };
-  // Whether checkpoint j as the k-th is decided before the runs differ: the
-  // traffic at its start (the producer's measurement there) is at or before
-  // diverge_traffic.
-  auto shared = [&](int64_t j, int64_t k) {
+  // Whether checkpoint j as the k-th is decided on run m with the runs that
+  // have not parted: the traffic at its start (the producer's measurement
+  // there) is at or before parts_at[m].
+  auto shared = [&](size_t m, int64_t j, int64_t k) {
     if (j == 0) return true;
     const double traffic = wall ? std::min(static_cast<double>(N),
-                                           clock_a.After(static_cast<double>(W), p.CheckpointStart(at(j), k)))
+                                           clocks[0]->After(static_cast<double>(W), p.CheckpointStart(at(j), k)))
                                 : static_cast<double>(at(j));
-    return traffic <= diverge_traffic;
+    return traffic <= parts_at[m];
   };
   const size_t K = static_cast<size_t>(kmax + 2);
   auto idx = [&](int64_t j, int64_t k) { return static_cast<size_t>(j) * K + static_cast<size_t>(k); };
@@ -149,7 +171,7 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     std::vector<double> F;
     std::vector<int64_t> next, model;
   };
-  auto backward = [&](const StalenessSurface& s, Clock& clock) -> StatusOr<Backward> {
+  auto backward = [&](size_t m) -> StatusOr<Backward> {
     Backward b{std::vector<double>(static_cast<size_t>(C + 1) * K, inf),
                std::vector<int64_t>(static_cast<size_t>(C + 1) * K, -1),
                std::vector<int64_t>(static_cast<size_t>(C + 1) * K, 0)};
@@ -159,7 +181,7 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
         double best = inf;
         const size_t x = idx(j, k);
         for (int64_t u = 0; u <= j; ++u) {
-          VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, j, k, -1, u));
+          VIPER_ASSIGN_OR_RETURN(double c, slot_cost(m, j, k, -1, u));
           if (c < best) {
             best = c;
             b.model[x] = u;
@@ -169,7 +191,7 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
           const double rest = b.F[idx(j2, k + 1)];
           if (!spaced(j, j2) || !(rest + price < best)) continue;
           for (int64_t u = 0; u <= j; ++u) {
-            VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, j, k, j2, u));
+            VIPER_ASSIGN_OR_RETURN(double c, slot_cost(m, j, k, j2, u));
             if (c + price + rest < best) {
               best = c + price + rest;
               b.next[x] = j2;
@@ -182,18 +204,20 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     }
     return b;
   };
-  VIPER_ASSIGN_OR_RETURN(Backward Ba, backward(sa, clock_a));
-  VIPER_ASSIGN_OR_RETURN(Backward Bb, backward(sb, clock_b));
-  // From a shared checkpoint i (the k-th) publishing u: each run's best
-  // continuation, its next checkpoint (-1: none) decided after the runs differ.
-  auto after = [&](const StalenessSurface& s, Clock& clock, const Backward& B, int64_t i, int64_t k,
-                   int64_t u, int64_t* next) -> StatusOr<double> {
-    VIPER_ASSIGN_OR_RETURN(double best, slot_cost(s, clock, i, k, -1, u));
+  std::vector<Backward> B;
+  for (size_t m = 0; m < M; ++m) {
+    VIPER_ASSIGN_OR_RETURN(Backward b, backward(m));
+    B.push_back(std::move(b));
+  }
+  // From a shared checkpoint i (the k-th) publishing u: run m's best
+  // continuation, its next checkpoint (-1: none) decided after it parts.
+  auto after = [&](size_t m, int64_t i, int64_t k, int64_t u, int64_t* next) -> StatusOr<double> {
+    VIPER_ASSIGN_OR_RETURN(double best, slot_cost(m, i, k, -1, u));
     *next = -1;
     for (int64_t j2 = i + 1; j2 <= C && k < kmax; ++j2) {
-      const double rest = B.F[idx(j2, k + 1)];
-      if (shared(j2, k + 1) || !spaced(i, j2) || !(rest + price < best)) continue;
-      VIPER_ASSIGN_OR_RETURN(double c, slot_cost(s, clock, i, k, j2, u));
+      const double rest = B[m].F[idx(j2, k + 1)];
+      if (shared(m, j2, k + 1) || !spaced(i, j2) || !(rest + price < best)) continue;
+      VIPER_ASSIGN_OR_RETURN(double c, slot_cost(m, i, k, j2, u));
       if (c + price + rest < best) {
         best = c + price + rest;
         *next = j2;
@@ -201,61 +225,71 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     }
     return best;
   };
-  // The shared states and their costs per run, once: every (i, k) decided
-  // before the runs differ, every model u it may publish.
+  // The shared states, once: every (i, k) some runs decide together, the
+  // runs that do (`in`), and each one's cost if it parts there, per model
+  // u the state publishes (indexed [m][u]; empty for runs not in it).
   struct Shared {
     int64_t i, k;
-    std::vector<double> after_a, after_b;  // by u
-    std::vector<int64_t> next_a, next_b;   // by u: each run's next checkpoint
+    std::vector<bool> in;
+    std::vector<std::vector<double>> after;
+    std::vector<std::vector<int64_t>> next;
   };
   std::vector<Shared> states;
   for (int64_t k = 0; k <= kmax; ++k) {
     for (int64_t i = k == 0 ? 0 : k; i <= (k == 0 ? 0 : C); ++i) {
-      if (i > 0 && (!servable(i, k) || !shared(i, k))) continue;
-      Shared st{i, k, {}, {}, {}, {}};
-      for (int64_t u = 0; u <= i; ++u) {
-        int64_t na = -1, nb = -1;
-        VIPER_ASSIGN_OR_RETURN(double ca, after(sa, clock_a, Ba, i, k, u, &na));
-        VIPER_ASSIGN_OR_RETURN(double cb, after(sb, clock_b, Bb, i, k, u, &nb));
-        st.after_a.push_back(ca);
-        st.after_b.push_back(cb);
-        st.next_a.push_back(na);
-        st.next_b.push_back(nb);
+      if (i > 0 && !servable(i, k)) continue;
+      Shared st{i, k, std::vector<bool>(M), std::vector<std::vector<double>>(M),
+                std::vector<std::vector<int64_t>>(M)};
+      bool any = false;
+      for (size_t m = 0; m < M; ++m) any |= st.in[m] = shared(m, i, k);
+      if (!any) continue;
+      for (size_t m = 0; m < M; ++m) {
+        if (!st.in[m]) continue;
+        for (int64_t u = 0; u <= i; ++u) {
+          int64_t nx = -1;
+          VIPER_ASSIGN_OR_RETURN(double c, after(m, i, k, u, &nx));
+          st.after[m].push_back(c);
+          st.next[m].push_back(nx);
+        }
       }
       states.push_back(std::move(st));
     }
   }
-  // Shared segments (i, k-1) -> (j, k), by destination: where from, and
-  // both runs' cost per model the source publishes.
+  // Shared segments (i, k-1) -> (j, k), by destination: where from, and the
+  // cost of each run still in at the destination per model the source
+  // publishes ([m][u]). A run in at the source and not at the destination
+  // parts at the source.
   struct Incoming {
     size_t from;
-    std::vector<double> cost_a, cost_b;  // by u
+    std::vector<std::vector<double>> cost;
   };
   std::vector<std::vector<Incoming>> into(states.size());
   for (size_t x = 0; x < states.size(); ++x) {
     for (size_t y = 0; y < states.size(); ++y) {
       const Shared &from = states[x], &to = states[y];
       if (to.k != from.k + 1 || to.i <= from.i || !spaced(from.i, to.i)) continue;
-      Incoming in{x, {}, {}};
-      for (int64_t u = 0; u <= from.i; ++u) {
-        VIPER_ASSIGN_OR_RETURN(double a, slot_cost(sa, clock_a, from.i, from.k, to.i, u));
-        VIPER_ASSIGN_OR_RETURN(double b, slot_cost(sb, clock_b, from.i, from.k, to.i, u));
-        in.cost_a.push_back(a);
-        in.cost_b.push_back(b);
+      Incoming in{x, std::vector<std::vector<double>>(M)};
+      for (size_t m = 0; m < M; ++m) {
+        if (!to.in[m]) continue;
+        for (int64_t u = 0; u <= from.i; ++u) {
+          VIPER_ASSIGN_OR_RETURN(double c, slot_cost(m, from.i, from.k, to.i, u));
+          in.cost[m].push_back(c);
+        }
       }
       into[y].push_back(std::move(in));
     }
   }
-  CausalPairBound out;
-  out.objective_a = oa.objective;
-  out.objective_b = ob.objective;
+  CausalBound out;
+  out.objectives = optimum;
   out.candidates = C;
   out.shared_decisions = static_cast<int64_t>(states.size()) - 1;
   out.bound = -inf;
-  for (double lambda : lambdas) {
-    const double wa = lambda / oa.objective, wb = (1 - lambda) / ob.objective;
+  for (const std::vector<double>& weight : weights) {
+    std::vector<double> w(M);
+    for (size_t m = 0; m < M; ++m) w[m] = weight[m] / optimum[m];
     // D[x]: the weighted cost of reaching shared state x (states are in
-    // order of k, so every predecessor comes first).
+    // order of k, so every predecessor comes first), with the runs that
+    // parted on the way.
     std::vector<double> D(states.size(), inf);
     std::vector<size_t> from(states.size(), 0);
     std::vector<int64_t> from_model(states.size(), 0);  // what the predecessor published
@@ -266,8 +300,16 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
     for (size_t y = 0; y < states.size(); ++y) {
       for (const Incoming& in : into[y]) {
         if (D[in.from] == inf) continue;
-        for (size_t u = 0; u < in.cost_a.size(); ++u) {
-          const double x = D[in.from] + wa * in.cost_a[u] + wb * in.cost_b[u] + (wa + wb) * price;
+        const Shared& src = states[in.from];
+        for (size_t u = 0; u <= static_cast<size_t>(src.i); ++u) {
+          double x = D[in.from];
+          for (size_t m = 0; m < M; ++m) {
+            if (states[y].in[m]) {
+              x += w[m] * (in.cost[m][u] + price);
+            } else if (src.in[m]) {
+              x += w[m] * src.after[m][u];
+            }
+          }
           if (x < D[y]) {
             D[y] = x;
             from[y] = in.from;
@@ -276,8 +318,11 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
         }
       }
       if (D[y] == inf) continue;
-      for (size_t u = 0; u < states[y].after_a.size(); ++u) {
-        const double x = D[y] + wa * states[y].after_a[u] + wb * states[y].after_b[u];
+      for (size_t u = 0; u <= static_cast<size_t>(states[y].i); ++u) {
+        double x = D[y];
+        for (size_t m = 0; m < M; ++m) {
+          if (states[y].in[m]) x += w[m] * states[y].after[m][u];
+        }
         if (x < total) {
           total = x;
           last = y;
@@ -286,35 +331,68 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const Staleness
       }
     }
     const double bound = total - 1.0;
-    out.by_lambda.emplace_back(lambda, bound);
+    out.by_weights.emplace_back(weight, bound);
     if (!(bound > out.bound)) continue;
     out.bound = bound;
-    out.lambda = lambda;
-    // The schedules that reach it: the shared checkpoints (each with the
-    // model it publishes), then each run's own.
-    Schedule shared_schedule;
-    std::vector<int64_t> shared_published;
+    out.weights = weight;
+    // The schedules that reach it: the shared path (each state with the
+    // model it publishes), then each run's own from where it parted.
+    std::vector<std::pair<size_t, int64_t>> path;  // (state, model), warm-up first
     int64_t model = last_model;
-    for (size_t y = last; y != 0; y = from[y]) {
-      shared_schedule.push_back(at(states[y].i));
-      shared_published.push_back(at(model));
+    for (size_t y = last;; y = from[y]) {
+      path.emplace_back(y, model);
+      if (y == 0) break;
       model = from_model[y];
     }
-    std::reverse(shared_schedule.begin(), shared_schedule.end());
-    std::reverse(shared_published.begin(), shared_published.end());
-    auto rest = [&](const Backward& B, int64_t next, Schedule* schedule, std::vector<int64_t>* published) {
-      *schedule = shared_schedule;
-      *published = shared_published;
-      for (int64_t j = next, k = states[last].k + 1; j >= 0; j = B.next[idx(j, k)], ++k) {
-        schedule->push_back(at(j));
-        published->push_back(at(B.model[idx(j, k)]));
+    std::reverse(path.begin(), path.end());
+    out.schedules.assign(M, {});
+    out.published.assign(M, {});
+    out.shared_checkpoints.assign(M, 0);
+    for (size_t m = 0; m < M; ++m) {
+      size_t q = 0;  // the last state on the path run m is in
+      while (q + 1 < path.size() && states[path[q + 1].first].in[m]) ++q;
+      for (size_t r = 1; r <= q; ++r) {
+        out.schedules[m].push_back(at(states[path[r].first].i));
+        out.published[m].push_back(at(path[r].second));
       }
-    };
-    const size_t u = static_cast<size_t>(last_model);
-    rest(Ba, states[last].next_a[u], &out.schedule_a, &out.published_a);
-    rest(Bb, states[last].next_b[u], &out.schedule_b, &out.published_b);
-    out.shared_checkpoints = static_cast<int64_t>(shared_schedule.size());
+      out.shared_checkpoints[m] = static_cast<int64_t>(q);
+      const Shared& st = states[path[q].first];
+      const int64_t u = path[q].second;
+      for (int64_t j = st.next[m][static_cast<size_t>(u)], k = st.k + 1; j >= 0; j = B[m].next[idx(j, k)], ++k) {
+        out.schedules[m].push_back(at(j));
+        out.published[m].push_back(at(B[m].model[idx(j, k)]));
+      }
+    }
   }
+  return out;
+}
+
+StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& p, const StalenessSurface& sa,
+                                               const StalenessSurface& sb, double diverge_traffic,
+                                               const std::vector<double>& lambdas, int64_t max_candidates) {
+  if (lambdas.empty()) return InvalidArgumentError("no weights for the causal pair bound");
+  std::vector<std::vector<double>> weights;
+  for (double l : lambdas) {
+    if (!(l > 0 && l < 1)) {
+      return InvalidArgumentError("causal pair bound: weight " + std::to_string(l) + " is not inside (0, 1)");
+    }
+    weights.push_back({l, 1 - l});
+  }
+  VIPER_ASSIGN_OR_RETURN(CausalBound b,
+                         SolveCausalBound(p, {&sa, &sb}, {diverge_traffic, diverge_traffic}, weights, max_candidates));
+  CausalPairBound out;
+  out.bound = b.bound;
+  out.lambda = b.weights[0];
+  for (const auto& [w, bound] : b.by_weights) out.by_lambda.emplace_back(w[0], bound);
+  out.objective_a = b.objectives[0];
+  out.objective_b = b.objectives[1];
+  out.shared_decisions = b.shared_decisions;
+  out.candidates = b.candidates;
+  out.schedule_a = b.schedules[0];
+  out.schedule_b = b.schedules[1];
+  out.published_a = b.published[0];
+  out.published_b = b.published[1];
+  out.shared_checkpoints = b.shared_checkpoints[0];
   return out;
 }
 

@@ -100,6 +100,24 @@ if [ -f "$log" ]; then
   expect_in "$tmp/out" "causal pair bound against" "the table line gives the causal pair bound"
   expect_in "$tmp/pair.json" '"agree_until_traffic": 1700' "the runs agree until the last point before the return"
   if /usr/bin/python3 -c "import json,sys; b=json.load(open(sys.argv[1]))['causal_pair_bound']['bound']; sys.exit(0 if 0.01 < b < 0.5 else 1)" "$tmp/pair.json"; then passes=$((passes + 1)); else fail "the first return forces a bound between 1% and 50% on pfs" "$tmp/pair.json"; fi
+  # The family form: the same partner and the run's own table again, with
+  # weight 0.2 on this run: the run weighs 0.6 in all, the partner 0.4, so
+  # the bound is the pair bound at weight 0.6 (its by_lambda).
+  expect_rc 0 "simulate the causal bound over a family" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport pfs --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --versus-staleness "$src/datasets/logs/recur-sgd-h256.staleness.csv.gz" --versus-self-weight 0.2 --json "$tmp/family.json"
+  expect_in "$tmp/out" "causal bound over this run and 2 others" "the table line gives the family's bound"
+  if /usr/bin/python3 -c "
+import json, sys
+f = json.load(open(sys.argv[1]))['causal_bound']
+p = json.load(open(sys.argv[2]))['causal_pair_bound']
+at = next(x['bound'] for x in p['by_lambda'] if abs(x['lambda'] - 0.6) < 1e-9)
+runs = f['runs']
+ok = abs(f['bound'] - at) < 1e-9 and f['weights'] == [0.2, 0.4, 0.4] and runs[1]['agree_until_traffic'] == 1700
+# The bound is the weighted mean of the runs' regrets under its schedules.
+ok = ok and abs(sum(w * r['regret'] for w, r in zip(f['weights'], runs)) - f['bound']) < 1e-9
+sys.exit(0 if ok else 1)" "$tmp/family.json" "$tmp/pair.json"; then passes=$((passes + 1)); else fail "the family with the run twice is the pair bound at weight 0.6" "$tmp/family.json"; fi
+  expect_rc 2 "--versus-self-weight outside (0, 1) is bad usage" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --versus-staleness "$src/datasets/logs/recur-sgd-h256.staleness.csv.gz" --versus-self-weight 1.5
+  expect_rc 2 "--versus-self-weight with one partner is bad usage" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --versus-self-weight 0.5
+  expect_in "$tmp/err" "needs --versus-staleness given at least twice" "the error says why"
   expect_rc 1 "the causal pair bound needs the log's own table" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness none --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "needs this log's own staleness table" "the error says what is missing"
   expect_rc 1 "a missing partner table is bad input" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$tmp/none.staleness.csv"

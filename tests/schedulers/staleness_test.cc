@@ -751,6 +751,124 @@ TEST(CausalPairBoundTest, EqualsEnumerationOverSharedDecisions) {
   EXPECT_GT(positive, 0) << "a first return the planner cannot see coming should force regret in some trial";
 }
 
+TEST(CausalBoundTest, FamilyEqualsEnumerationOverSharedDecisions) {
+  // Three runs: calm (0), a swap to domain B at d1 (1), the same swap at
+  // d2 > d1 (2). Until d1 all three look alike; from d1 to d2 the calm run
+  // and run 2 still do. A model trained in the other domain than the
+  // traffic's pays J. The curve is flat, so that a calm run wants few
+  // checkpoints and a drifted one a checkpoint after its swap: what run 1
+  // decides alone after d1 differs from what the others would.
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<double> u(0, 1);
+  int above_pair = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int64_t d1 = 25 + static_cast<int64_t>(u(rng) * 15), d2 = d1 + 20 + static_cast<int64_t>(u(rng) * 20);
+    const double J = 1 + 4 * u(rng);
+    auto loss = [=](int64_t d) {
+      return LossFn([=](int64_t v, int64_t t) {
+        return 2.0 + 0.4 / (1.0 + static_cast<double>(v) / 10.0) + ((v >= d) != (t >= d) ? J : 0.0);
+      });
+    };
+    const StalenessTable t0 = Grid(0, 100, 20, loss(1000)), t1 = Grid(0, 100, 20, loss(d1)),
+                         t2 = Grid(0, 100, 20, loss(d2));
+    std::vector<StalenessSurface> truth, seen;
+    for (const StalenessTable* t : {&t0, &t1, &t2}) {
+      auto a = StalenessSurface::Make(*t, StalenessSample::kTest);
+      auto v = StalenessSurface::Make(*t, StalenessSample::kValidation);
+      ASSERT_TRUE(a.ok() && v.ok());
+      truth.push_back(*a);
+      seen.push_back(*v);
+    }
+    Problem p = Small(trial % 2 ? WindowKind::kRequestCount : WindowKind::kWhileTraining);
+    p.cost.stall_s = 3 * u(rng);
+    p.cost.delay_s = 6 * u(rng);
+    p.price_per_slowdown_s = trial % 3 == 0 ? u(rng) : 0.0;
+    p.requests.traffic_clock = trial % 4 < 2 ? TrafficClock::kProducer : TrafficClock::kWall;
+    const double a1 = SurfacesAgreeUntil(seen[0], seen[1], p.warmup_iterations),
+                 a2 = SurfacesAgreeUntil(seen[0], seen[2], p.warmup_iterations);
+    ASSERT_LE(a1, a2) << "trial " << trial;
+    const std::vector<double> parts = {a2, a1, a2};
+    const std::vector<std::vector<double>> weights = {{1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.2, 0.5, 0.3}};
+    auto bound = SolveCausalBound(p, {&truth[0], &truth[1], &truth[2]}, parts, weights);
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    std::vector<double> opt;
+    for (const StalenessSurface& s : truth) {
+      auto o = SolveOptimalOnSurface(p, s);
+      ASSERT_TRUE(o.ok());
+      opt.push_back(o->objective);
+    }
+    std::vector<int64_t> cand;
+    for (int64_t v : truth[0].Versions()) {
+      if (v > p.warmup_iterations && v <= p.total_iterations) cand.push_back(v);
+    }
+    // Run 1 shares the first entries of the calm run's prefix, those taken
+    // while the traffic is at or before a1.
+    const auto e0 = BestByPrefix(p, truth[0], cand, a2), e1 = BestByPrefix(p, truth[1], cand, a1),
+               e2 = BestByPrefix(p, truth[2], cand, a2);
+    auto traffic = [&](size_t k, int64_t c) {
+      const double start = p.CheckpointStart(c, static_cast<int64_t>(k + 1));
+      return p.requests.traffic_clock == TrafficClock::kWall
+                 ? std::min(static_cast<double>(p.total_iterations),
+                            static_cast<double>(p.warmup_iterations) + start / p.seconds_per_iteration)
+                 : static_cast<double>(c);
+    };
+    ASSERT_EQ(bound->by_weights.size(), weights.size());
+    for (size_t q = 0; q < weights.size(); ++q) {
+      const std::vector<double>& w = weights[q];
+      double best = std::numeric_limits<double>::infinity();
+      for (const auto& [key, c0] : e0) {
+        auto i2 = e2.find(key);
+        if (i2 == e2.end()) continue;
+        PrefixKey k1;
+        for (size_t k = 0; k < key.size() && traffic(k, key[k].first) <= a1; ++k) k1.push_back(key[k]);
+        auto i1 = e1.find(k1);
+        if (i1 == e1.end()) continue;
+        best = std::min(best, w[0] * c0 / opt[0] + w[1] * i1->second / opt[1] + w[2] * i2->second / opt[2]);
+      }
+      EXPECT_NEAR(bound->by_weights[q].second, best - 1, 1e-9) << "trial " << trial << " weights " << q;
+    }
+    // The schedules it comes from: each run's shared checkpoints are the
+    // calm run's first ones, and their weighted regret is the bound.
+    double weighted = -1;
+    for (size_t m = 0; m < 3; ++m) {
+      const size_t r = static_cast<size_t>(bound->shared_checkpoints[m]);
+      ASSERT_LE(r, bound->schedules[m].size());
+      ASSERT_LE(r, bound->schedules[0].size());
+      for (size_t q = 0; q < r; ++q) {
+        EXPECT_EQ(bound->schedules[m][q], bound->schedules[0][q]) << "trial " << trial << " run " << m;
+        EXPECT_EQ(bound->published[m][q], bound->published[0][q]) << "trial " << trial << " run " << m;
+      }
+      auto x = EvaluateOnSurface(p, truth[m], bound->schedules[m], bound->published[m]);
+      ASSERT_TRUE(x.ok());
+      weighted += bound->weights[m] * x->objective / opt[m];
+    }
+    EXPECT_NEAR(weighted, bound->bound, 1e-9) << "trial " << trial;
+    // Not knowing when the swap comes costs at least what not knowing
+    // whether does: never below the calm run's pair bound with run 1 at the
+    // same weights on the two.
+    auto pair = SolveCausalBound(p, {&truth[0], &truth[1]}, {a1, a1}, {{0.5, 0.5}});
+    auto family = SolveCausalBound(p, {&truth[0], &truth[1], &truth[2]}, parts, {{0.4, 0.4, 0.2}});
+    ASSERT_TRUE(pair.ok() && family.ok());
+    EXPECT_GE(family->bound + 1e-12, 0.8 * pair->bound) << "trial " << trial;
+    above_pair += family->bound > 0.8 * pair->bound + 1e-6;
+  }
+  EXPECT_GT(above_pair, 0) << "a second onset the planner cannot tell from the calm run should cost more in some trial";
+}
+
+TEST(CausalBoundTest, BadFamiliesAreErrors) {
+  auto s = StalenessSurface::Make(Grid(0, 100, 20, Swap), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  const Problem p = Small(WindowKind::kWhileTraining);
+  EXPECT_FALSE(SolveCausalBound(p, {&*s}, {50}, {{1.0}}).ok()) << "one run is no family";
+  EXPECT_FALSE(SolveCausalBound(p, {&*s, &*s, &*s}, {50, 50}, {{0.3, 0.3, 0.4}}).ok()) << "a parting point short";
+  EXPECT_FALSE(SolveCausalBound(p, {&*s, &*s, &*s}, {50, 50, 50}, {{0.5, 0.5}}).ok()) << "a weight short";
+  EXPECT_FALSE(SolveCausalBound(p, {&*s, &*s, &*s}, {50, 50, 50}, {{0.5, 0.4, 0.4}}).ok()) << "weights over 1";
+  EXPECT_FALSE(SolveCausalBound(p, {&*s, &*s, &*s}, {50, 50, 50}, {{0.0, 0.5, 0.5}}).ok()) << "a zero weight";
+  auto ok = SolveCausalBound(p, {&*s, &*s, &*s}, {50, 50, 50}, {{0.3, 0.3, 0.4}});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_NEAR(ok->bound, 0, 1e-9) << "three copies of one run force nothing";
+}
+
 TEST(CausalPairBoundTest, BadWeightsAndUncoveredTablesAreErrors) {
   auto s = StalenessSurface::Make(Grid(0, 100, 20, Swap), StalenessSample::kTest);
   auto short_table = StalenessSurface::Make(Grid(0, 60, 20, Swap), StalenessSample::kTest);

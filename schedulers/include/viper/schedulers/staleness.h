@@ -227,6 +227,42 @@ StatusOr<CausalPairBound> SolveCausalPairBound(const Problem& problem, const Sta
                                                const StalenessSurface& b, double diverge_traffic,
                                                const std::vector<double>& lambdas,
                                                int64_t max_candidates = 400);
+// The causal bound over a family of runs (the pair bound's general form):
+// runs[m] decides with every other run whose parts_at is at or after the
+// traffic point of the decision (the traffic at the checkpoint's start, on
+// runs[0]'s clock), alone after parts_at[m]. A calm run and the same run
+// with its drift at T1 < T2 < ... (each table agreeing with the calm one
+// until its drift, so with each other until the earlier drift) are such a
+// family: parts_at is each drifting run's agreement with the calm one, and
+// the calm run's the latest of them. A family whose members could be told
+// apart later than parts_at says (two drifting runs that agree longer than
+// either does with the calm one) gets a lower bound still: a planner free
+// to decide them apart sooner can only do better. For each weight vector w
+// (positive, summing to one, one weight per run) the exact minimum over
+// shared decisions of sum_m w_m regret_m, by the same backward passes (one
+// per run) and one forward pass over the shared states, each run leaving
+// them at its parts_at; `bound` is the largest over `weights`. At equal
+// weights it is a floor under the family's mean regret. The work is about
+// M C^3 K / 6 slot costs for M runs; InvalidArgument above 2e8 a run or above
+// max_candidates.
+struct CausalBound {
+  double bound = 0.0;
+  std::vector<double> weights;  // where `bound` is reached
+  std::vector<std::pair<std::vector<double>, double>> by_weights;
+  std::vector<double> objectives;  // each run's optimum
+  int64_t shared_decisions = 0;    // (checkpoint, count) states some runs decide together
+  int64_t candidates = 0;
+  // At `weights`, the schedules that reach the bound, one per run: its first
+  // shared_checkpoints[m] are decided with the runs that had not parted
+  // when each was taken; the rest are its own.
+  std::vector<Schedule> schedules;
+  std::vector<std::vector<int64_t>> published;
+  std::vector<int64_t> shared_checkpoints;
+};
+StatusOr<CausalBound> SolveCausalBound(const Problem& problem, const std::vector<const StalenessSurface*>& runs,
+                                       const std::vector<double>& parts_at,
+                                       const std::vector<std::vector<double>>& weights,
+                                       int64_t max_candidates = 400);
 // The traffic iteration up to which two surfaces hold the same measured
 // pairs with the same losses: the last traffic point of their grids before
 // the first that differs (`from` when the first already differs). Between
