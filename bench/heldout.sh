@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|21] [--train-only|--partners|--calm-partners] [OUT_DIR] [path/to/viper]
+# Usage: bench/heldout.sh [--set 1|3|4|...|21] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
+#                         [--runs NAME,...]] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
 #   directory. viper: default build/apps/viper.
@@ -121,6 +122,19 @@
 #   planner: the price of insurance against drift, paid on the run or on its
 #   calm partner. Writes OUT_DIR/causal-calm-bound.csv. With either option a
 #   partner trained already (its table and JSON in OUT_DIR) is kept.
+# --onset-partners OFFSETS: for each run whose traffic drifts from
+#   --drift-at-iteration D (or each run --runs names), train its partners
+#   NAME-atT, the same run with the drift moved to T = D + each offset
+#   (iterations, comma-separated, e.g. -800,-400,400,800). With its calm
+#   partner (train that first with --calm-partners) they are one family: runs
+#   the producer cannot tell apart until the earliest drift among them, and
+#   then until the next. Prints, for each run, tier and window, the causal
+#   onset bound: the least mean regret any planner deciding from what the
+#   producer measures can have over the family (calm partner, the run, its
+#   onset partners; `viper simulate` with several --versus-staleness, README
+#   "The causal pair bound"), beside online's mean regret over the same runs.
+#   Not knowing when a drift comes, as well as whether, is what it prices.
+#   Writes OUT_DIR/causal-onset-bound.csv.
 # The tables are deterministic for a given set; the logs' wall times are not
 # (the judge replays them, and the machine's load moves them). `viper
 # evaluate` warns about a log whose replayed clock is irregular (set 12 as
@@ -133,6 +147,9 @@ known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20 o
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
+offsets=()         # --onset-partners: the drift's moves, in iterations
+only=""            # --runs: the runs whose onset partners are trained (default: every drifting run)
+declare -A onsets  # --onset-partners: run -> its partners' drift iterations (space-separated)
 while [ $# -gt 0 ]; do
   case "$1" in
     --set) [ $# -ge 2 ] || { echo "heldout.sh: --set needs $known_sets" >&2; exit 2; }
@@ -140,7 +157,13 @@ while [ $# -gt 0 ]; do
     --train-only) train_only=1; shift ;;
     --partners) partners=1; suffix=once; shift ;;
     --calm-partners) partners=1; suffix=calm; shift ;;
-    -h|--help) sed -n '2,128p' "$0"; exit 0 ;;
+    --onset-partners)
+      [ $# -ge 2 ] && [[ "$2" =~ ^-?[0-9]+(,-?[0-9]+)*$ ]] || {
+        echo "heldout.sh: --onset-partners needs comma-separated iteration offsets (e.g. -800,-400,400,800)" >&2; exit 2; }
+      partners=1; suffix=onset; IFS=, read -r -a offsets <<< "$2"; shift 2 ;;
+    --runs) [ $# -ge 2 ] || { echo "heldout.sh: --runs needs run names (e.g. x-swap,x-classinc5)" >&2; exit 2; }
+            only=",$2,"; shift 2 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     -*) echo "heldout.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -157,6 +180,30 @@ run() {
     # (--calm-partners): the option that starts it set past the run's end;
     # nothing for the other runs.
     local moved=(--drift-period --drift-swap-period)
+    if [ "$suffix" = onset ]; then
+      case " $* " in *" --drift none "*) return 0 ;; esac
+      [ -z "$only" ] || [[ "$only" == *",$name,"* ]] || return 0
+      local at="" prev=""
+      for x in "$@"; do [ "$prev" = --drift-at-iteration ] && at="$x"; prev="$x"; done
+      [ -n "$at" ] || return 0
+      [ -f "$out/$name.csv.gz" ] || { echo "heldout.sh: --onset-partners: $out/$name.csv.gz missing (train the set first: --train-only)" >&2; exit 1; }
+      [ -f "$out/$name-calm.staleness.csv.gz" ] || { echo "heldout.sh: --onset-partners: $out/$name-calm.staleness.csv.gz missing (train its calm partner first: --calm-partners)" >&2; exit 1; }
+      names+=("$name")
+      onsets[$name]=""
+      local off t
+      for off in "${offsets[@]}"; do
+        t=$((at + off))
+        [ "$t" -gt 0 ] || { echo "heldout.sh: --onset-partners: $name's drift at $at moved by $off is before the run's start" >&2; exit 2; }
+        onsets[$name]+="$t "
+        [ -f "$out/$name-at$t.train.json" ] && [ -f "$out/$name-at$t.staleness.csv.gz" ] && continue
+        local args=() p2=""
+        for x in "$@"; do if [ "$p2" = --drift-at-iteration ]; then args+=("$t"); else args+=("$x"); fi; p2="$x"; done
+        echo "== $name-at$t: viper train ${args[*]}" >&2
+        "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-at$t.csv.gz" \
+            --staleness-table "$out/$name-at$t.staleness.csv.gz" --json "$out/$name-at$t.train.json" > /dev/null
+      done
+      return 0
+    fi
     if [ "$suffix" = calm ]; then
       moved=(--drift-at-iteration)
       case " $* " in *" --drift none "*) return 0 ;; esac
@@ -488,6 +535,60 @@ case "$set_id" in
   *) echo "heldout.sh: --set $set_id: expected $known_sets" >&2; exit 2 ;;
 esac
 [ "$train_only" = 1 ] && { echo "tables and logs in $out" >&2; exit 0; }
+if [ "$suffix" = onset ]; then
+  csv="$out/causal-onset-bound.csv"
+  echo "run,tier,window,runs,bound_mean,online_mean,online_calm,online_run,online_partners" > "$csv"
+  printf '%-14s %-5s %-6s %4s %8s %8s %8s %8s\n' run tier window runs bound online calm run
+  # The request window's count, as --partners takes it, from a while-training JSON of the same log.
+  requests() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(max(1, int((j['total_iterations'] - j['warmup_iterations']) * j['seconds_per_iteration'] / j['requests']['interval_s'])))" "$1"; }
+  for name in "${names[@]}"; do
+    members=("$name")
+    for t in ${onsets[$name]}; do members+=("$name-at$t"); done
+    versus=()
+    for m in "${members[@]}"; do versus+=(--versus-staleness "$out/$m.staleness.csv.gz"); done
+    for tier in gpu host pfs; do
+      for window in train req; do
+        # The family's bound on the calm partner's clock and cost; online on
+        # each run's own log, as `viper evaluate` judges it.
+        req=()
+        [ "$window" = req ] && req=(--requests "$(requests "$out/fam-$name-calm-$tier-train.json")")
+        "$viper" simulate --log "$out/$name-calm.csv.gz" --staleness auto --warmup 20% --transport "$tier" "${req[@]}" \
+            --strategies online,oracle "${versus[@]}" --json "$out/fam-$name-calm-$tier-$window.json" --quiet > /dev/null
+        for m in "${members[@]}"; do
+          req=()
+          [ "$window" = req ] && req=(--requests "$(requests "$out/fam-$m-$tier-train.json")")
+          "$viper" simulate --log "$out/$m.csv.gz" --staleness auto --warmup 20% --transport "$tier" "${req[@]}" \
+              --strategies online,oracle --json "$out/fam-$m-$tier-$window.json" --quiet > /dev/null
+        done
+        python3 - "$out" "$name" "$tier" "$window" "$csv" "${members[@]}" <<'PY'
+import json, sys
+out, name, tier, window, csv = sys.argv[1:6]
+members = sys.argv[6:]
+def online(run):
+    j = json.load(open(f"{out}/fam-{run}-{tier}-{window}.json"))
+    return j, next(s for s in j["strategies"] if s["strategy"] == "online")["regret_vs_oracle"]
+j, calm = online(name + "-calm")
+b = j["causal_bound"]
+each = [online(m)[1] for m in members]
+# The members' tables must agree with the calm partner's up to some point
+# after the warm-up, or they are not one run with its drift moved.
+for r in b["runs"][1:]:
+    if r["agree_until_traffic"] <= j["warmup_iterations"] and (tier, window) == ("gpu", "train"):
+        print(f"heldout.sh: {r['table']} differs from {name}-calm's table from the warm-up on (trained by another "
+              "build?); the bound compares different runs", file=sys.stderr)
+mean = (calm + sum(each)) / (1 + len(each))
+row = [name, tier, window, str(1 + len(each)), "%.4f" % b["bound"], "%.4f" % mean, "%.4f" % calm, "%.4f" % each[0],
+       ";".join("%.4f" % x for x in each[1:])]
+open(csv, "a").write(",".join(row) + "\n")
+print("%-14s %-5s %-6s %4s %7.2f%% %7.2f%% %7.2f%% %7.2f%%" % (name, tier, window, row[3], 100 * b["bound"],
+                                                         100 * mean, 100 * calm, 100 * each[0]))
+PY
+      done
+    done
+  done
+  echo "causal onset bounds in $csv (bound_mean: the floor under the family's mean regret; online_mean: online's)" >&2
+  exit 0
+fi
 if [ "$partners" = 1 ]; then
   csv="$out/causal-bound.csv"
   [ "$suffix" = calm ] && csv="$out/causal-calm-bound.csv"

@@ -5,8 +5,8 @@
 #   DIR: a directory of logs and their staleness tables: a held-out set as
 #     bench/heldout.sh --train-only wrote it, bench/devsets/setN, datasets/logs.
 #     Every *.csv.gz in it that is neither a staleness table nor a causal
-#     pair partner (NAME-once.csv.gz or NAME-calm.csv.gz, bench/heldout.sh
-#     --partners or --calm-partners) is a log;
+#     bound's partner (NAME-once.csv.gz, NAME-calm.csv.gz or NAME-atT.csv.gz,
+#     bench/heldout.sh --partners, --calm-partners or --onset-partners) is a log;
 #     a log without a table beside it is judged on its diagonal.
 #   --clock: the traffic clock (default wall: the one the slow tiers' regret
 #     lives on; both: two evaluations per directory).
@@ -17,9 +17,8 @@
 #     sets 8-16 (540 table cases).
 #   --jobs N: run up to N evaluations (one directory and clock each) at
 #     once (default 1). A 2-core VM runs the full pool (the shipped logs,
-#     development sets 1, 3, 4, held-out sets 5-17: 696 wall cases) in
-#     6.5 minutes with --jobs 2 (11.5 minutes of CPU: about that long
-#     with one). The
+#     development sets 1, 3, 4, held-out sets 5-20: 858 wall cases) in
+#     about 8 minutes with --jobs 2 (about 15 minutes with one). The
 #     reports are the same: each evaluation is deterministic and writes
 #     its own files; the progress lines come in the order they end.
 # Writes OUT_DIR/NAME-CLOCK.json (viper.evaluate/1: 20% warm-up, gpu/host/pfs,
@@ -81,7 +80,7 @@ for dir in "$@"; do
   for f in "$dir"/*.csv.gz; do
     [ -f "$f" ] || continue
     base="$(basename "$f")"
-    case "$base" in *.staleness.csv.gz|*-once.csv.gz|*-calm.csv.gz) continue ;; esac
+    case "$base" in *.staleness.csv.gz|*-once.csv.gz|*-calm.csv.gz|*-at[0-9]*.csv.gz) continue ;; esac
     if [ -n "$only" ] && ! grep -qE -- "$only" <<<"$base"; then continue; fi
     logs+=("$f")
   done

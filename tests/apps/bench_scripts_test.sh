@@ -94,7 +94,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$cmd" = train ]; then echo '{}' >"$json"; exit 0; fi
-printf '{"total_iterations": 3000, "warmup_iterations": 600, "seconds_per_iteration": 0.002, "requests": {"interval_s": 0.002}, "causal_pair_bound": {"agree_until_traffic": %s, "bound": 0.04, "by_lambda": [{"lambda": 0.45, "bound": 0.03}, {"lambda": 0.5, "bound": 0.025}]}, "strategies": [{"strategy": "online", "regret_vs_oracle": 0.07}]}\n' "${AGREE:-1500}" >"$json"
+printf '{"total_iterations": 3000, "warmup_iterations": 600, "seconds_per_iteration": 0.002, "requests": {"interval_s": 0.002}, "causal_pair_bound": {"agree_until_traffic": %s, "bound": 0.04, "by_lambda": [{"lambda": 0.45, "bound": 0.03}, {"lambda": 0.5, "bound": 0.025}]}, "causal_bound": {"bound": 0.05, "runs": [{"table": "(this log)", "agree_until_traffic": 1500}, {"table": "t", "agree_until_traffic": %s}]}, "strategies": [{"strategy": "online", "regret_vs_oracle": 0.07}]}\n' "${AGREE:-1500}" "${AGREE:-1500}" >"$json"
 STUB
 chmod +x "$tmp/hviper"
 mkdir -p "$tmp/hc"
@@ -115,18 +115,38 @@ check "pairs that agree past the warm-up: no warning" '! grep -q "not one run" "
 AGREE=600 "$heldout" --set 1 --calm-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"
 check "tables that differ from the warm-up on: one warning a run, naming it" '[ "$(grep -c "not one run up to its drift" "$tmp/err")" -eq 5 ] && grep -q "h-swap: its partner" "$tmp/err"'
 
+# heldout.sh --onset-partners: the runs --runs names, each with its drift
+# moved by each offset (h-swap drifts at 1500, h-classinc at 1800); then the
+# family's bound (the calm partner's log against every member's table) and
+# online on each member, per tier and window, into causal-onset-bound.csv.
+"$heldout" --set 1 --onset-partners "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --onset-partners without offsets is bad usage" '[ $rc -eq 2 ] && grep -q "comma-separated iteration offsets" "$tmp/err"'
+"$heldout" --set 1 --onset-partners 400,x "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --onset-partners 400,x is bad usage" '[ $rc -eq 2 ]'
+mkdir -p "$tmp/hd"
+for f in h-recur60 h-swap h-nodrift h-classinc h-prior h-rotate; do : >"$tmp/hd/$f.csv.gz"; done
+"$heldout" --set 1 --onset-partners -400,400 --runs h-swap "$tmp/hd" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --onset-partners without the calm partner is exit 1, naming it" '[ $rc -eq 1 ] && grep -q "h-swap-calm.staleness.csv.gz missing" "$tmp/err"'
+rm -f "$tmp/hcalls"
+"$heldout" --set 1 --onset-partners -400,400 --runs h-swap,h-classinc "$tmp/hc" "$tmp/hviper" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --onset-partners exits 0" '[ $rc -eq 0 ]'
+check "four onset partners trained, the drift moved, no other option changed" '[ "$(grep -c "^train " "$tmp/hcalls")" -eq 4 ] && grep "^train " "$tmp/hcalls" | grep -q -- "--seed 3 --drift label-swap --drift-swap-classes 2,4 --drift-at-iteration 1100 --log-out $tmp/hc/h-swap-at1100.csv.gz" && grep -q -- "--drift-at-iteration 2200 --log-out $tmp/hc/h-classinc-at2200.csv.gz" "$tmp/hcalls"'
+check "the family bound: the calm log against the run and both partners, per tier and window" '[ "$(grep -c "^simulate --log $tmp/hc/h-swap-calm.csv.gz .*--versus-staleness $tmp/hc/h-swap.staleness.csv.gz --versus-staleness $tmp/hc/h-swap-at1100.staleness.csv.gz --versus-staleness $tmp/hc/h-swap-at1900.staleness.csv.gz" "$tmp/hcalls")" -eq 6 ]'
+check "online on each member's own log: 2 runs x 3 members x 6" '[ "$(grep "^simulate " "$tmp/hcalls" | grep -vc -- "--versus-staleness")" -eq 36 ]'
+check "causal-onset-bound.csv: 12 rows, the bound beside online's mean" '[ "$(wc -l <"$tmp/hc/causal-onset-bound.csv")" -eq 13 ] && grep -q "^h-classinc,pfs,req,4,0.0500,0.0700,0.0700,0.0700,0.0700;0.0700$" "$tmp/hc/causal-onset-bound.csv"'
+
 # pool.sh: the logs of a directory are its *.csv.gz less the tables and the
 # causal pair partners; --only filters them; the report is named by the
 # directory and the clock; a failing viper is exit 1, the rest still run.
 pool="$root/bench/pool.sh"
 mkdir -p "$tmp/p/h9" "$tmp/p/set4"
-for f in h-recur40 h-recur40-once h-recur40-calm h-swaps300 h-nodrift; do cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/h9/$f.csv.gz"; done
+for f in h-recur40 h-recur40-once h-recur40-calm h-recur40-at1900 h-swaps300 h-nodrift; do cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/h9/$f.csv.gz"; done
 cp "$root/bench/devsets/set4/f-swap.staleness.csv.gz" "$tmp/p/h9/h-recur40.staleness.csv.gz"
 cp "$root/bench/devsets/set4/f-swap.csv.gz" "$tmp/p/set4/f-swap.csv.gz"
 : >"$tmp/calls"
 "$pool" --only 'recur|swap' "$tmp/pout" "$tmp/viper" "$tmp/p/h9" "$tmp/p/set4" >/dev/null 2>"$tmp/err"; rc=$?
 check "pool.sh exits 0" '[ $rc -eq 0 ]'
-check "pool.sh passes the recurring and swap logs, never a table or a partner" 'grep -q "h-recur40.csv.gz" "$tmp/calls" && grep -q "h-swaps300.csv.gz" "$tmp/calls" && ! grep -q "staleness\|once\|calm\|nodrift" "$tmp/calls"'
+check "pool.sh passes the recurring and swap logs, never a table or a partner" 'grep -q "h-recur40.csv.gz" "$tmp/calls" && grep -q "h-swaps300.csv.gz" "$tmp/calls" && ! grep -q "staleness\|once\|calm\|-at1900\|nodrift" "$tmp/calls"'
 check "pool.sh names each report by directory and clock" '[ -f "$tmp/pout/h9-wall.json" ] && [ -f "$tmp/pout/set4-wall.json" ]'
 "$pool" --clock both "$tmp/pout2" "$tmp/viper" "$tmp/p/set4" >/dev/null 2>&1
 check "pool.sh --clock both writes both clocks" '[ -f "$tmp/pout2/set4-wall.json" ] && [ -f "$tmp/pout2/set4-producer.json" ]'
