@@ -574,8 +574,9 @@ each = [online(m)[1] for m in members]
 # after the warm-up, or they are not one run with its drift moved.
 for r in b["runs"][1:]:
     if r["agree_until_traffic"] <= j["warmup_iterations"] and (tier, window) == ("gpu", "train"):
-        print(f"heldout.sh: {r['table']} differs from {name}-calm's table from the warm-up on (trained by another "
-              "build?); the bound compares different runs", file=sys.stderr)
+        print(f"heldout.sh: {r['table']} differs from {name}-calm's table from the warm-up on: its drift comes "
+              "before the warm-up's end, or it was trained by another build (then the bound compares different "
+              "runs)", file=sys.stderr)
 mean = (calm + sum(each)) / (1 + len(each))
 row = [name, tier, window, str(1 + len(each)), "%.4f" % b["bound"], "%.4f" % mean, "%.4f" % calm, "%.4f" % each[0],
        ";".join("%.4f" % x for x in each[1:])]
