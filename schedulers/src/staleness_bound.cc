@@ -255,28 +255,94 @@ StatusOr<CausalBound> SolveCausalBound(const Problem& p, const std::vector<const
       states.push_back(std::move(st));
     }
   }
-  // Shared segments (i, k-1) -> (j, k), by destination: where from, and the
-  // cost of each run still in at the destination per model the source
-  // publishes ([m][u]). A run in at the source and not at the destination
-  // parts at the source.
-  struct Incoming {
-    size_t from;
-    std::vector<std::vector<double>> cost;
-  };
-  std::vector<std::vector<Incoming>> into(states.size());
-  for (size_t x = 0; x < states.size(); ++x) {
-    for (size_t y = 0; y < states.size(); ++y) {
-      const Shared &from = states[x], &to = states[y];
-      if (to.k != from.k + 1 || to.i <= from.i || !spaced(from.i, to.i)) continue;
-      Incoming in{x, std::vector<std::vector<double>>(M)};
-      for (size_t m = 0; m < M; ++m) {
-        if (!to.in[m]) continue;
-        for (int64_t u = 0; u <= from.i; ++u) {
-          VIPER_ASSIGN_OR_RETURN(double c, slot_cost(m, from.i, from.k, to.i, u));
-          in.cost[m].push_back(c);
+  // The forward pass, every weight vector at once, so that each shared
+  // segment (i, k-1) -> (j, k) is costed once (per run still in at the
+  // destination and model the source publishes) and nothing is stored
+  // beyond the states. A run in at the source and not at the destination
+  // parts at the source. States are in order of k: every predecessor of a
+  // state comes first; by_k lists them per k.
+  std::vector<std::vector<size_t>> by_k(static_cast<size_t>(kmax + 1));
+  for (size_t x = 0; x < states.size(); ++x) by_k[static_cast<size_t>(states[x].k)].push_back(x);
+  // The forward pass's slot costs, refused above the backward passes' budget.
+  double forward_work = 0;
+  for (size_t y = 0; y < states.size(); ++y) {
+    if (states[y].k == 0) continue;
+    double runs_in = 0;
+    for (size_t m = 0; m < M; ++m) runs_in += states[y].in[m];
+    for (size_t x : by_k[static_cast<size_t>(states[y].k - 1)]) {
+      if (states[x].i < states[y].i) forward_work += runs_in * static_cast<double>(states[x].i + 1);
+    }
+  }
+  if (forward_work > static_cast<double>(M) * kMaxBoundWork) {
+    char buf[240];
+    std::snprintf(buf, sizeof(buf),
+                  "causal bound: the decisions the runs share make about %.3g slot costs; at most %.3g (fewer "
+                  "runs, runs that part sooner, or thinner tables)",
+                  forward_work, static_cast<double>(M) * kMaxBoundWork);
+    return InvalidArgumentError(buf);
+  }
+  const size_t Q = weights.size();
+  std::vector<std::vector<double>> w(Q, std::vector<double>(M));
+  for (size_t q = 0; q < Q; ++q) {
+    for (size_t m = 0; m < M; ++m) w[q][m] = weights[q][m] / optimum[m];
+  }
+  // D[q][x]: the weighted cost of reaching shared state x, with the runs
+  // that parted on the way; from / from_model: the predecessor and what it
+  // published.
+  std::vector<std::vector<double>> D(Q, std::vector<double>(states.size(), inf));
+  std::vector<std::vector<size_t>> from(Q, std::vector<size_t>(states.size(), 0));
+  std::vector<std::vector<int64_t>> from_model(Q, std::vector<int64_t>(states.size(), 0));
+  std::vector<double> total(Q, inf);
+  std::vector<size_t> last(Q, 0);
+  std::vector<int64_t> last_model(Q, 0);
+  for (size_t q = 0; q < Q; ++q) D[q][0] = 0;
+  std::vector<double> seg(M);
+  for (size_t y = 0; y < states.size(); ++y) {
+    const Shared& to = states[y];
+    if (to.k > 0) {
+      for (size_t x : by_k[static_cast<size_t>(to.k - 1)]) {
+        const Shared& src = states[x];
+        if (to.i <= src.i || !spaced(src.i, to.i)) continue;
+        bool reached = false;
+        for (size_t q = 0; q < Q; ++q) reached |= D[q][x] < inf;
+        if (!reached) continue;
+        for (int64_t u = 0; u <= src.i; ++u) {
+          for (size_t m = 0; m < M; ++m) {
+            if (!to.in[m]) continue;
+            VIPER_ASSIGN_OR_RETURN(seg[m], slot_cost(m, src.i, src.k, to.i, u));
+          }
+          for (size_t q = 0; q < Q; ++q) {
+            if (D[q][x] == inf) continue;
+            double c = D[q][x];
+            for (size_t m = 0; m < M; ++m) {
+              if (to.in[m]) {
+                c += w[q][m] * (seg[m] + price);
+              } else if (src.in[m]) {
+                c += w[q][m] * src.after[m][static_cast<size_t>(u)];
+              }
+            }
+            if (c < D[q][y]) {
+              D[q][y] = c;
+              from[q][y] = x;
+              from_model[q][y] = u;
+            }
+          }
         }
       }
-      into[y].push_back(std::move(in));
+    }
+    for (size_t q = 0; q < Q; ++q) {
+      if (D[q][y] == inf) continue;
+      for (size_t u = 0; u <= static_cast<size_t>(to.i); ++u) {
+        double c = D[q][y];
+        for (size_t m = 0; m < M; ++m) {
+          if (to.in[m]) c += w[q][m] * to.after[m][u];
+        }
+        if (c < total[q]) {
+          total[q] = c;
+          last[q] = y;
+          last_model[q] = static_cast<int64_t>(u);
+        }
+      }
     }
   }
   CausalBound out;
@@ -284,53 +350,9 @@ StatusOr<CausalBound> SolveCausalBound(const Problem& p, const std::vector<const
   out.candidates = C;
   out.shared_decisions = static_cast<int64_t>(states.size()) - 1;
   out.bound = -inf;
-  for (const std::vector<double>& weight : weights) {
-    std::vector<double> w(M);
-    for (size_t m = 0; m < M; ++m) w[m] = weight[m] / optimum[m];
-    // D[x]: the weighted cost of reaching shared state x (states are in
-    // order of k, so every predecessor comes first), with the runs that
-    // parted on the way.
-    std::vector<double> D(states.size(), inf);
-    std::vector<size_t> from(states.size(), 0);
-    std::vector<int64_t> from_model(states.size(), 0);  // what the predecessor published
-    D[0] = 0;
-    double total = inf;
-    size_t last = 0;
-    int64_t last_model = 0;
-    for (size_t y = 0; y < states.size(); ++y) {
-      for (const Incoming& in : into[y]) {
-        if (D[in.from] == inf) continue;
-        const Shared& src = states[in.from];
-        for (size_t u = 0; u <= static_cast<size_t>(src.i); ++u) {
-          double x = D[in.from];
-          for (size_t m = 0; m < M; ++m) {
-            if (states[y].in[m]) {
-              x += w[m] * (in.cost[m][u] + price);
-            } else if (src.in[m]) {
-              x += w[m] * src.after[m][u];
-            }
-          }
-          if (x < D[y]) {
-            D[y] = x;
-            from[y] = in.from;
-            from_model[y] = static_cast<int64_t>(u);
-          }
-        }
-      }
-      if (D[y] == inf) continue;
-      for (size_t u = 0; u <= static_cast<size_t>(states[y].i); ++u) {
-        double x = D[y];
-        for (size_t m = 0; m < M; ++m) {
-          if (states[y].in[m]) x += w[m] * states[y].after[m][u];
-        }
-        if (x < total) {
-          total = x;
-          last = y;
-          last_model = static_cast<int64_t>(u);
-        }
-      }
-    }
-    const double bound = total - 1.0;
+  for (size_t q = 0; q < Q; ++q) {
+    const std::vector<double>& weight = weights[q];
+    const double bound = total[q] - 1.0;
     out.by_weights.emplace_back(weight, bound);
     if (!(bound > out.bound)) continue;
     out.bound = bound;
@@ -338,11 +360,11 @@ StatusOr<CausalBound> SolveCausalBound(const Problem& p, const std::vector<const
     // The schedules that reach it: the shared path (each state with the
     // model it publishes), then each run's own from where it parted.
     std::vector<std::pair<size_t, int64_t>> path;  // (state, model), warm-up first
-    int64_t model = last_model;
-    for (size_t y = last;; y = from[y]) {
+    int64_t model = last_model[q];
+    for (size_t y = last[q];; y = from[q][y]) {
       path.emplace_back(y, model);
       if (y == 0) break;
-      model = from_model[y];
+      model = from_model[q][y];
     }
     std::reverse(path.begin(), path.end());
     out.schedules.assign(M, {});
