@@ -165,7 +165,7 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
       ("trace-strategy", po::value(&a->trace_strategy)->default_value(a->trace_strategy), "strategy whose run --trace and --requests-csv record")
       ("requests-csv", po::value(&a->requests_csv), "write every request (time, version, iteration, loss) of that run as CSV")
       ("decisions-csv", po::value(&a->decisions_csv), "write online's decision at every measurement after the warm-up as CSV: what it saw (the candidate's and the served model's losses, the traffic's iteration, the noise, the best kept model, the decay and lag price it charged, the switches and predicted return) and what it chose (plan, gate, holds, publish and which model), and last where the replay's judge placed the traffic (judge_traffic_iteration, beside the planner's estimate traffic_iteration); README, 'Why online published'")
-      ("versus-staleness", po::value(&a->versus_staleness)->composing(), "with --staleness: the staleness table of a second run that the producer cannot tell from this one until some traffic point (trained alike; e.g. the same recurring run with a period longer than the run: its traffic never returns). Prints the causal pair bound: the regret (fluid objective, against each run's exact optimum on its table's test_loss) that no planner deciding at validation points from what the producer measures can stay below on both runs; both are judged on this log's clock and cost. Given more than once, the causal bound over the family (this run and each table, each parting from this one where its validation sample first differs; e.g. a calm run and the same run with its drift at several iterations): the least mean regret over them of any such planner. README 'The causal pair bound'")
+      ("versus-staleness", po::value(&a->versus_staleness)->composing(), "with --staleness: the staleness table of a second run that the producer cannot tell from this one until some traffic point (trained alike; e.g. the same recurring run with a period longer than the run: its traffic never returns). Prints the causal pair bound: the regret (fluid objective, against each run's exact optimum on its table's test_loss) that no planner deciding at validation points from what the producer measures can stay below on both runs; both are judged on this log's clock and cost. Given more than once (at most 16), the causal bound over the family (this run and each table, each parting from this one where its validation sample first differs; e.g. a calm run and the same run with its drift at several iterations): the least mean regret over them of any such planner. README 'The causal pair bound'")
       ("versus-self-weight", po::value(&a->versus_self_weight), "with --versus-staleness given more than once: the weight in (0, 1) on this log's run in the family's mean, the rest shared equally by the tables' runs (default: all equal); e.g. a calm run's share of the traffic a planner expects")
       ("poll-phase-s", po::value(&a->poll_phase_s)->default_value(a->poll_phase_s), "time of the first poll after warm-up, seconds in [0, 86400] (polling only)")
       ("quiet,q", po::bool_switch(&a->quiet), "no progress lines on stderr");
@@ -196,6 +196,12 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
   }
   a->trace_kind = *trace_kind;
   Status st = CheckReal("--poll-phase-s", a->poll_phase_s, 0, 86400);
+  // Each run of a family costs one backward pass (up to about a minute).
+  constexpr size_t kMaxVersusTables = 16;
+  if (st.ok() && a->versus_staleness.size() > kMaxVersusTables) {
+    st = InvalidArgumentError("--versus-staleness given " + std::to_string(a->versus_staleness.size()) +
+                              " times; at most " + std::to_string(kMaxVersusTables));
+  }
   if (st.ok() && vm.count("versus-self-weight")) {
     if (a->versus_staleness.size() < 2) {
       st = InvalidArgumentError("--versus-self-weight needs --versus-staleness given at least twice");

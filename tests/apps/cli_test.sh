@@ -118,6 +118,10 @@ sys.exit(0 if ok else 1)" "$tmp/family.json" "$tmp/pair.json"; then passes=$((pa
   expect_rc 2 "--versus-self-weight outside (0, 1) is bad usage" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --versus-staleness "$src/datasets/logs/recur-sgd-h256.staleness.csv.gz" --versus-self-weight 1.5
   expect_rc 2 "--versus-self-weight with one partner is bad usage" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz" --versus-self-weight 0.5
   expect_in "$tmp/err" "needs --versus-staleness given at least twice" "the error says why"
+  many=()
+  for q in $(seq 17); do many+=(--versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz"); done
+  expect_rc 2 "seventeen --versus-staleness tables are bad usage" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle "${many[@]}"
+  expect_in "$tmp/err" "at most 16" "the error gives the cap"
   expect_rc 1 "the causal pair bound needs the log's own table" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness none --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "needs this log's own staleness table" "the error says what is missing"
   expect_rc 1 "a missing partner table is bad input" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$tmp/none.staleness.csv"
