@@ -173,6 +173,16 @@ viper="${2:-$here/../build/apps/viper}"
 mkdir -p "$out"
 base=(--dataset fashion-mnist --batch 64 --val-samples 2000 --test-samples 5000 --progress-every 0)
 names=()
+# Trains run NAME with these options (after the set's common ones) into OUT_DIR.
+train_one() {
+  local name="$1"; shift
+  echo "== $name: viper train $*" >&2
+  "$viper" train "${common[@]}" "$@" --log-out "$out/$name.csv.gz" \
+      --staleness-table "$out/$name.staleness.csv.gz" --json "$out/$name.train.json" > /dev/null
+}
+# Whether run NAME is trained already (the JSON is written last): a partner
+# is then kept, so that a stopped run picks up where it was.
+trained() { [ -f "$out/$1.train.json" ] && [ -f "$out/$1.staleness.csv.gz" ]; }
 run() {
   local name="$1"; shift
   if [ "$partners" = 1 ]; then
@@ -195,12 +205,10 @@ run() {
         t=$((at + off))
         [ "$t" -gt 0 ] || { echo "heldout.sh: --onset-partners: $name's drift at $at moved by $off is before the run's start" >&2; exit 2; }
         onsets[$name]+="$t "
-        [ -f "$out/$name-at$t.train.json" ] && [ -f "$out/$name-at$t.staleness.csv.gz" ] && continue
+        trained "$name-at$t" && continue
         local args=() p2=""
         for x in "$@"; do if [ "$p2" = --drift-at-iteration ]; then args+=("$t"); else args+=("$x"); fi; p2="$x"; done
-        echo "== $name-at$t: viper train ${args[*]}" >&2
-        "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-at$t.csv.gz" \
-            --staleness-table "$out/$name-at$t.staleness.csv.gz" --json "$out/$name-at$t.train.json" > /dev/null
+        train_one "$name-at$t" "${args[@]}"
       done
       return 0
     fi
@@ -218,17 +226,10 @@ run() {
     [ "$found" = 1 ] || return 0
     [ -f "$out/$name.csv.gz" ] || { echo "heldout.sh: --$( [ "$suffix" = calm ] && echo calm-)partners: $out/$name.csv.gz missing (train the set first: --train-only)" >&2; exit 1; }
     names+=("$name")
-    # Trained already (the JSON is written last): kept, so that a stopped
-    # run picks up where it was.
-    [ -f "$out/$name-$suffix.train.json" ] && [ -f "$out/$name-$suffix.staleness.csv.gz" ] && return 0
-    echo "== $name-$suffix: viper train ${args[*]}" >&2
-    "$viper" train "${common[@]}" "${args[@]}" --log-out "$out/$name-$suffix.csv.gz" \
-        --staleness-table "$out/$name-$suffix.staleness.csv.gz" --json "$out/$name-$suffix.train.json" > /dev/null
+    trained "$name-$suffix" || train_one "$name-$suffix" "${args[@]}"
     return 0
   fi
-  echo "== $name: viper train $*" >&2
-  "$viper" train "${common[@]}" "$@" --log-out "$out/$name.csv.gz" \
-      --staleness-table "$out/$name.staleness.csv.gz" --json "$out/$name.train.json" > /dev/null
+  train_one "$name" "$@"
   names+=("$name")
 }
 case "$set_id" in

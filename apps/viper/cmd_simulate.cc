@@ -265,9 +265,10 @@ StatusOr<nlohmann::json> CausalPairBoundAgainst(const PlanningContext& ctx, cons
 }
 
 // The causal bound over this run and the runs of `versus_paths`' tables
-// (schedulers::SolveCausalBound) at equal weights: a floor under their mean
-// regret. Each run parts from this one where its validation sample first
-// differs; this one with the last of them.
+// (schedulers::SolveCausalBound), at equal weights or `self_weight` (> 0) on
+// this run and the rest shared: a floor under their weighted mean regret.
+// Each run parts from this one where its validation sample first differs;
+// this one with the last of them.
 StatusOr<nlohmann::json> CausalBoundOver(const PlanningContext& ctx, const std::vector<std::string>& versus_paths,
                                          double self_weight, const std::string& non_finite,
                                          const std::function<void(const std::string&)>& progress) {
