@@ -465,6 +465,22 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
 }
 
+bool OnlinePlanner::KeptFell() const {
+  const size_t n = remeasured_.size(), m = measured_.size();
+  if (n < 2 || m < 2) return false;
+  const Remeasurement& now = remeasured_[n - 1];
+  const Remeasurement& before = remeasured_[n - 2];
+  if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
+    return false;
+  }
+  for (const auto& [model, latest] : now.kept) {
+    if (now.served && now.served->first == model) continue;
+    const double then = before.LossOf(model);
+    if (std::isfinite(then) && then - latest > 0.5 * then) return true;
+  }
+  return false;
+}
+
 bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
   const size_t now = measured_.size() - 1;
   if (begin == 0 || begin > now || now >= served_by_measurement_.size()) return false;

@@ -400,6 +400,11 @@ class OnlinePlanner {
   // change_threshold noise sd (`sigma`) of a difference, or by more than half
   // its level: a switch of the traffic's domain (Decide).
   bool ServedJumped(double sigma) const;
+  // Whether a kept model other than the served one, re-measured at the
+  // current measurement and at the one before, lost more than half its loss
+  // between them: the traffic moved toward the domain it was trained on (a
+  // switch that a served model trained across it barely shows).
+  bool KeptFell() const;
   // Whether the served model stayed put from measurement `begin - 1` to the
   // current one: a change the detector places at `begin` is then the
   // producer's own (a model re-learning after a switch seen earlier, or, under
