@@ -434,15 +434,25 @@ OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
   return remeasured_.back();
 }
 
-bool OnlinePlanner::ServedJumped(double sigma) const {
+std::optional<std::pair<const OnlinePlanner::Remeasurement*, const OnlinePlanner::Remeasurement*>>
+OnlinePlanner::LatestTwoRemeasurements() const {
   const size_t n = remeasured_.size(), m = measured_.size();
-  if (n < 2 || m < 2) return false;
+  if (n < 2 || m < 2) return std::nullopt;
   const Remeasurement& now = remeasured_[n - 1];
   const Remeasurement& before = remeasured_[n - 2];
   if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
-    return false;
+    return std::nullopt;
   }
+  return std::make_pair(&now, &before);
+}
+
+bool OnlinePlanner::ServedJumped(double sigma) const {
+  const auto latest_two = LatestTwoRemeasurements();
+  if (!latest_two) return false;
+  const Remeasurement& now = *latest_two->first;
+  const Remeasurement& before = *latest_two->second;
   if (!now.served) return false;
+  const size_t m = measured_.size();
   // The model serving now, as it measured at the measurement before: served
   // then too, kept and re-measured there (a re-publish went out between), or
   // the producer's own model of then, published at that measurement (on the
@@ -466,13 +476,10 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
 }
 
 bool OnlinePlanner::KeptFell() const {
-  const size_t n = remeasured_.size(), m = measured_.size();
-  if (n < 2 || m < 2) return false;
-  const Remeasurement& now = remeasured_[n - 1];
-  const Remeasurement& before = remeasured_[n - 2];
-  if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
-    return false;
-  }
+  const auto latest_two = LatestTwoRemeasurements();
+  if (!latest_two) return false;
+  const Remeasurement& now = *latest_two->first;
+  const Remeasurement& before = *latest_two->second;
   for (const auto& [model, latest] : now.kept) {
     if (now.served && now.served->first == model) continue;
     const double then = before.LossOf(model);

@@ -756,13 +756,17 @@ TEST(OnlinePlannerTest, AKeptModelThatFallsByHalfShowsASwitch) {
     }
     auto now = planner.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    if (*now) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
   }
   const std::string report = planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
   std::string seen;
   for (const auto& d : planner.decisions()) {
     if (d.switches > 0 && seen.empty()) seen = std::to_string(d.iteration);
-    if (d.iteration == 1100) EXPECT_EQ(d.switches, 0) << report;
+    if (d.iteration == 1100) {
+      EXPECT_EQ(d.switches, 0) << report;
+    }
     if (d.iteration == 1120) {
       EXPECT_EQ(d.switches, 1) << report;
       EXPECT_GT(d.served_model, p.warmup_iterations) << "a generalist serves at the return: " << report;

@@ -399,6 +399,9 @@ class OnlinePlanner {
   // or the producer's own model published there), moved by more than
   // change_threshold noise sd (`sigma`) of a difference, or by more than half
   // its level: a switch of the traffic's domain (Decide).
+  // The re-measurements at the current measurement and at the one before
+  // (latest first), when both were taken; ServedJumped and KeptFell compare them.
+  std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
   bool ServedJumped(double sigma) const;
   // Whether a kept model other than the served one, re-measured at the
   // current measurement and at the one before, lost more than half its loss
