@@ -394,14 +394,14 @@ class OnlinePlanner {
   // the one before by more than the gate's margin, the same model all three
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
+  // The re-measurements at the current measurement and at the one before
+  // (latest first), when both were taken; ServedJumped and KeptFell compare them.
+  std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
   // Whether the served model, re-measured at the current measurement and
   // measured at the one before (served then too, kept and re-measured there,
   // or the producer's own model published there), moved by more than
   // change_threshold noise sd (`sigma`) of a difference, or by more than half
   // its level: a switch of the traffic's domain (Decide).
-  // The re-measurements at the current measurement and at the one before
-  // (latest first), when both were taken; ServedJumped and KeptFell compare them.
-  std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
   bool ServedJumped(double sigma) const;
   // Whether a kept model other than the served one, re-measured at the
   // current measurement and at the one before, lost more than half its loss
