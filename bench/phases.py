@@ -22,7 +22,8 @@ traffic blends there); after the second (where the traffic recurs, the
 first return); after any later one; and the run's end (requests at the
 traffic's last iteration N, where under the wall clock a producer the
 traffic leads serves its last stretch, often a third of all requests).
-Prints one line per case and the mean over cases; --json writes them.
+Prints one line per case and the mean over cases, then the mean by tier
+and by window where the cases span more than one; --json writes them.
 Exit status: 0; 1 when a simulation failed or a log has no table; 2 on bad usage.
 """
 import argparse
@@ -143,13 +144,26 @@ def main():
                           "  ".join(f"{p} {share[p]:6.1f}" for p in PHASES) +
                           f"  switches {','.join('%.0f' % s for s in sw) or 'none'}", flush=True)
     if cases:
-        mean = {p: statistics.fmean(c["excess_percent"][p] for c in cases) for p in PHASES}
-        print(f"{'mean over %d cases' % len(cases):34s} regret {sum(mean.values()):7.1f}%  " +
-              "  ".join(f"{p} {mean[p]:6.1f}" for p in PHASES))
+        def mean_line(label, group):
+            mean = {p: statistics.fmean(c["excess_percent"][p] for c in group) for p in PHASES}
+            print(f"{label:34s} regret {sum(mean.values()):7.1f}%  " + "  ".join(f"{p} {mean[p]:6.1f}" for p in PHASES))
+            return mean
+        mean = mean_line("mean over %d cases" % len(cases), cases)
+        # The same mean by tier and by window (the case's name ends .../TIER/WINDOW),
+        # where the cases span more than one: the tiers' delivery lags differ
+        # by ten times, and so does where their regret falls.
+        by_group = {}
+        for axis, pos in (("tier", -2), ("window", -1)):
+            values = sorted({c["case"].split("/")[pos] for c in cases})
+            if len(values) < 2:
+                continue
+            for value in values:
+                group = [c for c in cases if c["case"].split("/")[pos] == value]
+                by_group[f"{axis} {value}"] = mean_line(f"  {axis} {value} ({len(group)} cases)", group)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"strategy": args.strategy, "clock": args.clock, "cases": cases, "mean_excess_percent": mean},
-                          f, indent=1)
+                json.dump({"strategy": args.strategy, "clock": args.clock, "cases": cases, "mean_excess_percent": mean,
+                           "mean_excess_percent_by": by_group}, f, indent=1)
     return status
 
 

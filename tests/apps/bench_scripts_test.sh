@@ -267,16 +267,17 @@ for name in ("r-recur", "r-notable"):
 PY
 cat >"$tmp/phviper" <<'STUB'
 #!/usr/bin/env bash
-traced="" csv="" json=""
+traced="" csv="" json="" transport=""
 while [ $# -gt 0 ]; do
-  case "$1" in --trace-strategy) traced="$2"; shift ;; --requests-csv) csv="$2"; shift ;; --json) json="$2"; shift ;; esac
+  case "$1" in --trace-strategy) traced="$2"; shift ;; --requests-csv) csv="$2"; shift ;; --json) json="$2"; shift ;;
+    --transport) transport="$2"; shift ;; esac
   shift
 done
 {
   echo "time_s,version,iteration,traffic_iteration,loss"
   for t in $(seq 0 10 1000); do
     l=1.0
-    if [ "$traced" = online ] && [ "$t" -ge 600 ] && [ "$t" -lt 700 ]; then l=2.0; fi
+    if [ "$traced" = online ] && [ "$transport" = host ] && [ "$t" -ge 600 ] && [ "$t" -lt 700 ]; then l=2.0; fi
     if [ "$traced" = online ] && [ "$t" -eq 1000 ]; then l=3.0; fi
     echo "0,0,0,$t,$l"
   done
@@ -290,6 +291,12 @@ check "phases.py exits 0" '[ $rc -eq 0 ]'
 check "phases.py finds the switches at 350 and 550" 'echo "$out" | grep -q "switches 350,550"'
 check "phases.py puts 9.9% after the second switch and 2.0% at the end, 11.9% in all" 'echo "$out" | grep -q "r-recur/host/train *regret *11.9%  before *0.0  first *0.0  return1 *9.9  later *0.0  end *2.0"'
 check "phases.py --json holds the case" '/usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"cases\"][0]; sys.exit(not (abs(c[\"excess_percent\"][\"return1\"] - 1000 / 101) < 1e-9))" "$tmp/ph.json"'
+# Two tiers (the stand-in's online pays the first return's excess on host
+# only): the mean by tier follows the overall mean; one window, no split by it.
+out="$(/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers host,gpu --json "$tmp/ph2.json" "$tmp/ph/r-recur.csv.gz")"; rc=$?
+echo "$out"
+check "phases.py over two tiers: the mean 6.9%, by tier gpu 2.0% and host 11.9%, no split by window" '[ $rc -eq 0 ] && echo "$out" | grep -q "^mean over 2 cases *regret *6.9%" && echo "$out" | grep -q "^  tier gpu (1 cases) *regret *2.0%  before *0.0  first *0.0  return1 *0.0" && echo "$out" | grep -q "^  tier host (1 cases) *regret *11.9%" && ! echo "$out" | grep -q "window train"'
+check "phases.py --json holds the mean by tier" '/usr/bin/python3 -c "import json,sys; m=json.load(open(sys.argv[1]))[\"mean_excess_percent_by\"]; sys.exit(not (sorted(m) == [\"tier gpu\", \"tier host\"] and abs(m[\"tier host\"][\"return1\"] - 1000 / 101) < 1e-9))" "$tmp/ph2.json"'
 /usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers host "$tmp/ph/r-notable.csv.gz" >/dev/null 2>"$tmp/err"; rc=$?
 check "phases.py: a log without its table is exit 1, named" '[ $rc -eq 1 ] && grep -q "r-notable.csv.gz: no staleness table" "$tmp/err"'
 /usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers tape "$tmp/ph/r-recur.csv.gz" >/dev/null 2>&1; rc=$?
