@@ -19,7 +19,13 @@ samples' noise alone costs); a case whose report has none (reports before
 the fortieth session's build on the diagonal) is left out and counted on
 stderr. A case where the strategy itself served a diverged model (no CIL)
 is left out, with a line on stderr. With B: A's and B's figures on the cases
-both hold, and how many cases moved, better and worse; --cases lists each
+both hold, how many cases moved, better and worse, with the two-sided sign
+test's p-value for that split (each case as likely to move either way), and
+the mean of B's regret less A's over the cases with its 95% paired bootstrap
+interval (2000 resamples of the cases, a fixed seed): an interval that
+holds zero, or a large p, is a change the pool cannot tell from its
+cases' chance moves (a recurring run's schedule moves by tens of points
+with a small change to its decisions); --cases lists each
 case that moved by more than POINTS percentage points. --by splits the
 figures by kind (the log's name: h-recur60 -> recur, b-swaps450 -> swaps,
 recur-sgd-h256 -> recur), traffic (drifting or calm, from the case's
@@ -41,7 +47,9 @@ Exit status: 0; 1 when there is no case (or none in common); 2 on bad usage.
 import argparse
 import glob
 import json
+import math
 import os
+import random
 import re
 import statistics
 import sys
@@ -158,6 +166,28 @@ def split_line(f):
             f"{f['blind_median']:5.2f}; after the change mean {f['after_mean']:6.2f} median {f['after_median']:5.2f}")
 
 
+def sign_test(better, worse):
+    """Two-sided exact sign test: the chance of a split at least this uneven
+    among the cases that moved if each moved either way with probability 1/2."""
+    n, k = better + worse, min(better, worse)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def paired_interval(diffs, resamples=2000, seed=1):
+    """The mean of the paired differences and its 95% percentile bootstrap
+    interval (resampling cases; a fixed seed, so a comparison reads the same
+    every time)."""
+    n = len(diffs)
+    mean = statistics.fmean(diffs)
+    if n < 2:
+        return mean, mean, mean
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(resamples))
+    return mean, means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
 def line(f):
     return (f"{f['cases']:4d} cases  mean {f['mean']:7.2f}  median {f['median']:6.2f}  p90 {f['p90']:6.1f}  "
             f"worst {f['worst']:6.1f}  over 10% {f['over_10']:3d}  worse than epoch {f['worse_than_epoch']:3d}")
@@ -206,10 +236,15 @@ def main():
             fb = figures(b, ks)
             moved = [k for k in ks if abs(b[k]["regret"] - a[k]["regret"]) > 1e-6]
             better = sum(1 for k in moved if b[k]["regret"] < a[k]["regret"])
-            entry.update(b=fb, moved=len(moved), better=better, worse=len(moved) - better)
+            worse = len(moved) - better
+            p = sign_test(better, worse)
+            mean, lo, hi = paired_interval([b[k]["regret"] - a[k]["regret"] for k in ks])
+            entry.update(b=fb, moved=len(moved), better=better, worse=worse, sign_test_p=p,
+                         mean_difference=mean, difference_interval_95=[lo, hi])
             print(f"{label:28s} A {line(fa)}")
             print(f"{'':28s} B {line(fb)}")
-            print(f"{'':28s}   moved {len(moved)}: {better} better, {len(moved) - better} worse")
+            print(f"{'':28s}   moved {len(moved)}: {better} better, {worse} worse (sign test p {p:.3g}); "
+                  f"B - A {mean:+.2f} points, 95% interval {lo:+.2f} .. {hi:+.2f}")
             if args.blind:
                 entry["a_split"], entry["b_split"] = split_figures(a, ks), split_figures(b, ks)
                 print(f"{'':28s} A split {split_line(entry['a_split'])}")

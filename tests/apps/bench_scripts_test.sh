@@ -195,6 +195,11 @@ out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/PB" --cases 1 --json "$tmp/poo
 echo "$out"
 check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *5 cases.*worse than epoch   0"'
 check "pool.py lists the moved case" 'echo "$out" | grep -q "h9-wall:h-recur40/pfs/w20/train *50.00 -> *5.00 (-45.0)"'
+# One case of five moved by -45 points: the sign test cannot tell one move
+# from chance (p 1), the mean difference is -9 points, and its bootstrap
+# interval holds zero (a resample of five cases often misses the one).
+check "pool.py A -> B: sign test p 1, mean difference -9.00 points" 'echo "$out" | grep -q "moved 1: 1 better, 0 worse (sign test p 1); B - A -9.00 points, 95% interval"'
+check "pool.py --json: the interval holds zero and reaches below -18" '/usr/bin/python3 -c "import json,sys; g=json.load(open(sys.argv[1]))[\"groups\"][0]; lo, hi = g[\"difference_interval_95\"]; sys.exit(not (g[\"sign_test_p\"] == 1.0 and abs(g[\"mean_difference\"] + 9) < 1e-9 and lo <= -18 and hi == 0))" "$tmp/pool.json"'
 check "pool.py --json holds the same figures" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); g=j[\"groups\"][0]; sys.exit(not (g[\"a\"][\"cases\"] == 5 and g[\"b\"][\"worse_than_epoch\"] == 0 and j[\"moved_cases\"][0][\"b\"] == 5.0))" "$tmp/pool.json"'
 # --strategy val-oracle: the val-oracle's figures, from each case's val_oracle;
 # a case without one is left out and counted.
