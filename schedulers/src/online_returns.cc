@@ -82,6 +82,11 @@ size_t ReturnPredictor::RegimeOf(int64_t model) const {
                              switches_.begin());
 }
 
+bool ReturnPredictor::SameDomain(int64_t a, int64_t b) const {
+  const size_t ra = RegimeOf(a), rb = RegimeOf(b), apart = ra > rb ? ra - rb : rb - ra;
+  return cycle_ > 0 && apart % cycle_ == 0;
+}
+
 void ReturnPredictor::NoteRepublish(int64_t model) {
   if (republished_in_regime_) return;
   const size_t from = RegimeOf(model), now_regime = switches_.size();
@@ -164,6 +169,13 @@ bool ReturnPredictor::AdoptServed(double traffic, double delivery_lag, double ho
   active_->loss = served_loss;
   pre_anticipation_model_ = served_model;
   return true;
+}
+
+double ReturnPredictor::PositionError() const {
+  const size_t n = switches_.size();
+  double error = 0;
+  for (size_t i = n >= 2 ? n - 2 : 0; i < n; ++i) error += kLeadShare * std::max(0.0, switches_[i].lead);
+  return error;
 }
 
 std::optional<double> ReturnPredictor::SwitchSpacing() const {

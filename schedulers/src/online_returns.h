@@ -98,6 +98,10 @@ class ReturnPredictor {
   // switch): a model up to a switch's first measurement `at`, or before its
   // middle in the traffic, is of the regime before it.
   size_t RegimeOf(int64_t model) const;
+  // Whether two models were trained on one domain by the cycle learned:
+  // regimes a multiple of it apart, the same regime included (false while
+  // no cycle is known).
+  bool SameDomain(int64_t a, int64_t b) const;
   // A kept model won a re-publish (or would have, but for arriving too
   // late): the first such of a regime from two or more regimes back says
   // how many regimes back its domain was (the cycle). A model of the regime
@@ -176,6 +180,10 @@ class ReturnPredictor {
 
   // Regimes between a domain and its return (0: no return seen yet).
   size_t cycle() const { return cycle_; }
+  // How far the predicted switch may be off for the estimated positions
+  // of the two latest switches it is placed from (kLeadShare of each one's
+  // lead over the producer; 0 before any switch).
+  double PositionError() const;
   // The median spacing of the switches seen (traffic iterations); nullopt
   // before two.
   std::optional<double> SwitchSpacing() const;

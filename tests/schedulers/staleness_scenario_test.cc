@@ -898,44 +898,84 @@ TEST(StalenessScenarioTest, AKeptModelIsNotRePublishedWhenItsStallOutweighsItsGa
   EXPECT_EQ(waits->summary.message.find("held until"), std::string::npos) << waits->summary.message;
 }
 
-// A re-published model that jumps at its first re-measurement as served
-// shows a switch. On set 1's h-recur60 (60 degrees, the domains taking turns
-// every 500 iterations from 1200; pfs, a fixed window of 2998 requests, the
-// default drift prior) the traffic led the producer by 400-600 iterations:
-// at producer iteration 1560 (traffic 2039, the first domain back) the
-// warm-up's domain's model 1160 was re-published (0.40 as kept), and by the
-// next measurement (1600, traffic 2246) the traffic had switched again: 1160
-// measured 4.49 as served. That switch went unrecorded (the served model
-// was another one at 1560), so the return predictor took the next switch
-// for the wrong domain's return and published the second domain's model
-// 1440 ahead of the first domain's return: 2.16 x the oracle. Recorded:
-// 2.03 x, and no model of the second domain goes out ahead of that return.
-// The same for the producer's own model published at the measurement before
-// (compared with its own measurement there): on set 4's f-recur30 (30
-// degrees, back every 600 iterations; pfs, served while training runs)
-// 1.34 x the oracle -> 1.18 x; h-recur60 above is 2.07 x with both.
+// A served model that jumps at its first re-measurement shows a switch.
+// Until the forty-sixth session this was pinned on set 1's h-recur60 (60
+// degrees, the domains taking turns every 500 iterations from 1200; pfs, a
+// fixed window of 2998 requests, the default drift prior), where a kept
+// model re-published at producer 1560 jumped at the next measurement as the
+// traffic switched again: recorded, 2.03 x the oracle (unrecorded, 2.16 x,
+// and the second domain's model went out ahead of the first domain's
+// return). That re-publish is no longer made (below), and no frozen
+// development run shows a re-published kept model jumping any more: the
+// kept model's branch of the rule (its re-measurement as kept at the
+// measurement before) has no scenario test now. The producer's own model
+// published at the measurement before (compared with its own measurement
+// there) still has: on set 4's f-recur30 (30 degrees, back every 600
+// iterations; pfs, served while training runs) 1.34 x the oracle -> 1.18 x.
 TEST(StalenessScenarioTest, ARePublishedModelThatJumpsShowsASwitch) {
+  auto own = FrozenWallScenario("set4", "f-recur30", Tier::kPfs, TrafficClock::kWall, 0,
+                                OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ExpectOnlineWithin(*own, 1.25);
+}
+
+// A late re-publish is made before a predicted switch only where it lands
+// well before it even if the switch comes early by what the estimated
+// positions it was predicted from may be off (kLeadShare of their leads).
+// On set 1's h-recur60 above, the first domain's kept model 1160,
+// re-published at 1480 (traffic 1951) to land well before the switch
+// predicted at 2508, reached the traffic at about 2210, after the switch at
+// 2180, and served the second domain until the model published ahead of
+// the next return replaced it at about 2450 (800 of the run's excess of
+// 3817): 2.07 x the oracle, the pool's worst case. Held: no kept model goes
+// out between 1400 and 1600, nor a second-domain model ahead of the first
+// domain's return, and online is 1.73 x the oracle (bench/README.md,
+// "Forty-sixth session").
+TEST(StalenessScenarioTest, ALateRePublishAllowsForWhereTheSwitchesWereEstimated) {
   auto sc = FrozenWallScenario("set1", "h-recur60", Tier::kPfs, TrafficClock::kWall, 2998,
                                OnlinePlanner::Options().drift_prior);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   sc->online.record_decisions = true;
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  int64_t switches_at = -1;
   for (const auto& d : plan->decisions) {
-    if (d.iteration == 1600) switches_at = d.switches;
+    if (!d.publish) continue;
+    EXPECT_FALSE(std::string_view(d.publish_kind) == "kept" && d.iteration >= 1400 && d.iteration <= 1600)
+        << "re-published " << d.published_model << " at " << d.iteration;
     if (std::string_view(d.publish_kind) == "ahead") {
       EXPECT_FALSE(d.published_model >= 1200 && d.published_model < 1700 && d.traffic > 2200 && d.traffic < 2700)
           << "published " << d.published_model << " (second domain) ahead at " << d.iteration;
     }
   }
-  // 1200, the re-publish at 1560 (the first domain back) and the jump at 1600.
-  EXPECT_EQ(switches_at, 3) << "the switch at traffic 2200, seen at 1600, was not recorded";
-  ExpectOnlineWithin(*sc, 2.1);
-  auto own = FrozenWallScenario("set4", "f-recur30", Tier::kPfs, TrafficClock::kWall, 0,
-                                OnlinePlanner::Options().drift_prior);
-  ASSERT_TRUE(own.ok()) << own.status().ToString();
-  ExpectOnlineWithin(*own, 1.25);
+  ExpectOnlineWithin(*sc, 1.8);
+}
+
+// A kept model against the served one is judged by the fixed models' own
+// noise, not the candidate's. On set 3's g-recur45 (45 degrees, back every
+// 750 iterations; gpu, while training) the producer's re-learning after
+// each switch put the candidate's noise far above what a kept model's
+// re-measurement varies by, and a returning domain's kept model waited
+// for its margin: 1.20 x the oracle -> 1.12 x (bench/README.md,
+// "Forty-sixth session").
+TEST(StalenessScenarioTest, AKeptModelOfAReturningDomainIsJudgedByTheFixedModelsNoise) {
+  auto sc = FrozenWallScenario("set3", "g-recur45", Tier::kGpu, TrafficClock::kWall, 0,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  ExpectOnlineWithin(*sc, 1.15);
+}
+
+// But not a kept model of the served one's domain (the same regime, or a
+// multiple of the cycle back): nothing came back. On set 13's p-recur65
+// (gpu, while training) the smaller margin let the warm-up's model 864 in
+// over the served 1968 of the same domain (0.397 against 0.421), and the
+// cycle's next anticipation then published 864, which the later stays of
+// that domain measure worse: 1.37 x the oracle; with the candidate's margin
+// for it, 1.22 x.
+TEST(StalenessScenarioTest, AnOlderModelOfTheServedDomainNeedsTheCandidatesMargin) {
+  auto sc = FrozenWallScenario("set13", "p-recur65", Tier::kGpu, TrafficClock::kWall, 0,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  ExpectOnlineWithin(*sc, 1.3);
 }
 
 // The same hold for the producer's own model. On set 1's h-recur60 (two

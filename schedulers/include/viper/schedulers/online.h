@@ -408,6 +408,11 @@ class OnlinePlanner {
   // between them: the traffic moved toward the domain it was trained on (a
   // switch that a served model trained across it barely shows).
   bool KeptFell() const;
+  // The noise sd of one fixed model's re-measurement: robustly (MAD) from
+  // the differences between consecutive re-measurements of the same model
+  // (served or kept) over the latest kRemeasurementsKept; `fallback` while
+  // there are fewer than eight.
+  double FixedModelNoise(double fallback) const;
   // Whether the served model stayed put from measurement `begin - 1` to the
   // current one: a change the detector places at `begin` is then the
   // producer's own (a model re-learning after a switch seen earlier, or, under
@@ -433,6 +438,9 @@ class OnlinePlanner {
   // two measurements.
   double JumpThreshold(double sigma) const;
   int64_t publishing_ = 0;  // the model the last positive decision publishes
+  // Whether a re-publish of that model may say how many regimes back its
+  // domain was (ReturnPredictor::NoteRepublish; ChooseKeptModel).
+  bool publishing_shows_cycle_ = true;
   int64_t decided_at_ = -1;
   std::optional<double> publishing_loss_;  // its measured loss, for a re-publish
   // Anticipating returns (Options::anticipate_returns): the switches seen, each ended regime's
