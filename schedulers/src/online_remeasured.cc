@@ -1,0 +1,268 @@
+// The closed loop's record of the staleness re-measurements (README
+// "Staleness tables"): the served version's and the kept models' losses on
+// today's validation sample as they arrive (ObserveServed, ObserveKept,
+// with the decay points they add), which models to keep (KeptVersions), and
+// what the record shows when read: a jump of the served model or a fall of
+// a kept one (a switch), whether the served model stayed across a change,
+// the fixed models' own noise, a ramp still rising. Moved from
+// online_staleness.cc unchanged (forty-sixth session), which keeps what the
+// loop makes of it: the decay and lag a re-plan is priced with, and the
+// choice and commit of a kept model.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "online_returns.h"
+#include "viper/schedulers/online.h"
+
+namespace viper {
+namespace schedulers {
+
+Status OnlinePlanner::ObserveServed(double loss) {
+  if (!std::isfinite(loss) || loss < 0) {
+    return InvalidArgumentError("the served version's loss must be finite and >= 0, got " + std::to_string(loss));
+  }
+  served_loss_ = loss;
+  ++summary_.served_measurements;
+  RemeasuredNow().served = std::make_pair(served_model(), loss);
+  // Kept by measurement (the one taken at this iteration), for AddSwitch.
+  if (measured_now_ && *measured_now_ == last_iteration_ && measured_.size() > 0) {
+    served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());
+    served_by_measurement_.back() = loss;
+  }
+  // One (age, excess over `reference`) point, or the reference itself when
+  // there is none yet; the latest decay_window points are kept.
+  auto track = [&](std::optional<std::pair<int64_t, double>>* reference,
+                   std::vector<std::pair<double, double>>* points) {
+    if (!*reference) {
+      *reference = std::make_pair(last_iteration_, loss);
+      return;
+    }
+    const double age_s = static_cast<double>(last_iteration_ - (*reference)->first) * problem_.seconds_per_iteration;
+    if (!(age_s > 0)) return;
+    points->emplace_back(age_s, loss - (*reference)->second);
+    if (points->size() > static_cast<size_t>(options_.decay_window)) points->erase(points->begin());
+  };
+  // The reference is the forecast level at the version's checkpoint (see
+  // Commit); a version committed without a forecast is measured from its
+  // first re-measurement. The regime's (the lag price's) is the same, or
+  // the served level at the latest detected change when that is later.
+  track(&served_reference_, &decay_points_);
+  track(&regime_reference_, &regime_decay_points_);
+  return Status::Ok();
+}
+
+std::vector<int64_t> OnlinePlanner::KeptVersions() const {
+  std::vector<int64_t> kept;
+  if (options_.keep_versions <= 0) return kept;
+  const int64_t served = served_model();
+  auto add = [&](int64_t m) {
+    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions) return;
+    if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
+  };
+  // The next return's model first; then, newest regime first, what each
+  // ended regime served last and its last model (a domain that may come
+  // back), the warm-up's; then the newest published models. Regimes come
+  // before recent versions: a loop that publishes often would otherwise
+  // keep only versions of the current domain.
+  const std::vector<int64_t>& regime_models = returns_->regime_models();
+  const std::vector<int64_t>& regime_better = returns_->regime_better();
+  if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
+    add(r->model);
+    if (r->fallback >= 0) add(r->fallback);
+  }
+  for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
+    if (q < regime_better.size() && regime_better[q] >= 0) add(regime_better[q]);
+    if (q < regime_models.size()) add(regime_models[q]);
+    if (q < regime_ends_.size()) add(regime_ends_[q]);
+  }
+  add(problem_.warmup_iterations);
+  std::vector<int64_t> newest(published_);
+  std::sort(newest.begin(), newest.end(), std::greater<int64_t>());
+  for (int64_t m : newest) add(m);
+  return kept;
+}
+
+Status OnlinePlanner::ObserveKept(int64_t model_iteration, double loss) {
+  if (model_iteration < problem_.warmup_iterations || model_iteration > last_iteration_) {
+    return InvalidArgumentError("kept model of iteration " + std::to_string(model_iteration) + " is not in [W, " +
+                                std::to_string(last_iteration_) + "]");
+  }
+  if (!std::isfinite(loss) || loss < 0) return Status::Ok();  // a diverged model is never re-published
+  RemeasuredNow().kept.emplace_back(model_iteration, loss);
+  return Status::Ok();
+}
+
+double OnlinePlanner::Remeasurement::LossOf(int64_t model) const {
+  if (served && served->first == model) return served->second;
+  for (const auto& [m, l] : kept) {
+    if (m == model) return l;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
+  if (remeasured_.empty() || remeasured_.back().iteration != last_iteration_) {
+    remeasured_.emplace_back();
+    remeasured_.back().iteration = last_iteration_;
+    if (remeasured_.size() > kRemeasurementsKept) remeasured_.pop_front();
+  }
+  return remeasured_.back();
+}
+
+std::optional<std::pair<const OnlinePlanner::Remeasurement*, const OnlinePlanner::Remeasurement*>>
+OnlinePlanner::LatestTwoRemeasurements() const {
+  const size_t n = remeasured_.size(), m = measured_.size();
+  if (n < 2 || m < 2) return std::nullopt;
+  const Remeasurement& now = remeasured_[n - 1];
+  const Remeasurement& before = remeasured_[n - 2];
+  if (now.iteration != last_iteration_ || before.iteration != static_cast<int64_t>(measured_.iterations[m - 2])) {
+    return std::nullopt;
+  }
+  return std::make_pair(&now, &before);
+}
+
+bool OnlinePlanner::ServedJumped(double sigma) const {
+  const auto latest_two = LatestTwoRemeasurements();
+  if (!latest_two) return false;
+  const Remeasurement& now = *latest_two->first;
+  const Remeasurement& before = *latest_two->second;
+  if (!now.served) return false;
+  const size_t m = measured_.size();
+  // The model serving now, as it measured at the measurement before: served
+  // then too, kept and re-measured there (a re-publish went out between), or
+  // the producer's own model of then, published at that measurement (on the
+  // validation sample, which its re-measurements are on). Under the wall
+  // clock the traffic may switch before a newly published model's first
+  // re-measurement as served, and only that model's move shows it when the
+  // producer's own is re-learning at both (set 1's h-recur60 pfs/req;
+  // bench/README.md, "Thirty-eighth session").
+  double then = before.LossOf(now.served->first);
+  if (!std::isfinite(then) && options_.metric == ObservationKind::kValidation &&
+      now.served->first == static_cast<int64_t>(measured_.iterations[m - 2])) {
+    then = measured_.losses[m - 2];
+  }
+  if (!std::isfinite(then)) return false;
+  // ServedStayedAcross's bounds, the other way round: a move of more than
+  // half its level is a jump however noisy the regime measured (one that
+  // held a transition measures a noise sd that hides a model of the other
+  // domain tripling; bench/README.md, "Twenty-first session").
+  const double latest = now.served->second;
+  return std::fabs(latest - then) > std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
+}
+
+double OnlinePlanner::FixedModelNoise(double fallback) const {
+  // A fixed model re-measured twice differs only by the two samples' noise
+  // (and the traffic's move between them, which the median ignores while
+  // most pairs are within one domain).
+  std::vector<double> d;
+  for (size_t r = 1; r < remeasured_.size(); ++r) {
+    const Remeasurement& before = remeasured_[r - 1];
+    const Remeasurement& now = remeasured_[r];
+    auto add = [&](int64_t model, double latest) {
+      const double then = before.LossOf(model);
+      if (std::isfinite(then) && std::isfinite(latest)) d.push_back(latest - then);
+    };
+    if (now.served) add(now.served->first, now.served->second);
+    for (const auto& [model, latest] : now.kept) add(model, latest);
+  }
+  if (d.size() < 8) return fallback;
+  const double center = internal::Median(d);
+  for (double& x : d) x = std::fabs(x - center);
+  // 1.4826 MAD is the sd of a normal difference; one re-measurement's is
+  // that over sqrt(2).
+  return 1.4826 * internal::Median(std::move(d)) / std::sqrt(2.0);
+}
+
+bool OnlinePlanner::KeptFell() const {
+  const auto latest_two = LatestTwoRemeasurements();
+  if (!latest_two) return false;
+  const Remeasurement& now = *latest_two->first;
+  const Remeasurement& before = *latest_two->second;
+  for (const auto& [model, latest] : now.kept) {
+    if (now.served && now.served->first == model) continue;
+    const double then = before.LossOf(model);
+    if (std::isfinite(then) && then - latest > 0.5 * then) return true;
+  }
+  return false;
+}
+
+bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
+  const size_t now = measured_.size() - 1;
+  if (begin == 0 || begin > now || now >= served_by_measurement_.size()) return false;
+  const int64_t before = ServedAt(static_cast<int64_t>(measured_.iterations[begin - 1]));
+  if (before == served_model()) {
+    const double then = served_by_measurement_[begin - 1], latest = served_by_measurement_[now];
+    if (!std::isfinite(then) || !std::isfinite(latest)) return false;
+    return std::fabs(latest - then) <= JumpThreshold(sigma);
+  }
+  // A publish fell between (under the wall clock a fresh model goes out
+  // while the producer's own data switch is still being detected): a model
+  // re-measured at both measurements tells. A model of the other domain
+  // moves by a multiple of its level at a switch, which a regime that held a
+  // transition may measure as noise: a move of more than half its level is
+  // a move too (bench/README.md, "Twenty-first session").
+  for (int64_t model : {served_model(), before}) {
+    const double then = RemeasuredAt(begin - 1, model), latest = RemeasuredAt(now, model);
+    if (std::isfinite(then) && std::isfinite(latest)) {
+      return std::fabs(latest - then) <= std::min(JumpThreshold(sigma), 0.5 * std::max(then, latest));
+    }
+  }
+  return false;
+}
+
+double OnlinePlanner::RemeasuredAt(size_t m, int64_t model) const {
+  const int64_t iteration = static_cast<int64_t>(measured_.iterations[m]);
+  for (auto e = remeasured_.rbegin(); e != remeasured_.rend(); ++e) {
+    if (e->iteration == iteration) return e->LossOf(model);
+    if (e->iteration < iteration) break;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+size_t OnlinePlanner::ReturnShownFrom(double gate_margin) const {
+  // The served model's re-measurements at the latest consecutive
+  // measurements, back to the first where another model served or it was
+  // not re-measured; the k-th from the end is at measurement size - 1 - k.
+  std::vector<double> served;
+  for (size_t r = remeasured_.size(), m = measured_.size(); r-- > 0 && m-- > 0;) {
+    const Remeasurement& e = remeasured_[r];
+    if (!(e.served && e.served->first == served_model()) ||
+        static_cast<int64_t>(measured_.iterations[m]) != e.iteration) {
+      break;
+    }
+    served.push_back(e.served->second);
+  }
+  std::reverse(served.begin(), served.end());
+  return measured_.size() - 1 - returns_->ShownFor(served, gate_margin);
+}
+
+double OnlinePlanner::JumpThreshold(double sigma) const { return options_.change_threshold * sigma * std::sqrt(2.0); }
+
+bool OnlinePlanner::ServedStillRising() const {
+  // Two rises: one is as likely a noisy pair as a ramp.
+  const size_t n = remeasured_.size();
+  if (n < 3) return false;
+  for (size_t r = 0; r < 2; ++r) {
+    const Remeasurement& now = remeasured_[n - 1 - r];
+    const Remeasurement& before = remeasured_[n - 2 - r];
+    if (!(now.served && before.served && now.served->first == before.served->first &&
+          now.served->second - before.served->second > GateMargin())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now) const {
+  static const std::vector<std::pair<int64_t, double>> kNone;
+  return !remeasured_.empty() && remeasured_.back().iteration == now ? remeasured_.back().kept : kNone;
+}
+
+}  // namespace schedulers
+}  // namespace viper
