@@ -102,6 +102,14 @@
 #      2500, no drift, one swap of 5 and 8 under Adam at 2100 (forty-third;
 #      trained before that session's planner change was chosen, evaluated
 #      once with it)
+#  22  hidden 224, 4 epochs, validation every 65 (sparser than any other
+#      set), seeds 201-209, nine runs, drifts at 30-50%: recurring 60
+#      degrees every 750 from 1500, swaps of 0 and 5 every 550 from 1600,
+#      one swap of 3 and 6 at 1900, class-incremental from 4 classes at
+#      1700, a prior shift to 1,4,8 over 1600-2400, a rotation to 45 degrees
+#      over 1500-2300, a collapse at 2200, no drift, one swap of 2 and 7
+#      under Adam at 1800 (forty-seventh; trained before any change of that
+#      session was measured on it: a check of the last sessions' planner)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -143,7 +151,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20 or 21"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21 or 22"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -524,6 +532,24 @@ case "$set_id" in
     run x-nodrift   "${sgd[@]}" --seed 198
     run x-swapadam  --optimizer adam --lr 0.001 --seed 199 --drift label-swap --drift-swap-classes 5,8 \
                     --drift-at-iteration 2100
+    ;;
+  22)
+    common=("${base[@]}" --hidden 224 --epochs 4 --val-every 65)
+    sgd=(--optimizer sgd --lr 0.045 --momentum 0.9)
+    run y-recur60   "${sgd[@]}" --seed 201 --drift recurring --drift-rotation-degrees 60 --drift-at-iteration 1500 \
+                    --drift-period 750
+    run y-swaps550  "${sgd[@]}" --seed 202 --drift label-swap --drift-swap-classes 0,5 --drift-at-iteration 1600 \
+                    --drift-swap-period 550
+    run y-swap      "${sgd[@]}" --seed 203 --drift label-swap --drift-swap-classes 3,6 --drift-at-iteration 1900
+    run y-classinc4 "${sgd[@]}" --seed 204 --drift class-incremental --drift-initial-classes 4 --drift-at-iteration 1700
+    run y-prior     "${sgd[@]}" --seed 205 --drift prior-shift --drift-prior-classes 1,4,8 --drift-prior-mass 0.75 \
+                    --drift-at-iteration 1600 --drift-duration 800
+    run y-rotate    "${sgd[@]}" --seed 206 --drift rotation --drift-rotation-degrees 45 --drift-at-iteration 1500 \
+                    --drift-duration 800 --staleness-max-versions 28
+    run y-collapse  "${sgd[@]}" --seed 207 --lr-milestones 2200:40
+    run y-nodrift   "${sgd[@]}" --seed 208
+    run y-swapadam  --optimizer adam --lr 0.001 --seed 209 --drift label-swap --drift-swap-classes 2,7 \
+                    --drift-at-iteration 1800
     ;;
   8)
     common=("${base[@]}" --epochs 5 --val-every 45)
