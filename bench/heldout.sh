@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|21] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
+# Usage: bench/heldout.sh [--set 1|3|4|...|22] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
 #                         [--runs NAME,...]] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary

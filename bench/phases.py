@@ -24,6 +24,16 @@ traffic's last iteration N, where under the wall clock a producer the
 traffic leads serves its last stretch, often a third of all requests).
 Prints one line per case and the mean over cases, then the mean by tier
 and by window where the cases span more than one; --json writes them.
+
+Under each case, how far from each switch the strategy served the wrong
+domain's model, in traffic iterations, averaged over the switches of each
+phase (first, return1, later): "late" counts the traffic after the switch
+(up to halfway to the next one, or the run's end) and "early" the traffic
+before it (back to halfway to the one before) where the strategy's loss
+exceeds the oracle's by more than half the switch's step (the latest
+model's rise across it in the table). A return published ahead of its
+switch shows as early or late by how far it missed; a reactive re-publish
+as late by its measurement gap and delivery.
 Exit status: 0; 1 when a simulation failed or a log has no table; 2 on bad usage.
 """
 import argparse
@@ -54,9 +64,37 @@ def switches(table):
             continue
         v = max(common)  # the latest model at a, on the traffic at a and at b
         if loss[a][v] > 0 and loss[b][v] > 1.5 * loss[a][v]:
-            found.append((a, b))
+            found.append((a, b, loss[b][v] - loss[a][v]))
     grid = statistics.median(b - a for a, b in zip(points, points[1:])) if len(points) > 1 else 0
-    return [0.5 * (a + b) for a, b in found], grid
+    return [0.5 * (a + b) for a, b, _ in found], grid, [step for _, _, step in found]
+
+
+def by_traffic(rows):
+    """Mean loss at each whole traffic iteration of a request trace."""
+    total, count = collections.defaultdict(float), collections.defaultdict(int)
+    for t, l in rows:
+        total[int(t)] += l
+        count[int(t)] += 1
+    return {t: total[t] / count[t] for t in total}
+
+
+def landing(mine, best, sw, steps, end):
+    """Per phase, the mean over its switches of the traffic iterations
+    before ("early") and after ("late") each switch where `mine` pays more
+    than half the switch's step over `best`: the wrong domain's model."""
+    a, b = by_traffic(mine), by_traffic(best)
+    common = sorted(set(a) & set(b))
+    spacing = statistics.median(y - x for x, y in zip(common, common[1:])) if len(common) > 1 else 1
+    sums = {p: [0.0, 0.0, 0] for p in PHASES[1:4]}
+    for k, (s, step) in enumerate(zip(sw, steps)):
+        lo = 0.5 * (sw[k - 1] + s) if k > 0 else 0.0
+        hi = 0.5 * (s + sw[k + 1]) if k + 1 < len(sw) else end
+        wrong = [t for t in common if lo <= t < hi and a[t] - b[t] > 0.5 * step]
+        phase = PHASES[1 + min(k, 2)]
+        sums[phase][0] += spacing * sum(1 for t in wrong if t < s)
+        sums[phase][1] += spacing * sum(1 for t in wrong if t >= s)
+        sums[phase][2] += 1
+    return {p: {"early": e / n, "late": l / n, "switches": n} for p, (e, l, n) in sums.items() if n}
 
 
 def trace(viper, log, tier, clock, extra, strategy, traced, tmp):
@@ -110,7 +148,7 @@ def main():
                 print(f"phases.py: {log}: no staleness table beside it (NAME.staleness.csv.gz)", file=sys.stderr)
                 status = 1
                 continue
-            sw, grid = switches(table)
+            sw, grid, steps = switches(table)
             name = os.path.basename(log)[:-len(".csv.gz")]
             for tier in tiers:
                 run_json = None  # the while-training run's report, which sizes the request window
@@ -138,17 +176,34 @@ def main():
                     oracle_cil = sum(l for _, l in best)
                     share = {p: 100.0 * excess[p] / oracle_cil if oracle_cil > 0 else 0.0 for p in PHASES}
                     case = {"case": f"{name}/{tier}/{window}", "switches": sw, "excess_percent": share,
-                            "regret_percent": sum(share.values())}
+                            "regret_percent": sum(share.values()),
+                            "wrong_model_iterations": landing(mine, best, sw, steps, end)}
                     cases.append(case)
                     print(f"{case['case']:34s} regret {case['regret_percent']:7.1f}%  " +
                           "  ".join(f"{p} {share[p]:6.1f}" for p in PHASES) +
                           f"  switches {','.join('%.0f' % s for s in sw) or 'none'}", flush=True)
+                    if case["wrong_model_iterations"]:
+                        print(f"{'':34s} wrong model  " + "  ".join(
+                            f"{p}: early {w['early']:.0f} late {w['late']:.0f}"
+                            for p, w in case["wrong_model_iterations"].items()), flush=True)
     if cases:
         def mean_line(label, group):
             mean = {p: statistics.fmean(c["excess_percent"][p] for c in group) for p in PHASES}
             print(f"{label:34s} regret {sum(mean.values()):7.1f}%  " + "  ".join(f"{p} {mean[p]:6.1f}" for p in PHASES))
             return mean
         mean = mean_line("mean over %d cases" % len(cases), cases)
+        # The wrong model's traffic iterations per switch, over every switch of
+        # each phase in every case (not a mean of the cases' means).
+        wrong = {}
+        for p in PHASES[1:4]:
+            ws = [c["wrong_model_iterations"][p] for c in cases if p in c["wrong_model_iterations"]]
+            n = sum(w["switches"] for w in ws)
+            if n:
+                wrong[p] = {k: sum(w[k] * w["switches"] for w in ws) / n for k in ("early", "late")}
+                wrong[p]["switches"] = n
+        if wrong:
+            print(f"{'':34s} wrong model, per switch  " + "  ".join(
+                f"{p} ({w['switches']}): early {w['early']:.0f} late {w['late']:.0f}" for p, w in wrong.items()))
         # The same mean by tier and by window (the case's name ends .../TIER/WINDOW),
         # where the cases span more than one: the tiers' delivery lags differ
         # by ten times, and so does where their regret falls.
@@ -163,6 +218,7 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"strategy": args.strategy, "clock": args.clock, "cases": cases, "mean_excess_percent": mean,
+                           "wrong_model_iterations_per_switch": wrong,
                            "mean_excess_percent_by": by_group}, f, indent=1)
     return status
 

@@ -26,8 +26,8 @@ check "--sets set9 is bad usage" '[ $rc -eq 2 ] && grep -q "set9" "$tmp/err"'
 check "an unknown option is bad usage" '[ $rc -eq 2 ]'
 
 heldout="$root/bench/heldout.sh"
-"$heldout" --set 22 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
-check "heldout.sh --set 22 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "20 or 21" "$tmp/err"'
+"$heldout" --set 23 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --set 23 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "21 or 22" "$tmp/err"'
 "$heldout" --help >"$tmp/help" 2>&1; rc=$?
 check "heldout.sh --help describes every set, 21 included" '[ $rc -eq 0 ] && grep -q "^#  21 " "$tmp/help" && grep -q "train such a set again" "$tmp/help"'
 
@@ -283,6 +283,7 @@ done
   for t in $(seq 0 10 1000); do
     l=1.0
     if [ "$traced" = online ] && [ "$transport" = host ] && [ "$t" -ge 600 ] && [ "$t" -lt 700 ]; then l=2.0; fi
+    if [ "$traced" = online ] && [ "$transport" = pfs ] && [ "$t" -ge 500 ] && [ "$t" -lt 550 ]; then l=2.0; fi
     if [ "$traced" = online ] && [ "$t" -eq 1000 ]; then l=3.0; fi
     echo "0,0,0,$t,$l"
   done
@@ -296,6 +297,14 @@ check "phases.py exits 0" '[ $rc -eq 0 ]'
 check "phases.py finds the switches at 350 and 550" 'echo "$out" | grep -q "switches 350,550"'
 check "phases.py puts 9.9% after the second switch and 2.0% at the end, 11.9% in all" 'echo "$out" | grep -q "r-recur/host/train *regret *11.9%  before *0.0  first *0.0  return1 *9.9  later *0.0  end *2.0"'
 check "phases.py --json holds the case" '/usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"cases\"][0]; sys.exit(not (abs(c[\"excess_percent\"][\"return1\"] - 1000 / 101) < 1e-9))" "$tmp/ph.json"'
+# The wrong model: the table's step at each switch is 1.5 (0.5 -> 2.0), so
+# online's excess of 1.0 in [600, 700) is the wrong model's, 100 traffic
+# iterations late after the switch at 550 (10 requests 10 apart); on pfs its
+# excess in [500, 550), before that switch, is 50 iterations early.
+check "phases.py: the wrong model 100 iterations late at the first return, on time at the first switch" 'echo "$out" | grep -q "wrong model  first: early 0 late 0  return1: early 0 late 100"'
+check "phases.py --json holds the wrong model's iterations per switch" '/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); w=j[\"cases\"][0][\"wrong_model_iterations\"][\"return1\"]; m=j[\"wrong_model_iterations_per_switch\"][\"return1\"]; sys.exit(not (w[\"late\"] == 100 and w[\"early\"] == 0 and m[\"switches\"] == 1))" "$tmp/ph.json"'
+out="$(/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers pfs "$tmp/ph/r-recur.csv.gz")"; rc=$?
+check "phases.py: a model landed before its switch is early (50 iterations on pfs), not late" '[ $rc -eq 0 ] && echo "$out" | grep -q "return1: early 50 late 0"'
 # Two tiers (the stand-in's online pays the first return's excess on host
 # only): the mean by tier follows the overall mean; one window, no split by it.
 out="$(/usr/bin/python3 "$phases" --viper "$tmp/phviper" --tiers host,gpu --json "$tmp/ph2.json" "$tmp/ph/r-recur.csv.gz")"; rc=$?
