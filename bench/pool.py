@@ -31,7 +31,9 @@ figures by kind (the log's name: h-recur60 -> recur, b-swaps450 -> swaps,
 recur-sgd-h256 -> recur), traffic (drifting or calm, from the case's
 staleness table: its traffic_change, or for reports before the
 forty-first session's build its after-drift bound; "no table" on the
-diagonal), tier, window, clock, judge or report. --clock and
+diagonal), tier, window, clock, judge or report; two or more joined by +
+(kind+tier) split by each combination that has cases ("kind+tier
+rotate/host"). --clock and
 --judge keep only the cases under that traffic clock or judge (staleness
 table or diagonal). --blind (online only) adds, under each line, where
 online's regret lies on the drifting cases that carry an after-drift bound
@@ -198,7 +200,8 @@ def main():
     ap.add_argument("a")
     ap.add_argument("b", nargs="?")
     ap.add_argument("--strategy", default="online")
-    ap.add_argument("--by", default="", help="comma-separated: " + ",".join(GROUPS))
+    ap.add_argument("--by", default="", help="comma-separated: " + ",".join(GROUPS) +
+                    "; two or more joined by + split by their combinations (kind+tier)")
     ap.add_argument("--cases", type=float, default=None, metavar="POINTS")
     ap.add_argument("--clock", choices=("wall", "producer"))
     ap.add_argument("--judge", choices=("table", "diagonal"))
@@ -210,8 +213,9 @@ def main():
                  f"not --strategy {args.strategy}")
     by = [g for g in args.by.split(",") if g]
     for g in by:
-        if g not in GROUPS:
-            ap.error(f"--by {g}: expected one of {', '.join(GROUPS)}")
+        for part in g.split("+"):
+            if part not in GROUPS:
+                ap.error(f"--by {g}: expected one of {', '.join(GROUPS)}, or two or more joined by + (kind+tier)")
     for p in (args.a, args.b):
         if p is not None and not os.path.exists(p):
             ap.error(f"{p}: no such directory or file")
@@ -253,8 +257,10 @@ def main():
 
     report("all", keys)
     for g in by:
-        for value in sorted({a[k][g] for k in keys}):
-            report(f"{g} {value}", [k for k in keys if a[k][g] == value])
+        parts = g.split("+")
+        value_of = lambda k: "/".join(str(a[k][part]) for part in parts)  # noqa: E731
+        for value in sorted({value_of(k) for k in keys}):
+            report(f"{g} {value}", [k for k in keys if value_of(k) == value])
     if b is not None and args.cases is not None:
         moved = sorted((k for k in keys if abs(b[k]["regret"] - a[k]["regret"]) > args.cases),
                        key=lambda k: b[k]["regret"] - a[k]["regret"])

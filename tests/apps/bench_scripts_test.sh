@@ -191,6 +191,11 @@ echo "$out"
 check "pool.py exits 0" '[ $rc -eq 0 ]'
 check "pool.py: 5 cases, mean 14.90, median 3.00, worst 50.0, 2 over 10%, 1 worse than epoch" 'echo "$out" | grep -q "^all *5 cases  mean   14.90  median   3.00  p90   20.0  worst   50.0  over 10%   2  worse than epoch   1"'
 check "pool.py reads the kind from the log name (recur: 3 cases, swaps: 1, collapse: 1)" 'echo "$out" | grep -q "^kind recur *3 cases" && echo "$out" | grep -q "^kind swaps *1 cases" && echo "$out" | grep -q "^kind collapse *1 cases"'
+out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" --by kind+tier --json "$tmp/cross.json")"; rc=$?
+check "pool.py --by kind+tier: one line per combination with cases (recur/gpu 1.00, recur/pfs 50.00, swaps/gpu)" '[ $rc -eq 0 ] && echo "$out" | grep -q "^kind+tier recur/gpu *1 cases  mean    1.00" && echo "$out" | grep -q "^kind+tier recur/pfs *1 cases  mean   50.00" && echo "$out" | grep -q "^kind+tier swaps/gpu *1 cases" && ! echo "$out" | grep -q "^kind+tier swaps/host"'
+check "pool.py --by kind+tier: the JSON names each combination" '/usr/bin/python3 -c "import json,sys; g=[x[\"group\"] for x in json.load(open(sys.argv[1]))[\"groups\"]]; sys.exit(not (\"kind+tier recur/host\" in g and \"kind+tier swaps/gpu\" in g))" "$tmp/cross.json"'
+/usr/bin/python3 "$poolpy" "$tmp/PA" --by kind+colour >/dev/null 2>"$tmp/err"; rc=$?
+check "pool.py --by kind+colour is bad usage (exit 2), naming the option" '[ $rc -eq 2 ] && grep -q "kind+colour" "$tmp/err"'
 out="$(/usr/bin/python3 "$poolpy" "$tmp/PA" "$tmp/PB" --cases 1 --json "$tmp/pool.json")"; rc=$?
 echo "$out"
 check "pool.py A -> B: one case moved, better; B has none worse than epoch" '[ $rc -eq 0 ] && echo "$out" | grep -q "moved 1: 1 better, 0 worse" && echo "$out" | grep -q "B *5 cases.*worse than epoch   0"'
