@@ -141,7 +141,8 @@ int RunRun(const std::vector<std::string>& args) {
       "with --drift-swap-period) | rotation (inputs rotated by an angle growing from 0 to "
       "--drift-rotation-degrees over --drift-duration iterations) | "
       "recurring (inputs rotated by --drift-rotation-degrees during alternate periods of --drift-period "
-      "iterations: rotated, upright, rotated, ...) | prior-shift (the class prior moves from the data's own to "
+      "iterations: rotated, upright, rotated, ...; --drift-domains D > 2 rotates by 1, 2, ..., D-1 times it in "
+      "turn, then upright) | prior-shift (the class prior moves from the data's own to "
       "one giving --drift-prior-mass to --drift-prior-classes over --drift-duration iterations; the traffic is "
       "resampled to it)")(
       "drift-at-iteration", po::value(&o.trainer.drift_at_iteration)->default_value(0),
@@ -167,6 +168,9 @@ int RunRun(const std::vector<std::string>& args) {
       "drift-period",
       po::value(&o.trainer.drift_period_iterations)->default_value(o.trainer.drift_period_iterations),
       "recurring: length of each rotated or upright period, in iterations (>= 1)")(
+      "drift-domains", po::value(&o.trainer.drift_domains)->default_value(o.trainer.drift_domains),
+      "recurring: how many domains take turns, 2-8 (the upright one and rotations by 1, 2, ... times "
+      "--drift-rotation-degrees)")(
       "drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
       "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9)")(
       "drift-prior-mass",
@@ -324,6 +328,7 @@ int RunRun(const std::vector<std::string>& args) {
                     {"drift-rotation-degrees", D::kRotation, D::kRecurring},
                     {"drift-duration", D::kRotation, D::kPriorShift},
                     {"drift-period", D::kRecurring, D::kRecurring},
+                    {"drift-domains", D::kRecurring, D::kRecurring},
                     {"drift-prior-classes", D::kPriorShift, D::kPriorShift},
                     {"drift-prior-mass", D::kPriorShift, D::kPriorShift}};
     for (const auto& f : specific) {
@@ -369,6 +374,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"trainer.drift_rotation_degrees", "--drift-rotation-degrees"},
         {"trainer.drift_duration_iterations", "--drift-duration"},
         {"trainer.drift_period_iterations", "--drift-period"},
+        {"trainer.drift_domains", "--drift-domains"},
         {"trainer.drift_prior_classes", "--drift-prior-classes"},
         {"trainer.drift_prior_mass", "--drift-prior-mass"},
         {"trainer.staleness_max_versions", "--staleness-max-versions"},

@@ -92,7 +92,8 @@ int RunTrain(const std::vector<std::string>& args) {
        "on, or back and forth with --drift-swap-period); rotation (inputs rotated by an angle growing from 0 "
        "to --drift-rotation-degrees over --drift-duration iterations); recurring (inputs rotated by "
        "--drift-rotation-degrees during alternate "
-       "periods of --drift-period iterations from --drift-at-iteration on: rotated, upright, rotated, ...); "
+       "periods of --drift-period iterations from --drift-at-iteration on: rotated, upright, rotated, ...; "
+       "with --drift-domains D > 2, rotated by 1, 2, ..., D-1 times that angle in turn, then upright); "
        "prior-shift (the class prior moves linearly from the data's own to one giving --drift-prior-mass to "
        "--drift-prior-classes over --drift-duration iterations; training draws by class, validation and test "
        "are resampled deterministically to that prior)")
@@ -114,6 +115,9 @@ int RunTrain(const std::vector<std::string>& args) {
        "which the prior moves to its target (0 = at once)")
       ("drift-period", po::value(&o.drift_period_iterations)->default_value(o.drift_period_iterations),
        "recurring: length of each rotated or upright period, in iterations (>= 1)")
+      ("drift-domains", po::value(&o.drift_domains)->default_value(o.drift_domains),
+       "recurring: how many domains take turns, 2-8 (the upright one and rotations by 1, 2, ... times "
+       "--drift-rotation-degrees)")
       ("drift-prior-classes", po::value(&prior_classes)->default_value(prior_classes),
        "prior-shift: the classes that gain weight, comma-separated (1 to 9 distinct classes in 0..9; default the "
        "upper-body garments T-shirt/top, Pullover, Coat, Shirt)")
@@ -223,6 +227,7 @@ int RunTrain(const std::vector<std::string>& args) {
         {"drift_swap_period_iterations", "--drift-swap-period"},
         {"drift_rotation_degrees", "--drift-rotation-degrees"},
         {"drift_duration_iterations", "--drift-duration"}, {"drift_period_iterations", "--drift-period"},
+        {"drift_domains", "--drift-domains"},
         {"drift_prior_classes", "--drift-prior-classes"}, {"drift_prior_mass", "--drift-prior-mass"},
         {"staleness_max_versions", "--staleness-max-versions"}, {"val_every_iterations", "--val-every"},
         {"val_samples + test_samples", "--val-samples + --test-samples"}, {"val_samples", "--val-samples"},
@@ -348,7 +353,10 @@ int RunTrain(const std::vector<std::string>& args) {
     if (o.drift == Trainer::Drift::kRotation || o.drift == Trainer::Drift::kPriorShift) {
       j["drift_duration_iterations"] = o.drift_duration_iterations;
     }
-    if (o.drift == Trainer::Drift::kRecurring) j["drift_period_iterations"] = o.drift_period_iterations;
+    if (o.drift == Trainer::Drift::kRecurring) {
+      j["drift_period_iterations"] = o.drift_period_iterations;
+      j["drift_domains"] = o.drift_domains;
+    }
     if (o.drift == Trainer::Drift::kPriorShift) {
       j["drift_prior_classes"] = o.drift_prior_classes;
       j["drift_prior_mass"] = o.drift_prior_mass;

@@ -339,6 +339,8 @@ PY
   expect_rc 2 "fit --band-z nan" "$viper" fit --log "$log" --band-z nan
   expect_rc 2 "fit --horizon inf" "$viper" fit --log "$log" --horizon inf
   expect_rc 2 "fit --warmup 0.2" "$viper" fit --log "$log" --warmup 0.2
+  expect_rc 2 "train --drift-domains 1" "$viper" train --drift recurring --drift-at-iteration 100 --drift-domains 1
+  expect_in "$tmp/err" "--drift-domains must be in [2, 8], got 1" "train names --drift-domains"
   expect_rc 2 "train --lr nan" "$viper" train --lr nan
   expect_in "$tmp/err" "--lr" "train names the flag, not the field"
   expect_rc 2 "train --lr-milestones garbage" "$viper" train --lr-milestones 2500:sixty
@@ -363,6 +365,10 @@ PY
     expect_in "$tmp/err" "--drift-prior-mass: applies to --drift prior-shift only" "run names the drift an option applies to"
     expect_rc 2 "run --drift-prior-classes 0,11" "$viper" run --drift prior-shift --drift-at-iteration 100 --drift-prior-classes 0,11
     expect_in "$tmp/err" "--drift-prior-classes: '11' is not a class" "run names the bad class"
+    expect_rc 2 "run --drift-domains 9" "$viper" run --drift recurring --drift-at-iteration 100 --drift-domains 9
+    expect_in "$tmp/err" "--drift-domains must be in [2, 8], got 9" "run names --drift-domains"
+    expect_rc 2 "run --drift-domains off recurring" "$viper" run --drift rotation --drift-at-iteration 100 --drift-domains 3
+    expect_in "$tmp/err" "--drift-domains: applies to --drift recurring only" "run names the drift --drift-domains applies to"
     expect_rc 2 "run --drift-period 0" "$viper" run --drift recurring --drift-at-iteration 100 --drift-period 0
     expect_in "$tmp/err" "--drift-period must be >= 1" "run names --drift-period"
     expect_rc 2 "run --drift-swap-period off label-swap" "$viper" run --drift recurring --drift-at-iteration 100 --drift-swap-period 50

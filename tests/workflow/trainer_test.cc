@@ -90,6 +90,15 @@ TEST(TrainerTest, InvalidOptionsNameTheField) {
   o.drift_period_iterations = 0;
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("drift_period_iterations"), std::string::npos) << error;
+  o.drift_period_iterations = 500;
+  for (int64_t domains : {1, 9}) {
+    o.drift_domains = domains;
+    EXPECT_FALSE(o.IsValid(&error)) << domains;
+    EXPECT_NE(error.find("drift_domains must be in [2, 8], got " + std::to_string(domains)), std::string::npos) << error;
+  }
+  o.drift_domains = 8;
+  EXPECT_TRUE(o.IsValid(&error)) << error;
+  o.drift_period_iterations = 0;
   o.drift = Trainer::Drift::kPriorShift;
   EXPECT_TRUE(o.IsValid(&error)) << error;  // the period is not a prior shift's
   o.drift_prior_classes = {2, 2};
@@ -618,6 +627,35 @@ TEST(TrainerTest, RecurringDriftReturnsToTheSameImages) {
   EXPECT_NE(FirstLosses(plain->get(), 5), FirstLosses(again->get(), 5));
   // Non-square images cannot rotate.
   EXPECT_FALSE(Trainer::Create(o, Synthetic(200, 12, 10, 5), Synthetic(20, 12, 10, 6)).ok());
+}
+
+// Three recurring domains: 1x, 2x the angle, then upright, in turn; each
+// comes back three periods later, byte for byte, and the periods between
+// are the other two.
+TEST(TrainerTest, RecurringDriftTakesThreeDomainsInTurn) {
+  Trainer::Options o = SyntheticOptions();
+  o.drift = Trainer::Drift::kRecurring;
+  o.drift_at_iteration = 20;
+  o.drift_period_iterations = 10;
+  o.drift_rotation_degrees = 60;
+  o.drift_domains = 3;
+  EXPECT_EQ(DriftRotationDegrees(o, 19), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 20), 60.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 29), 60.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 30), 120.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 40), 0.0);
+  EXPECT_EQ(DriftRotationDegrees(o, 50), 60.0);
+  const Samples train = Synthetic(400, 16, 10, 5), val = Synthetic(100, 16, 10, 6), test = Synthetic(100, 16, 10, 7);
+  auto t = Trainer::Create(o, train, val, test);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int64_t it : {22, 35, 41}) {
+    const Samples now = (*t)->DriftedView(test, it);
+    EXPECT_EQ(now.pixels, (*t)->DriftedView(test, it + 30).pixels) << it;
+    EXPECT_NE(now.pixels, (*t)->DriftedView(test, it + 10).pixels) << it;
+    EXPECT_NE(now.pixels, (*t)->DriftedView(test, it + 20).pixels) << it;
+  }
+  EXPECT_EQ((*t)->DriftedView(test, 35).pixels, test.Rotated(120).pixels);
+  EXPECT_EQ((*t)->DriftedView(test, 45).pixels, test.pixels);
 }
 
 std::vector<int64_t> ClassCounts(const Samples& s) {

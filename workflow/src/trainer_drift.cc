@@ -36,9 +36,12 @@ StatusOr<Trainer::Drift> Trainer::DriftFromString(const std::string& name) {
 double DriftRotationDegrees(const Trainer::Options& o, int64_t iteration) {
   if (iteration < o.drift_at_iteration) return 0.0;
   if (o.drift == Trainer::Drift::kRecurring) {
-    // Periods 0, 2, 4, ... after the drift point are rotated, 1, 3, ... upright.
+    // Period p after the drift point is domain (p + 1) mod D, rotated by that
+    // many times the angle: with two domains periods 0, 2, 4, ... are
+    // rotated and 1, 3, ... upright; with three, 1x, 2x, upright, 1x, ...
     const int64_t period = (iteration - o.drift_at_iteration) / std::max<int64_t>(1, o.drift_period_iterations);
-    return period % 2 == 0 ? o.drift_rotation_degrees : 0.0;
+    const int64_t domains = std::max<int64_t>(2, o.drift_domains);
+    return static_cast<double>((period + 1) % domains) * o.drift_rotation_degrees;
   }
   if (o.drift != Trainer::Drift::kRotation) return 0.0;
   if (o.drift_duration_iterations <= 0) return o.drift_rotation_degrees;
@@ -215,6 +218,9 @@ bool Trainer::DriftOptionsValid(const Options& o, std::string* error) {
   }
   if (o.drift == Drift::kRecurring && o.drift_period_iterations < 1) {
     return fail("drift_period_iterations must be >= 1");
+  }
+  if (o.drift == Drift::kRecurring && (o.drift_domains < 2 || o.drift_domains > 8)) {
+    return fail("drift_domains must be in [2, 8], got " + std::to_string(o.drift_domains));
   }
   if (o.drift == Drift::kPriorShift) {
     std::vector<bool> seen(kFashionMnistClasses, false);

@@ -61,6 +61,7 @@ class Trainer {
                         // drift_at_iteration to drift_rotation_degrees drift_duration_iterations later
     kRecurring,         // a domain that comes back: inputs rotated by drift_rotation_degrees during
                         // alternate periods of drift_period_iterations from drift_at_iteration on
+                        // (drift_domains > 2: by 1, 2, ... times it in turn, then upright)
                         // (rotated, upright, rotated, ...), so an older version can measure better again
     kPriorShift,        // the class prior moves linearly from the data's own frequencies to one that puts
                         // drift_prior_mass on drift_prior_classes, over drift_duration_iterations from
@@ -141,6 +142,11 @@ class Trainer {
     int64_t drift_duration_iterations = 1000;
     // Recurring: length in iterations of each rotated or upright period (>= 1).
     int64_t drift_period_iterations = 500;
+    // Recurring: how many domains take turns, in [2, 8]: the upright one and
+    // the inputs rotated by 1, 2, ..., drift_domains - 1 times
+    // drift_rotation_degrees. From drift_at_iteration the periods run 1x,
+    // 2x, ..., then upright, then 1x again (2: rotated, upright, rotated, ...).
+    int64_t drift_domains = 2;
     // Prior shift: the classes that gain weight (distinct, 0..9, at least one,
     // not all ten; default the upper-body garments T-shirt/top, Pullover, Coat,
     // Shirt) and the share of the target prior they hold together, in
