@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|22] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
+# Usage: bench/heldout.sh [--set 1|3|4|...|23] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
 #                         [--runs NAME,...]] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
@@ -110,6 +110,12 @@
 #      over 1500-2300, a collapse at 2200, no drift, one swap of 2 and 7
 #      under Adam at 1800 (forty-seventh; trained before any change of that
 #      session was measured on it: a check of the last sessions' planner)
+#  23  hidden 160, 4 epochs, validation every 50, seeds 211-213, three runs
+#      whose recurring traffic has more than two domains (--drift-domains):
+#      three domains (upright, 60 and 120 degrees) every 500 from 1200, four
+#      (upright, 40, 80, 120 degrees) every 450 from 1100, and three swapped
+#      quickly (45 degrees a step, every 300 from 1000) (forty-seventh: a
+#      class of input the other sets lack)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -151,7 +157,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21 or 22"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22 or 23"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -532,6 +538,16 @@ case "$set_id" in
     run x-nodrift   "${sgd[@]}" --seed 198
     run x-swapadam  --optimizer adam --lr 0.001 --seed 199 --drift label-swap --drift-swap-classes 5,8 \
                     --drift-at-iteration 2100
+    ;;
+  23)
+    common=("${base[@]}" --hidden 160 --epochs 4 --val-every 50)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run z-recur3d60  "${sgd[@]}" --seed 211 --drift recurring --drift-domains 3 --drift-rotation-degrees 60 \
+                     --drift-at-iteration 1200 --drift-period 500
+    run z-recur4d40  "${sgd[@]}" --seed 212 --drift recurring --drift-domains 4 --drift-rotation-degrees 40 \
+                     --drift-at-iteration 1100 --drift-period 450
+    run z-recur3d45f "${sgd[@]}" --seed 213 --drift recurring --drift-domains 3 --drift-rotation-degrees 45 \
+                     --drift-at-iteration 1000 --drift-period 300
     ;;
   22)
     common=("${base[@]}" --hidden 224 --epochs 4 --val-every 65)
