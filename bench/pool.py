@@ -258,9 +258,9 @@ def main():
     report("all", keys)
     for g in by:
         parts = g.split("+")
-        value_of = lambda k: "/".join(str(a[k][part]) for part in parts)  # noqa: E731
-        for value in sorted({value_of(k) for k in keys}):
-            report(f"{g} {value}", [k for k in keys if value_of(k) == value])
+        values = {k: "/".join(str(a[k][part]) for part in parts) for k in keys}
+        for value in sorted(set(values.values())):
+            report(f"{g} {value}", [k for k in keys if values[k] == value])
     if b is not None and args.cases is not None:
         moved = sorted((k for k in keys if abs(b[k]["regret"] - a[k]["regret"]) > args.cases),
                        key=lambda k: b[k]["regret"] - a[k]["regret"])

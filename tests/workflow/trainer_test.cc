@@ -592,15 +592,23 @@ TEST(TrainerTest, ClassIncrementalTrafficHoldsOnlySeenClasses) {
   EXPECT_NE(*r.test_loss, all->mean_loss);
 }
 
+// Recurring drift from iteration 20 on the synthetic options: `domains`
+// domains taking turns every `period` iterations, `degrees` apart.
+Trainer::Options RecurringOptions(int64_t period, double degrees, int64_t domains) {
+  Trainer::Options o = SyntheticOptions();
+  o.drift = Trainer::Drift::kRecurring;
+  o.drift_at_iteration = 20;
+  o.drift_period_iterations = period;
+  o.drift_rotation_degrees = degrees;
+  o.drift_domains = domains;
+  return o;
+}
+
 // Recurring: rotated during periods 0, 2, 4, ... after the drift point,
 // upright during 1, 3, ...; the traffic two periods later is the same images,
 // byte for byte, one period later the other domain.
 TEST(TrainerTest, RecurringDriftReturnsToTheSameImages) {
-  Trainer::Options o = SyntheticOptions();
-  o.drift = Trainer::Drift::kRecurring;
-  o.drift_at_iteration = 20;
-  o.drift_period_iterations = 15;
-  o.drift_rotation_degrees = 90;
+  const Trainer::Options o = RecurringOptions(15, 90, 2);
   EXPECT_EQ(DriftRotationDegrees(o, 19), 0.0);
   EXPECT_EQ(DriftRotationDegrees(o, 20), 90.0);
   EXPECT_EQ(DriftRotationDegrees(o, 34), 90.0);
@@ -633,12 +641,7 @@ TEST(TrainerTest, RecurringDriftReturnsToTheSameImages) {
 // comes back three periods later, byte for byte, and the periods between
 // are the other two.
 TEST(TrainerTest, RecurringDriftTakesThreeDomainsInTurn) {
-  Trainer::Options o = SyntheticOptions();
-  o.drift = Trainer::Drift::kRecurring;
-  o.drift_at_iteration = 20;
-  o.drift_period_iterations = 10;
-  o.drift_rotation_degrees = 60;
-  o.drift_domains = 3;
+  const Trainer::Options o = RecurringOptions(10, 60, 3);
   EXPECT_EQ(DriftRotationDegrees(o, 19), 0.0);
   EXPECT_EQ(DriftRotationDegrees(o, 20), 60.0);
   EXPECT_EQ(DriftRotationDegrees(o, 29), 60.0);
