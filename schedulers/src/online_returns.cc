@@ -13,7 +13,7 @@ double Median(std::vector<double> v) { return viper::Median(std::move(v), 0.0); 
 
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
                                                        int64_t served_at, double measurement_gap,
-                                                       int64_t better) {
+                                                       int64_t better, bool distinct) {
   // Where the switch fell in traffic iterations: somewhere between the last
   // measurement before it and the first after it.
   const double middle = 0.5 * (traffic_before + traffic_at), halfwidth = 0.5 * (traffic_at - traffic_before);
@@ -34,7 +34,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // from the end of the last switch's interval: under the wall clock a
   // stall moves the traffic on between two measurements, and a switch a
   // stall's traffic after the last one is another switch.
-  if (!meets_prediction && !switches_.empty() &&
+  if (!meets_prediction && !distinct && !switches_.empty() &&
       traffic_at - (switches_.back().middle + switches_.back().halfwidth) <= 4.0 * measurement_gap) {
     return SwitchSeen::kRepeated;
   }

@@ -71,7 +71,8 @@ class ReturnPredictor {
   };
   // What AddSwitch made of a switch.
   enum class SwitchSeen {
-    kRepeated,   // within four measurement gaps of traffic after the last one and not the predicted return: the same switch, ignored
+    kRepeated,   // within four measurement gaps of traffic after the last one, not the predicted return and not
+                 // `distinct`: the same switch, ignored
     kRecorded,   // a new switch, no anticipation waiting for it
     kConfirmed,  // a new switch whose interval meets the active anticipation's tolerance
     kRefuted,    // a new switch outside it: the prediction failed
@@ -88,12 +89,15 @@ class ReturnPredictor {
   // `better` (-1: none) the producer's own model at the last measurement
   // before the switch when it measured better than the served one there:
   // the ending domain's best model, which a return publishes first.
+  // `distinct`: the planner saw the traffic change domain again since the
+  // last switch (OnlinePlanner::ReversedSinceLastSwitch), so this is another
+  // switch however close to the last one (kRepeated never applies).
   // Confirms or refutes the active anticipation: a switch within its
   // tolerance, the switch's half-width and a tenth of the traffic's lead
   // over the producer (traffic_at - at, the estimated position's error
   // growing with it) confirms it.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
-                       double measurement_gap, int64_t better = -1);
+                       double measurement_gap, int64_t better = -1, bool distinct = false);
   // The regime of the data a model was trained on (0 before the first
   // switch): a model up to a switch's first measurement `at`, or before its
   // middle in the traffic, is of the regime before it.

@@ -192,13 +192,19 @@ TEST(ReturnPredictorTest, AReturnPublishesTheDomainsBetterModelElseTheServedOne)
 }
 
 // A switch within four measurement gaps (80) of the last one is the same
-// switch seen twice (by a re-publish and by the change detector).
+// switch seen twice (by a re-publish and by the change detector), unless
+// the planner says it is distinct.
 TEST(ReturnPredictorTest, ASwitchSeenTwiceIsOne) {
   ReturnPredictor p(true);
   EXPECT_EQ(Switch(&p, 1000, 900), ReturnPredictor::SwitchSeen::kRecorded);
   EXPECT_EQ(Switch(&p, 1080, 900), ReturnPredictor::SwitchSeen::kRepeated);
   EXPECT_EQ(p.switches().size(), 1u);
   EXPECT_EQ(Switch(&p, 1100, 900), ReturnPredictor::SwitchSeen::kRecorded);
+  // One the planner knows is another (the traffic moved there and back) is
+  // recorded however close.
+  EXPECT_EQ(p.AddSwitch(1140, 1120, 1140, 1100, kGap, -1, /*distinct=*/true),
+            ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(p.switches().size(), 3u);
 }
 
 // Published ahead at traffic 3985 (it arrives at once: no lag), from 3980 =

@@ -292,6 +292,11 @@ class OnlinePlanner {
   // At the measurement after a switch's first one: where a move seen
   // part-way there began (bench/README.md, "Twenty-third session").
   void PlaceSwitchSeenPartWay(size_t idx);
+  // Whether a fixed model (served or kept now) re-measured across the last
+  // switch handed to returns_ moved one way there and back since, both
+  // beyond the jump threshold, by measurement `begin`: the traffic changed
+  // domain again, another switch however soon (AddSwitch).
+  bool ReversedSinceLastSwitch(size_t begin) const;
   // Where each switch handed to returns_ was seen (parallel to its
   // switches()): the measurements before and after it and the fraction of
   // the move seen (PlaceSwitchSeenPartWay; -1: its gap's middle).
