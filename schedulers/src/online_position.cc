@@ -1,6 +1,6 @@
 // Where the traffic is, for the closed-loop planner: the producer's pace and
 // its own clock (SetPace, ObserveClock) and the traffic's iteration they give
-// (TrafficAt; README "Staleness tables", bench/README.md "Twenty-fifth
+// (TrafficAt; schedulers/README.md, bench/README.md "Twenty-fifth
 // session" and "Twenty-seventh session").
 #include <algorithm>
 #include <cmath>

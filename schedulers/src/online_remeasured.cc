@@ -1,6 +1,6 @@
-// The closed loop's record of the staleness re-measurements (README
-// "Staleness tables"): the served version's and the kept models' losses on
-// today's validation sample as they arrive (ObserveServed, ObserveKept,
+// The closed loop's record of the staleness re-measurements
+// (schedulers/README.md): the served version's and the kept models' losses
+// on today's validation sample as they arrive (ObserveServed, ObserveKept,
 // with the decay points they add), which models to keep (KeptVersions), and
 // what the record shows when read: a jump of the served model or a fall of
 // a kept one (a switch), whether the served model stayed across a change,

@@ -1,5 +1,5 @@
 // Anticipating a recurring domain's return, for the closed-loop planner
-// (OnlinePlanner::Options::anticipate_returns; README "Staleness tables").
+// (OnlinePlanner::Options::anticipate_returns; schedulers/README.md).
 //
 // A switch is a change of the traffic's domain the planner has seen: a
 // detected regime change, a re-publish of a kept model of another regime

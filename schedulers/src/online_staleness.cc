@@ -1,5 +1,5 @@
-// What the closed loop makes of the staleness re-measurements (README
-// "Staleness tables"): the decay and wall-clock lag a re-plan is priced
+// What the closed loop makes of the staleness re-measurements
+// (schedulers/README.md): the decay and wall-clock lag a re-plan is priced
 // with, and the decision to re-publish a kept model (and its commit) or to
 // publish one ahead of a predicted return (with internal::ReturnPredictor,
 // online_returns.h). The re-measurements themselves, the models kept and

@@ -1,5 +1,5 @@
 // Where the closed loop records a switch of the traffic's domain and places
-// it in traffic iterations (README "Staleness tables"): AddSwitch (the
+// it in traffic iterations (schedulers/README.md): AddSwitch (the
 // ending domain's best model, the switch handed to internal::ReturnPredictor,
 // a predicted return it confirms), SwitchPlace and PlaceSwitchesOnClock (a
 // switch's middle and half-width on the traffic's clock), and
