@@ -21,7 +21,10 @@
 # drawn on 2026-12-03), fixtures of scheduler tests
 # (StalenessScenarioTest.AServedModelMoving..., APublishBetweenIsNoSwitchWhen...,
 # AServedModelThatIsTheReturns..., ARePublishIsNeverLateOnce...,
-# NothingIsHeldForASwitchOnARamp); they are not sets evaluated here. A pace 1% off moves single cases by up to 34 points
+# NothingIsHeldForASwitchOnARamp), and bench/devsets/set23 two runs of
+# held-out set 23 (z-recur3d45f and z-recur3d60, three recurring domains,
+# trained 2026-12-05; StalenessScenarioTest.ThreeDomains...); they are not
+# sets evaluated here. A pace 1% off moves single cases by up to 34 points
 # (bench/README.md, "Tenth session"): with --paces 0.99,1,1.01 a comparison
 # (bench/compare_evals.py) averages each case over the paces.
 #

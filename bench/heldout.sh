@@ -115,7 +115,9 @@
 #      three domains (upright, 60 and 120 degrees) every 500 from 1200, four
 #      (upright, 40, 80, 120 degrees) every 450 from 1100, and three swapped
 #      quickly (45 degrees a step, every 300 from 1000) (forty-seventh: a
-#      class of input the other sets lack)
+#      class of input the other sets lack; since the forty-eighth its
+#      three-domain runs are test fixtures, bench/devsets/set23, and only
+#      z-recur4d40 is held out)
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run

@@ -813,7 +813,9 @@ TEST(OnlinePlannerTest, ASwitchBackWithinFourGapsIsAnotherSwitch) {
     }
     auto now = planner.ShouldCheckpoint(i);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) ASSERT_TRUE(planner.Commit(i).ok());
+    if (*now) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+    }
   }
   const std::string report = planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
   std::string trace;
