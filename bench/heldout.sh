@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A held-out check of the planners on staleness tables unlike the shipped ones.
-# Usage: bench/heldout.sh [--set 1|3|4|...|23] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
+# Usage: bench/heldout.sh [--set 1|3|4|...|24] [--train-only|--partners|--calm-partners|--onset-partners OFFSETS
 #                         [--runs NAME,...]] [OUT_DIR] [path/to/viper]
 #   --set: which six runs (default 1; see below). --train-only: write the
 #   tables and logs, skip the evaluation. OUT_DIR: default a new temporary
@@ -118,6 +118,12 @@
 #      class of input the other sets lack; since the forty-eighth its
 #      three-domain runs are test fixtures, bench/devsets/set23, and only
 #      z-recur4d40 is held out)
+#  24  hidden 192, 4 epochs, validation every 55, seeds 221-223, three runs
+#      of recurring traffic with more than two domains, trained in the
+#      forty-eighth session after its two changes for such traffic were
+#      chosen on set 23, to check them: three domains (upright, 50 and 100
+#      degrees) every 400 from 1000, five (30 degrees a step) every 350
+#      from 900, three (40 degrees a step) every 600 from 1300
 #
 # --partners: for each run whose traffic returns (--drift-period or
 #   --drift-swap-period), train instead its partner NAME-once: the same run
@@ -159,7 +165,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 set_id=1
-known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22 or 23"  # the sets the case below defines
+known_sets="1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23 or 24"  # the sets the case below defines
 train_only=0
 partners=0
 suffix=once        # the partner's name: NAME-once (--partners) or NAME-calm (--calm-partners)
@@ -540,6 +546,16 @@ case "$set_id" in
     run x-nodrift   "${sgd[@]}" --seed 198
     run x-swapadam  --optimizer adam --lr 0.001 --seed 199 --drift label-swap --drift-swap-classes 5,8 \
                     --drift-at-iteration 2100
+    ;;
+  24)
+    common=("${base[@]}" --hidden 192 --epochs 4 --val-every 55)
+    sgd=(--optimizer sgd --lr 0.05 --momentum 0.9)
+    run j-recur3d50  "${sgd[@]}" --seed 221 --drift recurring --drift-domains 3 --drift-rotation-degrees 50 \
+                     --drift-at-iteration 1000 --drift-period 400
+    run j-recur5d30  "${sgd[@]}" --seed 222 --drift recurring --drift-domains 5 --drift-rotation-degrees 30 \
+                     --drift-at-iteration 900 --drift-period 350
+    run j-recur3d40s "${sgd[@]}" --seed 223 --drift recurring --drift-domains 3 --drift-rotation-degrees 40 \
+                     --drift-at-iteration 1300 --drift-period 600
     ;;
   23)
     common=("${base[@]}" --hidden 160 --epochs 4 --val-every 50)

@@ -26,8 +26,8 @@ check "--sets set9 is bad usage" '[ $rc -eq 2 ] && grep -q "set9" "$tmp/err"'
 check "an unknown option is bad usage" '[ $rc -eq 2 ]'
 
 heldout="$root/bench/heldout.sh"
-"$heldout" --set 24 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
-check "heldout.sh --set 24 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "22 or 23" "$tmp/err"'
+"$heldout" --set 25 "$tmp/h" >/dev/null 2>"$tmp/err"; rc=$?
+check "heldout.sh --set 25 is bad usage, naming the sets" '[ $rc -eq 2 ] && grep -q "23 or 24" "$tmp/err"'
 "$heldout" --help >"$tmp/help" 2>&1; rc=$?
 check "heldout.sh --help describes every set, 21 included" '[ $rc -eq 0 ] && grep -q "^#  21 " "$tmp/help" && grep -q "train such a set again" "$tmp/help"'
 
