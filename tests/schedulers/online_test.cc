@@ -725,6 +725,30 @@ TEST(OnlinePlannerTest, DoesNotAnticipateAReturnItCannotReachInTime) {
   EXPECT_EQ(run.summary.anticipation_failed, 0) << report;
 }
 
+// Plays a run through `planner` at every 20th iteration up to `last`: the
+// producer's own model measuring `own(i)`, and after the warm-up the served
+// and kept models re-measured as `loss(model, traffic)`, each with Gaussian
+// noise of sd `noise` (one generator seeded `seed`, drawn in that order);
+// commits where the planner says so.
+template <typename Own, typename Loss>
+void PlayReMeasured(OnlinePlanner* planner, const Own& own, const Loss& loss, int64_t last, double noise,
+                    uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> e(0.0, noise);
+  for (int64_t i = 20; i <= last; i += 20) {
+    ASSERT_TRUE(planner->Observe(i, own(i) + e(rng), ObservationKind::kValidation).ok());
+    if (i > planner->problem().warmup_iterations) {
+      ASSERT_TRUE(planner->ObserveServed(loss(planner->served_model(), i) + e(rng)).ok());
+      for (int64_t k : planner->KeptVersions()) ASSERT_TRUE(planner->ObserveKept(k, loss(k, i) + e(rng)).ok());
+    }
+    auto now = planner->ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    if (*now) {
+      ASSERT_TRUE(planner->Commit(i).ok());
+    }
+  }
+}
+
 // A switch that only a kept model shows. Every model the producer makes
 // after the warm-up is a generalist (the same loss on either domain, and
 // it never forgets), so neither the candidate nor the served model moves
@@ -746,20 +770,7 @@ TEST(OnlinePlannerTest, AKeptModelThatFallsByHalfShowsASwitch) {
     if (model > p.warmup_iterations) return curve(model);
     return traffic > 700 && traffic <= 1100 ? 3.0 : curve(model);
   };
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> e(0.0, 0.005);
-  for (int64_t i = 20; i <= 1400; i += 20) {
-    ASSERT_TRUE(planner.Observe(i, curve(i) + e(rng), ObservationKind::kValidation).ok());
-    if (i > p.warmup_iterations) {
-      ASSERT_TRUE(planner.ObserveServed(loss(planner.served_model(), i) + e(rng)).ok());
-      for (int64_t k : planner.KeptVersions()) ASSERT_TRUE(planner.ObserveKept(k, loss(k, i) + e(rng)).ok());
-    }
-    auto now = planner.ShouldCheckpoint(i);
-    ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) {
-      ASSERT_TRUE(planner.Commit(i).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PlayReMeasured(&planner, curve, loss, 1400, 0.005, 5));
   const std::string report = planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
   std::string seen;
   for (const auto& d : planner.decisions()) {
@@ -803,20 +814,8 @@ TEST(OnlinePlannerTest, ASwitchBackWithinFourGapsIsAnotherSwitch) {
   OnlinePlanner::Options o;
   o.record_decisions = true;
   OnlinePlanner planner(p, Forecasters(), o);
-  std::mt19937_64 rng(7);
-  std::normal_distribution<double> e(0.0, 0.01);
-  for (int64_t i = 20; i <= 1600; i += 20) {
-    ASSERT_TRUE(planner.Observe(i, loss(i, i) + e(rng), ObservationKind::kValidation).ok());
-    if (i > p.warmup_iterations) {
-      ASSERT_TRUE(planner.ObserveServed(loss(planner.served_model(), i) + e(rng)).ok());
-      for (int64_t k : planner.KeptVersions()) ASSERT_TRUE(planner.ObserveKept(k, loss(k, i) + e(rng)).ok());
-    }
-    auto now = planner.ShouldCheckpoint(i);
-    ASSERT_TRUE(now.ok()) << now.status().ToString();
-    if (*now) {
-      ASSERT_TRUE(planner.Commit(i).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PlayReMeasured(
+      &planner, [&](int64_t i) { return loss(i, i); }, loss, 1600, 0.01, 7));
   const std::string report = planner.summary().BriefReport(static_cast<int64_t>(planner.taken().size()));
   std::string trace;
   int64_t switches_at_1000 = -1, cycle_at_1000 = -1;
