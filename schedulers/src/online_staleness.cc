@@ -368,7 +368,13 @@ bool OnlinePlanner::StallOutweighsGain(int64_t now, double loss) const {
       returns_->switches().empty() || ServedStillRising()) {
     return false;
   }
-  const double change = returns_->switches().back().middle;
+  // Not later than the measurement that saw it: a switch seen part-way is
+  // placed where its blend crosses, up to half a gap past that measurement
+  // (PlaceSwitchSeenPartWay), but it had begun there. Measured from the
+  // crossing, this rule held a rotation's models on its ramp (set 14's
+  // q-rotate host; the test "NothingIsHeldForASwitchOnARamp").
+  const double change =
+      std::min(returns_->switches().back().middle, TrafficAt(switches_seen_at_.back().after));
   if (!(static_cast<double>(now) < change)) return false;
   const double before_at = static_cast<double>(switches_seen_at_.back().before);
   // measured_.iterations is increasing: a binary search, not a scan per decision.

@@ -639,8 +639,8 @@ TEST(StalenessScenarioTest, AServedModelMovingByHalfItsLevelJumped) {
   // x without (bench/README.md, "Twenty-seventh session"): it left this test.
 }
 
-// A switch seen part-way is placed where its move began. Between two of a
-// table's rows the traffic is a blend (the judge interpolates), so under
+// A switch seen part-way is placed where its blend crosses. Between two of
+// a table's rows the traffic is a blend (the judge interpolates), so under
 // the wall clock the first measurement after a switch often shows only part
 // of the served model's move; placed at its gap's middle, each such switch
 // was up to half a gap early, and a spacing from two of them twice that. On
@@ -651,9 +651,11 @@ TEST(StalenessScenarioTest, AServedModelMovingByHalfItsLevelJumped) {
 // the next test). Since the twenty-sixth session's measurements where the
 // traffic is (a switch seen at the world's position, placed at the
 // planner's guess of it): +21.3% and +38.5% with the rule, +52.3% and
-// +60.0% without.
-TEST(StalenessScenarioTest, ASwitchSeenPartWayIsPlacedWhereItsMoveBegan) {
-  for (const auto& [tier, bound] : {std::pair{Tier::kGpu, 1.45}, std::pair{Tier::kHost, 1.45}}) {
+// +60.0% without. Until the fiftieth session the place was kept within the
+// gap the switch was seen in, though one seen less than halfway crosses
+// past it: +21.2% and +22.7% then, +12.1% and +15.2% at the crossing.
+TEST(StalenessScenarioTest, ASwitchSeenPartWayIsPlacedWhereItsBlendCrosses) {
+  for (const auto& [tier, bound] : {std::pair{Tier::kGpu, 1.17}, std::pair{Tier::kHost, 1.19}}) {
     SCOPED_TRACE(ToString(tier));
     auto sc = ShippedWallScenario("recur-sgd-h256", tier);
     ASSERT_TRUE(sc.ok()) << sc.status().ToString();
