@@ -125,7 +125,10 @@ sys.exit(0 if ok else 1)" "$tmp/family.json" "$tmp/pair.json"; then passes=$((pa
   expect_rc 1 "the causal pair bound needs the log's own table" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness none --strategies oracle --versus-staleness "$src/datasets/pairs/recur-once-sgd-h256.staleness.csv.gz"
   expect_in "$tmp/err" "needs this log's own staleness table" "the error says what is missing"
   expect_rc 1 "a missing partner table is bad input" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --strategies oracle --versus-staleness "$tmp/none.staleness.csv"
-  expect_rc 0 "simulate writes online's decisions" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport gpu --strategies online --json "$tmp/dec.json" --decisions-csv "$tmp/dec.csv"
+  # On host, where a return is published ahead of its predicted switch (on
+  # gpu, since the fiftieth session's switch placement, the prediction is
+  # later and the return's model goes out when the switch is seen, "kept").
+  expect_rc 0 "simulate writes online's decisions" "$viper" simulate --log "$src/datasets/logs/recur-sgd-h256.csv.gz" -q --staleness auto --transport host --strategies online --json "$tmp/dec.json" --decisions-csv "$tmp/dec.csv"
   expect_in "$tmp/dec.csv" "iteration,traffic_iteration,candidate_loss,served_model,served_loss,noise_sd" "the decisions CSV's header"
   expect_in "$tmp/dec.csv" ",plan_wants,planned_checkpoint,gated," "the decisions CSV says which checkpoint the re-plan takes first"
   checkpoints="$(grep -o '"checkpoints": *[0-9]*' "$tmp/dec.json" | head -n 1 | grep -o '[0-9]*$')"
