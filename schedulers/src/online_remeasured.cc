@@ -192,6 +192,32 @@ bool OnlinePlanner::KeptFell() const {
   return false;
 }
 
+std::optional<std::pair<int64_t, double>> OnlinePlanner::ReturningDomainModel(double sigma) const {
+  const auto latest_two = LatestTwoRemeasurements();
+  if (!latest_two) return std::nullopt;
+  const Remeasurement& now = *latest_two->first;
+  const Remeasurement& before = *latest_two->second;
+  const int64_t served = served_model();
+  const double jump = JumpThreshold(std::min(sigma, FixedModelNoise(sigma)));
+  const double served_then = before.LossOf(served);
+  if (!now.served || now.served->first != served || !std::isfinite(served_then) ||
+      !(now.served->second - served_then > jump)) {
+    return std::nullopt;
+  }
+  // Of the models that fell, the one that measures lowest now: all of the
+  // returning domain, on one sample. (The lowest any of them ever measured
+  // picked set 13's warm-up model, lucky on the validation sample, and kept
+  // the producer's later models of that domain out: no better on the pool.)
+  std::optional<std::pair<int64_t, double>> pick;
+  for (const auto& [model, latest] : now.kept) {
+    if (model == served) continue;
+    const double then = before.LossOf(model);
+    if (!std::isfinite(then) || !(then - latest > std::max(jump, 0.1 * then))) continue;
+    if (!pick || latest < pick->second) pick = std::make_pair(model, latest);
+  }
+  return pick;
+}
+
 bool OnlinePlanner::ServedStayedAcross(size_t begin, double sigma) const {
   const size_t now = measured_.size() - 1;
   if (begin == 0 || begin > now || now >= served_by_measurement_.size()) return false;

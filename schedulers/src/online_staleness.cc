@@ -255,6 +255,28 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       publishing_loss_ = best->second;
       publishing_shows_cycle_ = shows_cycle;
     }
+    // 5a. A domain coming back, seen part-way: the served model rose and
+    // kept models fell, each past the jump threshold. Part-way through a
+    // switch (the traffic a blend of two table rows, a validation sample
+    // drawn across it) the ending domain's models still measure best, and
+    // the best kept model now is one of them, so the returning domain's went
+    // out a measurement later: a gap of the wrong domain. (h10's k-recur70 on
+    // gpu at its first return, traffic 1410: the served 1300 rose 0.53 ->
+    // 1.81, and 1150, of the ending domain, went out at 1.31, while 750, 950
+    // and 1000, of the returning one, fell, 4.61 -> 3.69 for 950.) The
+    // falling models are the returning domain's; the one of them measuring
+    // lowest now goes out now (1000 at 2.52 there), and its win teaches the
+    // cycle as a re-publish does. Not when it would land late (in_time), and
+    // no re-plan: the served model's jump is the gain (bench/README.md,
+    // "Fiftieth session").
+    if (in_time) {
+      if (const auto back = ReturningDomainModel(sigma)) {
+        want = true;
+        publishing_ = back->first;
+        publishing_loss_ = back->second;
+        publishing_shows_cycle_ = true;
+      }
+    }
   }
   // 5b. A predicted return seen before its model went out ahead: on a fast
   // tier the delivery lag is shorter than a measurement gap, so the

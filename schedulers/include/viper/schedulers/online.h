@@ -413,6 +413,13 @@ class OnlinePlanner {
   // between them: the traffic moved toward the domain it was trained on (a
   // switch that a served model trained across it barely shows).
   bool KeptFell() const;
+  // The kept model to publish when the served model rose, between the
+  // latest two re-measurements, by more than the jump threshold (the fixed
+  // models' noise, `sigma` at most) and kept models fell by more than it
+  // and by more than a tenth of their loss: the traffic is moving to the
+  // domain they were trained on. Of those, the one that measures lowest
+  // now, with that loss; none otherwise (ChooseKeptModel).
+  std::optional<std::pair<int64_t, double>> ReturningDomainModel(double sigma) const;
   // The noise sd of one fixed model's re-measurement: robustly (MAD) from
   // the differences between consecutive re-measurements of the same model
   // (served or kept) over the latest kRemeasurementsKept; `fallback` while
