@@ -161,7 +161,7 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   // seen in (the twenty-third to forty-ninth sessions), such a switch was
   // placed up to half a gap early, and the switches predicted from it with
   // it: on h10's k-recur70 (back every 450 iterations, gpu) the
-  // anticipations landed 30-50 iterations early, +26.3% over the oracle;
+  // anticipations landed 25-50 iterations early, +26.3% over the oracle;
   // placed at the blend's middle, +15.4% (bench/README.md, "Fiftieth
   // session"). A switch seen whole (f near 1) or not yet (f near 0) keeps
   // its gap's middle. Placing a switch seen

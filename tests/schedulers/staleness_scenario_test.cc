@@ -653,9 +653,11 @@ TEST(StalenessScenarioTest, AServedModelMovingByHalfItsLevelJumped) {
 // planner's guess of it): +21.3% and +38.5% with the rule, +52.3% and
 // +60.0% without. Until the fiftieth session the place was kept within the
 // gap the switch was seen in, though one seen less than halfway crosses
-// past it: +21.2% and +22.7% then, +12.1% and +15.2% at the crossing.
+// past it: +21.2% and +22.7% then, +12.1% and +15.2% at the crossing. With
+// the next test's rule as well: +7.9% and +13.7%, and +17.2% and
+// +15.5% with the old place (so only gpu tells the two places apart here).
 TEST(StalenessScenarioTest, ASwitchSeenPartWayIsPlacedWhereItsBlendCrosses) {
-  for (const auto& [tier, bound] : {std::pair{Tier::kGpu, 1.17}, std::pair{Tier::kHost, 1.19}}) {
+  for (const auto& [tier, bound] : {std::pair{Tier::kGpu, 1.12}, std::pair{Tier::kHost, 1.19}}) {
     SCOPED_TRACE(ToString(tier));
     auto sc = ShippedWallScenario("recur-sgd-h256", tier);
     ASSERT_TRUE(sc.ok()) << sc.status().ToString();
