@@ -198,12 +198,15 @@ std::optional<std::pair<int64_t, double>> OnlinePlanner::ReturningDomainModel(do
   const Remeasurement& now = *latest_two->first;
   const Remeasurement& before = *latest_two->second;
   const int64_t served = served_model();
-  const double jump = JumpThreshold(std::min(sigma, FixedModelNoise(sigma)));
   const double served_then = before.LossOf(served);
   if (!now.served || now.served->first != served || !std::isfinite(served_then) ||
-      !(now.served->second - served_then > jump)) {
+      !(now.served->second > served_then)) {
     return std::nullopt;
   }
+  // The fixed models' noise (a median over the kept history) only once the
+  // served model rose at all: this runs at every measurement.
+  const double jump = JumpThreshold(std::min(sigma, FixedModelNoise(sigma)));
+  if (!(now.served->second - served_then > jump)) return std::nullopt;
   // Of the models that fell, the one that measures lowest now: all of the
   // returning domain, on one sample. (The lowest any of them ever measured
   // picked set 13's warm-up model, lucky on the validation sample, and kept
