@@ -293,5 +293,39 @@ const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now
   return !remeasured_.empty() && remeasured_.back().iteration == now ? remeasured_.back().kept : kNone;
 }
 
+double OnlinePlanner::RecentRisePerSecond() const {
+  constexpr size_t kGaps = 3;  // the median's reach (online.h)
+  const size_t n = remeasured_.size();
+  std::vector<double> gap_rises;  // per gap, the median over the fixed models
+  double gap_s = 0;
+  for (size_t r = n - 1; n >= 2 && r >= 1 && r + kGaps >= n; --r) {
+    const Remeasurement& now = remeasured_[r];
+    const Remeasurement& before = remeasured_[r - 1];
+    const double dt = static_cast<double>(now.iteration - before.iteration) * problem_.seconds_per_iteration;
+    if (!(dt > 0)) continue;
+    std::vector<double> rates;
+    auto rate = [&](int64_t model, double loss) {
+      double earlier = before.LossOf(model);
+      if (!std::isfinite(earlier) && model == before.iteration) {
+        // Published at the earlier measurement: its own measurement there.
+        const auto it = std::lower_bound(measured_.iterations.begin(), measured_.iterations.end(),
+                                         static_cast<double>(model));
+        if (it != measured_.iterations.end() && *it == static_cast<double>(model)) {
+          earlier = measured_.losses[static_cast<size_t>(it - measured_.iterations.begin())];
+        }
+      }
+      if (std::isfinite(earlier)) rates.push_back((loss - earlier) / dt);
+    };
+    if (now.served) rate(now.served->first, now.served->second);
+    for (const auto& [model, loss] : now.kept) rate(model, loss);
+    if (rates.empty()) continue;
+    gap_rises.push_back(internal::Median(rates));
+    gap_s = std::max(gap_s, dt);
+  }
+  if (gap_rises.size() < kGaps) return 0.0;
+  const double least = *std::min_element(gap_rises.begin(), gap_rises.end());
+  return least * gap_s > 0.5 * GateMargin() ? least : 0.0;
+}
+
 }  // namespace schedulers
 }  // namespace viper

@@ -43,8 +43,15 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   const int64_t W = problem_.warmup_iterations;
   // The measured decay: every version loses `decay` per second of age; the
   // served one is at its re-measured level now, so its checkpoint-time level
-  // is that minus what it has lost since.
-  const double decay = DecayPerSecond();
+  // is that minus what it has lost since. The fixed models' recent rise
+  // reads a ramp within three gaps, where the served versions' excess over
+  // their age did not read one at all while each was published a gap after
+  // the last: shipped rotate-sgd-h256 on host published at seven
+  // measurements in a row as its rotation began, each a stall that left
+  // every later version further behind the traffic (bench/README.md,
+  // "Fifty-first session").
+  const double rise = RecentRisePerSecond();
+  const double decay = std::max(DecayPerSecond(decay_points_), rise);
   if (decay > problem->drift_per_s) {
     const double age_s = taken_.empty() ? static_cast<double>(now - W) * problem->seconds_per_iteration
                                         : static_cast<double>(now - taken_.back()) * problem->seconds_per_iteration +
@@ -77,7 +84,13 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
                             static_cast<double>(served_model()) < measured_.iterations[regime_begin_] && !rising;
   double regime_decay = 0;
   if (!settled_step) {
-    regime_decay = regime_decay_points_.size() >= 3 ? DecayPerSecond(regime_decay_points_) : decay;
+    regime_decay = regime_decay_points_.size() >= 3 ? std::max(DecayPerSecond(regime_decay_points_), rise) : decay;
+  }
+  // The lag price's horizon (below) starts where a measured rate does.
+  if (regime_decay <= 0) {
+    measured_rate_since_ = -1;
+  } else if (measured_rate_since_ < 0) {
+    measured_rate_since_ = now;
   }
   // A prior over drift (Options::drift_prior), until the data speaks: while
   // no change has been detected (or after one, over a settled step as
@@ -85,28 +98,44 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // drift_prior x the candidate's loss over the serving window, and a stall
   // is priced as that much lag. Only where the served version is
   // re-measured: elsewhere no drift can be seen, by this loop or by a
-  // diagonal judge. On a ramp (the served model still rising) the prior is
-  // a floor under the measured rate: a young ramp's rate, fitted on its
-  // first few re-measurements, can be a fraction of the prior's or not yet
-  // significant at all, and seeing drift begin must not make a stall
-  // cheaper than before any was seen (a late rotation on pfs published as
-  // its ramp began, and the model then decayed to ten times the producer's
-  // loss: bench/README.md, "Forty-second session").
+  // diagonal judge. On a ramp (the served model still rising) the prior's
+  // price is a floor under the measured rate's: a young ramp's rate, fitted
+  // on its first few re-measurements, can be a fraction of the prior's or
+  // not yet significant at all, and seeing drift begin must not make a
+  // stall cheaper than before any was seen (a late rotation on pfs
+  // published as its ramp began, and the model then decayed to ten times
+  // the producer's loss: bench/README.md, "Forty-second session").
   summary_.lag_price = 0;
+  double floor_rate = 0;  // the prior's, priced to the window's end
   if (options_.drift_prior > 0 && summary_.served_measurements > 0) {
     const double span = problem->WindowEnd(static_cast<int64_t>(taken_.size()));
     const double prior = span > 0 ? options_.drift_prior * std::max(0.0, v) / span : 0.0;
-    if ((summary_.changes == 0 || settled_step) && regime_decay == 0) {
-      regime_decay = prior;
-    } else if (rising) {
-      regime_decay = std::max(regime_decay, prior);
-    }
+    if (((summary_.changes == 0 || settled_step) && regime_decay == 0) || rising) floor_rate = prior;
   }
-  if (problem->requests.traffic_clock == TrafficClock::kWall && regime_decay > 0) {
+  if (problem->requests.traffic_clock == TrafficClock::kWall && (regime_decay > 0 || floor_rate > 0)) {
     const double now_s = static_cast<double>(now - W) * problem->seconds_per_iteration +
                          static_cast<double>(taken_.size()) * problem->cost.stall_s;
     const double left_s = std::max(0.0, problem->WindowEnd(static_cast<int64_t>(taken_.size())) - now_s);
-    const double lag_price = regime_decay * problem->requests.RatePerSecond() * left_s;
+    // A stall's lag costs while the traffic keeps moving: over what is left
+    // of a measured ramp, not of the run. Its length is unknown: the
+    // horizon is its expected rest under a log-uniform prior on its length
+    // (scale-free: no length is singled out), given that it has lasted `a`
+    // (from the measurement gap before it was seen) and ends by the run's
+    // end, plus the delivery lag a stall's version still serves through.
+    // With L left, the rest's mean is L / ln(1 + L/a) - a: young ramps are
+    // priced over a good part of the run (a ramp's age alone would price a
+    // new one at nothing), long ones over most of it. Priced to the run's
+    // end, a rotation's lag held fresh models on host for 400 iterations
+    // while the served one decayed to 3 times their loss.
+    double horizon_s = left_s;
+    if (regime_decay > 0 && left_s > 0) {
+      const double a = (static_cast<double>(now - measured_rate_since_) + MeasurementGap()) *
+                       problem->seconds_per_iteration;
+      const double rest = left_s / std::log1p(left_s / a) - a;
+      horizon_s = std::min(left_s, rest + DeliveryLag() * problem->seconds_per_iteration);
+    }
+    const double lag_price =
+        problem->requests.RatePerSecond() * std::max(regime_decay * horizon_s, floor_rate * left_s);
     problem->price_per_slowdown_s += lag_price;
     summary_.lag_price = lag_price;
     summary_.max_lag_price = std::max(summary_.max_lag_price, lag_price);
@@ -423,7 +452,7 @@ double OnlinePlanner::DeliveryLag() const {
   return lag_s / problem_.seconds_per_iteration;
 }
 
-double OnlinePlanner::DecayPerSecond() const { return DecayPerSecond(decay_points_); }
+double OnlinePlanner::DecayPerSecond() const { return std::max(DecayPerSecond(decay_points_), RecentRisePerSecond()); }
 
 double OnlinePlanner::DecayPerSecond(const std::vector<std::pair<double, double>>& points) const {
   if (points.size() < 2) return 0.0;

@@ -222,7 +222,10 @@ class OnlinePlanner {
   // from the pace in use by more than Options::pace_tolerance.
   // InvalidArgument unless finite and > 0.
   Status SetPace(double seconds_per_iteration);
-  // The served versions' decay rate now, loss per second (0: none measured).
+  // The served versions' decay rate now, loss per second (0: none
+  // measured): the larger of the served versions' excess over their age
+  // (the slope through the origin) and the fixed models' recent rise
+  // (RecentRisePerSecond).
   double DecayPerSecond() const;
 
   const Problem& problem() const { return problem_; }
@@ -373,6 +376,9 @@ class OnlinePlanner {
   // step is not in it. The wall clock's lag price reads this one.
   std::optional<std::pair<int64_t, double>> regime_reference_;
   std::vector<std::pair<double, double>> regime_decay_points_;
+  // The first measurement of the present stretch at which the lag price read
+  // a measured rate (-1: it reads none now); PriceStaleness's horizon.
+  int64_t measured_rate_since_ = -1;
   std::vector<int64_t> published_;
   // The last model of each regime before a detected change (kept too:
   // the domain it was trained on may come back).
@@ -399,6 +405,14 @@ class OnlinePlanner {
   // the one before by more than the gate's margin, the same model all three
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
+  // How fast the fixed models lose on the traffic now, loss per second: over
+  // each of the latest three measurement gaps, the median of every fixed
+  // model's change per second between its re-measurements at the gap's two
+  // ends (the served model, the kept ones, and a model published at the
+  // earlier end from its own measurement there); then the median of the
+  // three. 0 unless that exceeds half the gate's margin per gap. A ramp
+  // shows here within three gaps; a step that one gap saw does not.
+  double RecentRisePerSecond() const;
   // The re-measurements at the current measurement and at the one before
   // (latest first), when both were taken; ServedJumped and KeptFell compare them.
   std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
