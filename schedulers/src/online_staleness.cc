@@ -44,7 +44,7 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // The measured decay: every version loses `decay` per second of age; the
   // served one is at its re-measured level now, so its checkpoint-time level
   // is that minus what it has lost since. The fixed models' recent rise
-  // reads a ramp within three gaps, where the served versions' excess over
+  // reads a ramp after three gaps, where the served versions' excess over
   // their age did not read one at all while each was published a gap after
   // the last: shipped rotate-sgd-h256 on host published at seven
   // measurements in a row as its rotation began, each a stall that left

@@ -409,9 +409,12 @@ class OnlinePlanner {
   // each of the latest three measurement gaps, the median of every fixed
   // model's change per second between its re-measurements at the gap's two
   // ends (the served model, the kept ones, and a model published at the
-  // earlier end from its own measurement there); then the median of the
+  // earlier end from its own measurement there); then the least of the
   // three. 0 unless that exceeds half the gate's margin per gap. A ramp
-  // shows here within three gaps; a step that one gap saw does not.
+  // shows here once three gaps have each seen it rise; a step that one or
+  // two gaps saw does not (class-incremental traffic whose new classes
+  // arrive over two gaps read as a rate at their median, and its step was
+  // priced as a ramp: bench/README.md, "Fifty-first session").
   double RecentRisePerSecond() const;
   // The re-measurements at the current measurement and at the one before
   // (latest first), when both were taken; ServedJumped and KeptFell compare them.
