@@ -294,7 +294,7 @@ const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now
 }
 
 double OnlinePlanner::RecentRisePerSecond() const {
-  constexpr size_t kGaps = 3;  // the median's reach (online.h)
+  constexpr size_t kGaps = 3;  // the gaps read (online.h)
   const size_t n = remeasured_.size();
   std::vector<double> gap_rises;  // per gap, the median over the fixed models
   double gap_s = 0;
