@@ -106,6 +106,20 @@ double OnlinePlanner::Remeasurement::LossOf(int64_t model) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+std::optional<size_t> OnlinePlanner::MeasurementIndex(int64_t iteration) const {
+  const double x = static_cast<double>(iteration);
+  const auto it = std::lower_bound(measured_.iterations.begin(), measured_.iterations.end(), x);
+  if (it == measured_.iterations.end() || *it != x) return std::nullopt;
+  return static_cast<size_t>(it - measured_.iterations.begin());
+}
+
+double OnlinePlanner::LossAt(const Remeasurement& at, int64_t model) const {
+  const double loss = at.LossOf(model);
+  if (std::isfinite(loss) || model != at.iteration || options_.metric != ObservationKind::kValidation) return loss;
+  const auto i = MeasurementIndex(at.iteration);
+  return i ? measured_.losses[*i] : loss;
+}
+
 OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
   if (remeasured_.empty() || remeasured_.back().iteration != last_iteration_) {
     remeasured_.emplace_back();
@@ -133,7 +147,6 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   const Remeasurement& now = *latest_two->first;
   const Remeasurement& before = *latest_two->second;
   if (!now.served) return false;
-  const size_t m = measured_.size();
   // The model serving now, as it measured at the measurement before: served
   // then too, kept and re-measured there (a re-publish went out between), or
   // the producer's own model of then, published at that measurement (on the
@@ -142,11 +155,7 @@ bool OnlinePlanner::ServedJumped(double sigma) const {
   // re-measurement as served, and only that model's move shows it when the
   // producer's own is re-learning at both (set 1's h-recur60 pfs/req;
   // bench/README.md, "Thirty-eighth session").
-  double then = before.LossOf(now.served->first);
-  if (!std::isfinite(then) && options_.metric == ObservationKind::kValidation &&
-      now.served->first == static_cast<int64_t>(measured_.iterations[m - 2])) {
-    then = measured_.losses[m - 2];
-  }
+  const double then = LossAt(before, now.served->first);
   if (!std::isfinite(then)) return false;
   // ServedStayedAcross's bounds, the other way round: a move of more than
   // half its level is a jump however noisy the regime measured (one that
@@ -305,15 +314,7 @@ double OnlinePlanner::RecentRisePerSecond() const {
     if (!(dt > 0)) continue;
     std::vector<double> rates;
     auto rate = [&](int64_t model, double loss) {
-      double earlier = before.LossOf(model);
-      if (!std::isfinite(earlier) && model == before.iteration) {
-        // Published at the earlier measurement: its own measurement there.
-        const auto it = std::lower_bound(measured_.iterations.begin(), measured_.iterations.end(),
-                                         static_cast<double>(model));
-        if (it != measured_.iterations.end() && *it == static_cast<double>(model)) {
-          earlier = measured_.losses[static_cast<size_t>(it - measured_.iterations.begin())];
-        }
-      }
+      const double earlier = LossAt(before, model);
       if (std::isfinite(earlier)) rates.push_back((loss - earlier) / dt);
     };
     if (now.served) rate(now.served->first, now.served->second);

@@ -431,12 +431,9 @@ bool OnlinePlanner::StallOutweighsGain(int64_t now, double loss) const {
   const double change =
       std::min(returns_->switches().back().middle, TrafficAt(switches_seen_at_.back().after));
   if (!(static_cast<double>(now) < change)) return false;
-  const double before_at = static_cast<double>(switches_seen_at_.back().before);
-  // measured_.iterations is increasing: a binary search, not a scan per decision.
-  const auto it = std::lower_bound(measured_.iterations.begin(), measured_.iterations.end(), before_at);
-  const size_t i = static_cast<size_t>(it - measured_.iterations.begin());
-  if (it == measured_.iterations.end() || *it != before_at || i >= served_by_measurement_.size()) return false;
-  const double level_before = served_by_measurement_[i];
+  const auto i = MeasurementIndex(switches_seen_at_.back().before);
+  if (!i || *i >= served_by_measurement_.size()) return false;
+  const double level_before = served_by_measurement_[*i];
   if (!std::isfinite(level_before) || !(loss > level_before)) return false;
   const double stall_iterations = problem_.cost.stall_s / problem_.seconds_per_iteration;
   const double until = change - static_cast<double>(now) + MeasurementGap();

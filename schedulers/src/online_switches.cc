@@ -101,13 +101,7 @@ bool OnlinePlanner::ReversedSinceLastSwitch(size_t begin) const {
   // change detector) does not move them again.
   if (switches_seen_at_.empty() || begin == 0) return false;
   const SwitchSeenAt& last = switches_seen_at_.back();
-  auto index_of = [&](int64_t iteration) -> std::optional<size_t> {
-    const auto it = std::lower_bound(measured_.iterations.begin(), measured_.iterations.end(),
-                                     static_cast<double>(iteration));
-    if (it == measured_.iterations.end() || *it != static_cast<double>(iteration)) return std::nullopt;
-    return static_cast<size_t>(it - measured_.iterations.begin());
-  };
-  const auto b = index_of(last.before), a = index_of(last.after);
+  const auto b = MeasurementIndex(last.before), a = MeasurementIndex(last.after);
   if (!b || !a || *a <= *b || *a >= begin) return false;
   const double sigma = Noise();
   auto moved = [&](double from, double to) {

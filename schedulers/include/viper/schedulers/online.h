@@ -399,6 +399,14 @@ class OnlinePlanner {
   std::deque<Remeasurement> remeasured_;
   // The kept models re-measured at `now` (empty where none were).
   const std::vector<std::pair<int64_t, double>>& KeptAt(int64_t now) const;
+  // The index in measured_ of the measurement at `iteration` (none where
+  // there is none; measured_ is increasing: a binary search).
+  std::optional<size_t> MeasurementIndex(int64_t iteration) const;
+  // `model`'s loss at re-measurement `at`: re-measured there, or, published
+  // at that very measurement, the producer's own measurement of it there
+  // (with a validation metric only: the re-measurements are on the
+  // validation sample). NaN otherwise.
+  double LossAt(const Remeasurement& at, int64_t model) const;
   // The record of the current iteration, begun if there is none yet.
   Remeasurement& RemeasuredNow();
   // Whether the served model's latest two re-measurements each rose above
