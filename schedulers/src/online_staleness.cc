@@ -79,11 +79,30 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // recovered model was held while the old one served at 12 times its loss
   // (bench/README.md, "Seventeenth session"). A served model still rising
   // is on a ramp (a rotation), whose rate the new versions meet too.
+  //
+  // Nor once the traffic has stopped moving after a detected change: the
+  // fixed models (served and kept) have not risen over the latest three
+  // measurement gaps. The lag price charges a stall for the traffic moving
+  // on while it lasts, and traffic that stands still leaves no version
+  // behind; the rate measured before (the served versions' excess over
+  // their age, which remembers the whole ramp) is a past ramp's. After a
+  // rotation ended, that memory priced every stall at 900-2000 per second
+  // and held fresh candidates at 0.5-0.8 of the served model's loss for
+  // 160-180 iterations (h17's t-rotate and set 3's g-rotate, pfs with a
+  // request window: bench/README.md, "Fifty-second session"). Before any
+  // change the prior and a measured rate keep their roles: a still traffic
+  // there is the calm before a drift the prior insures against (read there
+  // too, stillness replaced a small measured rate by the prior's higher
+  // price and moved set 3's g-swap host/req's blind publishes: 13.5 ->
+  // 18.0%). The re-plan's drift term is left as it is: zeroed there as
+  // well, recurring runs moved both ways by up to 50 points (their domains
+  // stand still between switches).
   const bool rising = ServedStillRising();  // read again by the prior's floor below
   const bool settled_step = summary_.changes > 0 && regime_begin_ < measured_.iterations.size() &&
                             static_cast<double>(served_model()) < measured_.iterations[regime_begin_] && !rising;
+  const bool traffic_still = summary_.changes > 0 && !rising && FixedModelsStill();
   double regime_decay = 0;
-  if (!settled_step) {
+  if (!settled_step && !traffic_still) {
     regime_decay = regime_decay_points_.size() >= 3 ? std::max(DecayPerSecond(regime_decay_points_), rise) : decay;
   }
   // The lag price's horizon (below) starts where a measured rate does.

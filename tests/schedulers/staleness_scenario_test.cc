@@ -371,9 +371,11 @@ void ExpectOnlineWithin(const Scenario& sc, double factor) {
 // iteration; the default drift prior), online without the hold published
 // at 1800, in the ramp: its stall put every later version 200 iterations
 // further behind the traffic, and the next publish came at 2700: 1.34 x
-// the oracle. Held while the ramp is younger than the lag, it publishes
-// at 2040, after the ramp: 1.03 x (the oracle checkpoints at 1980 and
-// 2280). Until the fifty-first session this test ran on set 4's
+// the oracle (1.13 x since the fifty-second session, whose still traffic
+// charges no lag after the ramp, AStillTrafficChargesNoLag: the next
+// publish comes at 2160). Held while the ramp is younger than the lag, it
+// publishes at 2160, after the ramp: 1.05 x (the oracle checkpoints at
+// 1980 and 2280). Until the fifty-first session this test ran on set 4's
 // f-rotate (pfs, no drift prior), where the lag price read from the fixed
 // models' recent rise (ARampIsReadFromTheFixedModelsRise) now holds the
 // same publishes without the hold.
@@ -403,7 +405,7 @@ TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
     return e.ok() ? e->cil : 0.0;
   };
   EXPECT_LT(cil(*held), 1.05 * cil(*oracle)) << held->summary.message;
-  EXPECT_GT(cil(*chased), 1.2 * cil(*oracle)) << chased->summary.message;
+  EXPECT_GT(cil(*chased), 1.1 * cil(*oracle)) << chased->summary.message;
   // Under the producer clock the traffic waits out a stall: nothing is held.
   Scenario producer = *sc;
   producer.problem.requests.traffic_clock = TrafficClock::kProducer;
@@ -436,6 +438,36 @@ TEST(StalenessScenarioTest, ARampIsReadFromTheFixedModelsRise) {
   auto judged = JudgeAgainstOracle(*sc, *plan);
   ASSERT_TRUE(judged.ok()) << judged.status().ToString();
   EXPECT_LT(judged->online, 1.15 * judged->oracle)
+      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+}
+
+// Once the traffic stands still after a change, a stall leaves no version
+// behind it: no lag price. On set 3's g-rotate (pfs, a request window, the
+// default drift prior) online published 2040 in the rotation, and its
+// traffic passed the ramp's end soon after. The served versions' excess
+// over their age still remembered the ramp, priced every stall at 900-1100
+// per second, and held fresh models at 0.48-0.54 beside the served one at
+// 0.69 to the end: 1.084 x the oracle. With the fixed models still over
+// three gaps the price is 0, 2280 goes out, and online is 1.046 x
+// (bench/README.md, "Fifty-second session").
+TEST(StalenessScenarioTest, AStillTrafficChargesNoLag) {
+  auto sc = FrozenWallScenario("set3", "g-rotate", Tier::kPfs, TrafficClock::kWall, 2998,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int64_t unpriced_after_ramp = 0;  // fresh publishes after the ramp with no lag price
+  for (const auto& d : plan->decisions) {
+    if (d.publish && d.iteration >= 2200 && std::string_view(d.publish_kind) == "fresh" && d.changes > 0 &&
+        d.lag_price == 0) {
+      ++unpriced_after_ramp;
+    }
+  }
+  EXPECT_GE(unpriced_after_ramp, 1) << plan->summary.message;
+  auto judged = JudgeAgainstOracle(*sc, *plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, 1.06 * judged->oracle)
       << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
 }
 

@@ -424,6 +424,15 @@ class OnlinePlanner {
   // arrive over two gaps read as a rate at their median, and its step was
   // priced as a ramp: bench/README.md, "Fifty-first session").
   double RecentRisePerSecond() const;
+  // The per-gap medians RecentRisePerSecond reads, latest first (empty
+  // unless all three gaps could be read), and in `gap_s` the longest of
+  // those gaps in seconds.
+  std::vector<double> RecentGapRises(double* gap_s) const;
+  // Whether the traffic has stopped moving away from the fixed models: none
+  // of the latest three gaps saw their median rise by half the gate's
+  // margin (a ramp that has ended, a step that has settled). False until
+  // three gaps were read.
+  bool FixedModelsStill() const;
   // The re-measurements at the current measurement and at the one before
   // (latest first), when both were taken; ServedJumped and KeptFell compare them.
   std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
