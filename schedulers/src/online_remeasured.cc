@@ -302,11 +302,11 @@ const std::vector<std::pair<int64_t, double>>& OnlinePlanner::KeptAt(int64_t now
   return !remeasured_.empty() && remeasured_.back().iteration == now ? remeasured_.back().kept : kNone;
 }
 
-std::vector<double> OnlinePlanner::RecentGapRises(double* gap_s) const {
+OnlinePlanner::RecentRise OnlinePlanner::ReadRecentRise() const {
   constexpr size_t kGaps = 3;  // the gaps read (online.h)
   const size_t n = remeasured_.size();
   std::vector<double> gap_rises;  // per gap, the median over the fixed models
-  *gap_s = 0;
+  double gap_s = 0;
   for (size_t r = n - 1; n >= 2 && r >= 1 && r + kGaps >= n; --r) {
     const Remeasurement& now = remeasured_[r];
     const Remeasurement& before = remeasured_[r - 1];
@@ -321,26 +321,15 @@ std::vector<double> OnlinePlanner::RecentGapRises(double* gap_s) const {
     for (const auto& [model, loss] : now.kept) rate(model, loss);
     if (rates.empty()) continue;
     gap_rises.push_back(internal::Median(rates));
-    *gap_s = std::max(*gap_s, dt);
+    gap_s = std::max(gap_s, dt);
   }
-  if (gap_rises.size() < kGaps) gap_rises.clear();
-  return gap_rises;
-}
-
-double OnlinePlanner::RecentRisePerSecond() const {
-  double gap_s = 0;
-  const std::vector<double> gap_rises = RecentGapRises(&gap_s);
-  if (gap_rises.empty()) return 0.0;
-  const double least = *std::min_element(gap_rises.begin(), gap_rises.end());
-  return least * gap_s > 0.5 * GateMargin() ? least : 0.0;
-}
-
-bool OnlinePlanner::FixedModelsStill() const {
-  double gap_s = 0;
-  const std::vector<double> gap_rises = RecentGapRises(&gap_s);
-  if (gap_rises.empty()) return false;
-  const double most = *std::max_element(gap_rises.begin(), gap_rises.end());
-  return most * gap_s <= 0.5 * GateMargin();
+  RecentRise read;
+  if (gap_rises.size() < kGaps) return read;
+  const auto [least, most] = std::minmax_element(gap_rises.begin(), gap_rises.end());
+  const double threshold = 0.5 * GateMargin();
+  if (*least * gap_s > threshold) read.per_s = *least;
+  read.still = *most * gap_s <= threshold;
+  return read;
 }
 
 }  // namespace schedulers

@@ -50,7 +50,8 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   // measurements in a row as its rotation began, each a stall that left
   // every later version further behind the traffic (bench/README.md,
   // "Fifty-first session").
-  const double rise = RecentRisePerSecond();
+  const RecentRise recent = ReadRecentRise();
+  const double rise = recent.per_s;
   const double decay = std::max(DecayPerSecond(decay_points_), rise);
   if (decay > problem->drift_per_s) {
     const double age_s = taken_.empty() ? static_cast<double>(now - W) * problem->seconds_per_iteration
@@ -100,7 +101,7 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   const bool rising = ServedStillRising();  // read again by the prior's floor below
   const bool settled_step = summary_.changes > 0 && regime_begin_ < measured_.iterations.size() &&
                             static_cast<double>(served_model()) < measured_.iterations[regime_begin_] && !rising;
-  const bool traffic_still = summary_.changes > 0 && !rising && FixedModelsStill();
+  const bool traffic_still = summary_.changes > 0 && !rising && recent.still;
   double regime_decay = 0;
   if (!settled_step && !traffic_still) {
     regime_decay = regime_decay_points_.size() >= 3 ? std::max(DecayPerSecond(regime_decay_points_), rise) : decay;
@@ -468,7 +469,7 @@ double OnlinePlanner::DeliveryLag() const {
   return lag_s / problem_.seconds_per_iteration;
 }
 
-double OnlinePlanner::DecayPerSecond() const { return std::max(DecayPerSecond(decay_points_), RecentRisePerSecond()); }
+double OnlinePlanner::DecayPerSecond() const { return std::max(DecayPerSecond(decay_points_), ReadRecentRise().per_s); }
 
 double OnlinePlanner::DecayPerSecond(const std::vector<std::pair<double, double>>& points) const {
   if (points.size() < 2) return 0.0;

@@ -225,7 +225,7 @@ class OnlinePlanner {
   // The served versions' decay rate now, loss per second (0: none
   // measured): the larger of the served versions' excess over their age
   // (the slope through the origin) and the fixed models' recent rise
-  // (RecentRisePerSecond).
+  // (ReadRecentRise).
   double DecayPerSecond() const;
 
   const Problem& problem() const { return problem_; }
@@ -413,26 +413,27 @@ class OnlinePlanner {
   // the one before by more than the gate's margin, the same model all three
   // times (PriceStaleness: a ramp, not a settled step).
   bool ServedStillRising() const;
-  // How fast the fixed models lose on the traffic now, loss per second: over
-  // each of the latest three measurement gaps, the median of every fixed
-  // model's change per second between its re-measurements at the gap's two
-  // ends (the served model, the kept ones, and a model published at the
-  // earlier end from its own measurement there); then the least of the
-  // three. 0 unless that exceeds half the gate's margin per gap. A ramp
-  // shows here once three gaps have each seen it rise; a step that one or
-  // two gaps saw does not (class-incremental traffic whose new classes
-  // arrive over two gaps read as a rate at their median, and its step was
-  // priced as a ramp: bench/README.md, "Fifty-first session").
-  double RecentRisePerSecond() const;
-  // The per-gap medians RecentRisePerSecond reads, latest first (empty
-  // unless all three gaps could be read), and in `gap_s` the longest of
-  // those gaps in seconds.
-  std::vector<double> RecentGapRises(double* gap_s) const;
-  // Whether the traffic has stopped moving away from the fixed models: none
-  // of the latest three gaps saw their median rise by half the gate's
-  // margin (a ramp that has ended, a step that has settled). False until
-  // three gaps were read.
-  bool FixedModelsStill() const;
+  // What the fixed models' recent re-measurements say. Over each of the
+  // latest three measurement gaps, the median of every fixed model's change
+  // per second between its re-measurements at the gap's two ends (the
+  // served model, the kept ones, and a model published at the earlier end
+  // from its own measurement there).
+  struct RecentRise {
+    // How fast the fixed models lose on the traffic now, loss per second:
+    // the least of the three medians, 0 unless that exceeds half the gate's
+    // margin per gap. A ramp shows here once three gaps have each seen it
+    // rise; a step that one or two gaps saw does not (class-incremental
+    // traffic whose new classes arrive over two gaps read as a rate at
+    // their median, and its step was priced as a ramp: bench/README.md,
+    // "Fifty-first session").
+    double per_s = 0;
+    // Whether the traffic has stopped moving away from them: none of the
+    // three medians rose by half the gate's margin (a ramp that has ended,
+    // a step that has settled; "Fifty-second session"). False until three
+    // gaps were read.
+    bool still = false;
+  };
+  RecentRise ReadRecentRise() const;
   // The re-measurements at the current measurement and at the one before
   // (latest first), when both were taken; ServedJumped and KeptFell compare them.
   std::optional<std::pair<const Remeasurement*, const Remeasurement*>> LatestTwoRemeasurements() const;
