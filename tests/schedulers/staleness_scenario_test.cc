@@ -353,15 +353,20 @@ StatusOr<AgainstOracle> JudgeAgainstOracle(const Scenario& sc, const Plan& plan)
   return AgainstOracle{online.cil, bound.cil};
 }
 
+// Expects `plan`'s CIL on `sc`'s table below `factor` times the oracle's.
+void ExpectPlanWithin(const Scenario& sc, const Plan& plan, double factor) {
+  auto judged = JudgeAgainstOracle(sc, plan);
+  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
+  EXPECT_LT(judged->online, factor * judged->oracle)
+      << plan.summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+}
+
 // Plans `online` on `sc` and expects its CIL on the table below `factor`
 // times the oracle's.
 void ExpectOnlineWithin(const Scenario& sc, double factor) {
   auto plan = PlanStrategy(sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  auto judged = JudgeAgainstOracle(sc, *plan);
-  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, factor * judged->oracle)
-      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  ExpectPlanWithin(sc, *plan, factor);
 }
 
 // A young ramp is not chased on a slow tier under the wall clock. On the
@@ -435,10 +440,7 @@ TEST(StalenessScenarioTest, ARampIsReadFromTheFixedModelsRise) {
   const auto early = std::count_if(plan->schedule.begin(), plan->schedule.end(),
                                    [](int64_t c) { return c >= 1600 && c < 2000; });
   EXPECT_LE(early, 2) << plan->summary.message;
-  auto judged = JudgeAgainstOracle(*sc, *plan);
-  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.15 * judged->oracle)
-      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  ExpectPlanWithin(*sc, *plan, 1.15);
 }
 
 // Once the traffic stands still after a change, a stall leaves no version
@@ -465,10 +467,7 @@ TEST(StalenessScenarioTest, AStillTrafficChargesNoLag) {
     }
   }
   EXPECT_GE(unpriced_after_ramp, 1) << plan->summary.message;
-  auto judged = JudgeAgainstOracle(*sc, *plan);
-  ASSERT_TRUE(judged.ok()) << judged.status().ToString();
-  EXPECT_LT(judged->online, 1.06 * judged->oracle)
-      << plan->summary.message << "; online " << judged->online << ", oracle " << judged->oracle;
+  ExpectPlanWithin(*sc, *plan, 1.06);
 }
 
 // A re-publish is a switch of the traffic's domain only when the served
