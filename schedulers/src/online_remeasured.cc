@@ -115,9 +115,9 @@ std::optional<size_t> OnlinePlanner::MeasurementIndex(int64_t iteration) const {
 
 double OnlinePlanner::LossAt(const Remeasurement& at, int64_t model) const {
   const double loss = at.LossOf(model);
-  if (std::isfinite(loss) || model != at.iteration || options_.metric != ObservationKind::kValidation) return loss;
+  if (std::isfinite(loss)) return loss;
   const auto i = MeasurementIndex(at.iteration);
-  return i ? measured_.losses[*i] : loss;
+  return i ? OwnLossAt(*i, model) : loss;
 }
 
 OnlinePlanner::Remeasurement& OnlinePlanner::RemeasuredNow() {
@@ -261,6 +261,13 @@ double OnlinePlanner::RemeasuredAt(size_t m, int64_t model) const {
     if (e->iteration < iteration) break;
   }
   return std::numeric_limits<double>::quiet_NaN();
+}
+
+double OnlinePlanner::OwnLossAt(size_t m, int64_t model) const {
+  if (model != static_cast<int64_t>(measured_.iterations[m]) || options_.metric != ObservationKind::kValidation) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return measured_.losses[m];
 }
 
 size_t OnlinePlanner::ReturnShownFrom(double gate_margin) const {

@@ -161,8 +161,20 @@ void OnlinePlanner::PlaceSwitchSeenPartWay(size_t idx) {
   // its gap's middle. Placing a switch seen
   // part-way at its gap's middle put it up to half a gap early, twice that
   // in a spacing from two switches (bench/README.md, "Twenty-third session").
+  //
+  // Published at the measurement before the switch, that model was the
+  // producer's own there: measured, not re-measured, on that moment's
+  // sample, and its measurement is `a` (OwnLossAt). Without it no switch
+  // seen right after a fresh publish was placed part-way: on h13's
+  // p-recur65 (gpu) the second switch sat at its gap's middle, 40
+  // iterations early, the next return was predicted that much early and
+  // its anticipation served the other domain's model there, +29.7% over
+  // the oracle; placed part-way, +23.9% (bench/README.md, "Fifty-third
+  // session").
   const int64_t model = ServedAt(static_cast<int64_t>(measured_.iterations[begin]));
-  const double a = RemeasuredAt(begin - 1, model), x = RemeasuredAt(begin, model), y = RemeasuredAt(idx, model);
+  double a = RemeasuredAt(begin - 1, model);
+  if (!std::isfinite(a)) a = OwnLossAt(begin - 1, model);
+  const double x = RemeasuredAt(begin, model), y = RemeasuredAt(idx, model);
   if (!(std::isfinite(a) && std::isfinite(x) && std::isfinite(y)) || !(std::fabs(y - a) > 0)) return;
   const double f = (x - a) / (y - a);
   if (!(f > kPartWay && f < 1.0 - kPartWay)) return;

@@ -476,6 +476,11 @@ class OnlinePlanner {
   // The loss of `model` re-measured at measurement `m` of measured_ (served
   // or kept; NaN where it was not, or that record is no longer kept).
   double RemeasuredAt(size_t m, int64_t model) const;
+  // The producer's own model at measurement `m`, as measured there (on the
+  // validation sample, which re-measurements are on): `model`'s loss when
+  // it is that measurement's model, NaN otherwise (LossAt's fallback, by
+  // measurement index).
+  double OwnLossAt(size_t m, int64_t model) const;
   // The measurement (index into measured_) from which the served model has
   // shown the active anticipation's return without a break, the current one
   // at the latest (ReturnPredictor::ShownFor over its re-measurements at
