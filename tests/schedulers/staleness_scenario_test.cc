@@ -762,6 +762,53 @@ TEST(StalenessScenarioTest, ASwitchSeenRightAfterAFreshPublishIsPlacedPartWay) {
   ExpectPlanWithin(*sc, *plan, 1.06);
 }
 
+// A switch seen nearly whole across a stall is placed part-way. A stall
+// between two measurements widens the traffic's gap past the table's row
+// spacing; a served model that had moved 98% of its way at the first
+// measurement after the switch counted as seen whole, and its switch went
+// to that wide gap's middle, up to 40 iterations early. Placed part-way
+// wherever the fixed models' noise tells f from 0 and 1 (on a table's
+// fixed sample, any f strictly between). On set 17's repeated swaps
+// (bench/devsets/set17/t-swaps500: labels swapped every 500 iterations
+// from 1300; host, wall clock, the default drift prior, served while
+// training) four of seven switches were placed 20-46 iterations off:
+// 1.449 x the oracle; placed part-way, 1.353 x (bench/README.md,
+// "Fifty-third session").
+TEST(StalenessScenarioTest, ASwitchSeenNearlyWholeAcrossAStallIsPlacedPartWay) {
+  auto sc = FrozenWallScenario("set17", "t-swaps500", Tier::kHost, TrafficClock::kWall, 0,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  ExpectOnlineWithin(*sc, 1.40);
+}
+
+// A swap back is a switch when only a kept model shows it. The model serving
+// at set 17's first swap back (bench/devsets/set17/t-swaps500; pfs, wall
+// clock, a fixed window of 3748 requests, the default drift prior) was
+// trained across the first swap, on both labellings, and measured about
+// the same on both; the change detector saw the swap back in the producer's
+// own loss, and with the served model staying across it that was read as
+// the producer's own data moving. The pre-swap kept model fell from 2.9 to
+// 0.48 there. Unrecorded, the swaps were counted one short and the next
+// return predicted a whole period on: 1.878 x the oracle. Recorded (a kept
+// model losing more than half its loss, as without a detected change):
+// 1.391 x (bench/README.md, "Fifty-third session").
+TEST(StalenessScenarioTest, ASwapBackIsASwitchWhenOnlyAKeptModelFalls) {
+  auto sc = FrozenWallScenario("set17", "t-swaps500", Tier::kPfs, TrafficClock::kWall, 3748,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // Swaps at 1300 and back at 1800 (traffic iterations): both recorded by
+  // the time the producer reaches 1800 (the traffic is ahead of it).
+  int64_t switches_by_1800 = 0;
+  for (const auto& d : plan->decisions) {
+    if (d.iteration <= 1800) switches_by_1800 = std::max(switches_by_1800, d.switches);
+  }
+  EXPECT_GE(switches_by_1800, 2) << plan->summary.message;
+  ExpectPlanWithin(*sc, *plan, 1.5);
+}
+
 // A predicted return seen before its model went out ahead is published at
 // once. On gpu the delivery lag (14 iterations on the shipped recurring
 // run) is shorter than a measurement gap (50): the measurement whose
@@ -1150,12 +1197,28 @@ TEST(StalenessScenarioTest, TheDefaultDriftPriorSkipsTheCheckpointsBeforeNewClas
 // 1.93 x the oracle. The warm-up's model, re-measured across both, rose at
 // the first and fell at the second: the traffic changed domain again, so
 // they are two switches (OnlinePlanner::ReversedSinceLastSwitch): 1.62 x
-// (bench/README.md, "Forty-eighth session").
+// (bench/README.md, "Forty-eighth session"). Since the fifty-third
+// session's placements (a switch seen right after a fresh publish, or
+// nearly whole across a stall, placed part-way) the switch at 1600 is
+// placed right, and the return it predicts sends the next domain's model
+// out at 1400, ahead of its switch by the host's delivery lag, where the
+// earlier, wrong prediction had sent nothing: 1.88 x with the rule, 1.70 x
+// without it (the cycle learned as 3 either way). The rule no longer
+// decides this run, which stays here as a bound on it (the first cycle
+// learned is 3, within 1.95 x); whether the rule still pays with the new
+// placements is open (bench/README.md, "Fifty-third session").
 TEST(StalenessScenarioTest, ThreeDomainsASwitchBackWithinFourGapsIsAnother) {
   auto sc = FrozenWallScenario("set23", "z-recur3d45f", Tier::kHost, TrafficClock::kWall, 0,
                                OnlinePlanner::Options().drift_prior);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  ExpectOnlineWithin(*sc, 1.75);
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const auto learned = std::find_if(plan->decisions.begin(), plan->decisions.end(),
+                                    [](const auto& d) { return d.cycle > 0; });
+  ASSERT_NE(learned, plan->decisions.end()) << plan->summary.message;
+  EXPECT_EQ(learned->cycle, 3) << "at " << learned->iteration << ": " << plan->summary.message;
+  ExpectPlanWithin(*sc, *plan, 1.95);
 }
 
 // On z-recur3d60 with a fixed window of 2998 requests, at the first
