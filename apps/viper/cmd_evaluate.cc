@@ -334,6 +334,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 {"regret_vs_oracle", *r->regret_vs_oracle},
                 {"change_vs_epoch", r->change_vs_epoch ? nlohmann::json(*r->change_vs_epoch) : nlohmann::json()},
                 {"checkpoints", r->sim.checkpoints},
+                {"keep_copies", r->sim.keep_copies},
                 {"plan_time_s", r->plan.summary.plan_time_s},
                 {"message", r->plan.summary.message}};
           }

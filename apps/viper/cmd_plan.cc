@@ -115,8 +115,9 @@ int RunPlan(const std::vector<std::string>& args) {
     }
     std::optional<double> on_log;
     if (ctx.staleness_truth) {
-      // On the table, as the judge charges it (the models re-published included).
-      auto ev = sch::EvaluateOnSurface(p, *ctx.staleness_truth, plan->schedule, plan->published);
+      // On the table, as the judge charges it (the models re-published and
+      // the copies kept for that included).
+      auto ev = sch::EvaluateOnSurface(p, *ctx.staleness_truth, plan->schedule, plan->published, plan->kept);
       if (!ev.ok()) return Fail("plan", ev.status());
       on_log = ev->cil;
     } else if (ctx.truth) {

@@ -372,6 +372,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     simulator::Simulator::Options traced = so;
     traced.record_requests = !requests_csv.empty();
     traced.published = r.plan.published;
+    traced.kept_at = r.plan.kept;
     auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
     if (!result.ok()) return Fail("simulate", result.status());
     if (!trace_path.empty()) {
@@ -515,6 +516,7 @@ int RunSimulate(const std::vector<std::string>& args) {
       s["checkpoints"] = r.sim.checkpoints;
       s["requests"] = r.sim.requests;
       s["slowdown_s"] = r.sim.slowdown_s;
+      s["keep_copies"] = r.sim.keep_copies;  // models copied to keep, unpublished (in slowdown_s)
       s["mean_staleness_s"] = r.sim.mean_staleness_s.value_or(0);
       s["p99_staleness_s"] = r.sim.p99_staleness_s.value_or(0);
       s["mean_update_latency_s"] = r.sim.mean_update_latency_s.value_or(0);

@@ -61,8 +61,13 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   std::vector<int64_t> kept;
   if (options_.keep_versions <= 0) return kept;
   const int64_t served = served_model();
+  // Without copies only the warm-up's model and published ones exist.
+  auto copied = [&](int64_t m) {
+    return options_.keep_regime_ends || m == problem_.warmup_iterations ||
+           std::find(published_.begin(), published_.end(), m) != published_.end();
+  };
   auto add = [&](int64_t m) {
-    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions) return;
+    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions || !copied(m)) return;
     if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
   };
   // The next return's model first; then, newest regime first, what each

@@ -35,6 +35,10 @@ TierCost PresetTierCost(Tier tier, double model_size_bytes, bool synchronous, No
   t.transfer_bandwidth_bytes_per_s = 1.0 / (0.75 * rest);
   t.load_latency_s = 0.0;
   t.load_bandwidth_bytes_per_s = 1.0 / (0.25 * rest);
+  // A model the producer keeps without publishing it stays in its own
+  // device memory: a device-local copy, the gpu tier's snapshot, whichever
+  // tier delivers (600 MB: 8 ms).
+  t.keep_copy_bandwidth_bytes_per_s = For(Tier::kGpu).snapshot_bytes_per_s;
   t.synchronous = synchronous;
   t.notification = notification;
   t.poll_period_s = poll_period_s;

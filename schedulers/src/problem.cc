@@ -105,6 +105,7 @@ bool RequestModel::IsValid(std::string* error) const {
 bool CheckpointCost::IsValid(std::string* error) const {
   if (!FiniteNonNegative(stall_s)) return Fail(error, "cost.stall_s must be >= 0 seconds");
   if (!FiniteNonNegative(delay_s)) return Fail(error, "cost.delay_s must be >= 0 seconds");
+  if (!FiniteNonNegative(keep_copy_s)) return Fail(error, "cost.keep_copy_s must be >= 0 seconds");
   return true;
 }
 
@@ -116,6 +117,9 @@ bool TierCost::IsValid(std::string* error) const {
   if (!FinitePositive(transfer_bandwidth_bytes_per_s)) return Fail(error, "transfer_bandwidth_bytes_per_s must be > 0");
   if (!FiniteNonNegative(load_latency_s)) return Fail(error, "load_latency_s must be >= 0");
   if (!FinitePositive(load_bandwidth_bytes_per_s)) return Fail(error, "load_bandwidth_bytes_per_s must be > 0");
+  if (!FinitePositive(keep_copy_bandwidth_bytes_per_s)) {
+    return Fail(error, "keep_copy_bandwidth_bytes_per_s must be > 0");
+  }
   if (notification == Notification::kPoll && !FinitePositive(poll_period_s)) {
     return Fail(error, "poll_period_s must be > 0 when polling");
   }
@@ -130,6 +134,7 @@ CheckpointCost TierCost::ToCheckpointCost() const {
   CheckpointCost c;
   c.stall_s = synchronous ? snapshot + transfer : snapshot;
   c.delay_s = snapshot + transfer + discovery + load;
+  c.keep_copy_s = model_size_bytes / keep_copy_bandwidth_bytes_per_s;
   return c;
 }
 

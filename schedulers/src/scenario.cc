@@ -62,6 +62,8 @@ TierCost ToTierCost(const CostSource& source) {
     t.transfer_latency_s = 0.0;
     t.load_latency_s = std::max(0.0, m->delay_s - m->stall_s);
     t.snapshot_bandwidth_bytes_per_s = t.transfer_bandwidth_bytes_per_s = t.load_bandwidth_bytes_per_s = kUnbounded;
+    // A live run's log carries its keep copies in the iterations' times.
+    t.keep_copy_bandwidth_bytes_per_s = kUnbounded;
     t.synchronous = false;
     t.notification = m->notification;
     t.poll_period_s = m->poll_period_s;

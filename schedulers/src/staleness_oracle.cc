@@ -22,8 +22,14 @@ using internal::Slot;
 using internal::SlotCost;
 
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule,
-                                              const std::vector<int64_t>& published) {
+                                              const std::vector<int64_t>& published, const std::vector<int64_t>& kept) {
   VIPER_RETURN_IF_ERROR(p.Validate());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] <= p.warmup_iterations || kept[i] > p.total_iterations || (i > 0 && kept[i] <= kept[i - 1])) {
+      return InvalidArgumentError("kept[" + std::to_string(i) + "] = " + std::to_string(kept[i]) +
+                                  " is not increasing inside (W, N]");
+    }
+  }
   for (size_t k = 0; k < schedule.size(); ++k) {
     if (schedule[k] <= p.warmup_iterations || schedule[k] > p.total_iterations ||
         (k > 0 && schedule[k] <= schedule[k - 1])) {
@@ -43,10 +49,16 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
   const int64_t m = static_cast<int64_t>(schedule.size());
   Clock clock(p, s);
   SurfaceEvaluation e;
-  e.window_end_s = p.WindowEnd(m);
+  const double copies = static_cast<double>(kept.size()) * p.cost.keep_copy_s;
+  e.window_end_s = p.WindowEnd(m) + (p.requests.window == WindowKind::kWhileTraining ? copies : 0.0);
   const double R = e.window_end_s, delta = p.cost.delay_s;
-  // A_k and T_k of every version (k = 0..m), then each version's share.
-  auto T = [&](int64_t k) { return k == 0 ? 0.0 : p.CheckpointStart(schedule[static_cast<size_t>(k - 1)], k); };
+  // A_k and T_k of every version (k = 0..m), then each version's share;
+  // checkpoint k starts after the copies up to its iteration.
+  auto T = [&](int64_t k) {
+    if (k == 0) return 0.0;
+    const int64_t at = schedule[static_cast<size_t>(k - 1)];
+    return p.CheckpointStart(at, k) + internal::CopiesUpTo(kept, at, true) * p.cost.keep_copy_s;
+  };
   auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + delta; };
   for (int64_t k = 0; k <= m; ++k) {
     const double a = A(k);
@@ -58,10 +70,10 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     slot.T = T(k);
     if (k < m) slot.next = schedule[static_cast<size_t>(k)];
     const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
-    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k)));
+    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k), &kept));
     e.cil += c;
   }
-  e.objective = e.cil + p.price_per_slowdown_s * static_cast<double>(m) * p.cost.stall_s;
+  e.objective = e.cil + p.price_per_slowdown_s * (static_cast<double>(m) * p.cost.stall_s + copies);
   return e;
 }
 

@@ -160,6 +160,49 @@ inline size_t LocalPieces(const Problem& p, const Clock& clock, int64_t at, bool
   return n;
 }
 
+// How many of the keep copies `kept` (increasing) come before the end of
+// `iteration`'s training is reached again: those at iterations below it,
+// and at it too when `at_too` (a copy comes before a checkpoint there).
+inline double CopiesUpTo(const std::vector<int64_t>& kept, int64_t iteration, bool at_too) {
+  const auto end = at_too ? std::upper_bound(kept.begin(), kept.end(), iteration)
+                          : std::lower_bound(kept.begin(), kept.end(), iteration);
+  return static_cast<double>(end - kept.begin());
+}
+
+// LocalPieces with keep copies (Plan::kept): under the producer clock the
+// traffic stays at a copy's iteration for cost.keep_copy_s; a copy at the
+// slot's own checkpoint came before it, one at `next` comes before that
+// checkpoint's stall.
+inline std::vector<Piece> LocalPiecesWithCopies(const Problem& p, const Clock& clock, int64_t at, bool version0,
+                                                std::optional<int64_t> next, const std::vector<int64_t>& kept) {
+  const double sigma = p.cost.stall_s, kappa = p.cost.keep_copy_s;
+  const int64_t N = p.total_iterations;
+  std::vector<Piece> out;
+  const double s = static_cast<double>(at);
+  if (!version0) out.push_back(Piece{sigma, s, s});
+  // Training from `from` to `to`, stopping for each copy in (from, to].
+  auto train = [&](int64_t from, int64_t to) {
+    double x = static_cast<double>(from);
+    for (auto c = std::upper_bound(kept.begin(), kept.end(), from); c != kept.end() && *c <= to; ++c) {
+      const double y = static_cast<double>(*c);
+      out.push_back(Piece{clock.Span(x, y), x, y});
+      out.push_back(Piece{kappa, y, y});
+      x = y;
+    }
+    out.push_back(Piece{clock.Span(x, static_cast<double>(to)), x, static_cast<double>(to)});
+  };
+  if (next) {
+    train(at, *next);
+    const double x = static_cast<double>(*next);
+    out.push_back(Piece{sigma, x, x});
+    train(*next, N);
+  } else {
+    train(at, N);
+  }
+  out.push_back(Piece{std::numeric_limits<double>::infinity(), static_cast<double>(N), static_cast<double>(N)});
+  return out;
+}
+
 // Under the wall clock (TrafficClock::kWall) the traffic is at W + x / tau
 // at wall time x until it reaches N, whatever the producer does: from a
 // version's checkpoint start T it moves linearly from W + T / tau to N, then
@@ -187,8 +230,15 @@ struct Slot {
 // The cost of serving the model of iteration `model` in `slot` from its
 // servable time to local time `end_local` (seconds since the slot's
 // checkpoint start): the slot's own model, or an older one it re-publishes.
+// `kept`: the producer's keep copies (EvaluateOnSurface; none for the oracle).
 inline StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Clock& clock, const Slot& slot,
-                                 int64_t model, double end_local) {
+                                 int64_t model, double end_local, const std::vector<int64_t>* kept = nullptr) {
+  if (kept && !kept->empty() && p.requests.traffic_clock != TrafficClock::kWall) {
+    const std::vector<Piece> pieces = LocalPiecesWithCopies(p, clock, slot.at, slot.version0, slot.next, *kept);
+    const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
+    return LocalCost(clock, s, model, pieces.data(), pieces.size(), begin, end_local, p.requests.RatePerSecond(),
+                     p.drift_per_s);
+  }
   Piece pieces[6];
   const size_t n = p.requests.traffic_clock == TrafficClock::kWall
                        ? WallPieces(p, clock, slot.T, pieces)

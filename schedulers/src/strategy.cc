@@ -141,7 +141,7 @@ class StrategyImpl : public Strategy {
     PlanSummary& s = plan.summary;
     s.strategy = kind_;
     Solution sol;
-    std::vector<int64_t> published;
+    std::vector<int64_t> published, kept;
     std::vector<OnlinePlanner::Decision> decisions;
     switch (kind_) {
       case StrategyKind::kEpoch: {
@@ -242,7 +242,8 @@ class StrategyImpl : public Strategy {
         // the clock past `it`.
         auto traffic_now = [&](int64_t it) {
           if (it <= W) return static_cast<double>(it);  // no stall before the warm-up's end
-          const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s;
+          const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s +
+                                 static_cast<double>(kept.size()) * p.cost.keep_copy_s;
           const bool on_clock = static_cast<size_t>(it - W) < clock.size();
           const double trained = on_clock ? clock[static_cast<size_t>(it - W)]
                                           : static_cast<double>(it - W) * p.seconds_per_iteration;
@@ -253,6 +254,11 @@ class StrategyImpl : public Strategy {
         int64_t clock_known = W;  // the producer's clock reported up to here
         // (iteration, traffic) at each measurement: where the judge placed the traffic.
         std::vector<std::pair<int64_t, double>> judged;
+        // Re-publishing keeps the model of every validation point after the
+        // warm-up (the live producer's ObserveKept): its copy comes after the
+        // measurement and before the decision there, so a checkpoint at it
+        // starts after it.
+        const bool keeping = with_table && oo.keep_versions > 0 && oo.keep_regime_ends;
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -291,6 +297,7 @@ class StrategyImpl : public Strategy {
               VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
             }
           }
+          if (keeping && it > W && (kept.empty() || kept.back() < it)) kept.push_back(it);
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
         }
@@ -312,11 +319,13 @@ class StrategyImpl : public Strategy {
     }
     plan.schedule = sol.schedule;
     plan.published = std::move(published);
+    plan.kept = std::move(kept);
     plan.decisions = std::move(decisions);
     s.dp_layers = sol.layers;
     s.solver_objective = sol.objective;
     s.checkpoints = static_cast<int64_t>(plan.schedule.size());
-    s.slowdown_s = static_cast<double>(s.checkpoints) * p.cost.stall_s;
+    s.slowdown_s = static_cast<double>(s.checkpoints) * p.cost.stall_s +
+                   static_cast<double>(plan.kept.size()) * p.cost.keep_copy_s;
     VIPER_ASSIGN_OR_RETURN(s.predicted, Evaluate(p, in.predicted, plan.schedule, CountingMode::kFluid));
     s.plan_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return plan;

@@ -44,6 +44,7 @@ class Engine {
     transfer_s_ = tier.transfer_latency_s + bytes / tier.transfer_bandwidth_bytes_per_s;
     load_s_ = tier.load_latency_s + bytes / tier.load_bandwidth_bytes_per_s;
     stall_s_ = tier.synchronous ? snapshot_s_ + transfer_s_ : snapshot_s_;
+    keep_s_ = bytes / tier.keep_copy_bandwidth_bytes_per_s;
     if (!o_.iteration_times_s.empty()) {
       prefix_s_.assign(o_.iteration_times_s.size() + 1, 0.0);
       for (size_t i = 0; i < o_.iteration_times_s.size(); ++i) {
@@ -70,12 +71,19 @@ class Engine {
       v.model_iteration = o_.published.empty() ? v.iteration : o_.published[static_cast<size_t>(k - 1)];
       v.loss = curve_.at(v.model_iteration);
       // The producer timeline is closed-form: training time up to s_k plus
-      // the stalls of the k-1 earlier checkpoints (every stall lasts stall_s_).
-      v.checkpoint_s = TrainingTime(v.iteration) + static_cast<double>(k - 1) * stall_s_;
+      // the stalls of the k-1 earlier checkpoints (every stall lasts stall_s_)
+      // and of the keep copies up to s_k (each keep_s_).
+      v.checkpoint_s = TrainingTime(v.iteration) + static_cast<double>(k - 1) * stall_s_ + KeepStall(v.iteration, true);
       v.stall_end_s = v.checkpoint_s + stall_s_;
       Push(v.checkpoint_s, EventType::kCheckpoint, k);
     }
-    r_.slowdown_s = static_cast<double>(m) * stall_s_;
+    r_.keep_copies = static_cast<int64_t>(o_.kept_at.size());
+    r_.keep_copy_s = keep_s_;
+    for (int64_t c : o_.kept_at) {
+      const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), c) - schedule_.begin();
+      r_.keep_copy_start_s.push_back(TrainingTime(c) + static_cast<double>(before) * stall_s_ + KeepStall(c, false));
+    }
+    r_.slowdown_s = static_cast<double>(m) * stall_s_ + static_cast<double>(r_.keep_copies) * keep_s_;
     r_.training_end_s = TrainingTime(p.total_iterations) + r_.slowdown_s;
 
     while (!queue_.empty()) {
@@ -93,6 +101,15 @@ class Engine {
     const int64_t n = iteration - o_.problem.warmup_iterations;
     if (prefix_s_.empty()) return static_cast<double>(n) * o_.problem.seconds_per_iteration;
     return prefix_s_[static_cast<size_t>(n)];
+  }
+
+  // The stalls of the keep copies at iterations before `iteration` (and at
+  // it when `at_too`: a copy comes after the iteration, before a checkpoint there).
+  double KeepStall(int64_t iteration, bool at_too) const {
+    const auto& k = o_.kept_at;
+    const auto end = at_too ? std::upper_bound(k.begin(), k.end(), iteration)
+                            : std::lower_bound(k.begin(), k.end(), iteration);
+    return static_cast<double>(end - k.begin()) * keep_s_;
   }
 
   void Push(double t, EventType type, int64_t version) { queue_.push(Event{t, seq_++, type, version}); }
@@ -210,7 +227,7 @@ class Engine {
     }
     auto end_of = [&](int64_t k) {
       const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), k) - schedule_.begin();
-      return TrainingTime(k) + static_cast<double>(before) * stall_s_;
+      return TrainingTime(k) + static_cast<double>(before) * stall_s_ + KeepStall(k, false);
     };
     while (i < p.total_iterations && end_of(i + 1) <= t) ++i;
     return i;
@@ -284,7 +301,7 @@ class Engine {
   const Simulator::Options& o_;
   const LossCurve& curve_;
   const Schedule& schedule_;
-  double snapshot_s_ = 0, transfer_s_ = 0, load_s_ = 0, stall_s_ = 0;
+  double snapshot_s_ = 0, transfer_s_ = 0, load_s_ = 0, stall_s_ = 0, keep_s_ = 0;
   std::vector<double> prefix_s_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
@@ -324,6 +341,13 @@ bool Simulator::Options::IsValid(std::string* error) const {
     return Fail(error, "poll_phase_s must be in [0, poll_period_s)");
   }
   if (!(push_latency_s >= 0.0) || !std::isfinite(push_latency_s)) return Fail(error, "push_latency_s must be >= 0");
+  for (size_t i = 0; i < kept_at.size(); ++i) {
+    if (kept_at[i] <= problem.warmup_iterations || kept_at[i] > problem.total_iterations ||
+        (i > 0 && kept_at[i] <= kept_at[i - 1])) {
+      return Fail(error, "kept_at[" + std::to_string(i) + "] = " + std::to_string(kept_at[i]) +
+                             " is not increasing inside (W, N]");
+    }
+  }
   return true;
 }
 
@@ -367,6 +391,10 @@ std::string SimulationResult::BriefReport() const {
                 cil, static_cast<long long>(requests), static_cast<long long>(checkpoints), slowdown_s,
                 mean_staleness_s.value_or(0.0));
   std::string s = buf;
+  if (keep_copies > 0) {
+    std::snprintf(buf, sizeof(buf), " (%lld keep copies of %.3g s)", static_cast<long long>(keep_copies), keep_copy_s);
+    s += buf;
+  }
   if (diverged_requests > 0) {
     s += ", " + std::to_string(diverged_requests) + " requests served by a diverged model";
   }
@@ -405,6 +433,8 @@ std::string SimulationResult::ChromeTrace() const {
     }
   }
   span(kProducer, "train", train_from, training_end_s);
+  // Keep copies lie inside the train spans above (nested on the same track).
+  for (double a : keep_copy_start_s) span(kProducer, "keep copy", a, a + keep_copy_s);
   // Serving spans: each servable version until the next one.
   std::vector<const VersionRecord*> served;
   for (const auto& v : versions) {

@@ -274,7 +274,7 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
     auto plan0 = PlanStrategy(*sc0, StrategyKind::kOnline);
     ASSERT_TRUE(plan0.ok());
     EXPECT_TRUE(plan0->published.empty());
-    auto with = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published);
+    auto with = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published, plan->kept);
     auto without = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan0->schedule);
     ASSERT_TRUE(with.ok() && without.ok());
     EXPECT_LT(with->cil, 0.95 * without->cil) << ToString(window);
@@ -287,7 +287,8 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
     ASSERT_TRUE(sc1.ok());
     auto plan1 = PlanStrategy(*sc1, StrategyKind::kOnline);
     ASSERT_TRUE(plan1.ok());
-    auto reactive = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan1->schedule, plan1->published);
+    auto reactive =
+        EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan1->schedule, plan1->published, plan1->kept);
     ASSERT_TRUE(reactive.ok());
     EXPECT_LT(with->cil, 0.97 * reactive->cil) << ToString(window) << ": anticipating returns should pay here";
     auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
@@ -346,7 +347,8 @@ struct AgainstOracle {
 };
 StatusOr<AgainstOracle> JudgeAgainstOracle(const Scenario& sc, const Plan& plan) {
   const Problem judge = BoundProblem(sc);
-  VIPER_ASSIGN_OR_RETURN(auto online, EvaluateOnSurface(judge, *sc.staleness_truth, plan.schedule, plan.published));
+  VIPER_ASSIGN_OR_RETURN(auto online,
+                         EvaluateOnSurface(judge, *sc.staleness_truth, plan.schedule, plan.published, plan.kept));
   VIPER_ASSIGN_OR_RETURN(auto oracle, PlanStrategy(sc, StrategyKind::kOracle));
   VIPER_ASSIGN_OR_RETURN(auto bound,
                          EvaluateOnSurface(judge, *sc.staleness_truth, oracle.schedule, oracle.published));
@@ -367,6 +369,50 @@ void ExpectOnlineWithin(const Scenario& sc, double factor) {
   auto plan = PlanStrategy(sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ExpectPlanWithin(sc, *plan, factor);
+}
+
+// Keeping a regime's end takes a copy of the model at every validation
+// point (any may turn out to be the last before a change), and each copy
+// pauses the producer (presets: the gpu tier's snapshot, 8 ms for 600 MB):
+// the plan lists them and the judge charges them. On the shipped recurring
+// run (pfs, wall clock) the copies make the same plan's CIL higher; without
+// regime ends (the default) nothing is copied and only the warm-up's or a
+// model published before goes out again (bench/README.md, "Fifty-sixth
+// session": the copies cost +6.6 points of mean regret on the pool).
+TEST(StalenessScenarioTest, KeepingRegimeEndsCopiesAtEveryValidationPointAndIsCharged) {
+  auto sc = ShippedWallScenario("recur-sgd-h256", Tier::kPfs);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_NEAR(sc->problem.cost.keep_copy_s, 600e6 / 75.2e9, 1e-4);
+  ASSERT_FALSE(sc->online.keep_regime_ends) << "the default";
+  auto off = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_TRUE(off->kept.empty());
+  for (size_t q = 0; q < off->published.size(); ++q) {
+    if (off->published[q] == off->schedule[q]) continue;
+    const auto before = off->schedule.begin() + static_cast<std::ptrdiff_t>(q);
+    EXPECT_TRUE(off->published[q] == sc->problem.warmup_iterations ||
+                std::find(off->schedule.begin(), before, off->published[q]) != before)
+        << "re-published " << off->published[q] << ", never published before";
+  }
+  sc->online.keep_regime_ends = true;
+  auto on = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  // Every validation point after the warm-up (every 50 iterations, and N), once.
+  const int64_t W = sc->problem.warmup_iterations, N = sc->problem.total_iterations;
+  ASSERT_FALSE(on->kept.empty());
+  EXPECT_EQ(on->kept.front(), (W / 50 + 1) * 50);
+  EXPECT_EQ(on->kept.back(), N);
+  for (size_t i = 1; i < on->kept.size(); ++i) {
+    EXPECT_TRUE(on->kept[i] % 50 == 0 || on->kept[i] == N) << on->kept[i];
+    EXPECT_EQ(on->kept[i] - on->kept[i - 1], on->kept[i] == N ? N % 50 : 50) << on->kept[i];
+  }
+  // The judge sees them (the CIL may move either way: a later landing can
+  // fall nearer a switch).
+  const Problem judge = BoundProblem(*sc);
+  auto charged = EvaluateOnSurface(judge, *sc->staleness_truth, on->schedule, on->published, on->kept);
+  auto free = EvaluateOnSurface(judge, *sc->staleness_truth, on->schedule, on->published);
+  ASSERT_TRUE(charged.ok() && free.ok());
+  EXPECT_NE(charged->cil, free->cil);
 }
 
 // A young ramp is not chased on a slow tier under the wall clock. On the
@@ -405,7 +451,7 @@ TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
   auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
   ASSERT_TRUE(oracle.ok());
   auto cil = [&](const Plan& p) {
-    auto e = EvaluateOnSurface(sc->problem, *sc->staleness_truth, p.schedule, p.published);
+    auto e = EvaluateOnSurface(sc->problem, *sc->staleness_truth, p.schedule, p.published, p.kept);
     EXPECT_TRUE(e.ok());
     return e.ok() ? e->cil : 0.0;
   };
@@ -791,11 +837,15 @@ TEST(StalenessScenarioTest, ASwitchSeenNearlyWholeAcrossAStallIsPlacedPartWay) {
 // 0.48 there. Unrecorded, the swaps were counted one short and the next
 // return predicted a whole period on: 1.878 x the oracle. Recorded (a kept
 // model losing more than half its loss, as without a detected change):
-// 1.391 x (bench/README.md, "Fifty-third session").
+// 1.391 x (bench/README.md, "Fifty-third session"). The pre-swap model is a
+// regime's end (kept by a copy at every validation point); since the
+// judge charges those copies (fifty-sixth session), 1.600 x.
+// (Without regime ends, the default now: 1.683 x.)
 TEST(StalenessScenarioTest, ASwapBackIsASwitchWhenOnlyAKeptModelFalls) {
   auto sc = FrozenWallScenario("set17", "t-swaps500", Tier::kPfs, TrafficClock::kWall, 3748,
                                OnlinePlanner::Options().drift_prior);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.keep_regime_ends = true;
   sc->online.record_decisions = true;
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -806,7 +856,7 @@ TEST(StalenessScenarioTest, ASwapBackIsASwitchWhenOnlyAKeptModelFalls) {
     if (d.iteration <= 1800) switches_by_1800 = std::max(switches_by_1800, d.switches);
   }
   EXPECT_GE(switches_by_1800, 2) << plan->summary.message;
-  ExpectPlanWithin(*sc, *plan, 1.5);
+  ExpectPlanWithin(*sc, *plan, 1.65);
 }
 
 // A predicted return seen before its model went out ahead is published at
@@ -970,9 +1020,12 @@ TEST(StalenessScenarioTest, OnlineNeverPublishesADivergedModel) {
 // model of the ending domain went out as the return came and replaced the
 // returning domain's model there: 2.06 x the oracle's CIL. Held as the
 // anticipation instead (nothing else goes out until its switch): 1.43 x.
+// With regime ends kept and their copies charged (fifty-sixth session):
+// 1.57 x; without them (the default now) 2.06 x.
 TEST(StalenessScenarioTest, AServedModelThatIsTheReturnsHoldsThroughIt) {
   auto sc = FrozenWallScenario("set13", "p-recur65", Tier::kPfs);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.keep_regime_ends = true;
   ExpectOnlineWithin(*sc, 1.6);
 }
 

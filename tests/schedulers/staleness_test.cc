@@ -544,6 +544,41 @@ TEST(StalenessOracleTest, UnderTheWallClockStallsDoNotHoldTheTrafficBack) {
   EXPECT_NEAR(wall->cil - producer->cil, 2.0 * 0.1 * (200 + 1200), 1e-9);
 }
 
+TEST(StalenessOracleTest, KeepCopiesDelayTheCheckpointsAndHoldTheProducersTraffic) {
+  // The world above (sigma = delta = 20, schedule {30}) with a 10 s copy at
+  // the end of iterations 10 and 30 (kept, unpublished): the checkpoint at
+  // 30 starts at 30 + 20 = 50, v30 is servable at 70, training ends at 140.
+  // Producer clock: v0 on [0, 70) sees 0..10, 10 (copy), 10..30, 30 (copy),
+  // 30 (stall); v30 on [70, 140) sees 30..100 as before. Against no copies
+  // (v0 on [0, 50)): v0 serves 20 s longer at Curve(0), and its 0.1 (t - v)
+  // term grows from 1050 to 50 + 100 + 400 + 300 + 600 = 1450
+  // request-seconds / rate. Wall clock: v0 sees 0..70 (2450 against 1250)
+  // and v30 70..100 then 100 for 40 s (4450 against 3650).
+  LossFn f = [](int64_t v, int64_t t) { return Curve(v) + 0.1 * static_cast<double>(t - v); };
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, f), StalenessSample::kTest);
+  ASSERT_TRUE(s.ok());
+  Problem p = Small(WindowKind::kWhileTraining);
+  p.warmup_iterations = 0;
+  p.cost.stall_s = 20;
+  p.cost.delay_s = 20;
+  p.cost.keep_copy_s = 10;
+  p.price_per_slowdown_s = 1;
+  for (TrafficClock clock : {TrafficClock::kProducer, TrafficClock::kWall}) {
+    SCOPED_TRACE(ToString(clock));
+    p.requests.traffic_clock = clock;
+    auto without = EvaluateOnSurface(p, *s, {30});
+    auto with = EvaluateOnSurface(p, *s, {30}, {}, {10, 30});
+    ASSERT_TRUE(without.ok() && with.ok()) << with.status().ToString();
+    EXPECT_DOUBLE_EQ(with->window_end_s, 140.0);
+    const double extra_drift = clock == TrafficClock::kProducer ? 1450 - 1050 : (2450 - 1250) + (4450 - 3650);
+    EXPECT_NEAR(with->cil - without->cil, 2.0 * (20 * Curve(0) + 0.1 * extra_drift), 1e-9);
+    EXPECT_NEAR(with->objective - with->cil, 20 + 2 * 10, 1e-12) << "the copies are slowdown too";
+  }
+  auto bad = EvaluateOnSurface(p, *s, {30}, {}, {30, 10});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kept[1] = 10"), std::string::npos) << bad.status().message();
+}
+
 TEST(StalenessOracleTest, WithoutDriftOnEveryIterationItIsTheDiagonalOptimum) {
   // Every iteration a version and no decay: the oracle on the table is the
   // exact optimum of the diagonal curve (solvers.h), both windows.

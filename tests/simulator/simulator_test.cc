@@ -44,6 +44,68 @@ Simulator::Options Tiny(bool synchronous, Notification notify) {
   return o;
 }
 
+TEST(SimulatorTest, KeepCopiesStallTheProducer) {
+  // The SyncPushTimeline world (stall 1.5 s) with a copy of 0.25 s (4 B/s)
+  // at the end of iterations 1, 2 and 4, kept without being published. The
+  // checkpoint at 2 starts after both copies there (2.5), the one at 5 after
+  // three copies and one stall (5 + 1.5 + 0.75 = 7.25); they are servable at
+  // 4.5 and 9.25. Producer clock: iteration i ends at i plus the stalls and
+  // copies before it, so the requests at 0, 4.2, 8.6 and 12 see traffic 0,
+  // 2, 5 and 8 (iteration 9 ends at 12.75), served by v0, v0, v1 (2), v2
+  // (5) on L(v, t) = 10 - v + (t - v): 10 + 12 + 11 + 8 = 41.
+  StalenessTable table;
+  for (int64_t v = 0; v <= 10; ++v) {
+    for (int64_t t = v; t <= 10; ++t) {
+      StalenessRecord r;
+      r.version_iteration = v;
+      r.traffic_iteration = t;
+      r.val_loss = r.test_loss = 10.0 - static_cast<double>(v) + static_cast<double>(t - v);
+      table.records.push_back(r);
+    }
+  }
+  Simulator::Options o = Tiny(true, Notification::kPush);
+  o.record_requests = true;
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
+  o.tier.keep_copy_bandwidth_bytes_per_s = 4.0;
+  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
+  ASSERT_TRUE(surface.ok());
+  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  o.kept_at = {1, 2, 4};
+  auto r = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->versions[1].checkpoint_s, 2.5);
+  EXPECT_DOUBLE_EQ(r->versions[2].checkpoint_s, 7.25);
+  EXPECT_DOUBLE_EQ(*r->versions[1].servable_s, 4.5);
+  EXPECT_DOUBLE_EQ(*r->versions[2].servable_s, 9.25);
+  EXPECT_EQ(r->keep_copies, 3);
+  EXPECT_DOUBLE_EQ(r->slowdown_s, 3.75);
+  EXPECT_DOUBLE_EQ(r->training_end_s, 13.75);
+  EXPECT_EQ(r->keep_copy_start_s, (std::vector<double>{1.0, 2.25, 6.0}));
+  ASSERT_EQ(r->request_log.size(), 4u);
+  EXPECT_EQ(r->request_log[3].traffic_iteration, 8);
+  EXPECT_DOUBLE_EQ(r->cil, 41.0);
+  EXPECT_NE(r->BriefReport().find("3 keep copies of 0.25 s"), std::string::npos) << r->BriefReport();
+  EXPECT_NE(r->ChromeTrace().find("keep copy"), std::string::npos);
+  // The wall clock: the traffic moves on through the copies (0, 4, 8, 10):
+  // 10 + 14 + 14 + 10 = 48, where without them it is 38.
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kWall;
+  auto wall = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(wall.ok()) << wall.status().ToString();
+  EXPECT_DOUBLE_EQ(wall->cil, 48.0);
+  o.kept_at.clear();
+  EXPECT_DOUBLE_EQ(Simulator(o).Run(LinearCurve(), {2, 5})->cil, 38.0);
+  // Copies at one iteration twice, or outside (W, N]: refused by name.
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{2, 2}, std::vector<int64_t>{0}, std::vector<int64_t>{11}}) {
+    o.kept_at = bad;
+    auto refused = Simulator(o).Run(LinearCurve(), {2, 5});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("kept_at["), std::string::npos) << refused.status().message();
+  }
+  o.kept_at.clear();
+  o.tier.keep_copy_bandwidth_bytes_per_s = 0;
+  EXPECT_FALSE(Simulator(o).Run(LinearCurve(), {2, 5}).ok());
+}
+
 TEST(SimulatorTest, DefaultOptionsAreValid) {
   std::string error;
   EXPECT_TRUE(Simulator::Options().IsValid(&error)) << error;

@@ -267,6 +267,7 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = RecurringOnline(8);
+  o.keep_regime_ends = true;         // a copy at every validation point: the regimes' ends may go out again
   o.trainer.staleness_table = true;  // for the simulation comparison (as --compare-simulation sets it)
   o.record_decisions = true;
   auto r = LiveRun::Run(o);
@@ -358,6 +359,31 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
   EXPECT_EQ(c->judge, "staleness table");
+}
+
+// Without regime ends (the default) the producer copies nothing at the
+// validation points: only models it published (and the warm-up's) are kept
+// and may go out again, so at most K + 2 copies are held (K, the served
+// one, the next one while it is published).
+TEST(LiveMpi, TrainerOnlineWithoutRegimeEndsKeepsOnlyPublishedModels) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = RecurringOnline(8);
+  ASSERT_FALSE(o.keep_regime_ends) << "the default";
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  ASSERT_EQ(r->published.size(), r->schedule.size());
+  for (size_t k = 0; k < r->schedule.size(); ++k) {
+    if (r->published[k] == r->schedule[k]) continue;
+    const bool earlier = r->published[k] == r->warmup_iterations ||
+                         std::find(r->schedule.begin(), r->schedule.begin() + static_cast<std::ptrdiff_t>(k),
+                                   r->published[k]) != r->schedule.begin() + static_cast<std::ptrdiff_t>(k);
+    EXPECT_TRUE(earlier) << "checkpoint " << r->schedule[k] << " re-published " << r->published[k]
+                         << ", a model never published before";
+  }
+  EXPECT_LE(r->kept_peak, 8 + 2) << r->plan_report;
 }
 
 TEST(LiveMpi, TrainerOnlineWithoutKeptModelsNeverRepublishes) {

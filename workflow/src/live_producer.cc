@@ -246,6 +246,7 @@ class Producer {
     schedulers::OnlinePlanner::Options oo;
     oo.metric = schedulers::OnlineObservationKind(sc);
     oo.keep_versions = o_.keep_versions;
+    oo.keep_regime_ends = o_.keep_regime_ends;
     oo.drift_prior = o_.drift_prior;
     oo.record_decisions = o_.record_decisions;
     // Kept models are re-measured on the validation sample: they compare
@@ -309,11 +310,17 @@ class Producer {
   // kept for that), and every kept model the planner wants is re-measured on
   // today's validation sample; the copies it no longer wants are freed.
   // At most 2K + 1 copies: K the planner's, K recent, the served one.
+  // Without regime ends (keep_regime_ends off) no copy is made here: only
+  // the published models (kept when they went out) are re-measured.
   Status ObserveKept() {
-    recent_.push_back(it_);
-    if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
-    work_->RetainKept(WantedKept());  // before keeping one more
-    if (!work_->KeepCurrentModel()) return Status::Ok();
+    if (o_.keep_regime_ends) {
+      recent_.push_back(it_);
+      if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
+      work_->RetainKept(WantedKept());  // before keeping one more
+      if (!work_->KeepCurrentModel()) return Status::Ok();
+    } else {
+      work_->RetainKept(WantedKept());
+    }
     for (int64_t m : online_->KeptVersions()) {
       auto loss = work_->RevalidateKept(m);
       if (!loss) continue;  // a regime's end from before the recent points: not kept

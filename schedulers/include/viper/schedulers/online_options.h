@@ -50,6 +50,13 @@ struct OnlinePlannerOptions {
   int decay_window = 8;
   // Published models kept for re-publishing (>= 0; 0 = never re-publish).
   int keep_versions = 8;
+  // With keep_versions > 0: also keep a copy of the model at every
+  // validation point after the warm-up, so that the last one before a
+  // detected change (a regime's end) can be re-published. Each copy blocks
+  // the producer cost.keep_copy_s (Plan::kept; the judge charges it).
+  // false: keep only the warm-up's model and published ones (their
+  // snapshots: no copy).
+  bool keep_regime_ends = false;
   // Anticipate a recurring domain's return (needs keep_versions > 0). A
   // switch is a detected change, a re-publish after none was detected
   // (a regime too short to fit a curve to is never detected as a change,

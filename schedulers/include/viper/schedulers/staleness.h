@@ -138,8 +138,14 @@ struct SurfaceEvaluation {
 };
 // `published`: the model each checkpoint publishes (empty = its own; an
 // older one in [W, s_k]: a re-publish, charged that model's loss).
+// `kept`: iterations (increasing, in (W, N]) at whose end the producer
+// copies a model it keeps unpublished (Plan::kept), each a stall of
+// cost.keep_copy_s before a checkpoint at the same iteration; under the
+// producer clock the traffic stays at that iteration meanwhile. They count
+// in the objective's slowdown too.
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const StalenessSurface& surface,
-                                              const Schedule& schedule, const std::vector<int64_t>& published = {});
+                                              const Schedule& schedule, const std::vector<int64_t>& published = {},
+                                              const std::vector<int64_t>& kept = {});
 
 // The exact optimum of EvaluateOnSurface's objective over every schedule
 // whose checkpoints are grid versions of the surface inside (W, N] (and, where

@@ -61,7 +61,10 @@ struct SimulationResult {
   int64_t diverged_requests = 0;
   int64_t requests = 0;
   int64_t checkpoints = 0;          // m
-  double slowdown_s = 0.0;          // total producer stall
+  double slowdown_s = 0.0;          // total producer stall (checkpoints and keep copies)
+  int64_t keep_copies = 0;          // models copied without being published (Options::kept_at)
+  double keep_copy_s = 0.0;         // the producer stall of each
+  std::vector<double> keep_copy_start_s;  // when each began (the Chrome trace draws them)
   double training_end_s = 0.0;      // producer finishes iteration N
   double window_end_s = 0.0;
   std::optional<double> mean_staleness_s, p99_staleness_s;  // request time - T_k of its version
@@ -113,6 +116,11 @@ class Simulator {
     // it costs the same stall and delivery, and is charged that model's loss).
     // Empty = every checkpoint publishes the model of its own iteration.
     std::vector<int64_t> published;
+    // Iterations (increasing, in (W, N]) at whose end the producer copies a
+    // model it keeps without publishing it (schedulers::Plan::kept), each
+    // blocking it model_size_bytes / tier.keep_copy_bandwidth_bytes_per_s;
+    // a checkpoint at the same iteration starts after the copy.
+    std::vector<int64_t> kept_at;
 
     bool IsValid(std::string* error) const;
   };
