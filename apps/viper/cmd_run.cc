@@ -51,7 +51,7 @@ int RunRun(const std::vector<std::string>& args) {
               strategy = schedulers::ToString(o.strategy);
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
   std::string delta = transports::ToString(o.delta);
-  std::string keep_regime_ends = o.keep_regime_ends ? "on" : "off";
+  std::string keep_regime_ends = schedulers::ToString(o.regime_ends);
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -92,9 +92,11 @@ int RunRun(const std::vector<std::string>& args) {
       "candidate and the served version by the gate's margin (recurring domains). Memory: float32 copies of "
       "at most 2K + 1 models ((2K + 1) x the model's bytes: 0.8 MB each for --hidden 256)")(
       "keep-regime-ends", po::value(&keep_regime_ends)->default_value(keep_regime_ends),
-      "--strategy online with --keep-versions > 0: on = also keep a copy of the model at every validation point "
-      "(the last one before a detected change may be published again; K more copies in memory, each copy a "
-      "pause of the producer that the log's times carry); off = keep only the models it published")(
+      "--strategy online with --keep-versions > 0: which models the producer copies, unpublished, so that the "
+      "last of a regime before a detected change may be published again: predicted = at the validation point "
+      "before a predicted switch (a recurring domain whose cycle is known), every = at every validation point "
+      "(up to K more copies in memory), off = none (only the models it published are kept); each copy is a "
+      "pause of the producer that the log's times carry")(
       "pfs-dir", po::value(&o.pfs_dir),
       "pfs tier: directory shared by all ranks (created 0700 when missing; refused when another user owns it "
       "or group/others may write into it; default: a private directory made for the run, removed at its end)")(
@@ -268,10 +270,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto dm = transports::DeltaModeFromString(delta);
   if (!dm) return usage("--delta: expected auto, on or off, got '" + delta + "'");
   o.delta = *dm;
-  if (keep_regime_ends != "on" && keep_regime_ends != "off") {
-    return usage("--keep-regime-ends: expected on or off, got '" + keep_regime_ends + "'");
+  if (!schedulers::RegimeEndsFromString(keep_regime_ends, &o.regime_ends)) {
+    return usage("--keep-regime-ends: expected off, predicted or every, got '" + keep_regime_ends + "'");
   }
-  o.keep_regime_ends = keep_regime_ends == "on";
   auto hp = transports::HostProtocolFromString(host_protocol);
   if (!hp || *hp == transports::HostProtocol::kOneSided) {
     return usage("--host-protocol: expected shm or two-sided, got '" + host_protocol + "'");
@@ -408,7 +409,6 @@ int RunRun(const std::vector<std::string>& args) {
         {"fanout", "--fanout"},
         {"strategy", "--strategy"},
         {"keep_versions", "--keep-versions"},
-        {"keep_regime_ends", "--keep-regime-ends"},
         {"drift_prior", "--drift-prior"},
         {"poll_period_s", "--poll-period-s"},
         {"requests_per_s", "--requests-per-s"},

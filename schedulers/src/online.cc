@@ -158,6 +158,7 @@ Status OnlinePlanner::Observe(int64_t iteration, double loss, ObservationKind ki
     value /= static_cast<double>(smoothing_.size());
     smoothing_.clear();
   }
+  if (kind == ObservationKind::kValidation && CopiesModelAt(iteration)) copies_.push_back(iteration);
   const double x = static_cast<double>(iteration);
   if (!measured_.iterations.empty() && measured_.iterations.back() == x) {
     measured_.losses.back() = value;  // a repeated measurement replaces the earlier one
@@ -310,9 +311,13 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
                                                                 : relative_noise;
         // The change point: where the alarming sum left zero is only a bound;
         // the best two-level split of the values from there on places it.
+        const double ended_from = measured_.iterations[regime_begin_];
         regime_begin_ = BestSplit(measured_.losses, from > 0 ? from - 1 : 0, idx);
         if (regime_begin_ > 0) {
-          regime_ends_.push_back(static_cast<int64_t>(measured_.iterations[regime_begin_ - 1]));
+          // The regime's end as kept: its latest copy at or before its last point.
+          const auto last = static_cast<int64_t>(measured_.iterations[regime_begin_ - 1]);
+          const auto c = std::upper_bound(copies_.begin(), copies_.end(), last);
+          if (c != copies_.begin() && static_cast<double>(*(c - 1)) >= ended_from) regime_ends_.push_back(*(c - 1));
         }
         ph_ = PageHinkley();
         forecaster_.reset();

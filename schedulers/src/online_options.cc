@@ -45,5 +45,24 @@ bool OnlinePlannerOptions::IsValid(std::string* error) const {
   return true;
 }
 
+const char* ToString(RegimeEnds r) {
+  switch (r) {
+    case RegimeEnds::kOff: return "off";
+    case RegimeEnds::kPredicted: return "predicted";
+    case RegimeEnds::kEvery: return "every";
+  }
+  return "?";
+}
+
+bool RegimeEndsFromString(const std::string& s, RegimeEnds* out) {
+  for (RegimeEnds r : {RegimeEnds::kOff, RegimeEnds::kPredicted, RegimeEnds::kEvery}) {
+    if (s == ToString(r)) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace schedulers
 }  // namespace viper

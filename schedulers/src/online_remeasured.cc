@@ -57,13 +57,33 @@ Status OnlinePlanner::ObserveServed(double loss) {
   return Status::Ok();
 }
 
+bool OnlinePlanner::CopiesModelAt(int64_t iteration) const {
+  if (options_.keep_versions <= 0 || options_.metric != ObservationKind::kValidation ||
+      iteration <= problem_.warmup_iterations || (!copies_.empty() && copies_.back() >= iteration)) {
+    return false;
+  }
+  switch (options_.regime_ends) {
+    case RegimeEnds::kOff: return false;
+    case RegimeEnds::kEvery: return true;
+    case RegimeEnds::kPredicted: break;
+  }
+  // The measurement before a predicted switch: the next one is likely past
+  // it, and the model here is the ending domain's best (bench/README.md,
+  // "Fifty-sixth session": 1.5 gaps of lead).
+  const double gap = MeasurementGap();
+  const auto r = returns_->PredictedReturn(gap);
+  if (!r) return false;
+  const double traffic = TrafficAt(iteration);
+  return r->change > traffic && r->change <= traffic + kRegimeEndCopyLead * gap;
+}
+
 std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   std::vector<int64_t> kept;
   if (options_.keep_versions <= 0) return kept;
   const int64_t served = served_model();
-  // Without copies only the warm-up's model and published ones exist.
+  // Kept: the warm-up's model, published ones and the copies.
   auto copied = [&](int64_t m) {
-    return options_.keep_regime_ends || m == problem_.warmup_iterations ||
+    return m == problem_.warmup_iterations || std::binary_search(copies_.begin(), copies_.end(), m) ||
            std::find(published_.begin(), published_.end(), m) != published_.end();
   };
   auto add = [&](int64_t m) {

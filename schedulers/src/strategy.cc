@@ -243,7 +243,7 @@ class StrategyImpl : public Strategy {
         auto traffic_now = [&](int64_t it) {
           if (it <= W) return static_cast<double>(it);  // no stall before the warm-up's end
           const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s +
-                                 static_cast<double>(kept.size()) * p.cost.keep_copy_s;
+                                 static_cast<double>(planner.copies().size()) * p.cost.keep_copy_s;
           const bool on_clock = static_cast<size_t>(it - W) < clock.size();
           const double trained = on_clock ? clock[static_cast<size_t>(it - W)]
                                           : static_cast<double>(it - W) * p.seconds_per_iteration;
@@ -254,11 +254,12 @@ class StrategyImpl : public Strategy {
         int64_t clock_known = W;  // the producer's clock reported up to here
         // (iteration, traffic) at each measurement: where the judge placed the traffic.
         std::vector<std::pair<int64_t, double>> judged;
-        // Re-publishing keeps the model of every validation point after the
-        // warm-up (the live producer's ObserveKept): its copy comes after the
+        // The planner's copies (regime ends; OnlinePlanner::copies) are
+        // charged where kept models are re-measured: each comes after its
         // measurement and before the decision there, so a checkpoint at it
-        // starts after it.
-        const bool keeping = with_table && oo.keep_versions > 0 && oo.keep_regime_ends;
+        // starts after it, and later measurements see the traffic that much
+        // further on.
+        const bool keeping = with_table && oo.keep_versions > 0;
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -297,11 +298,11 @@ class StrategyImpl : public Strategy {
               VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
             }
           }
-          if (keeping && it > W && (kept.empty() || kept.back() < it)) kept.push_back(it);
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
         }
         sol.schedule = planner.taken();
+        if (keeping) kept = planner.copies();
         if (planner.summary().republished > 0) published = planner.published();
         decisions = planner.decisions();
         // Where the judge placed the traffic at each decision, beside the

@@ -573,7 +573,7 @@ DomainRun PlayDomains(const std::vector<int64_t>& switches, bool anticipate,
   o.drift_prior = drift_prior;
   // The re-publishing rules with every model they may name: the regimes'
   // ends too (a copy at each validation point; no judge here charges it).
-  o.keep_regime_ends = true;
+  o.regime_ends = RegimeEnds::kEvery;
   OnlinePlanner planner(p, Forecasters(), o);
   std::mt19937_64 rng(11);
   std::normal_distribution<double> e(0.0, 0.01);

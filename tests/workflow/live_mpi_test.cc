@@ -267,7 +267,7 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = RecurringOnline(8);
-  o.keep_regime_ends = true;         // a copy at every validation point: the regimes' ends may go out again
+  o.regime_ends = schedulers::RegimeEnds::kEvery;  // a copy at every validation point: the regimes' ends may go out again
   o.trainer.staleness_table = true;  // for the simulation comparison (as --compare-simulation sets it)
   o.record_decisions = true;
   auto r = LiveRun::Run(o);
@@ -361,15 +361,15 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   EXPECT_EQ(c->judge, "staleness table");
 }
 
-// Without regime ends (the default) the producer copies nothing at the
-// validation points: only models it published (and the warm-up's) are kept
-// and may go out again, so at most K + 2 copies are held (K, the served
-// one, the next one while it is published).
+// Without regime ends the producer copies nothing at the validation points:
+// only models it published (and the warm-up's) are kept and may go out
+// again, so at most K + 2 copies are held (K, the served one, the next one
+// while it is published).
 TEST(LiveMpi, TrainerOnlineWithoutRegimeEndsKeepsOnlyPublishedModels) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   LiveRun::Options o = RecurringOnline(8);
-  ASSERT_FALSE(o.keep_regime_ends) << "the default";
+  o.regime_ends = schedulers::RegimeEnds::kOff;
   auto r = LiveRun::Run(o);
   ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
   if (Rank() != 0) return;

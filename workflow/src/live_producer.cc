@@ -246,7 +246,7 @@ class Producer {
     schedulers::OnlinePlanner::Options oo;
     oo.metric = schedulers::OnlineObservationKind(sc);
     oo.keep_versions = o_.keep_versions;
-    oo.keep_regime_ends = o_.keep_regime_ends;
+    oo.regime_ends = o_.regime_ends;
     oo.drift_prior = o_.drift_prior;
     oo.record_decisions = o_.record_decisions;
     // Kept models are re-measured on the validation sample: they compare
@@ -310,17 +310,14 @@ class Producer {
   // kept for that), and every kept model the planner wants is re-measured on
   // today's validation sample; the copies it no longer wants are freed.
   // At most 2K + 1 copies: K the planner's, K recent, the served one.
-  // Without regime ends (keep_regime_ends off) no copy is made here: only
-  // the published models (kept when they went out) are re-measured.
+  // The planner says where to copy (OnlinePlanner::CopyAt: every point,
+  // before a predicted switch, or never); published models were kept as
+  // they went out.
   Status ObserveKept() {
-    if (o_.keep_regime_ends) {
-      recent_.push_back(it_);
-      if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
-      work_->RetainKept(WantedKept());  // before keeping one more
-      if (!work_->KeepCurrentModel()) return Status::Ok();
-    } else {
-      work_->RetainKept(WantedKept());
-    }
+    recent_.push_back(it_);
+    if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
+    work_->RetainKept(WantedKept());  // before keeping one more
+    if (online_->CopyAt(it_) && !work_->KeepCurrentModel()) return Status::Ok();
     for (int64_t m : online_->KeptVersions()) {
       auto loss = work_->RevalidateKept(m);
       if (!loss) continue;  // a regime's end from before the recent points: not kept
@@ -329,11 +326,15 @@ class Producer {
     return Status::Ok();
   }
 
-  // The kept models still wanted: the planner's and the recent validation points'.
+  // The kept models still wanted: the planner's and the copies of the
+  // recent validation points (a regime's end is named a few points late).
   std::vector<int64_t> WantedKept() const {
     if (!keeping_) return {};
     std::vector<int64_t> wanted = online_->KeptVersions();
-    wanted.insert(wanted.end(), recent_.begin(), recent_.end());
+    const std::vector<int64_t>& copies = online_->copies();
+    for (int64_t r : recent_) {
+      if (std::binary_search(copies.begin(), copies.end(), r)) wanted.push_back(r);
+    }
     return wanted;
   }
 

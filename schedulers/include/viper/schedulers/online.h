@@ -48,8 +48,10 @@
 // that rate (the solver's linear drift term, loss + rate x age), the served
 // one from its re-measured level now.
 // Re-publishing (recurring domains). The producer keeps the last
-// keep_versions models it published or measured last before a detected
-// change (and the warm-up's); when they are
+// keep_versions models it published or copied last before a detected
+// change (regime_ends: a copy where a switch is predicted next, or at every
+// validation point; the copies are Plan::kept, each a producer stall the
+// judge charges), and the warm-up's; when they are
 // re-measured on today's validation sample (ObserveKept; offline, the
 // table's val_loss of (kept version, now)) and one measures better than both
 // the candidate and the served version by the gate's margin plus
@@ -165,6 +167,12 @@ class OnlinePlanner {
   // The models it keeps and wants re-measured now (KeptVersions, newest
   // first; never the served one): their iterations.
   std::vector<int64_t> KeptVersions() const;
+  // The validation points (after the warm-up) whose model the producer is
+  // to copy and keep unpublished (Options::regime_ends), increasing: decided
+  // in Observe, so a producer copies at `iteration` when copies().back() is
+  // it (CopyAt). Plan::kept; each blocks the producer cost.keep_copy_s.
+  const std::vector<int64_t>& copies() const { return copies_; }
+  bool CopyAt(int64_t iteration) const { return !copies_.empty() && copies_.back() == iteration; }
   // A kept model re-measured now (at the last observed iteration) on the
   // current validation sample. Non-finite: a diverged model, ignored.
   Status ObserveKept(int64_t model_iteration, double loss);
@@ -380,8 +388,10 @@ class OnlinePlanner {
   // a measured rate (-1: it reads none now); PriceStaleness's horizon.
   int64_t measured_rate_since_ = -1;
   std::vector<int64_t> published_;
+  std::vector<int64_t> copies_;  // copies()
   // The last model of each regime before a detected change (kept too:
-  // the domain it was trained on may come back).
+  // the domain it was trained on may come back): the latest copy inside the
+  // regime at or before its last measurement (none without one).
   std::vector<int64_t> regime_ends_;
   // What was re-measured at one iteration on that moment's validation
   // sample: the served version (ObserveServed) and the kept models
@@ -396,6 +406,11 @@ class OnlinePlanner {
   // The latest re-measurements, oldest first, at most kRemeasurementsKept
   // (RampYounger reads the history; ChooseKeptModel the current one).
   static constexpr size_t kRemeasurementsKept = 64;
+  // RegimeEnds::kPredicted copies the model where a switch is predicted
+  // within this many measurement gaps of traffic.
+  static constexpr double kRegimeEndCopyLead = 1.5;
+  // Whether the model measured at `iteration` is to be copied (copies()).
+  bool CopiesModelAt(int64_t iteration) const;
   std::deque<Remeasurement> remeasured_;
   // The kept models re-measured at `now` (empty where none were).
   const std::vector<std::pair<int64_t, double>>& KeptAt(int64_t now) const;

@@ -15,6 +15,22 @@ enum class ObservationKind {
   kValidation,  // the loss of the current model on the producer's validation sample
 };
 
+// Which models the producer copies (without publishing them) so that the
+// last of a regime before a detected change can be published again. Each
+// copy blocks the producer cost.keep_copy_s (Plan::kept; the judge charges
+// it). The warm-up's and published models are kept in any case (their
+// snapshots: no copy).
+enum class RegimeEnds {
+  kOff,        // no copy: a regime's end is never kept
+  kPredicted,  // a copy at the measurement before a predicted switch (a
+               // recurring domain whose cycle is known): ~1 per regime
+  kEvery,      // a copy at every validation point after the warm-up (any may
+               // be the last before a change)
+};
+const char* ToString(RegimeEnds r);
+// "off", "predicted", "every"; false for anything else.
+bool RegimeEndsFromString(const std::string& s, RegimeEnds* out);
+
 struct OnlinePlannerOptions {
   // The planning metric: which observations are forecast, gated and
   // planned on. kValidation when validation losses are logged.
@@ -50,13 +66,8 @@ struct OnlinePlannerOptions {
   int decay_window = 8;
   // Published models kept for re-publishing (>= 0; 0 = never re-publish).
   int keep_versions = 8;
-  // With keep_versions > 0: also keep a copy of the model at every
-  // validation point after the warm-up, so that the last one before a
-  // detected change (a regime's end) can be re-published. Each copy blocks
-  // the producer cost.keep_copy_s (Plan::kept; the judge charges it).
-  // false: keep only the warm-up's model and published ones (their
-  // snapshots: no copy).
-  bool keep_regime_ends = false;
+  // With keep_versions > 0: which regimes' ends are kept (RegimeEnds).
+  RegimeEnds regime_ends = RegimeEnds::kPredicted;
   // Anticipate a recurring domain's return (needs keep_versions > 0). A
   // switch is a detected change, a re-publish after none was detected
   // (a regime too short to fit a curve to is never detected as a change,

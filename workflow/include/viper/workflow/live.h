@@ -74,10 +74,10 @@ class LiveRun {
     // (the planner's, the last keep_versions validation points' that may
     // become a regime's end, the served one): (2K + 1) x model bytes.
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
-    // With keep_versions > 0: copy the model at every validation point too
-    // (OnlinePlanner::Options::keep_regime_ends); off: only the published
-    // models are kept (at most K + 1 copies).
-    bool keep_regime_ends = schedulers::OnlinePlanner::Options().keep_regime_ends;
+    // With keep_versions > 0: which regimes' ends the producer copies
+    // (schedulers::RegimeEnds: where a switch is predicted next, at every
+    // validation point, or none: only published models are kept).
+    schedulers::RegimeEnds regime_ends = schedulers::OnlinePlanner::Options().regime_ends;
     // Strategy online: the prior over traffic drift its lag price uses
     // (schedulers::OnlinePlanner::Options::drift_prior; [0, 1000], 0 = none).
     double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;
