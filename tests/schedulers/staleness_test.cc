@@ -518,18 +518,25 @@ TEST(StalenessOracleTest, RepublishingEqualsEnumerationOverModelChoices) {
   EXPECT_GT(republished, 0) << "recurring domains should make re-publishing pay in some trial";
 }
 
+// L(v, t) = Curve(v) + 0.1 (t - v), and a problem from iteration 0 whose
+// stall and delay are 20 s (the two tests below).
+double SlowDecay(int64_t v, int64_t t) { return Curve(v) + 0.1 * static_cast<double>(t - v); }
+Problem LongStalls() {
+  Problem p = Small(WindowKind::kWhileTraining);
+  p.warmup_iterations = 0;
+  p.cost.stall_s = 20;
+  p.cost.delay_s = 20;
+  return p;
+}
+
 TEST(StalenessOracleTest, UnderTheWallClockStallsDoNotHoldTheTrafficBack) {
   // L(v, t) = Curve(v) + 0.1 (t - v). A schedule {30} with sigma = 20: under
   // the producer clock the traffic waits at 30 during the stall; under the
   // wall clock it moves on, so version 0 (served until A_1) and version 30
   // both meet later traffic, and the CIL is higher by exactly the extra drift.
-  LossFn f = [](int64_t v, int64_t t) { return Curve(v) + 0.1 * static_cast<double>(t - v); };
-  auto s = StalenessSurface::Make(Grid(0, 100, 1, f), StalenessSample::kTest);
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, SlowDecay), StalenessSample::kTest);
   ASSERT_TRUE(s.ok());
-  Problem p = Small(WindowKind::kWhileTraining);
-  p.warmup_iterations = 0;
-  p.cost.stall_s = 20;
-  p.cost.delay_s = 20;
+  Problem p = LongStalls();
   p.requests.traffic_clock = TrafficClock::kProducer;
   auto producer = EvaluateOnSurface(p, *s, {30});
   p.requests.traffic_clock = TrafficClock::kWall;
@@ -554,13 +561,9 @@ TEST(StalenessOracleTest, KeepCopiesDelayTheCheckpointsAndHoldTheProducersTraffi
   // term grows from 1050 to 50 + 100 + 400 + 300 + 600 = 1450
   // request-seconds / rate. Wall clock: v0 sees 0..70 (2450 against 1250)
   // and v30 70..100 then 100 for 40 s (4450 against 3650).
-  LossFn f = [](int64_t v, int64_t t) { return Curve(v) + 0.1 * static_cast<double>(t - v); };
-  auto s = StalenessSurface::Make(Grid(0, 100, 1, f), StalenessSample::kTest);
+  auto s = StalenessSurface::Make(Grid(0, 100, 1, SlowDecay), StalenessSample::kTest);
   ASSERT_TRUE(s.ok());
-  Problem p = Small(WindowKind::kWhileTraining);
-  p.warmup_iterations = 0;
-  p.cost.stall_s = 20;
-  p.cost.delay_s = 20;
+  Problem p = LongStalls();
   p.cost.keep_copy_s = 10;
   p.price_per_slowdown_s = 1;
   for (TrafficClock clock : {TrafficClock::kProducer, TrafficClock::kWall}) {

@@ -44,15 +44,9 @@ Simulator::Options Tiny(bool synchronous, Notification notify) {
   return o;
 }
 
-TEST(SimulatorTest, KeepCopiesStallTheProducer) {
-  // The SyncPushTimeline world (stall 1.5 s) with a copy of 0.25 s (4 B/s)
-  // at the end of iterations 1, 2 and 4, kept without being published. The
-  // checkpoint at 2 starts after both copies there (2.5), the one at 5 after
-  // three copies and one stall (5 + 1.5 + 0.75 = 7.25); they are servable at
-  // 4.5 and 9.25. Producer clock: iteration i ends at i plus the stalls and
-  // copies before it, so the requests at 0, 4.2, 8.6 and 12 see traffic 0,
-  // 2, 5 and 8 (iteration 9 ends at 12.75), served by v0, v0, v1 (2), v2
-  // (5) on L(v, t) = 10 - v + (t - v): 10 + 12 + 11 + 8 = 41.
+// A table where every version loses 1 per iteration the traffic has moved
+// since it: L(v, t) = 10 - v + (t - v), on iterations 0..10.
+StalenessTable LosesOnePerIteration() {
   StalenessTable table;
   for (int64_t v = 0; v <= 10; ++v) {
     for (int64_t t = v; t <= 10; ++t) {
@@ -63,6 +57,19 @@ TEST(SimulatorTest, KeepCopiesStallTheProducer) {
       table.records.push_back(r);
     }
   }
+  return table;
+}
+
+TEST(SimulatorTest, KeepCopiesStallTheProducer) {
+  // The SyncPushTimeline world (stall 1.5 s) with a copy of 0.25 s (4 B/s)
+  // at the end of iterations 1, 2 and 4, kept without being published. The
+  // checkpoint at 2 starts after both copies there (2.5), the one at 5 after
+  // three copies and one stall (5 + 1.5 + 0.75 = 7.25); they are servable at
+  // 4.5 and 9.25. Producer clock: iteration i ends at i plus the stalls and
+  // copies before it, so the requests at 0, 4.2, 8.6 and 12 see traffic 0,
+  // 2, 5 and 8 (iteration 9 ends at 12.75), served by v0, v0, v1 (2), v2
+  // (5) on L(v, t) = 10 - v + (t - v): 10 + 12 + 11 + 8 = 41.
+  StalenessTable table = LosesOnePerIteration();
   Simulator::Options o = Tiny(true, Notification::kPush);
   o.record_requests = true;
   o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
@@ -118,16 +125,7 @@ TEST(SimulatorTest, AStalenessTableChargesTheTrafficOfTheRequestsTime) {
   // 8.6, 12 see traffic 0, 2 (iteration 3 ends at 4.5), 5 (6 ends at 9) and 9
   // (9 ends at 12), served by v0, v1 (2), v2 (5), v2: 10 + 8 + 5 + 9 = 32,
   // where the diagonal charges the last one 5 (28 in all).
-  StalenessTable table;
-  for (int64_t v = 0; v <= 10; ++v) {
-    for (int64_t t = v; t <= 10; ++t) {
-      StalenessRecord r;
-      r.version_iteration = v;
-      r.traffic_iteration = t;
-      r.val_loss = r.test_loss = 10.0 - static_cast<double>(v) + static_cast<double>(t - v);
-      table.records.push_back(r);
-    }
-  }
+  StalenessTable table = LosesOnePerIteration();
   Simulator::Options o = Tiny(true, Notification::kPush);
   o.record_requests = true;
   o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
