@@ -304,15 +304,15 @@ class Producer {
     return checkpoint;
   }
 
-  // Re-publishing, at a validation point: the current model is kept (it may
-  // turn out to be the last of a regime, which the planner names only once
-  // it has detected the change: the last keep_versions points' models are
-  // kept for that), and every kept model the planner wants is re-measured on
-  // today's validation sample; the copies it no longer wants are freed.
-  // At most 2K + 1 copies: K the planner's, K recent, the served one.
-  // The planner says where to copy (OnlinePlanner::CopyAt: every point,
-  // before a predicted switch, or never); published models were kept as
-  // they went out.
+  // Re-publishing, at a validation point: the current model is copied
+  // where the planner says (OnlinePlanner::CopyAt: before a predicted
+  // switch, at every point, or never; it may turn out to be the last of a
+  // regime, which the planner names only once it has detected the change,
+  // so the copies of the last keep_versions points are held for that), and
+  // every kept model the planner wants is re-measured on today's
+  // validation sample; the copies it no longer wants are freed. Published
+  // models were kept as they went out. At most 2K + 1 copies: K the
+  // planner's, K recent, the served one.
   Status ObserveKept() {
     recent_.push_back(it_);
     if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());

@@ -117,8 +117,8 @@ struct CheckpointCost {
   // Algorithm 1 reads t_p = stall_s and t_c = max(0, delay_s - stall_s).
   double delay_s = 0.0;
   // Seconds the producer is blocked to copy a model it keeps without
-  // publishing it (>= 0): `online` re-publishing kept models keeps a copy
-  // at every validation point (Plan::kept), and the judge charges each.
+  // publishing it (>= 0): `online`'s regime ends (Plan::kept,
+  // OnlinePlanner::Options::regime_ends); the judge charges each.
   double keep_copy_s = 0.0;
 
   bool IsValid(std::string* error) const;
@@ -142,8 +142,8 @@ struct TierCost {
   double load_latency_s = 0.0;
   double load_bandwidth_bytes_per_s = 1e12;
   // A copy of the model the producer keeps in its own memory without
-  // publishing it (re-publishing keeps one at each validation point),
-  // bytes per second; the producer is blocked for it.
+  // publishing it (a regime's end, for re-publishing), bytes per second;
+  // the producer is blocked for it.
   double keep_copy_bandwidth_bytes_per_s = 1e12;
   // Synchronous mode blocks the producer for snapshot + transfer; async only for the snapshot.
   bool synchronous = true;

@@ -104,10 +104,10 @@ struct Plan {
   // older kept version that measures better on today's traffic fills it.
   std::vector<int64_t> published;
   // The iterations at which the producer copied its model without
-  // publishing it (simulator::Simulator::Options::kept_at): `online`
-  // re-publishing kept models keeps one at every validation point after
-  // the warm-up, as the live producer does (any of them may turn out to be
-  // the last of a regime). Each blocks the producer cost.keep_copy_s.
+  // publishing it (simulator::Simulator::Options::kept_at): `online`'s
+  // copies of possible regime ends (OnlinePlanner::copies; where a switch
+  // is predicted next, or at every validation point). Each blocks the
+  // producer cost.keep_copy_s.
   std::vector<int64_t> kept;
   PlanSummary summary;
   // online with OnlinePlanner::Options::record_decisions: every decision.
