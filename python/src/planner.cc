@@ -45,6 +45,10 @@ class Planner {
     std::string traffic_clock = "wall";  // wall | producer (schedulers::TrafficClock)
     double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;  // online
     bool record_decisions = false;                                          // online: decisions()
+    // online: re-publishing kept models (schedulers::OnlinePlannerOptions).
+    int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
+    std::string regime_ends = schedulers::ToString(schedulers::OnlinePlanner::Options().regime_ends);
+    bool anticipate_returns = schedulers::OnlinePlanner::Options().anticipate_returns;
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -71,7 +75,7 @@ class Planner {
     {
       // The planner's own rule, before the warm-up ends and it is built.
       schedulers::OnlinePlanner::Options oo;
-      oo.drift_prior = o_.drift_prior;
+      ApplyOnlineOptions(&oo);
       std::string why;
       if (!oo.IsValid(&why)) throw py::value_error(why);
     }
@@ -190,6 +194,10 @@ class Planner {
     OkOrRaise(online_->ObserveServed(loss));
   }
 
+  // Whether the planner wants the model measured at `step` copied and kept
+  // unpublished, for a later re-publish (OnlinePlanner::CopyAt).
+  bool CopyAt(int64_t step) const { return online_ && online_->CopyAt(step); }
+
   std::vector<int64_t> KeptVersions() const {
     if (!online_) return {};
     return online_->KeptVersions();
@@ -261,6 +269,10 @@ class Planner {
       d["published"] = online_->published();
       d["republished"] = online_->summary().republished;
       d["anticipated"] = online_->summary().anticipated;  // of those, ahead of a predicted return
+      d["copies"] = online_->copies();                     // models copied and kept unpublished (copy_at)
+      d["keep_versions"] = o_.keep_versions;
+      d["keep_regime_ends"] = o_.regime_ends;
+      d["anticipate_returns"] = o_.anticipate_returns;
       d["anticipation_failed"] = online_->summary().anticipation_failed;
       d["ramp_holds"] = online_->summary().ramp_holds;  // publishes held on a young ramp (wall clock)
       d["switch_holds"] = online_->summary().switch_holds;  // publishes held until the producer trains through a switch
@@ -272,6 +284,18 @@ class Planner {
   }
 
  private:
+  // The user's online options, onto the planner's (checked by its IsValid).
+  void ApplyOnlineOptions(schedulers::OnlinePlanner::Options* oo) const {
+    oo->gate_z = o_.gate_z;
+    oo->drift_prior = o_.drift_prior;
+    oo->record_decisions = o_.record_decisions;
+    oo->keep_versions = o_.keep_versions;
+    oo->anticipate_returns = o_.anticipate_returns;
+    if (!schedulers::RegimeEndsFromString(o_.regime_ends, &oo->regime_ends)) {
+      throw py::value_error("keep_regime_ends must be off, predicted or every, got '" + o_.regime_ends + "'");
+    }
+  }
+
   static void OkOrRaiseNoGil(const Status& s) {
     if (s.ok()) return;
     py::gil_scoped_acquire gil;
@@ -299,8 +323,7 @@ class Planner {
     sco.problem_template.slowdown_budget_s = o_.slowdown_budget_s;
     sco.problem_template.min_spacing_iterations = o_.min_spacing_iterations;
     sco.problem_template.requests.traffic_clock = *schedulers::TrafficClockFromString(o_.traffic_clock);
-    sco.online.gate_z = o_.gate_z;
-    sco.online.drift_prior = o_.drift_prior;
+    ApplyOnlineOptions(&sco.online);
     log_.source = "viper.Planner warm-up";
     StatusOr<schedulers::Scenario> sc = InternalError("not made");
     StatusOr<schedulers::Plan> plan = InternalError("not planned");
@@ -325,9 +348,7 @@ class Planner {
     if (kind_ == schedulers::StrategyKind::kOnline) {
       schedulers::OnlinePlanner::Options oo = sc->online;
       oo.metric = schedulers::OnlineObservationKind(*sc);
-      oo.gate_z = o_.gate_z;
-      oo.drift_prior = o_.drift_prior;
-      oo.record_decisions = o_.record_decisions;
+      ApplyOnlineOptions(&oo);
       online_ = std::make_unique<schedulers::OnlinePlanner>(
           sc->problem, schedulers::OnlineForecasters(*sc, oo), oo);
       for (const LogRecord& r : log_.records) {
@@ -364,7 +385,8 @@ void BindPlanner(py::module_& m) {
                        double request_interval_s, const std::string& metric, double gate_z, double drift_per_s,
                        double price_per_slowdown_s, std::optional<double> slowdown_budget_s,
                        int64_t min_spacing_iterations, const std::string& traffic_clock, double drift_prior,
-                       bool record_decisions) {
+                       bool record_decisions, int keep_versions, const std::string& keep_regime_ends,
+                       bool anticipate_returns) {
              Planner::Options o;
              o.strategy = strategy;
              o.total_iterations = total_iterations;
@@ -382,6 +404,9 @@ void BindPlanner(py::module_& m) {
              o.traffic_clock = traffic_clock;
              o.drift_prior = drift_prior;
              o.record_decisions = record_decisions;
+             o.keep_versions = keep_versions;
+             o.regime_ends = keep_regime_ends;
+             o.anticipate_returns = anticipate_returns;
              return std::make_unique<Planner>(std::move(o));
            }),
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
@@ -389,7 +414,10 @@ void BindPlanner(py::module_& m) {
            py::arg("drift_per_s"), py::arg("price_per_slowdown_s"), py::arg("slowdown_budget_s"),
            py::arg("min_spacing_iterations"), py::arg("traffic_clock") = "wall",
            py::arg("drift_prior") = schedulers::OnlinePlanner::Options().drift_prior,
-           py::arg("record_decisions") = false)
+           py::arg("record_decisions") = false,
+           py::arg("keep_versions") = schedulers::OnlinePlanner::Options().keep_versions,
+           py::arg("keep_regime_ends") = std::string(schedulers::ToString(schedulers::OnlinePlanner::Options().regime_ends)),
+           py::arg("anticipate_returns") = schedulers::OnlinePlanner::Options().anticipate_returns)
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))
@@ -397,6 +425,7 @@ void BindPlanner(py::module_& m) {
       .def("set_pace", &Planner::SetPace, py::arg("seconds_per_iteration"))
       .def("observe_clock", &Planner::ObserveClock, py::arg("step"), py::arg("seconds"))
       .def("observe_served", &Planner::ObserveServed, py::arg("loss"))
+      .def("copy_at", &Planner::CopyAt, py::arg("step"))
       .def("kept_versions", &Planner::KeptVersions)
       .def("observe_kept", &Planner::ObserveKept, py::arg("step"), py::arg("loss"))
       .def("publishing", &Planner::Publishing)

@@ -450,12 +450,21 @@ class Planner:
     for traffic known not to drift). It applies only once observe_served()
     has been called: without re-measurements of the served version no drift
     can be seen.
-    `record_decisions` (online): keep every decision for decisions()."""
+    `record_decisions` (online): keep every decision for decisions().
+    Re-publishing (online; recurring domains, README "Staleness tables"):
+    `keep_versions` (None = the C++ default 8; 0 = never re-publish, at most
+    1000): how many models it keeps for a possible re-publish (the last ones
+    it published, plus copies of a regime's end); `keep_regime_ends`
+    ("predicted", the default: a copy at the measurement before a predicted
+    switch once a recurring cycle is known; "every": at every validation
+    point; "off": none): which unpublished models it asks you to copy,
+    copy_at() says where; `anticipate_returns` (None = on): publish a kept
+    model ahead of a predicted return of its domain."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
                  slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=None,
-                 record_decisions=False):
+                 record_decisions=False, keep_versions=None, keep_regime_ends=None, anticipate_returns=None):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None
@@ -464,6 +473,14 @@ class Planner:
         interval_s = _request_interval(requests)
         self._poll_period_s = poll_period_s
         prior = {} if drift_prior is None else {"drift_prior": float(drift_prior)}
+        if keep_versions is not None:
+            if isinstance(keep_versions, bool) or int(keep_versions) != keep_versions:
+                raise ValueError(f"Planner: keep_versions must be a whole number in [0, 1000], got {keep_versions!r}")
+            prior["keep_versions"] = int(keep_versions)
+        if keep_regime_ends is not None:
+            prior["keep_regime_ends"] = str(keep_regime_ends)
+        if anticipate_returns is not None:
+            prior["anticipate_returns"] = bool(anticipate_returns)
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
                                  stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
@@ -511,6 +528,15 @@ class Planner:
     def observe_served(self, loss):
         """online: the served version re-measured on today's validation data."""
         self._p.observe_served(float(loss))
+
+    def copy_at(self, step):
+        """online: whether to copy the model measured at `step` and keep it
+        unpublished for a possible re-publish (keep_regime_ends; decided in
+        observe(), so ask after the step's observe()). Keep it where
+        kept_versions() can re-measure it, e.g. StalenessRecorder.keep(step,
+        model); each copy is a stall of your loop that the judge charges
+        (`copies` in report())."""
+        return bool(self._p.copy_at(int(step)))
 
     def kept_versions(self):
         """online: the steps of the models it keeps for re-publishing (the

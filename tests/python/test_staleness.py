@@ -343,6 +343,61 @@ def test_online_re_publishes_a_kept_model_when_the_domain_returns():
         rec.serve(57)
 
 
+def test_keep_versions_zero_never_re_publishes_and_keeps_nothing():
+    # The run above re-publishes with the defaults; with keep_versions=0 the
+    # planner asks for no kept model and publishes only fresh ones.
+    planner = viper.Planner("online", total_iterations=300, warmup=50, cost=(0.001, 0.002),
+                            seconds_per_iteration=0.01, requests={"interval_s": 0.01}, metric="val_loss",
+                            keep_versions=0)
+    asked = []
+    real_kept = planner.kept_versions
+    def kept():
+        steps = real_kept()
+        asked.extend(steps)
+        return steps
+    planner.kept_versions = kept
+    _, published = drive_online_through_a_swap(planner, swapped=lambda step: 100 < step <= 200, every=5,
+                                               steps=300)
+    report = planner.report()
+    assert report["keep_versions"] == 0 and report["republished"] == 0, report["summary"]
+    assert asked == [] and report["copies"] == []
+    assert all(m == s for s, m in published), published
+
+
+def test_keep_regime_ends_every_asks_for_a_copy_at_every_validation_point_and_off_at_none():
+    for ends in ("every", "off", "predicted"):
+        planner = viper.Planner("online", total_iterations=300, warmup=50, cost=(0.001, 0.002),
+                                seconds_per_iteration=0.01, requests={"interval_s": 0.01}, metric="val_loss",
+                                keep_regime_ends=ends)
+        asked = []
+        real_should = planner.should_checkpoint
+        def should(step, real_should=real_should, planner=planner, asked=asked):
+            if planner.copy_at(step):
+                asked.append(step)
+            return real_should(step)
+        planner.should_checkpoint = should
+        drive_online_through_a_swap(planner, swapped=lambda step: 100 < step <= 200, every=5, steps=300)
+        report = planner.report()
+        assert report["keep_regime_ends"] == ends
+        assert report["copies"] == asked
+        if ends == "every":
+            # Every validation point after the warm-up (every 5 steps).
+            assert asked == list(range(55, 301, 5)), asked
+        else:
+            # One return is no cycle: nothing is predicted, nothing copied.
+            assert asked == [], asked
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(keep_versions=-1), "keep_versions must be in \\[0, 1000\\]"),
+    (dict(keep_versions=2.5), "keep_versions must be a whole number"),
+    (dict(keep_regime_ends="sometimes"), "keep_regime_ends must be off, predicted or every, got 'sometimes'"),
+])
+def test_bad_re_publishing_options_raise_value_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        viper.Planner("online", total_iterations=300, warmup=50, cost=(0.001, 0.002), **kwargs)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(every=0, max_bytes=1 << 20), "every must be an integer > 0"),
     (dict(every=-3, max_bytes=1 << 20), "every must be an integer > 0"),
