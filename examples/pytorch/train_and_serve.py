@@ -100,6 +100,10 @@ def parse_args(argv):
     p.add_argument("--drift-at", type=int, default=0, help="iteration the drift starts (0 = N/2)")
     p.add_argument("--initial-classes", type=int, default=5)
     p.add_argument("--swap-classes", default="0,6", help="label-swap: the two classes exchanged")
+    p.add_argument("--swap-period", type=int, default=0,
+                   help="label-swap: undo and redo the swap every this many iterations from --drift-at (swapped, "
+                        "original, swapped, ...: labels that come back, where online re-publishes a kept model; "
+                        "viper run's --drift-swap-period); 0 = swapped once, for good")
     p.add_argument("--rotation-degrees", type=float, default=90.0, help="rotation: the final angle")
     p.add_argument("--drift-duration", type=int, default=-1,
                    help="rotation: iterations from 0 degrees to the final angle (-1 = until the last iteration)")
@@ -122,6 +126,10 @@ def parse_args(argv):
         p.error("--notify poll needs --tier pfs")
     if a.drift_at == 0:
         a.drift_at = a.iterations // 2
+    if a.swap_period < 0:
+        p.error(f"--swap-period must be >= 0 (0 = swapped once), got {a.swap_period}")
+    if a.swap_period > 0 and a.drift != "label-swap":
+        p.error("--swap-period needs --drift label-swap")
     if a.drift_duration < 0:
         a.drift_duration = max(0, a.iterations - a.drift_at)
     try:
@@ -144,7 +152,8 @@ def parse_args(argv):
 def drifted(a, x, y, iteration):
     """The samples (x, y) as the stream is after `iteration` (label-swap,
     rotation; other drifts leave the samples alone)."""
-    if a.drift == "label-swap" and iteration >= a.drift_at:
+    if a.drift == "label-swap" and iteration >= a.drift_at and \
+            (a.swap_period == 0 or (iteration - a.drift_at) // a.swap_period % 2 == 0):
         c0, c1 = a.swap_classes
         y = torch.where(y == c0, torch.full_like(y, c1), torch.where(y == c1, torch.full_like(y, c0), y))
     elif a.drift == "rotation" and iteration >= a.drift_at:
@@ -235,6 +244,7 @@ def produce(a, comm, t_base):
     served_it, served_measured = None, 0
 
     published = []  # (version, iteration, start relative to t_warm, report)
+    republished = []  # (iteration, the kept model's iteration) of each re-publish
     kept = {}  # --delta: version -> the state published
     t_warm = None
     planning_s = 0.0
@@ -264,13 +274,22 @@ def produce(a, comm, t_base):
                 recorder.record(it, drifted(a, x[val], y[val], it), drifted(a, *traffic, it),
                                 torch.nn.functional.cross_entropy, model)
                 v = recorder.loss_of(it, "val")  # the diagonal: the current model on today's validation sample
-                if served_it is not None and a.strategy == "online" and it > a.warmup + 1:
-                    # The closed loop: the served version re-measured on today's validation sample.
-                    planner.observe_served(recorder.loss_of(served_it, "val"))
-                    served_measured += 1
                 record_s += time.monotonic() - t_rec
         t0 = time.monotonic()
         planner.observe(it, train_loss=loss.item(), val_loss=v)
+        if v is not None and recorder is not None and served_it is not None and a.strategy == "online" \
+                and it > a.warmup + 1:
+            # The closed loop, after this step's observe() (the re-measurements
+            # belong to its measurement): the served version re-measured on
+            # today's validation sample, and the models the planner keeps for
+            # re-publishing (a domain that comes back).
+            planner.observe_served(recorder.loss_of(served_it, "val"))
+            served_measured += 1
+            for k in planner.kept_versions():
+                try:
+                    planner.observe_kept(k, recorder.loss_of(k, "val"))
+                except KeyError:
+                    pass  # thinned out of the recorder (--staleness-max-mb): not re-published
         publish = it > a.warmup and planner.should_checkpoint(it)
         if it > a.warmup:
             planning_s += time.monotonic() - t0
@@ -293,15 +312,25 @@ def produce(a, comm, t_base):
             planner.set_cost(r0)  # sigma, delta measured on version 0, as `viper run` does
         elif publish:
             start = time.monotonic()
-            state = published_state(a, model)
+            # The current model, or an older kept one that measures better on
+            # today's validation sample (a re-publish: its recorded copy goes out).
+            m = planner.publishing() if a.strategy == "online" and recorder is not None else it
+            if m == it:
+                state = published_state(a, model)
+            else:
+                kept_state = recorder.state_of(m)
+                state = {k: v.to(torch.bfloat16) for k, v in kept_state.items()} if a.bf16 else kept_state
+                republished.append((it, m))
             report = pub.publish(state, it)
             if a.delta:  # kept to count each delta's bound against its base
                 kept[report.version] = {k: v.detach().clone() for k, v in state.items()}
             published.append((report.version, it, start - t_warm, report))
             planner.commit(it)
-            served_it = it
-            if recorder is not None:
+            served_it = m
+            if recorder is not None and m == it:
                 recorder.keep(it, model, served=True)
+            elif recorder is not None:
+                recorder.serve(m)
     training_end = time.monotonic() - t_warm
     pub.close()
     reports = {r.version: r for r in pub.reports()}
@@ -310,6 +339,7 @@ def produce(a, comm, t_base):
         comm.send(last, dest=r, tag=TAG_END)
     results = comm.gather(None, root=0)[1:]
     s = summarise(a, planner, published, reports, results, t_warm - t_base, training_end, tau, planning_s, r0)
+    s["republished"] = [{"iteration": it, "model_iteration": m} for it, m in republished]
     for v in s["versions"]:
         base = base_version(v["encoding"])
         if base is not None:
@@ -326,7 +356,8 @@ def produce(a, comm, t_base):
         # different versions were paid on different traffic).
         last_t = max(r[1] for r in recorder.rows)
         at_last = {r[0]: r[4] for r in recorder.rows if r[1] == last_t}
-        later = [at_last[it] for _, it, _, _ in published[1:] if it in at_last]
+        model_of = dict(republished)  # a re-published version is its kept model's
+        later = [at_last[model_of.get(it, it)] for _, it, _, _ in published[1:] if model_of.get(it, it) in at_last]
         s["staleness_table"]["on_last_traffic"] = {
             "traffic_iteration": last_t, "version0_test_loss": at_last.get(published[0][1]),
             "later_versions_mean_test_loss": sum(later) / len(later) if later else None}
@@ -508,6 +539,9 @@ def run(a, comm):
                   f"{v['encoding']}{bound}", file=sys.stderr)
         print(f"the {len(later)} versions written after the first: {written} bytes of {full} full ({100.0 * written / max(1, full):.1f}%)",
               file=sys.stderr)
+    if s["republished"]:
+        print("re-published kept models (iteration <- model): " +
+              ", ".join(f"{r['iteration']} <- {r['model_iteration']}" for r in s["republished"]), file=sys.stderr)
     if "staleness_table" in s:
         t = s["staleness_table"]
         print(f"staleness table: {t['path']} ({t['rows']} rows, {t['versions_kept']} versions kept in "
@@ -535,6 +569,13 @@ def run(a, comm):
         elif v0["requests"] >= 20 and n_later >= 20:  # per-image losses are noisy: pool the later versions
             if not sum(v["loss_sum"] for v in later) / n_later < v0["loss_sum"] / v0["requests"]:
                 problems.append("the versions after the warm-up serve no better than version 0")
+        if a.swap_period > 0 and a.strategy == "online" and "staleness_table" in s:
+            # Labels that come back: a model kept from before a swap measures
+            # far better on the swapped-back traffic than one trained across it.
+            if not s["republished"]:
+                problems.append("labels swapped back and forth, but no kept model was re-published")
+            if any(not r["model_iteration"] < r["iteration"] for r in s["republished"]):
+                problems.append(f"a re-publish of a model not older than its step: {s['republished']}")
         if a.delta and len(s["versions"]) >= 2:
             # A small-step BF16 model changes few bytes: at least one later version must be a smaller delta.
             deltas = [v for v in s["versions"][1:] if v["encoding"].startswith("delta")]
