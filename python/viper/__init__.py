@@ -526,7 +526,10 @@ class Planner:
         self._p.observe_clock(int(step), float(seconds))
 
     def observe_served(self, loss):
-        """online: the served version re-measured on today's validation data."""
+        """online: the served version re-measured on today's validation data,
+        after this step's observe() (it belongs to the latest observed step:
+        given before observe(), it is the previous step's, and the kept
+        models re-measured with it are never compared with the candidate)."""
         self._p.observe_served(float(loss))
 
     def copy_at(self, step):
