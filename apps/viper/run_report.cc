@@ -38,6 +38,10 @@ nlohmann::json RunSummaryJson(const workflow::LiveRun::Summary& s) {
                       {"reused", s.kept_reused},
                       {"peak", s.kept_peak},
                       {"peak_bytes", s.kept_peak_bytes}};
+  if (s.keep_versions > 0) {
+    j["kept_models"]["regime_ends"] = s.regime_ends;
+    j["kept_models"]["copies"] = s.copies;
+  }
   j["training_end_s"] = s.training_end_s;
   j["total_stall_s"] = s.total_stall_s;
   j["no_checkpoint_training_s"] = s.no_checkpoint_training_s;
@@ -106,6 +110,12 @@ void PrintRunSummary(const workflow::LiveRun::Summary& s, FILE* out) {
                 static_cast<long long>(s.republished), s.schedule.size(), static_cast<long long>(s.kept_evaluations),
                 static_cast<long long>(s.kept_reused), static_cast<long long>(s.kept_peak),
                 static_cast<double>(s.kept_peak_bytes) / 1e6);
+    // The copies the producer made for a regime's end (at most 20 named).
+    std::fprintf(out, "regime ends (--keep-regime-ends %s): %zu copies of the model kept unpublished%s",
+                 s.regime_ends.c_str(), s.copies.size(), s.copies.empty() ? "" : ", at iterations");
+    for (size_t i = 0; i < s.copies.size() && i < 20; ++i) std::fprintf(out, " %lld", static_cast<long long>(s.copies[i]));
+    if (s.copies.size() > 20) std::fprintf(out, " ... (%zu more)", s.copies.size() - 20);
+    std::fprintf(out, "\n");
   }
   if (s.traffic_iteration_mae) {
     std::fprintf(out, "drifting traffic: consumers' estimate of the producer's iteration off by %.1f on average "

@@ -400,6 +400,37 @@ TEST(LiveMpi, TrainerOnlineWithoutKeptModelsNeverRepublishes) {
   EXPECT_LE(r->kept_peak, 2) << "only the served version's copy (and the next one's, while it is published)";
 }
 
+// --keep-regime-ends predicted, live: a run long enough for the cycle to be
+// known (the rotated and upright domains take turns every 150 iterations
+// from 90: switches at 240, 390, 540, 690 and 840; N = 930). The producer
+// copies its model only at the validation points just before a predicted
+// switch (within 1.5 measurement gaps of traffic ahead of it, and the host
+// tier's stalls are microseconds), never before the cycle is known (the
+// first return at 390), and reports them.
+TEST(LiveMpi, TrainerOnlinePredictedRegimeEndsCopyBeforeAPredictedSwitch) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = RecurringOnline(8);
+  o.trainer.epochs = 30;
+  o.regime_ends = schedulers::RegimeEnds::kPredicted;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  EXPECT_EQ(r->regime_ends, "predicted");
+  ASSERT_FALSE(r->copies.empty()) << r->plan_report;
+  EXPECT_TRUE(std::is_sorted(r->copies.begin(), r->copies.end()));
+  const std::vector<int64_t> switches = {540, 690, 840};  // those after the first return
+  for (int64_t c : r->copies) {
+    EXPECT_EQ(c % o.trainer.val_every_iterations, 0) << "copy at " << c << ": not a validation point";
+    const bool before_one = std::any_of(switches.begin(), switches.end(), [&](int64_t s) { return s - 20 <= c && c < s; });
+    EXPECT_TRUE(before_one) << "copy at " << c << " is not just before a switch after the first return";
+  }
+  EXPECT_LE(r->copies.size(), 3 * switches.size()) << "more than three copies a switch";
+  EXPECT_GE(r->republished, 1) << r->plan_report;
+  EXPECT_LE(r->kept_peak, 2 * 8 + 1);
+}
+
 TEST(LiveMpi, TrainerLabelSwapDriftsTheTraffic) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";

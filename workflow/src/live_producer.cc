@@ -55,6 +55,7 @@ class Producer {
     SummarizeRequests(results, t_warm_, index_, timeline_, first_, &s_);
     SummarizeRun(static_cast<int>(results.size()));
     work_->SummarizeKept(&s_);
+    if (keeping_) s_.copies = online_->copies();
     FinishStalenessTable();
     return s_;
   }
@@ -253,7 +254,10 @@ class Producer {
     // with the candidate only when that is the planning metric.
     keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
                o_.workload == LiveRun::Workload::kTrainer;
-    if (keeping_) s_.keep_versions = o_.keep_versions;
+    if (keeping_) {
+      s_.keep_versions = o_.keep_versions;
+      s_.regime_ends = schedulers::ToString(o_.regime_ends);
+    }
     online_ = std::make_unique<schedulers::OnlinePlanner>(
         sc.problem, schedulers::OnlineForecasters(sc, oo), oo);
     for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));

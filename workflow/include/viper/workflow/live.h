@@ -247,6 +247,11 @@ class LiveRun {
     int64_t kept_reused = 0;
     int64_t kept_peak = 0;
     uint64_t kept_peak_bytes = 0;
+    // Where re-publishing: Options::regime_ends, and the validation points
+    // where the producer copied its model unpublished for a possible
+    // re-publish (OnlinePlanner::copies(): a regime's end).
+    std::string regime_ends;
+    std::vector<int64_t> copies;
     double training_end_s = 0;            // end of iteration N (window end)
     double total_stall_s = 0;             // sum of Publish stalls after warm-up
     double no_checkpoint_training_s = 0;  // training_end_s - total_stall_s - planning_s
