@@ -141,12 +141,17 @@ int RunPlan(const std::vector<std::string>& args) {
         }
         std::fprintf(table, "re-published: %s\n", again.c_str());
       }
+      if (!plan->kept.empty()) {
+        std::fprintf(table, "copies kept unpublished (regime ends): %s\n", ScheduleText(plan->kept, 50).c_str());
+      }
     }
     nlohmann::json j;
     j["strategy"] = sch::ToString(k);
     j["schedule"] = plan->schedule;
     // The model each checkpoint publishes, when a strategy re-published a kept one.
     if (!plan->published.empty()) j["published"] = plan->published;
+    // Where the producer copies a model it keeps unpublished (online's regime ends).
+    if (!plan->kept.empty()) j["kept"] = plan->kept;
     j["checkpoints"] = s.checkpoints;
     j["slowdown_s"] = s.slowdown_s;
     j["predicted_cil"] = s.predicted.cil;

@@ -527,6 +527,8 @@ int RunSimulate(const std::vector<std::string>& args) {
       s["schedule"] = r.plan.schedule;
       // The model each checkpoint publishes, when a strategy re-published a kept one.
       if (!r.plan.published.empty()) s["published"] = r.plan.published;
+      // Where the producer copied a model it kept unpublished (keep_copies of them).
+      if (!r.plan.kept.empty()) s["kept"] = r.plan.kept;
       list.push_back(s);
     }
     j["strategies"] = list;
