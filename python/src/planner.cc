@@ -119,6 +119,7 @@ class Planner {
     const double now = transports::MonotonicSeconds();
     if (!t0_) t0_ = now;
     last_iteration_ = iteration;
+    if (val) last_validation_ = iteration;
     if (!built_) {
       if (log_.records.empty() || log_.records.back().iteration != iteration) {
         log_.records.emplace_back();
@@ -189,8 +190,19 @@ class Planner {
     OkOrRaise(online_->ObserveClock(step, seconds));
   }
 
+  // A re-measurement belongs to the latest observation, which must be the
+  // validation point it was measured at: given before that step's observe()
+  // it would be filed under an earlier step, where the planner never
+  // compares it with the candidate.
+  void CheckRemeasuredAtValidation(const char* what) const {
+    if (last_validation_ && *last_validation_ == last_iteration_) return;
+    throw py::value_error(std::string(what) + ": the latest observe() (step " + std::to_string(last_iteration_) +
+                          ") had no val_loss; re-measure at a validation point, after that step's observe()");
+  }
+
   void ObserveServed(double loss) {
     if (!online_) throw py::value_error("observe_served: only the online strategy re-measures the served version");
+    CheckRemeasuredAtValidation("observe_served");
     OkOrRaise(online_->ObserveServed(loss));
   }
 
@@ -205,6 +217,7 @@ class Planner {
 
   void ObserveKept(int64_t step, double loss) {
     if (!online_) throw py::value_error("observe_kept: only the online strategy re-publishes kept versions");
+    CheckRemeasuredAtValidation("observe_kept");
     OkOrRaise(online_->ObserveKept(step, loss));
   }
 
@@ -368,6 +381,7 @@ class Planner {
   TrainingLog log_;  // the warm-up's observations
   std::optional<double> t0_;
   int64_t last_iteration_ = std::numeric_limits<int64_t>::min();
+  std::optional<int64_t> last_validation_;  // the latest observe() with a val_loss
   bool built_ = false;
   schedulers::Problem problem_;
   std::string metric_, online_metric_, predictor_report_, plan_report_;

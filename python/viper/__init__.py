@@ -529,7 +529,8 @@ class Planner:
         """online: the served version re-measured on today's validation data,
         after this step's observe() (it belongs to the latest observed step:
         given before observe(), it is the previous step's, and the kept
-        models re-measured with it are never compared with the candidate)."""
+        models re-measured with it are never compared with the candidate).
+        ValueError when the latest observe() had no val_loss."""
         self._p.observe_served(float(loss))
 
     def copy_at(self, step):
@@ -549,7 +550,8 @@ class Planner:
 
     def observe_kept(self, step, loss):
         """online: the kept model of `step` re-measured on today's validation
-        data (after observe() and observe_served() of this step)."""
+        data (after observe() and observe_served() of this step; ValueError
+        when the latest observe() had no val_loss)."""
         self._p.observe_kept(int(step), float(loss))
 
     def publishing(self):

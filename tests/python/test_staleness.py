@@ -388,6 +388,27 @@ def test_keep_regime_ends_every_asks_for_a_copy_at_every_validation_point_and_of
             assert asked == [], asked
 
 
+def test_a_re_measurement_before_its_steps_observe_is_refused():
+    # The re-measurements belong to the latest observation: given before the
+    # validation step's observe() they would be filed under the step before
+    # (a training step), where the planner never compares them.
+    planner = viper.Planner("online", total_iterations=200, warmup=50, cost=(0.001, 0.002),
+                            seconds_per_iteration=0.01, requests={"interval_s": 0.01})
+    for step in range(1, 61):
+        planner.observe(step, train_loss=1.0 / step, val_loss=1.0 / step if step % 10 == 0 else None)
+        if step > 50:
+            planner.should_checkpoint(step)
+    planner.observe(61, train_loss=0.1)
+    with pytest.raises(ValueError, match="observe_served: the latest observe\\(\\) \\(step 61\\) had no val_loss"):
+        planner.observe_served(0.2)
+    with pytest.raises(ValueError, match="observe_kept: the latest observe\\(\\) \\(step 61\\) had no val_loss"):
+        planner.observe_kept(50, 0.2)
+    for step in range(62, 71):
+        planner.observe(step, train_loss=1.0 / step, val_loss=1.0 / step if step % 10 == 0 else None)
+    planner.observe_served(0.2)  # after step 70's observe(), a validation point
+    planner.observe_kept(50, 0.2)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(keep_versions=-1), "keep_versions must be in \\[0, 1000\\]"),
     (dict(keep_versions=2.5), "keep_versions must be a whole number"),
