@@ -350,7 +350,11 @@ TEST(OnlinePlannerTest, AYoungRegimeBorrowsTheSmallestRelativeNoiseOfAnEndedOne)
 // The sixteenth session's variants that pass it (bench/README.md,
 // "Sixteenth session", point 2) were neutral on held-out set 9 and lose on
 // recurring traffic, where the misread rate keeps the loop from chasing
-// each switch on a slow tier.
+// each switch on a slow tier. Traced again in the fifty-seventh session:
+// it still fails (5 measurements), but no longer for this reason (the
+// decay read there is 0.09-0.14 per second): the re-plan takes no
+// checkpoint from 1020 to 1100, weighing the 20 s stall (a fifth of the
+// run) against the young regime's flat forecast, and publishes at 1120.
 TEST(OnlinePlannerTest, DISABLED_AStepInTheServedVersionIsNotARateOfDecay) {
   Problem p = CheapProblem();
   p.requests.traffic_clock = TrafficClock::kWall;
