@@ -213,7 +213,11 @@ int RunRun(const std::vector<std::string>& args) {
       "producer: seconds before an unresponsive consumer is dropped as lost (exit 3), in (0, 86400]")(
       "json", po::value(&json_path), "write the result as JSON to PATH (rank 0; '-' = stdout only JSON, the "
       "table goes to stderr); schema viper.run/1")(
-      "requests-csv", po::value(&csv_path), "write every in-window request to PATH (rank 0)")(
+      "requests-csv", po::value(&csv_path),
+      "write every in-window request to PATH (rank 0): consumer, time_s (since the warm-up's end), version, "
+      "iteration, loss, staleness_s, and with a traffic drift traffic_iteration (the producer iteration the "
+      "consumer drifted the image to, its estimate) and true_iteration (the producer's iterations done then; "
+      "both -1 without drift)")(
       "decisions-csv", po::value(&decisions_path),
       "--strategy online: write the producer's planner's decision at every validation point after the warm-up "
       "to PATH (rank 0): what it saw and what it chose, the columns of `viper simulate --decisions-csv`")(

@@ -203,16 +203,16 @@ LiveRun::Summary TwoVersionSummary() {
   v1.delivered_to = 1;
   v1.update_latency_s = 0.05;
   s.versions = {v0, v1};
-  s.request_log = {{1, 0.5, 0, 10, 2.0, 0.5}, {1, 1.5, 1, 20, 1.0, 0.5}};
+  s.request_log = {{1, 0.5, 0, 10, 2.0, 0.5}, {1, 1.5, 1, 20, 1.0, 0.5, 25, 24}};
   return s;
 }
 
 TEST(LiveOutput, RequestCsvHasOneRowPerRequest) {
   const std::string csv = TwoVersionSummary().RequestCsv();
   EXPECT_EQ(csv,
-            "consumer,time_s,version,iteration,loss,staleness_s\n"
-            "1,0.500000,0,10,2,0.500000\n"
-            "1,1.500000,1,20,1,0.500000\n");
+            "consumer,time_s,version,iteration,loss,staleness_s,traffic_iteration,true_iteration\n"
+            "1,0.500000,0,10,2,0.500000,-1,-1\n"
+            "1,1.500000,1,20,1,0.500000,25,24\n");
 }
 
 TEST(LiveOutput, ChromeTraceHasEveryTrack) {

@@ -161,12 +161,15 @@ std::string LiveRun::Summary::BriefReport() const {
 }
 
 std::string LiveRun::Summary::RequestCsv() const {
-  std::string out = "consumer,time_s,version,iteration,loss,staleness_s\n";
-  char buf[160];
+  // traffic_iteration: the producer iteration the consumer drifted the
+  // request's image to (its estimate); true_iteration: the producer's
+  // iterations done then (both -1 when the traffic does not drift).
+  std::string out = "consumer,time_s,version,iteration,loss,staleness_s,traffic_iteration,true_iteration\n";
+  char buf[200];
   for (const auto& q : request_log) {
-    std::snprintf(buf, sizeof(buf), "%d,%.6f,%llu,%lld,%.9g,%.6f\n", q.consumer, q.time_s,
+    std::snprintf(buf, sizeof(buf), "%d,%.6f,%llu,%lld,%.9g,%.6f,%lld,%lld\n", q.consumer, q.time_s,
                   static_cast<unsigned long long>(q.version), static_cast<long long>(q.iteration), q.loss,
-                  q.staleness_s);
+                  q.staleness_s, static_cast<long long>(q.traffic_iteration), static_cast<long long>(q.true_iteration));
     out += buf;
   }
   return out;

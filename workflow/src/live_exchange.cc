@@ -177,7 +177,17 @@ void PaceAnnouncer::Announce(int64_t iteration, double seconds_per_iteration, in
   const double now = MonotonicSeconds();
   if (now - last_ < kPacePeriodS) return;
   last_ = now;
-  sent_.push_back({iteration, now - base_, seconds_per_iteration, total_iterations});
+  Send({iteration, now - base_, seconds_per_iteration, total_iterations, 0});
+}
+
+void PaceAnnouncer::Hold(int64_t iteration, double seconds_per_iteration, int64_t total_iterations) {
+  const double now = MonotonicSeconds();
+  last_ = -1e300;  // the next Announce goes at once: training resumed
+  Send({iteration, now - base_, seconds_per_iteration, total_iterations, 1});
+}
+
+void PaceAnnouncer::Send(const PaceMessage& m) {
+  sent_.push_back(m);
   for (int r = 1; r < size_; ++r) {
     requests_.emplace_back();
     Isend(comm_, &sent_.back(), 1, r, kTagPace, &requests_.back());
@@ -200,14 +210,20 @@ void PaceListener::Drain() {
 int64_t PaceListener::Estimate(int64_t served_iteration, double time_s) {
   Drain();
   if (received_ == 0) return served_iteration;
-  double tau = last_.seconds_per_iteration;
-  if (received_ >= 2 && last_.iteration > previous_.iteration && last_.time_s > previous_.time_s) {
-    tau = (last_.time_s - previous_.time_s) / static_cast<double>(last_.iteration - previous_.iteration);
+  return EstimateIteration(last_, received_ >= 2 ? &previous_ : nullptr, served_iteration, time_s);
+}
+
+int64_t EstimateIteration(const PaceMessage& last, const PaceMessage* previous, int64_t served_iteration,
+                          double time_s) {
+  double tau = last.seconds_per_iteration;
+  if (previous != nullptr && !previous->holding && last.iteration > previous->iteration &&
+      last.time_s > previous->time_s) {
+    tau = (last.time_s - previous->time_s) / static_cast<double>(last.iteration - previous->iteration);
   }
-  double estimate = static_cast<double>(last_.iteration);
-  if (tau > 0) estimate += std::floor(std::max(0.0, time_s - last_.time_s) / tau);
+  double estimate = static_cast<double>(last.iteration);
+  if (tau > 0 && !last.holding) estimate += std::floor(std::max(0.0, time_s - last.time_s) / tau);
   estimate = std::max(estimate, static_cast<double>(served_iteration));
-  if (last_.total_iterations > 0) estimate = std::min(estimate, static_cast<double>(last_.total_iterations));
+  if (last.total_iterations > 0) estimate = std::min(estimate, static_cast<double>(last.total_iterations));
   return static_cast<int64_t>(estimate);
 }
 

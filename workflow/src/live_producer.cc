@@ -356,9 +356,13 @@ class Producer {
             VIPER_RETURN_IF_ERROR(online_->SetPace(step_sum_ / static_cast<double>(step_s_.size())));
           }
         }
+        // A validation point is where the loop re-fits, re-plans and
+        // re-measures: the consumers hold their estimate meanwhile.
+        if (drifting_ && s_.log.records.back().val_loss) pace_.Hold(it_, s_.seconds_per_iteration, N_);
         VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
       }
       if (!checkpoint) continue;
+      if (drifting_) pace_.Hold(it_, s_.seconds_per_iteration, N_);  // the publish's stall
       // The closed loop may publish an older kept model (publishing()).
       const int64_t model = online_ ? online_->publishing() : it_;
       VIPER_RETURN_IF_ERROR(Publish(it_, model));
