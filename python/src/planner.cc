@@ -359,9 +359,8 @@ class Planner {
     online_metric_ = predictor::ToString(sc->online_metric);
     predictor_report_ = sc->predictor_report;
     if (kind_ == schedulers::StrategyKind::kOnline) {
-      schedulers::OnlinePlanner::Options oo = sc->online;
+      schedulers::OnlinePlanner::Options oo = sc->online;  // the user's options (sco.online)
       oo.metric = schedulers::OnlineObservationKind(*sc);
-      ApplyOnlineOptions(&oo);
       online_ = std::make_unique<schedulers::OnlinePlanner>(
           sc->problem, schedulers::OnlineForecasters(*sc, oo), oo);
       for (const LogRecord& r : log_.records) {
