@@ -49,6 +49,7 @@ class Planner {
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
     std::string regime_ends = schedulers::ToString(schedulers::OnlinePlanner::Options().regime_ends);
     bool anticipate_returns = schedulers::OnlinePlanner::Options().anticipate_returns;
+    double wait_guard = schedulers::OnlinePlanner::Options().wait_guard;  // online: the rent-or-buy bound
   };
 
   explicit Planner(Options o) : o_(std::move(o)) {
@@ -289,6 +290,8 @@ class Planner {
       d["anticipation_failed"] = online_->summary().anticipation_failed;
       d["ramp_holds"] = online_->summary().ramp_holds;  // publishes held on a young ramp (wall clock)
       d["switch_holds"] = online_->summary().switch_holds;  // publishes held until the producer trains through a switch
+      d["wait_guard"] = o_.wait_guard;
+      d["wait_guards"] = online_->summary().wait_guards;  // publishes made after waiting too long
     } else if (built_) {
       d["summary"] = plan_report_;
       d["plan"] = plan_;
@@ -304,6 +307,7 @@ class Planner {
     oo->record_decisions = o_.record_decisions;
     oo->keep_versions = o_.keep_versions;
     oo->anticipate_returns = o_.anticipate_returns;
+    oo->wait_guard = o_.wait_guard;
     if (!schedulers::RegimeEndsFromString(o_.regime_ends, &oo->regime_ends)) {
       throw py::value_error("keep_regime_ends must be off, predicted or every, got '" + o_.regime_ends + "'");
     }
@@ -399,7 +403,7 @@ void BindPlanner(py::module_& m) {
                        double price_per_slowdown_s, std::optional<double> slowdown_budget_s,
                        int64_t min_spacing_iterations, const std::string& traffic_clock, double drift_prior,
                        bool record_decisions, int keep_versions, const std::string& keep_regime_ends,
-                       bool anticipate_returns) {
+                       bool anticipate_returns, double wait_guard) {
              Planner::Options o;
              o.strategy = strategy;
              o.total_iterations = total_iterations;
@@ -420,6 +424,7 @@ void BindPlanner(py::module_& m) {
              o.keep_versions = keep_versions;
              o.regime_ends = keep_regime_ends;
              o.anticipate_returns = anticipate_returns;
+             o.wait_guard = wait_guard;
              return std::make_unique<Planner>(std::move(o));
            }),
            py::arg("strategy"), py::arg("total_iterations"), py::arg("warmup"), py::arg("seconds_per_iteration"),
@@ -430,7 +435,8 @@ void BindPlanner(py::module_& m) {
            py::arg("record_decisions") = false,
            py::arg("keep_versions") = schedulers::OnlinePlanner::Options().keep_versions,
            py::arg("keep_regime_ends") = std::string(schedulers::ToString(schedulers::OnlinePlanner::Options().regime_ends)),
-           py::arg("anticipate_returns") = schedulers::OnlinePlanner::Options().anticipate_returns)
+           py::arg("anticipate_returns") = schedulers::OnlinePlanner::Options().anticipate_returns,
+           py::arg("wait_guard") = schedulers::OnlinePlanner::Options().wait_guard)
       .def("set_cost", &Planner::SetCost, py::arg("stall_s"), py::arg("delay_s"))
       .def("observe", &Planner::Observe, py::arg("iteration"), py::arg("train_loss"), py::arg("val_loss"))
       .def("should_checkpoint", &Planner::ShouldCheckpoint, py::arg("iteration"))

@@ -459,12 +459,18 @@ class Planner:
     switch once a recurring cycle is known; "every": at every validation
     point; "off": none): which unpublished models it asks you to copy,
     copy_at() says where; `anticipate_returns` (None = on): publish a kept
-    model ahead of a predicted return of its domain."""
+    model ahead of a predicted return of its domain.
+    `wait_guard` (online; None = the C++ default 4, 0 = off, at most 1000):
+    once the served version, re-measured by observe_served(), has measured
+    above the candidate since the last publish by more (in loss x seconds,
+    less the gate's margin) than this many stalls at the candidate's loss,
+    the candidate is published even where the re-plan waits."""
 
     def __init__(self, strategy="online", total_iterations=None, warmup=None, cost=None, requests=None, *,
                  seconds_per_iteration=None, metric="auto", gate_z=0.5, drift_per_s=0.0, price_per_slowdown_s=0.0,
                  slowdown_budget_s=None, min_spacing=1, poll_period_s=0.0, traffic_clock="wall", drift_prior=None,
-                 record_decisions=False, keep_versions=None, keep_regime_ends=None, anticipate_returns=None):
+                 record_decisions=False, keep_versions=None, keep_regime_ends=None, anticipate_returns=None,
+                 wait_guard=None):
         if total_iterations is None or warmup is None:
             raise ValueError("Planner: total_iterations and warmup are required")
         stall = delay = None
@@ -481,6 +487,8 @@ class Planner:
             prior["keep_regime_ends"] = str(keep_regime_ends)
         if anticipate_returns is not None:
             prior["anticipate_returns"] = bool(anticipate_returns)
+        if wait_guard is not None:
+            prior["wait_guard"] = float(wait_guard)
         self._p = _viper.Planner(strategy, int(total_iterations), int(warmup), float(seconds_per_iteration or 0.0),
                                  stall, delay, interval_s, metric,
                                  float(gate_z), float(drift_per_s), float(price_per_slowdown_s), slowdown_budget_s,
@@ -568,7 +576,8 @@ class Planner:
         traffic_iteration, changes, switches, cycle, predicted_switch) and
         what it chose (plan_wants, planned_checkpoint: the re-plan's first
         checkpoint or None when it plans none, gated, held_for_return, held_on_ramp,
-        held_for_switch, publish, published_model, publish_kind: "fresh", "kept" or "ahead");
+        held_for_switch, waited_too_long, publish, published_model, publish_kind: "fresh", "kept" or
+        "ahead");
         None where there was nothing (judge_traffic_iteration always: only
         the offline replay knows where the judge placed the traffic). The columns of `viper simulate
         --decisions-csv` (README, "Why online published"). Empty otherwise."""

@@ -105,6 +105,7 @@ std::string OnlinePlanner::Summary::BriefReport(int64_t checkpoints) const {
   if (switch_holds > 0) {
     s += ", " + std::to_string(switch_holds) + " held until the producer trains through a switch";
   }
+  if (wait_guards > 0) s += ", " + std::to_string(wait_guards) + " published after waiting too long";
   if (max_lag_price > 0) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ", a stall's lag priced up to %.3g per second", max_lag_price);
@@ -436,6 +437,17 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     want = false;
     ramp_hold = true;
   }
+  // 8. The wait guard (Options::wait_guard): the traffic has paid more for
+  // waiting than a checkpoint costs.
+  waited_too_long_ = false;
+  if (WaitedTooLong(now, v, sigma, gap, returns_->holding()) && !want) {
+    want = true;
+    waited_too_long_ = true;
+    ++summary_.wait_guards;
+    publishing_ = now;
+    publishing_loss_.reset();
+    returns_->DropPending();
+  }
   decided_at_ = want ? now : -1;
   if (options_.record_decisions) {
     RecordDecision(now, v, sigma, problem, plan_wanted, gated, holding, ramp_hold, want);
@@ -460,6 +472,7 @@ Status OnlinePlanner::Commit(int64_t iteration) {
                                 std::to_string(last) + ", " + std::to_string(problem_.total_iterations) + "]");
   }
   taken_.push_back(iteration);
+  waited_excess_s_ = 0;
   // How long this stall holds the producer, at the cost measured now (a
   // later SetCost does not re-price it); TrafficAt turns it into iterations.
   stalled_s_.push_back((stalled_s_.empty() ? 0.0 : stalled_s_.back()) + problem_.cost.stall_s);
@@ -492,6 +505,29 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
   const auto it = std::lower_bound(taken_.begin(), taken_.end(), iteration);
   const size_t k = static_cast<size_t>(it - taken_.begin());
   return k == 0 ? problem_.warmup_iterations : published_[k - 1];
+}
+
+bool OnlinePlanner::WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding) {
+  // Rent or buy: each measurement gap the served model measured above the
+  // candidate is rent the traffic paid for waiting; a checkpoint is the
+  // purchase, priced as its stall's worth of requests at the candidate's
+  // loss (those the stall adds at the window's end, or serves behind a
+  // moving traffic). Paying wait_guard times that in rent before buying
+  // bounds what a wrong wait costs against a publish at its start, whatever
+  // the re-plan's model of the future says. Only on what the producer
+  // measured now: the served model re-measured at this measurement.
+  if (options_.wait_guard <= 0 || !served_loss_ || served_by_measurement_.size() != measured_.size() ||
+      !std::isfinite(served_by_measurement_.back()) || ServedStillRising() ||
+      (options_.hold_young_ramps && RampYounger(now))) {
+    return false;
+  }
+  const double excess = *served_loss_ - v - MarginFor(sigma);
+  if (!(excess > 0)) return false;
+  if (holding) return false;  // the anticipation serves the returning domain: no rent is owed to this candidate
+  waited_excess_s_ += excess * static_cast<double>(gap) * problem_.seconds_per_iteration;
+  const bool may = static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
+                   (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
+  return may && waited_excess_s_ > options_.wait_guard * problem_.cost.stall_s * std::max(v, 1e-9);
 }
 
 bool OnlinePlanner::RampYounger(int64_t now) const {

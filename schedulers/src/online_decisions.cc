@@ -51,6 +51,7 @@ void OnlinePlanner::RecordDecision(int64_t now, double v, double sigma, const Pr
   d.held_for_return = holding;
   d.held_on_ramp = ramp_hold;
   d.held_for_switch = held_for_switch_;
+  d.waited_too_long = waited_too_long_;
   d.publish = publish;
   if (publish) {
     d.published_model = publishing_;

@@ -33,6 +33,9 @@ bool OnlinePlannerOptions::IsValid(std::string* error) const {
     return fail("replan_gap must be in [0, 0.01], got " + std::to_string(replan_gap));
   }
   if (decay_window < 2) return fail("decay_window must be >= 2, got " + std::to_string(decay_window));
+  if (!(wait_guard >= 0 && wait_guard <= 1000)) {
+    return fail("wait_guard must be in [0, 1000], got " + std::to_string(wait_guard));
+  }
   if (!(pace_tolerance >= 0) || !std::isfinite(pace_tolerance)) {
     return fail("pace_tolerance must be >= 0, got " + std::to_string(pace_tolerance));
   }

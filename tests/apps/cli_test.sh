@@ -327,7 +327,7 @@ PY
                "--drift inf" "--poll-period-s 0" "--min-spacing 0" "--gate-z nan" "--model-bytes 1e30" \
                "--model-bytes 2P" "--total-iterations -5" "--warmup 0.2" "--warmup 120%" "--warmup -3" \
                "--transport nvme" "--mode eventually" "--arrivals bursty" "--metric test_loss" "--requests lots" \
-               "--stall-s 1" "--seconds-per-epoch nan"; do
+               "--stall-s 1" "--seconds-per-epoch nan" "--wait-guard -1" "--wait-guard 1e4"; do
       # shellcheck disable=SC2086
       expect_rc 2 "$cmd $bad" "$viper" $cmd --log "$log" $bad
       opt="${bad%% *}"

@@ -325,6 +325,36 @@ def test_the_default_drift_prior_needs_the_served_version_re_measured():
     assert blind.report()["max_lag_price"] == 0
 
 
+def test_the_wait_guard_publishes_what_the_re_plan_keeps_putting_off():
+    # A stall of 100 steps' time in a 300-step run: the re-plan never pays
+    # for one, even after the swap at 120 has left the served warm-up model
+    # far behind the candidate. The wait guard (default 4) sums the served
+    # model's measured excess over the candidate and publishes once it
+    # outweighs 4 stalls at the candidate's loss; 0 turns it off.
+    runs = {}
+    for guard in (None, 0):
+        planner = viper.Planner("online", total_iterations=300, warmup=50, cost=(1.0, 1.2),
+                                seconds_per_iteration=0.01, requests={"interval_s": 0.01}, wait_guard=guard,
+                                record_decisions=True)
+        _, published = drive_online_through_a_swap(planner, every=5, steps=300)
+        runs[guard] = (planner.report(), published, planner.decisions())
+    report, published, decisions = runs[None]
+    assert report["wait_guard"] == 4.0 and report["wait_guards"] >= 1, report["summary"]
+    assert "published after waiting too long" in report["summary"]
+    assert published and published[0][0] > 120, published
+    fired = [d for d in decisions if d["waited_too_long"]]
+    assert len(fired) == report["wait_guards"]
+    assert all(d["publish"] and d["publish_kind"] == "fresh" for d in fired), fired
+    assert all(d["candidate_loss"] < d["served_loss"] - d["gate_margin"] for d in fired), fired
+    off, off_published, off_decisions = runs[0]
+    assert off["wait_guard"] == 0 and off["wait_guards"] == 0
+    assert off_published == [], off_published
+    assert not any(d["waited_too_long"] for d in off_decisions)
+    for bad in (-1, 1001, float("nan")):
+        with pytest.raises(ValueError, match="wait_guard must be in"):
+            viper.Planner("online", total_iterations=200, warmup=50, wait_guard=bad)
+
+
 def test_online_re_publishes_a_kept_model_when_the_domain_returns():
     # The labels swap at 100 and back at 200: after 200 the model kept from
     # before 100 measures better on today's traffic than the one trained on

@@ -78,6 +78,15 @@ TEST(OnlinePlannerTest, DefaultOptionsAreValidAndBadOnesAreNamed) {
   o.keep_versions = -1;
   EXPECT_FALSE(o.IsValid(&error));
   EXPECT_NE(error.find("keep_versions"), std::string::npos);
+  for (double bad : {-1.0, 1001.0, std::numeric_limits<double>::quiet_NaN()}) {
+    o = OnlinePlanner::Options();
+    o.wait_guard = bad;
+    EXPECT_FALSE(o.IsValid(&error)) << bad;
+    EXPECT_NE(error.find("wait_guard"), std::string::npos) << error;
+  }
+  o = OnlinePlanner::Options();
+  o.wait_guard = 0;
+  EXPECT_TRUE(o.IsValid(&error)) << "0 = off: " << error;
 }
 
 // Under the wall clock the traffic's lead at a past iteration is read off

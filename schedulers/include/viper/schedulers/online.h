@@ -137,6 +137,7 @@ class OnlinePlanner {
     int64_t ramp_holds = 0;           // publishes held back on a young ramp (Options::hold_young_ramps)
     int64_t switch_holds = 0;         // measurements where a publish was held until the producer trains
                                       // through the traffic's latest switch (StallOutweighsGain)
+    int64_t wait_guards = 0;          // publishes the wait guard made where the rest would wait (Options::wait_guard)
 
     // "online: 12 checkpoints, 94 re-plans, 5 fits, 1 change (at 1550), 3 gated".
     std::string BriefReport(int64_t checkpoints) const;
@@ -373,6 +374,13 @@ class OnlinePlanner {
   std::optional<SeenReturn> seen_return_;
   // This measurement's decision held a publish (StallOutweighsGain).
   bool held_for_switch_ = false;
+  // The wait guard's sum since the last publish (Options::wait_guard): the
+  // served model's re-measured excess over the candidate, less the gate's
+  // margin, times the seconds each measurement gap took (loss x seconds).
+  double waited_excess_s_ = 0;
+  // This measurement's decision was the wait guard's.
+  bool waited_too_long_ = false;
+  bool WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding);
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;

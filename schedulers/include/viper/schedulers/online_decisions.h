@@ -33,6 +33,7 @@ struct OnlineDecision {
   bool held_for_return = false;   // an anticipated return holds everything else
   bool held_on_ramp = false;      // a young ramp held it (Options::hold_young_ramps)
   bool held_for_switch = false;   // held until the producer trains through a switch (StallOutweighsGain)
+  bool waited_too_long = false;   // published by the wait guard (Options::wait_guard) where the rest would wait
   bool publish = false;           // the decision: checkpoint now
   int64_t published_model = -1;   // the model it publishes (-1: none)
   const char* publish_kind = "";  // "fresh", "kept" (a re-publish), "ahead" (of a predicted return), or ""
@@ -67,6 +68,7 @@ void ForEachDecisionField(const OnlineDecision& d, F&& f) {
   f("held_for_return", d.held_for_return);
   f("held_on_ramp", d.held_on_ramp);
   f("held_for_switch", d.held_for_switch);
+  f("waited_too_long", d.waited_too_long);
   f("publish", d.publish);
   f("published_model", model(d.published_model));
   f("publish_kind", std::string_view(d.publish_kind));

@@ -105,6 +105,26 @@ struct OnlinePlannerOptions {
   // anticipated return is never held (bench/README.md, "Fifteenth
   // session").
   bool hold_young_ramps = true;
+  // A rent-or-buy guard on the re-plan's waits (>= 0, at most 1000; 0 =
+  // off). Since the last publish, the planner sums what the traffic paid for
+  // waiting as the producer measures it: at each measurement, the served
+  // model's re-measured loss over the candidate's, less the gate's margin,
+  // times the seconds since the measurement before. Once that sum exceeds
+  // wait_guard x a stall's seconds x the candidate's loss (what one more
+  // checkpoint costs the requests served after it, roughly), the candidate
+  // is published where the re-plan or a switch hold (StallOutweighsGain)
+  // would wait. Not on a ramp (the served model still rising, or a young
+  // ramp's hold: a fresh version falls behind the traffic too, and the
+  // re-plan's spacing is the price of that), nor while an anticipated
+  // return holds, nor where the gate refuses the candidate now. Only with
+  // the served model re-measured (a staleness table offline, ObserveServed
+  // live): on the diagonal nothing changes. The re-plan reads a step after
+  // a change as a rate of decay and can push its next checkpoint on while
+  // the served model measures several times the candidate's loss (set 14's
+  // q-swaps800 on pfs, from the swap at 1102 to the next one: 1.65 against
+  // 0.40-0.45). 522 wall cases: mean 11.65 -> 11.30%, 14 better, 4 worse,
+  // worst 121.4 -> 110.0% (bench/README.md, "Fifty-eighth session").
+  double wait_guard = 4.0;
   // SetPace changes the pace the re-plans use only when the measured one
   // differs from it by more than this fraction (>= 0): a pace that moves by
   // a few percent is noise to plan on (under the wall clock it shifts where
