@@ -84,6 +84,11 @@ int RunRun(const std::vector<std::string>& args) {
       "stall is priced as that much lag, so checkpoints whose gain does not pay for it are skipped, until a "
       "drift is measured on the served version's re-measurements; 0 = price only measured decay (viper plan "
       "--help)")(
+      "wait-guard", po::value(&o.wait_guard)->default_value(o.wait_guard),
+      "--strategy online: publish the candidate where the re-plan would wait once the served version's "
+      "re-measured loss over the candidate's (less the gate's margin), summed over the validation gaps since "
+      "the last publish in loss x seconds, passes this many stalls at the candidate's loss, in [0, 1000]; "
+      "not on a ramp nor while an anticipated return holds; 0 = off (viper plan --help)")(
       "keep-versions", po::value(&o.keep_versions)->default_value(o.keep_versions),
       "--strategy online, --workload trainer: models kept for re-publishing, in [0, 1000] (0 = never "
       "re-publish): at each validation point the producer re-measures the kept models the planner asks for "
@@ -414,6 +419,7 @@ int RunRun(const std::vector<std::string>& args) {
         {"strategy", "--strategy"},
         {"keep_versions", "--keep-versions"},
         {"drift_prior", "--drift-prior"},
+        {"wait_guard", "--wait-guard"},
         {"poll_period_s", "--poll-period-s"},
         {"requests_per_s", "--requests-per-s"},
         {"model_bytes", "--model-bytes"},

@@ -496,6 +496,10 @@ for v in -1 1001 abc 2.5; do
   expect_in "$tmp/err" "--keep-versions" "run names --keep-versions for $v"
 done
 expect_in "$tmp/err" "expected a whole number" "a non-integer --keep-versions says what is expected"
+for v in -1 1001 nan; do
+  expect_rc 2 "run --wait-guard $v" "$viper" run --wait-guard "$v"
+  expect_in "$tmp/err" "--wait-guard" "run names --wait-guard for $v"
+done
 "$viper" run --help 2>&1 | tr -s ' \n' '  ' >"$tmp/help"
 expect_in "$tmp/help" "--keep-versions arg (=8)" "run --help shows the --keep-versions default"
 expect_in "$tmp/help" "(2K + 1) x the model's bytes" "run --help states the memory cost"

@@ -76,6 +76,7 @@ bool LiveRun::Options::IsValid(std::string* error) const {
     schedulers::OnlinePlanner::Options oo;
     oo.keep_versions = keep_versions;
     oo.drift_prior = drift_prior;
+    oo.wait_guard = wait_guard;
     std::string why;
     if (!oo.IsValid(&why)) return Fail(error, why);
   }

@@ -249,6 +249,7 @@ class Producer {
     oo.keep_versions = o_.keep_versions;
     oo.regime_ends = o_.regime_ends;
     oo.drift_prior = o_.drift_prior;
+    oo.wait_guard = o_.wait_guard;
     oo.record_decisions = o_.record_decisions;
     // Kept models are re-measured on the validation sample: they compare
     // with the candidate only when that is the planning metric.

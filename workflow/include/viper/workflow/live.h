@@ -81,6 +81,9 @@ class LiveRun {
     // Strategy online: the prior over traffic drift its lag price uses
     // (schedulers::OnlinePlanner::Options::drift_prior; [0, 1000], 0 = none).
     double drift_prior = schedulers::OnlinePlanner::Options().drift_prior;
+    // Strategy online: the rent-or-buy bound on the re-plan's waits
+    // (schedulers::OnlinePlanner::Options::wait_guard; [0, 1000], 0 = off).
+    double wait_guard = schedulers::OnlinePlanner::Options().wait_guard;
     // Strategy online: keep every decision the producer's planner takes
     // (Summary::decisions; schedulers::OnlinePlanner::Options::record_decisions).
     bool record_decisions = false;
