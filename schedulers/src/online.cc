@@ -432,7 +432,8 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   if (!kept && !holding && returns_->holding()) want = false;  // the served model became the anticipation (5-6)
   // 7. A young ramp under the wall clock: publish nothing yet (RampYounger).
   bool ramp_hold = false;
-  if (want && options_.hold_young_ramps && !returns_->pending() && RampYounger(now)) {
+  const bool young_ramp = options_.hold_young_ramps && RampYounger(now);
+  if (want && !returns_->pending() && young_ramp) {
     ++summary_.ramp_holds;
     want = false;
     ramp_hold = true;
@@ -440,7 +441,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
   // 8. The wait guard (Options::wait_guard): the traffic has paid more for
   // waiting than a checkpoint costs.
   waited_too_long_ = false;
-  if (WaitedTooLong(now, v, sigma, gap, returns_->holding()) && !want) {
+  if (WaitedTooLong(now, v, sigma, gap, returns_->holding(), young_ramp) && !want) {
     want = true;
     waited_too_long_ = true;
     ++summary_.wait_guards;
@@ -507,7 +508,8 @@ int64_t OnlinePlanner::ServedAt(int64_t iteration) const {
   return k == 0 ? problem_.warmup_iterations : published_[k - 1];
 }
 
-bool OnlinePlanner::WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding) {
+bool OnlinePlanner::WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding,
+                                  bool young_ramp) {
   // Rent or buy: each measurement gap the served model measured above the
   // candidate is rent the traffic paid for waiting; a checkpoint is the
   // purchase, priced as its stall's worth of requests at the candidate's
@@ -517,17 +519,19 @@ bool OnlinePlanner::WaitedTooLong(int64_t now, double v, double sigma, int64_t g
   // the re-plan's model of the future says. Only on what the producer
   // measured now: the served model re-measured at this measurement.
   if (options_.wait_guard <= 0 || !served_loss_ || served_by_measurement_.size() != measured_.size() ||
-      !std::isfinite(served_by_measurement_.back()) || ServedStillRising() ||
-      (options_.hold_young_ramps && RampYounger(now))) {
+      !std::isfinite(served_by_measurement_.back()) || ServedStillRising() || young_ramp) {
     return false;
   }
   const double excess = *served_loss_ - v - MarginFor(sigma);
   if (!(excess > 0)) return false;
   if (holding) return false;  // the anticipation serves the returning domain: no rent is owed to this candidate
   waited_excess_s_ += excess * static_cast<double>(gap) * problem_.seconds_per_iteration;
-  const bool may = static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
-                   (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
-  return may && waited_excess_s_ > options_.wait_guard * problem_.cost.stall_s * std::max(v, 1e-9);
+  return CheckpointRoomAt(now) && waited_excess_s_ > options_.wait_guard * problem_.cost.stall_s * std::max(v, 1e-9);
+}
+
+bool OnlinePlanner::CheckpointRoomAt(int64_t now) const {
+  return static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
+         (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
 }
 
 bool OnlinePlanner::RampYounger(int64_t now) const {

@@ -174,8 +174,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   returns_->DropPending();
   const std::vector<std::pair<int64_t, double>>& kept_now = KeptAt(now);
   const bool may_publish = options_.keep_versions > 0 && !kept_now.empty() && served_loss_ &&
-                           static_cast<int64_t>(taken_.size()) < problem_.MaxCheckpoints() &&
-                           (taken_.empty() || now - taken_.back() >= problem_.min_spacing_iterations);
+                           CheckpointRoomAt(now);
   // A re-publish that reacts to a switch arrives a measurement gap and the
   // delivery lag after it. Once switches have been seen, it is skipped
   // when that is more than kReactiveLagShare of their median spacing: the

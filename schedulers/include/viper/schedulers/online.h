@@ -380,7 +380,10 @@ class OnlinePlanner {
   double waited_excess_s_ = 0;
   // This measurement's decision was the wait guard's.
   bool waited_too_long_ = false;
-  bool WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding);
+  // young_ramp: RampYounger(now) under hold_young_ramps, as Decide read it.
+  bool WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding, bool young_ramp);
+  // Room for one more checkpoint now: under MaxCheckpoints, min_spacing after the last.
+  bool CheckpointRoomAt(int64_t now) const;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
