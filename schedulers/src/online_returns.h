@@ -63,11 +63,13 @@ class ReturnPredictor {
   // middle and half-width in traffic iterations (between the traffic of the
   // last measurement before it and of the first after it), and the traffic's
   // lead over the producer when it was seen (traffic - at; the estimated
-  // position's error grows with it, kLeadShare).
+  // position's error grows with it, kLeadShare); `at_learned` whether the
+  // producer's model at `at` had learned the new domain there (AddSwitch).
   struct Switch {
     int64_t at = 0;
     double middle = 0, halfwidth = 0;
     double lead = 0;
+    bool at_learned = false;
   };
   // What AddSwitch made of a switch.
   enum class SwitchSeen {
@@ -92,15 +94,22 @@ class ReturnPredictor {
   // `distinct`: the planner saw the traffic change domain again since the
   // last switch (OnlinePlanner::ReversedSinceLastSwitch), so this is another
   // switch however close to the last one (kRepeated never applies).
+  // `at_learned`: the producer's own model at `at` measured there better
+  // than the model serving the ending domain by the gate's margin (the
+  // planner decides): it had learned the new domain, so it is the new
+  // regime's (RegimeOf).
   // Confirms or refutes the active anticipation: a switch within its
   // tolerance, the switch's half-width and a tenth of the traffic's lead
   // over the producer (traffic_at - at, the estimated position's error
   // growing with it) confirms it.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
-                       double measurement_gap, int64_t better = -1, bool distinct = false);
+                       double measurement_gap, int64_t better = -1, bool distinct = false,
+                       bool at_learned = false);
   // The regime of the data a model was trained on (0 before the first
   // switch): a model up to a switch's first measurement `at`, or before its
-  // middle in the traffic, is of the regime before it.
+  // middle in the traffic, is of the regime before it; the model at `at`
+  // itself is the new regime's when it had learned the new domain there
+  // (Switch::at_learned) and was made past the switch's middle.
   size_t RegimeOf(int64_t model) const;
   // Whether two models were trained on one domain by the cycle learned:
   // regimes a multiple of it apart, the same regime included (false while

@@ -78,8 +78,8 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   // were counted one short, the cycle learned as 2 and kept; 92.6 -> 61.8%;
   // bench/README.md, "Forty-eighth session").
   const bool distinct = ReversedSinceLastSwitch(begin);
-  const auto seen =
-      returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better, distinct);
+  const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better,
+                                        distinct, LearnedAt(begin));
   if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
       internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
                                        0.5 * (traffic_at - traffic_before), traffic_at - static_cast<double>(at))) {
@@ -91,6 +91,18 @@ void OnlinePlanner::AddSwitch(size_t begin) {
         SwitchSeenAt{begin > 0 ? static_cast<int64_t>(measured_.iterations[begin - 1]) : at, at, -1});
     if (begin > 0) switch_to_place_ = std::make_pair(begin, returns_->switches().size() - 1);
   }
+}
+
+bool OnlinePlanner::LearnedAt(size_t begin) const {
+  // The producer's own model at a switch's first measurement, against the
+  // model serving the ending domain re-measured there (the one an active
+  // anticipation replaced, else the served one): better by the gate's
+  // margin, it had learned the new domain (ReturnPredictor::RegimeOf). Not
+  // re-measured there, nothing says so.
+  if (begin >= served_by_measurement_.size() || begin >= measured_.size()) return false;
+  const int64_t replaced = returns_->replaced_model();
+  const double ending = replaced >= 0 ? RemeasuredAt(begin, replaced) : served_by_measurement_[begin];
+  return std::isfinite(ending) && measured_.losses[begin] < ending - MarginFor(Noise());
 }
 
 bool OnlinePlanner::ReversedSinceLastSwitch(size_t begin) const {

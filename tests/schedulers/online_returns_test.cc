@@ -130,6 +130,28 @@ TEST(ReturnPredictorTest, AModelTrainedBeforeASwitchIsOfTheRegimeBefore) {
   EXPECT_EQ(p.cycle(), 2u);
 }
 
+// The model at a switch's first measurement is the new regime's when it
+// had learned the new domain there (the planner saw it measure better than
+// the ending domain's model) and was made past the switch's middle: with
+// no lead, the producer trained on the new domain from the middle on. Then
+// its re-publish two regimes later shows a cycle of 2, not 3.
+TEST(ReturnPredictorTest, AModelThatLearnedTheNewDomainAtTheSwitchIsOfTheRegimeAfter) {
+  ReturnPredictor p(true);
+  // Seen at 1000 (the last measurement before at 950): middle 975.
+  p.AddSwitch(1000, 950, 1000, 750, 50, -1, false, /*at_learned=*/true);
+  EXPECT_EQ(p.RegimeOf(975), 0u);
+  EXPECT_EQ(p.RegimeOf(1000), 1u) << "learned the new domain by its first measurement";
+  // Under the wall clock the traffic leads: seen by the producer at 1550
+  // with the traffic between 1650 and 1830, middle 1740. A model at 1550
+  // that measured well there is still the regime before: it was made
+  // before the producer's own data reached the switch.
+  p.AddSwitch(1550, 1650, 1830, 1300, 50, -1, false, /*at_learned=*/true);
+  EXPECT_EQ(p.RegimeOf(1550), 1u) << "made before the switch's middle";
+  p.AddSwitch(2100, 2050, 2100, 1900, 50);
+  p.NoteRepublish(1000);  // the second regime's model wins in the fourth
+  EXPECT_EQ(p.cycle(), 2u);
+}
+
 // A switch placed anew (a measurement after it showed where in its gap it
 // fell) moves the prediction that reads it.
 TEST(ReturnPredictorTest, APlacedSwitchMovesThePrediction) {

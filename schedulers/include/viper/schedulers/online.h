@@ -309,6 +309,10 @@ class OnlinePlanner {
   // beyond the jump threshold, by measurement `begin`: the traffic changed
   // domain again, another switch however soon (AddSwitch).
   bool ReversedSinceLastSwitch(size_t begin) const;
+  // Whether the producer's own model at measurement `begin` (a switch's
+  // first) measured better there than the model serving the ending domain
+  // by the gate's margin: it had learned the new domain (AddSwitch).
+  bool LearnedAt(size_t begin) const;
   // Where each switch handed to returns_ was seen (parallel to its
   // switches()): the measurements before and after it and the fraction of
   // the move seen (PlaceSwitchSeenPartWay; -1: its gap's middle).
