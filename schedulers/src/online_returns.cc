@@ -86,7 +86,8 @@ size_t ReturnPredictor::RegimeOf(int64_t model) const {
   // "Fifty-ninth session").
   return static_cast<size_t>(std::upper_bound(switches_.begin(), switches_.end(), model,
                                               [](int64_t m, const Switch& w) {
-                                                const bool before_at = m < w.at || (m == w.at && !w.at_learned);
+                                                const bool before_at =
+                                                    m < w.at || (m == w.at && !w.at_learned);
                                                 return before_at || static_cast<double>(m) < w.middle;
                                               }) -
                              switches_.begin());

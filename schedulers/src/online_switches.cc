@@ -42,10 +42,7 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   int64_t better = -1;
   if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
     const int64_t replaced = returns_->replaced_model();
-    auto serving_at = [&](size_t m) {
-      return replaced >= 0 ? RemeasuredAt(m, replaced) : served_by_measurement_[m];
-    };
-    const double served_then = serving_at(begin - 1);
+    const double served_then = EndingDomainLossAt(begin - 1);
     size_t last = begin - 1;
     // That measurement may be part-way into the next domain already: the
     // model serving then jumped there from the one before it (the jump
@@ -54,14 +51,15 @@ void OnlinePlanner::AddSwitch(size_t begin) {
     // domain, passed for the ending one's best (set 1's h-recur60 pfs/train;
     // bench/README.md, "Thirtieth session"). The one before decides.
     auto served_model_at = [&](size_t m) { return ServedAt(static_cast<int64_t>(measured_.iterations[m])); };
-    const double before = begin >= 2 ? serving_at(begin - 2) : std::numeric_limits<double>::quiet_NaN();
+    const double before =
+        begin >= 2 ? EndingDomainLossAt(begin - 2) : std::numeric_limits<double>::quiet_NaN();
     if (std::isfinite(served_then) && std::isfinite(before) &&
         (replaced >= 0 || served_model_at(begin - 2) == served_model_at(begin - 1))) {
       const double sd =
           previous_relative_noise_ > 0 ? std::min(Noise(), previous_relative_noise_ * before) : Noise();
       if (served_then - before > JumpThreshold(sd)) last = begin - 2;
     }
-    const double then = serving_at(last);
+    const double then = EndingDomainLossAt(last);
     if (std::isfinite(then) && measured_.losses[last] < then) {
       better = static_cast<int64_t>(measured_.iterations[last]);
     }
@@ -78,11 +76,12 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   // were counted one short, the cycle learned as 2 and kept; 92.6 -> 61.8%;
   // bench/README.md, "Forty-eighth session").
   const bool distinct = ReversedSinceLastSwitch(begin);
-  const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(), better,
-                                        distinct, LearnedAt(begin));
+  const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(),
+                                        better, distinct, LearnedAt(begin));
   if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
       internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
-                                       0.5 * (traffic_at - traffic_before), traffic_at - static_cast<double>(at))) {
+                                       0.5 * (traffic_at - traffic_before),
+                                       traffic_at - static_cast<double>(at))) {
     seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
   }
   if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
@@ -93,15 +92,18 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   }
 }
 
+double OnlinePlanner::EndingDomainLossAt(size_t m) const {
+  const int64_t replaced = returns_->replaced_model();
+  return replaced >= 0 ? RemeasuredAt(m, replaced) : served_by_measurement_[m];
+}
+
 bool OnlinePlanner::LearnedAt(size_t begin) const {
   // The producer's own model at a switch's first measurement, against the
-  // model serving the ending domain re-measured there (the one an active
-  // anticipation replaced, else the served one): better by the gate's
+  // model serving the ending domain re-measured there: better by the gate's
   // margin, it had learned the new domain (ReturnPredictor::RegimeOf). Not
   // re-measured there, nothing says so.
   if (begin >= served_by_measurement_.size() || begin >= measured_.size()) return false;
-  const int64_t replaced = returns_->replaced_model();
-  const double ending = replaced >= 0 ? RemeasuredAt(begin, replaced) : served_by_measurement_[begin];
+  const double ending = EndingDomainLossAt(begin);
   return std::isfinite(ending) && measured_.losses[begin] < ending - MarginFor(Noise());
 }
 

@@ -1365,16 +1365,16 @@ TEST(StalenessScenarioTest, ThreeDomainsTheRegimeTwoBackIsNotTheReturnWhenAnOlde
 // goes out as well: 1.036 x the oracle -> 1.030 x (bench/README.md,
 // "Fifty-ninth session").
 TEST(StalenessScenarioTest, AModelThatLearnedTheNewDomainAtTheSwitchIsOfTheRegimeAfter) {
-  auto sc = WallScenarioAt(datasets::ShippedLogDirectory() + "/recur-sgd-h256", Tier::kGpu, TrafficClock::kWall, 0,
-                           OnlinePlanner::Options().drift_prior);
+  auto sc = WallScenarioAt(datasets::ShippedLogDirectory() + "/recur-sgd-h256", Tier::kGpu,
+                           TrafficClock::kWall, 0, OnlinePlanner::Options().drift_prior);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const int64_t warmup_model = sc->problem.warmup_iterations;
   const auto first_return = UpTo(*plan, 1800);
-  EXPECT_TRUE(std::any_of(first_return.begin(), first_return.end(),
-                          [&](const auto& d) { return d.first >= 1700 && d.second == warmup_model; }))
-      << plan->summary.message;
+  EXPECT_TRUE(std::any_of(first_return.begin(), first_return.end(), [&](const auto& d) {
+    return d.first >= 1700 && d.second == warmup_model;
+  })) << plan->summary.message;
   ExpectPlanWithin(*sc, *plan, 1.033);
 }
 

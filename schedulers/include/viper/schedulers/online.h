@@ -313,6 +313,10 @@ class OnlinePlanner {
   // first) measured better there than the model serving the ending domain
   // by the gate's margin: it had learned the new domain (AddSwitch).
   bool LearnedAt(size_t begin) const;
+  // The model serving the ending domain, re-measured at measurement `m`:
+  // the one an active anticipation replaced (the served one is then the
+  // coming domain's), else the served one (NaN where not re-measured).
+  double EndingDomainLossAt(size_t m) const;
   // Where each switch handed to returns_ was seen (parallel to its
   // switches()): the measurements before and after it and the fraction of
   // the move seen (PlaceSwitchSeenPartWay; -1: its gap's middle).
