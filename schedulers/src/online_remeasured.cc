@@ -99,7 +99,7 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   const std::vector<int64_t>& regime_better = returns_->regime_better();
   if (const auto r = returns_->PredictedReturn(MeasurementGap())) {
     add(r->model);
-    if (r->fallback >= 0) add(r->fallback);
+    for (int64_t m : r->fallbacks) add(m);
   }
   for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
     if (q < regime_better.size() && regime_better[q] >= 0) add(regime_better[q]);

@@ -136,7 +136,40 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
   // domain for the whole visit), else the served one.
   const size_t q = upcoming - cycle_;
   r.model = regime_better_[q] >= 0 ? regime_better_[q] : regime_models_[q];
-  if (r.model != regime_models_[q]) r.fallback = regime_models_[q];
+  // Its other models, for when that one was not kept: the model served at
+  // that visit, then each earlier visit's, newest first. A visit the lag
+  // outlasts leaves no model of its own: the producer's best there was
+  // never copied (nothing knew the domain would come back when it was the
+  // producer's), and what served it was the other domain's model, or the
+  // one a publish sent too late. The domain's model from the visit before
+  // is kept (published then) and serves it better than the wrong domain's:
+  // without it no anticipation went out, and on pfs every return after the
+  // first was served the ending domain's model (h16's s-recur55 pfs/req
+  // 110.0 -> 64.6%, h10's k-recur70 pfs/req 104.1 -> 51.3%;
+  // bench/README.md, "Sixtieth session").
+  // A visit's served model is the domain's only where nothing measured
+  // better there or it was trained in a regime the cycle puts in that
+  // domain (RegimeOf): the model a lag left serving a visit is the other
+  // domain's, and published for the return it serves the wrong domain
+  // again. (Read from the cycle, a multiple of the true one, 4 for two
+  // domains, puts the domain's own models in another: set 17's t-swaps500
+  // on host, 1.39 -> 1.45 x the oracle. Read instead from the producer's
+  // own model measuring better by the gate's margin, it missed where the
+  // producer was still re-learning the domain at the visit's end: h10's
+  // k-recur70 pfs/req gained nothing.)
+  auto of_domain = [&](size_t p, int64_t m) {
+    const size_t trained = RegimeOf(m);
+    return regime_better_[p] < 0 || (trained <= q && (q - trained) % cycle_ == 0);
+  };
+  for (size_t p = q + cycle_; p >= cycle_;) {
+    p -= cycle_;
+    for (int64_t m : {regime_better_[p], of_domain(p, regime_models_[p]) ? regime_models_[p] : int64_t{-1}}) {
+      if (m >= 0 && m != r.model &&
+          std::find(r.fallbacks.begin(), r.fallbacks.end(), m) == r.fallbacks.end()) {
+        r.fallbacks.push_back(m);
+      }
+    }
+  }
   r.tolerance = std::max(0.05 * i2, 2.0 * std::max({u[0], u[1], u[2]}) + measurement_gap);
   return r;
 }
@@ -151,10 +184,15 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   auto measured = [&](int64_t model) {
     return std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == model; });
   };
+  // The first of the domain's models that serves or is kept: one that
+  // serves already needs no anticipation (an older visit's model published
+  // in its place cost a stall for the same domain: h17's t-swaps500
+  // pfs/train 39.4 -> 51.7%).
   auto kept = measured(r->model);
-  if (kept == kept_now.end() && r->fallback >= 0 && r->fallback != served_model) {
-    kept = measured(r->fallback);
-    r->model = r->fallback;
+  for (size_t i = 0; kept == kept_now.end() && i < r->fallbacks.size(); ++i) {
+    if (r->fallbacks[i] == served_model) return std::nullopt;
+    kept = measured(r->fallbacks[i]);
+    if (kept != kept_now.end()) r->model = r->fallbacks[i];
   }
   if (kept == kept_now.end()) return std::nullopt;
   pending_ = r;

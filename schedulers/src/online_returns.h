@@ -53,7 +53,10 @@ class ReturnPredictor {
   struct Return {
     double change = 0;       // the predicted switch's middle (traffic iterations)
     int64_t model = 0;       // the model to serve after it
-    int64_t fallback = -1;   // the returning domain's other model, when `model` is not kept (-1: none)
+    // The returning domain's other models, tried in this order when `model`
+    // is not kept: the model served at its last visit, then each earlier
+    // visit's (its better model, the served one), newest visit first.
+    std::vector<int64_t> fallbacks;
     double tolerance = 0;    // how far from `change` a switch confirms it
     bool confirmed = false;  // a switch was seen within the tolerance
     double loss = 0;         // the model's measured loss when it was published (the old domain's)
@@ -141,7 +144,7 @@ class ReturnPredictor {
   // that it arrives, `delivery_lag` traffic iterations after `traffic`, at
   // the predicted switch (from half a measurement gap before its middle);
   // nullopt when there is no prediction, it is past or beyond `horizon`, the
-  // model serves already, neither it nor the fallback was re-measured now,
+  // model serves already, neither it nor a fallback was re-measured now,
   // it is too early, or it would arrive after the predicted switch by more
   // than `late_share` of the spacing (a delivery lag as long as a stay: it
   // would serve its domain for little of it, then the wrong one after the

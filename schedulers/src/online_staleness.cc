@@ -335,7 +335,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // measurement whose delivery would land at the switch is often already
   // past the switch's start, sees it part-way and records it, and the
   // anticipation never goes out. The returning domain's model is then
-  // published now, the one the prediction named (or its fallback), kept and
+  // published now, the one the prediction named (or a fallback), kept and
   // re-measured now but not the best measured: part-way through the switch
   // the blend favours the ending domain's models, and waiting for a kept
   // model to win by the margin costs a measurement gap or more of the wrong
@@ -343,8 +343,11 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // kReactiveLagShare rule; bench/README.md, "Twenty-third session").
   if (seen_return_ && seen_return_->at == now && may_publish && !holding && in_time) {
     const int64_t served = served_model();
-    for (int64_t m : {seen_return_->model, seen_return_->fallback}) {
-      if (m < 0 || m == served) continue;
+    std::vector<int64_t> models{seen_return_->model};
+    models.insert(models.end(), seen_return_->fallbacks.begin(), seen_return_->fallbacks.end());
+    for (int64_t m : models) {
+      if (m == served) break;  // the domain's model serves already (PublishAhead)
+      if (m < 0) continue;
       const auto k = std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& e) { return e.first == m; });
       if (k == kept_now.end()) continue;
       want = true;

@@ -28,6 +28,21 @@ constexpr double kPartWay = 0.05;
 }  // namespace
 
 void OnlinePlanner::AddSwitch(size_t begin) {
+  // The measurement right after a switch seen part-way (PlaceSwitchSeenPartWay
+  // placed it from the move the model serving then made on to here) sees
+  // the rest of that switch, not another, unless a model moved back since
+  // (ReversedSinceLastSwitch). A model published at that switch's first
+  // measurement measured a blend there and jumps here (ServedJumped); with a
+  // stall between, the traffic moved more than the four gaps within which a
+  // switch is the last one seen again, and the rest was counted as a switch
+  // of its own: every later regime one off, each return predicted to the
+  // wrong domain (set 14's q-swaps800 on pfs, the warm-up model published
+  // ahead at 2318 part-way into the swap at 2700: 1.51 x the oracle; 1.19 x
+  // read as one; bench/README.md, "Sixtieth session").
+  if (!switches_seen_at_.empty() && switches_seen_at_.back().part_way >= 0) {
+    const auto seen = MeasurementIndex(switches_seen_at_.back().after);
+    if (seen && *seen + 1 == begin && !ReversedSinceLastSwitch(begin)) return;
+  }
   const int64_t at = static_cast<int64_t>(measured_.iterations[begin]);
   const double traffic_at = TrafficAt(at);
   const double traffic_before =
@@ -82,7 +97,7 @@ void OnlinePlanner::AddSwitch(size_t begin) {
       internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
                                        0.5 * (traffic_at - traffic_before),
                                        traffic_at - static_cast<double>(at))) {
-    seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallback};
+    seen_return_ = SeenReturn{last_iteration_, predicted->model, predicted->fallbacks};
   }
   if (seen == internal::ReturnPredictor::SwitchSeen::kRefuted) ++summary_.anticipation_failed;
   if (seen != internal::ReturnPredictor::SwitchSeen::kRepeated) {

