@@ -152,9 +152,10 @@ class ReturnPredictor {
   std::optional<std::pair<int64_t, double>> PublishAhead(
       double traffic, double delivery_lag, double horizon, int64_t served_model,
       const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap, double late_share = 1.0);
-  // Whether the served model is already the predicted return's model and a
-  // publish now would land at the predicted switch (PublishAhead's window):
-  // the served model then becomes the active anticipation, measuring
+  // Whether the served model is already the predicted return's model (or
+  // one of its fallbacks) and a publish now would land at the predicted
+  // switch (PublishAhead's window): the served model then becomes the
+  // active anticipation, measuring
   // `served_loss` now (it holds every other publish until its switch).
   bool AdoptServed(double traffic, double delivery_lag, double horizon, int64_t served_model, double served_loss,
                    double measurement_gap, double late_share);

@@ -253,6 +253,12 @@ TEST(ReturnPredictorTest, AReturnFallsBackToAnEarlierVisitsModelOfTheDomain) {
   const auto kept = q.PublishAhead(3985, 0, 10000, 3100, {{900, 0.6}, {2500, 0.5}}, kGap);
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->first, 2500);
+  q.DropPending();
+  // Serving, 2500 is adopted as the return's anticipation (it holds), as
+  // the prediction's own model would be; B's 1900 never is.
+  EXPECT_FALSE(p.AdoptServed(3000, 985, 10000, 1900, 2.0, kGap, 0.35)) << "B's model is no return";
+  EXPECT_TRUE(q.AdoptServed(3000, 985, 10000, 2500, 2.0, kGap, 0.35));
+  EXPECT_TRUE(q.holding());
 }
 
 // A switch within four measurement gaps (80) of the last one is the same
