@@ -181,22 +181,30 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
     return std::nullopt;
   if (!LandsAtReturn(*r, traffic + delivery_lag, measurement_gap, late_share)) return std::nullopt;
-  auto measured = [&](int64_t model) {
-    return std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& k) { return k.first == model; });
-  };
+  const auto kept = FirstKept(r->model, r->fallbacks, served_model, kept_now);
+  if (!kept) return std::nullopt;
+  r->model = kept->first;
+  pending_ = r;
+  return kept;
+}
+
+std::optional<std::pair<int64_t, double>> ReturnPredictor::FirstKept(
+    int64_t model, const std::vector<int64_t>& fallbacks, int64_t served_model,
+    const std::vector<std::pair<int64_t, double>>& kept_now) {
   // The first of the domain's models that serves or is kept: one that
   // serves already needs no anticipation (an older visit's model published
   // in its place cost a stall for the same domain: h17's t-swaps500
   // pfs/train 39.4 -> 51.7%).
-  auto kept = measured(r->model);
-  for (size_t i = 0; kept == kept_now.end() && i < r->fallbacks.size(); ++i) {
-    if (r->fallbacks[i] == served_model) return std::nullopt;
-    kept = measured(r->fallbacks[i]);
-    if (kept != kept_now.end()) r->model = r->fallbacks[i];
+  std::vector<int64_t> models{model};
+  models.insert(models.end(), fallbacks.begin(), fallbacks.end());
+  for (int64_t m : models) {
+    if (m == served_model) return std::nullopt;
+    if (m < 0) continue;
+    const auto k =
+        std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& e) { return e.first == m; });
+    if (k != kept_now.end()) return *k;
   }
-  if (kept == kept_now.end()) return std::nullopt;
-  pending_ = r;
-  return *kept;
+  return std::nullopt;
 }
 
 bool ReturnPredictor::LandsAtReturn(const Return& r, double arrival, double measurement_gap,

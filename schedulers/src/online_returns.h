@@ -152,6 +152,14 @@ class ReturnPredictor {
   std::optional<std::pair<int64_t, double>> PublishAhead(
       double traffic, double delivery_lag, double horizon, int64_t served_model,
       const std::vector<std::pair<int64_t, double>>& kept_now, double measurement_gap, double late_share = 1.0);
+  // Of a returning domain's `model` and its `fallbacks`, in that order, the
+  // first re-measured now (in `kept_now`, with its loss there); nullopt
+  // when none is, or when `served_model` comes first (the domain's model
+  // serves already). PublishAhead's choice, and the planner's for a
+  // predicted return seen before its model went out.
+  static std::optional<std::pair<int64_t, double>> FirstKept(
+      int64_t model, const std::vector<int64_t>& fallbacks, int64_t served_model,
+      const std::vector<std::pair<int64_t, double>>& kept_now);
   // Whether the served model is already the predicted return's model (or
   // one of its fallbacks) and a publish now would land at the predicted
   // switch (PublishAhead's window): the served model then becomes the

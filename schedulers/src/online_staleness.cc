@@ -342,18 +342,11 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // domain. Not when it would land late (the reactive re-publish's
   // kReactiveLagShare rule; bench/README.md, "Twenty-third session").
   if (seen_return_ && seen_return_->at == now && may_publish && !holding && in_time) {
-    const int64_t served = served_model();
-    std::vector<int64_t> models{seen_return_->model};
-    models.insert(models.end(), seen_return_->fallbacks.begin(), seen_return_->fallbacks.end());
-    for (int64_t m : models) {
-      if (m == served) break;  // the domain's model serves already (PublishAhead)
-      if (m < 0) continue;
-      const auto k = std::find_if(kept_now.begin(), kept_now.end(), [&](const auto& e) { return e.first == m; });
-      if (k == kept_now.end()) continue;
+    if (const auto k = internal::ReturnPredictor::FirstKept(seen_return_->model, seen_return_->fallbacks,
+                                                            served_model(), kept_now)) {
       want = true;
       publishing_ = k->first;
       publishing_loss_ = k->second;
-      break;
     }
   }
   seen_return_.reset();
