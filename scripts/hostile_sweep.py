@@ -436,7 +436,7 @@ class Sweep:
         outputs = [
             ("plan --json", lambda d: ["plan", "--log", log, "--strategy", "epoch", "--json", d + "/o.json"], ["o.json"]),
             ("log-info --json", lambda d: ["log-info", "--log", log, "--json", d + "/o.json"], ["o.json"]),
-            ("simulate outputs", lambda d: ["simulate", "--log", log, "-q", "--strategies", "epoch,oracle",
+            ("simulate outputs", lambda d: ["simulate", "--log", log, "-q", "--strategies", "epoch,oracle", "--trace-strategy", "oracle",
                                             "--json", d + "/o.json", "--trace", d + "/t.json",
                                             "--requests-csv", d + "/r.csv"], ["o.json", "t.json", "r.csv"]),
             ("inspect --json", lambda d: ["inspect", "--file", os.path.join(corpus, "valid-v2-table.safetensors"),

@@ -195,6 +195,15 @@ int ParseSimulateArgs(const std::vector<std::string>& args, SimulateArgs* a) {
     return UsageError("simulate", "--trace-strategy " + a->trace_strategy + ": " + trace_kind.status().message());
   }
   a->trace_kind = *trace_kind;
+  // --trace and --requests-csv record one strategy's run: one not planned
+  // would leave them unwritten, with nothing said.
+  if ((!a->trace_path.empty() || !a->requests_csv.empty()) &&
+      std::find(a->kinds.begin(), a->kinds.end(), a->trace_kind) == a->kinds.end()) {
+    return UsageError("simulate", std::string(a->trace_path.empty() ? "--requests-csv" : "--trace") +
+                                      " records --trace-strategy " + a->trace_strategy +
+                                      ", which --strategies " + a->strategies +
+                                      " does not plan: add it there or name one of them with --trace-strategy");
+  }
   Status st = CheckReal("--poll-phase-s", a->poll_phase_s, 0, 86400);
   // Each run of a family costs one backward pass (up to about a minute).
   constexpr size_t kMaxVersusTables = 16;
@@ -361,6 +370,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   for (const auto& skipped : comparison->skipped) std::cerr << "viper simulate: skipped " << skipped << "\n";
   const auto& rows = comparison->outcomes;
   if (rows.empty()) return Fail("simulate", InvalidArgumentError("no strategy produced a schedule"));
+  bool traced_run = false;
   for (const auto& r : rows) {
     progress(r.plan.summary.BriefReport() + "; simulated " + r.sim.BriefReport());
     if (r.kind == schedulers::StrategyKind::kOnline && !a.decisions_csv.empty()) {
@@ -368,6 +378,7 @@ int RunSimulate(const std::vector<std::string>& args) {
       if (!st.ok()) return Fail("simulate", st);
     }
     if (r.kind != a.trace_kind || (trace_path.empty() && requests_csv.empty())) continue;
+    traced_run = true;
     // Re-run the traced strategy recording every request.
     simulator::Simulator::Options traced = so;
     traced.record_requests = !requests_csv.empty();
@@ -383,6 +394,10 @@ int RunSimulate(const std::vector<std::string>& args) {
       Status st = WriteText(requests_csv, result->RequestCsv());
       if (!st.ok()) return Fail("simulate", st);
     }
+  }
+  if ((!trace_path.empty() || !requests_csv.empty()) && !traced_run) {
+    return Fail("simulate", FailedPreconditionError("--trace-strategy " + a.trace_strategy +
+                                                    " was skipped (see above): no --trace or --requests-csv written"));
   }
 
   const auto& p = ctx.problem;

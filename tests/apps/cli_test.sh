@@ -62,6 +62,13 @@ if [ -f "$log" ]; then
   expect_in "$tmp/sim.json" '"regret_vs_oracle": 0.0' "the oracle has zero regret"
   expect_in "$tmp/trace.json" '"traceEvents"' "trace is Chrome trace-event JSON"
   expect_in "$tmp/req.csv" "time_s,version,iteration,traffic_iteration,loss" "requests CSV has its header"
+  # --requests-csv records --trace-strategy's run (optimal by default): one
+  # that --strategies does not plan is bad usage, not a file left unwritten.
+  rm -f "$tmp/req2.csv"
+  expect_rc 2 "--requests-csv for a strategy not planned" "$viper" simulate --log "$log" -q --strategies online,oracle --requests-csv "$tmp/req2.csv"
+  expect_in "$tmp/err" "records --trace-strategy optimal, which --strategies online,oracle does not plan" "the error names the traced strategy and the list"
+  expect_rc 0 "--requests-csv of online" "$viper" simulate --log "$log" -q --strategies online,oracle --trace-strategy online --requests-csv "$tmp/req2.csv"
+  expect_in "$tmp/req2.csv" "time_s,version,iteration,traffic_iteration,loss" "online's requests CSV is written"
   # A staleness table: requests are charged L(version, traffic); the JSON says which judge.
   expect_in "$tmp/sim.json" '"judge": "diagonal"' "without a table the judge is the diagonal"
   expect_in "$tmp/out" "a stale version is charged the loss it had on its own traffic" "the table says a stale version is charged its own-time loss"
