@@ -23,7 +23,9 @@
 # AServedModelThatIsTheReturns..., ARePublishIsNeverLateOnce...,
 # NothingIsHeldForASwitchOnARamp), and bench/devsets/set23 two runs of
 # held-out set 23 (z-recur3d45f and z-recur3d60, three recurring domains,
-# trained 2026-12-05; StalenessScenarioTest.ThreeDomains...); they are not
+# trained 2026-12-05; StalenessScenarioTest.ThreeDomains...), and set13's
+# p-recur65b is held-out set 13's run retrained 2026-12-06
+# (StalenessScenarioTest.AtTheFirstReturn...); they are not
 # sets evaluated here. A pace 1% off moves single cases by up to 34 points
 # (bench/README.md, "Tenth session"): with --paces 0.99,1,1.01 a comparison
 # (bench/compare_evals.py) averages each case over the paces.

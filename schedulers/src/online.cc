@@ -426,7 +426,7 @@ StatusOr<bool> OnlinePlanner::Decide(int64_t now, double v) {
     ++summary_.replans;
     return plan_wants(loss, false);
   };
-  VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, kept_wants));
+  VIPER_ASSIGN_OR_RETURN(const bool kept, ChooseKeptModel(now, v, sigma, holding, want, kept_wants));
   if (kept) want = true;
   if (held_for_switch_) ++summary_.switch_holds;
   if (!kept && !holding && returns_->holding()) want = false;  // the served model became the anticipation (5-6)

@@ -36,6 +36,11 @@ constexpr double kReactiveLagShare = 0.35;
 // this one where the served model is the other domain's (bench/README.md,
 // "Twenty-first session").
 constexpr double kPredictedStayShare = 0.2;
+// A kept model that wins at the first return goes out in place of a fresh
+// publish when its gap and lag are within this share of a stay: the simple
+// argument's break-even (set before any evaluation; 1 measured the same on
+// the 522 cases; bench/README.md, "Sixty-first session").
+constexpr double kFirstReturnLagShare = 0.5;
 
 }  // namespace
 
@@ -163,6 +168,7 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
 }
 
 StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool holding,
+                                              bool fresh_wanted,
                                               const std::function<StatusOr<bool>(double)>& plan_wants) {
   bool want = false;
   // 5. Re-publishing: a kept model that measures better now than both the
@@ -290,6 +296,21 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       }
     }
     bool better = (in_time || before_predicted) && wins;
+    // A fresh publish goes out anyway at a switch seen before any cycle is
+    // known (the first return): the kept model that wins now goes out in
+    // its place, for the same stall and lag, where it lands within half a
+    // stay. The late rule above weighs a re-publish against publishing
+    // nothing; here the fresh model it would leave is the ending domain's
+    // (the producer trains on it through the traffic's lead). h13's
+    // p-recur65 host with a request window: at the first return the fresh
+    // model went out at 4.09 beside the served 4.95 and a kept one at 0.88,
+    // whose re-publish landed at 0.38 of the stay, just past the late
+    // rule's 0.35 (105.8 -> 71.2% over the oracle; bench/README.md,
+    // "Sixty-first session").
+    if (!better && wins && fresh_wanted && returns_->cycle() == 0 &&
+        (!stay || MeasurementGap() + DeliveryLag() <= kFirstReturnLagShare * *stay)) {
+      better = true;
+    }
     if (better && StallOutweighsGain(now, best->second)) {
       better = false;
       held_for_switch_ = true;

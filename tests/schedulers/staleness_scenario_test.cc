@@ -719,6 +719,40 @@ TEST(StalenessScenarioTest, ASwitchSeenPartWayAndItsRestAcrossAStallAreOne) {
   ExpectPlanWithin(*sc, *plan, 1.25);
 }
 
+// At the first return no cycle is known, so nothing anticipates it. On
+// held-out set 13's recurring run retrained in the sixty-first session
+// (bench/devsets/set13/p-recur65b: 65 degrees every 600 iterations; host,
+// a request window, the default drift prior) the switch back to the first
+// domain shows at 1392: the served model measures 4.95, the producer's own
+// 4.09 (it still trains on the ending domain, through the traffic's lead)
+// and a kept model 0.88. The kept model's re-publish was judged late (its
+// gap and lag 0.38 of a stay against the late rule's 0.35), so the fresh
+// model went out alone, served the returning domain at 4.97 and held the
+// kept model back a measurement: 2.06 x the oracle. The kept model goes out
+// in the fresh one's place (the same stall and lag): 1.71 x.
+TEST(StalenessScenarioTest, AtTheFirstReturnAWinningKeptModelGoesOutInsteadOfTheFreshOne) {
+  auto sc = FrozenWallScenario("set13", "p-recur65b", Tier::kHost, TrafficClock::kWall, 2998,
+                               OnlinePlanner::Options().drift_prior);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  sc->online.record_decisions = true;
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  bool seen = false;
+  for (const auto& d : plan->decisions) {
+    if (d.switches != 2 || seen) continue;
+    seen = true;  // the first return's first measurement
+    EXPECT_EQ(d.iteration, 1392);
+    EXPECT_EQ(d.cycle, 0) << "no cycle is known at the first return";
+    EXPECT_TRUE(d.publish) << "a publish goes out at the first return";
+    EXPECT_STREQ(d.publish_kind, "kept")
+        << "published " << d.published_model << " (candidate " << d.candidate_loss << ", best kept "
+        << d.best_kept_model << " at " << d.best_kept_loss << ")";
+    EXPECT_EQ(d.published_model, d.best_kept_model);
+  }
+  EXPECT_TRUE(seen) << plan->summary.message;
+  ExpectPlanWithin(*sc, *plan, 1.85);
+}
+
 // When an anticipation has published the returning domain's model ahead of a
 // switch, that model serves the last stretch of the ending domain, where it
 // measures badly. The ending domain's best model was read against it: the

@@ -273,10 +273,11 @@ class OnlinePlanner {
   // Decide's steps 5-6 (online_staleness.cc): whether to publish a kept model
   // now, a re-publish or one ahead of a predicted return (publishing() is
   // set to the decision's own model otherwise). `holding`: an anticipation
-  // holds every other publish. `plan_wants(loss)`: whether the re-plan,
+  // holds every other publish. `fresh_wanted`: the decision's own model
+  // passed the gate and the holds. `plan_wants(loss)`: whether the re-plan,
   // with a candidate of that loss now, checkpoints now (a reactive
   // re-publish pays the same stall and lag as a fresh one).
-  StatusOr<bool> ChooseKeptModel(int64_t now, double measured, double sigma, bool holding,
+  StatusOr<bool> ChooseKeptModel(int64_t now, double measured, double sigma, bool holding, bool fresh_wanted,
                                  const std::function<StatusOr<bool>(double)>& plan_wants);
   // The model published last before `iteration` (W before any).
   int64_t ServedAt(int64_t iteration) const;
