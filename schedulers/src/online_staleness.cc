@@ -203,9 +203,13 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   // m-recur45 pfs/train). h8's b-swaps700 host/train served a model at 1.69
   // there for 630 iterations beside a kept one at 0.37 ("Thirtieth session").
   const double N = static_cast<double>(problem_.total_iterations);
+  // Whether a re-publish's gap and lag are within `share` of a stay.
+  auto lands_within = [&](double share) {
+    return !stay || MeasurementGap() + DeliveryLag() <= share * *stay;
+  };
   const bool in_time =
-      TrafficAt(now - static_cast<int64_t>(std::ceil(internal::kLeadShare * (N - now)))) >= N || !stay ||
-      MeasurementGap() + DeliveryLag() <= kReactiveLagShare * *stay;
+      TrafficAt(now - static_cast<int64_t>(std::ceil(internal::kLeadShare * (N - now)))) >= N ||
+      lands_within(kReactiveLagShare);
   if (may_publish && !holding) {
     const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -307,8 +311,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // whose re-publish landed at 0.38 of the stay, just past the late
     // rule's 0.35 (105.8 -> 71.2% over the oracle; bench/README.md,
     // "Sixty-first session").
-    if (!better && wins && fresh_wanted && returns_->cycle() == 0 &&
-        (!stay || MeasurementGap() + DeliveryLag() <= kFirstReturnLagShare * *stay)) {
+    if (!better && wins && fresh_wanted && returns_->cycle() == 0 && lands_within(kFirstReturnLagShare)) {
       better = true;
     }
     if (better && StallOutweighsGain(now, best->second)) {
