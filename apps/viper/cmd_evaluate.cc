@@ -285,6 +285,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           }
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
           c["judge"] = JudgeName(*ctx);
+          c["remeasure_s"] = ctx->problem.cost.remeasure_s;
           c["traffic_clock"] = schedulers::ToString(ctx->problem.requests.traffic_clock);
           c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
           // Where the table's traffic first changes (the after-drift bound's
@@ -332,9 +333,12 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 {"cil", r->sim.cil},
                 {"diverged_requests", r->sim.diverged_requests},
                 {"regret_vs_oracle", *r->regret_vs_oracle},
-                {"change_vs_epoch", r->change_vs_epoch ? nlohmann::json(*r->change_vs_epoch) : nlohmann::json()},
+                {"change_vs_epoch",
+                 r->change_vs_epoch ? nlohmann::json(*r->change_vs_epoch) : nlohmann::json()},
                 {"checkpoints", r->sim.checkpoints},
                 {"keep_copies", r->sim.keep_copies},
+                {"remeasurements", r->plan.summary.remeasurements},
+                {"remeasure_s", r->sim.pause_s},
                 {"plan_time_s", r->plan.summary.plan_time_s},
                 {"message", r->plan.summary.message}};
           }

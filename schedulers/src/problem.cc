@@ -106,6 +106,7 @@ bool CheckpointCost::IsValid(std::string* error) const {
   if (!FiniteNonNegative(stall_s)) return Fail(error, "cost.stall_s must be >= 0 seconds");
   if (!FiniteNonNegative(delay_s)) return Fail(error, "cost.delay_s must be >= 0 seconds");
   if (!FiniteNonNegative(keep_copy_s)) return Fail(error, "cost.keep_copy_s must be >= 0 seconds");
+  if (!FiniteNonNegative(remeasure_s)) return Fail(error, "cost.remeasure_s must be >= 0 seconds");
   return true;
 }
 

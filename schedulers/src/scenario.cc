@@ -96,7 +96,28 @@ bool ScenarioOptions::IsValid(std::string* error) const {
   }
   if (!ToTierCost(tier).IsValid(error)) return false;
   if (!online.IsValid(error)) return false;
+  if (!std::isfinite(remeasure_s))
+    return fail("remeasure_s must be a number of seconds (negative = the log's)");
   return true;
+}
+
+double ValidationPauseSeconds(const TrainingLog& log) {
+  std::vector<double> plain, validating;
+  for (size_t j = 1; j < log.records.size(); ++j) {
+    const LogRecord& a = log.records[j - 1];
+    const LogRecord& b = log.records[j];
+    if (b.iteration != a.iteration + 1 || !a.wall_time_s || !b.wall_time_s) continue;
+    const double dt = *b.wall_time_s - *a.wall_time_s;
+    if (!std::isfinite(dt) || dt < 0) continue;
+    (b.val_loss ? validating : plain).push_back(dt);
+  }
+  if (plain.empty() || validating.empty()) return 0.0;
+  auto median = [](std::vector<double>& v) {
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+  };
+  return std::max(0.0, median(validating) - median(plain));
 }
 
 namespace {
@@ -259,6 +280,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   p.total_iterations = N;
   p.seconds_per_iteration = tau;
   p.cost = sc.tier.ToCheckpointCost();
+  p.cost.remeasure_s = o.remeasure_s >= 0 ? o.remeasure_s : ValidationPauseSeconds(log);
   p.requests.interval_s = o.request_interval_s > 0 ? o.request_interval_s : tau;
   VIPER_RETURN_IF_ERROR(p.Validate());
 

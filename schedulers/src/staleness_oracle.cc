@@ -21,8 +21,10 @@ using internal::Clock;
 using internal::Slot;
 using internal::SlotCost;
 
-StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s, const Schedule& schedule,
-                                              const std::vector<int64_t>& published, const std::vector<int64_t>& kept) {
+StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s,
+                                              const Schedule& schedule, const std::vector<int64_t>& published,
+                                              const std::vector<int64_t>& kept,
+                                              const std::vector<std::pair<int64_t, double>>& pauses) {
   VIPER_RETURN_IF_ERROR(p.Validate());
   for (size_t i = 0; i < kept.size(); ++i) {
     if (kept[i] <= p.warmup_iterations || kept[i] > p.total_iterations || (i > 0 && kept[i] <= kept[i - 1])) {
@@ -49,7 +51,16 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
   const int64_t m = static_cast<int64_t>(schedule.size());
   Clock clock(p, s);
   SurfaceEvaluation e;
-  const double copies = static_cast<double>(kept.size()) * p.cost.keep_copy_s;
+  for (size_t i = 0; i < pauses.size(); ++i) {
+    if (pauses[i].first <= p.warmup_iterations || pauses[i].first > p.total_iterations ||
+        (i > 0 && pauses[i].first <= pauses[i - 1].first) || !(pauses[i].second >= 0) ||
+        !std::isfinite(pauses[i].second)) {
+      return InvalidArgumentError("pauses[" + std::to_string(i) + "] at " + std::to_string(pauses[i].first) +
+                                  " is not an increasing iteration inside (W, N] with seconds >= 0");
+    }
+  }
+  const internal::Holds holds = internal::MergeHolds(kept, p.cost.keep_copy_s, pauses);
+  const double copies = internal::HeldUpTo(holds, p.total_iterations, true);
   e.window_end_s = p.WindowEnd(m) + (p.requests.window == WindowKind::kWhileTraining ? copies : 0.0);
   const double R = e.window_end_s, delta = p.cost.delay_s;
   // A_k and T_k of every version (k = 0..m), then each version's share;
@@ -57,7 +68,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
   auto T = [&](int64_t k) {
     if (k == 0) return 0.0;
     const int64_t at = schedule[static_cast<size_t>(k - 1)];
-    return p.CheckpointStart(at, k) + internal::CopiesUpTo(kept, at, true) * p.cost.keep_copy_s;
+    return p.CheckpointStart(at, k) + internal::HeldUpTo(holds, at, true);
   };
   auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + delta; };
   for (int64_t k = 0; k <= m; ++k) {
@@ -70,7 +81,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     slot.T = T(k);
     if (k < m) slot.next = schedule[static_cast<size_t>(k)];
     const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
-    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k), &kept));
+    VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k), &holds));
     e.cil += c;
   }
   e.objective = e.cil + p.price_per_slowdown_s * (static_cast<double>(m) * p.cost.stall_s + copies);

@@ -160,22 +160,54 @@ inline size_t LocalPieces(const Problem& p, const Clock& clock, int64_t at, bool
   return n;
 }
 
-// How many of the keep copies `kept` (increasing) come before the end of
-// `iteration`'s training is reached again: those at iterations below it,
-// and at it too when `at_too` (a copy comes before a checkpoint there).
-inline double CopiesUpTo(const std::vector<int64_t>& kept, int64_t iteration, bool at_too) {
-  const auto end = at_too ? std::upper_bound(kept.begin(), kept.end(), iteration)
-                          : std::lower_bound(kept.begin(), kept.end(), iteration);
-  return static_cast<double>(end - kept.begin());
+// The producer's holds besides its checkpoints' stalls, as (iteration,
+// seconds) with increasing iterations: the keep copies (Plan::kept, each
+// cost.keep_copy_s) and the re-measuring pauses (Plan::pauses) at the end of
+// their iterations, merged where both fall at one.
+using Holds = std::vector<std::pair<int64_t, double>>;
+inline Holds MergeHolds(const std::vector<int64_t>& kept, double keep_copy_s,
+                        const std::vector<std::pair<int64_t, double>>& pauses) {
+  Holds out;
+  out.reserve(kept.size() + pauses.size());
+  size_t i = 0, j = 0;
+  while (i < kept.size() || j < pauses.size()) {
+    const bool take_copy = j >= pauses.size() || (i < kept.size() && kept[i] <= pauses[j].first);
+    const int64_t at = take_copy ? kept[i] : pauses[j].first;
+    const double s = take_copy ? keep_copy_s : pauses[j].second;
+    if (take_copy) {
+      ++i;
+    } else {
+      ++j;
+    }
+    if (!out.empty() && out.back().first == at) {
+      out.back().second += s;
+    } else {
+      out.emplace_back(at, s);
+    }
+  }
+  return out;
 }
 
-// LocalPieces with keep copies (Plan::kept): under the producer clock the
-// traffic stays at a copy's iteration for cost.keep_copy_s; a copy at the
-// slot's own checkpoint came before it, one at `next` comes before that
+// The seconds of the holds that come before the end of `iteration`'s
+// training is reached again: those at iterations below it, and at it too
+// when `at_too` (a hold comes before a checkpoint there).
+inline double HeldUpTo(const Holds& holds, int64_t iteration, bool at_too) {
+  double s = 0;
+  for (const auto& [at, seconds] : holds) {
+    if (at > iteration || (at == iteration && !at_too)) break;
+    s += seconds;
+  }
+  return s;
+}
+
+// LocalPieces with the producer's holds: under the producer clock the
+// traffic stays at a hold's iteration while it lasts; a hold at the slot's
+// own checkpoint came before it, one at `next` comes before that
 // checkpoint's stall.
-inline std::vector<Piece> LocalPiecesWithCopies(const Problem& p, const Clock& clock, int64_t at, bool version0,
-                                                std::optional<int64_t> next, const std::vector<int64_t>& kept) {
-  const double sigma = p.cost.stall_s, kappa = p.cost.keep_copy_s;
+inline std::vector<Piece> LocalPiecesWithCopies(const Problem& p, const Clock& clock, int64_t at,
+                                                bool version0, std::optional<int64_t> next,
+                                                const Holds& holds) {
+  const double sigma = p.cost.stall_s;
   const int64_t N = p.total_iterations;
   std::vector<Piece> out;
   const double s = static_cast<double>(at);
@@ -183,10 +215,12 @@ inline std::vector<Piece> LocalPiecesWithCopies(const Problem& p, const Clock& c
   // Training from `from` to `to`, stopping for each copy in (from, to].
   auto train = [&](int64_t from, int64_t to) {
     double x = static_cast<double>(from);
-    for (auto c = std::upper_bound(kept.begin(), kept.end(), from); c != kept.end() && *c <= to; ++c) {
-      const double y = static_cast<double>(*c);
+    const auto after = std::upper_bound(holds.begin(), holds.end(), from,
+                                        [](int64_t it, const auto& h) { return it < h.first; });
+    for (auto c = after; c != holds.end() && c->first <= to; ++c) {
+      const double y = static_cast<double>(c->first);
       out.push_back(Piece{clock.Span(x, y), x, y});
-      out.push_back(Piece{kappa, y, y});
+      out.push_back(Piece{c->second, y, y});
       x = y;
     }
     out.push_back(Piece{clock.Span(x, static_cast<double>(to)), x, static_cast<double>(to)});
@@ -230,9 +264,9 @@ struct Slot {
 // The cost of serving the model of iteration `model` in `slot` from its
 // servable time to local time `end_local` (seconds since the slot's
 // checkpoint start): the slot's own model, or an older one it re-publishes.
-// `kept`: the producer's keep copies (EvaluateOnSurface; none for the oracle).
+// `kept`: the producer's holds (EvaluateOnSurface; none for the oracle).
 inline StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Clock& clock, const Slot& slot,
-                                 int64_t model, double end_local, const std::vector<int64_t>* kept = nullptr) {
+                                 int64_t model, double end_local, const Holds* kept = nullptr) {
   if (kept && !kept->empty() && p.requests.traffic_clock != TrafficClock::kWall) {
     const std::vector<Piece> pieces = LocalPiecesWithCopies(p, clock, slot.at, slot.version0, slot.next, *kept);
     const double begin = slot.version0 ? 0.0 : p.cost.delay_s;

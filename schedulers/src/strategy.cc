@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -142,6 +143,7 @@ class StrategyImpl : public Strategy {
     s.strategy = kind_;
     Solution sol;
     std::vector<int64_t> published, kept;
+    std::vector<std::pair<int64_t, double>> pauses;
     std::vector<OnlinePlanner::Decision> decisions;
     switch (kind_) {
       case StrategyKind::kEpoch: {
@@ -224,6 +226,16 @@ class StrategyImpl : public Strategy {
                                            : -static_cast<double>(W - from) * p.seconds_per_iteration;
           return (clock[static_cast<size_t>(it - W)] - before) / static_cast<double>(window);
         };
+        // Re-measuring a model the producer does not train is a pause of
+        // cost.remeasure_s, once per traffic state: a model measured before
+        // on an equal sample (the same value from the table: a calm stretch,
+        // a domain that came back) is read again for free, as the live
+        // producer reuses an evaluation on an equal traffic state
+        // (workflow/README.md). The candidate is the producer's own
+        // validation, already in the log's clock.
+        std::set<std::pair<int64_t, double>> measured_on;
+        double paused_s = 0;
+        int64_t remeasured = 0;
         // Where the traffic is when the producer measures at `it` under the
         // wall clock: the last iteration an unstalled producer would have
         // finished by then (the run's clock at `it` plus the stalls of the
@@ -243,7 +255,7 @@ class StrategyImpl : public Strategy {
         auto traffic_now = [&](int64_t it) {
           if (it <= W) return static_cast<double>(it);  // no stall before the warm-up's end
           const double stalled = static_cast<double>(planner.taken().size()) * p.cost.stall_s +
-                                 static_cast<double>(planner.copies().size()) * p.cost.keep_copy_s;
+                                 static_cast<double>(planner.copies().size()) * p.cost.keep_copy_s + paused_s;
           const bool on_clock = static_cast<size_t>(it - W) < clock.size();
           const double trained = on_clock ? clock[static_cast<size_t>(it - W)]
                                           : static_cast<double>(it - W) * p.seconds_per_iteration;
@@ -286,16 +298,25 @@ class StrategyImpl : public Strategy {
             VIPER_RETURN_IF_ERROR(planner.ObserveClock(clock_known, trained));
           }
           VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));
+          measured_on.emplace(it, measured);  // the producer's own validation: in the log's clock
           if (with_table && it > p.warmup_iterations) {
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
             const int64_t served = planner.served_model();
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, traffic));
+            int64_t fresh = measured_on.emplace(served, again).second ? 1 : 0;
             if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
             // The kept models too, on the same sample (for re-publishing).
             for (int64_t kept : planner.KeptVersions()) {
               VIPER_ASSIGN_OR_RETURN(double l, in.observed_staleness->At(kept, traffic));
+              if (measured_on.emplace(kept, l).second) ++fresh;
               VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
+            }
+            remeasured += fresh;
+            if (fresh > 0 && p.cost.remeasure_s > 0) {
+              const double pause = static_cast<double>(fresh) * p.cost.remeasure_s;
+              pauses.emplace_back(it, pause);
+              paused_s += pause;
             }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
@@ -303,6 +324,8 @@ class StrategyImpl : public Strategy {
         }
         sol.schedule = planner.taken();
         if (keeping) kept = planner.copies();
+        s.remeasurements = remeasured;
+        s.remeasure_s = paused_s;
         if (planner.summary().republished > 0) published = planner.published();
         decisions = planner.decisions();
         // Where the judge placed the traffic at each decision, beside the
@@ -313,20 +336,31 @@ class StrategyImpl : public Strategy {
           if (j != judged.end() && j->first == d.iteration) d.judge_traffic = j->second;
         }
         s.replans = planner.summary().replans;
-        s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size())) +
-                    ": re-plans exactly at every measurement, gates on measured quality";
+        s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size()));
+        if (remeasured > 0) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, ", %lld models re-measured on traffic new to them (%s)",
+                        static_cast<long long>(remeasured),
+                        paused_s > 0 ? (std::to_string(static_cast<int>(std::lround(paused_s * 1000))) +
+                                        " ms of producer pauses, charged")
+                                           .c_str()
+                                     : "free: --remeasure-s 0 or no validation pause in the log");
+          s.message += buf;
+        }
+        s.message += ": re-plans exactly at every measurement, gates on measured quality";
         break;
       }
     }
     plan.schedule = sol.schedule;
     plan.published = std::move(published);
     plan.kept = std::move(kept);
+    plan.pauses = std::move(pauses);
     plan.decisions = std::move(decisions);
     s.dp_layers = sol.layers;
     s.solver_objective = sol.objective;
     s.checkpoints = static_cast<int64_t>(plan.schedule.size());
     s.slowdown_s = static_cast<double>(s.checkpoints) * p.cost.stall_s +
-                   static_cast<double>(plan.kept.size()) * p.cost.keep_copy_s;
+                   static_cast<double>(plan.kept.size()) * p.cost.keep_copy_s + s.remeasure_s;
     VIPER_ASSIGN_OR_RETURN(s.predicted, Evaluate(p, in.predicted, plan.schedule, CountingMode::kFluid));
     s.plan_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return plan;

@@ -33,6 +33,7 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     Simulator::Options options = base_options;
     options.published = plan->published;
     options.kept_at = plan->kept;
+    options.pauses = plan->pauses;
     Simulator sim(options);
     auto result = sim.Run(*sc.truth, plan->schedule);
     if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));

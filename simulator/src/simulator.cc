@@ -45,6 +45,9 @@ class Engine {
     load_s_ = tier.load_latency_s + bytes / tier.load_bandwidth_bytes_per_s;
     stall_s_ = tier.synchronous ? snapshot_s_ + transfer_s_ : snapshot_s_;
     keep_s_ = bytes / tier.keep_copy_bandwidth_bytes_per_s;
+    pause_prefix_s_.assign(o_.pauses.size() + 1, 0.0);
+    for (size_t i = 0; i < o_.pauses.size(); ++i)
+      pause_prefix_s_[i + 1] = pause_prefix_s_[i] + o_.pauses[i].second;
     if (!o_.iteration_times_s.empty()) {
       prefix_s_.assign(o_.iteration_times_s.size() + 1, 0.0);
       for (size_t i = 0; i < o_.iteration_times_s.size(); ++i) {
@@ -72,7 +75,7 @@ class Engine {
       v.loss = curve_.at(v.model_iteration);
       // The producer timeline is closed-form: training time up to s_k plus
       // the stalls of the k-1 earlier checkpoints (every stall lasts stall_s_)
-      // and of the keep copies up to s_k (each keep_s_).
+      // and of the keep copies and pauses up to s_k.
       v.checkpoint_s = TrainingTime(v.iteration) + static_cast<double>(k - 1) * stall_s_ + KeepStall(v.iteration, true);
       v.stall_end_s = v.checkpoint_s + stall_s_;
       Push(v.checkpoint_s, EventType::kCheckpoint, k);
@@ -83,7 +86,17 @@ class Engine {
       const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), c) - schedule_.begin();
       r_.keep_copy_start_s.push_back(TrainingTime(c) + static_cast<double>(before) * stall_s_ + KeepStall(c, false));
     }
-    r_.slowdown_s = static_cast<double>(m) * stall_s_ + static_cast<double>(r_.keep_copies) * keep_s_;
+    r_.pauses = static_cast<int64_t>(o_.pauses.size());
+    r_.pause_s = pause_prefix_s_.back();
+    for (const auto& [c, s] : o_.pauses) {
+      const auto before = std::lower_bound(schedule_.begin(), schedule_.end(), c) - schedule_.begin();
+      // After the iteration's keep copy, before its checkpoint.
+      const double a = TrainingTime(c) + static_cast<double>(before) * stall_s_ + KeepStall(c, false) +
+                       (std::binary_search(o_.kept_at.begin(), o_.kept_at.end(), c) ? keep_s_ : 0.0);
+      r_.pause_spans_s.emplace_back(a, a + s);
+    }
+    r_.slowdown_s =
+        static_cast<double>(m) * stall_s_ + static_cast<double>(r_.keep_copies) * keep_s_ + r_.pause_s;
     r_.training_end_s = TrainingTime(p.total_iterations) + r_.slowdown_s;
 
     while (!queue_.empty()) {
@@ -103,13 +116,19 @@ class Engine {
     return prefix_s_[static_cast<size_t>(n)];
   }
 
-  // The stalls of the keep copies at iterations before `iteration` (and at
-  // it when `at_too`: a copy comes after the iteration, before a checkpoint there).
+  // The stalls of the keep copies and the pauses at iterations before
+  // `iteration` (and at it when `at_too`: they come after the iteration,
+  // before a checkpoint there).
   double KeepStall(int64_t iteration, bool at_too) const {
     const auto& k = o_.kept_at;
     const auto end = at_too ? std::upper_bound(k.begin(), k.end(), iteration)
                             : std::lower_bound(k.begin(), k.end(), iteration);
-    return static_cast<double>(end - k.begin()) * keep_s_;
+    const auto& q = o_.pauses;
+    const auto by = [](const std::pair<int64_t, double>& e, int64_t it) { return e.first < it; };
+    auto pe = std::lower_bound(q.begin(), q.end(), iteration, by);
+    if (at_too && pe != q.end() && pe->first == iteration) ++pe;
+    return static_cast<double>(end - k.begin()) * keep_s_ +
+           pause_prefix_s_[static_cast<size_t>(pe - q.begin())];
   }
 
   void Push(double t, EventType type, int64_t version) { queue_.push(Event{t, seq_++, type, version}); }
@@ -302,6 +321,7 @@ class Engine {
   const LossCurve& curve_;
   const Schedule& schedule_;
   double snapshot_s_ = 0, transfer_s_ = 0, load_s_ = 0, stall_s_ = 0, keep_s_ = 0;
+  std::vector<double> pause_prefix_s_;  // pause_prefix_s_[i]: the first i pauses' seconds
   std::vector<double> prefix_s_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
@@ -346,6 +366,17 @@ bool Simulator::Options::IsValid(std::string* error) const {
         (i > 0 && kept_at[i] <= kept_at[i - 1])) {
       return Fail(error, "kept_at[" + std::to_string(i) + "] = " + std::to_string(kept_at[i]) +
                              " is not increasing inside (W, N]");
+    }
+  }
+  for (size_t i = 0; i < pauses.size(); ++i) {
+    const auto [at, s] = pauses[i];
+    if (at <= problem.warmup_iterations || at > problem.total_iterations ||
+        (i > 0 && at <= pauses[i - 1].first)) {
+      return Fail(error, "pauses[" + std::to_string(i) + "] at iteration " + std::to_string(at) +
+                             " is not increasing inside (W, N]");
+    }
+    if (!(s >= 0.0) || !std::isfinite(s)) {
+      return Fail(error, "pauses[" + std::to_string(i) + "] must last a finite number of seconds >= 0");
     }
   }
   return true;
@@ -395,6 +426,11 @@ std::string SimulationResult::BriefReport() const {
     std::snprintf(buf, sizeof(buf), " (%lld keep copies of %.3g s)", static_cast<long long>(keep_copies), keep_copy_s);
     s += buf;
   }
+  if (pauses > 0) {
+    std::snprintf(buf, sizeof(buf), " (%lld re-measuring pauses, %.3g s in all)",
+                  static_cast<long long>(pauses), pause_s);
+    s += buf;
+  }
   if (diverged_requests > 0) {
     s += ", " + std::to_string(diverged_requests) + " requests served by a diverged model";
   }
@@ -435,6 +471,7 @@ std::string SimulationResult::ChromeTrace() const {
   span(kProducer, "train", train_from, training_end_s);
   // Keep copies lie inside the train spans above (nested on the same track).
   for (double a : keep_copy_start_s) span(kProducer, "keep copy", a, a + keep_copy_s);
+  for (const auto& [a, b] : pause_spans_s) span(kProducer, "re-measure", a, b);
   // Serving spans: each servable version until the next one.
   std::vector<const VersionRecord*> served;
   for (const auto& v : versions) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "viper/datasets/log_reader.h"
@@ -264,6 +265,36 @@ TEST(ScenarioTest, TheCostSourceMakesTheProblemsCost) {
   EXPECT_EQ(measured->problem.cost.stall_s, 0.25);
   EXPECT_EQ(measured->problem.cost.delay_s, 0.75);
   EXPECT_EQ(measured->tier.model_size_bytes, 1.0);
+}
+
+// Re-measuring a model costs the producer what its own validation costs in
+// the log: each validation row's iteration 0.35 s longer here.
+TEST(ScenarioTest, ARemeasurementCostsTheLogsValidationPause) {
+  TrainingLog log = MadeUpLog("made-up", true, true);
+  double extra = 0;
+  for (LogRecord& r : log.records) {
+    if (r.val_loss) extra += 0.35;
+    *r.wall_time_s += extra;
+  }
+  EXPECT_NEAR(ValidationPauseSeconds(log), 0.35, 1e-9);
+  ScenarioOptions o;
+  o.warmup_fraction = 0.3;
+  auto sc = MakeScenario(log, o);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_NEAR(sc->problem.cost.remeasure_s, 0.35, 1e-9);
+  o.remeasure_s = 0.2;
+  EXPECT_EQ(MakeScenario(log, o)->problem.cost.remeasure_s, 0.2);
+  o.remeasure_s = 0;
+  EXPECT_EQ(MakeScenario(log, o)->problem.cost.remeasure_s, 0.0);
+  // No pause where the log cannot show one: no wall times, or no
+  // validation; nor where validation takes no longer than training.
+  EXPECT_EQ(ValidationPauseSeconds(MadeUpLog("untimed", false, true)), 0.0);
+  EXPECT_EQ(ValidationPauseSeconds(MadeUpLog("unevaluated", true, false)), 0.0);
+  EXPECT_NEAR(ValidationPauseSeconds(MadeUpLog("even", true, true)), 0.0, 1e-9);
+  o.remeasure_s = std::numeric_limits<double>::quiet_NaN();
+  std::string error;
+  EXPECT_FALSE(o.IsValid(&error));
+  EXPECT_NE(error.find("remeasure_s"), std::string::npos) << error;
 }
 
 // tau that cannot be measured is FailedPrecondition naming the log; a

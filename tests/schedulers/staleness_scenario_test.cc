@@ -18,8 +18,13 @@ namespace viper {
 namespace schedulers {
 namespace {
 
+// The scenarios below re-measure for free (remeasure_s = 0): they pin the
+// planner's rules on the decisions they were calibrated on, before the judge
+// charged the producer's re-measuring pauses (Plan::pauses). The charge has
+// its own tests (ARemeasurementPausesTheProducer...).
 ScenarioOptions Options(const StalenessTable& table) {
   ScenarioOptions o;
+  o.remeasure_s = 0;
   o.warmup_fraction = 0.2;
   TierCost tier;
   tier.model_size_bytes = 600e6;
@@ -242,6 +247,7 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
   for (WindowKind window : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
     SCOPED_TRACE(std::string(ToString(clock)) + " clock");
     ScenarioOptions o;
+    o.remeasure_s = 0;  // re-measuring free: see Options()
     o.warmup_fraction = 0.2;
     o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
     o.problem_template.requests.window = window;
@@ -274,8 +280,10 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
     auto plan0 = PlanStrategy(*sc0, StrategyKind::kOnline);
     ASSERT_TRUE(plan0.ok());
     EXPECT_TRUE(plan0->published.empty());
-    auto with = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published, plan->kept);
-    auto without = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan0->schedule);
+    auto with = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan->schedule, plan->published,
+                                  plan->kept, plan->pauses);
+    auto without = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan0->schedule, plan0->published,
+                                     plan0->kept, plan0->pauses);
     ASSERT_TRUE(with.ok() && without.ok());
     EXPECT_LT(with->cil, 0.95 * without->cil) << ToString(window);
     // The returns are every 750 iterations: from the third change on, the
@@ -287,8 +295,8 @@ TEST(StalenessScenarioTest, OnlineRePublishesAKeptModelWhenADomainReturns) {
     ASSERT_TRUE(sc1.ok());
     auto plan1 = PlanStrategy(*sc1, StrategyKind::kOnline);
     ASSERT_TRUE(plan1.ok());
-    auto reactive =
-        EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan1->schedule, plan1->published, plan1->kept);
+    auto reactive = EvaluateOnSurface(sc->problem, *sc->staleness_truth, plan1->schedule, plan1->published,
+                                      plan1->kept, plan1->pauses);
     ASSERT_TRUE(reactive.ok());
     EXPECT_LT(with->cil, 0.97 * reactive->cil) << ToString(window) << ": anticipating returns should pay here";
     auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
@@ -314,6 +322,7 @@ StatusOr<Scenario> WallScenarioAt(const std::string& path, Tier tier,
   VIPER_ASSIGN_OR_RETURN(auto log, datasets::LogReader::ReadFile(path + ".csv.gz", {}));
   VIPER_ASSIGN_OR_RETURN(auto table, datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {}));
   ScenarioOptions o;
+  o.remeasure_s = 0;  // re-measuring free: see Options()
   o.warmup_fraction = 0.2;
   o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
   o.problem_template.requests.traffic_clock = clock;
@@ -347,8 +356,8 @@ struct AgainstOracle {
 };
 StatusOr<AgainstOracle> JudgeAgainstOracle(const Scenario& sc, const Plan& plan) {
   const Problem judge = BoundProblem(sc);
-  VIPER_ASSIGN_OR_RETURN(auto online,
-                         EvaluateOnSurface(judge, *sc.staleness_truth, plan.schedule, plan.published, plan.kept));
+  VIPER_ASSIGN_OR_RETURN(auto online, EvaluateOnSurface(judge, *sc.staleness_truth, plan.schedule,
+                                                        plan.published, plan.kept, plan.pauses));
   VIPER_ASSIGN_OR_RETURN(auto oracle, PlanStrategy(sc, StrategyKind::kOracle));
   VIPER_ASSIGN_OR_RETURN(auto bound,
                          EvaluateOnSurface(judge, *sc.staleness_truth, oracle.schedule, oracle.published));
@@ -468,7 +477,7 @@ TEST(StalenessScenarioTest, AYoungRampIsNotChasedUnderTheWallClock) {
   auto oracle = PlanStrategy(*sc, StrategyKind::kOracle);
   ASSERT_TRUE(oracle.ok());
   auto cil = [&](const Plan& p) {
-    auto e = EvaluateOnSurface(sc->problem, *sc->staleness_truth, p.schedule, p.published, p.kept);
+    auto e = EvaluateOnSurface(sc->problem, *sc->staleness_truth, p.schedule, p.published, p.kept, p.pauses);
     EXPECT_TRUE(e.ok());
     return e.ok() ? e->cil : 0.0;
   };
@@ -1060,6 +1069,7 @@ TEST(StalenessScenarioTest, OnlineNeverPublishesACollapsedModel) {
     for (WindowKind window : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
       for (bool with_table : {true, false}) {
         ScenarioOptions o;
+        o.remeasure_s = 0;  // re-measuring free: see Options()
         o.warmup_fraction = 0.2;
         o.tier = PresetCost{tier, 600e6, false, Notification::kPush, 1.0};
         o.problem_template.requests.window = window;
@@ -1114,6 +1124,7 @@ TEST(StalenessScenarioTest, OnlineNeverPublishesADivergedModel) {
   for (WindowKind window : {WindowKind::kWhileTraining, WindowKind::kRequestCount}) {
     for (bool with_table : {true, false}) {
       ScenarioOptions o;
+      o.remeasure_s = 0;  // re-measuring free: see Options()
       o.warmup_fraction = 0.2;
       o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
       o.problem_template.requests.window = window;
@@ -1450,6 +1461,73 @@ TEST(StalenessScenarioTest, AModelThatLearnedTheNewDomainAtTheSwitchIsOfTheRegim
     return d.first >= 1700 && d.second == warmup_model;
   })) << plan->summary.message;
   ExpectPlanWithin(*sc, *plan, 1.033);
+}
+
+// online's re-measurements pause the producer (Plan::pauses, cost.remeasure_s
+// each), and only on a traffic state new to the model: on the shipped
+// no-drift run every re-measurement reads a state measured before (the
+// live producer reuses those evaluations), on the shipped rotation each
+// point of the ramp is new. The judge charges the pauses.
+TEST(StalenessScenarioTest, ARemeasurementPausesTheProducerOnlyOnTrafficNewToTheModel) {
+  constexpr double kEach = 0.03;
+  for (const char* name : {"sgd-h256", "rotate-sgd-h256"}) {
+    SCOPED_TRACE(name);
+    const std::string path = datasets::ShippedLogDirectory() + "/" + name;
+    auto log = datasets::LogReader::ReadFile(path + ".csv.gz", {});
+    auto table = datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {});
+    ASSERT_TRUE(log.ok() && table.ok());
+    ScenarioOptions o;
+    o.warmup_fraction = 0.2;
+    o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
+    o.problem_template.requests.traffic_clock = TrafficClock::kWall;
+    o.staleness = *table;
+    o.remeasure_s = kEach;
+    auto sc = MakeScenario(*log, o);
+    ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+    auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    double paused = 0;
+    for (const auto& [at, seconds] : plan->pauses) {
+      EXPECT_GT(at, sc->problem.warmup_iterations);
+      const double n = seconds / kEach;
+      EXPECT_GE(n, 0.999);
+      EXPECT_NEAR(n, std::round(n), 1e-9) << "a pause of " << seconds << " s at " << at;
+      paused += seconds;
+    }
+    EXPECT_NEAR(paused, kEach * static_cast<double>(plan->summary.remeasurements), 1e-9);
+    EXPECT_NEAR(plan->summary.remeasure_s, paused, 1e-12);
+    EXPECT_NEAR(plan->summary.slowdown_s,
+                static_cast<double>(plan->schedule.size()) * sc->problem.cost.stall_s +
+                    static_cast<double>(plan->kept.size()) * sc->problem.cost.keep_copy_s + paused,
+                1e-9);
+    if (std::string(name) == "sgd-h256") {
+      // One: the warm-up's model (iteration 938, between validation points,
+      // so the producer never measured it before it served).
+      EXPECT_EQ(plan->summary.remeasurements, 1) << plan->summary.message;
+      EXPECT_EQ(plan->pauses.size(), 1u);
+      continue;
+    }
+    EXPECT_GE(plan->summary.remeasurements, 10) << plan->summary.message;
+    EXPECT_NE(plan->summary.message.find("ms of producer pauses, charged"), std::string::npos)
+        << plan->summary.message;
+    // The judge: the same schedule without its pauses lands earlier.
+    const Problem judge = BoundProblem(*sc);
+    auto charged = EvaluateOnSurface(judge, *sc->staleness_truth, plan->schedule, plan->published, plan->kept,
+                                     plan->pauses);
+    auto free = EvaluateOnSurface(judge, *sc->staleness_truth, plan->schedule, plan->published, plan->kept);
+    ASSERT_TRUE(charged.ok() && free.ok());
+    EXPECT_NE(charged->cil, free->cil);
+    EXPECT_NEAR(charged->objective - charged->cil - (free->objective - free->cil),
+                judge.price_per_slowdown_s * paused, 1e-6 * (1 + charged->objective));
+    // Free re-measuring (the figures before the charge): no pauses at all.
+    o.remeasure_s = 0;
+    auto sc0 = MakeScenario(*log, o);
+    ASSERT_TRUE(sc0.ok());
+    auto plan0 = PlanStrategy(*sc0, StrategyKind::kOnline);
+    ASSERT_TRUE(plan0.ok());
+    EXPECT_TRUE(plan0->pauses.empty());
+    EXPECT_GT(plan0->summary.remeasurements, 0);
+  }
 }
 
 }  // namespace

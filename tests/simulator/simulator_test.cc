@@ -113,6 +113,55 @@ TEST(SimulatorTest, KeepCopiesStallTheProducer) {
   EXPECT_FALSE(Simulator(o).Run(LinearCurve(), {2, 5}).ok());
 }
 
+TEST(SimulatorTest, RemeasuringPausesStallTheProducerAsCopiesDo) {
+  // KeepCopiesStallTheProducer's world, the three copies' 0.75 s now
+  // re-measuring pauses (Plan::pauses): one copy of 0.25 s at 2, and pauses
+  // of 0.25 s at 1 and 0.25 s at 4. Every time is as with the copies (the
+  // pause at 4 comes before the checkpoint at 5 as a copy at 4 did); a
+  // pause at the copy's own iteration comes after the copy.
+  StalenessTable table = LosesOnePerIteration();
+  Simulator::Options o = Tiny(true, Notification::kPush);
+  o.record_requests = true;
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
+  o.tier.keep_copy_bandwidth_bytes_per_s = 4.0;
+  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
+  ASSERT_TRUE(surface.ok());
+  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  o.kept_at = {2};
+  o.pauses = {{1, 0.25}, {4, 0.25}};
+  auto r = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->versions[1].checkpoint_s, 2.5);
+  EXPECT_DOUBLE_EQ(r->versions[2].checkpoint_s, 7.25);
+  EXPECT_DOUBLE_EQ(r->slowdown_s, 3.75);
+  EXPECT_DOUBLE_EQ(r->training_end_s, 13.75);
+  EXPECT_EQ(r->pauses, 2);
+  EXPECT_DOUBLE_EQ(r->pause_s, 0.5);
+  EXPECT_DOUBLE_EQ(r->cil, 41.0);
+  EXPECT_NE(r->BriefReport().find("2 re-measuring pauses"), std::string::npos) << r->BriefReport();
+  EXPECT_NE(r->ChromeTrace().find("re-measure"), std::string::npos);
+  // A pause where the copy is: after it (the copy ends at 2.25 + 0.25).
+  o.pauses = {{2, 0.5}};
+  auto both = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_DOUBLE_EQ(both->versions[1].checkpoint_s, 2.75);
+  ASSERT_EQ(both->pause_spans_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(both->pause_spans_s[0].first, 2.25);
+  EXPECT_DOUBLE_EQ(both->pause_spans_s[0].second, 2.75);
+  // Twice at one iteration, outside (W, N], or of no finite length: refused by name.
+  for (std::vector<std::pair<int64_t, double>> bad :
+       {std::vector<std::pair<int64_t, double>>{{2, 0.1}, {2, 0.1}},
+        {{0, 0.1}},
+        {{11, 0.1}},
+        {{3, -1.0}},
+        {{3, std::numeric_limits<double>::infinity()}}}) {
+    o.pauses = bad;
+    auto refused = Simulator(o).Run(LinearCurve(), {2, 5});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("pauses["), std::string::npos) << refused.status().message();
+  }
+}
+
 TEST(SimulatorTest, DefaultOptionsAreValid) {
   std::string error;
   EXPECT_TRUE(Simulator::Options().IsValid(&error)) << error;

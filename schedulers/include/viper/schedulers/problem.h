@@ -120,6 +120,12 @@ struct CheckpointCost {
   // publishing it (>= 0): `online`'s regime ends (Plan::kept,
   // OnlinePlanner::Options::regime_ends); the judge charges each.
   double keep_copy_s = 0.0;
+  // Seconds the producer is blocked to re-measure one model it does not
+  // train (the served version or a kept one) on the validation sample of a
+  // traffic state it has not measured that model on (>= 0): `online`'s
+  // observations (Plan::pauses); the judge charges each. The scenario sets
+  // it to the log's validation pause (ScenarioOptions::remeasure_s).
+  double remeasure_s = 0.0;
 
   bool IsValid(std::string* error) const;
 };

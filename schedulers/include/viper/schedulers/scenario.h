@@ -111,9 +111,21 @@ struct ScenarioOptions {
   // `online` re-measures the served version from its val_loss. Absent = the
   // diagonal (a stale version is charged the loss it had on its own traffic).
   std::optional<StalenessTable> staleness;
+  // Seconds the producer pauses to re-measure one model it does not train
+  // (CheckpointCost::remeasure_s: `online`'s served and kept models on a
+  // traffic state new to them, charged by the judge). Negative = the log's
+  // own validation pause (ValidationPauseSeconds); 0 = free.
+  double remeasure_s = -1.0;
 
   bool IsValid(std::string* error) const;
 };
+
+// What measuring a model on the validation sample costs the producer in
+// the log: the median over its validation rows of that row's iteration time
+// less the median iteration time (rows logged at consecutive iterations
+// only; at least 0). 0 where the log cannot show one (no wall times, or no
+// validation row right after another row).
+double ValidationPauseSeconds(const TrainingLog& log);
 
 struct Scenario {
   std::string source;                 // the log's file

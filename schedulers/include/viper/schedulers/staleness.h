@@ -142,10 +142,14 @@ struct SurfaceEvaluation {
 // copies a model it keeps unpublished (Plan::kept), each a stall of
 // cost.keep_copy_s before a checkpoint at the same iteration; under the
 // producer clock the traffic stays at that iteration meanwhile. They count
-// in the objective's slowdown too.
+// in the objective's slowdown too. `pauses`: the producer's other pauses
+// (Plan::pauses, (iteration, seconds)), after a copy at the same iteration,
+// charged the same way.
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const StalenessSurface& surface,
-                                              const Schedule& schedule, const std::vector<int64_t>& published = {},
-                                              const std::vector<int64_t>& kept = {});
+                                              const Schedule& schedule,
+                                              const std::vector<int64_t>& published = {},
+                                              const std::vector<int64_t>& kept = {},
+                                              const std::vector<std::pair<int64_t, double>>& pauses = {});
 
 // The exact optimum of EvaluateOnSurface's objective over every schedule
 // whose checkpoints are grid versions of the surface inside (W, N] (and, where

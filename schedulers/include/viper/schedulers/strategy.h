@@ -81,8 +81,12 @@ struct PlanSummary {
   // One sentence on what was done.
   std::string message;
   int64_t checkpoints = 0;
-  // m * sigma, seconds.
+  // m * sigma, seconds, plus the keep copies and the re-measuring pauses.
   double slowdown_s = 0.0;
+  // online: models re-measured on a traffic state new to them (served and
+  // kept; Plan::pauses) and the producer time they took, seconds.
+  int64_t remeasurements = 0;
+  double remeasure_s = 0.0;
   // Fluid evaluation on the predicted curve (what the planner expects).
   Evaluation predicted;
   // The solver's own figure (see Solution::objective).
@@ -109,6 +113,13 @@ struct Plan {
   // is predicted next, or at every validation point). Each blocks the
   // producer cost.keep_copy_s.
   std::vector<int64_t> kept;
+  // The producer's pauses to re-measure models it does not train, as
+  // (iteration, seconds) with increasing iterations (simulator::Simulator::
+  // Options::pauses): `online`'s served and kept models, each measured on a
+  // traffic state new to it (cost.remeasure_s each; a state it was measured
+  // on before is read again for free, as the live producer does). Each comes
+  // after the measurement at its iteration, before a checkpoint there.
+  std::vector<std::pair<int64_t, double>> pauses;
   PlanSummary summary;
   // online with OnlinePlanner::Options::record_decisions: every decision.
   std::vector<OnlinePlanner::Decision> decisions;

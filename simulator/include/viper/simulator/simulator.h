@@ -61,10 +61,13 @@ struct SimulationResult {
   int64_t diverged_requests = 0;
   int64_t requests = 0;
   int64_t checkpoints = 0;          // m
-  double slowdown_s = 0.0;          // total producer stall (checkpoints and keep copies)
+  double slowdown_s = 0.0;          // total producer stall (checkpoints, keep copies, pauses)
   int64_t keep_copies = 0;          // models copied without being published (Options::kept_at)
   double keep_copy_s = 0.0;         // the producer stall of each
   std::vector<double> keep_copy_start_s;  // when each began (the Chrome trace draws them)
+  int64_t pauses = 0;                     // the producer's other pauses (Options::pauses)
+  double pause_s = 0.0;                   // their total, seconds
+  std::vector<std::pair<double, double>> pause_spans_s;  // each one's start and end (the Chrome trace)
   double training_end_s = 0.0;      // producer finishes iteration N
   double window_end_s = 0.0;
   std::optional<double> mean_staleness_s, p99_staleness_s;  // request time - T_k of its version
@@ -121,6 +124,11 @@ class Simulator {
     // blocking it model_size_bytes / tier.keep_copy_bandwidth_bytes_per_s;
     // a checkpoint at the same iteration starts after the copy.
     std::vector<int64_t> kept_at;
+    // Other pauses of the producer, as (iteration, seconds) with increasing
+    // iterations in (W, N] (schedulers::Plan::pauses: re-measuring models it
+    // does not train), each at the end of its iteration after a keep copy
+    // there and before a checkpoint there.
+    std::vector<std::pair<int64_t, double>> pauses;
 
     bool IsValid(std::string* error) const;
   };
