@@ -4,6 +4,7 @@
 // session" and "Twenty-seventh session").
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -51,14 +52,37 @@ Status OnlinePlanner::ObserveClock(int64_t iteration, double elapsed_s) {
   return Status::Ok();
 }
 
+Status OnlinePlanner::ObservePause(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) {
+    return InvalidArgumentError("a pause must last a finite number of seconds >= 0, got " +
+                                std::to_string(seconds));
+  }
+  if (seconds == 0) return Status::Ok();
+  const double before = paused_s_.empty() ? 0.0 : paused_s_.back().second;
+  if (!paused_s_.empty() && paused_s_.back().first == last_iteration_) {
+    paused_s_.back().second += seconds;
+  } else {
+    paused_s_.emplace_back(last_iteration_, before + seconds);
+  }
+  return Status::Ok();
+}
+
+double OnlinePlanner::PausedBefore(int64_t iteration) const {
+  const auto it = std::lower_bound(paused_s_.begin(), paused_s_.end(), iteration,
+                                   [](const auto& p, int64_t i) { return p.first < i; });
+  return it == paused_s_.begin() ? 0.0 : std::prev(it)->second;
+}
+
 double OnlinePlanner::TrafficAt(int64_t iteration) const {
   double traffic = static_cast<double>(iteration);
   if (problem_.requests.traffic_clock == TrafficClock::kWall && iteration > problem_.warmup_iterations) {
     const auto stalls = std::lower_bound(taken_.begin(), taken_.end(), iteration) - taken_.begin();
     const int64_t W = problem_.warmup_iterations;
     const int64_t known = W + static_cast<int64_t>(own_clock_.size()) - 1;  // the clock's last iteration
-    if (stalls > 0 && !own_clock_.empty() && iteration <= known) {
-      const double stalled = stalled_s_[static_cast<size_t>(stalls - 1)], tau = problem_.seconds_per_iteration;
+    const double paused = PausedBefore(iteration);
+    if ((stalls > 0 || paused > 0) && !own_clock_.empty() && iteration <= known) {
+      const double stalled = (stalls > 0 ? stalled_s_[static_cast<size_t>(stalls - 1)] : 0.0) + paused,
+                   tau = problem_.seconds_per_iteration;
       // A past position the producer's clock has reached is a reading. Not
       // where the lead is under a measurement gap: the estimate is within
       // the gap a switch is seen in there, and a reading beside the current
@@ -78,13 +102,14 @@ double OnlinePlanner::TrafficAt(int64_t iteration) const {
         return static_cast<double>(W) + static_cast<double>(j - 1) + (t1 > t0 ? (at - t0) / (t1 - t0) : 1.0);
       }
     }
-    if (stalls > 0) {
+    if (stalls > 0 || paused > 0) {
       double pace = problem_.seconds_per_iteration;
       const auto in_use = std::upper_bound(paces_.begin(), paces_.end(), iteration,
                                            [](int64_t it, const auto& p) { return it < p.first; });
       if (in_use != paces_.begin()) pace = std::prev(in_use)->second;
-      traffic = std::min(static_cast<double>(problem_.total_iterations),
-                         traffic + stalled_s_[static_cast<size_t>(stalls - 1)] / pace);
+      traffic = std::min(
+          static_cast<double>(problem_.total_iterations),
+          traffic + ((stalls > 0 ? stalled_s_[static_cast<size_t>(stalls - 1)] : 0.0) + paused) / pace);
     }
   }
   return traffic;

@@ -317,6 +317,7 @@ class StrategyImpl : public Strategy {
               const double pause = static_cast<double>(fresh) * p.cost.remeasure_s;
               pauses.emplace_back(it, pause);
               paused_s += pause;
+              VIPER_RETURN_IF_ERROR(planner.ObservePause(pause));
             }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));

@@ -135,6 +135,31 @@ TEST(OnlinePlannerTest, APastTrafficPositionIsReadOffTheProducersClock) {
   EXPECT_TRUE(timed.ObserveClock(301, elapsed + 0.1).ok());
 }
 
+// Under the wall clock the producer's re-measuring pauses put the traffic
+// ahead as its stalls do: 1 s after the measurement at 120 is 20
+// iterations at tau = 0.05 s from then on.
+TEST(OnlinePlannerTest, APauseMovesTheTrafficOnAsAStallDoes) {
+  OnlinePlanner planner(CheapProblem(), Forecasters());  // the wall clock (the default)
+  ASSERT_TRUE(planner.Observe(120, 1.0, ObservationKind::kValidation).ok());
+  ASSERT_TRUE(planner.ObservePause(0.6).ok());
+  ASSERT_TRUE(planner.ObservePause(0.4).ok());  // the same pause, in two parts
+  ASSERT_TRUE(planner.ObservePause(0).ok());
+  EXPECT_DOUBLE_EQ(planner.TrafficAt(120), 120.0);
+  EXPECT_DOUBLE_EQ(planner.TrafficAt(140), 160.0);
+  ASSERT_TRUE(planner.Observe(140, 1.0, ObservationKind::kValidation).ok());
+  ASSERT_TRUE(planner.Commit(140).ok());  // a stall of 0.01 s: 0.2 iterations more
+  EXPECT_NEAR(planner.TrafficAt(160), 180.2, 1e-9);
+  EXPECT_FALSE(planner.ObservePause(-1).ok());
+  EXPECT_FALSE(planner.ObservePause(std::nan("")).ok());
+  // The producer clock does not move with the producer's pauses.
+  Problem q = CheapProblem();
+  q.requests.traffic_clock = TrafficClock::kProducer;
+  OnlinePlanner producer(q, Forecasters());
+  ASSERT_TRUE(producer.Observe(120, 1.0, ObservationKind::kValidation).ok());
+  ASSERT_TRUE(producer.ObservePause(1.0).ok());
+  EXPECT_DOUBLE_EQ(producer.TrafficAt(140), 140.0);
+}
+
 TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
   OnlinePlanner planner(CheapProblem(), Forecasters());
   EXPECT_TRUE(planner.Observe(50, 1.0, ObservationKind::kValidation).ok());
@@ -143,6 +168,62 @@ TEST(OnlinePlannerTest, ObservationsMustBeOrdered) {
   EXPECT_FALSE(planner.ObserveKept(60, 1.0).ok()) << "a kept model cannot be from the future";
   EXPECT_TRUE(planner.KeptVersions().empty()) << "the warm-up model is the served one";
   EXPECT_FALSE(*planner.ShouldCheckpoint(50));  // the warm-up: never
+}
+
+// On traffic that moves at every measurement (the served model re-measured
+// further off its last loss each time: a ramp) every state is new, so each
+// kept model re-measured would be a producer pause and none is asked for;
+// while the traffic stands still, or once it stops, the kept models are.
+TEST(OnlinePlannerTest, NoKeptModelIsReMeasuredOnARamp) {
+  Problem p = CheapProblem();
+  p.cost.remeasure_s = 0.02;
+  OnlinePlanner planner(p, Forecasters());
+  double served = 0;
+  std::vector<size_t> asked;
+  for (int64_t i = 120; i <= 1000; i += 20) {
+    const double v = 0.3 + std::exp(-static_cast<double>(i) / 300.0);
+    ASSERT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+    if (i == 140 || i == 200) {
+      ASSERT_TRUE(planner.Commit(i).ok());
+      served = v;
+    }
+    if (i > 200) {
+      // Still until 500, a ramp over 520..700 (the served model 0.2 worse at
+      // every measurement), still again from 720.
+      const double ramp = std::clamp(static_cast<double>(i - 500) / 20.0, 0.0, 10.0);
+      ASSERT_TRUE(planner.ObserveServed(served + 0.2 * ramp).ok());
+      asked.push_back(planner.KeptVersions().size());
+      for (int64_t k : planner.KeptVersions()) ASSERT_TRUE(planner.ObserveKept(k, 1.0).ok());
+    }
+    auto now = planner.ShouldCheckpoint(i);
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+  }
+  // asked[j] is at i = 220 + 20 j: still at 500 (j = 14), moving at 520 and
+  // 540 (j = 15, 16), so none from 540 to 700 (j = 16 .. 24), and again
+  // from 740 (j = 26: 720 moved, 700 did, 740 did not).
+  ASSERT_EQ(asked.size(), 40u);
+  EXPECT_GT(asked[14], 0u);
+  EXPECT_GT(asked[15], 0u) << "one move is a step, not yet a ramp";
+  for (size_t j = 16; j <= 24; ++j) EXPECT_EQ(asked[j], 0u) << "at " << 220 + 20 * j;
+  EXPECT_GT(asked[26], 0u);
+  // Where re-measuring is free, the ramp's kept models are measured too.
+  OnlinePlanner free(CheapProblem(), Forecasters());
+  served = 0;
+  for (int64_t i = 120; i <= 600; i += 20) {
+    ASSERT_TRUE(
+        free.Observe(i, 0.3 + std::exp(-static_cast<double>(i) / 300.0), ObservationKind::kValidation).ok());
+    if (i == 140 || i == 200) {
+      ASSERT_TRUE(free.Commit(i).ok());
+      served = 0.3 + std::exp(-static_cast<double>(i) / 300.0);
+    }
+    if (i > 200) {
+      ASSERT_TRUE(
+          free.ObserveServed(served + 0.2 * std::clamp(static_cast<double>(i - 500) / 20.0, 0.0, 10.0)).ok());
+      if (i >= 540) EXPECT_FALSE(free.KeptVersions().empty()) << "at " << i;
+      for (int64_t k : free.KeptVersions()) ASSERT_TRUE(free.ObserveKept(k, 1.0).ok());
+    }
+    ASSERT_TRUE(free.ShouldCheckpoint(i).ok());
+  }
 }
 
 // A run that diverges at 1000 (NaN, then +inf, as the log reader keeps them

@@ -197,7 +197,10 @@ class OnlinePlanner {
   // past position is read off the producer's clock once it has got there
   // (fractional, as PositionAt; a lead the clock covers in part goes on at
   // the latest pace), unless the lead is under a measurement gap
-  // (bench/README.md, "Twenty-seventh session"; online_position.cc).
+  // (bench/README.md, "Twenty-seventh session"; online_position.cc). The
+  // pauses reported before it (ObservePause: re-measuring) count as
+  // stalls do (on the 522-case pool with them charged, mean 23.83 ->
+  // 22.42%: bench/README.md, "Sixty-second session").
   double TrafficAt(int64_t iteration) const;
   // The producer's own clock: the training seconds from the end of the
   // warm-up to the end of `iteration` (no stalls; a live producer sums its
@@ -209,6 +212,10 @@ class OnlinePlanner {
   // for seconds that are not finite or run backwards, an iteration that is
   // not the next one, or one before W; holds one double per iteration.
   Status ObserveClock(int64_t iteration, double elapsed_s);
+  // The producer paused `seconds` after its measurement at the last observed
+  // iteration to re-measure models (Plan::pauses): under the wall clock the
+  // traffic moved on meanwhile (TrafficAt counts it).
+  Status ObservePause(double seconds);
   // The model each checkpoint published (parallel to taken()), and the one
   // served now (W before any checkpoint).
   const std::vector<int64_t>& published() const { return published_; }
@@ -349,6 +356,10 @@ class OnlinePlanner {
   // The seconds the producer has stalled for taken_[0..k], each at the
   // cost measured when it was taken.
   std::vector<double> stalled_s_;
+  // ObservePause: (iteration, the pauses' seconds up to it), increasing.
+  std::vector<std::pair<int64_t, double>> paused_s_;
+  // The pauses' seconds at iterations before `iteration`.
+  double PausedBefore(int64_t iteration) const;
   // The pace in use from each iteration on (SetPace; tau before the first).
   std::vector<std::pair<int64_t, double>> paces_;
   int64_t last_iteration_ = 0;
@@ -512,6 +523,10 @@ class OnlinePlanner {
   // The loss of `model` re-measured at measurement `m` of measured_ (served
   // or kept; NaN where it was not, or that record is no longer kept).
   double RemeasuredAt(size_t m, int64_t model) const;
+  // Whether the model served at measurement `m` of measured_ moved there,
+  // re-measured, by more than twice the gate's margin from its loss at the
+  // measurement before (KeptVersions: traffic on a ramp).
+  bool ServedMovedAt(size_t m) const;
   // The producer's own model at measurement `m`, as measured there (on the
   // validation sample, which re-measurements are on): `model`'s loss when
   // it is that measurement's model, NaN otherwise (LossAt's fallback, by
