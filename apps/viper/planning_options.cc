@@ -154,7 +154,19 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
   desc->add(plan).add(req).add(cost).add(loop);
 }
 
+// --remeasure-s: auto (-1: the log's validation pause) or seconds in [0, 3600].
+static StatusOr<double> RemeasureSeconds(const std::string& text) {
+  if (text == "auto") return -1.0;
+  char* end = nullptr;
+  const double s = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || !(s >= 0 && s <= 3600)) {
+    return InvalidArgumentError("--remeasure-s '" + text + "': expected auto or seconds in [0, 3600]");
+  }
+  return s;
+}
+
 Status ValidatePlanningOptions(const PlanningOptions& o) {
+  VIPER_RETURN_IF_ERROR(RemeasureSeconds(o.remeasure_s).status());
   if (o.staleness.empty()) return InvalidArgumentError("--staleness '': expected a file, auto or none");
   const schedulers::ScenarioOptions& sc = o.scenario;
   const schedulers::Problem& pt = sc.problem_template;
@@ -365,17 +377,7 @@ StatusOr<PlanningContext> BuildPlanningContext(const LogOptions& log_options, co
     return InvalidArgumentError("--keep-regime-ends '" + o.keep_regime_ends + "': expected off, predicted or every");
   }
   so.online.hold_young_ramps = o.ramp_hold == "on";
-  if (o.remeasure_s == "auto") {
-    so.remeasure_s = -1;
-  } else {
-    char* end = nullptr;
-    const double s = std::strtod(o.remeasure_s.c_str(), &end);
-    if (o.remeasure_s.empty() || end == nullptr || *end != '\0' || !(s >= 0 && s <= 3600)) {
-      return InvalidArgumentError("--remeasure-s '" + o.remeasure_s +
-                                  "': expected auto or seconds in [0, 3600]");
-    }
-    so.remeasure_s = s;
-  }
+  VIPER_ASSIGN_OR_RETURN(so.remeasure_s, RemeasureSeconds(o.remeasure_s));
   if (o.requests > 0) {
     p.requests.window = schedulers::WindowKind::kRequestCount;
     p.requests.request_count = o.requests;

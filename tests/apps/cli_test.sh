@@ -73,6 +73,19 @@ if [ -f "$log" ]; then
   expect_in "$tmp/sim.json" '"judge": "diagonal"' "without a table the judge is the diagonal"
   expect_in "$tmp/out" "a stale version is charged the loss it had on its own traffic" "the table says a stale version is charged its own-time loss"
   expect_in "$tmp/out" "replayed clock after the warm-up" "simulate prints the replayed clock"
+  # Re-measuring: --remeasure-s takes auto or seconds (bad usage otherwise);
+  # online's re-measurements on traffic new to a model are counted, and with
+  # a table on the rotation run they are charged as producer pauses.
+  expect_rc 2 "--remeasure-s takes auto or seconds" "$viper" simulate --log "$log" -q --remeasure-s soon
+  expect_in "$tmp/err" "--remeasure-s 'soon': expected auto or seconds in [0, 3600]" "the error names the value and what is expected"
+  rot="$src/datasets/logs/rotate-sgd-h256.csv.gz"
+  expect_rc 0 "simulate with re-measuring charged" "$viper" simulate --log "$rot" --staleness auto -q --strategies online,oracle --transport host --remeasure-s 0.03 --json "$tmp/rm.json"
+  if /usr/bin/python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+on = [s for s in j['strategies'] if s['strategy'] == 'online'][0]
+ok = j['transport']['remeasure_s'] == 0.03 and on['remeasurements'] >= 10 and abs(on['remeasure_s'] - 0.03 * on['remeasurements']) < 1e-9
+sys.exit(0 if ok else 1)" "$tmp/rm.json"; then passes=$((passes + 1)); else fail "online's re-measurements are counted and charged 0.03 s each" "$tmp/rm.json"; fi
   # The replayed clock next to tau: regular on the shipped log; a copy that
   # stalls 30 s at three points after the warm-up is irregular, and evaluate
   # says so once for the log (not once per case).
