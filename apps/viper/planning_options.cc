@@ -1,8 +1,9 @@
 #include "planning_options.h"
 
+#include <filesystem>
+
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -77,80 +78,19 @@ void AddPlanningOptions(po::options_description* desc, PlanningOptions* o) {
       ("price-per-slowdown-s", po::value(&pt.price_per_slowdown_s)->default_value(pt.price_per_slowdown_s), "CIL units charged per second of training slowdown in the objective, in [0, 1e12]")
       ("slowdown-budget-s", po::value(&o->slowdown_budget_s)->default_value(o->slowdown_budget_s), "upper bound on total stall, seconds (a negative value = no bound)");
   po::options_description loop("Closed loop (the online strategy)");
-  loop.add_options()(
-      "gate-z", po::value(&sc.online.gate_z)->default_value(sc.online.gate_z),
-      "publish only when the candidate's measured loss beats the served version's by more than this many "
-      "noise sd (of a difference of two measurements), in [0, 100]; 0 = no gate")(
-      "change-threshold", po::value(&sc.online.change_threshold)->default_value(sc.online.change_threshold),
-      "Page-Hinkley alarm threshold, in noise sd, in (0, 1e6]: lower reacts faster to drift and re-fits more "
-      "often")("change-allowance",
-               po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance),
-               "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")(
-      "min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points),
-      "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their "
-      "median; a fit takes at least 5, so 3 and 4 wait for 5)")(
-      "keep-versions", po::value(&sc.online.keep_versions)->default_value(sc.online.keep_versions),
-      "online: models kept for re-publishing, in [0, 1000]: the last ones it published and the last of each "
-      "regime before a detected change; with a staleness table each is re-measured at every validation "
-      "point, and one that beats both the candidate and the served version by the gate's margin is published "
-      "again (recurring domains); 0 = never re-publish")(
-      "keep-regime-ends",
-      po::value(&o->keep_regime_ends)
-          ->default_value(o->keep_regime_ends)
-          ->notifier(CheckOneOf("keep-regime-ends", {"off", "predicted", "every"})),
-      "online, with --keep-versions > 0: which models the producer copies, unpublished, so that the last of "
-      "a regime before a detected change can be published again: predicted = at the measurement before a "
-      "predicted switch (once a recurring domain's cycle is known; about one copy per regime), every = at "
-      "every validation point after the warm-up, off = none (only the warm-up's and published models are "
-      "kept). Each copy blocks the producer model bytes / the device-local copy bandwidth (preset tiers: the "
-      "gpu tier's snapshot, 8 ms for 600 MB; measured costs: none, a live log's times carry them), and the "
-      "judge charges it")(
-      "remeasure-s", po::value(&o->remeasure_s)->default_value(o->remeasure_s),
-      "online, with a staleness table: seconds the producer pauses to re-measure one model it does not train "
-      "(the served version, a kept one) on a traffic state it has not measured that model on; the judge "
-      "charges each pause (a state measured before, e.g. calm traffic or a domain that came back, is read "
-      "again for free, as the live producer does). auto = the log's validation pause (the median validation "
-      "row's iteration time less the median iteration's; 0 where the log has no per-iteration wall times); 0 "
-      "= free (the figures before the sixty-second session); at most 3600")(
-      "anticipate-returns",
-      po::value(&o->anticipate_returns)
-          ->default_value(o->anticipate_returns)
-          ->notifier(CheckOneOf("anticipate-returns", {"on", "off"})),
-      "online, with --keep-versions > 0: on = once a domain has come back (a kept model of an earlier regime "
-      "won) and either only two changes have been detected (their interval is the spacing) or the last three "
-      "are evenly spaced, publish the returning domain's model so that it arrives at the predicted next "
-      "change (nothing else is published until the change is seen; a prediction that does not come true "
-      "stops this until two new changes are seen); off = re-publish only after a change is seen")(
-      "ramp-hold",
-      po::value(&o->ramp_hold)->default_value(o->ramp_hold)->notifier(CheckOneOf("ramp-hold", {"on", "off"})),
-      "online, under the wall traffic clock, with --staleness: on = while the traffic is on a young ramp, "
-      "publish nothing (a ramp: some fixed model, served or kept, re-measured worse at each of its last two "
-      "validation points or more, by twice the gate's margin, and none better at the last by three times "
-      "that; young: the traffic has moved less since the rise began than one checkpoint's stall plus "
-      "delivery, in iterations; only where that lag spans three validation gaps or more), since a version "
-      "published then reaches the traffic no closer to it than the served one is and its stall leaves every "
-      "later version further behind; off = publish as the re-plan and the gate decide")(
-      "drift-prior", po::value(&sc.online.drift_prior)->default_value(sc.online.drift_prior),
-      "online, under the wall traffic clock: how much traffic drift to expect before any is measured, as the "
-      "factor by which it raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it; "
-      "3 = quadruples it). Each checkpoint's stall is then priced as that much lag (a drift that comes finds "
-      "the producer behind by every stall taken before it), so checkpoints whose gain does not pay for it "
-      "are skipped, until a change is detected or a decay measured (then the measured decay alone). Only "
-      "with --staleness (the served version re-measured on today's traffic): without a table no drift can be "
-      "seen, by online or by the diagonal judge, and the prior is not applied. 0 = price only measured "
-      "decay: for traffic known not to drift. On 69 held-out runs whose traffic never drifts (414 cases) the "
-      "default 3 has median regret 2.6% and 65 cases more than 1% worse than epoch, nearly all on the pfs "
-      "tier with a fixed request count, where it publishes nothing; 0 has 1.7% and 1 (bench/README.md, "
-      "'Fortieth session')")(
-      "wait-guard", po::value(&sc.online.wait_guard)->default_value(sc.online.wait_guard),
-      "online, with --staleness: a rent-or-buy bound on the re-plan's waits, in [0, 1000]. Since the last "
-      "publish, add up at each validation point the served version's re-measured loss over the candidate's "
-      "(less the gate's margin) times the seconds since the point before; once that passes this many times a "
-      "stall's seconds times the candidate's loss, publish the candidate even where the re-plan waits (not "
-      "while the served version is still rising, nor while an anticipated return holds). 0 = off")(
-      "replan-gap", RealOption(&sc.online.replan_gap),
-      "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower "
-      "on a fixed request window: about 1.5x at 1e5 iterations)");
+  loop.add_options()
+      ("gate-z", po::value(&sc.online.gate_z)->default_value(sc.online.gate_z), "publish only when the candidate's measured loss beats the served version's by more than this many noise sd (of a difference of two measurements), in [0, 100]; 0 = no gate")
+      ("change-threshold", po::value(&sc.online.change_threshold)->default_value(sc.online.change_threshold), "Page-Hinkley alarm threshold, in noise sd, in (0, 1e6]: lower reacts faster to drift and re-fits more often")
+      ("change-allowance", po::value(&sc.online.change_allowance)->default_value(sc.online.change_allowance), "Page-Hinkley allowance per measurement, in noise sd, in (0, 1e6]")
+      ("min-fit-points", po::value(&sc.online.min_fit_points)->default_value(sc.online.min_fit_points), "measurements of a regime before its curve is fitted, in [3, 1000000] (fewer: a flat forecast at their median; a fit takes at least 5, so 3 and 4 wait for 5)")
+      ("keep-versions", po::value(&sc.online.keep_versions)->default_value(sc.online.keep_versions), "online: models kept for re-publishing, in [0, 1000]: the last ones it published and the last of each regime before a detected change; with a staleness table each is re-measured at every validation point, and one that beats both the candidate and the served version by the gate's margin is published again (recurring domains); 0 = never re-publish")
+      ("keep-regime-ends", po::value(&o->keep_regime_ends)->default_value(o->keep_regime_ends)->notifier(CheckOneOf("keep-regime-ends", {"off", "predicted", "every"})), "online, with --keep-versions > 0: which models the producer copies, unpublished, so that the last of a regime before a detected change can be published again: predicted = at the measurement before a predicted switch (once a recurring domain's cycle is known; about one copy per regime), every = at every validation point after the warm-up, off = none (only the warm-up's and published models are kept). Each copy blocks the producer model bytes / the device-local copy bandwidth (preset tiers: the gpu tier's snapshot, 8 ms for 600 MB; measured costs: none, a live log's times carry them), and the judge charges it")
+      ("remeasure-s", po::value(&o->remeasure_s)->default_value(o->remeasure_s), "online, with a staleness table: seconds the producer pauses to re-measure one model it does not train (the served version, a kept one) on a traffic state it has not measured that model on; the judge charges each pause (a state measured before, e.g. calm traffic or a domain that came back, is read again for free, as the live producer does). auto = the log's validation pause (the median validation row's iteration time less the median iteration's; 0 where the log has no per-iteration wall times); 0 = free (the figures before the sixty-second session); at most 3600")
+      ("anticipate-returns", po::value(&o->anticipate_returns)->default_value(o->anticipate_returns)->notifier(CheckOneOf("anticipate-returns", {"on", "off"})), "online, with --keep-versions > 0: on = once a domain has come back (a kept model of an earlier regime won) and either only two changes have been detected (their interval is the spacing) or the last three are evenly spaced, publish the returning domain's model so that it arrives at the predicted next change (nothing else is published until the change is seen; a prediction that does not come true stops this until two new changes are seen); off = re-publish only after a change is seen")
+      ("ramp-hold", po::value(&o->ramp_hold)->default_value(o->ramp_hold)->notifier(CheckOneOf("ramp-hold", {"on", "off"})), "online, under the wall traffic clock, with --staleness: on = while the traffic is on a young ramp, publish nothing (a ramp: some fixed model, served or kept, re-measured worse at each of its last two validation points or more, by twice the gate's margin, and none better at the last by three times that; young: the traffic has moved less since the rise began than one checkpoint's stall plus delivery, in iterations; only where that lag spans three validation gaps or more), since a version published then reaches the traffic no closer to it than the served one is and its stall leaves every later version further behind; off = publish as the re-plan and the gate decide")
+      ("drift-prior", po::value(&sc.online.drift_prior)->default_value(sc.online.drift_prior), "online, under the wall traffic clock: how much traffic drift to expect before any is measured, as the factor by which it raises a stale model's loss over the serving window, in [0, 1000] (1 = doubles it; 3 = quadruples it). Each checkpoint's stall is then priced as that much lag (a drift that comes finds the producer behind by every stall taken before it), so checkpoints whose gain does not pay for it are skipped, until a change is detected or a decay measured (then the measured decay alone). Only with --staleness (the served version re-measured on today's traffic): without a table no drift can be seen, by online or by the diagonal judge, and the prior is not applied. 0 = price only measured decay: for traffic known not to drift. On 69 held-out runs whose traffic never drifts (414 cases) the default 3 has median regret 2.6% and 65 cases more than 1% worse than epoch, nearly all on the pfs tier with a fixed request count, where it publishes nothing; 0 has 1.7% and 1 (bench/README.md, 'Fortieth session')")
+      ("wait-guard", po::value(&sc.online.wait_guard)->default_value(sc.online.wait_guard), "online, with --staleness: a rent-or-buy bound on the re-plan's waits, in [0, 1000]. Since the last publish, add up at each validation point the served version's re-measured loss over the candidate's (less the gate's margin) times the seconds since the point before; once that passes this many times a stall's seconds times the candidate's loss, publish the candidate even where the re-plan waits (not while the served version is still rising, nor while an anticipated return holds). 0 = off")
+      ("replan-gap", RealOption(&sc.online.replan_gap), "online: relative gap to the optimum each re-plan is certified within, in [0, 0.01]; 0 = exact (slower on a fixed request window: about 1.5x at 1e5 iterations)");
   desc->add(plan).add(req).add(cost).add(loop);
 }
 
