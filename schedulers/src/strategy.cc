@@ -239,7 +239,8 @@ class StrategyImpl : public Strategy {
         // Where the traffic is when the producer measures at `it` under the
         // wall clock: the last iteration an unstalled producer would have
         // finished by then (the run's clock at `it` plus the stalls of the
-        // checkpoints taken so far; at most N), the simulator's judge's own
+        // checkpoints taken so far, the keep copies and the re-measuring
+        // pauses; at most N), the simulator's judge's own
         // position (LastIterationBy, whole iterations). The
         // world's present, not the planner's guess of it (TrafficAt, which
         // converts the stalled seconds at the pace measured so far): a live
