@@ -60,6 +60,20 @@ StalenessTable LosesOnePerIteration() {
   return table;
 }
 
+// The SyncPushTimeline world on the producer clock, judged on
+// LosesOnePerIteration's test_loss, with a device-local copy of 0.25 s
+// (4 B/s): KeepCopiesStallTheProducer and RemeasuringPausesStallTheProducer.
+Simulator::Options CopyingWorld() {
+  Simulator::Options o = Tiny(true, Notification::kPush);
+  o.record_requests = true;
+  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
+  o.tier.keep_copy_bandwidth_bytes_per_s = 4.0;
+  auto surface =
+      schedulers::StalenessSurface::Make(LosesOnePerIteration(), schedulers::StalenessSample::kTest);
+  if (surface.ok()) o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  return o;
+}
+
 TEST(SimulatorTest, KeepCopiesStallTheProducer) {
   // The SyncPushTimeline world (stall 1.5 s) with a copy of 0.25 s (4 B/s)
   // at the end of iterations 1, 2 and 4, kept without being published. The
@@ -69,14 +83,8 @@ TEST(SimulatorTest, KeepCopiesStallTheProducer) {
   // copies before it, so the requests at 0, 4.2, 8.6 and 12 see traffic 0,
   // 2, 5 and 8 (iteration 9 ends at 12.75), served by v0, v0, v1 (2), v2
   // (5) on L(v, t) = 10 - v + (t - v): 10 + 12 + 11 + 8 = 41.
-  StalenessTable table = LosesOnePerIteration();
-  Simulator::Options o = Tiny(true, Notification::kPush);
-  o.record_requests = true;
-  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
-  o.tier.keep_copy_bandwidth_bytes_per_s = 4.0;
-  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
-  ASSERT_TRUE(surface.ok());
-  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  Simulator::Options o = CopyingWorld();
+  ASSERT_TRUE(o.staleness);
   o.kept_at = {1, 2, 4};
   auto r = Simulator(o).Run(LinearCurve(), {2, 5});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -119,14 +127,8 @@ TEST(SimulatorTest, RemeasuringPausesStallTheProducerAsCopiesDo) {
   // of 0.25 s at 1 and 0.25 s at 4. Every time is as with the copies (the
   // pause at 4 comes before the checkpoint at 5 as a copy at 4 did); a
   // pause at the copy's own iteration comes after the copy.
-  StalenessTable table = LosesOnePerIteration();
-  Simulator::Options o = Tiny(true, Notification::kPush);
-  o.record_requests = true;
-  o.problem.requests.traffic_clock = schedulers::TrafficClock::kProducer;
-  o.tier.keep_copy_bandwidth_bytes_per_s = 4.0;
-  auto surface = schedulers::StalenessSurface::Make(table, schedulers::StalenessSample::kTest);
-  ASSERT_TRUE(surface.ok());
-  o.staleness = std::make_shared<const schedulers::StalenessSurface>(std::move(*surface));
+  Simulator::Options o = CopyingWorld();
+  ASSERT_TRUE(o.staleness);
   o.kept_at = {2};
   o.pauses = {{1, 0.25}, {4, 0.25}};
   auto r = Simulator(o).Run(LinearCurve(), {2, 5});
