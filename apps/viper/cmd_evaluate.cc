@@ -286,6 +286,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
           c["truth_metric"] = predictor::ToString(ctx->truth_metric);
           c["judge"] = JudgeName(*ctx);
           c["remeasure_s"] = ctx->problem.cost.remeasure_s;
+          c["remeasure"] = ctx->problem.cost.remeasure_beside ? "beside" : "pause";
           c["traffic_clock"] = schedulers::ToString(ctx->problem.requests.traffic_clock);
           c["staleness_table"] = ctx->staleness_source.empty() ? nlohmann::json() : nlohmann::json(ctx->staleness_source);
           // Where the table's traffic first changes (the after-drift bound's
@@ -339,6 +340,7 @@ int RunEvaluate(const std::vector<std::string>& args) {
                 {"keep_copies", r->sim.keep_copies},
                 {"remeasurements", r->plan.summary.remeasurements},
                 {"remeasure_s", r->sim.pause_s},
+                {"remeasure_wait_s", r->sim.wait_s},
                 {"plan_time_s", r->plan.summary.plan_time_s},
                 {"message", r->plan.summary.message}};
           }

@@ -99,6 +99,7 @@ int RunPlan(const std::vector<std::string>& args) {
   out["stall_s"] = p.cost.stall_s;
   out["delay_s"] = p.cost.delay_s;
   out["remeasure_s"] = p.cost.remeasure_s;
+  out["remeasure"] = p.cost.remeasure_beside ? "beside" : "pause";
   out["prediction"] = ctx.predictor_report;
   out["truth_metric"] = predictor::ToString(ctx.truth_metric);
   out["judge"] = JudgeName(ctx);
@@ -119,7 +120,7 @@ int RunPlan(const std::vector<std::string>& args) {
       // On the table, as the judge charges it (the models re-published and
       // the copies kept for that included).
       auto ev = sch::EvaluateOnSurface(p, *ctx.staleness_truth, plan->schedule, plan->published, plan->kept,
-                                       plan->pauses);
+                                       plan->pauses, plan->waits);
       if (!ev.ok()) return Fail("plan", ev.status());
       on_log = ev->cil;
     } else if (ctx.truth) {

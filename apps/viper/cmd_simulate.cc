@@ -385,6 +385,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     traced.published = r.plan.published;
     traced.kept_at = r.plan.kept;
     traced.pauses = r.plan.pauses;
+    traced.waits = r.plan.waits;
     auto result = simulator::Simulator(traced).Run(*ctx.truth, r.plan.schedule);
     if (!result.ok()) return Fail("simulate", result.status());
     if (!trace_path.empty()) {
@@ -515,7 +516,8 @@ int RunSimulate(const std::vector<std::string>& args) {
                       {"model_bytes", ctx.model_bytes},
                       {"stall_s", p.cost.stall_s},
                       {"delay_s", p.cost.delay_s},
-                      {"remeasure_s", p.cost.remeasure_s}};
+                      {"remeasure_s", p.cost.remeasure_s},
+                      {"remeasure", p.cost.remeasure_beside ? "beside" : "pause"}};
     j["requests"] = {{"arrivals", schedulers::ToString(p.requests.arrivals)},
                      {"interval_s", p.requests.interval_s},
                      {"window", schedulers::ToString(p.requests.window)},
@@ -535,9 +537,11 @@ int RunSimulate(const std::vector<std::string>& args) {
       s["slowdown_s"] = r.sim.slowdown_s;
       s["keep_copies"] = r.sim.keep_copies;  // models copied to keep, unpublished (in slowdown_s)
       // Models re-measured on a traffic state new to them, and the producer's
-      // pauses for it (in slowdown_s; --remeasure-s).
+      // pauses for it (in slowdown_s; --remeasure-s); beside training
+      // (--remeasure beside), what the checkpoints waited for them.
       s["remeasurements"] = r.plan.summary.remeasurements;
       s["remeasure_s"] = r.sim.pause_s;
+      s["remeasure_wait_s"] = r.sim.wait_s;
       s["mean_staleness_s"] = r.sim.mean_staleness_s.value_or(0);
       s["p99_staleness_s"] = r.sim.p99_staleness_s.value_or(0);
       s["mean_update_latency_s"] = r.sim.mean_update_latency_s.value_or(0);

@@ -281,6 +281,7 @@ StatusOr<Scenario> MakeScenario(const TrainingLog& log, const ScenarioOptions& o
   p.seconds_per_iteration = tau;
   p.cost = sc.tier.ToCheckpointCost();
   p.cost.remeasure_s = o.remeasure_s >= 0 ? o.remeasure_s : ValidationPauseSeconds(log);
+  p.cost.remeasure_beside = o.remeasure_beside;
   p.requests.interval_s = o.request_interval_s > 0 ? o.request_interval_s : tau;
   VIPER_RETURN_IF_ERROR(p.Validate());
 

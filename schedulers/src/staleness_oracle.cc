@@ -24,7 +24,8 @@ using internal::SlotCost;
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessSurface& s,
                                               const Schedule& schedule, const std::vector<int64_t>& published,
                                               const std::vector<int64_t>& kept,
-                                              const std::vector<std::pair<int64_t, double>>& pauses) {
+                                              const std::vector<std::pair<int64_t, double>>& pauses,
+                                              const std::vector<std::pair<int64_t, double>>& waits) {
   VIPER_RETURN_IF_ERROR(p.Validate());
   for (size_t i = 0; i < kept.size(); ++i) {
     if (kept[i] <= p.warmup_iterations || kept[i] > p.total_iterations || (i > 0 && kept[i] <= kept[i - 1])) {
@@ -59,6 +60,22 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
                                   " is not an increasing iteration inside (W, N] with seconds >= 0");
     }
   }
+  for (size_t i = 0; i < waits.size(); ++i) {
+    if (waits[i].first <= p.warmup_iterations || waits[i].first > p.total_iterations ||
+        (i > 0 && waits[i].first <= waits[i - 1].first) || !(waits[i].second >= 0) ||
+        !std::isfinite(waits[i].second)) {
+      return InvalidArgumentError("waits[" + std::to_string(i) + "] at " + std::to_string(waits[i].first) +
+                                  " is not an increasing iteration inside (W, N] with seconds >= 0");
+    }
+  }
+  // What checkpoint k's decision waited (0 for version 0 and where none).
+  auto wait = [&](int64_t k) {
+    if (k == 0) return 0.0;
+    const int64_t at = schedule[static_cast<size_t>(k - 1)];
+    const auto w = std::lower_bound(waits.begin(), waits.end(), at,
+                                    [](const std::pair<int64_t, double>& e, int64_t it) { return e.first < it; });
+    return w != waits.end() && w->first == at ? w->second : 0.0;
+  };
   const internal::Holds holds = internal::MergeHolds(kept, p.cost.keep_copy_s, pauses);
   const double copies = internal::HeldUpTo(holds, p.total_iterations, true);
   e.window_end_s = p.WindowEnd(m) + (p.requests.window == WindowKind::kWhileTraining ? copies : 0.0);
@@ -70,7 +87,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     const int64_t at = schedule[static_cast<size_t>(k - 1)];
     return p.CheckpointStart(at, k) + internal::HeldUpTo(holds, at, true);
   };
-  auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + delta; };
+  auto A = [&](int64_t k) { return k == 0 ? 0.0 : T(k) + wait(k) + delta; };
   for (int64_t k = 0; k <= m; ++k) {
     const double a = A(k);
     if (a >= R) break;
@@ -79,6 +96,7 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
     slot.at = k == 0 ? p.warmup_iterations : schedule[static_cast<size_t>(k - 1)];
     slot.version0 = k == 0;
     slot.T = T(k);
+    slot.wait_s = wait(k);
     if (k < m) slot.next = schedule[static_cast<size_t>(k)];
     const int64_t model = k == 0 || published.empty() ? slot.at : published[static_cast<size_t>(k - 1)];
     VIPER_ASSIGN_OR_RETURN(double c, SlotCost(p, s, clock, slot, model, b - T(k), &holds));

@@ -259,6 +259,9 @@ struct Slot {
   bool version0 = false;
   double T = 0;
   std::optional<int64_t> next;
+  // Seconds its decision waited (EvaluateOnSurface's waits): it becomes
+  // servable that much after T + delay.
+  double wait_s = 0;
 };
 
 // The cost of serving the model of iteration `model` in `slot` from its
@@ -269,7 +272,7 @@ inline StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Cl
                                  int64_t model, double end_local, const Holds* kept = nullptr) {
   if (kept && !kept->empty() && p.requests.traffic_clock != TrafficClock::kWall) {
     const std::vector<Piece> pieces = LocalPiecesWithCopies(p, clock, slot.at, slot.version0, slot.next, *kept);
-    const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
+    const double begin = slot.version0 ? 0.0 : p.cost.delay_s + slot.wait_s;
     return LocalCost(clock, s, model, pieces.data(), pieces.size(), begin, end_local, p.requests.RatePerSecond(),
                      p.drift_per_s);
   }
@@ -277,7 +280,7 @@ inline StatusOr<double> SlotCost(const Problem& p, const StalenessSurface& s, Cl
   const size_t n = p.requests.traffic_clock == TrafficClock::kWall
                        ? WallPieces(p, clock, slot.T, pieces)
                        : LocalPieces(p, clock, slot.at, slot.version0, slot.next, pieces);
-  const double begin = slot.version0 ? 0.0 : p.cost.delay_s;
+  const double begin = slot.version0 ? 0.0 : p.cost.delay_s + slot.wait_s;
   return LocalCost(clock, s, model, pieces, n, begin, end_local, p.requests.RatePerSecond(), p.drift_per_s);
 }
 

@@ -143,7 +143,7 @@ class StrategyImpl : public Strategy {
     s.strategy = kind_;
     Solution sol;
     std::vector<int64_t> published, kept;
-    std::vector<std::pair<int64_t, double>> pauses;
+    std::vector<std::pair<int64_t, double>> pauses, waits;
     std::vector<OnlinePlanner::Decision> decisions;
     switch (kind_) {
       case StrategyKind::kEpoch: {
@@ -234,8 +234,31 @@ class StrategyImpl : public Strategy {
         // (workflow/README.md). The candidate is the producer's own
         // validation, already in the log's clock.
         std::set<std::pair<int64_t, double>> measured_on;
-        double paused_s = 0;
+        double paused_s = 0, waited_s = 0;
         int64_t remeasured = 0;
+        // Beside training (cost.remeasure_beside) the producer trains on
+        // while a helper re-measures; the decision waits for it, at most
+        // until the next measurement, where the producer waits out the rest
+        // (`overrun`: a pause there, known to it only then). The model of
+        // the measurement's iteration is copied aside for the decision
+        // (cost.keep_copy_s, a pause).
+        const bool beside = p.cost.remeasure_beside;
+        double overrun = 0;
+        auto seconds_between = [&](int64_t a, int64_t b) {
+          const bool on_clock = a >= W && static_cast<size_t>(b - W) < clock.size();
+          return on_clock ? clock[static_cast<size_t>(b - W)] - clock[static_cast<size_t>(a - W)]
+                          : static_cast<double>(b - a) * p.seconds_per_iteration;
+        };
+        auto pause = [&](int64_t it, double seconds) -> Status {
+          if (!(seconds > 0)) return Status::Ok();
+          if (!pauses.empty() && pauses.back().first == it) {
+            pauses.back().second += seconds;
+          } else {
+            pauses.emplace_back(it, seconds);
+          }
+          paused_s += seconds;
+          return planner.ObservePause(seconds);
+        };
         // Where the traffic is when the producer measures at `it` under the
         // wall clock: the last iteration an unstalled producer would have
         // finished by then (the run's clock at `it` plus the stalls of the
@@ -284,6 +307,10 @@ class StrategyImpl : public Strategy {
           // iteration, or under the wall clock where the traffic has got to
           // while the producer stalled. Under the wall clock the candidate is
           // measured there too.
+          if (overrun > 0) {
+            VIPER_RETURN_IF_ERROR(pause(it, overrun));
+            overrun = 0;
+          }
           const double traffic = wall ? traffic_now(it) : planner.TrafficAt(it);
           judged.emplace_back(it, traffic);
           double measured = obs.losses[i];
@@ -314,11 +341,17 @@ class StrategyImpl : public Strategy {
               VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
             }
             remeasured += fresh;
-            if (fresh > 0 && p.cost.remeasure_s > 0) {
-              const double pause = static_cast<double>(fresh) * p.cost.remeasure_s;
-              pauses.emplace_back(it, pause);
-              paused_s += pause;
-              VIPER_RETURN_IF_ERROR(planner.ObservePause(pause));
+            const double measuring = static_cast<double>(fresh) * p.cost.remeasure_s;
+            if (measuring > 0 && !beside) {
+              VIPER_RETURN_IF_ERROR(pause(it, measuring));
+            } else if (measuring > 0) {
+              VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
+              const double until_next =
+                  i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
+              const double wait = std::min(measuring, std::max(0.0, until_next));
+              waits.emplace_back(it, wait);
+              waited_s += wait;
+              overrun = measuring - wait;
             }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
@@ -328,6 +361,7 @@ class StrategyImpl : public Strategy {
         if (keeping) kept = planner.copies();
         s.remeasurements = remeasured;
         s.remeasure_s = paused_s;
+        s.remeasure_wait_s = waited_s;
         if (planner.summary().republished > 0) published = planner.published();
         decisions = planner.decisions();
         // Where the judge placed the traffic at each decision, beside the
@@ -340,14 +374,17 @@ class StrategyImpl : public Strategy {
         s.replans = planner.summary().replans;
         s.message = planner.summary().BriefReport(static_cast<int64_t>(sol.schedule.size()));
         if (remeasured > 0) {
-          char buf[160];
-          std::snprintf(buf, sizeof buf, ", %lld models re-measured on traffic new to them (%s)",
-                        static_cast<long long>(remeasured),
-                        paused_s > 0 ? (std::to_string(static_cast<int>(std::lround(paused_s * 1000))) +
-                                        " ms of producer pauses, charged")
-                                           .c_str()
-                                     : "free: --remeasure-s 0 or no validation pause in the log");
-          s.message += buf;
+          const auto ms = [](double x) { return std::to_string(static_cast<int>(std::lround(x * 1000))); };
+          std::string how;
+          if (beside && waited_s > 0) {
+            how = "beside training: decisions waited " + ms(waited_s) + " ms, producer pauses " + ms(paused_s) +
+                  " ms (copies aside, overruns), charged";
+          } else if (paused_s > 0) {
+            how = ms(paused_s) + " ms of producer pauses, charged";
+          } else {
+            how = "free: --remeasure-s 0 or no validation pause in the log";
+          }
+          s.message += ", " + std::to_string(remeasured) + " models re-measured on traffic new to them (" + how + ")";
         }
         s.message += ": re-plans exactly at every measurement, gates on measured quality";
         break;
@@ -357,6 +394,7 @@ class StrategyImpl : public Strategy {
     plan.published = std::move(published);
     plan.kept = std::move(kept);
     plan.pauses = std::move(pauses);
+    plan.waits = std::move(waits);
     plan.decisions = std::move(decisions);
     s.dp_layers = sol.layers;
     s.solver_objective = sol.objective;

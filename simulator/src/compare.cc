@@ -34,6 +34,7 @@ StatusOr<Comparison> CompareStrategies(const schedulers::Scenario& sc, const std
     options.published = plan->published;
     options.kept_at = plan->kept;
     options.pauses = plan->pauses;
+    options.waits = plan->waits;
     Simulator sim(options);
     auto result = sim.Run(*sc.truth, plan->schedule);
     if (!result.ok()) return result.status().WithContext(schedulers::ToString(kind));

@@ -77,6 +77,15 @@ class Engine {
       // the stalls of the k-1 earlier checkpoints (every stall lasts stall_s_)
       // and of the keep copies and pauses up to s_k.
       v.checkpoint_s = TrainingTime(v.iteration) + static_cast<double>(k - 1) * stall_s_ + KeepStall(v.iteration, true);
+      // A decision that waited for re-measurements beside training: the
+      // producer trained on; the checkpoint (of the model copied aside)
+      // starts when the decision came.
+      const auto w = std::lower_bound(o_.waits.begin(), o_.waits.end(), v.iteration,
+                                      [](const std::pair<int64_t, double>& e, int64_t it) { return e.first < it; });
+      if (w != o_.waits.end() && w->first == v.iteration) {
+        v.checkpoint_s += w->second;
+        r_.wait_s += w->second;
+      }
       v.stall_end_s = v.checkpoint_s + stall_s_;
       Push(v.checkpoint_s, EventType::kCheckpoint, k);
     }
@@ -377,6 +386,16 @@ bool Simulator::Options::IsValid(std::string* error) const {
     }
     if (!(s >= 0.0) || !std::isfinite(s)) {
       return Fail(error, "pauses[" + std::to_string(i) + "] must last a finite number of seconds >= 0");
+    }
+  }
+  for (size_t i = 0; i < waits.size(); ++i) {
+    const auto [at, s] = waits[i];
+    if (at <= problem.warmup_iterations || at > problem.total_iterations || (i > 0 && at <= waits[i - 1].first)) {
+      return Fail(error, "waits[" + std::to_string(i) + "] at iteration " + std::to_string(at) +
+                             " is not increasing inside (W, N]");
+    }
+    if (!(s >= 0.0) || !std::isfinite(s)) {
+      return Fail(error, "waits[" + std::to_string(i) + "] must last a finite number of seconds >= 0");
     }
   }
   return true;

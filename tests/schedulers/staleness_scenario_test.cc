@@ -1530,6 +1530,78 @@ TEST(StalenessScenarioTest, ARemeasurementPausesTheProducerOnlyOnTrafficNewToThe
   }
 }
 
+// Re-measured beside training (cost.remeasure_beside), the producer trains
+// on: on the shipped rotation (each point of the ramp a new state) the
+// decisions wait for the re-measurements, never past the next validation
+// point, and the producer pauses only to copy a candidate aside and for what
+// did not fit before the next point. The judge delays a checkpoint by its
+// decision's wait.
+TEST(StalenessScenarioTest, ARemeasurementBesideTrainingDelaysTheDecisionNotTheProducer) {
+  constexpr double kEach = 0.03;
+  const std::string path = datasets::ShippedLogDirectory() + "/rotate-sgd-h256";
+  auto log = datasets::LogReader::ReadFile(path + ".csv.gz", {});
+  auto table = datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {});
+  ASSERT_TRUE(log.ok() && table.ok());
+  ScenarioOptions o;
+  o.warmup_fraction = 0.2;
+  o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
+  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
+  o.staleness = *table;
+  o.remeasure_s = kEach;
+  auto on_path = MakeScenario(*log, o);
+  o.remeasure_beside = true;
+  auto sc = MakeScenario(*log, o);
+  ASSERT_TRUE(sc.ok() && on_path.ok());
+  ASSERT_TRUE(sc->problem.cost.remeasure_beside);
+  auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
+  auto paused = PlanStrategy(*on_path, StrategyKind::kOnline);
+  ASSERT_TRUE(plan.ok() && paused.ok()) << plan.status().ToString();
+  ASSERT_GE(plan->waits.size(), 10u) << plan->summary.message;
+  const std::vector<double> clock = TruthElapsed(*sc);
+  const predictor::CurveData& obs = OnlinePoints(*sc);
+  const int64_t W = sc->problem.warmup_iterations;
+  double waited = 0;
+  for (size_t i = 0; i < plan->waits.size(); ++i) {
+    const auto [at, seconds] = plan->waits[i];
+    EXPECT_GT(at, W);
+    if (i > 0) EXPECT_GT(at, plan->waits[i - 1].first);
+    EXPECT_GT(seconds, 0);
+    // A whole number of re-measurements, or cut at the next validation point.
+    const double n = seconds / kEach;
+    const auto next = std::upper_bound(obs.iterations.begin(), obs.iterations.end(), static_cast<double>(at));
+    if (next != obs.iterations.end() && static_cast<size_t>(*next - static_cast<double>(W)) < clock.size()) {
+      const double gap = clock[static_cast<size_t>(*next - static_cast<double>(W))] - clock[static_cast<size_t>(at - W)];
+      EXPECT_LE(seconds, gap + 1e-12) << "at " << at;
+      if (seconds < gap - 1e-12) EXPECT_NEAR(n, std::round(n), 1e-9) << "a wait of " << seconds << " s at " << at;
+    }
+    waited += seconds;
+  }
+  EXPECT_NEAR(plan->summary.remeasure_wait_s, waited, 1e-9);
+  EXPECT_NE(plan->summary.message.find("beside training"), std::string::npos) << plan->summary.message;
+  // The producer pauses much less than when it re-measures on the path.
+  EXPECT_LT(plan->summary.remeasure_s, 0.5 * paused->summary.remeasure_s)
+      << plan->summary.message << " | " << paused->summary.message;
+  EXPECT_TRUE(paused->waits.empty());
+  // The judge: the same schedule, its decisions' waits taken away, serves
+  // its versions earlier (a different cost).
+  const Problem judge = BoundProblem(*sc);
+  auto waiting = EvaluateOnSurface(judge, *sc->staleness_truth, plan->schedule, plan->published, plan->kept,
+                                   plan->pauses, plan->waits);
+  auto at_once = EvaluateOnSurface(judge, *sc->staleness_truth, plan->schedule, plan->published, plan->kept,
+                                   plan->pauses);
+  ASSERT_TRUE(waiting.ok() && at_once.ok());
+  bool delayed = false;
+  for (int64_t s : plan->schedule) {
+    delayed |= std::binary_search(plan->waits.begin(), plan->waits.end(), std::make_pair(s, 0.0),
+                                  [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  if (delayed) {
+    EXPECT_NE(waiting->cil, at_once->cil);
+  } else {
+    EXPECT_EQ(waiting->cil, at_once->cil);
+  }
+}
+
 }  // namespace
 }  // namespace schedulers
 }  // namespace viper

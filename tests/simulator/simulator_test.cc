@@ -164,6 +164,40 @@ TEST(SimulatorTest, RemeasuringPausesStallTheProducerAsCopiesDo) {
   }
 }
 
+TEST(SimulatorTest, ADecisionThatWaitedDelaysItsCheckpointAndStallsNothing) {
+  // Re-measured beside training (Options::waits): the decision at 2 waited
+  // 0.5 s, so the checkpoint there starts 0.5 s later; the producer trained
+  // on, so nothing else moves (the wait at 3 has no checkpoint to delay).
+  Simulator::Options o = CopyingWorld();
+  o.kept_at.clear();
+  auto base = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  o.waits = {{2, 0.5}, {3, 0.25}};
+  auto r = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->versions[1].checkpoint_s, base->versions[1].checkpoint_s + 0.5);
+  EXPECT_DOUBLE_EQ(r->versions[2].checkpoint_s, base->versions[2].checkpoint_s);
+  EXPECT_DOUBLE_EQ(*r->versions[1].servable_s, *base->versions[1].servable_s + 0.5);
+  EXPECT_DOUBLE_EQ(r->slowdown_s, base->slowdown_s);
+  EXPECT_DOUBLE_EQ(r->training_end_s, base->training_end_s);
+  EXPECT_DOUBLE_EQ(r->wait_s, 0.5);
+  EXPECT_EQ(r->pauses, 0);
+  // Version 1 is servable at 4.5 s, not 4: the request at 4.2 s is served
+  // the warm-up's model instead.
+  EXPECT_DOUBLE_EQ(*base->versions[1].servable_s, 4.0);
+  EXPECT_GT(r->cil, base->cil);
+  for (std::vector<std::pair<int64_t, double>> bad :
+       {std::vector<std::pair<int64_t, double>>{{3, 0.1}, {2, 0.1}},
+        {{0, 0.1}},
+        {{11, 0.1}},
+        {{3, std::numeric_limits<double>::quiet_NaN()}}}) {
+    o.waits = bad;
+    auto refused = Simulator(o).Run(LinearCurve(), {2, 5});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("waits["), std::string::npos) << refused.status().message();
+  }
+}
+
 TEST(SimulatorTest, DefaultOptionsAreValid) {
   std::string error;
   EXPECT_TRUE(Simulator::Options().IsValid(&error)) << error;

@@ -126,6 +126,14 @@ struct CheckpointCost {
   // observations (Plan::pauses); the judge charges each. The scenario sets
   // it to the log's validation pause (ScenarioOptions::remeasure_s).
   double remeasure_s = 0.0;
+  // Where those re-measurements run. false: on the training path, a pause
+  // of the producer (Plan::pauses). true: beside training (a helper thread
+  // or stream holding the models and today's validation sample): the
+  // producer trains on, and the decision at that measurement waits for
+  // them, so a checkpoint there starts remeasure_s per model later
+  // (Plan::waits); what does not fit before the next measurement is a
+  // pause there as on the path.
+  bool remeasure_beside = false;
 
   bool IsValid(std::string* error) const;
 };

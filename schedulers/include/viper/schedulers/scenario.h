@@ -116,6 +116,9 @@ struct ScenarioOptions {
   // traffic state new to them, charged by the judge). Negative = the log's
   // own validation pause (ValidationPauseSeconds); 0 = free.
   double remeasure_s = -1.0;
+  // Re-measure beside training instead of pausing it
+  // (CheckpointCost::remeasure_beside).
+  bool remeasure_beside = false;
 
   bool IsValid(std::string* error) const;
 };

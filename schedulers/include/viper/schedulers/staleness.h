@@ -144,12 +144,15 @@ struct SurfaceEvaluation {
 // producer clock the traffic stays at that iteration meanwhile. They count
 // in the objective's slowdown too. `pauses`: the producer's other pauses
 // (Plan::pauses, (iteration, seconds)), after a copy at the same iteration,
-// charged the same way.
+// charged the same way. `waits`: decisions that waited for re-measurements
+// beside training (Plan::waits, (iteration, seconds)): a checkpoint there
+// becomes servable that much later; nothing stalls.
 StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& problem, const StalenessSurface& surface,
                                               const Schedule& schedule,
                                               const std::vector<int64_t>& published = {},
                                               const std::vector<int64_t>& kept = {},
-                                              const std::vector<std::pair<int64_t, double>>& pauses = {});
+                                              const std::vector<std::pair<int64_t, double>>& pauses = {},
+                                              const std::vector<std::pair<int64_t, double>>& waits = {});
 
 // The exact optimum of EvaluateOnSurface's objective over every schedule
 // whose checkpoints are grid versions of the surface inside (W, N] (and, where

@@ -84,9 +84,11 @@ struct PlanSummary {
   // m * sigma, seconds, plus the keep copies and the re-measuring pauses.
   double slowdown_s = 0.0;
   // online: models re-measured on a traffic state new to them (served and
-  // kept; Plan::pauses) and the producer time they took, seconds.
+  // kept; Plan::pauses) and the producer time they took, seconds; beside
+  // training, the seconds the decisions waited for them (Plan::waits).
   int64_t remeasurements = 0;
   double remeasure_s = 0.0;
+  double remeasure_wait_s = 0.0;
   // Fluid evaluation on the predicted curve (what the planner expects).
   Evaluation predicted;
   // The solver's own figure (see Solution::objective).
@@ -120,6 +122,12 @@ struct Plan {
   // on before is read again for free, as the live producer does). Each comes
   // after the measurement at its iteration, before a checkpoint there.
   std::vector<std::pair<int64_t, double>> pauses;
+  // Re-measured beside training (cost.remeasure_beside): the seconds the
+  // decision at an iteration waited for its re-measurements, as (iteration,
+  // seconds) with increasing iterations (simulator::Simulator::Options::
+  // waits). The producer trains on meanwhile; a checkpoint there starts
+  // that much later (it publishes the model of its iteration, kept aside).
+  std::vector<std::pair<int64_t, double>> waits;
   PlanSummary summary;
   // online with OnlinePlanner::Options::record_decisions: every decision.
   std::vector<OnlinePlanner::Decision> decisions;

@@ -68,6 +68,7 @@ struct SimulationResult {
   int64_t pauses = 0;                     // the producer's other pauses (Options::pauses)
   double pause_s = 0.0;                   // their total, seconds
   std::vector<std::pair<double, double>> pause_spans_s;  // each one's start and end (the Chrome trace)
+  double wait_s = 0.0;  // what the checkpoints waited for re-measurements beside training (Options::waits)
   double training_end_s = 0.0;      // producer finishes iteration N
   double window_end_s = 0.0;
   std::optional<double> mean_staleness_s, p99_staleness_s;  // request time - T_k of its version
@@ -129,6 +130,11 @@ class Simulator {
     // does not train), each at the end of its iteration after a keep copy
     // there and before a checkpoint there.
     std::vector<std::pair<int64_t, double>> pauses;
+    // Decisions that waited for models re-measured beside training, as
+    // (iteration, seconds) with increasing iterations in (W, N]
+    // (schedulers::Plan::waits): a checkpoint at that iteration starts that
+    // much later, publishing its iteration's model; the producer trains on.
+    std::vector<std::pair<int64_t, double>> waits;
 
     bool IsValid(std::string* error) const;
   };
