@@ -52,6 +52,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
   std::string delta = transports::ToString(o.delta);
   std::string keep_regime_ends = schedulers::ToString(o.regime_ends);
+  std::string remeasure = "pause";
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -96,6 +97,11 @@ int RunRun(const std::vector<std::string>& args) {
       "sample, each once per traffic state, as planning time, and publishes one again when it beats both the "
       "candidate and the served version by the gate's margin (recurring domains). Memory: float32 copies of "
       "at most 2K + 1 models ((2K + 1) x the model's bytes: 0.8 MB each for --hidden 256)")(
+      "remeasure", po::value(&remeasure)->default_value(remeasure),
+      "--strategy online, --workload trainer: where the served and kept models are re-measured on today's "
+      "validation sample. pause = on the training path (planning time); beside = on a helper thread while "
+      "training goes on: the candidate is copied aside, the decision waits for the helper (at the latest until "
+      "the next validation point) and publishes that copy (viper simulate --help: --remeasure)")(
       "keep-regime-ends", po::value(&keep_regime_ends)->default_value(keep_regime_ends),
       "--strategy online with --keep-versions > 0: which models the producer copies, unpublished, so that the "
       "last of a regime before a detected change may be published again: predicted = at the validation point "
@@ -279,6 +285,10 @@ int RunRun(const std::vector<std::string>& args) {
   auto dm = transports::DeltaModeFromString(delta);
   if (!dm) return usage("--delta: expected auto, on or off, got '" + delta + "'");
   o.delta = *dm;
+  if (remeasure != "pause" && remeasure != "beside") {
+    return usage("--remeasure: expected pause or beside, got '" + remeasure + "'");
+  }
+  o.remeasure_beside = remeasure == "beside";
   if (!schedulers::RegimeEndsFromString(keep_regime_ends, &o.regime_ends)) {
     return usage("--keep-regime-ends: expected off, predicted or every, got '" + keep_regime_ends + "'");
   }

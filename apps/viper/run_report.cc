@@ -38,6 +38,12 @@ nlohmann::json RunSummaryJson(const workflow::LiveRun::Summary& s) {
                       {"reused", s.kept_reused},
                       {"peak", s.kept_peak},
                       {"peak_bytes", s.kept_peak_bytes}};
+  j["remeasure"] = s.remeasure_beside ? "beside" : "pause";
+  if (s.remeasure_beside) {
+    double waited = 0;
+    for (const auto& w : s.remeasure_waits) waited += w.second;
+    j["remeasure_waits"] = {{"decisions", s.remeasure_waits.size()}, {"seconds", waited}};
+  }
   if (s.keep_versions > 0) {
     j["kept_models"]["regime_ends"] = s.regime_ends;
     j["kept_models"]["copies"] = s.copies;

@@ -86,6 +86,18 @@ j = json.load(open(sys.argv[1]))
 on = [s for s in j['strategies'] if s['strategy'] == 'online'][0]
 ok = j['transport']['remeasure_s'] == 0.03 and on['remeasurements'] >= 10 and abs(on['remeasure_s'] - 0.03 * on['remeasurements']) < 1e-9
 sys.exit(0 if ok else 1)" "$tmp/rm.json"; then passes=$((passes + 1)); else fail "online's re-measurements are counted and charged 0.03 s each" "$tmp/rm.json"; fi
+  # Beside training (--remeasure beside): the decisions wait instead; the
+  # producer pauses only for the copies set aside and the overruns.
+  expect_rc 2 "--remeasure takes pause or beside" "$viper" simulate --log "$log" -q --remeasure aside
+  expect_rc 0 "simulate with re-measuring beside training" "$viper" simulate --log "$rot" --staleness auto -q --strategies online,oracle --transport host --remeasure-s 0.03 --remeasure beside --json "$tmp/rmb.json"
+  if /usr/bin/python3 -c "
+import json, sys
+j, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+on = [s for s in j['strategies'] if s['strategy'] == 'online'][0]
+onp = [s for s in p['strategies'] if s['strategy'] == 'online'][0]
+ok = j['transport']['remeasure'] == 'beside' and p['transport']['remeasure'] == 'pause' and on['remeasure_wait_s'] > 0 \
+     and on['remeasure_s'] < 0.5 * onp['remeasure_s'] and onp['remeasure_wait_s'] == 0
+sys.exit(0 if ok else 1)" "$tmp/rmb.json" "$tmp/rm.json"; then passes=$((passes + 1)); else fail "beside training the decisions wait and the producer pauses less" "$tmp/rmb.json"; fi
   # The replayed clock next to tau: regular on the shipped log; a copy that
   # stalls 30 s at three points after the warm-up is irregular, and evaluate
   # says so once for the log (not once per case).

@@ -263,6 +263,56 @@ LiveRun::Options RecurringOnline(int keep_versions) {
   return o;
 }
 
+// Every request consumer 1 answered with a version of `model_of` (version ->
+// the iteration of the model it should hold) is charged exactly what that
+// model, trained again here (the trainer is deterministic), charges it
+// (consumer 1 answers request q from test image q mod n as drifted at its
+// traffic iteration; its records are in q order); and the model of
+// `other` (version -> another iteration) charges some of them differently,
+// so that the check can tell the two apart.
+void ExpectServedModels(const LiveRun::Options& o, const LiveRun::Summary& r,
+                        const std::map<uint64_t, int64_t>& model_of, const std::map<uint64_t, int64_t>& other) {
+  Trainer::Options again = o.trainer;
+  again.staleness_table = false;  // the same training, without the table's evaluations
+  again.log_test = false;
+  auto trainer = Trainer::Create(again);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  std::map<int64_t, Mlp> models;  // iteration -> its model, trained again
+  std::set<int64_t> wanted;
+  for (const auto& [version, m] : model_of) wanted.insert(m);
+  for (const auto& [version, m] : other) wanted.insert(m);
+  ASSERT_FALSE(wanted.empty());
+  LogRecord rec;
+  while ((*trainer)->iterations_done() < *wanted.rbegin()) {
+    ASSERT_TRUE((*trainer)->Step(&rec).ok());
+    if (wanted.count((*trainer)->iterations_done()))
+      models.emplace((*trainer)->iterations_done(), (*trainer)->model().Clone());
+  }
+  auto sets = Trainer::LoadEvaluationSets(o.trainer);
+  ASSERT_TRUE(sets.ok());
+  const Samples& test = sets->test;
+  int64_t q = 0, checked = 0, differs = 0;
+  for (const auto& req : r.request_log) {
+    if (req.consumer != 1) continue;
+    const int64_t index = q++;
+    auto f = model_of.find(req.version);
+    auto g = other.find(req.version);
+    if (f == model_of.end() || g == other.end()) continue;
+    const TrafficState state =
+        req.traffic_iteration >= 0 ? DriftTrafficState(o.trainer, req.traffic_iteration) : TrafficState();
+    Eigen::MatrixXf x;
+    std::vector<int32_t> y;
+    DriftedSamples(o.trainer, test.Subset({index % test.size()}), state).GatherAll(&x, &y);
+    EXPECT_DOUBLE_EQ(req.loss, Evaluate(models.at(f->second), x, y, 1).mean_loss)
+        << "request " << index << " served by version " << req.version << " (the model of " << f->second
+        << ")";
+    differs += Evaluate(models.at(g->second), x, y, 1).mean_loss != req.loss ? 1 : 0;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no request was served by a version checked";
+  EXPECT_GT(differs, 0) << "the other models charge the same: the check cannot tell them apart";
+}
+
 TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   if (!HaveFashionMnist())
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
@@ -310,55 +360,65 @@ TEST(LiveMpi, TrainerOnlineRepublishesAKeptModel) {
   EXPECT_LE(r->kept_peak, 2 * 8 + 1);
   EXPECT_GT(r->kept_reused, 0) << "the recurring traffic has two states: most re-measurements are reused";
 
-  // The consumer served the kept model's bytes: every request a re-published
-  // version answered is charged exactly what the model of its iteration,
-  // trained again here (the trainer is deterministic), charges that request
-  // (consumer 1 answers request q from test image q mod n as drifted at its
-  // traffic iteration; its records are in q order). The model of the
+  // The consumer served the kept model's bytes; the model of the
   // checkpoint's own iteration charges differently.
-  Trainer::Options again = o.trainer;
-  again.staleness_table = false;  // the same training, without the table's evaluations
-  again.log_test = false;
-  auto trainer = Trainer::Create(again);
-  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-  std::map<int64_t, Mlp> models;  // kept model's iteration -> trained again
-  std::set<int64_t> wanted;
-  for (const auto& [version, m] : model_of) wanted.insert(m);
-  for (const auto& v : r->versions) wanted.insert(v.iteration);
-  LogRecord rec;
-  while ((*trainer)->iterations_done() < *wanted.rbegin()) {
-    ASSERT_TRUE((*trainer)->Step(&rec).ok());
-    if (wanted.count((*trainer)->iterations_done()))
-      models.emplace((*trainer)->iterations_done(), (*trainer)->model().Clone());
-  }
-  auto sets = Trainer::LoadEvaluationSets(o.trainer);
-  ASSERT_TRUE(sets.ok());
-  const Samples& test = sets->test;
-  int64_t q = 0, checked = 0, differs = 0;
-  for (const auto& req : r->request_log) {
-    if (req.consumer != 1) continue;
-    const int64_t index = q++;
-    auto f = model_of.find(req.version);
-    if (f == model_of.end()) continue;
-    const TrafficState state =
-        req.traffic_iteration >= 0 ? DriftTrafficState(o.trainer, req.traffic_iteration) : TrafficState();
-    Eigen::MatrixXf x;
-    std::vector<int32_t> y;
-    DriftedSamples(o.trainer, test.Subset({index % test.size()}), state).GatherAll(&x, &y);
-    EXPECT_DOUBLE_EQ(req.loss, Evaluate(models.at(f->second), x, y, 1).mean_loss)
-        << "request " << index << " served by version " << req.version << " (the model of " << f->second
-        << ")";
-    differs += Evaluate(models.at(req.iteration), x, y, 1).mean_loss != req.loss ? 1 : 0;
-    ++checked;
-  }
-  EXPECT_GT(checked, 0) << "no request was served by a re-published version";
-  EXPECT_GT(differs, 0) << "the checkpoint's own model charges the same: the check cannot tell them apart";
+  std::map<uint64_t, int64_t> own;
+  for (const auto& v : r->versions) own[v.version] = v.iteration;
+  ExpectServedModels(o, *r, model_of, own);
 
   // The simulation of this schedule charges the re-published versions the older models.
   auto c = CompareWithSimulation(*r, o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
   EXPECT_EQ(c->judge, "staleness table");
+}
+
+// Re-measured beside training (Options::remeasure_beside): the decisions
+// that waited for the helper are recorded, each at its validation point,
+// and a checkpoint decided there publishes the model copied aside at that
+// point, not the one trained since (the consumer is charged that model's
+// loss; the model a few iterations later charges differently).
+TEST(LiveMpi, TrainerOnlineRemeasuresBesideTraining) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = RecurringOnline(8);
+  o.remeasure_beside = true;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  EXPECT_TRUE(r->remeasure_beside);
+  ASSERT_FALSE(r->remeasure_waits.empty()) << r->plan_report;
+  std::set<int64_t> points;
+  for (const auto& rec : r->log.records) {
+    if (rec.val_loss) points.insert(rec.iteration);
+  }
+  for (size_t i = 0; i < r->remeasure_waits.size(); ++i) {
+    const auto [at, seconds] = r->remeasure_waits[i];
+    EXPECT_TRUE(points.count(at)) << "a wait at " << at << ", not a validation point";
+    if (i > 0) EXPECT_GT(at, r->remeasure_waits[i - 1].first);
+    EXPECT_GE(seconds, 0);
+    EXPECT_LT(seconds, 60);
+  }
+  ASSERT_EQ(r->published.size(), r->schedule.size());
+  std::map<uint64_t, int64_t> model_of, later;
+  for (size_t k = 0; k < r->schedule.size(); ++k) {
+    const auto& v = r->versions[k + 1];
+    EXPECT_EQ(v.iteration, r->schedule[k]);
+    EXPECT_EQ(v.model_iteration, r->published[k]);
+    const bool waited = std::any_of(r->remeasure_waits.begin(), r->remeasure_waits.end(),
+                                    [&](const auto& w) { return w.first == r->schedule[k]; });
+    if (!waited || r->published[k] != r->schedule[k]) continue;
+    model_of[v.version] = v.model_iteration;
+    later[v.version] = v.model_iteration + 3;
+  }
+  // The switches' points re-measure the served version on a new state: a
+  // checkpoint there waits for the helper.
+  ASSERT_FALSE(model_of.empty()) << "no checkpoint waited for the helper: " << r->plan_report;
+  ExpectServedModels(o, *r, model_of, later);
+  auto c = CompareWithSimulation(*r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
 }
 
 // Without regime ends the producer copies nothing at the validation points:

@@ -37,6 +37,25 @@ void KeptModels::Retain(const std::vector<int64_t>& wanted) {
               kept_.end());
 }
 
+std::optional<double> KeptModels::Known(int64_t iteration, const TrafficState& traffic) {
+  Kept* k = FindKept(iteration);
+  if (k == nullptr) return std::nullopt;
+  for (const auto& [state, loss] : k->measured) {
+    if (state == traffic) {
+      ++reused_;
+      return loss;
+    }
+  }
+  return std::nullopt;
+}
+
+void KeptModels::Record(int64_t iteration, const TrafficState& traffic, double loss) {
+  Kept* k = FindKept(iteration);
+  if (k == nullptr) return;
+  ++evaluations_;
+  k->measured.emplace_back(traffic, loss);
+}
+
 std::optional<double> KeptModels::Loss(int64_t iteration, const TrafficState& traffic,
                                        const std::function<double(const Mlp&)>& evaluate) {
   Kept* k = FindKept(iteration);

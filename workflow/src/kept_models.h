@@ -31,6 +31,12 @@ class KeptModels {
   // is not kept.
   std::optional<double> Loss(int64_t iteration, const TrafficState& traffic,
                              const std::function<double(const Mlp&)>& evaluate);
+  // Beside training (LiveRun::Options::remeasure_beside): the loss measured
+  // before on equal traffic, counted as reused (nullopt: not measured there,
+  // or not kept); and a loss measured on a helper thread, remembered and
+  // counted as an evaluation.
+  std::optional<double> Known(int64_t iteration, const TrafficState& traffic);
+  void Record(int64_t iteration, const TrafficState& traffic, double loss);
 
   int64_t size() const { return static_cast<int64_t>(kept_.size()); }
   // The most copies held at once, and their bytes (copies x model bytes).

@@ -288,6 +288,8 @@ StatusOr<LiveSimulationComparison> CompareWithSimulation(const LiveRun::Summary&
   auto so = simulator::SimulatorOptionsFor(sc);
   // A re-published version is charged the older model's loss.
   if (s.republished > 0) so.published = s.published;
+  // Decisions taken beside training published their point's model later.
+  so.waits = s.remeasure_waits;
   // Its keep copies are not charged again: they paused the producer inside
   // the validation points, and the log's times carry them.
   simulator::Simulator sim(so);

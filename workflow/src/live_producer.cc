@@ -137,10 +137,12 @@ class Producer {
   // (a re-publish: the same stall and delivery, the older model's bytes).
   Status Publish(int64_t iteration, int64_t model_iteration) {
     const ModelState* model = &work_->model();
-    if (model_iteration != iteration) {
+    // An older model (a re-publish), or the model of a decision taken
+    // beside training, copied aside at its validation point.
+    if (model_iteration != it_) {
       model = work_->KeptModel(model_iteration);
       if (model == nullptr) {
-        return InternalError("re-publishing at iteration " + std::to_string(iteration) +
+        return InternalError("publishing at iteration " + std::to_string(iteration) +
                              ": the model of iteration " + std::to_string(model_iteration) + " is not kept");
       }
     }
@@ -255,6 +257,7 @@ class Producer {
     // with the candidate only when that is the planning metric.
     keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
                o_.workload == LiveRun::Workload::kTrainer;
+    s_.remeasure_beside = o_.remeasure_beside && o_.workload == LiveRun::Workload::kTrainer;
     if (keeping_) {
       s_.keep_versions = o_.keep_versions;
       s_.regime_ends = schedulers::ToString(o_.regime_ends);
@@ -287,25 +290,91 @@ class Producer {
     const double t0 = MonotonicSeconds();
     const LogRecord& rec = s_.log.records.back();
     VIPER_RETURN_IF_ERROR(Observe(rec));
-    if (rec.val_loss && online_->served_loss() &&
-        (*rec.val_loss >= *online_->served_loss() || online_->anticipating())) {
-      if (auto served = work_->RevalidatePublished()) {
-        VIPER_RETURN_IF_ERROR(online_->ObserveServed(*served));
-        ++revalidations_;
+    const bool served = rec.val_loss && online_->served_loss() &&
+                        (*rec.val_loss >= *online_->served_loss() || online_->anticipating());
+    if (!s_.remeasure_beside) {
+      if (served) {
+        if (auto loss = work_->RevalidatePublished()) {
+          VIPER_RETURN_IF_ERROR(online_->ObserveServed(*loss));
+          ++revalidations_;
+        }
       }
+      if (rec.val_loss && keeping_ && PrepareKept()) {
+        for (int64_t m : online_->KeptVersions()) {
+          auto loss = work_->RevalidateKept(m);
+          if (!loss) continue;  // a regime's end from before the recent points: not kept
+          VIPER_RETURN_IF_ERROR(online_->ObserveKept(m, *loss));
+        }
+      }
+    } else {
+      // Beside training: the models to re-measure go to a helper, the
+      // candidate is copied aside, and the decision waits for the helper
+      // while training goes on (DecideAside); what it already measured on
+      // this traffic is answered at once.
+      std::vector<int64_t> models;
+      if (served) models.push_back(online_->served_model());
+      if (rec.val_loss && keeping_ && PrepareKept()) {
+        for (int64_t m : online_->KeptVersions()) models.push_back(m);
+      }
+      // The kept copies cannot change while the helper reads them: the
+      // candidate's copy comes first, and goes again when no helper is needed.
+      const bool copied = !models.empty() && work_->KeepCurrentModel();
+      if (work_->BeginRemeasure(models)) {
+        aside_ = Aside{it_, served, std::move(models), 0};
+        Paused(MonotonicSeconds() - t0);
+        aside_->begun_s = MonotonicSeconds();
+        return false;
+      }
+      if (copied) work_->RetainKept(WantedKept());
+      VIPER_RETURN_IF_ERROR(ObserveRemeasured(served, models, work_->FinishRemeasure()));
     }
-    if (rec.val_loss && keeping_) VIPER_RETURN_IF_ERROR(ObserveKept());
     VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
-    const double pause = MonotonicSeconds() - t0;
+    Paused(MonotonicSeconds() - t0);
+    return checkpoint;
+  }
+
+  // Planning time on the training path: the version of this iteration
+  // leaves after its decision, so the log's time of the iteration includes
+  // it (the next iteration's includes it anyway), and a simulation of the
+  // log publishes when the producer did. Re-measuring kept models on the
+  // path makes this pause longest where the traffic just changed (a new
+  // traffic state: each evaluated afresh), where the stale version serving
+  // meanwhile costs most.
+  void Paused(double pause) {
     s_.planning_s += pause;
     work_->Paused(pause);
-    // The version of this iteration leaves after its decision: the log's
-    // time of the iteration includes it (the next iteration's includes it
-    // anyway), so that a simulation of the log publishes when the producer
-    // did. Re-measuring kept models makes this pause longest where the
-    // traffic just changed (a new traffic state: each evaluated afresh),
-    // where the stale version serving meanwhile costs most.
     if (s_.log.records.back().wall_time_s) *s_.log.records.back().wall_time_s += pause;
+  }
+
+  // The helper's answers (one per model, the served version's first when
+  // `served`) to the planner, as the producer's own measurements would go.
+  Status ObserveRemeasured(bool served, const std::vector<int64_t>& models,
+                           const std::vector<std::optional<double>>& losses) {
+    for (size_t i = 0; i < models.size() && i < losses.size(); ++i) {
+      if (!losses[i]) continue;  // not kept
+      if (served && i == 0) {
+        VIPER_RETURN_IF_ERROR(online_->ObserveServed(*losses[i]));
+        ++revalidations_;
+      } else {
+        VIPER_RETURN_IF_ERROR(online_->ObserveKept(models[i], *losses[i]));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The decision of the validation point whose re-measurements ran beside
+  // training: once the helper is done, or at the next validation point
+  // (the producer waits out the rest: a pause) or the run's end. Its wait,
+  // from the point to now, goes to Summary::remeasure_waits (the
+  // simulation of the run delays the checkpoint by as much).
+  StatusOr<bool> DecideAside() {
+    const double t0 = MonotonicSeconds();
+    const std::vector<std::optional<double>> losses = work_->FinishRemeasure();
+    VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, losses));
+    VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(aside_->iteration));
+    s_.remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
+    if (!checkpoint) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
+    Paused(MonotonicSeconds() - t0);
     return checkpoint;
   }
 
@@ -314,21 +383,16 @@ class Producer {
   // switch, at every point, or never; it may turn out to be the last of a
   // regime, which the planner names only once it has detected the change,
   // so the copies of the last keep_versions points are held for that), and
-  // every kept model the planner wants is re-measured on today's
-  // validation sample; the copies it no longer wants are freed. Published
-  // models were kept as they went out. At most 2K + 1 copies: K the
-  // planner's, K recent, the served one.
-  Status ObserveKept() {
+  // the copies it no longer wants are freed; true when the kept models it
+  // wants (KeptVersions) are to be re-measured on today's validation
+  // sample (false: a workload that keeps nothing). Published models were
+  // kept as they went out. At most 2K + 1 copies: K the planner's, K
+  // recent, the served one.
+  bool PrepareKept() {
     recent_.push_back(it_);
     if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
     work_->RetainKept(WantedKept());  // before keeping one more
-    if (online_->CopyAt(it_) && !work_->KeepCurrentModel()) return Status::Ok();
-    for (int64_t m : online_->KeptVersions()) {
-      auto loss = work_->RevalidateKept(m);
-      if (!loss) continue;  // a regime's end from before the recent points: not kept
-      VIPER_RETURN_IF_ERROR(online_->ObserveKept(m, *loss));
-    }
-    return Status::Ok();
+    return !(online_->CopyAt(it_) && !work_->KeepCurrentModel());
   }
 
   // The kept models still wanted: the planner's and the copies of the
@@ -343,12 +407,61 @@ class Producer {
     return wanted;
   }
 
+  // Publishes as the version of iteration `at` (now, or a decision taken
+  // beside training since) what the plan or the closed loop says: the model
+  // of `at`, or an older kept one (publishing()). `next`: the plan's next
+  // checkpoint, moved past the current iteration.
+  Status PublishAt(int64_t at, size_t* next) {
+    if (drifting_) pace_.Hold(it_, s_.seconds_per_iteration, N_);  // the publish's stall
+    const int64_t model = online_ ? online_->publishing() : at;
+    VIPER_RETURN_IF_ERROR(Publish(at, model));
+    s_.schedule.push_back(at);
+    s_.published.push_back(model);
+    if (model != at) {
+      ++s_.republished;
+      Info("re-published the model of iteration " + std::to_string(model) + " at iteration " +
+           std::to_string(at) + " (version " + std::to_string(published_.back().version) + ")");
+    }
+    if (online_) {
+      VIPER_RETURN_IF_ERROR(online_->Commit(at));
+      VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
+    }
+    work_->RetainKept(WantedKept());  // after Commit: the version served before is kept now
+    while (*next < plan_.size() && plan_[*next] <= it_) ++*next;
+    if (published_.back().version % 10 == 0) {
+      Info("published version " + std::to_string(published_.back().version) + " at iteration " +
+           std::to_string(at));
+    }
+    return Status::Ok();
+  }
+
+  // The pending decision (DecideAside), its publish, then the training
+  // losses of the iterations since its point, before the current one's
+  // (which AskOnline observes), in order.
+  Status FinishAside(size_t* next) {
+    VIPER_ASSIGN_OR_RETURN(bool publish, DecideAside());
+    const int64_t at = aside_->iteration;
+    aside_.reset();
+    if (publish) VIPER_RETURN_IF_ERROR(PublishAt(at, next));
+    const auto& records = s_.log.records;
+    size_t first = records.size();
+    while (first > 0 && records[first - 1].iteration > at) --first;
+    for (size_t r = first; r + 1 < records.size(); ++r) VIPER_RETURN_IF_ERROR(Observe(records[r]));
+    return Status::Ok();
+  }
+
   // Trains to N, publishing where the plan (or the closed loop) says.
   Status Train() {
     size_t next = 0;  // the plan's next checkpoint
     while (it_ < N_ && !Stop()) {
       VIPER_RETURN_IF_ERROR(Step());
       if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
+      // A decision waiting for re-measurements beside training: taken once
+      // the helper is done, at the latest at the next validation point
+      // (before that point's own) or at the end. Until then the planner
+      // sees nothing newer than its point.
+      if (aside_ && !(work_->RemeasureDone() || s_.log.records.back().val_loss || it_ >= N_)) continue;
+      if (aside_) VIPER_RETURN_IF_ERROR(FinishAside(&next));
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
       if (online_) {
         if (s_.log.records.back().val_loss) {
@@ -362,29 +475,9 @@ class Producer {
         if (drifting_ && s_.log.records.back().val_loss) pace_.Hold(it_, s_.seconds_per_iteration, N_);
         VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
       }
-      if (!checkpoint) continue;
-      if (drifting_) pace_.Hold(it_, s_.seconds_per_iteration, N_);  // the publish's stall
-      // The closed loop may publish an older kept model (publishing()).
-      const int64_t model = online_ ? online_->publishing() : it_;
-      VIPER_RETURN_IF_ERROR(Publish(it_, model));
-      s_.schedule.push_back(it_);
-      s_.published.push_back(model);
-      if (model != it_) {
-        ++s_.republished;
-        Info("re-published the model of iteration " + std::to_string(model) + " at iteration " +
-             std::to_string(it_) + " (version " + std::to_string(published_.back().version) + ")");
-      }
-      if (online_) {
-        VIPER_RETURN_IF_ERROR(online_->Commit(it_));
-        VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
-      }
-      work_->RetainKept(WantedKept());  // after Commit: the version served before is kept now
-      while (next < plan_.size() && plan_[next] <= it_) ++next;
-      if (published_.back().version % 10 == 0) {
-        Info("published version " + std::to_string(published_.back().version) + " at iteration " +
-             std::to_string(it_));
-      }
+      if (checkpoint) VIPER_RETURN_IF_ERROR(PublishAt(it_, &next));
     }
+    if (aside_) VIPER_RETURN_IF_ERROR(FinishAside(&next));  // stopped early: taken as at the end
     if (online_) {
       // The summary says "served version re-measured N times" when the
       // re-measurements reached the planner; say it here only otherwise.
@@ -512,6 +605,16 @@ class Producer {
   double step_sum_ = 0;        // their sum
   bool keeping_ = false;       // online with keep_versions > 0 on the validation loss: re-publishing
   std::vector<int64_t> recent_;  // the last keep_versions validation points whose models are kept
+  // A validation point whose re-measurements run beside training
+  // (Options::remeasure_beside): its iteration, whether the served version
+  // is the first of `models`, and when the helper began.
+  struct Aside {
+    int64_t iteration = 0;
+    bool served = false;
+    std::vector<int64_t> models;
+    double begun_s = 0;
+  };
+  std::optional<Aside> aside_;
 };
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include "kept_models.h"
@@ -89,6 +91,7 @@ class TrainerWorkload : public ProducerWorkload {
   // The served version is a kept copy (a ModelState copy would share the
   // parameters the trainer goes on updating).
   void Published(int64_t model_iteration) override {
+    VIPER_CHECK(!aside_.job.valid());
     served_ = model_iteration;
     if (model_iteration != trainer_->iterations_done()) return;  // a re-publish: kept already
     if (keep_served_) kept_.Keep(model_iteration, trainer_->model());
@@ -100,6 +103,7 @@ class TrainerWorkload : public ProducerWorkload {
     return RevalidateKept(*served_);
   }
   bool KeepCurrentModel() override {
+    VIPER_CHECK(!aside_.job.valid());
     kept_.Keep(trainer_->iterations_done(), trainer_->model());
     return true;
   }
@@ -107,11 +111,50 @@ class TrainerWorkload : public ProducerWorkload {
     const TrafficState now = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
     return kept_.Loss(model_iteration, now, [&](const Mlp& m) { return trainer_->Validate(m).mean_loss; });
   }
+  bool BeginRemeasure(const std::vector<int64_t>& models) override {
+    VIPER_CHECK(!aside_.job.valid());
+    aside_ = Aside{};
+    aside_.state = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
+    aside_.losses.assign(models.size(), std::nullopt);
+    std::vector<const Mlp*> todo;
+    for (size_t i = 0; i < models.size(); ++i) {
+      if ((aside_.losses[i] = kept_.Known(models[i], aside_.state))) continue;
+      if (const Mlp* m = kept_.Find(models[i])) {
+        todo.push_back(m);
+        aside_.todo.emplace_back(i, models[i]);
+      }
+    }
+    if (todo.empty()) return false;
+    // The helper reads the kept copies (unchanged until FinishRemeasure) and
+    // its own copy of today's sample (the trainer re-gathers its own at the
+    // next validation point).
+    aside_.job = std::async(std::launch::async, [todo, sample = trainer_->ValidationSampleNow()] {
+      std::vector<double> losses;
+      for (const Mlp* m : todo) losses.push_back(Evaluate(*m, sample.first, sample.second).mean_loss);
+      return losses;
+    });
+    return true;
+  }
+  bool RemeasureDone() const override {
+    return !aside_.job.valid() || aside_.job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  std::vector<std::optional<double>> FinishRemeasure() override {
+    if (aside_.job.valid()) {
+      const std::vector<double> measured = aside_.job.get();
+      for (size_t j = 0; j < measured.size(); ++j) {
+        const auto [i, model] = aside_.todo[j];
+        kept_.Record(model, aside_.state, measured[j]);
+        aside_.losses[i] = measured[j];
+      }
+    }
+    return std::move(aside_.losses);
+  }
   const ModelState* KeptModel(int64_t model_iteration) const override {
     const Mlp* m = kept_.Find(model_iteration);
     return m == nullptr ? nullptr : &m->state();
   }
   void RetainKept(const std::vector<int64_t>& wanted) override {
+    VIPER_CHECK(!aside_.job.valid());
     std::vector<int64_t> keep = wanted;
     if (served_) keep.push_back(*served_);
     kept_.Retain(keep);
@@ -140,6 +183,15 @@ class TrainerWorkload : public ProducerWorkload {
   std::unique_ptr<Trainer> trainer_;
   const bool keep_served_;
   KeptModels kept_;                // the served version's copy and those kept for re-publishing
+  // The re-measurement running beside training (BeginRemeasure): the
+  // traffic state, the answers so far, and for the helper's, (position,
+  // model) and its job.
+  struct Aside {
+    TrafficState state;
+    std::vector<std::optional<double>> losses;
+    std::vector<std::pair<size_t, int64_t>> todo;
+    std::future<std::vector<double>> job;
+  } aside_;
   std::optional<int64_t> served_;  // the served model's iteration
 };
 

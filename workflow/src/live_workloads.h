@@ -46,6 +46,18 @@ class ProducerWorkload {
   // The kept model of `model_iteration` on the current validation sample,
   // as the current model is validated; nullopt when it is not kept.
   virtual std::optional<double> RevalidateKept(int64_t model_iteration) { return std::nullopt; }
+  // Re-measuring beside training (LiveRun::Options::remeasure_beside):
+  // starts a helper thread that measures the kept models `models` on the
+  // current validation sample while Step() goes on; a model measured before
+  // on an equal traffic state is answered without it. False when nothing
+  // is left to measure (FinishRemeasure answers at once). The kept models
+  // must not change until FinishRemeasure.
+  virtual bool BeginRemeasure(const std::vector<int64_t>& models) { return false; }
+  // Whether the helper is done (true when none runs).
+  virtual bool RemeasureDone() const { return true; }
+  // Waits for the helper: one loss per model of BeginRemeasure (nullopt:
+  // not kept, or a workload that cannot re-measure).
+  virtual std::vector<std::optional<double>> FinishRemeasure() { return {}; }
   // The kept model of `model_iteration`, to publish; nullptr when not kept.
   virtual const ModelState* KeptModel(int64_t model_iteration) const { return nullptr; }
   // Frees the kept models not in `wanted` (the served version's copy stays).

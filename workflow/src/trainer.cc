@@ -261,16 +261,21 @@ Evaluation Trainer::EvaluateOn(const Mlp& model, bool test, int64_t iteration) c
   if (base_inputs.cols() == 0) return Evaluation{};
   const TrafficState state = DriftTrafficState(options_, iteration);
   if (state.Identity()) return Evaluate(model, base_inputs, test ? test_labels_ : val_labels_);
-  // Exactly what a consumer evaluating DriftedSamples sees; gathered once per
-  // traffic state and kept until the state changes.
+  const Traffic& traffic = Gathered(test, state);
+  if (traffic.inputs.cols() == 0) return Evaluation{};
+  return Evaluate(model, traffic.inputs, traffic.labels);
+}
+
+// Exactly what a consumer evaluating DriftedSamples sees; gathered once per
+// traffic state and kept until the state changes.
+const Trainer::Traffic& Trainer::Gathered(bool test, const TrafficState& state) const {
   Traffic& traffic = test ? *test_traffic_ : *val_traffic_;
   if (!traffic.valid || !(traffic.state == state)) {
     DriftedSamples(options_, test ? test_ : validation_, state).GatherAll(&traffic.inputs, &traffic.labels);
     traffic.state = state;
     traffic.valid = true;
   }
-  if (traffic.inputs.cols() == 0) return Evaluation{};
-  return Evaluate(model, traffic.inputs, traffic.labels);
+  return traffic;
 }
 
 Samples Trainer::DriftedView(const Samples& samples, int64_t iteration) const {
@@ -282,6 +287,13 @@ Evaluation Trainer::Validate() const { return EvaluateOn(model_, false, iteratio
 Evaluation Trainer::Test() const { return EvaluateOn(model_, true, iteration_); }
 
 Evaluation Trainer::Validate(const Mlp& model) const { return EvaluateOn(model, false, iteration_); }
+
+std::pair<Eigen::MatrixXf, std::vector<int32_t>> Trainer::ValidationSampleNow() const {
+  const TrafficState state = DriftTrafficState(options_, iteration_);
+  if (state.Identity() || val_inputs_.cols() == 0) return {val_inputs_, val_labels_};
+  const Traffic& traffic = Gathered(false, state);
+  return {traffic.inputs, traffic.labels};
+}
 
 Status Trainer::Step(LogRecord* record) {
   if (done()) {

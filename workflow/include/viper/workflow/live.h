@@ -74,6 +74,16 @@ class LiveRun {
     // (the planner's, the last keep_versions validation points' that may
     // become a regime's end, the served one): (2K + 1) x model bytes.
     int keep_versions = schedulers::OnlinePlanner::Options().keep_versions;
+    // Strategy online, trainer workload: re-measure the served and kept
+    // models on a helper thread beside training instead of pausing it
+    // (schedulers::CheckpointCost::remeasure_beside). At a validation
+    // point the candidate is copied aside, the helper measures the models
+    // not measured on today's traffic before, and training goes on; the
+    // decision is taken when the helper is done (at the latest at the next
+    // validation point, where the producer waits for it) and publishes the
+    // model copied aside. Summary::remeasure_waits says how long each
+    // decision waited.
+    bool remeasure_beside = false;
     // With keep_versions > 0: which regimes' ends the producer copies
     // (schedulers::RegimeEnds: where a switch is predicted next, at every
     // validation point, or none: only published models are kept).
@@ -248,6 +258,12 @@ class LiveRun {
     // (the served one included) and their bytes.
     int64_t kept_evaluations = 0;
     int64_t kept_reused = 0;
+    // Options::remeasure_beside: each decision that waited for the helper,
+    // (its validation point's iteration, seconds from the helper's start to
+    // the decision); the simulation of the run delays a checkpoint there by
+    // as much (simulator::Simulator::Options::waits).
+    bool remeasure_beside = false;
+    std::vector<std::pair<int64_t, double>> remeasure_waits;
     int64_t kept_peak = 0;
     uint64_t kept_peak_bytes = 0;
     // Where re-publishing: Options::regime_ends, and the validation points

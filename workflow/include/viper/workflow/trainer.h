@@ -32,6 +32,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "viper/core/staleness_table.h"
@@ -43,6 +44,8 @@
 
 namespace viper {
 namespace workflow {
+
+struct TrafficState;  // below: the traffic as the drift has it at an iteration
 
 class Trainer {
  public:
@@ -301,6 +304,11 @@ class Trainer {
   // iterations_done(): the same evaluation as Validate(), so its loss
   // compares with the current model's bit for bit.
   Evaluation Validate(const Mlp& model) const;
+  // A copy of the validation subset as drifted at iterations_done() (inputs
+  // one column per sample, labels): what Validate(model) evaluates on, for a
+  // helper thread that re-measures kept models while training goes on
+  // (LiveRun::Options::remeasure_beside).
+  std::pair<Eigen::MatrixXf, std::vector<int32_t>> ValidationSampleNow() const;
   // `samples` as the drift has it at `iteration`: see DriftedSamples.
   Samples DriftedView(const Samples& samples, int64_t iteration) const;
   // The staleness table so far (Options::staleness_table), rows sorted by
@@ -336,6 +344,8 @@ class Trainer {
   Trainer(const Options& options, Mlp model);
   // `model` on the validation (test = false) or test subset as drifted at `iteration`.
   Evaluation EvaluateOn(const Mlp& model, bool test, int64_t iteration) const;
+  // The validation (test = false) or test subset drifted to `state`.
+  const Traffic& Gathered(bool test, const TrafficState& state) const;
   double LearningRateAt(int64_t iteration) const;
   void ApplyUpdate(double learning_rate);
   // The drifting stream (trainer_drift.cc): the drift's fields of
