@@ -285,13 +285,20 @@ class Producer {
   // changed under both: the served version is re-measured on today's
   // validation sample (its time is a stall). (Re-measuring whenever the gate
   // would refuse cost 28 extra validations in a 38-point run without drift
-  // and gained ~2% under rotation: not worth it.)
+  // and gained ~2% under rotation: not worth it on the path.) Beside
+  // training (Options::remeasure_beside) no re-measurement stalls, and the
+  // served version is re-measured at every point.
   StatusOr<bool> AskOnline() {
     const double t0 = MonotonicSeconds();
     const LogRecord& rec = s_.log.records.back();
     VIPER_RETURN_IF_ERROR(Observe(rec));
+    // On the path the served version is re-measured only where the gate
+    // needs it (the candidate no better than its loss at publish, or a
+    // return anticipated): each is a pause. Beside training it is
+    // re-measured at every point, as the offline replay does.
     const bool served = rec.val_loss && online_->served_loss() &&
-                        (*rec.val_loss >= *online_->served_loss() || online_->anticipating());
+                        (s_.remeasure_beside || *rec.val_loss >= *online_->served_loss() ||
+                         online_->anticipating());
     if (!s_.remeasure_beside) {
       if (served) {
         if (auto loss = work_->RevalidatePublished()) {
