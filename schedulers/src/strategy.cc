@@ -345,7 +345,8 @@ class StrategyImpl : public Strategy {
             if (measuring > 0 && !beside) {
               VIPER_RETURN_IF_ERROR(pause(it, measuring));
             } else if (measuring > 0) {
-              VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
+              const bool copied = !planner.copies().empty() && planner.copies().back() == it;  // kept anyway
+              if (!copied) VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
               const double until_next =
                   i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
               const double wait = std::min(measuring, std::max(0.0, until_next));
