@@ -86,8 +86,15 @@ class Engine {
         v.checkpoint_s += w->second;
         r_.wait_s += w->second;
       }
-      v.stall_end_s = v.checkpoint_s + stall_s_;
-      Push(v.checkpoint_s, EventType::kCheckpoint, k);
+    }
+    // A decision that waited past the next checkpoint's start (a live run
+    // whose helper overran) went out before it: versions leave in order.
+    for (int64_t k = m - 1; k >= 1; --k) {
+      V(k).checkpoint_s = std::min(V(k).checkpoint_s, V(k + 1).checkpoint_s);
+    }
+    for (int64_t k = 1; k <= m; ++k) {
+      V(k).stall_end_s = V(k).checkpoint_s + stall_s_;
+      Push(V(k).checkpoint_s, EventType::kCheckpoint, k);
     }
     r_.keep_copies = static_cast<int64_t>(o_.kept_at.size());
     r_.keep_copy_s = keep_s_;

@@ -186,6 +186,13 @@ TEST(SimulatorTest, ADecisionThatWaitedDelaysItsCheckpointAndStallsNothing) {
   // the warm-up's model instead.
   EXPECT_DOUBLE_EQ(*base->versions[1].servable_s, 4.0);
   EXPECT_GT(r->cil, base->cil);
+  // A wait past the next checkpoint's start (a live helper that overran):
+  // the versions still leave in order, the first with the second.
+  o.waits = {{2, 10.0}};
+  auto late = Simulator(o).Run(LinearCurve(), {2, 5});
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_DOUBLE_EQ(late->versions[1].checkpoint_s, base->versions[2].checkpoint_s);
+  EXPECT_DOUBLE_EQ(late->versions[2].checkpoint_s, base->versions[2].checkpoint_s);
   for (std::vector<std::pair<int64_t, double>> bad :
        {std::vector<std::pair<int64_t, double>>{{3, 0.1}, {2, 0.1}},
         {{0, 0.1}},
