@@ -1,0 +1,100 @@
+// The live producer's trainer workload re-measuring kept models beside
+// training (workflow/src/live_workloads.h: BeginRemeasure, RemeasureDone,
+// FinishRemeasure): the helper's losses are the ones the producer measures
+// on the training path, bit for bit, while training goes on.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "live_workloads.h"
+#include "viper/core/training_log.h"
+#include "viper/workflow/fashion_mnist.h"
+
+namespace viper {
+namespace workflow {
+namespace internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HaveFashionMnist() {
+  return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
+         fs::exists(DefaultFashionMnistDir() + "/t10k-images-idx3-ubyte.gz");
+}
+
+// A small trainer whose traffic rotates from iteration 20 on (so that each
+// validation point is a new traffic state), validating every 5 iterations.
+LiveRun::Options RotatingTrainer() {
+  LiveRun::Options o;
+  o.workload = LiveRun::Workload::kTrainer;
+  o.strategy = schedulers::StrategyKind::kOnline;
+  o.trainer.train_samples = 2000;
+  o.trainer.epochs = 2;
+  o.trainer.hidden_widths = {32};
+  o.trainer.val_every_iterations = 5;
+  o.trainer.val_samples = 200;
+  o.trainer.drift = Trainer::Drift::kRotation;
+  o.trainer.drift_at_iteration = 20;
+  o.trainer.drift_duration_iterations = 30;
+  return o;
+}
+
+// Steps `w` to `iteration`, keeping the model at 10 and 15 (the models it
+// re-measures later).
+void TrainTo(ProducerWorkload& w, int64_t iteration) {
+  LogRecord rec;
+  for (int64_t it = 1; it <= iteration; ++it) {
+    ASSERT_TRUE(w.Step(&rec).ok());
+    if (it == 10 || it == 15) ASSERT_TRUE(w.KeepCurrentModel());
+  }
+}
+
+TEST(LiveWorkloads, KeptModelsReMeasuredBesideTrainingMatchTheMeasurementOnThePath) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  // Two workloads train identically (the trainer is deterministic): one
+  // measures on the path at 30, the other beside training from 30 on.
+  auto on_path = MakeProducerWorkload(RotatingTrainer());
+  auto beside = MakeProducerWorkload(RotatingTrainer());
+  ASSERT_TRUE(on_path.ok() && beside.ok()) << on_path.status().ToString();
+  TrainTo(**on_path, 30);
+  TrainTo(**beside, 30);
+  const std::vector<int64_t> models = {10, 15, 12};  // 12 is not kept
+  std::vector<std::optional<double>> expected;
+  for (int64_t m : models) expected.push_back((*on_path)->RevalidateKept(m));
+  ASSERT_TRUE(expected[0] && expected[1]);
+  EXPECT_FALSE(expected[2]);
+
+  ASSERT_TRUE((*beside)->BeginRemeasure(models));
+  // Training goes on while the helper measures (past the next validation
+  // point, whose own drifted sample the trainer gathers meanwhile).
+  LogRecord rec;
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE((*beside)->Step(&rec).ok());
+  const std::vector<std::optional<double>> got = (*beside)->FinishRemeasure();
+  ASSERT_EQ(got.size(), models.size());
+  EXPECT_EQ(got[0], expected[0]);
+  EXPECT_EQ(got[1], expected[1]);
+  EXPECT_FALSE(got[2]);
+  EXPECT_TRUE((*beside)->RemeasureDone());
+
+  // Measured once per traffic state: asked again on the state of 30 (the
+  // path's workload) nothing is evaluated again; the beside workload is on
+  // a new state at 37, so its helper starts again.
+  LiveRun::Summary before, after;
+  (*on_path)->SummarizeKept(&before);
+  ASSERT_FALSE((*on_path)->BeginRemeasure({10, 15}));
+  const std::vector<std::optional<double>> again = (*on_path)->FinishRemeasure();
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0], expected[0]);
+  (*on_path)->SummarizeKept(&after);
+  EXPECT_EQ(after.kept_evaluations, before.kept_evaluations);
+  EXPECT_EQ(after.kept_reused, before.kept_reused + 2);
+  ASSERT_TRUE((*beside)->BeginRemeasure({10}));
+  EXPECT_EQ((*beside)->FinishRemeasure().size(), 1u);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace workflow
+}  // namespace viper
