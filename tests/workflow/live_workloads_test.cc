@@ -66,7 +66,8 @@ TEST(LiveWorkloads, KeptModelsReMeasuredBesideTrainingMatchTheMeasurementOnThePa
   ASSERT_TRUE(expected[0] && expected[1]);
   EXPECT_FALSE(expected[2]);
 
-  ASSERT_TRUE((*beside)->BeginRemeasure(models));
+  EXPECT_EQ((*beside)->RemeasureSeconds(), 0);  // no job yet
+  ASSERT_TRUE((*beside)->BeginRemeasure(models, 3));
   // Training goes on while the helper measures (past the next validation
   // point, whose own drifted sample the trainer gathers meanwhile).
   LogRecord rec;
@@ -77,21 +78,26 @@ TEST(LiveWorkloads, KeptModelsReMeasuredBesideTrainingMatchTheMeasurementOnThePa
   EXPECT_EQ(got[1], expected[1]);
   EXPECT_FALSE(got[2]);
   EXPECT_TRUE((*beside)->RemeasureDone());
+  EXPECT_GT((*beside)->RemeasureSeconds(), 0);
 
   // Measured once per traffic state: asked again on the state of 30 (the
-  // path's workload) nothing is evaluated again; the beside workload is on
-  // a new state at 37, so its helper starts again.
+  // path's workload) nothing is evaluated again.
   LiveRun::Summary before, after;
   (*on_path)->SummarizeKept(&before);
-  ASSERT_FALSE((*on_path)->BeginRemeasure({10, 15}));
+  ASSERT_FALSE((*on_path)->BeginRemeasure({10, 15}, 0));  // nothing new to measure
   const std::vector<std::optional<double>> again = (*on_path)->FinishRemeasure();
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0], expected[0]);
   (*on_path)->SummarizeKept(&after);
   EXPECT_EQ(after.kept_evaluations, before.kept_evaluations);
   EXPECT_EQ(after.kept_reused, before.kept_reused + 2);
-  ASSERT_TRUE((*beside)->BeginRemeasure({10}));
-  EXPECT_EQ((*beside)->FinishRemeasure().size(), 1u);
+  // The beside workload is on a new state at 37: its helper starts again,
+  // on as many models as it is allowed (the rest unanswered).
+  ASSERT_TRUE((*beside)->BeginRemeasure({10, 15}, 1));
+  const std::vector<std::optional<double>> one = (*beside)->FinishRemeasure();
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_TRUE(one[0]);
+  EXPECT_FALSE(one[1]);
 }
 
 }  // namespace

@@ -326,7 +326,18 @@ class Producer {
       // The kept copies cannot change while the helper reads them: the
       // candidate's copy comes first, and goes again when no helper is needed.
       const bool copied = !models.empty() && work_->KeepCurrentModel();
-      if (work_->BeginRemeasure(models)) {
+      // As many new evaluations as fit in the last validation gap at the
+      // helper's latest time per model (all at first), so that it is done
+      // by the next point; the kept models left out are asked for there
+      // (the offline replay's budget, schedulers/src/strategy.cc).
+      int64_t max_new = static_cast<int64_t>(models.size());
+      const double each_s = work_->RemeasureSeconds();
+      if (each_s > 0 && last_point_ > 0 && !step_s_.empty()) {
+        const double gap_s = static_cast<double>(it_ - last_point_) * step_sum_ / static_cast<double>(step_s_.size());
+        max_new = std::max<int64_t>(1, static_cast<int64_t>(gap_s / each_s));
+      }
+      last_point_ = it_;
+      if (work_->BeginRemeasure(models, max_new)) {
         aside_ = Aside{it_, served, std::move(models), 0};
         Paused(MonotonicSeconds() - t0);
         aside_->begun_s = MonotonicSeconds();
@@ -622,6 +633,7 @@ class Producer {
     double begun_s = 0;
   };
   std::optional<Aside> aside_;
+  int64_t last_point_ = 0;  // the last validation point that re-measured beside training
 };
 
 }  // namespace

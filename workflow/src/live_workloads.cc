@@ -111,7 +111,7 @@ class TrainerWorkload : public ProducerWorkload {
     const TrafficState now = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
     return kept_.Loss(model_iteration, now, [&](const Mlp& m) { return trainer_->Validate(m).mean_loss; });
   }
-  bool BeginRemeasure(const std::vector<int64_t>& models) override {
+  bool BeginRemeasure(const std::vector<int64_t>& models, int64_t max_new) override {
     VIPER_CHECK(!aside_.job.valid());
     aside_ = Aside{};
     aside_.state = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
@@ -119,6 +119,7 @@ class TrainerWorkload : public ProducerWorkload {
     std::vector<const Mlp*> todo;
     for (size_t i = 0; i < models.size(); ++i) {
       if ((aside_.losses[i] = kept_.Known(models[i], aside_.state))) continue;
+      if (static_cast<int64_t>(todo.size()) >= max_new) continue;
       if (const Mlp* m = kept_.Find(models[i])) {
         todo.push_back(m);
         aside_.todo.emplace_back(i, models[i]);
@@ -128,12 +129,17 @@ class TrainerWorkload : public ProducerWorkload {
     // The helper reads the kept copies (unchanged until FinishRemeasure) and
     // its own copy of today's sample (the trainer re-gathers its own at the
     // next validation point).
-    aside_.job = std::async(std::launch::async, [todo, sample = trainer_->ValidationSampleNow()] {
+    aside_.job = std::async(std::launch::async, [this, todo, sample = trainer_->ValidationSampleNow()] {
+      const double t0 = MonotonicSeconds();
       std::vector<double> losses;
       for (const Mlp* m : todo) losses.push_back(Evaluate(*m, sample.first, sample.second).mean_loss);
+      each_s_ = (MonotonicSeconds() - t0) / static_cast<double>(todo.size());
       return losses;
     });
     return true;
+  }
+  double RemeasureSeconds() const override {
+    return aside_.job.valid() ? 0.0 : each_s_;  // written by the helper, read once it is joined
   }
   bool RemeasureDone() const override {
     return !aside_.job.valid() || aside_.job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -183,6 +189,7 @@ class TrainerWorkload : public ProducerWorkload {
   std::unique_ptr<Trainer> trainer_;
   const bool keep_served_;
   KeptModels kept_;                // the served version's copy and those kept for re-publishing
+  double each_s_ = 0;  // seconds per model, the helper's latest job (RemeasureSeconds)
   // The re-measurement running beside training (BeginRemeasure): the
   // traffic state, the answers so far, and for the helper's, (position,
   // model) and its job.
@@ -191,7 +198,7 @@ class TrainerWorkload : public ProducerWorkload {
     std::vector<std::optional<double>> losses;
     std::vector<std::pair<size_t, int64_t>> todo;
     std::future<std::vector<double>> job;
-  } aside_;
+  } aside_;  // after each_s_: its job (which writes each_s_) is joined when it goes
   std::optional<int64_t> served_;  // the served model's iteration
 };
 

@@ -49,10 +49,14 @@ class ProducerWorkload {
   // Re-measuring beside training (LiveRun::Options::remeasure_beside):
   // starts a helper thread that measures the kept models `models` on the
   // current validation sample while Step() goes on; a model measured before
-  // on an equal traffic state is answered without it. False when nothing
-  // is left to measure (FinishRemeasure answers at once). The kept models
-  // must not change until FinishRemeasure.
-  virtual bool BeginRemeasure(const std::vector<int64_t>& models) { return false; }
+  // on an equal traffic state is answered without it, and of the others
+  // only the first `max_new` are measured (the rest are left unanswered).
+  // False when nothing is left to measure (FinishRemeasure answers at
+  // once). The kept models must not change until FinishRemeasure.
+  virtual bool BeginRemeasure(const std::vector<int64_t>& models, int64_t max_new) { return false; }
+  // Seconds the helper took per model measured, its latest job's (0
+  // before any).
+  virtual double RemeasureSeconds() const { return 0; }
   // Whether the helper is done (true when none runs).
   virtual bool RemeasureDone() const { return true; }
   // Waits for the helper: one loss per model of BeginRemeasure (nullopt:
