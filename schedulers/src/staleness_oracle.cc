@@ -52,22 +52,20 @@ StatusOr<SurfaceEvaluation> EvaluateOnSurface(const Problem& p, const StalenessS
   const int64_t m = static_cast<int64_t>(schedule.size());
   Clock clock(p, s);
   SurfaceEvaluation e;
-  for (size_t i = 0; i < pauses.size(); ++i) {
-    if (pauses[i].first <= p.warmup_iterations || pauses[i].first > p.total_iterations ||
-        (i > 0 && pauses[i].first <= pauses[i - 1].first) || !(pauses[i].second >= 0) ||
-        !std::isfinite(pauses[i].second)) {
-      return InvalidArgumentError("pauses[" + std::to_string(i) + "] at " + std::to_string(pauses[i].first) +
-                                  " is not an increasing iteration inside (W, N] with seconds >= 0");
+  // Pauses and waits: (iteration, seconds), increasing inside (W, N].
+  auto check_spans = [&](const char* name, const std::vector<std::pair<int64_t, double>>& v) -> Status {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].first <= p.warmup_iterations || v[i].first > p.total_iterations ||
+          (i > 0 && v[i].first <= v[i - 1].first) || !(v[i].second >= 0) || !std::isfinite(v[i].second)) {
+        return InvalidArgumentError(std::string(name) + "[" + std::to_string(i) + "] at " +
+                                    std::to_string(v[i].first) +
+                                    " is not an increasing iteration inside (W, N] with seconds >= 0");
+      }
     }
-  }
-  for (size_t i = 0; i < waits.size(); ++i) {
-    if (waits[i].first <= p.warmup_iterations || waits[i].first > p.total_iterations ||
-        (i > 0 && waits[i].first <= waits[i - 1].first) || !(waits[i].second >= 0) ||
-        !std::isfinite(waits[i].second)) {
-      return InvalidArgumentError("waits[" + std::to_string(i) + "] at " + std::to_string(waits[i].first) +
-                                  " is not an increasing iteration inside (W, N] with seconds >= 0");
-    }
-  }
+    return Status::Ok();
+  };
+  VIPER_RETURN_IF_ERROR(check_spans("pauses", pauses));
+  VIPER_RETURN_IF_ERROR(check_spans("waits", waits));
   // What checkpoint k's decision waited (0 for version 0 and where none).
   auto wait = [&](int64_t k) {
     if (k == 0) return 0.0;

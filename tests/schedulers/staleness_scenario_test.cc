@@ -1468,6 +1468,18 @@ TEST(StalenessScenarioTest, AModelThatLearnedTheNewDomainAtTheSwitchIsOfTheRegim
 // no-drift run every re-measurement reads a state measured before (the
 // live producer reuses those evaluations), on the shipped rotation each
 // point of the ramp is new. The judge charges the pauses.
+// A shipped log with its table, host tier, wall clock, 20% warm-up, each
+// re-measurement `each` seconds.
+ScenarioOptions RemeasuringOn(const StalenessTable& table, double each) {
+  ScenarioOptions o;
+  o.warmup_fraction = 0.2;
+  o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
+  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
+  o.staleness = table;
+  o.remeasure_s = each;
+  return o;
+}
+
 TEST(StalenessScenarioTest, ARemeasurementPausesTheProducerOnlyOnTrafficNewToTheModel) {
   constexpr double kEach = 0.03;
   for (const char* name : {"sgd-h256", "rotate-sgd-h256"}) {
@@ -1476,12 +1488,7 @@ TEST(StalenessScenarioTest, ARemeasurementPausesTheProducerOnlyOnTrafficNewToThe
     auto log = datasets::LogReader::ReadFile(path + ".csv.gz", {});
     auto table = datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {});
     ASSERT_TRUE(log.ok() && table.ok());
-    ScenarioOptions o;
-    o.warmup_fraction = 0.2;
-    o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
-    o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-    o.staleness = *table;
-    o.remeasure_s = kEach;
+    ScenarioOptions o = RemeasuringOn(*table, kEach);
     auto sc = MakeScenario(*log, o);
     ASSERT_TRUE(sc.ok()) << sc.status().ToString();
     auto plan = PlanStrategy(*sc, StrategyKind::kOnline);
@@ -1542,12 +1549,7 @@ TEST(StalenessScenarioTest, ARemeasurementBesideTrainingDelaysTheDecisionNotTheP
   auto log = datasets::LogReader::ReadFile(path + ".csv.gz", {});
   auto table = datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {});
   ASSERT_TRUE(log.ok() && table.ok());
-  ScenarioOptions o;
-  o.warmup_fraction = 0.2;
-  o.tier = PresetCost{Tier::kHost, 600e6, false, Notification::kPush, 1.0};
-  o.problem_template.requests.traffic_clock = TrafficClock::kWall;
-  o.staleness = *table;
-  o.remeasure_s = kEach;
+  ScenarioOptions o = RemeasuringOn(*table, kEach);
   auto on_path = MakeScenario(*log, o);
   o.remeasure_beside = true;
   auto sc = MakeScenario(*log, o);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "have_fashion_mnist.h"
 #include "mpi_test_util.h"
 #include "viper/datasets/log_reader.h"
 #include "viper/schedulers/staleness.h"
@@ -39,11 +40,6 @@ using viper::testing_util::Size;
 double ClockToleranceS() {
   const char* t = std::getenv("VIPER_TEST_CLOCK_TOLERANCE_S");
   return t ? std::atof(t) : 1e-3;
-}
-
-bool HaveFashionMnist() {
-  return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
-         fs::exists(DefaultFashionMnistDir() + "/t10k-images-idx3-ubyte.gz");
 }
 
 // A short real training run: 2,000 images, batch 64 -> 31 iterations per

@@ -4,25 +4,17 @@
 // on the training path, bit for bit, while training goes on.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <optional>
 #include <vector>
 
+#include "have_fashion_mnist.h"
 #include "live_workloads.h"
 #include "viper/core/training_log.h"
-#include "viper/workflow/fashion_mnist.h"
 
 namespace viper {
 namespace workflow {
 namespace internal {
 namespace {
-
-namespace fs = std::filesystem;
-
-bool HaveFashionMnist() {
-  return fs::exists(DefaultFashionMnistDir() + "/train-images-idx3-ubyte.gz") &&
-         fs::exists(DefaultFashionMnistDir() + "/t10k-images-idx3-ubyte.gz");
-}
 
 // A small trainer whose traffic rotates from iteration 20 on (so that each
 // validation point is a new traffic state), validating every 5 iterations.

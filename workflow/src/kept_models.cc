@@ -60,15 +60,9 @@ std::optional<double> KeptModels::Loss(int64_t iteration, const TrafficState& tr
                                        const std::function<double(const Mlp&)>& evaluate) {
   Kept* k = FindKept(iteration);
   if (k == nullptr) return std::nullopt;
-  for (const auto& [state, loss] : k->measured) {
-    if (state == traffic) {
-      ++reused_;
-      return loss;
-    }
-  }
+  if (auto known = Known(iteration, traffic)) return known;
   const double loss = evaluate(k->model);
-  ++evaluations_;
-  k->measured.emplace_back(traffic, loss);
+  Record(iteration, traffic, loss);
   return loss;
 }
 
