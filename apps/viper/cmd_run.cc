@@ -52,7 +52,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string fanout = transports::ToString(o.fanout), host_protocol = transports::ToString(o.host_protocol);
   std::string delta = transports::ToString(o.delta);
   std::string keep_regime_ends = schedulers::ToString(o.regime_ends);
-  std::string remeasure = "pause";
+  std::string remeasure = "beside";
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -99,9 +99,11 @@ int RunRun(const std::vector<std::string>& args) {
       "at most 2K + 1 models ((2K + 1) x the model's bytes: 0.8 MB each for --hidden 256)")(
       "remeasure", po::value(&remeasure)->default_value(remeasure),
       "--strategy online, --workload trainer: where the served and kept models are re-measured on today's "
-      "validation sample. pause = on the training path (planning time); beside = on a helper thread while "
-      "training goes on: the candidate is copied aside, the decision waits for the helper (at the latest until "
-      "the next validation point) and publishes that copy (viper simulate --help: --remeasure)")(
+      "validation sample. beside (the default) = on a helper thread while training goes on: the candidate is "
+      "copied aside, the decision waits for the helper (at the latest until the next validation point; only as "
+      "many new evaluations as fit in the last validation gap) and publishes that copy; pause = on the training "
+      "path (planning time), the served version only where the gate needs it (viper simulate --help: "
+      "--remeasure)")(
       "keep-regime-ends", po::value(&keep_regime_ends)->default_value(keep_regime_ends),
       "--strategy online with --keep-versions > 0: which models the producer copies, unpublished, so that the "
       "last of a regime before a detected change may be published again: predicted = at the validation point "

@@ -43,7 +43,7 @@ struct PlanningOptions {
   std::string anticipate_returns = "on";  // on|off (OnlinePlanner::Options::anticipate_returns)
   std::string keep_regime_ends = "predicted";  // off|predicted|every (OnlinePlanner::Options::regime_ends)
   std::string remeasure_s = "auto";            // auto | seconds (ScenarioOptions::remeasure_s)
-  std::string remeasure = "pause";             // pause | beside (ScenarioOptions::remeasure_beside)
+  std::string remeasure = "beside";            // pause | beside (ScenarioOptions::remeasure_beside)
   std::string ramp_hold = "on";           // on|off (OnlinePlanner::Options::hold_young_ramps)
   int64_t requests = 0;               // > 0: fixed window of this many requests
   std::string request_trace;          // file of arrival times (s since warm-up end), one per line

@@ -79,7 +79,7 @@ if [ -f "$log" ]; then
   expect_rc 2 "--remeasure-s takes auto or seconds" "$viper" simulate --log "$log" -q --remeasure-s soon
   expect_in "$tmp/err" "--remeasure-s 'soon': expected auto or seconds in [0, 3600]" "the error names the value and what is expected"
   rot="$src/datasets/logs/rotate-sgd-h256.csv.gz"
-  expect_rc 0 "simulate with re-measuring charged" "$viper" simulate --log "$rot" --staleness auto -q --strategies online,oracle --transport host --remeasure-s 0.03 --json "$tmp/rm.json"
+  expect_rc 0 "simulate with re-measuring charged" "$viper" simulate --log "$rot" --staleness auto -q --strategies online,oracle --transport host --remeasure-s 0.03 --remeasure pause --json "$tmp/rm.json"
   if /usr/bin/python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))

@@ -1477,6 +1477,7 @@ ScenarioOptions RemeasuringOn(const StalenessTable& table, double each) {
   o.problem_template.requests.traffic_clock = TrafficClock::kWall;
   o.staleness = table;
   o.remeasure_s = each;
+  o.remeasure_beside = false;  // on the training path: a pause each
   return o;
 }
 

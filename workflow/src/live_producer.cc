@@ -257,7 +257,8 @@ class Producer {
     // with the candidate only when that is the planning metric.
     keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
                o_.workload == LiveRun::Workload::kTrainer;
-    s_.remeasure_beside = o_.remeasure_beside && o_.workload == LiveRun::Workload::kTrainer;
+    s_.remeasure_beside = o_.remeasure_beside && o_.workload == LiveRun::Workload::kTrainer &&
+                          o_.strategy == schedulers::StrategyKind::kOnline;
     if (keeping_) {
       s_.keep_versions = o_.keep_versions;
       s_.regime_ends = schedulers::ToString(o_.regime_ends);

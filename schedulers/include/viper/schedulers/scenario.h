@@ -117,8 +117,9 @@ struct ScenarioOptions {
   // own validation pause (ValidationPauseSeconds); 0 = free.
   double remeasure_s = -1.0;
   // Re-measure beside training instead of pausing it
-  // (CheckpointCost::remeasure_beside).
-  bool remeasure_beside = false;
+  // (CheckpointCost::remeasure_beside): the default since the sixty-third
+  // session, as the live producer does (LiveRun::Options::remeasure_beside).
+  bool remeasure_beside = true;
 
   bool IsValid(std::string* error) const;
 };
