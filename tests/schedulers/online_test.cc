@@ -219,7 +219,9 @@ TEST(OnlinePlannerTest, NoKeptModelIsReMeasuredOnARamp) {
     if (i > 200) {
       ASSERT_TRUE(
           free.ObserveServed(served + 0.2 * std::clamp(static_cast<double>(i - 500) / 20.0, 0.0, 10.0)).ok());
-      if (i >= 540) EXPECT_FALSE(free.KeptVersions().empty()) << "at " << i;
+      if (i >= 540) {
+        EXPECT_FALSE(free.KeptVersions().empty()) << "at " << i;
+      }
       for (int64_t k : free.KeptVersions()) ASSERT_TRUE(free.ObserveKept(k, 1.0).ok());
     }
     ASSERT_TRUE(free.ShouldCheckpoint(i).ok());

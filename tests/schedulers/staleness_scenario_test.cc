@@ -1567,7 +1567,9 @@ TEST(StalenessScenarioTest, ARemeasurementBesideTrainingDelaysTheDecisionNotTheP
   for (size_t i = 0; i < plan->waits.size(); ++i) {
     const auto [at, seconds] = plan->waits[i];
     EXPECT_GT(at, W);
-    if (i > 0) EXPECT_GT(at, plan->waits[i - 1].first);
+    if (i > 0) {
+      EXPECT_GT(at, plan->waits[i - 1].first);
+    }
     EXPECT_GT(seconds, 0);
     // A whole number of re-measurements, or cut at the next validation point.
     const double n = seconds / kEach;
@@ -1575,7 +1577,9 @@ TEST(StalenessScenarioTest, ARemeasurementBesideTrainingDelaysTheDecisionNotTheP
     if (next != obs.iterations.end() && static_cast<size_t>(*next - static_cast<double>(W)) < clock.size()) {
       const double gap = clock[static_cast<size_t>(*next - static_cast<double>(W))] - clock[static_cast<size_t>(at - W)];
       EXPECT_LE(seconds, gap + 1e-12) << "at " << at;
-      if (seconds < gap - 1e-12) EXPECT_NEAR(n, std::round(n), 1e-9) << "a wait of " << seconds << " s at " << at;
+      if (seconds < gap - 1e-12) {
+        EXPECT_NEAR(n, std::round(n), 1e-9) << "a wait of " << seconds << " s at " << at;
+      }
     }
     waited += seconds;
   }

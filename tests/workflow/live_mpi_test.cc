@@ -392,7 +392,9 @@ TEST(LiveMpi, TrainerOnlineRemeasuresBesideTraining) {
   for (size_t i = 0; i < r->remeasure_waits.size(); ++i) {
     const auto [at, seconds] = r->remeasure_waits[i];
     EXPECT_TRUE(points.count(at)) << "a wait at " << at << ", not a validation point";
-    if (i > 0) EXPECT_GT(at, r->remeasure_waits[i - 1].first);
+    if (i > 0) {
+      EXPECT_GT(at, r->remeasure_waits[i - 1].first);
+    }
     EXPECT_GE(seconds, 0);
     EXPECT_LT(seconds, 60);
   }

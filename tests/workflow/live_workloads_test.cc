@@ -39,7 +39,9 @@ void TrainTo(ProducerWorkload& w, int64_t iteration) {
   LogRecord rec;
   for (int64_t it = 1; it <= iteration; ++it) {
     ASSERT_TRUE(w.Step(&rec).ok());
-    if (it == 10 || it == 15) ASSERT_TRUE(w.KeepCurrentModel());
+    if (it == 10 || it == 15) {
+      ASSERT_TRUE(w.KeepCurrentModel());
+    }
   }
 }
 

@@ -301,24 +301,27 @@ class Producer {
                         (s_.remeasure_beside || *rec.val_loss >= *online_->served_loss() ||
                          online_->anticipating());
     if (!s_.remeasure_beside) {
+      // On the path: the served version first, so that the kept models the
+      // planner asks for (KeptVersions) follow from its re-measurement, as
+      // in the offline replay; one not kept (a regime's end from before the
+      // recent points) is skipped.
       if (served) {
-        if (auto loss = work_->RevalidatePublished()) {
-          VIPER_RETURN_IF_ERROR(online_->ObserveServed(*loss));
-          ++revalidations_;
-        }
+        const int64_t m = online_->served_model();
+        VIPER_RETURN_IF_ERROR(ObserveRemeasured(true, {m}, {work_->RevalidateKept(m)}));
       }
       if (rec.val_loss && keeping_ && PrepareKept()) {
-        for (int64_t m : online_->KeptVersions()) {
-          auto loss = work_->RevalidateKept(m);
-          if (!loss) continue;  // a regime's end from before the recent points: not kept
-          VIPER_RETURN_IF_ERROR(online_->ObserveKept(m, *loss));
-        }
+        const std::vector<int64_t> kept = online_->KeptVersions();
+        std::vector<std::optional<double>> losses;
+        for (int64_t m : kept) losses.push_back(work_->RevalidateKept(m));
+        VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, kept, losses));
       }
     } else {
       // Beside training: the models to re-measure go to a helper, the
       // candidate is copied aside, and the decision waits for the helper
       // while training goes on (DecideAside); what it already measured on
-      // this traffic is answered at once.
+      // this traffic is answered at once. The kept models are chosen before
+      // the served version's re-measurement is in (the offline replay
+      // chooses them after it: a difference left open).
       std::vector<int64_t> models;
       if (served) models.push_back(online_->served_model());
       if (rec.val_loss && keeping_ && PrepareKept()) {

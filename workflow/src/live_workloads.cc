@@ -98,10 +98,6 @@ class TrainerWorkload : public ProducerWorkload {
     // The table keeps every published version (an exact row for each served version).
     trainer_->KeepCurrentVersion();
   }
-  std::optional<double> RevalidatePublished() override {
-    if (!served_) return std::nullopt;
-    return RevalidateKept(*served_);
-  }
   bool KeepCurrentModel() override {
     VIPER_CHECK(!aside_.job.valid());
     kept_.Keep(trainer_->iterations_done(), trainer_->model());

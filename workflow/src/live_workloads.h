@@ -36,15 +36,13 @@ class ProducerWorkload {
   // the current model (`model_iteration` = the current iteration) or, for a
   // re-publish, the kept model of `model_iteration` (KeptModel).
   virtual void Published(int64_t model_iteration) {}
-  // The served version's loss on the current validation sample (with the
-  // data as they are now); nullopt when the workload cannot re-measure it.
-  virtual std::optional<double> RevalidatePublished() { return std::nullopt; }
   // Re-publishing (issue 25). The default keeps nothing (the replay).
   // Keeps a copy of the current model as the model of the current
   // iteration; false when the workload keeps no models.
   virtual bool KeepCurrentModel() { return false; }
-  // The kept model of `model_iteration` on the current validation sample,
-  // as the current model is validated; nullopt when it is not kept.
+  // The kept model of `model_iteration` (the served version's copy among
+  // them) on the current validation sample, as the current model is
+  // validated; nullopt when it is not kept.
   virtual std::optional<double> RevalidateKept(int64_t model_iteration) { return std::nullopt; }
   // Re-measuring beside training (LiveRun::Options::remeasure_beside):
   // starts a helper thread that measures the kept models `models` on the
