@@ -1,7 +1,8 @@
 // The live producer's trainer workload re-measuring kept models beside
-// training (workflow/src/live_workloads.h: BeginRemeasure, RemeasureDone,
-// FinishRemeasure): the helper's losses are the ones the producer measures
-// on the training path, bit for bit, while training goes on.
+// training (workflow/src/live_workloads.h: BeginRemeasure, RemeasureMore,
+// RemeasureDone, FinishRemeasure): the helper's losses are the ones the
+// producer measures on the training path at the point, bit for bit, while
+// training goes on.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -92,6 +93,42 @@ TEST(LiveWorkloads, KeptModelsReMeasuredBesideTrainingMatchTheMeasurementOnThePa
   ASSERT_EQ(one.size(), 2u);
   EXPECT_TRUE(one[0]);
   EXPECT_FALSE(one[1]);
+}
+
+// The kept models follow the served version's answer (RemeasureMore), later
+// in training but on the point's sample and traffic state: as measured on
+// the path at the point, bit for bit.
+TEST(LiveWorkloads, ModelsAskedForLaterAreMeasuredOnThePointsSample) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  auto on_path = MakeProducerWorkload(RotatingTrainer());
+  auto beside = MakeProducerWorkload(RotatingTrainer());
+  ASSERT_TRUE(on_path.ok() && beside.ok()) << on_path.status().ToString();
+  TrainTo(**on_path, 30);
+  TrainTo(**beside, 30);
+  const std::optional<double> at10 = (*on_path)->RevalidateKept(10), at15 = (*on_path)->RevalidateKept(15);
+  ASSERT_TRUE(at10 && at15);
+
+  ASSERT_TRUE((*beside)->BeginRemeasure({10}, 5));  // the "served" model first
+  LogRecord rec;
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE((*beside)->Step(&rec).ok());  // past the point of 35
+  const std::vector<std::optional<double>> first = (*beside)->FinishRemeasure();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0], at10);
+  // 10 is answered from the point's state, 15 measured on its sample.
+  ASSERT_TRUE((*beside)->RemeasureMore({15, 10}, 1));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*beside)->Step(&rec).ok());
+  const std::vector<std::optional<double>> more = (*beside)->FinishRemeasure();
+  ASSERT_EQ(more.size(), 2u);
+  EXPECT_EQ(more[0], at15);
+  EXPECT_EQ(more[1], at10);
+  // Measured on the sample of 40 instead, 15 measures differently: the
+  // comparison above can tell the samples apart.
+  const std::optional<double> now15 = (*beside)->RevalidateKept(15);
+  ASSERT_TRUE(now15);
+  EXPECT_NE(*now15, *at15);
+  // Nothing new left within the budget: answered at once.
+  EXPECT_FALSE((*beside)->RemeasureMore({10, 15}, 0));
+  EXPECT_EQ((*beside)->FinishRemeasure().size(), 2u);
 }
 
 }  // namespace

@@ -316,39 +316,42 @@ class Producer {
         VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, kept, losses));
       }
     } else {
-      // Beside training: the models to re-measure go to a helper, the
-      // candidate is copied aside, and the decision waits for the helper
-      // while training goes on (DecideAside); what it already measured on
-      // this traffic is answered at once. The kept models are chosen before
-      // the served version's re-measurement is in (the offline replay
-      // chooses them after it: a difference left open).
-      std::vector<int64_t> models;
-      if (served) models.push_back(online_->served_model());
-      if (rec.val_loss && keeping_ && PrepareKept()) {
-        for (int64_t m : online_->KeptVersions()) models.push_back(m);
-      }
+      // Beside training: the candidate is copied aside and a helper
+      // re-measures while training goes on; the decision waits for it
+      // (DecideAside). As on the path and in the offline replay, the served
+      // version comes first and the kept models the planner asks for
+      // (KeptVersions, which reads that re-measurement: the ramp rule)
+      // follow on the same sample (NextAside); what was measured before on
+      // this traffic is answered at once.
+      const bool keep = rec.val_loss && keeping_ && PrepareKept();
       // The kept copies cannot change while the helper reads them: the
       // candidate's copy comes first, and goes again when no helper is needed.
-      const bool copied = !models.empty() && work_->KeepCurrentModel();
+      const bool copied = (served || keep) && work_->KeepCurrentModel();
       // As many new evaluations as fit in the last validation gap at the
       // helper's latest time per model (all at first), so that it is done
       // by the next point; the kept models left out are asked for there
       // (the offline replay's budget, schedulers/src/strategy.cc).
-      int64_t max_new = static_cast<int64_t>(models.size());
+      int64_t max_new = std::numeric_limits<int64_t>::max();
       const double each_s = work_->RemeasureSeconds();
       if (each_s > 0 && last_point_ > 0 && !step_s_.empty()) {
         const double gap_s = static_cast<double>(it_ - last_point_) * step_sum_ / static_cast<double>(step_s_.size());
         max_new = std::max<int64_t>(1, static_cast<int64_t>(gap_s / each_s));
       }
       last_point_ = it_;
-      if (work_->BeginRemeasure(models, max_new)) {
-        aside_ = Aside{it_, served, std::move(models), 0};
+      aside_ = Aside{it_, served, keep, max_new, {}, 0};
+      if (served) aside_->models.push_back(online_->served_model());
+      bool helping = work_->BeginRemeasure(aside_->models, max_new);
+      if (helping && max_new != std::numeric_limits<int64_t>::max()) --aside_->max_new;  // the served version's
+      if (!helping) {
+        VIPER_ASSIGN_OR_RETURN(helping, NextAside());
+      }
+      if (helping) {
         Paused(MonotonicSeconds() - t0);
         aside_->begun_s = MonotonicSeconds();
         return false;
       }
+      aside_.reset();
       if (copied) work_->RetainKept(WantedKept());
-      VIPER_RETURN_IF_ERROR(ObserveRemeasured(served, models, work_->FinishRemeasure()));
     }
     VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
     Paused(MonotonicSeconds() - t0);
@@ -384,6 +387,37 @@ class Producer {
     return Status::Ok();
   }
 
+  // The served version's answers in (aside_->models, the helper done), the
+  // kept models the planner now asks for go to the helper, on the point's
+  // sample, with what is left of its budget; true when it measures any
+  // (aside_->models are theirs then; false: answered, and observed).
+  StatusOr<bool> NextAside() {
+    if (aside_->served) {
+      VIPER_RETURN_IF_ERROR(ObserveRemeasured(true, aside_->models, work_->FinishRemeasure()));
+    }
+    aside_->served = false;
+    aside_->models = aside_->keep ? online_->KeptVersions() : std::vector<int64_t>{};
+    aside_->keep = false;
+    if (work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new))) return true;
+    VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
+    aside_->models.clear();
+    return false;
+  }
+
+  // Whether the pending decision is to be taken now: once the helper is done
+  // with the kept models (the served version's answer starts them), at the
+  // latest at the next validation point (before that point's own) or at the
+  // end. Until then the planner sees nothing newer than its point.
+  StatusOr<bool> AsideDue() {
+    if (s_.log.records.back().val_loss || it_ >= N_) return true;
+    if (!work_->RemeasureDone()) return false;
+    if (!aside_->keep) return true;
+    const double t0 = MonotonicSeconds();
+    VIPER_ASSIGN_OR_RETURN(bool helping, NextAside());
+    Paused(MonotonicSeconds() - t0);
+    return !helping;
+  }
+
   // The decision of the validation point whose re-measurements ran beside
   // training: once the helper is done, or at the next validation point
   // (the producer waits out the rest: a pause) or the run's end. Its wait,
@@ -391,8 +425,12 @@ class Producer {
   // simulation of the run delays the checkpoint by as much).
   StatusOr<bool> DecideAside() {
     const double t0 = MonotonicSeconds();
-    const std::vector<std::optional<double>> losses = work_->FinishRemeasure();
-    VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, losses));
+    if (aside_->keep) {  // the helper had the served version's only: the kept models now, waited for
+      VIPER_ASSIGN_OR_RETURN(bool helping, NextAside());
+      if (helping) VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
+    } else {
+      VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, work_->FinishRemeasure()));
+    }
     VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(aside_->iteration));
     s_.remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
     if (!checkpoint) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
@@ -478,12 +516,12 @@ class Producer {
     while (it_ < N_ && !Stop()) {
       VIPER_RETURN_IF_ERROR(Step());
       if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
-      // A decision waiting for re-measurements beside training: taken once
-      // the helper is done, at the latest at the next validation point
-      // (before that point's own) or at the end. Until then the planner
-      // sees nothing newer than its point.
-      if (aside_ && !(work_->RemeasureDone() || s_.log.records.back().val_loss || it_ >= N_)) continue;
-      if (aside_) VIPER_RETURN_IF_ERROR(FinishAside(&next));
+      // A decision waiting for re-measurements beside training (AsideDue).
+      if (aside_) {
+        VIPER_ASSIGN_OR_RETURN(bool due, AsideDue());
+        if (!due) continue;
+        VIPER_RETURN_IF_ERROR(FinishAside(&next));
+      }
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
       if (online_) {
         if (s_.log.records.back().val_loss) {
@@ -628,11 +666,15 @@ class Producer {
   bool keeping_ = false;       // online with keep_versions > 0 on the validation loss: re-publishing
   std::vector<int64_t> recent_;  // the last keep_versions validation points whose models are kept
   // A validation point whose re-measurements run beside training
-  // (Options::remeasure_beside): its iteration, whether the served version
-  // is the first of `models`, and when the helper began.
+  // (Options::remeasure_beside): its iteration, whether `models` (the
+  // helper's) are the served version alone, whether the kept models are to
+  // follow, the new evaluations the budget still allows, and when the
+  // helper began.
   struct Aside {
     int64_t iteration = 0;
     bool served = false;
+    bool keep = false;
+    int64_t max_new = 0;
     std::vector<int64_t> models;
     double begun_s = 0;
   };

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "kept_models.h"
 #include "viper/datasets/log_reader.h"
@@ -110,29 +112,15 @@ class TrainerWorkload : public ProducerWorkload {
   bool BeginRemeasure(const std::vector<int64_t>& models, int64_t max_new) override {
     VIPER_CHECK(!aside_.job.valid());
     aside_ = Aside{};
-    aside_.state = DriftTrafficState(trainer_->options(), trainer_->iterations_done());
-    aside_.losses.assign(models.size(), std::nullopt);
-    std::vector<const Mlp*> todo;
-    for (size_t i = 0; i < models.size(); ++i) {
-      if ((aside_.losses[i] = kept_.Known(models[i], aside_.state))) continue;
-      if (static_cast<int64_t>(todo.size()) >= max_new) continue;
-      if (const Mlp* m = kept_.Find(models[i])) {
-        todo.push_back(m);
-        aside_.todo.emplace_back(i, models[i]);
-      }
-    }
-    if (todo.empty()) return false;
-    // The helper reads the kept copies (unchanged until FinishRemeasure) and
-    // its own copy of today's sample (the trainer re-gathers its own at the
-    // next validation point).
-    aside_.job = std::async(std::launch::async, [this, todo, sample = trainer_->ValidationSampleNow()] {
-      const double t0 = MonotonicSeconds();
-      std::vector<double> losses;
-      for (const Mlp* m : todo) losses.push_back(Evaluate(*m, sample.first, sample.second).mean_loss);
-      each_s_ = (MonotonicSeconds() - t0) / static_cast<double>(todo.size());
-      return losses;
-    });
-    return true;
+    aside_.point = trainer_->iterations_done();
+    aside_.state = DriftTrafficState(trainer_->options(), aside_.point);
+    return StartRemeasure(models, max_new);
+  }
+  bool RemeasureMore(const std::vector<int64_t>& models, int64_t max_new) override {
+    VIPER_CHECK(!aside_.job.valid());
+    aside_.losses.clear();
+    aside_.todo.clear();
+    return StartRemeasure(models, max_new);
   }
   double RemeasureSeconds() const override {
     return aside_.job.valid() ? 0.0 : each_s_;  // written by the helper, read once it is joined
@@ -182,15 +170,51 @@ class TrainerWorkload : public ProducerWorkload {
   }
 
  private:
+  // The helper on `models` (those measured before on the point's traffic
+  // state answered at once, at most `max_new` others), on the point's
+  // sample: taken when the first job starts, still at the point (a later
+  // one reuses it).
+  bool StartRemeasure(const std::vector<int64_t>& models, int64_t max_new) {
+    aside_.losses.assign(models.size(), std::nullopt);
+    std::vector<const Mlp*> todo;
+    for (size_t i = 0; i < models.size(); ++i) {
+      if ((aside_.losses[i] = kept_.Known(models[i], aside_.state))) continue;
+      if (static_cast<int64_t>(todo.size()) >= max_new) continue;
+      if (const Mlp* m = kept_.Find(models[i])) {
+        todo.push_back(m);
+        aside_.todo.emplace_back(i, models[i]);
+      }
+    }
+    if (todo.empty()) return false;
+    if (!aside_.sample) {
+      // The trainer re-gathers its own sample at the next validation point.
+      VIPER_CHECK(trainer_->iterations_done() == aside_.point);
+      aside_.sample = std::make_shared<const Sample>(trainer_->ValidationSampleNow());
+    }
+    // The helper reads the kept copies (unchanged until FinishRemeasure) and
+    // the point's sample.
+    aside_.job = std::async(std::launch::async, [this, todo, sample = aside_.sample] {
+      const double t0 = MonotonicSeconds();
+      std::vector<double> losses;
+      for (const Mlp* m : todo) losses.push_back(Evaluate(*m, sample->first, sample->second).mean_loss);
+      each_s_ = (MonotonicSeconds() - t0) / static_cast<double>(todo.size());
+      return losses;
+    });
+    return true;
+  }
   std::unique_ptr<Trainer> trainer_;
   const bool keep_served_;
   KeptModels kept_;                // the served version's copy and those kept for re-publishing
   double each_s_ = 0;  // seconds per model, the helper's latest job (RemeasureSeconds)
-  // The re-measurement running beside training (BeginRemeasure): the
-  // traffic state, the answers so far, and for the helper's, (position,
+  // The re-measurement running beside training (BeginRemeasure,
+  // RemeasureMore): the point's iteration, traffic state and sample (once a
+  // helper needed it), the answers so far, and for the helper's, (position,
   // model) and its job.
+  using Sample = std::pair<Eigen::MatrixXf, std::vector<int32_t>>;
   struct Aside {
+    int64_t point = 0;
     TrafficState state;
+    std::shared_ptr<const Sample> sample;
     std::vector<std::optional<double>> losses;
     std::vector<std::pair<size_t, int64_t>> todo;
     std::future<std::vector<double>> job;

@@ -52,6 +52,12 @@ class ProducerWorkload {
   // False when nothing is left to measure (FinishRemeasure answers at
   // once). The kept models must not change until FinishRemeasure.
   virtual bool BeginRemeasure(const std::vector<int64_t>& models, int64_t max_new) { return false; }
+  // After FinishRemeasure: more models measured as BeginRemeasure does, on
+  // the same validation sample and traffic state as its own (the point's,
+  // however far training has gone since), so that the models to measure
+  // next may follow from the answers so far (the served version's
+  // re-measurement, then the kept models the planner asks for).
+  virtual bool RemeasureMore(const std::vector<int64_t>& models, int64_t max_new) { return false; }
   // Seconds the helper took per model measured, its latest job's (0
   // before any).
   virtual double RemeasureSeconds() const { return 0; }
