@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "live_exchange.h"
+#include "live_loop.h"
 #include "live_roles.h"
 #include "live_summary.h"
 #include "live_workloads.h"
@@ -55,7 +56,7 @@ class Producer {
     SummarizeRequests(results, t_warm_, index_, timeline_, first_, &s_);
     SummarizeRun(static_cast<int>(results.size()));
     work_->SummarizeKept(&s_);
-    if (keeping_) s_.copies = online_->copies();
+    if (loop_ && loop_->keeping()) s_.copies = loop_->planner().copies();
     FinishStalenessTable();
     return s_;
   }
@@ -121,6 +122,11 @@ class Producer {
     s_.log.records.push_back(rec);
     if (drifting_) timeline_.emplace_back(Now(), it_);
     return Status::Ok();
+  }
+
+  // The producer's recent seconds per iteration (Step's own; 0 before any).
+  double StepSeconds() const {
+    return step_s_.empty() || !(step_sum_ > 0) ? 0.0 : step_sum_ / static_cast<double>(step_s_.size());
   }
 
   Status WarmUp() {
@@ -191,7 +197,7 @@ class Producer {
   // latest version has been sent (async: a commit's own version is still in
   // flight), each version at most once.
   Status UpdateOnlineCost() {
-    if (!online_ || published_.empty() || costed_version_ >= published_.back().version) return Status::Ok();
+    if (!loop_ || published_.empty() || costed_version_ >= published_.back().version) return Status::Ok();
     const auto reports = pub_->Reports();
     for (auto r = reports.rbegin(); r != reports.rend(); ++r) {
       if (r->version <= costed_version_) break;
@@ -200,7 +206,7 @@ class Producer {
       bool moved_less = r->written_bytes > 0 && r->written_bytes < r->bytes;
       for (const auto& c : r->consumers) moved_less = moved_less || (c.bytes_moved > 0 && c.bytes_moved < r->bytes);
       if (!moved_less) return Status::Ok();
-      return online_->SetCost(CostOf(*r));
+      return loop_->planner().SetCost(CostOf(*r));
     }
     return Status::Ok();
   }
@@ -227,7 +233,8 @@ class Producer {
     s_.metric = predictor::ToString(sc.metric);
     if (o_.strategy == schedulers::StrategyKind::kOnline) {
       s_.online_metric = predictor::ToString(sc.online_metric);
-      VIPER_RETURN_IF_ERROR(StartOnline(sc));
+      loop_ = std::make_unique<LiveLoop>(o_, work_.get(), &s_, [this](double pause) { Paused(pause); });
+      VIPER_RETURN_IF_ERROR(loop_->Start(sc));
     } else {
       VIPER_ASSIGN_OR_RETURN(auto p, schedulers::PlanStrategy(sc, o_.strategy));
       plan_ = p.schedule;
@@ -243,121 +250,6 @@ class Producer {
     return Status::Ok();
   }
 
-  // The closed loop observes every training loss and, as its planning
-  // metric, the validation loss when the warm-up has any (online_metric).
-  Status StartOnline(const schedulers::Scenario& sc) {
-    schedulers::OnlinePlanner::Options oo;
-    oo.metric = schedulers::OnlineObservationKind(sc);
-    oo.keep_versions = o_.keep_versions;
-    oo.regime_ends = o_.regime_ends;
-    oo.drift_prior = o_.drift_prior;
-    oo.wait_guard = o_.wait_guard;
-    oo.record_decisions = o_.record_decisions;
-    // Kept models are re-measured on the validation sample: they compare
-    // with the candidate only when that is the planning metric.
-    keeping_ = o_.keep_versions > 0 && oo.metric == schedulers::ObservationKind::kValidation &&
-               o_.workload == LiveRun::Workload::kTrainer;
-    s_.remeasure_beside = o_.remeasure_beside && o_.workload == LiveRun::Workload::kTrainer &&
-                          o_.strategy == schedulers::StrategyKind::kOnline;
-    if (keeping_) {
-      s_.keep_versions = o_.keep_versions;
-      s_.regime_ends = schedulers::ToString(o_.regime_ends);
-    }
-    online_ = std::make_unique<schedulers::OnlinePlanner>(
-        sc.problem, schedulers::OnlineForecasters(sc, oo), oo);
-    for (const auto& r : s_.log.records) VIPER_RETURN_IF_ERROR(Observe(r));
-    s_.plan_report = "online: closed loop from iteration " + std::to_string(W_);
-    return Status::Ok();
-  }
-
-  Status Observe(const LogRecord& r) {
-    if (r.train_loss) {
-      VIPER_RETURN_IF_ERROR(online_->Observe(r.iteration, *r.train_loss, schedulers::ObservationKind::kTraining));
-    }
-    if (r.val_loss) {
-      VIPER_RETURN_IF_ERROR(online_->Observe(r.iteration, *r.val_loss, schedulers::ObservationKind::kValidation));
-    }
-    return Status::Ok();
-  }
-
-  // Online: whether to checkpoint now. The gate compares with the served
-  // version's loss as measured when it was published. When the current
-  // model measures no better than that, either it regressed or the data
-  // changed under both: the served version is re-measured on today's
-  // validation sample (its time is a stall). (Re-measuring whenever the gate
-  // would refuse cost 28 extra validations in a 38-point run without drift
-  // and gained ~2% under rotation: not worth it on the path.) Beside
-  // training (Options::remeasure_beside) no re-measurement stalls, and the
-  // served version is re-measured at every point.
-  StatusOr<bool> AskOnline() {
-    const double t0 = MonotonicSeconds();
-    const LogRecord& rec = s_.log.records.back();
-    VIPER_RETURN_IF_ERROR(Observe(rec));
-    // On the path the served version is re-measured only where the gate
-    // needs it (the candidate no better than its loss at publish, or a
-    // return anticipated): each is a pause. Beside training it is
-    // re-measured at every point, as the offline replay does.
-    const bool served = rec.val_loss && online_->served_loss() &&
-                        (s_.remeasure_beside || *rec.val_loss >= *online_->served_loss() ||
-                         online_->anticipating());
-    if (!s_.remeasure_beside) {
-      // On the path: the served version first, so that the kept models the
-      // planner asks for (KeptVersions) follow from its re-measurement, as
-      // in the offline replay; one not kept (a regime's end from before the
-      // recent points) is skipped.
-      if (served) {
-        const int64_t m = online_->served_model();
-        VIPER_RETURN_IF_ERROR(ObserveRemeasured(true, {m}, {work_->RevalidateKept(m)}));
-      }
-      if (rec.val_loss && keeping_ && PrepareKept()) {
-        const std::vector<int64_t> kept = online_->KeptVersions();
-        std::vector<std::optional<double>> losses;
-        for (int64_t m : kept) losses.push_back(work_->RevalidateKept(m));
-        VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, kept, losses));
-      }
-    } else {
-      // Beside training: the candidate is copied aside and a helper
-      // re-measures while training goes on; the decision waits for it
-      // (DecideAside). As on the path and in the offline replay, the served
-      // version comes first and the kept models the planner asks for
-      // (KeptVersions, which reads that re-measurement: the ramp rule)
-      // follow on the same sample (NextAside); what was measured before on
-      // this traffic is answered at once.
-      const bool keep = rec.val_loss && keeping_ && PrepareKept();
-      // The kept copies cannot change while the helper reads them: the
-      // candidate's copy comes first, and goes again when no helper is needed.
-      const bool copied = (served || keep) && work_->KeepCurrentModel();
-      // As many new evaluations as fit in the last validation gap at the
-      // helper's latest time per model (all at first), so that it is done
-      // by the next point; the kept models left out are asked for there
-      // (the offline replay's budget, schedulers/src/strategy.cc).
-      int64_t max_new = std::numeric_limits<int64_t>::max();
-      const double each_s = work_->RemeasureSeconds();
-      if (each_s > 0 && last_point_ > 0 && !step_s_.empty()) {
-        const double gap_s = static_cast<double>(it_ - last_point_) * step_sum_ / static_cast<double>(step_s_.size());
-        max_new = std::max<int64_t>(1, static_cast<int64_t>(gap_s / each_s));
-      }
-      last_point_ = it_;
-      aside_ = Aside{it_, served, keep, max_new, {}, 0};
-      if (served) aside_->models.push_back(online_->served_model());
-      bool helping = work_->BeginRemeasure(aside_->models, max_new);
-      if (helping && max_new != std::numeric_limits<int64_t>::max()) --aside_->max_new;  // the served version's
-      if (!helping) {
-        VIPER_ASSIGN_OR_RETURN(helping, NextAside());
-      }
-      if (helping) {
-        Paused(MonotonicSeconds() - t0);
-        aside_->begun_s = MonotonicSeconds();
-        return false;
-      }
-      aside_.reset();
-      if (copied) work_->RetainKept(WantedKept());
-    }
-    VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it_));
-    Paused(MonotonicSeconds() - t0);
-    return checkpoint;
-  }
-
   // Planning time on the training path: the version of this iteration
   // leaves after its decision, so the log's time of the iteration includes
   // it (the next iteration's includes it anyway), and a simulation of the
@@ -371,109 +263,13 @@ class Producer {
     if (s_.log.records.back().wall_time_s) *s_.log.records.back().wall_time_s += pause;
   }
 
-  // The helper's answers (one per model, the served version's first when
-  // `served`) to the planner, as the producer's own measurements would go.
-  Status ObserveRemeasured(bool served, const std::vector<int64_t>& models,
-                           const std::vector<std::optional<double>>& losses) {
-    for (size_t i = 0; i < models.size() && i < losses.size(); ++i) {
-      if (!losses[i]) continue;  // not kept
-      if (served && i == 0) {
-        VIPER_RETURN_IF_ERROR(online_->ObserveServed(*losses[i]));
-        ++revalidations_;
-      } else {
-        VIPER_RETURN_IF_ERROR(online_->ObserveKept(models[i], *losses[i]));
-      }
-    }
-    return Status::Ok();
-  }
-
-  // The served version's answers in (aside_->models, the helper done), the
-  // kept models the planner now asks for go to the helper, on the point's
-  // sample, with what is left of its budget; true when it measures any
-  // (aside_->models are theirs then; false: answered, and observed).
-  StatusOr<bool> NextAside() {
-    if (aside_->served) {
-      VIPER_RETURN_IF_ERROR(ObserveRemeasured(true, aside_->models, work_->FinishRemeasure()));
-    }
-    aside_->served = false;
-    aside_->models = aside_->keep ? online_->KeptVersions() : std::vector<int64_t>{};
-    aside_->keep = false;
-    if (work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new))) return true;
-    VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
-    aside_->models.clear();
-    return false;
-  }
-
-  // Whether the pending decision is to be taken now: once the helper is done
-  // with the kept models (the served version's answer starts them), at the
-  // latest at the next validation point (before that point's own) or at the
-  // end. Until then the planner sees nothing newer than its point.
-  StatusOr<bool> AsideDue() {
-    if (s_.log.records.back().val_loss || it_ >= N_) return true;
-    if (!work_->RemeasureDone()) return false;
-    if (!aside_->keep) return true;
-    const double t0 = MonotonicSeconds();
-    VIPER_ASSIGN_OR_RETURN(bool helping, NextAside());
-    Paused(MonotonicSeconds() - t0);
-    return !helping;
-  }
-
-  // The decision of the validation point whose re-measurements ran beside
-  // training: once the helper is done, or at the next validation point
-  // (the producer waits out the rest: a pause) or the run's end. Its wait,
-  // from the point to now, goes to Summary::remeasure_waits (the
-  // simulation of the run delays the checkpoint by as much).
-  StatusOr<bool> DecideAside() {
-    const double t0 = MonotonicSeconds();
-    if (aside_->keep) {  // the helper had the served version's only: the kept models now, waited for
-      VIPER_ASSIGN_OR_RETURN(bool helping, NextAside());
-      if (helping) VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
-    } else {
-      VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, work_->FinishRemeasure()));
-    }
-    VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(aside_->iteration));
-    s_.remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
-    if (!checkpoint) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
-    Paused(MonotonicSeconds() - t0);
-    return checkpoint;
-  }
-
-  // Re-publishing, at a validation point: the current model is copied
-  // where the planner says (OnlinePlanner::CopyAt: before a predicted
-  // switch, at every point, or never; it may turn out to be the last of a
-  // regime, which the planner names only once it has detected the change,
-  // so the copies of the last keep_versions points are held for that), and
-  // the copies it no longer wants are freed; true when the kept models it
-  // wants (KeptVersions) are to be re-measured on today's validation
-  // sample (false: a workload that keeps nothing). Published models were
-  // kept as they went out. At most 2K + 1 copies: K the planner's, K
-  // recent, the served one.
-  bool PrepareKept() {
-    recent_.push_back(it_);
-    if (recent_.size() > static_cast<size_t>(o_.keep_versions)) recent_.erase(recent_.begin());
-    work_->RetainKept(WantedKept());  // before keeping one more
-    return !(online_->CopyAt(it_) && !work_->KeepCurrentModel());
-  }
-
-  // The kept models still wanted: the planner's and the copies of the
-  // recent validation points (a regime's end is named a few points late).
-  std::vector<int64_t> WantedKept() const {
-    if (!keeping_) return {};
-    std::vector<int64_t> wanted = online_->KeptVersions();
-    const std::vector<int64_t>& copies = online_->copies();
-    for (int64_t r : recent_) {
-      if (std::binary_search(copies.begin(), copies.end(), r)) wanted.push_back(r);
-    }
-    return wanted;
-  }
-
   // Publishes as the version of iteration `at` (now, or a decision taken
   // beside training since) what the plan or the closed loop says: the model
   // of `at`, or an older kept one (publishing()). `next`: the plan's next
   // checkpoint, moved past the current iteration.
   Status PublishAt(int64_t at, size_t* next) {
     if (drifting_) pace_.Hold(it_, s_.seconds_per_iteration, N_);  // the publish's stall
-    const int64_t model = online_ ? online_->publishing() : at;
+    const int64_t model = loop_ ? loop_->publishing() : at;
     VIPER_RETURN_IF_ERROR(Publish(at, model));
     s_.schedule.push_back(at);
     s_.published.push_back(model);
@@ -482,11 +278,10 @@ class Producer {
       Info("re-published the model of iteration " + std::to_string(model) + " at iteration " +
            std::to_string(at) + " (version " + std::to_string(published_.back().version) + ")");
     }
-    if (online_) {
-      VIPER_RETURN_IF_ERROR(online_->Commit(at));
+    if (loop_) {
+      VIPER_RETURN_IF_ERROR(loop_->Committed(at));
       VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
     }
-    work_->RetainKept(WantedKept());  // after Commit: the version served before is kept now
     while (*next < plan_.size() && plan_[*next] <= it_) ++*next;
     if (published_.back().version % 10 == 0) {
       Info("published version " + std::to_string(published_.back().version) + " at iteration " +
@@ -495,19 +290,12 @@ class Producer {
     return Status::Ok();
   }
 
-  // The pending decision (DecideAside), its publish, then the training
-  // losses of the iterations since its point, before the current one's
-  // (which AskOnline observes), in order.
+  // The pending decision (LiveLoop::Decide), its publish, then the
+  // training losses since its point to the planner.
   Status FinishAside(size_t* next) {
-    VIPER_ASSIGN_OR_RETURN(bool publish, DecideAside());
-    const int64_t at = aside_->iteration;
-    aside_.reset();
-    if (publish) VIPER_RETURN_IF_ERROR(PublishAt(at, next));
-    const auto& records = s_.log.records;
-    size_t first = records.size();
-    while (first > 0 && records[first - 1].iteration > at) --first;
-    for (size_t r = first; r + 1 < records.size(); ++r) VIPER_RETURN_IF_ERROR(Observe(records[r]));
-    return Status::Ok();
+    VIPER_ASSIGN_OR_RETURN(const LiveLoop::Decision d, loop_->Decide());
+    if (d.publish) VIPER_RETURN_IF_ERROR(PublishAt(d.at, next));
+    return loop_->CatchUp(d.at);
   }
 
   // Trains to N, publishing where the plan (or the closed loop) says.
@@ -516,37 +304,31 @@ class Producer {
     while (it_ < N_ && !Stop()) {
       VIPER_RETURN_IF_ERROR(Step());
       if (drifting_) pace_.Announce(it_, s_.seconds_per_iteration, N_);
-      // A decision waiting for re-measurements beside training (AsideDue).
-      if (aside_) {
-        VIPER_ASSIGN_OR_RETURN(bool due, AsideDue());
+      const bool at_point = s_.log.records.back().val_loss.has_value();
+      // A decision waiting for re-measurements beside training: taken once
+      // the helper is done, at the latest at the next validation point
+      // (before that point's own) or at the end. Until then the planner
+      // sees nothing newer than its point.
+      if (loop_ && loop_->waiting()) {
+        VIPER_ASSIGN_OR_RETURN(const bool due, loop_->Due(at_point || it_ >= N_));
         if (!due) continue;
         VIPER_RETURN_IF_ERROR(FinishAside(&next));
       }
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
-      if (online_) {
-        if (s_.log.records.back().val_loss) {
+      if (loop_) {
+        if (at_point) {
           VIPER_RETURN_IF_ERROR(UpdateOnlineCost());
-          if (!step_s_.empty() && step_sum_ > 0) {
-            VIPER_RETURN_IF_ERROR(online_->SetPace(step_sum_ / static_cast<double>(step_s_.size())));
-          }
+          if (StepSeconds() > 0) VIPER_RETURN_IF_ERROR(loop_->planner().SetPace(StepSeconds()));
         }
         // A validation point is where the loop re-fits, re-plans and
         // re-measures: the consumers hold their estimate meanwhile.
-        if (drifting_ && s_.log.records.back().val_loss) pace_.Hold(it_, s_.seconds_per_iteration, N_);
-        VIPER_ASSIGN_OR_RETURN(checkpoint, AskOnline());
+        if (drifting_ && at_point) pace_.Hold(it_, s_.seconds_per_iteration, N_);
+        VIPER_ASSIGN_OR_RETURN(checkpoint, loop_->Ask(it_, StepSeconds()));
       }
       if (checkpoint) VIPER_RETURN_IF_ERROR(PublishAt(it_, &next));
     }
-    if (aside_) VIPER_RETURN_IF_ERROR(FinishAside(&next));  // stopped early: taken as at the end
-    if (online_) {
-      // The summary says "served version re-measured N times" when the
-      // re-measurements reached the planner; say it here only otherwise.
-      s_.plan_report = online_->summary().BriefReport(static_cast<int64_t>(online_->taken().size()));
-      s_.decisions = online_->decisions();
-      if (online_->summary().served_measurements == 0 && revalidations_ > 0) {
-        s_.plan_report += ", served version re-measured " + std::to_string(revalidations_) + "x";
-      }
-    }
+    if (loop_ && loop_->waiting()) VIPER_RETURN_IF_ERROR(FinishAside(&next));  // stopped early: taken as at the end
+    if (loop_) loop_->Finish();
     s_.iterations_done = it_;
     s_.training_end_s = Now() - t_warm_;
     s_.termination = Stop() ? "interrupted" : "completed";
@@ -658,28 +440,10 @@ class Producer {
   // to judge the consumers' estimates of the producer's iteration.
   std::vector<std::pair<double, int64_t>> timeline_;
   schedulers::Schedule plan_;
-  std::unique_ptr<schedulers::OnlinePlanner> online_;
+  std::unique_ptr<LiveLoop> loop_;  // online: the closed loop
   uint64_t costed_version_ = 0;  // the latest version whose cost UpdateOnlineCost looked at
-  int64_t revalidations_ = 0;  // served version re-measured for the gate
   std::deque<double> step_s_;  // the seconds of the latest W iterations' Step()
   double step_sum_ = 0;        // their sum
-  bool keeping_ = false;       // online with keep_versions > 0 on the validation loss: re-publishing
-  std::vector<int64_t> recent_;  // the last keep_versions validation points whose models are kept
-  // A validation point whose re-measurements run beside training
-  // (Options::remeasure_beside): its iteration, whether `models` (the
-  // helper's) are the served version alone, whether the kept models are to
-  // follow, the new evaluations the budget still allows, and when the
-  // helper began.
-  struct Aside {
-    int64_t iteration = 0;
-    bool served = false;
-    bool keep = false;
-    int64_t max_new = 0;
-    std::vector<int64_t> models;
-    double begun_s = 0;
-  };
-  std::optional<Aside> aside_;
-  int64_t last_point_ = 0;  // the last validation point that re-measured beside training
 };
 
 }  // namespace
