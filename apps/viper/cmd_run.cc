@@ -53,6 +53,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string delta = transports::ToString(o.delta);
   std::string keep_regime_ends = schedulers::ToString(o.regime_ends);
   std::string remeasure = "beside";
+  std::string calm_decisions = o.calm_decisions ? "on" : "off";
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -104,6 +105,12 @@ int RunRun(const std::vector<std::string>& args) {
       "many new evaluations as fit in the last validation gap) and publishes that copy; pause = on the training "
       "path (planning time), the served version only where the gate needs it (viper simulate --help: "
       "--remeasure)")(
+      "calm-decisions", po::value(&calm_decisions)->default_value(calm_decisions),
+      "--strategy online, --remeasure beside: on = a calm validation point (its loss within twice the "
+      "gate's margin of the point before, no switch seen yet, no return anticipated) decides at once, before "
+      "the helper's re-measurements are in: nothing is copied aside, the answers reach the planner once the "
+      "helper is done (the default); off = every point with fresh re-measurements waits for them (viper plan "
+      "--help)")(
       "keep-regime-ends", po::value(&keep_regime_ends)->default_value(keep_regime_ends),
       "--strategy online with --keep-versions > 0: which models the producer copies, unpublished, so that the "
       "last of a regime before a detected change may be published again: predicted = at the validation point "
@@ -291,6 +298,10 @@ int RunRun(const std::vector<std::string>& args) {
     return usage("--remeasure: expected pause or beside, got '" + remeasure + "'");
   }
   o.remeasure_beside = remeasure == "beside";
+  if (calm_decisions != "on" && calm_decisions != "off") {
+    return usage("--calm-decisions: expected on or off, got '" + calm_decisions + "'");
+  }
+  o.calm_decisions = calm_decisions == "on";
   if (!schedulers::RegimeEndsFromString(keep_regime_ends, &o.regime_ends)) {
     return usage("--keep-regime-ends: expected off, predicted or every, got '" + keep_regime_ends + "'");
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace viper {
@@ -296,6 +297,8 @@ class StrategyImpl : public Strategy {
         // starts after it, and later measurements see the traffic that much
         // further on.
         const bool keeping = with_table && oo.keep_versions > 0;
+        std::vector<std::tuple<bool, int64_t, double>> deferred;  // (served?, model, loss)
+        int64_t calm_points = 0;  // measurements decided before their re-measurements
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -310,6 +313,21 @@ class StrategyImpl : public Strategy {
           if (overrun > 0) {
             VIPER_RETURN_IF_ERROR(pause(it, overrun));
             overrun = 0;
+          }
+          // The re-measurements of a measurement decided before they were in
+          // (calm, beside training) reach the planner now, before this
+          // measurement, attributed to theirs (the served version's:
+          // ObserveServedLate, which records the switch it may show).
+          if (!deferred.empty()) {
+            for (const auto& [is_served, model, l] : deferred) {
+              if (!std::isfinite(l)) continue;
+              if (is_served) {
+                VIPER_RETURN_IF_ERROR(planner.ObserveServedLate(model, l));
+              } else if (model != planner.served_model()) {
+                VIPER_RETURN_IF_ERROR(planner.ObserveKept(model, l));
+              }
+            }
+            deferred.clear();
           }
           const double traffic = wall ? traffic_now(it) : planner.TrafficAt(it);
           judged.emplace_back(it, traffic);
@@ -327,13 +345,22 @@ class StrategyImpl : public Strategy {
           }
           VIPER_RETURN_IF_ERROR(planner.Observe(it, measured, in.observed_kind));
           measured_on.emplace(it, measured);  // the producer's own validation: in the log's clock
+          // Beside training a calm measurement decides at once, before its
+          // re-measurements (OnlinePlanner::DecidesBeforeRemeasured): no
+          // copy aside, no wait; the helper's answers follow.
+          const bool calm = beside && planner.DecidesBeforeRemeasured();
+          if (calm && with_table && it > p.warmup_iterations) ++calm_points;
           if (with_table && it > p.warmup_iterations) {
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
             const int64_t served = planner.served_model();
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, traffic));
             int64_t fresh = measured_on.emplace(served, again).second ? 1 : 0;
-            if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
+            if (calm) {
+              deferred.emplace_back(true, served, again);
+            } else if (std::isfinite(again)) {
+              VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
+            }
             // The kept models too, on the same sample (for re-publishing).
             // Beside training, only as many new evaluations as fit in the
             // last measurement gap at the pace measured now (the served
@@ -357,11 +384,21 @@ class StrategyImpl : public Strategy {
                 ++fresh;
                 budget -= p.cost.remeasure_s;
               }
-              VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
+              if (calm) {
+                deferred.emplace_back(false, kept, l);
+              } else {
+                VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
+              }
             }
             remeasured += fresh;
             const double measuring = static_cast<double>(fresh) * p.cost.remeasure_s;
-            if (measuring > 0 && !beside) {
+            if (measuring > 0 && calm) {
+              // Decided at once: nothing copied aside, nothing waited; a
+              // helper not done by the next measurement is waited out there.
+              const double until_next =
+                  i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
+              overrun = std::max(0.0, measuring - std::max(0.0, until_next));
+            } else if (measuring > 0 && !beside) {
               VIPER_RETURN_IF_ERROR(pause(it, measuring));
             } else if (measuring > 0) {
               const bool copied = !planner.copies().empty() && planner.copies().back() == it;  // kept anyway
@@ -396,9 +433,10 @@ class StrategyImpl : public Strategy {
         if (remeasured > 0) {
           const auto ms = [](double x) { return std::to_string(static_cast<int>(std::lround(x * 1000))); };
           std::string how;
-          if (beside && waited_s > 0) {
+          if (beside && (waited_s > 0 || calm_points > 0)) {
             how = "beside training: decisions waited " + ms(waited_s) + " ms, producer pauses " + ms(paused_s) +
-                  " ms (copies aside, overruns), charged";
+                  " ms (copies aside, overruns), charged; " + std::to_string(calm_points) +
+                  " calm points decided before their re-measurements";
           } else if (paused_s > 0) {
             how = ms(paused_s) + " ms of producer pauses, charged";
           } else {

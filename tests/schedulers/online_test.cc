@@ -228,6 +228,100 @@ TEST(OnlinePlannerTest, NoKeptModelIsReMeasuredOnARamp) {
   }
 }
 
+// Beside training a calm point decides before its re-measurements
+// (Options::calm_decisions): the candidate measures as at the point before,
+// within twice the gate's margin, and no switch was seen. A jump is not
+// calm, nor a point right after the warm-up's only measurement, nor a
+// training-loss loop, nor with the option off.
+TEST(OnlinePlannerTest, ACalmPointDecidesBeforeItsRemeasurements) {
+  Problem p = CheapProblem();
+  OnlinePlanner::Options on;
+  on.calm_decisions = true;
+  OnlinePlanner planner(p, Forecasters(), on);
+  // A flat curve with noise of sd 0.03 (a fixed draw).
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.03);
+  ASSERT_TRUE(planner.Observe(100, 0.5 + noise(rng), ObservationKind::kValidation).ok());
+  EXPECT_FALSE(planner.DecidesBeforeRemeasured()) << "one measurement: nothing to compare with";
+  int calm = 0, points = 0;
+  for (int64_t i = 120; i <= 1000; i += 20) {
+    ASSERT_TRUE(planner.Observe(i, 0.5 + noise(rng), ObservationKind::kValidation).ok());
+    calm += planner.DecidesBeforeRemeasured() ? 1 : 0;
+    ++points;
+    ASSERT_TRUE(planner.Observe(i + 5, 0.9, ObservationKind::kTraining).ok());
+    EXPECT_FALSE(planner.DecidesBeforeRemeasured()) << "not right after a validation point";
+    ASSERT_TRUE(planner.ShouldCheckpoint(i + 5).ok());
+  }
+  EXPECT_GT(calm, points / 2) << "most points of a still curve are calm";
+  // A jump of 0.8 against a margin of a few hundredths.
+  ASSERT_TRUE(planner.Observe(1020, 1.3, ObservationKind::kValidation).ok());
+  EXPECT_LT(2.0 * planner.GateMargin(), 0.5);
+  EXPECT_FALSE(planner.DecidesBeforeRemeasured());
+
+  ASSERT_TRUE(OnlinePlanner::Options().calm_decisions);  // the default
+  OnlinePlanner::Options off;
+  off.calm_decisions = false;
+  OnlinePlanner waits(p, Forecasters(), off);
+  OnlinePlanner::Options training = on;
+  training.metric = ObservationKind::kTraining;
+  OnlinePlanner on_training(p, Forecasters(), training);
+  for (int64_t i = 100; i <= 200; i += 20) {
+    ASSERT_TRUE(waits.Observe(i, 0.5, ObservationKind::kValidation).ok());
+    ASSERT_TRUE(on_training.Observe(i, 0.5, ObservationKind::kTraining).ok());
+  }
+  EXPECT_FALSE(waits.DecidesBeforeRemeasured());
+  EXPECT_FALSE(on_training.DecidesBeforeRemeasured());
+}
+
+// A calm point's served re-measurement arrives after its decision
+// (ObserveServedLate): a jump it shows is recorded as the switch the
+// decision could not see, also where the publish at that point replaced
+// the served version; the same answer without a jump records none.
+TEST(OnlinePlannerTest, AServedJumpAnsweredAfterACalmDecisionIsASwitch) {
+  for (const bool jump : {true, false}) {
+    for (const bool replaced : {true, false}) {
+      OnlinePlanner::Options o;
+      o.calm_decisions = true;
+      o.record_decisions = true;
+      OnlinePlanner planner(CheapProblem(), Forecasters(), o);
+      std::mt19937_64 rng(5);
+      std::normal_distribution<double> noise(0.0, 0.01);
+      int64_t i = 100;
+      double last = 0;
+      // The served version (the warm-up's, 100) re-measures as it measured:
+      // a fixed model on a traffic that does not move.
+      const double at_warmup = 0.5;
+      for (; i <= 600; i += 20) {
+        last = i == 100 ? at_warmup : 0.5 + noise(rng);
+        ASSERT_TRUE(planner.Observe(i, last, ObservationKind::kValidation).ok());
+        if (i > 100) {
+          ASSERT_TRUE(planner.ObserveServed(at_warmup).ok());
+        }
+        ASSERT_TRUE(planner.ShouldCheckpoint(i).ok());
+      }
+      // The point of 620 is calm (as 600 measured); decided before its
+      // served answer is in.
+      ASSERT_TRUE(planner.Observe(i, last, ObservationKind::kValidation).ok());
+      ASSERT_TRUE(planner.DecidesBeforeRemeasured())
+          << "switches " << planner.decisions().back().switches << " margin " << planner.GateMargin()
+          << " holding " << planner.anticipating();
+      const int64_t served = planner.served_model();
+      ASSERT_TRUE(planner.ShouldCheckpoint(i).ok());
+      if (replaced) {
+        ASSERT_TRUE(planner.Commit(i).ok());
+        ASSERT_NE(planner.served_model(), served);
+      }
+      ASSERT_TRUE(planner.ObserveServedLate(served, jump ? 2.5 : at_warmup).ok());
+      i += 20;
+      ASSERT_TRUE(planner.Observe(i, 0.5 + noise(rng), ObservationKind::kValidation).ok());
+      ASSERT_TRUE(planner.ShouldCheckpoint(i).ok());
+      ASSERT_FALSE(planner.decisions().empty());
+      EXPECT_EQ(planner.decisions().back().switches, jump ? 1 : 0)
+          << (jump ? "a jump" : "no jump") << (replaced ? ", replaced" : ", still served");
+    }
+  }
+}
+
 // A run that diverges at 1000 (NaN, then +inf, as the log reader keeps them
 // with --non-finite diverged): the loop never checkpoints at a non-finite
 // measurement, however cheap checkpoints are, and counts them; before the

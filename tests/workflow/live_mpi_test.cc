@@ -419,6 +419,37 @@ TEST(LiveMpi, TrainerOnlineRemeasuresBesideTraining) {
   EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
 }
 
+// Calm decisions (Options::calm_decisions): a calm point decides at once,
+// with nothing copied aside, while the helper re-measures (a publish there
+// keeps the served copy while the helper reads the others); its answers
+// reach the planner once the helper is done. The versions are the models
+// the producer says it published, and the run replays in the simulator.
+TEST(LiveMpi, TrainerOnlineDecidesCalmPointsBeforeTheirRemeasurements) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = RecurringOnline(8);
+  o.remeasure_beside = true;
+  o.calm_decisions = true;
+  auto r = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  EXPECT_GT(r->calm_points, 0) << r->plan_report;
+  std::set<int64_t> points;
+  for (const auto& rec : r->log.records) {
+    if (rec.val_loss) points.insert(rec.iteration);
+  }
+  EXPECT_LE(static_cast<size_t>(r->calm_points) + r->remeasure_waits.size(), points.size());
+  ASSERT_EQ(r->published.size(), r->schedule.size());
+  for (size_t k = 0; k < r->schedule.size(); ++k) {
+    EXPECT_EQ(r->versions[k + 1].iteration, r->schedule[k]);
+    EXPECT_EQ(r->versions[k + 1].model_iteration, r->published[k]);
+  }
+  auto c = CompareWithSimulation(*r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
+}
+
 // Without regime ends the producer copies nothing at the validation points:
 // only models it published (and the warm-up's) are kept and may go out
 // again, so at most K + 2 copies are held (K, the served one, the next one

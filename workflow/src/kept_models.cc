@@ -1,6 +1,7 @@
 #include "kept_models.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace viper {
 namespace workflow {
@@ -8,7 +9,7 @@ namespace internal {
 
 void KeptModels::Keep(int64_t iteration, const Mlp& model) {
   if (FindKept(iteration) != nullptr) return;
-  kept_.push_back(Kept{iteration, model.Clone(), {}});
+  kept_.push_back(std::make_unique<Kept>(Kept{iteration, model.Clone(), {}}));
   if (size() > peak_) {
     peak_ = size();
     peak_bytes_ = static_cast<uint64_t>(peak_) * model.SizeBytes();
@@ -17,22 +18,22 @@ void KeptModels::Keep(int64_t iteration, const Mlp& model) {
 
 KeptModels::Kept* KeptModels::FindKept(int64_t iteration) {
   for (auto& k : kept_) {
-    if (k.iteration == iteration) return &k;
+    if (k->iteration == iteration) return k.get();
   }
   return nullptr;
 }
 
 const Mlp* KeptModels::Find(int64_t iteration) const {
   for (const auto& k : kept_) {
-    if (k.iteration == iteration) return &k.model;
+    if (k->iteration == iteration) return &k->model;
   }
   return nullptr;
 }
 
 void KeptModels::Retain(const std::vector<int64_t>& wanted) {
   kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
-                             [&](const Kept& k) {
-                               return std::find(wanted.begin(), wanted.end(), k.iteration) == wanted.end();
+                             [&](const std::unique_ptr<Kept>& k) {
+                               return std::find(wanted.begin(), wanted.end(), k->iteration) == wanted.end();
                              }),
               kept_.end());
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -52,7 +53,9 @@ class KeptModels {
     std::vector<std::pair<TrafficState, double>> measured;  // loss by traffic state
   };
   Kept* FindKept(int64_t iteration);
-  std::vector<Kept> kept_;
+  // Each copy at a stable address: a helper reading one beside training
+  // (LiveLoop) keeps its pointer while another is kept.
+  std::vector<std::unique_ptr<Kept>> kept_;
   int64_t peak_ = 0;
   uint64_t peak_bytes_ = 0;
   int64_t evaluations_ = 0, reused_ = 0;

@@ -29,6 +29,7 @@ Status LiveLoop::Start(const schedulers::Scenario& sc) {
   oo.regime_ends = o_.regime_ends;
   oo.drift_prior = o_.drift_prior;
   oo.wait_guard = o_.wait_guard;
+  oo.calm_decisions = o_.calm_decisions;
   oo.record_decisions = o_.record_decisions;
   // Kept models are re-measured on the validation sample: they compare
   // with the candidate only when that is the planning metric.
@@ -89,9 +90,14 @@ StatusOr<bool> LiveLoop::Ask(int64_t it, double step_s) {
     // follow on the same sample (NextAside); what was measured before on
     // this traffic is answered at once.
     const bool keep = rec.val_loss && keeping_ && PrepareKept(it);
+    // A calm point decides now, before its re-measurements
+    // (OnlinePlanner::DecidesBeforeRemeasured, as the offline replay does):
+    // nothing is copied aside, and the helper's answers reach the planner
+    // once it is done (Decide), before anything newer.
+    const bool calm = rec.val_loss && online_->DecidesBeforeRemeasured();
     // The kept copies cannot change while the helper reads them: the
     // candidate's copy comes first, and goes again when no helper is needed.
-    const bool copied = (served || keep) && work_->KeepCurrentModel();
+    const bool copied = !calm && (served || keep) && work_->KeepCurrentModel();
     // As many new evaluations as fit in the last validation gap at the
     // helper's latest time per model (all at first), so that it is done
     // by the next point; the kept models left out are asked for there
@@ -103,20 +109,23 @@ StatusOr<bool> LiveLoop::Ask(int64_t it, double step_s) {
       max_new = std::max<int64_t>(1, static_cast<int64_t>(gap_s / each_s));
     }
     last_point_ = it;
-    aside_ = Aside{it, served, keep, max_new, {}, 0};
+    aside_ = Aside{it, served, keep, calm, max_new, {}, 0};
     if (served) aside_->models.push_back(online_->served_model());
     bool helping = work_->BeginRemeasure(aside_->models, max_new);
     if (helping && max_new != std::numeric_limits<int64_t>::max()) --aside_->max_new;  // the served version's
     if (!helping) {
       VIPER_ASSIGN_OR_RETURN(helping, NextAside());
     }
-    if (helping) {
+    if (helping && calm) ++s_->calm_points;
+    if (helping && !calm) {
       paused_(MonotonicSeconds() - t0);
       aside_->begun_s = MonotonicSeconds();
       return false;
     }
-    aside_.reset();
-    if (copied) work_->RetainKept(WantedKept());
+    if (!helping) {
+      aside_.reset();
+      if (copied) work_->RetainKept(WantedKept());
+    }
   }
   VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it));
   paused_(MonotonicSeconds() - t0);
@@ -129,10 +138,13 @@ Status LiveLoop::ObserveRemeasured(bool served, const std::vector<int64_t>& mode
                                    const std::vector<std::optional<double>>& losses) {
   for (size_t i = 0; i < models.size() && i < losses.size(); ++i) {
     if (!losses[i]) continue;  // not kept
-    if (served && i == 0) {
+    if (served && i == 0 && aside_ && aside_->calm) {  // after its point's decision
+      VIPER_RETURN_IF_ERROR(online_->ObserveServedLate(models[0], *losses[i]));
+      ++revalidations_;
+    } else if (served && i == 0) {
       VIPER_RETURN_IF_ERROR(online_->ObserveServed(*losses[i]));
       ++revalidations_;
-    } else {
+    } else if (models[i] != online_->served_model()) {
       VIPER_RETURN_IF_ERROR(online_->ObserveKept(models[i], *losses[i]));
     }
   }
@@ -183,10 +195,16 @@ StatusOr<LiveLoop::Decision> LiveLoop::Decide() {
   } else {
     VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, work_->FinishRemeasure()));
   }
-  VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(aside_->iteration));
+  Decision d{aside_->iteration, false};
+  if (aside_->calm) {  // decided at its point: the answers only
+    aside_.reset();
+    work_->RetainKept(WantedKept());  // held back while the helper read them
+    paused_(MonotonicSeconds() - t0);
+    return d;
+  }
+  VIPER_ASSIGN_OR_RETURN(d.publish, online_->ShouldCheckpoint(aside_->iteration));
   s_->remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
-  if (!checkpoint) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
-  const Decision d{aside_->iteration, checkpoint};
+  if (!d.publish) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
   aside_.reset();
   paused_(MonotonicSeconds() - t0);
   return d;
@@ -241,7 +259,9 @@ Status LiveLoop::CatchUp(int64_t at) {
 
 Status LiveLoop::Committed(int64_t at) {
   VIPER_RETURN_IF_ERROR(online_->Commit(at));
-  work_->RetainKept(WantedKept());  // after Commit: the version served before is kept now
+  // After Commit: the version served before is kept now. Not while a
+  // calm point's helper reads the kept copies (Decide frees them after).
+  if (!aside_) work_->RetainKept(WantedKept());
   return Status::Ok();
 }
 

@@ -44,8 +44,10 @@ class LiveLoop {
   // At the log's newest record, iteration `it` (a validation point or not):
   // whether to publish now. Beside training (Summary::remeasure_beside) a
   // validation point whose re-measurements went to the helper answers false
-  // and leaves a decision pending (waiting()). `step_s`: the producer's
-  // recent seconds per iteration (0: none yet).
+  // and leaves a decision pending (waiting()); a calm one
+  // (OnlinePlanner::DecidesBeforeRemeasured) decides now and leaves only
+  // the helper's answers pending. `step_s`: the producer's recent seconds
+  // per iteration (0: none yet).
   StatusOr<bool> Ask(int64_t it, double step_s);
 
   // A decision pending beside training.
@@ -55,7 +57,8 @@ class LiveLoop {
   // `forced` (the next validation point, before its own, or the run's end).
   StatusOr<bool> Due(bool forced);
   // The pending decision: its point's iteration, and whether to publish
-  // there (the model of publishing()). No longer waiting() after it.
+  // there (the model of publishing(); never for a calm point, decided
+  // already). No longer waiting() after it.
   struct Decision {
     int64_t at = 0;
     bool publish = false;
@@ -94,12 +97,13 @@ class LiveLoop {
   // A validation point whose re-measurements run beside training
   // (Options::remeasure_beside): its iteration, whether `models` (the
   // helper's) are the served version alone, whether the kept models are to
-  // follow, the new evaluations the budget still allows, and when the
-  // helper began.
+  // follow, whether the point was calm (decided already: the answers only),
+  // the new evaluations the budget still allows, and when the helper began.
   struct Aside {
     int64_t iteration = 0;
     bool served = false;
     bool keep = false;
+    bool calm = false;
     int64_t max_new = 0;
     std::vector<int64_t> models;
     double begun_s = 0;

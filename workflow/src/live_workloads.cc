@@ -92,8 +92,9 @@ class TrainerWorkload : public ProducerWorkload {
   const ModelState& model() const override { return trainer_->model().state(); }
   // The served version is a kept copy (a ModelState copy would share the
   // parameters the trainer goes on updating).
+  // A helper may be reading kept copies (a calm point's publish): keeping
+  // one more leaves theirs where they are (KeptModels).
   void Published(int64_t model_iteration) override {
-    VIPER_CHECK(!aside_.job.valid());
     served_ = model_iteration;
     if (model_iteration != trainer_->iterations_done()) return;  // a re-publish: kept already
     if (keep_served_) kept_.Keep(model_iteration, trainer_->model());

@@ -224,6 +224,17 @@ class OnlinePlanner {
   // the current validation sample (a live producer that re-validates it
   // after its data changed; offline, the staleness table's val_loss).
   Status ObserveServed(double loss);
+  // Right after a validation point's Observe: whether its decision may go
+  // out before its re-measurements are in (Options::calm_decisions). They
+  // are then given (ObserveServed, ObserveKept) before the next
+  // observation, the served version's through ObserveServedLate.
+  bool DecidesBeforeRemeasured() const;
+  // The served version's re-measurement at the latest measurement, arriving
+  // after that measurement's decision (a calm one): as ObserveServed, or,
+  // where the publish there replaced `model`, as that measurement's served
+  // re-measurement; a jump it shows is the switch the decision could not
+  // see. A model not served there: as ObserveKept.
+  Status ObserveServedLate(int64_t model, double loss);
   // The cost of the next checkpoint as measured (a live producer after each
   // version: with delta updates a version's stall and update latency follow
   // the bytes it moves, not the model's size). Later re-plans charge it to

@@ -125,6 +125,19 @@ struct OnlinePlannerOptions {
   // 0.40-0.45). 522 wall cases: mean 11.65 -> 11.30%, 14 better, 4 worse,
   // worst 121.4 -> 110.0% (bench/README.md, "Fifty-eighth session").
   double wait_guard = 4.0;
+  // Re-measuring beside training (cost.remeasure_beside): at a calm
+  // validation point (DecidesBeforeRemeasured: its loss within twice the
+  // gate's margin of the point before, no switch seen yet, no return
+  // anticipated) the decision goes out at once, on what the loop knew
+  // before the point's re-measurements; the served and kept models'
+  // answers reach it before the next point's, attributed to their point
+  // (the served version's through ObserveServedLate, which records the
+  // switch a jump there shows). Nothing is copied aside there and no
+  // decision waits. On the 522-case pool mean 14.37 -> 13.62%, median
+  // 7.38 -> 6.63%, worse than epoch 38 -> 34 (303 better, 60 worse);
+  // held-out sets 18-19 14.49 -> 13.85% (bench/README.md, "Sixty-fourth
+  // session").
+  bool calm_decisions = true;
   // SetPace changes the pace the re-plans use only when the measured one
   // differs from it by more than this fraction (>= 0): a pace that moves by
   // a few percent is noise to plan on (under the wall clock it shifts where

@@ -96,6 +96,10 @@ class LiveRun {
     // Strategy online: the rent-or-buy bound on the re-plan's waits
     // (schedulers::OnlinePlanner::Options::wait_guard; [0, 1000], 0 = off).
     double wait_guard = schedulers::OnlinePlanner::Options().wait_guard;
+    // With remeasure_beside: a calm validation point decides before its
+    // re-measurements, nothing copied aside
+    // (schedulers::OnlinePlanner::Options::calm_decisions).
+    bool calm_decisions = schedulers::OnlinePlanner::Options().calm_decisions;
     // Strategy online: keep every decision the producer's planner takes
     // (Summary::decisions; schedulers::OnlinePlanner::Options::record_decisions).
     bool record_decisions = false;
@@ -266,6 +270,9 @@ class LiveRun {
     // as much (simulator::Simulator::Options::waits).
     bool remeasure_beside = false;
     std::vector<std::pair<int64_t, double>> remeasure_waits;
+    // Options::calm_decisions: the validation points decided before the
+    // helper's re-measurements on them were in (none waited).
+    int64_t calm_points = 0;
     int64_t kept_peak = 0;
     uint64_t kept_peak_bytes = 0;
     // Where re-publishing: Options::regime_ends, and the validation points
