@@ -22,11 +22,19 @@
 
 namespace viper {
 namespace schedulers {
+namespace {
 
-Status OnlinePlanner::ObserveServed(double loss) {
+Status CheckServedLoss(double loss) {
   if (!std::isfinite(loss) || loss < 0) {
     return InvalidArgumentError("the served version's loss must be finite and >= 0, got " + std::to_string(loss));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status OnlinePlanner::ObserveServed(double loss) {
+  VIPER_RETURN_IF_ERROR(CheckServedLoss(loss));
   served_loss_ = loss;
   ++summary_.served_measurements;
   RemeasuredNow().served = std::make_pair(served_model(), loss);
@@ -82,10 +90,7 @@ Status OnlinePlanner::ObserveServedLate(int64_t model, double loss) {
              taken_.back() == last_iteration_ && ServedAt(last_iteration_) == model) {
     // Replaced by the publish at this measurement: its re-measurement here,
     // without the decay points of the version serving now.
-    if (!std::isfinite(loss) || loss < 0) {
-      return InvalidArgumentError("the served version's loss must be finite and >= 0, got " +
-                                  std::to_string(loss));
-    }
+    VIPER_RETURN_IF_ERROR(CheckServedLoss(loss));
     ++summary_.served_measurements;
     RemeasuredNow().served = std::make_pair(model, loss);
     served_by_measurement_.resize(measured_.size(), std::numeric_limits<double>::quiet_NaN());

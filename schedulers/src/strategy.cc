@@ -349,8 +349,8 @@ class StrategyImpl : public Strategy {
           // re-measurements (OnlinePlanner::DecidesBeforeRemeasured): no
           // copy aside, no wait; the helper's answers follow.
           const bool calm = beside && planner.DecidesBeforeRemeasured();
-          if (calm && with_table && it > p.warmup_iterations) ++calm_points;
           if (with_table && it > p.warmup_iterations) {
+            calm_points += calm ? 1 : 0;
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
             const int64_t served = planner.served_model();

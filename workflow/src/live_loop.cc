@@ -116,15 +116,15 @@ StatusOr<bool> LiveLoop::Ask(int64_t it, double step_s) {
     if (!helping) {
       VIPER_ASSIGN_OR_RETURN(helping, NextAside());
     }
-    if (helping && calm) ++s_->calm_points;
-    if (helping && !calm) {
-      paused_(MonotonicSeconds() - t0);
-      aside_->begun_s = MonotonicSeconds();
-      return false;
-    }
     if (!helping) {
       aside_.reset();
       if (copied) work_->RetainKept(WantedKept());
+    } else if (!calm) {
+      paused_(MonotonicSeconds() - t0);
+      aside_->begun_s = MonotonicSeconds();
+      return false;
+    } else {
+      ++s_->calm_points;  // decided below; the answers follow (Decide)
     }
   }
   VIPER_ASSIGN_OR_RETURN(bool checkpoint, online_->ShouldCheckpoint(it));
@@ -196,15 +196,13 @@ StatusOr<LiveLoop::Decision> LiveLoop::Decide() {
     VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, work_->FinishRemeasure()));
   }
   Decision d{aside_->iteration, false};
-  if (aside_->calm) {  // decided at its point: the answers only
-    aside_.reset();
-    work_->RetainKept(WantedKept());  // held back while the helper read them
-    paused_(MonotonicSeconds() - t0);
-    return d;
+  if (!aside_->calm) {  // a calm point decided at its point: the answers only
+    VIPER_ASSIGN_OR_RETURN(d.publish, online_->ShouldCheckpoint(aside_->iteration));
+    s_->remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
   }
-  VIPER_ASSIGN_OR_RETURN(d.publish, online_->ShouldCheckpoint(aside_->iteration));
-  s_->remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
-  if (!d.publish) work_->RetainKept(WantedKept());  // the copy set aside, unless kept anyway
+  // The copy set aside, unless kept anyway (a calm point's frees, held
+  // back while the helper read the copies).
+  if (!d.publish) work_->RetainKept(WantedKept());
   aside_.reset();
   paused_(MonotonicSeconds() - t0);
   return d;

@@ -91,9 +91,9 @@ class TrainerWorkload : public ProducerWorkload {
   Status Step(LogRecord* record) override { return trainer_->Step(record); }
   const ModelState& model() const override { return trainer_->model().state(); }
   // The served version is a kept copy (a ModelState copy would share the
-  // parameters the trainer goes on updating).
-  // A helper may be reading kept copies (a calm point's publish): keeping
-  // one more leaves theirs where they are (KeptModels).
+  // parameters the trainer goes on updating). A helper may be reading kept
+  // copies (a calm point's publish): keeping one more leaves theirs where
+  // they are (KeptModels).
   void Published(int64_t model_iteration) override {
     served_ = model_iteration;
     if (model_iteration != trainer_->iterations_done()) return;  // a re-publish: kept already
@@ -119,7 +119,6 @@ class TrainerWorkload : public ProducerWorkload {
   }
   bool RemeasureMore(const std::vector<int64_t>& models, int64_t max_new) override {
     VIPER_CHECK(!aside_.job.valid());
-    aside_.losses.clear();
     aside_.todo.clear();
     return StartRemeasure(models, max_new);
   }
@@ -192,8 +191,8 @@ class TrainerWorkload : public ProducerWorkload {
       VIPER_CHECK(trainer_->iterations_done() == aside_.point);
       aside_.sample = std::make_shared<const Sample>(trainer_->ValidationSampleNow());
     }
-    // The helper reads the kept copies (unchanged until FinishRemeasure) and
-    // the point's sample.
+    // The helper reads the kept copies (none freed until FinishRemeasure)
+    // and the point's sample.
     aside_.job = std::async(std::launch::async, [this, todo, sample = aside_.sample] {
       const double t0 = MonotonicSeconds();
       std::vector<double> losses;
