@@ -54,6 +54,7 @@ int RunRun(const std::vector<std::string>& args) {
   std::string keep_regime_ends = schedulers::ToString(o.regime_ends);
   std::string remeasure = "beside";
   std::string calm_decisions = o.calm_decisions ? "on" : "off";
+  std::string partial_waits = o.partial_waits ? "on" : "off";
   std::string model_bytes = std::to_string(o.model_bytes), json_path, csv_path, trace_path, decisions_path;
   Warmup warmup = Warmup::Fraction(o.warmup_fraction);
   std::string hidden, freeze;
@@ -105,6 +106,11 @@ int RunRun(const std::vector<std::string>& args) {
       "many new evaluations as fit in the last validation gap) and publishes that copy; pause = on the training "
       "path (planning time), the served version only where the gate needs it (viper simulate --help: "
       "--remeasure)")(
+      "partial-waits", po::value(&partial_waits)->default_value(partial_waits),
+      "--strategy online, --remeasure beside, --keep-versions > 0: on = a decision that waits for the helper "
+      "waits only for the models that can win a switch (the served version, the predicted return's, each ended "
+      "regime's, the warm-up's); the newest published versions are measured after it, their answers reach the "
+      "planner before the next point (the default); off = it waits for every kept model (viper plan --help)")(
       "calm-decisions", po::value(&calm_decisions)->default_value(calm_decisions),
       "--strategy online, --remeasure beside: on = a calm validation point (its loss within twice the "
       "gate's margin of the point before, no switch seen yet, no return anticipated) decides at once, before "
@@ -302,6 +308,10 @@ int RunRun(const std::vector<std::string>& args) {
     return usage("--calm-decisions: expected on or off, got '" + calm_decisions + "'");
   }
   o.calm_decisions = calm_decisions == "on";
+  if (partial_waits != "on" && partial_waits != "off") {
+    return usage("--partial-waits: expected on or off, got '" + partial_waits + "'");
+  }
+  o.partial_waits = partial_waits == "on";
   if (!schedulers::RegimeEndsFromString(keep_regime_ends, &o.regime_ends)) {
     return usage("--keep-regime-ends: expected off, predicted or every, got '" + keep_regime_ends + "'");
   }

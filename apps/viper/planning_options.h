@@ -42,6 +42,7 @@ struct PlanningOptions {
   std::string traffic_clock = "wall";  // wall|producer (schedulers::TrafficClock)
   std::string anticipate_returns = "on";  // on|off (OnlinePlanner::Options::anticipate_returns)
   std::string calm_decisions = "on";      // on|off (OnlinePlanner::Options::calm_decisions)
+  std::string partial_waits = "on";       // on|off (OnlinePlanner::Options::partial_waits)
   std::string keep_regime_ends = "predicted";  // off|predicted|every (OnlinePlanner::Options::regime_ends)
   std::string remeasure_s = "auto";            // auto | seconds (ScenarioOptions::remeasure_s)
   std::string remeasure = "beside";            // pause | beside (ScenarioOptions::remeasure_beside)

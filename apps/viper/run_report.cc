@@ -42,7 +42,7 @@ nlohmann::json RunSummaryJson(const workflow::LiveRun::Summary& s) {
   if (s.remeasure_beside) {
     double waited = 0;
     for (const auto& w : s.remeasure_waits) waited += w.second;
-    j["remeasure_waits"] = {{"decisions", s.remeasure_waits.size()}, {"seconds", waited}, {"calm_points", s.calm_points}};
+    j["remeasure_waits"] = {{"decisions", s.remeasure_waits.size()}, {"seconds", waited}, {"calm_points", s.calm_points}, {"followed_points", s.followed_points}};
   }
   if (s.keep_versions > 0) {
     j["kept_models"]["regime_ends"] = s.regime_ends;

@@ -128,8 +128,9 @@ bool OnlinePlanner::CopiesModelAt(int64_t iteration) const {
   return r->change > traffic && r->change <= traffic + kRegimeEndCopyLead * gap;
 }
 
-std::vector<int64_t> OnlinePlanner::KeptVersions() const {
+std::vector<int64_t> OnlinePlanner::KeptVersions(size_t* waited_for) const {
   std::vector<int64_t> kept;
+  if (waited_for) *waited_for = 0;
   if (options_.keep_versions <= 0) return kept;
   const int64_t served = served_model();
   // Kept: the warm-up's model, published ones and the copies.
@@ -162,6 +163,7 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
   // 75.2 -> 44.5% (bench/README.md, "Sixty-second session").
   const size_t n = measured_.size();
   if (problem_.cost.remeasure_s > 0 && !predicted && n >= 3 && ServedMovedAt(n - 1) && ServedMovedAt(n - 2)) {
+    if (waited_for) *waited_for = kept.size();
     return kept;
   }
   for (size_t q = std::max(regime_models.size(), regime_ends_.size()); q-- > 0;) {
@@ -170,9 +172,15 @@ std::vector<int64_t> OnlinePlanner::KeptVersions() const {
     if (q < regime_ends_.size()) add(regime_ends_[q]);
   }
   add(problem_.warmup_iterations);
+  // The newest published versions last: the serving domain's, which a
+  // switch leaves as stale as the served one; a decision beside training
+  // need not wait for them (Options::partial_waits).
+  const size_t rivals = kept.size();
   std::vector<int64_t> newest(published_);
   std::sort(newest.begin(), newest.end(), std::greater<int64_t>());
   for (int64_t m : newest) add(m);
+  // (Re-measuring free, nothing is waited for: all of them at once.)
+  if (waited_for) *waited_for = options_.partial_waits && problem_.cost.remeasure_s > 0 ? rivals : kept.size();
   return kept;
 }
 

@@ -299,6 +299,7 @@ class StrategyImpl : public Strategy {
         const bool keeping = with_table && oo.keep_versions > 0;
         std::vector<std::tuple<bool, int64_t, double>> deferred;  // (served?, model, loss)
         int64_t calm_points = 0;  // measurements decided before their re-measurements
+        int64_t followed = 0;     // decisions whose newest published versions' answers followed them
         for (size_t i = 0; i < obs.size(); ++i) {
           const int64_t it = static_cast<int64_t>(obs.iterations[i]);
           if (it > p.total_iterations) break;
@@ -375,7 +376,15 @@ class StrategyImpl : public Strategy {
               budget = static_cast<double>(it - static_cast<int64_t>(obs.iterations[i - 1])) * pace_at(it) -
                        static_cast<double>(fresh) * p.cost.remeasure_s;
             }
-            for (int64_t kept : planner.KeptVersions()) {
+            // A decision beside training waits for the first `rivals`
+            // (OnlinePlanner::Options::partial_waits); the others' answers
+            // follow it, as a calm point's do.
+            size_t rivals = 0;
+            const std::vector<int64_t> kept_now = planner.KeptVersions(&rivals);
+            int64_t waited_fresh = fresh;  // the evaluations the decision waits for
+            bool follows = false;
+            for (size_t k = 0; k < kept_now.size(); ++k) {
+              const int64_t kept = kept_now[k];
               VIPER_ASSIGN_OR_RETURN(double l, in.observed_staleness->At(kept, traffic));
               const bool is_new = measured_on.count({kept, l}) == 0;
               if (is_new && budget < p.cost.remeasure_s) continue;  // next time
@@ -384,13 +393,16 @@ class StrategyImpl : public Strategy {
                 ++fresh;
                 budget -= p.cost.remeasure_s;
               }
-              if (calm) {
+              if (calm || (beside && k >= rivals)) {
+                follows = follows || (!calm && is_new);
                 deferred.emplace_back(false, kept, l);
               } else {
+                waited_fresh = fresh;
                 VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
               }
             }
             remeasured += fresh;
+            followed += follows ? 1 : 0;
             const double measuring = static_cast<double>(fresh) * p.cost.remeasure_s;
             if (measuring > 0 && calm) {
               // Decided at once: nothing copied aside, nothing waited; a
@@ -405,10 +417,11 @@ class StrategyImpl : public Strategy {
               if (!copied) VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
               const double until_next =
                   i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
-              const double wait = std::min(measuring, std::max(0.0, until_next));
+              const double wait =
+                  std::min(static_cast<double>(waited_fresh) * p.cost.remeasure_s, std::max(0.0, until_next));
               waits.emplace_back(it, wait);
               waited_s += wait;
-              overrun = measuring - wait;
+              overrun = std::max(0.0, measuring - std::max(0.0, until_next));
             }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
@@ -436,7 +449,8 @@ class StrategyImpl : public Strategy {
           if (beside && (waited_s > 0 || calm_points > 0)) {
             how = "beside training: decisions waited " + ms(waited_s) + " ms, producer pauses " + ms(paused_s) +
                   " ms (copies aside, overruns), charged; " + std::to_string(calm_points) +
-                  " calm points decided before their re-measurements";
+                  " calm points decided before their re-measurements, " + std::to_string(followed) +
+                  " decisions before the serving domain's kept versions'";
           } else if (paused_s > 0) {
             how = ms(paused_s) + " ms of producer pauses, charged";
           } else {

@@ -450,6 +450,39 @@ TEST(LiveMpi, TrainerOnlineDecidesCalmPointsBeforeTheirRemeasurements) {
   EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
 }
 
+// Partial waits (Options::partial_waits): a decision that waits for the
+// helper waits for the models that can win a switch; the newest published
+// versions go to the helper after it, and their answers reach the planner
+// before anything newer (the training losses since the point wait for
+// them). The versions are the models the producer says it published, and
+// the run replays in the simulator.
+TEST(LiveMpi, TrainerOnlineDecisionsLeaveTheServingDomainsVersionsToFollow) {
+  if (!HaveFashionMnist())
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  LiveRun::Options o = RecurringOnline(8);
+  o.remeasure_beside = true;
+  ASSERT_TRUE(o.partial_waits);  // the default
+  auto r = LiveRun::Run(o);
+  o.partial_waits = false;  // every rank runs both
+  auto all = LiveRun::Run(o);
+  ASSERT_TRUE(r.ok()) << "rank " << Rank() << ": " << r.status().ToString();
+  ASSERT_TRUE(all.ok()) << "rank " << Rank() << ": " << all.status().ToString();
+  if (Rank() != 0) return;
+  CheckProducerSummary(*r);
+  EXPECT_EQ(all->followed_points, 0);
+  EXPECT_GT(r->followed_points, 0) << r->plan_report;
+  EXPECT_GT(r->kept_evaluations, 0);
+  ASSERT_EQ(r->published.size(), r->schedule.size());
+  for (size_t k = 0; k < r->schedule.size(); ++k) {
+    EXPECT_EQ(r->versions[k + 1].iteration, r->schedule[k]);
+    EXPECT_EQ(r->versions[k + 1].model_iteration, r->published[k]);
+  }
+  o.partial_waits = true;
+  auto c = CompareWithSimulation(*r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
+}
+
 // Without regime ends the producer copies nothing at the validation points:
 // only models it published (and the warm-up's) are kept and may go out
 // again, so at most K + 2 copies are held (K, the served one, the next one

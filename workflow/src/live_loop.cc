@@ -30,6 +30,7 @@ Status LiveLoop::Start(const schedulers::Scenario& sc) {
   oo.drift_prior = o_.drift_prior;
   oo.wait_guard = o_.wait_guard;
   oo.calm_decisions = o_.calm_decisions;
+  oo.partial_waits = o_.partial_waits;
   oo.record_decisions = o_.record_decisions;
   // Kept models are re-measured on the validation sample: they compare
   // with the candidate only when that is the planning metric.
@@ -109,21 +110,27 @@ StatusOr<bool> LiveLoop::Ask(int64_t it, double step_s) {
       max_new = std::max<int64_t>(1, static_cast<int64_t>(gap_s / each_s));
     }
     last_point_ = it;
-    aside_ = Aside{it, served, keep, calm, max_new, {}, 0};
+    aside_ = Aside{it, served, keep, calm, max_new, {}, 0, {}};
     if (served) aside_->models.push_back(online_->served_model());
     bool helping = work_->BeginRemeasure(aside_->models, max_new);
-    if (helping && max_new != std::numeric_limits<int64_t>::max()) --aside_->max_new;  // the served version's
+    aside_->max_new -= work_->RemeasureNew();  // the served version's
     if (!helping) {
       VIPER_ASSIGN_OR_RETURN(helping, NextAside());
     }
-    if (!helping) {
+    // What the decision waits for was answered at once: it goes out now,
+    // and the other kept models' answers follow it.
+    bool follows = false;
+    if (!helping && !aside_->after.empty()) {
+      VIPER_ASSIGN_OR_RETURN(follows, Follow());
+    }
+    if (!helping && !follows) {
       aside_.reset();
       if (copied) work_->RetainKept(WantedKept());
-    } else if (!calm) {
+    } else if (helping && !calm) {
       paused_(MonotonicSeconds() - t0);
       aside_->begun_s = MonotonicSeconds();
       return false;
-    } else {
+    } else if (calm) {
       ++s_->calm_points;  // decided below; the answers follow (Decide)
     }
   }
@@ -160,9 +167,40 @@ StatusOr<bool> LiveLoop::NextAside() {
     VIPER_RETURN_IF_ERROR(ObserveRemeasured(true, aside_->models, work_->FinishRemeasure()));
   }
   aside_->served = false;
-  aside_->models = aside_->keep ? online_->KeptVersions() : std::vector<int64_t>{};
+  size_t rivals = 0;
+  aside_->models = aside_->keep ? online_->KeptVersions(&rivals) : std::vector<int64_t>{};
+  aside_->after.clear();
+  if (!aside_->calm && rivals < aside_->models.size()) {
+    // A decision waits for the first `rivals` only (the offline replay's
+    // split, schedulers/src/strategy.cc); the others follow it (Follow).
+    aside_->after.assign(aside_->models.begin() + static_cast<std::ptrdiff_t>(rivals), aside_->models.end());
+    aside_->models.resize(rivals);
+  }
   aside_->keep = false;
-  if (work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new))) return true;
+  const bool helping = work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new));
+  aside_->max_new -= work_->RemeasureNew();
+  if (helping) return true;
+  VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
+  aside_->models.clear();
+  return false;
+}
+
+// After a decision that did not wait for them: the kept models of
+// aside_->after go to the helper, on the point's sample, with what is left
+// of its budget; from here the point is answers only (as a calm one's).
+// True when it measures any (false: answered at once, and observed).
+StatusOr<bool> LiveLoop::Follow() {
+  aside_->models = std::move(aside_->after);
+  aside_->after.clear();
+  aside_->served = false;
+  aside_->keep = false;
+  aside_->calm = true;
+  const bool helping = work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new));
+  aside_->max_new -= work_->RemeasureNew();
+  if (helping) {
+    ++s_->followed_points;
+    return true;
+  }
   VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
   aside_->models.clear();
   return false;
@@ -195,10 +233,17 @@ StatusOr<LiveLoop::Decision> LiveLoop::Decide() {
   } else {
     VIPER_RETURN_IF_ERROR(ObserveRemeasured(aside_->served, aside_->models, work_->FinishRemeasure()));
   }
-  Decision d{aside_->iteration, false};
+  Decision d{aside_->iteration, false, false};
   if (!aside_->calm) {  // a calm point decided at its point: the answers only
     VIPER_ASSIGN_OR_RETURN(d.publish, online_->ShouldCheckpoint(aside_->iteration));
     s_->remeasure_waits.emplace_back(aside_->iteration, MonotonicSeconds() - aside_->begun_s);
+  }
+  if (!aside_->after.empty()) {
+    VIPER_ASSIGN_OR_RETURN(d.answers_follow, Follow());
+    if (d.answers_follow) {  // the copies stay while the helper reads them
+      paused_(MonotonicSeconds() - t0);
+      return d;
+    }
   }
   // The copy set aside, unless kept anyway (a calm point's frees, held
   // back while the helper read the copies).

@@ -59,9 +59,13 @@ class LiveLoop {
   // The pending decision: its point's iteration, and whether to publish
   // there (the model of publishing(); never for a calm point, decided
   // already). No longer waiting() after it.
+  // `answers_follow`: the kept models a decision does not wait for
+  // (OnlinePlanner::Options::partial_waits) are on the helper, still
+  // waiting() (answers only): CatchUp after their Decide.
   struct Decision {
     int64_t at = 0;
     bool publish = false;
+    bool answers_follow = false;
   };
   StatusOr<Decision> Decide();
   // After a decision of point `at` (and its publish): the training losses
@@ -83,6 +87,7 @@ class LiveLoop {
   Status ObserveRemeasured(bool served, const std::vector<int64_t>& models,
                            const std::vector<std::optional<double>>& losses);
   StatusOr<bool> NextAside();
+  StatusOr<bool> Follow();
   bool PrepareKept(int64_t it);
   std::vector<int64_t> WantedKept() const;
 
@@ -98,7 +103,9 @@ class LiveLoop {
   // (Options::remeasure_beside): its iteration, whether `models` (the
   // helper's) are the served version alone, whether the kept models are to
   // follow, whether the point was calm (decided already: the answers only),
-  // the new evaluations the budget still allows, and when the helper began.
+  // the new evaluations the budget still allows, when the helper began,
+  // and the kept models whose answers follow the decision (`after`:
+  // OnlinePlanner::Options::partial_waits).
   struct Aside {
     int64_t iteration = 0;
     bool served = false;
@@ -107,6 +114,7 @@ class LiveLoop {
     int64_t max_new = 0;
     std::vector<int64_t> models;
     double begun_s = 0;
+    std::vector<int64_t> after;
   };
   std::optional<Aside> aside_;
   int64_t last_point_ = 0;  // the last validation point that re-measured beside training

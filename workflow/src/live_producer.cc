@@ -292,10 +292,14 @@ class Producer {
 
   // The pending decision (LiveLoop::Decide), its publish, then the
   // training losses since its point to the planner.
-  Status FinishAside(size_t* next) {
+  // Where its kept models' answers follow the decision (Decision::
+  // answers_follow), the losses wait for them; `forced` (at the next
+  // validation point or the end) waits for them now.
+  Status FinishAside(size_t* next, bool forced) {
     VIPER_ASSIGN_OR_RETURN(const LiveLoop::Decision d, loop_->Decide());
     if (d.publish) VIPER_RETURN_IF_ERROR(PublishAt(d.at, next));
-    return loop_->CatchUp(d.at);
+    if (!d.answers_follow) return loop_->CatchUp(d.at);
+    return forced ? FinishAside(next, forced) : Status::Ok();
   }
 
   // Trains to N, publishing where the plan (or the closed loop) says.
@@ -312,7 +316,8 @@ class Producer {
       if (loop_ && loop_->waiting()) {
         VIPER_ASSIGN_OR_RETURN(const bool due, loop_->Due(at_point || it_ >= N_));
         if (!due) continue;
-        VIPER_RETURN_IF_ERROR(FinishAside(&next));
+        VIPER_RETURN_IF_ERROR(FinishAside(&next, at_point || it_ >= N_));
+        if (loop_->waiting()) continue;  // its kept models' answers follow
       }
       bool checkpoint = next < plan_.size() && it_ >= plan_[next];
       if (loop_) {
@@ -327,7 +332,7 @@ class Producer {
       }
       if (checkpoint) VIPER_RETURN_IF_ERROR(PublishAt(it_, &next));
     }
-    if (loop_ && loop_->waiting()) VIPER_RETURN_IF_ERROR(FinishAside(&next));  // stopped early: taken as at the end
+    if (loop_ && loop_->waiting()) VIPER_RETURN_IF_ERROR(FinishAside(&next, true));  // stopped early: as at the end
     if (loop_) loop_->Finish();
     s_.iterations_done = it_;
     s_.training_end_s = Now() - t_warm_;

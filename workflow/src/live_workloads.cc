@@ -125,6 +125,7 @@ class TrainerWorkload : public ProducerWorkload {
   double RemeasureSeconds() const override {
     return aside_.job.valid() ? 0.0 : each_s_;  // written by the helper, read once it is joined
   }
+  int64_t RemeasureNew() const override { return static_cast<int64_t>(aside_.todo.size()); }
   bool RemeasureDone() const override {
     return !aside_.job.valid() || aside_.job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }

@@ -61,6 +61,9 @@ class ProducerWorkload {
   // Seconds the helper took per model measured, its latest job's (0
   // before any).
   virtual double RemeasureSeconds() const { return 0; }
+  // The new evaluations (models not measured before on the point's traffic
+  // state) the latest BeginRemeasure or RemeasureMore gave the helper.
+  virtual int64_t RemeasureNew() const { return 0; }
   // Whether the helper is done (true when none runs).
   virtual bool RemeasureDone() const { return true; }
   // Waits for the helper: one loss per model of BeginRemeasure (nullopt:

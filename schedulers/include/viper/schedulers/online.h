@@ -166,8 +166,12 @@ class OnlinePlanner {
   // publishes (publishing()).
   Status Commit(int64_t iteration);
   // The models it keeps and wants re-measured now (KeptVersions, newest
-  // first; never the served one): their iterations.
-  std::vector<int64_t> KeptVersions() const;
+  // first; never the served one): their iterations. `waited_for` (when
+  // given): how many of the first ones a decision beside training waits
+  // for (Options::partial_waits: the predicted return's, each ended
+  // regime's and the warm-up's; all of them without partial waits); the
+  // rest are given after the decision, before the next observation.
+  std::vector<int64_t> KeptVersions(size_t* waited_for = nullptr) const;
   // The validation points (after the warm-up) whose model the producer is
   // to copy and keep unpublished (Options::regime_ends), increasing: decided
   // in Observe, so a producer copies at `iteration` when copies().back() is

@@ -100,6 +100,10 @@ class LiveRun {
     // re-measurements, nothing copied aside
     // (schedulers::OnlinePlanner::Options::calm_decisions).
     bool calm_decisions = schedulers::OnlinePlanner::Options().calm_decisions;
+    // With remeasure_beside: a decision waits only for the kept models that
+    // can win a switch; the newest published versions' answers follow it
+    // (schedulers::OnlinePlanner::Options::partial_waits).
+    bool partial_waits = schedulers::OnlinePlanner::Options().partial_waits;
     // Strategy online: keep every decision the producer's planner takes
     // (Summary::decisions; schedulers::OnlinePlanner::Options::record_decisions).
     bool record_decisions = false;
@@ -273,6 +277,9 @@ class LiveRun {
     // Options::calm_decisions: the validation points decided before the
     // helper's re-measurements on them were in (none waited).
     int64_t calm_points = 0;
+    // Options::partial_waits: the decisions after which the helper measured
+    // the kept models they did not wait for (their answers followed).
+    int64_t followed_points = 0;
     int64_t kept_peak = 0;
     uint64_t kept_peak_bytes = 0;
     // Where re-publishing: Options::regime_ends, and the validation points
