@@ -1616,6 +1616,14 @@ TEST(StalenessScenarioTest, ARemeasurementBesideTrainingDelaysTheDecisionNotTheP
   }
 }
 
+// The count a planner's summary message gives before `what` (-1: none).
+long CountIn(const std::string& message, const std::string& what) {
+  const size_t at = message.find(what);
+  if (at == std::string::npos || at == 0) return -1L;
+  const size_t from = message.rfind(' ', at - 1);
+  return std::stol(message.substr(from + 1, at - from - 1));
+}
+
 // Calm decisions (OnlinePlanner::Options::calm_decisions): beside training,
 // a calm point of the shipped rotation decides before its re-measurements:
 // no wait there and no copy aside, so fewer decisions wait and the producer
@@ -1637,10 +1645,7 @@ TEST(StalenessScenarioTest, ACalmPointDecidesWithoutWaitingForItsRemeasurements)
   auto decided = PlanStrategy(calm, StrategyKind::kOnline);
   ASSERT_TRUE(waited.ok() && decided.ok()) << decided.status().ToString();
   const auto calm_points = [](const std::string& message) {
-    const size_t at = message.find(" calm points decided before their re-measurements");
-    if (at == std::string::npos) return -1L;
-    const size_t from = message.rfind(' ', at - 1);
-    return std::stol(message.substr(from + 1, at - from - 1));
+    return CountIn(message, " calm points decided before their re-measurements");
   };
   EXPECT_EQ(calm_points(waited->summary.message), 0) << waited->summary.message;
   const long n = calm_points(decided->summary.message);
@@ -1676,10 +1681,7 @@ TEST(StalenessScenarioTest, ADecisionWaitsOnlyForTheKeptModelsThatCanWinASwitch)
   auto waited_some = PlanStrategy(*partial, StrategyKind::kOnline);
   ASSERT_TRUE(waited_all.ok() && waited_some.ok()) << waited_some.status().ToString();
   const auto followed = [](const std::string& message) {
-    const size_t at = message.find(" decisions before the serving domain's kept versions'");
-    if (at == std::string::npos) return -1L;
-    const size_t from = message.rfind(' ', at - 1);
-    return std::stol(message.substr(from + 1, at - from - 1));
+    return CountIn(message, " decisions before the serving domain's kept versions'");
   };
   EXPECT_EQ(followed(waited_all->summary.message), 0) << waited_all->summary.message;
   EXPECT_GE(followed(waited_some->summary.message), 3) << waited_some->summary.message;
