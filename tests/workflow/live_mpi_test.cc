@@ -419,6 +419,19 @@ TEST(LiveMpi, TrainerOnlineRemeasuresBesideTraining) {
   EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
 }
 
+// Each version is the model the producer says it published at its
+// checkpoint, and the run (options `o`) replays in the simulator.
+void ExpectPublishedAsScheduledAndReplayed(const LiveRun::Summary& r, const LiveRun::Options& o) {
+  ASSERT_EQ(r.published.size(), r.schedule.size());
+  for (size_t k = 0; k < r.schedule.size(); ++k) {
+    EXPECT_EQ(r.versions[k + 1].iteration, r.schedule[k]);
+    EXPECT_EQ(r.versions[k + 1].model_iteration, r.published[k]);
+  }
+  auto c = CompareWithSimulation(r, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
+}
+
 // Calm decisions (Options::calm_decisions): a calm point decides at once,
 // with nothing copied aside, while the helper re-measures (a publish there
 // keeps the served copy while the helper reads the others); its answers
@@ -440,14 +453,7 @@ TEST(LiveMpi, TrainerOnlineDecidesCalmPointsBeforeTheirRemeasurements) {
     if (rec.val_loss) points.insert(rec.iteration);
   }
   EXPECT_LE(static_cast<size_t>(r->calm_points) + r->remeasure_waits.size(), points.size());
-  ASSERT_EQ(r->published.size(), r->schedule.size());
-  for (size_t k = 0; k < r->schedule.size(); ++k) {
-    EXPECT_EQ(r->versions[k + 1].iteration, r->schedule[k]);
-    EXPECT_EQ(r->versions[k + 1].model_iteration, r->published[k]);
-  }
-  auto c = CompareWithSimulation(*r, o);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
+  ExpectPublishedAsScheduledAndReplayed(*r, o);
 }
 
 // Partial waits (Options::partial_waits): a decision that waits for the
@@ -472,15 +478,8 @@ TEST(LiveMpi, TrainerOnlineDecisionsLeaveTheServingDomainsVersionsToFollow) {
   EXPECT_EQ(all->followed_points, 0);
   EXPECT_GT(r->followed_points, 0) << r->plan_report;
   EXPECT_GT(r->kept_evaluations, 0);
-  ASSERT_EQ(r->published.size(), r->schedule.size());
-  for (size_t k = 0; k < r->schedule.size(); ++k) {
-    EXPECT_EQ(r->versions[k + 1].iteration, r->schedule[k]);
-    EXPECT_EQ(r->versions[k + 1].model_iteration, r->published[k]);
-  }
   o.partial_waits = true;
-  auto c = CompareWithSimulation(*r, o);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE(std::isfinite(c->predicted_cil_per_consumer));
+  ExpectPublishedAsScheduledAndReplayed(*r, o);
 }
 
 // Without regime ends the producer copies nothing at the validation points:
