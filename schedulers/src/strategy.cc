@@ -404,24 +404,23 @@ class StrategyImpl : public Strategy {
             remeasured += fresh;
             followed += follows ? 1 : 0;
             const double measuring = static_cast<double>(fresh) * p.cost.remeasure_s;
-            if (measuring > 0 && calm) {
-              // Decided at once: nothing copied aside, nothing waited; a
-              // helper not done by the next measurement is waited out there.
-              const double until_next =
-                  i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
-              overrun = std::max(0.0, measuring - std::max(0.0, until_next));
-            } else if (measuring > 0 && !beside) {
+            if (measuring > 0 && !beside) {
               VIPER_RETURN_IF_ERROR(pause(it, measuring));
             } else if (measuring > 0) {
-              const bool copied = !planner.copies().empty() && planner.copies().back() == it;  // kept anyway
-              if (!copied) VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
-              const double until_next =
-                  i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring;
-              const double wait =
-                  std::min(static_cast<double>(waited_fresh) * p.cost.remeasure_s, std::max(0.0, until_next));
-              waits.emplace_back(it, wait);
-              waited_s += wait;
-              overrun = std::max(0.0, measuring - std::max(0.0, until_next));
+              const double until_next = std::max(
+                  0.0, i + 1 < obs.size() ? seconds_between(it, static_cast<int64_t>(obs.iterations[i + 1])) : measuring);
+              // A calm point decided at once: nothing copied aside, nothing
+              // waited. Otherwise the model is copied aside and the decision
+              // waits for what it needs (at most until the next measurement).
+              if (!calm) {
+                const bool copied = !planner.copies().empty() && planner.copies().back() == it;  // kept anyway
+                if (!copied) VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
+                const double wait = std::min(static_cast<double>(waited_fresh) * p.cost.remeasure_s, until_next);
+                waits.emplace_back(it, wait);
+                waited_s += wait;
+              }
+              // A helper not done by the next measurement is waited out there.
+              overrun = std::max(0.0, measuring - until_next);
             }
           }
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));

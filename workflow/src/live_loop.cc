@@ -177,30 +177,30 @@ StatusOr<bool> LiveLoop::NextAside() {
     aside_->models.resize(rivals);
   }
   aside_->keep = false;
-  const bool helping = work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new));
-  aside_->max_new -= work_->RemeasureNew();
-  if (helping) return true;
-  VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
-  aside_->models.clear();
-  return false;
+  return MeasureKept();
 }
 
 // After a decision that did not wait for them: the kept models of
-// aside_->after go to the helper, on the point's sample, with what is left
-// of its budget; from here the point is answers only (as a calm one's).
-// True when it measures any (false: answered at once, and observed).
+// aside_->after go to the helper; from here the point is answers only (as
+// a calm one's). True when it measures any.
 StatusOr<bool> LiveLoop::Follow() {
   aside_->models = std::move(aside_->after);
   aside_->after.clear();
   aside_->served = false;
   aside_->keep = false;
   aside_->calm = true;
+  VIPER_ASSIGN_OR_RETURN(const bool helping, MeasureKept());
+  if (helping) ++s_->followed_points;
+  return helping;
+}
+
+// aside_->models (kept models) to the helper, on the point's sample, with
+// what is left of its budget; true when it measures any (false: answered
+// at once, and observed).
+StatusOr<bool> LiveLoop::MeasureKept() {
   const bool helping = work_->RemeasureMore(aside_->models, std::max<int64_t>(0, aside_->max_new));
   aside_->max_new -= work_->RemeasureNew();
-  if (helping) {
-    ++s_->followed_points;
-    return true;
-  }
+  if (helping) return true;
   VIPER_RETURN_IF_ERROR(ObserveRemeasured(false, aside_->models, work_->FinishRemeasure()));
   aside_->models.clear();
   return false;

@@ -88,6 +88,7 @@ class LiveLoop {
                            const std::vector<std::optional<double>>& losses);
   StatusOr<bool> NextAside();
   StatusOr<bool> Follow();
+  StatusOr<bool> MeasureKept();
   bool PrepareKept(int64_t it);
   std::vector<int64_t> WantedKept() const;
 
