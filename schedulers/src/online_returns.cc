@@ -13,7 +13,8 @@ double Median(std::vector<double> v) { return viper::Median(std::move(v), 0.0); 
 
 ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffic_before, double traffic_at,
                                                        int64_t served_at, double measurement_gap,
-                                                       int64_t better, bool distinct, bool at_learned) {
+                                                       int64_t better, bool distinct, bool at_learned,
+                                                       int64_t alike) {
   // Where the switch fell in traffic iterations: somewhere between the last
   // measurement before it and the first after it.
   const double middle = 0.5 * (traffic_before + traffic_at), halfwidth = 0.5 * (traffic_at - traffic_before);
@@ -42,6 +43,7 @@ ReturnPredictor::SwitchSeen ReturnPredictor::AddSwitch(int64_t at, double traffi
   // not by the returning domain's model published ahead of the switch.
   regime_models_.push_back(active_ ? pre_anticipation_model_ : served_at);
   regime_better_.push_back(better);
+  regime_alike_.push_back(better >= 0 ? -1 : alike);
   switches_.push_back(Switch{at, middle, halfwidth, lead, at_learned});
   republished_in_regime_ = false;
   if (!active_) return SwitchSeen::kRecorded;
@@ -136,6 +138,13 @@ std::optional<ReturnPredictor::Return> ReturnPredictor::PredictedReturn(double m
   // domain for the whole visit), else the served one.
   const size_t q = upcoming - cycle_;
   r.model = regime_better_[q] >= 0 ? regime_better_[q] : regime_models_[q];
+  // The visit's own last model, where it measured as well as the served
+  // one there: tried first when `model` is not kept, and re-measured with
+  // it, so that PublishAhead can weigh the two on the ending traffic.
+  if (regime_alike_[q] >= 0 && regime_alike_[q] != r.model) {
+    r.alike = regime_alike_[q];
+    r.fallbacks.push_back(r.alike);
+  }
   // Its other models, for when that one was not kept: the model served at
   // that visit, then each earlier visit's, newest first. A visit the lag
   // outlasts leaves no model of its own: the producer's best there was
@@ -181,8 +190,22 @@ std::optional<std::pair<int64_t, double>> ReturnPredictor::PublishAhead(
   if (!r || r->model == served_model || !(traffic < r->change) || !(r->change <= horizon))
     return std::nullopt;
   if (!LandsAtReturn(*r, traffic + delivery_lag, measurement_gap, late_share)) return std::nullopt;
-  const auto kept = FirstKept(r->model, r->fallbacks, served_model, kept_now);
+  auto kept = FirstKept(r->model, r->fallbacks, served_model, kept_now);
   if (!kept) return std::nullopt;
+  // Ahead of its switch the return's model serves the end of the ending
+  // domain's stay first. Of two models that measured alike on the returning
+  // domain, the one that measures better on today's (ending) traffic serves
+  // that stretch better: the newer, trained through a stay of the other
+  // domain too. Live, two recurring domains: the second return's model was
+  // the pre-drift 600 where the stay's own 1750 measured the same on its
+  // domain; 1750 served the ending stay at 0.64 per request against 0.88,
+  // and the run 0.944 -> 0.912 per request (three runs each;
+  // workflow/README.md, "Sixty-sixth session").
+  if (r->alike >= 0 && kept->first == r->model) {
+    const auto alike = std::find_if(kept_now.begin(), kept_now.end(),
+                                    [&](const auto& e) { return e.first == r->alike; });
+    if (alike != kept_now.end() && alike->second < kept->second) kept = *alike;
+  }
   r->model = kept->first;
   pending_ = r;
   return kept;

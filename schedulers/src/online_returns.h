@@ -61,6 +61,12 @@ class ReturnPredictor {
     bool confirmed = false;  // a switch was seen within the tolerance
     double loss = 0;         // the model's measured loss when it was published (the old domain's)
     double seen_at = 0;      // the traffic's iteration at that switch
+    // The visit's own last model where it measured as well as `model` on the
+    // domain (within the gate's margin; AddSwitch's `alike`; -1: none). It
+    // is also the first of the fallbacks. Published ahead of the switch, a
+    // return's model serves the ending domain's traffic first: PublishAhead
+    // takes this one where it measures better there now.
+    int64_t alike = -1;
   };
   // One switch: the iteration of the first measurement after it, and its
   // middle and half-width in traffic iterations (between the traffic of the
@@ -101,13 +107,15 @@ class ReturnPredictor {
   // than the model serving the ending domain by the gate's margin (the
   // planner decides): it had learned the new domain, so it is the new
   // regime's (RegimeOf).
+  // `alike` (-1: none): that last model when it measured no better than
+  // the served one but within the gate's margin of it (Return::alike).
   // Confirms or refutes the active anticipation: a switch within its
   // tolerance, the switch's half-width and a tenth of the traffic's lead
   // over the producer (traffic_at - at, the estimated position's error
   // growing with it) confirms it.
   SwitchSeen AddSwitch(int64_t at, double traffic_before, double traffic_at, int64_t served_at,
                        double measurement_gap, int64_t better = -1, bool distinct = false,
-                       bool at_learned = false);
+                       bool at_learned = false, int64_t alike = -1);
   // The regime of the data a model was trained on (0 before the first
   // switch): a model up to a switch's first measurement `at`, or before its
   // middle in the traffic, is of the regime before it; the model at `at`
@@ -221,6 +229,8 @@ class ReturnPredictor {
   const std::vector<int64_t>& regime_models() const { return regime_models_; }
   // Each ended regime's own better model (AddSwitch's `better`; -1: none).
   const std::vector<int64_t>& regime_better() const { return regime_better_; }
+  // Each ended regime's own last model as good as the served one (AddSwitch's `alike`; -1: none).
+  const std::vector<int64_t>& regime_alike() const { return regime_alike_; }
 
  private:
   // Whether a publish arriving at traffic `arrival` lands at return `r`:
@@ -231,6 +241,7 @@ class ReturnPredictor {
   std::vector<Switch> switches_;
   std::vector<int64_t> regime_models_;
   std::vector<int64_t> regime_better_;  // parallel: AddSwitch's `better` (-1: the served one was best)
+  std::vector<int64_t> regime_alike_;   // parallel: AddSwitch's `alike`
   size_t cycle_ = 0;         // regimes between a domain and its return (0: none seen)
   size_t pattern_from_ = 0;  // the first switch the spacing is judged from
   bool republished_in_regime_ = false;  // the current regime's cycle was noted

@@ -54,7 +54,7 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   // there as kept (a model of the coming domain measures badly on the ending
   // one, and the producer's own, whatever domain it was trained on, would
   // pass for that domain's best; bench/README.md, "Twenty-first session").
-  int64_t better = -1;
+  int64_t better = -1, alike = -1;
   if (begin > 0 && begin - 1 < served_by_measurement_.size()) {
     const int64_t replaced = returns_->replaced_model();
     const double served_then = EndingDomainLossAt(begin - 1);
@@ -77,6 +77,10 @@ void OnlinePlanner::AddSwitch(size_t begin) {
     const double then = EndingDomainLossAt(last);
     if (std::isfinite(then) && measured_.losses[last] < then) {
       better = static_cast<int64_t>(measured_.iterations[last]);
+    } else if (std::isfinite(then) && measured_.losses[last] < then + GateMargin()) {
+      // As good within the gate's margin: the return may weigh it on the
+      // traffic it will serve first (ReturnPredictor::Return::alike).
+      alike = static_cast<int64_t>(measured_.iterations[last]);
     }
   }
   // A predicted return not yet published ahead (its switch came before a
@@ -92,7 +96,7 @@ void OnlinePlanner::AddSwitch(size_t begin) {
   // bench/README.md, "Forty-eighth session").
   const bool distinct = ReversedSinceLastSwitch(begin);
   const auto seen = returns_->AddSwitch(at, traffic_before, traffic_at, ServedAt(at), MeasurementGap(),
-                                        better, distinct, LearnedAt(begin));
+                                        better, distinct, LearnedAt(begin), alike);
   if (predicted && seen == internal::ReturnPredictor::SwitchSeen::kRecorded &&
       internal::ReturnPredictor::Meets(*predicted, 0.5 * (traffic_before + traffic_at),
                                        0.5 * (traffic_at - traffic_before),

@@ -213,6 +213,54 @@ TEST(ReturnPredictorTest, AReturnPublishesTheDomainsBetterModelElseTheServedOne)
   EXPECT_FALSE(p.PublishAhead(3985, 0, 10000, 3100, {{1900, 0.9}}, kGap).has_value()) << "neither re-measured";
 }
 
+// The third regime (A again) was served by 900 and ended with the producer's
+// own 2980 measuring as well on A (within the gate's margin: `alike`, not
+// `better`). The return's model is 900; 2980 comes first among the
+// fallbacks and, published ahead of the switch, goes out in its place where
+// it measures better on the ending (B) traffic now: it serves that stretch
+// first. Where 900 measures better there, or only 900 is kept, 900; where
+// only 2980 is kept, 2980.
+TEST(ReturnPredictorTest, AReturnAheadOfItsSwitchTakesTheAlikeModelThatServesTheEndingTrafficBetter) {
+  ReturnPredictor p(true);
+  Switch(&p, 1000, 900);
+  Switch(&p, 2000, 1900);
+  p.NoteRepublish(900);
+  EXPECT_EQ(p.AddSwitch(3000, 2980, 3000, 900, kGap, /*better=*/-1, false, false, /*alike=*/2980),
+            ReturnPredictor::SwitchSeen::kRecorded);
+  EXPECT_EQ(p.regime_alike(), (std::vector<int64_t>{-1, -1, 2980}));
+  const auto r = p.PredictedReturn(kGap);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->model, 900);
+  EXPECT_EQ(r->alike, 2980);
+  EXPECT_EQ(r->fallbacks, (std::vector<int64_t>{2980}));
+  const auto newer = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.9}, {2980, 0.6}}, kGap);
+  ASSERT_TRUE(newer.has_value());
+  EXPECT_EQ(newer->first, 2980);
+  EXPECT_DOUBLE_EQ(newer->second, 0.6);
+  p.DropPending();
+  const auto older = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.5}, {2980, 0.6}}, kGap);
+  ASSERT_TRUE(older.has_value());
+  EXPECT_EQ(older->first, 900);
+  p.DropPending();
+  const auto only_older = p.PublishAhead(3985, 0, 10000, 3100, {{900, 0.9}}, kGap);
+  ASSERT_TRUE(only_older.has_value());
+  EXPECT_EQ(only_older->first, 900);
+  p.DropPending();
+  const auto only_newer = p.PublishAhead(3985, 0, 10000, 3100, {{2980, 0.6}}, kGap);
+  ASSERT_TRUE(only_newer.has_value());
+  EXPECT_EQ(only_newer->first, 2980);
+  p.DropPending();
+  // A regime whose own model measured better is `better`, never `alike`.
+  ReturnPredictor q(true);
+  Switch(&q, 1000, 900);
+  Switch(&q, 2000, 1900);
+  q.NoteRepublish(900);
+  q.AddSwitch(3000, 2980, 3000, 900, kGap, /*better=*/2980, false, false, /*alike=*/2980);
+  EXPECT_EQ(q.regime_alike(), (std::vector<int64_t>{-1, -1, -1}));
+  ASSERT_TRUE(q.PredictedReturn(kGap).has_value());
+  EXPECT_EQ(q.PredictedReturn(kGap)->alike, -1);
+}
+
 // A visit the delivery lag outlasted leaves no model of its own kept: the
 // producer's best there (2980) was never copied, and what served the visit
 // (1900, trained on B in the regime before) is the other domain's. The return falls back to the domain's
