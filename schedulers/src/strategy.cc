@@ -7,7 +7,6 @@
 #include <limits>
 #include <set>
 #include <sstream>
-#include <tuple>
 #include <utility>
 
 namespace viper {
@@ -297,7 +296,7 @@ class StrategyImpl : public Strategy {
         // starts after it, and later measurements see the traffic that much
         // further on.
         const bool keeping = with_table && oo.keep_versions > 0;
-        std::vector<std::tuple<bool, int64_t, double>> deferred;  // (served?, model, loss)
+        std::vector<std::pair<int64_t, double>> deferred;  // (model, loss): answers that followed a decision
         int64_t calm_points = 0;  // measurements decided before their re-measurements
         int64_t followed = 0;     // decisions whose newest published versions' answers followed them
         for (size_t i = 0; i < obs.size(); ++i) {
@@ -315,16 +314,12 @@ class StrategyImpl : public Strategy {
             VIPER_RETURN_IF_ERROR(pause(it, overrun));
             overrun = 0;
           }
-          // The re-measurements of a measurement decided before they were in
-          // (calm, beside training) reach the planner now, before this
-          // measurement, attributed to theirs (the served version's:
-          // ObserveServedLate, which records the switch it may show).
+          // The kept models' answers that followed the last measurement's
+          // decision (partial waits) reach the planner now, before this
+          // measurement, attributed to theirs.
           if (!deferred.empty()) {
-            for (const auto& [is_served, model, l] : deferred) {
-              if (!std::isfinite(l)) continue;
-              if (is_served) {
-                VIPER_RETURN_IF_ERROR(planner.ObserveServedLate(model, l));
-              } else if (model != planner.served_model()) {
+            for (const auto& [model, l] : deferred) {
+              if (std::isfinite(l) && model != planner.served_model()) {
                 VIPER_RETURN_IF_ERROR(planner.ObserveKept(model, l));
               }
             }
@@ -348,9 +343,17 @@ class StrategyImpl : public Strategy {
           measured_on.emplace(it, measured);  // the producer's own validation: in the log's clock
           // Beside training a calm measurement decides at once, before its
           // re-measurements (OnlinePlanner::DecidesBeforeRemeasured): no
-          // copy aside, no wait; the helper's answers follow.
+          // copy aside, no wait; the helper's answers follow the decision
+          // (and a checkpoint there).
           const bool calm = beside && planner.DecidesBeforeRemeasured();
-          if (with_table && it > p.warmup_iterations) {
+          // The point's re-measurements: the served version, then the kept
+          // models the planner asks for (KeptVersions, which reads the
+          // served answer: the ramp rule). A calm point's run after its
+          // decision, in the live loop's order (workflow/src/live_loop.cc:
+          // the helper's served answer in, ObserveServedLate, then the kept
+          // models); asked for before the served answer, the kept models
+          // were chosen without it (bench/README.md, "Sixty-sixth session").
+          auto remeasure = [&]() -> Status {
             calm_points += calm ? 1 : 0;
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
@@ -358,7 +361,7 @@ class StrategyImpl : public Strategy {
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, traffic));
             int64_t fresh = measured_on.emplace(served, again).second ? 1 : 0;
             if (calm) {
-              deferred.emplace_back(true, served, again);
+              if (std::isfinite(again)) VIPER_RETURN_IF_ERROR(planner.ObserveServedLate(served, again));
             } else if (std::isfinite(again)) {
               VIPER_RETURN_IF_ERROR(planner.ObserveServed(again));
             }
@@ -393,9 +396,11 @@ class StrategyImpl : public Strategy {
                 ++fresh;
                 budget -= p.cost.remeasure_s;
               }
-              if (calm || (beside && k >= rivals)) {
-                follows = follows || (!calm && is_new);
-                deferred.emplace_back(false, kept, l);
+              if (calm) {
+                if (kept != planner.served_model()) VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
+              } else if (beside && k >= rivals) {
+                follows = follows || is_new;
+                deferred.emplace_back(kept, l);
               } else {
                 waited_fresh = fresh;
                 VIPER_RETURN_IF_ERROR(planner.ObserveKept(kept, l));
@@ -422,9 +427,13 @@ class StrategyImpl : public Strategy {
               // A helper not done by the next measurement is waited out there.
               overrun = std::max(0.0, measuring - until_next);
             }
-          }
+            return Status::Ok();
+          };
+          const bool remeasuring = with_table && it > p.warmup_iterations;
+          if (remeasuring && !calm) VIPER_RETURN_IF_ERROR(remeasure());
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
+          if (remeasuring && calm) VIPER_RETURN_IF_ERROR(remeasure());
         }
         sol.schedule = planner.taken();
         if (keeping) kept = planner.copies();
