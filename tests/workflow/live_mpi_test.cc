@@ -262,8 +262,9 @@ LiveRun::Options RecurringOnline(int keep_versions) {
 // Every request consumer 1 answered with a version of `model_of` (version ->
 // the iteration of the model it should hold) is charged exactly what that
 // model, trained again here (the trainer is deterministic), charges it
-// (consumer 1 answers request q from test image q mod n as drifted at its
-// traffic iteration; its records are in q order); and the model of
+// (consumer 1 answers request q from the kTestImagesPerRequest test images
+// from q x kTestImagesPerRequest mod n as drifted at its traffic iteration,
+// their mean loss; its records are in q order); and the model of
 // `other` (version -> another iteration) charges some of them differently,
 // so that the check can tell the two apart.
 void ExpectServedModels(const LiveRun::Options& o, const LiveRun::Summary& r,
@@ -298,11 +299,15 @@ void ExpectServedModels(const LiveRun::Options& o, const LiveRun::Summary& r,
         req.traffic_iteration >= 0 ? DriftTrafficState(o.trainer, req.traffic_iteration) : TrafficState();
     Eigen::MatrixXf x;
     std::vector<int32_t> y;
-    DriftedSamples(o.trainer, test.Subset({index % test.size()}), state).GatherAll(&x, &y);
-    EXPECT_DOUBLE_EQ(req.loss, Evaluate(models.at(f->second), x, y, 1).mean_loss)
+    std::vector<int64_t> images;
+    for (int64_t i = 0; i < kTestImagesPerRequest; ++i) {
+      images.push_back((index * kTestImagesPerRequest + i) % test.size());
+    }
+    DriftedSamples(o.trainer, test.Subset(images), state).GatherAll(&x, &y);
+    EXPECT_DOUBLE_EQ(req.loss, Evaluate(models.at(f->second), x, y, kTestImagesPerRequest).mean_loss)
         << "request " << index << " served by version " << req.version << " (the model of " << f->second
         << ")";
-    differs += Evaluate(models.at(g->second), x, y, 1).mean_loss != req.loss ? 1 : 0;
+    differs += Evaluate(models.at(g->second), x, y, kTestImagesPerRequest).mean_loss != req.loss ? 1 : 0;
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no request was served by a version checked";

@@ -271,8 +271,9 @@ class ReplayWorkload : public ProducerWorkload {
 
 
 // Requests cycle over the trainer's test subset as drifted at the request's
-// traffic iteration: request j gets image (j + offset) mod n of
-// DriftedSamples(test, traffic), n its size. A drift that acts on each image
+// traffic iteration: request j gets the kTestImagesPerRequest images from
+// (j x kTestImagesPerRequest + offset) mod n of DriftedSamples(test,
+// traffic), n its size, and its loss is their mean (live.h). A drift that acts on each image
 // alone (label swap, rotation, recurring) drifts just that image (the same
 // bits as the image of the drifted subset; a rotation of one image is cheap);
 // one that acts on the set (class-incremental before its drift, a prior
@@ -300,23 +301,32 @@ class TrainerLoss : public LossOracle {
     std::vector<int32_t> y;
     const TrafficState state =
         traffic_iteration >= 0 ? DriftTrafficState(trainer_, traffic_iteration) : TrafficState();
+    // The request's images: kTestImagesPerRequest in a row of the n, cycling.
+    auto images = [&](int64_t n) {
+      std::vector<int64_t> at(kTestImagesPerRequest);
+      for (int64_t i = 0; i < kTestImagesPerRequest; ++i) {
+        at[static_cast<size_t>(i)] = (request * kTestImagesPerRequest + offset_ + i) % n;
+      }
+      return at;
+    };
     if (state.Identity()) {
-      const int64_t j = (request + offset_) % static_cast<int64_t>(labels_.size());
-      x = inputs_.col(j);
-      y = {labels_[static_cast<size_t>(j)]};
+      const std::vector<int64_t> at = images(static_cast<int64_t>(labels_.size()));
+      x.resize(inputs_.rows(), static_cast<Eigen::Index>(at.size()));
+      for (size_t i = 0; i < at.size(); ++i) {
+        x.col(static_cast<Eigen::Index>(i)) = inputs_.col(at[i]);
+        y.push_back(labels_[static_cast<size_t>(at[i])]);
+      }
     } else if (!state.only_initial_classes && state.prior_progress == 0.0) {
-      const int64_t j = (request + offset_) % test_.size();
-      DriftedSamples(trainer_, test_.Subset({j}), state).GatherAll(&x, &y);
+      DriftedSamples(trainer_, test_.Subset(images(test_.size())), state).GatherAll(&x, &y);
     } else {
       if (!drifted_ || !(drifted_state_ == state)) {
         drifted_ = DriftedSamples(trainer_, test_, state);
         drifted_state_ = state;
       }
       if (drifted_->empty()) return FailedPreconditionError("the drifted test subset is empty");
-      const int64_t j = (request + offset_) % drifted_->size();
-      drifted_->Subset({j}).GatherAll(&x, &y);
+      drifted_->Subset(images(drifted_->size())).GatherAll(&x, &y);
     }
-    return Evaluate(*model_, x, y, 1).mean_loss;
+    return Evaluate(*model_, x, y, kTestImagesPerRequest).mean_loss;
   }
 
  private:
