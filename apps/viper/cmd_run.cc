@@ -165,8 +165,8 @@ int RunRun(const std::vector<std::string>& args) {
       "val-samples", po::value(&o.trainer.val_samples)->default_value(o.trainer.val_samples),
       "trainer: validation subset the producer observes (images, the first of the Fashion-MNIST test split)")(
       "test-samples", po::value(&o.trainer.test_samples)->default_value(o.trainer.test_samples),
-      "trainer: test subset the consumers' requests cycle over (images, the next ones after the validation "
-      "subset, disjoint from it; > 0, val + test <= 10000)")(
+      "trainer: test subset the consumers' requests cycle over, four images a request (images, the next ones "
+      "after the validation subset, disjoint from it; > 0, val + test <= 10000)")(
       "drift", po::value(&drift)->default_value(drift),
       "trainer; every kind drifts training and the traffic (the validation subset and the consumers' requests) "
       "alike: none | class-incremental (classes 0..K-1 first, then all 10; before the drift the traffic holds "
@@ -263,9 +263,9 @@ int RunRun(const std::vector<std::string>& args) {
       "with\n"
       "--strategy and publishes at the planned iterations; ranks 1.. serve requests at --requests-per-s with "
       "the\n"
-      "version they hold, charging each the real loss of that version (trainer: evaluated on an image of the\n"
-      "test subset, disjoint from the validation subset the planner sees; with --drift the subset is drifted\n"
-      "as at the producer's current iteration, estimated by the consumer).\n"
+      "version they hold, charging each the real loss of that version (trainer: its mean loss on four\n"
+      "consecutive images of the test subset, cycling, disjoint from the validation subset the planner sees;\n"
+      "with --drift the subset is drifted as at the producer's current iteration, estimated by the consumer).\n"
       "Times are seconds since the end of warm-up.\n"
       "Exit codes: 0 ok; 1 failure (a lost producer, bad input); 2 bad usage (an option value: the message names\n"
       "it); 3 the run finished but lost consumers (Open MPI's orte_enable_recovery; the 'lost consumer(s)' line\n"
