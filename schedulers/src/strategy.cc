@@ -353,11 +353,12 @@ class StrategyImpl : public Strategy {
           // the helper's served answer in, ObserveServedLate, then the kept
           // models); asked for before the served answer, the kept models
           // were chosen without it (bench/README.md, "Sixty-sixth session").
-          auto remeasure = [&]() -> Status {
+          // `served`: the version serving at the point (a calm point's
+          // checkpoint may have replaced it since; the helper measures it).
+          auto remeasure = [&](int64_t served) -> Status {
             calm_points += calm ? 1 : 0;
             // The served version re-measured on this moment's validation sample
             // (never a diverged one: the planner does not publish those).
-            const int64_t served = planner.served_model();
             VIPER_ASSIGN_OR_RETURN(double again, in.observed_staleness->At(served, traffic));
             int64_t fresh = measured_on.emplace(served, again).second ? 1 : 0;
             if (calm) {
@@ -430,10 +431,11 @@ class StrategyImpl : public Strategy {
             return Status::Ok();
           };
           const bool remeasuring = with_table && it > p.warmup_iterations;
-          if (remeasuring && !calm) VIPER_RETURN_IF_ERROR(remeasure());
+          const int64_t served_at_point = planner.served_model();
+          if (remeasuring && !calm) VIPER_RETURN_IF_ERROR(remeasure(served_at_point));
           VIPER_ASSIGN_OR_RETURN(bool now, planner.ShouldCheckpoint(it));
           if (now) VIPER_RETURN_IF_ERROR(planner.Commit(it));
-          if (remeasuring && calm) VIPER_RETURN_IF_ERROR(remeasure());
+          if (remeasuring && calm) VIPER_RETURN_IF_ERROR(remeasure(served_at_point));
         }
         sol.schedule = planner.taken();
         if (keeping) kept = planner.copies();
