@@ -154,6 +154,7 @@ std::vector<int64_t> OnlinePlanner::KeptVersions(size_t* waited_for) const {
     add(predicted->model);
     for (int64_t m : predicted->fallbacks) add(m);
   }
+  const size_t predicted_count = kept.size();
   // Traffic that moves at every measurement (a ramp) makes every state new:
   // each kept model re-measured there is a producer pause (cost.remeasure_s:
   // the live producer's planning time, which the judge charges), and an
@@ -181,7 +182,48 @@ std::vector<int64_t> OnlinePlanner::KeptVersions(size_t* waited_for) const {
   for (int64_t m : newest) add(m);
   // (Re-measuring free, nothing is waited for: all of them at once.)
   if (waited_for) *waited_for = options_.partial_waits && problem_.cost.remeasure_s > 0 ? rivals : kept.size();
+  // Where nothing says an older domain may be back, the ended regimes'
+  // models would measure as they did last time: the decision waits for a
+  // predicted return's models only, and the others' answers follow it.
+  if (waited_for && options_.partial_waits && problem_.cost.remeasure_s > 0 && !KeptModelsInPlay()) {
+    *waited_for = predicted_count;
+  }
   return kept;
+}
+
+bool OnlinePlanner::KeptModelsInPlay() const {
+  const size_t n = measured_.size();
+  if (n == 0) return true;
+  // A return seen already: kept models are what serves the traffic's domains.
+  if (returns_->cycle() != 0 || summary_.republished > 0) return true;
+  // The traffic moved at this point (the served version's answer, which the
+  // helper gives first), or a switch was seen at the point before (a switch
+  // seen part-way, or a return the point before could not yet tell).
+  if (ServedJumped(Noise()) || ServedMovedAt(n - 1)) return true;
+  if (n >= 2 && !switches_seen_at_.empty() &&
+      static_cast<double>(switches_seen_at_.back().after) >= measured_.iterations[n - 2]) {
+    return true;
+  }
+  // A kept model that fell between its latest two re-measurements, the
+  // latest at one of the last three points: the traffic moving toward the
+  // domain it was trained on (set 19's v-swaps900 on host: its first return
+  // came over two points, and was seen a point later without this).
+  if (n < 3) return false;
+  const double since = measured_.iterations[n - 3];
+  const double fall = 2.0 * GateMargin();
+  for (size_t r = remeasured_.size(); r-- > 0;) {
+    const Remeasurement& latest = remeasured_[r];
+    if (static_cast<double>(latest.iteration) < since) break;
+    for (const auto& [model, loss] : latest.kept) {
+      for (size_t q = r; q-- > 0;) {
+        const double then = remeasured_[q].LossOf(model);
+        if (!std::isfinite(then)) continue;
+        if (then - loss > fall) return true;
+        break;
+      }
+    }
+  }
+  return false;
 }
 
 bool OnlinePlanner::ServedMovedAt(size_t m) const {

@@ -421,8 +421,10 @@ class StrategyImpl : public Strategy {
               if (!calm) {
                 const bool copied = !planner.copies().empty() && planner.copies().back() == it;  // kept anyway
                 if (!copied) VIPER_RETURN_IF_ERROR(pause(it, p.cost.keep_copy_s));
+                // (Nothing new waited for, as where every answer it waits
+                // for was read before: no wait.)
                 const double wait = std::min(static_cast<double>(waited_fresh) * p.cost.remeasure_s, until_next);
-                waits.emplace_back(it, wait);
+                if (wait > 0) waits.emplace_back(it, wait);
                 waited_s += wait;
               }
               // A helper not done by the next measurement is waited out there.

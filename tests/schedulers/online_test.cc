@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -226,6 +227,61 @@ TEST(OnlinePlannerTest, NoKeptModelIsReMeasuredOnARamp) {
     }
     ASSERT_TRUE(free.ShouldCheckpoint(i).ok());
   }
+}
+
+// Beside training a decision waits for the ended regimes' kept models only
+// where something says an older domain may be back (KeptModelsInPlay): the
+// served version jumped or moved at this point, a kept model fell between
+// its latest two re-measurements, or a return was seen. On still traffic
+// their answers follow the decision (waited for: none); re-measuring free,
+// every one is waited for.
+TEST(OnlinePlannerTest, ADecisionWaitsForKeptModelsOnlyWhereAnOlderDomainMayBeBack) {
+  Problem p = CheapProblem();
+  p.cost.remeasure_s = 0.02;
+  p.cost.remeasure_beside = true;
+  // kept_at(i): the kept models' answer at i; served_at(i): the served one's.
+  const auto run = [&](const Problem& problem, const std::function<double(int64_t)>& served_at,
+                       const std::function<double(int64_t)>& kept_at) {
+    OnlinePlanner planner(problem, Forecasters());
+    std::map<int64_t, std::pair<size_t, size_t>> waited;  // i -> (waited for, asked)
+    for (int64_t i = 120; i <= 600; i += 20) {
+      const double v = 0.3 + std::exp(-static_cast<double>(i) / 300.0);
+      EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
+      if (i == 140 || i == 200) EXPECT_TRUE(planner.Commit(i).ok());
+      if (i > 200) {
+        EXPECT_TRUE(planner.ObserveServed(served_at(i)).ok());
+        size_t rivals = 0;
+        const std::vector<int64_t> kept = planner.KeptVersions(&rivals);
+        waited[i] = {rivals, kept.size()};
+        for (int64_t k : kept) EXPECT_TRUE(planner.ObserveKept(k, kept_at(i)).ok());
+      }
+      EXPECT_TRUE(planner.ShouldCheckpoint(i).ok());
+    }
+    return waited;
+  };
+  const auto still = [](int64_t) { return 0.45; };
+  const auto kept_still = [](int64_t) { return 1.0; };
+  // Still traffic: the warm-up's model and the first published one asked
+  // for, none waited for.
+  auto w = run(p, still, kept_still);
+  ASSERT_GT(w[400].second, 0u);
+  for (int64_t i = 260; i <= 600; i += 20) EXPECT_EQ(w[i].first, 0u) << "at " << i;
+  // The served version jumps at 420: that point waits for the warm-up's model.
+  w = run(p, [](int64_t i) { return i == 420 ? 2.5 : 0.45; }, kept_still);
+  EXPECT_GT(w[420].first, 0u);
+  EXPECT_EQ(w[400].first, 0u);
+  // The kept models fall at 420 (their answers come after that point's
+  // decision): the next points wait for them.
+  w = run(p, still, [](int64_t i) { return i >= 420 ? 0.5 : 1.0; });
+  EXPECT_EQ(w[420].first, 0u);
+  EXPECT_GT(w[440].first, 0u);
+  EXPECT_GT(w[460].first, 0u);
+  EXPECT_EQ(w[500].first, 0u) << "fallen three points back: still again";
+  // Re-measuring free, every kept model is waited for.
+  Problem free = p;
+  free.cost.remeasure_s = 0;
+  w = run(free, still, kept_still);
+  for (int64_t i = 260; i <= 600; i += 20) EXPECT_EQ(w[i].first, w[i].second) << "at " << i;
 }
 
 // Beside training a calm point decides before its re-measurements

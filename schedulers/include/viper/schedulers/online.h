@@ -542,6 +542,17 @@ class OnlinePlanner {
   // re-measured, by more than twice the gate's margin from its loss at the
   // measurement before (KeptVersions: traffic on a ramp).
   bool ServedMovedAt(size_t m) const;
+  // Whether a decision beside training waits for the ended regimes' kept
+  // models (KeptVersions' partial waits), read once the served version's
+  // answer is in: a return was seen already, the served version jumped or
+  // moved at this point, a switch was seen at the point before, or a kept
+  // model fell between its latest two re-measurements (the latest at one of
+  // the last three points). Otherwise nothing says an older domain is back:
+  // a kept model measures as it did, and only a predicted return's models
+  // are waited for. Development pool (186 cases) 10.78 -> 10.65% (43
+  // better, 1 worse); held-out sets 18-19 15.85 -> 15.79% (19 better, 1
+  // worse; bench/README.md, "Sixty-seventh session").
+  bool KeptModelsInPlay() const;
   // The producer's own model at measurement `m`, as measured there (on the
   // validation sample, which re-measurements are on): `model`'s loss when
   // it is that measurement's model, NaN otherwise (LossAt's fallback, by
