@@ -147,6 +147,9 @@ struct OnlinePlannerOptions {
   // leaves those as stale as the served version. On the 186-case
   // development pool mean 11.40 -> 10.82% (49 better, 1 worse),
   // recurring 37.6 -> 34.3% (bench/README.md, "Sixty-fifth session").
+  // Where nothing says an older domain is back (OnlinePlanner::
+  // KeptModelsInPlay), only a predicted return's models are waited for
+  // (sixty-seventh session).
   bool partial_waits = true;
   // SetPace changes the pace the re-plans use only when the measured one
   // differs from it by more than this fraction (>= 0): a pace that moves by
