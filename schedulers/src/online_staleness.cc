@@ -167,6 +167,36 @@ void OnlinePlanner::PriceStaleness(int64_t now, double v, Problem* problem, Plan
   }
 }
 
+bool OnlinePlanner::RepublishLandsWithin(double share) const {
+  // With one switch seen there is no spacing yet: the first regime's
+  // length (from the traffic's start to that switch) stands in for a stay.
+  // Without it the first re-publish was never judged late, and on pfs
+  // under the wall clock (a lag longer than a stay) it landed in the next
+  // domain (bench/README.md, "Twenty-fourth session").
+  std::optional<double> stay = returns_->SwitchSpacing();
+  if (!stay && returns_->switches().size() == 1 && returns_->switches()[0].middle > 0) {
+    stay = returns_->switches()[0].middle;
+  }
+  return !stay || MeasurementGap() + DeliveryLag() <= share * *stay;
+}
+
+bool OnlinePlanner::RepublishInTime(int64_t now) const {
+  // A re-publish that reacts to a switch arrives a measurement gap and the
+  // delivery lag after it. Once switches have been seen, it is skipped
+  // when that is more than kReactiveLagShare of their median spacing: the
+  // kept model would serve its domain for too little of its stay, and the
+  // wrong one after the next switch (a fresh model, trained on both
+  // domains by then, does better; bench/README.md, "Thirteenth session").
+  // Once the traffic is at the run's end (its clock stops at N) no switch
+  // can follow: no re-publish is late. Read a tenth of the lead back
+  // (internal::kLeadShare; at the estimate a switch followed on h11's
+  // m-recur45 pfs/train). h8's b-swaps700 host/train served a model at 1.69
+  // there for 630 iterations beside a kept one at 0.37 ("Thirtieth session").
+  const double N = static_cast<double>(problem_.total_iterations);
+  return TrafficAt(now - static_cast<int64_t>(std::ceil(internal::kLeadShare * (N - static_cast<double>(now))))) >= N ||
+         RepublishLandsWithin(kReactiveLagShare);
+}
+
 StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigma, bool holding,
                                               bool fresh_wanted,
                                               const std::function<StatusOr<bool>(double)>& plan_wants) {
@@ -181,35 +211,10 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
   const std::vector<std::pair<int64_t, double>>& kept_now = KeptAt(now);
   const bool may_publish = options_.keep_versions > 0 && !kept_now.empty() && served_loss_ &&
                            CheckpointRoomAt(now);
-  // A re-publish that reacts to a switch arrives a measurement gap and the
-  // delivery lag after it. Once switches have been seen, it is skipped
-  // when that is more than kReactiveLagShare of their median spacing: the
-  // kept model would serve its domain for too little of its stay, and the
-  // wrong one after the next switch (a fresh model, trained on both
-  // domains by then, does better; bench/README.md, "Thirteenth session").
-  // With one switch seen there is no spacing yet: the first regime's
-  // length (from the traffic's start to that switch) stands in for a stay.
-  // Without it the first re-publish was never judged late, and on pfs
-  // under the wall clock (a lag longer than a stay) it landed in the next
-  // domain (bench/README.md, "Twenty-fourth session").
+  // A reactive re-publish lands too late to be worth it where its gap and
+  // lag exceed kReactiveLagShare of a stay (RepublishInTime).
+  const bool in_time = RepublishInTime(now);
   const auto spacing = returns_->SwitchSpacing();
-  std::optional<double> stay = spacing;
-  if (!stay && returns_->switches().size() == 1 && returns_->switches()[0].middle > 0) {
-    stay = returns_->switches()[0].middle;
-  }
-  // Once the traffic is at the run's end (its clock stops at N) no switch
-  // can follow: no re-publish is late. Read a tenth of the lead back
-  // (internal::kLeadShare; at the estimate a switch followed on h11's
-  // m-recur45 pfs/train). h8's b-swaps700 host/train served a model at 1.69
-  // there for 630 iterations beside a kept one at 0.37 ("Thirtieth session").
-  const double N = static_cast<double>(problem_.total_iterations);
-  // Whether a re-publish's gap and lag are within `share` of a stay.
-  auto lands_within = [&](double share) {
-    return !stay || MeasurementGap() + DeliveryLag() <= share * *stay;
-  };
-  const bool in_time =
-      TrafficAt(now - static_cast<int64_t>(std::ceil(internal::kLeadShare * (N - now)))) >= N ||
-      lands_within(kReactiveLagShare);
   if (may_publish && !holding) {
     const auto best = std::min_element(kept_now.begin(), kept_now.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -311,7 +316,7 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
     // whose re-publish landed at 0.38 of the stay, just past the late
     // rule's 0.35 (105.8 -> 71.2% over the oracle; bench/README.md,
     // "Sixty-first session").
-    if (!better && wins && fresh_wanted && returns_->cycle() == 0 && lands_within(kFirstReturnLagShare)) {
+    if (!better && wins && fresh_wanted && returns_->cycle() == 0 && RepublishLandsWithin(kFirstReturnLagShare)) {
       better = true;
     }
     if (better && StallOutweighsGain(now, best->second)) {

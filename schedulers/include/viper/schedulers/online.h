@@ -420,6 +420,14 @@ class OnlinePlanner {
   bool WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding, bool young_ramp);
   // Room for one more checkpoint now: under MaxCheckpoints, min_spacing after the last.
   bool CheckpointRoomAt(int64_t now) const;
+  // Whether a re-publish's measurement gap and delivery lag are within
+  // `share` of a stay (the switches' median spacing, else the first
+  // regime's length; true before any switch).
+  bool RepublishLandsWithin(double share) const;
+  // Whether a reactive re-publish at `now` lands in time to serve its
+  // domain (ChooseKeptModel's rules 5 and 5b): within kReactiveLagShare of a
+  // stay, or the traffic at the run's end, where no switch follows.
+  bool RepublishInTime(int64_t now) const;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
   std::optional<std::pair<int64_t, double>> served_reference_;
@@ -553,6 +561,15 @@ class OnlinePlanner {
   // better, 1 worse); held-out sets 18-19 15.85 -> 15.79% (19 better, 1
   // worse; bench/README.md, "Sixty-seventh session").
   bool KeptModelsInPlay() const;
+  // Whether this point sees a predicted return (read once the served
+  // version's answer is in): the served version jumped up, where the
+  // prediction placed its switch, and a re-publish now lands in time. Rule
+  // 5b (ChooseKeptModel) then publishes the return's model whatever the
+  // other kept models answer: a decision beside training waits for that
+  // model only (KeptVersions' partial waits). Development pool (186 cases)
+  // 10.65 -> 10.56% (4 better, 0 worse; bench/README.md, "Sixty-eighth
+  // session").
+  bool PredictedReturnSeenNow() const;
   // The producer's own model at measurement `m`, as measured there (on the
   // validation sample, which re-measurements are on): `model`'s loss when
   // it is that measurement's model, NaN otherwise (LossAt's fallback, by
