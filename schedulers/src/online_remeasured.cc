@@ -133,13 +133,8 @@ std::vector<int64_t> OnlinePlanner::KeptVersions(size_t* waited_for) const {
   if (waited_for) *waited_for = 0;
   if (options_.keep_versions <= 0) return kept;
   const int64_t served = served_model();
-  // Kept: the warm-up's model, published ones and the copies.
-  auto copied = [&](int64_t m) {
-    return m == problem_.warmup_iterations || std::binary_search(copies_.begin(), copies_.end(), m) ||
-           std::find(published_.begin(), published_.end(), m) != published_.end();
-  };
   auto add = [&](int64_t m) {
-    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions || !copied(m)) return;
+    if (m == served || static_cast<int>(kept.size()) >= options_.keep_versions || !Kept(m)) return;
     if (std::find(kept.begin(), kept.end(), m) == kept.end()) kept.push_back(m);
   };
   // The next return's model first; then, newest regime first, what each
@@ -188,14 +183,34 @@ std::vector<int64_t> OnlinePlanner::KeptVersions(size_t* waited_for) const {
   if (waited_for && options_.partial_waits && problem_.cost.remeasure_s > 0 && !KeptModelsInPlay()) {
     *waited_for = predicted_count;
   }
-  // A predicted return seen now: its model goes out whatever the others
-  // answer (ChooseKeptModel's rule 5b), so the decision waits for it only.
-  // (The first of the return's models kept is the one 5b publishes.)
+  // A predicted return seen now: its model goes out whatever the kept
+  // models answer (ChooseKeptModel's rule 5b, at the best level it
+  // measured), so the decision waits for the served version's answer only.
   if (waited_for && options_.partial_waits && problem_.cost.remeasure_s > 0 && predicted_count > 0 &&
       PredictedReturnSeenNow()) {
-    *waited_for = 1;
+    *waited_for = 0;
   }
   return kept;
+}
+
+bool OnlinePlanner::Kept(int64_t model) const {
+  // The warm-up's model, published ones and the copies.
+  return model == problem_.warmup_iterations || std::binary_search(copies_.begin(), copies_.end(), model) ||
+         std::find(published_.begin(), published_.end(), model) != published_.end();
+}
+
+std::vector<std::pair<int64_t, double>> OnlinePlanner::BestLevelsKept(const std::vector<int64_t>& models) const {
+  std::vector<std::pair<int64_t, double>> levels;
+  for (int64_t m : models) {
+    if (!Kept(m)) continue;
+    double best = std::numeric_limits<double>::infinity();
+    for (const Remeasurement& r : remeasured_) {
+      const double l = r.LossOf(m);
+      if (std::isfinite(l)) best = std::min(best, l);
+    }
+    if (std::isfinite(best)) levels.emplace_back(m, best);
+  }
+  return levels;
 }
 
 bool OnlinePlanner::PredictedReturnSeenNow() const {

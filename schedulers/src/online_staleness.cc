@@ -377,6 +377,19 @@ StatusOr<bool> OnlinePlanner::ChooseKeptModel(int64_t now, double v, double sigm
       publishing_ = k->first;
       publishing_loss_ = k->second;
     }
+  } else if (seen_return_ && seen_return_->at == now && kept_now.empty() && options_.keep_versions > 0 &&
+             served_loss_ && CheckpointRoomAt(now) && !holding && in_time) {
+    // The decision did not wait for the return's model (KeptVersions: a
+    // predicted return seen; its answer follows): it goes out at the best
+    // level it measured, on its own domain.
+    std::vector<int64_t> models{seen_return_->model};
+    models.insert(models.end(), seen_return_->fallbacks.begin(), seen_return_->fallbacks.end());
+    if (const auto k = internal::ReturnPredictor::FirstKept(seen_return_->model, seen_return_->fallbacks,
+                                                            served_model(), BestLevelsKept(models))) {
+      want = true;
+      publishing_ = k->first;
+      publishing_loss_ = k->second;
+    }
   }
   seen_return_.reset();
   // 6. Anticipating a recurring domain's return: its model is published so

@@ -1697,15 +1697,15 @@ TEST(StalenessScenarioTest, ADecisionWaitsOnlyForTheKeptModelsThatCanWinASwitch)
 }
 
 
-// At a predicted return seen at a point (the served version jumped where
+// At a predicted return seen at a point (the served version jumped up where
 // the prediction placed the switch), rule 5b publishes the return's model
-// whatever the other kept models' answers: the decision waits for the
-// served version's answer and that model's only, and the others' answers
-// follow it. On the shipped recur-sgd-h256 (gpu, wall clock, beside
-// training) the returns at 3200 and 3950 waited for four evaluations; for
-// two, they went out about 0.2 s sooner: 23.1 -> 16.7% over the oracle
-// (bench/README.md, "Sixty-eighth session").
-TEST(StalenessScenarioTest, APredictedReturnSeenWaitsForItsModelOnly) {
+// whatever the kept models answer, at the best level it measured: the
+// decision waits for the served version's answer only, and the kept
+// models' answers follow it. On the shipped recur-sgd-h256 (gpu, wall
+// clock, beside training) the returns at 3200 and 3950 waited for four
+// evaluations; for one, they go out about 0.3 s sooner: 23.1 -> 12.1% over
+// the oracle (bench/README.md, "Sixty-eighth session").
+TEST(StalenessScenarioTest, APredictedReturnSeenWaitsForTheServedAnswerOnly) {
   const std::string path = datasets::ShippedLogDirectory() + "/recur-sgd-h256";
   auto log = datasets::LogReader::ReadFile(path + ".csv.gz", {});
   auto table = datasets::StalenessReader::ReadFile(path + ".staleness.csv.gz", {});
@@ -1721,8 +1721,7 @@ TEST(StalenessScenarioTest, APredictedReturnSeenWaitsForItsModelOnly) {
   const double each = sc->problem.cost.remeasure_s;
   ASSERT_GT(each, 0);
   // A re-publish where the decision before predicted a return: the return
-  // seen (the served version's answer and the return's model's, two
-  // evaluations at most).
+  // seen (the served version's answer, one evaluation at most).
   int seen = 0;
   for (size_t k = 1; k < plan->decisions.size(); ++k) {
     const auto& d = plan->decisions[k];
@@ -1734,7 +1733,7 @@ TEST(StalenessScenarioTest, APredictedReturnSeenWaitsForItsModelOnly) {
     ++seen;
     double waited = 0;
     for (const auto& [at, s] : plan->waits) waited += at == d.iteration ? s : 0.0;
-    EXPECT_LE(waited, 2.0001 * each) << "at " << d.iteration << ": " << plan->summary.message;
+    EXPECT_LE(waited, 1.0001 * each) << "at " << d.iteration << ": " << plan->summary.message;
   }
   EXPECT_GE(seen, 2) << plan->summary.message;
 }

@@ -565,11 +565,19 @@ class OnlinePlanner {
   // version's answer is in): the served version jumped up, where the
   // prediction placed its switch, and a re-publish now lands in time. Rule
   // 5b (ChooseKeptModel) then publishes the return's model whatever the
-  // other kept models answer: a decision beside training waits for that
-  // model only (KeptVersions' partial waits). Development pool (186 cases)
-  // 10.65 -> 10.56% (4 better, 0 worse; bench/README.md, "Sixty-eighth
-  // session").
+  // kept models answer, at the best level it measured: a decision beside
+  // training waits for the served version's answer only (KeptVersions'
+  // partial waits), and the kept models' answers follow it. Development
+  // pool (186 cases) 10.65 -> 10.49% (4 better, 0 worse; bench/README.md,
+  // "Sixty-eighth session").
   bool PredictedReturnSeenNow() const;
+  // Whether `model` is kept: the warm-up's, a published one or a copy.
+  bool Kept(int64_t model) const;
+  // Of `models`, the kept ones, each with the lowest loss it measured at
+  // any re-measurement (its level on its own domain); models never
+  // re-measured are left out. (A predicted return's models come first in
+  // KeptVersions, so the live producer still holds them.)
+  std::vector<std::pair<int64_t, double>> BestLevelsKept(const std::vector<int64_t>& models) const;
   // The producer's own model at measurement `m`, as measured there (on the
   // validation sample, which re-measurements are on): `model`'s loss when
   // it is that measurement's model, NaN otherwise (LossAt's fallback, by
