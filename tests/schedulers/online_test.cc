@@ -247,7 +247,9 @@ TEST(OnlinePlannerTest, ADecisionWaitsForKeptModelsOnlyWhereAnOlderDomainMayBeBa
     for (int64_t i = 120; i <= 600; i += 20) {
       const double v = 0.3 + std::exp(-static_cast<double>(i) / 300.0);
       EXPECT_TRUE(planner.Observe(i, v, ObservationKind::kValidation).ok());
-      if (i == 140 || i == 200) EXPECT_TRUE(planner.Commit(i).ok());
+      if (i == 140 || i == 200) {
+        EXPECT_TRUE(planner.Commit(i).ok());
+      }
       if (i > 200) {
         EXPECT_TRUE(planner.ObserveServed(served_at(i)).ok());
         size_t rivals = 0;
