@@ -420,13 +420,10 @@ class OnlinePlanner {
   bool WaitedTooLong(int64_t now, double v, double sigma, int64_t gap, bool holding, bool young_ramp);
   // Room for one more checkpoint now: under MaxCheckpoints, min_spacing after the last.
   bool CheckpointRoomAt(int64_t now) const;
-  // Whether a re-publish's measurement gap and delivery lag are within
-  // `share` of a stay (the switches' median spacing, else the first
-  // regime's length; true before any switch).
+  // A re-publish's gap and delivery lag within `share` of a stay (true
+  // before any switch); in time (rules 5, 5b): within kReactiveLagShare, or
+  // the traffic at the run's end.
   bool RepublishLandsWithin(double share) const;
-  // Whether a reactive re-publish at `now` lands in time to serve its
-  // domain (ChooseKeptModel's rules 5 and 5b): within kReactiveLagShare of a
-  // stay, or the traffic at the run's end, where no switch follows.
   bool RepublishInTime(int64_t now) const;
   // (iteration, level) the served version's decay is measured from: the
   // forecast at its checkpoint, else its first re-measurement.
@@ -561,22 +558,15 @@ class OnlinePlanner {
   // better, 1 worse); held-out sets 18-19 15.85 -> 15.79% (19 better, 1
   // worse; bench/README.md, "Sixty-seventh session").
   bool KeptModelsInPlay() const;
-  // Whether this point sees a predicted return (read once the served
-  // version's answer is in): the served version jumped up, where the
-  // prediction placed its switch, and a re-publish now lands in time. Rule
-  // 5b (ChooseKeptModel) then publishes the return's model whatever the
-  // kept models answer, at the best level it measured: a decision beside
-  // training waits for the served version's answer only (KeptVersions'
-  // partial waits), and the kept models' answers follow it. Development
-  // pool (186 cases) 10.65 -> 10.49% (4 better, 0 worse; bench/README.md,
-  // "Sixty-eighth session").
+  // A predicted return seen at this point (the served answer jumped up where
+  // the prediction placed its switch, room, in time): rule 5b publishes its
+  // model whatever the kept models answer, so a decision beside training
+  // waits for the served answer only (bench/README.md, "Sixty-eighth session").
   bool PredictedReturnSeenNow() const;
-  // Whether `model` is kept: the warm-up's, a published one or a copy.
+  // Kept: the warm-up's model, a published one or a copy.
   bool Kept(int64_t model) const;
-  // Of `models`, the kept ones, each with the lowest loss it measured at
-  // any re-measurement (its level on its own domain); models never
-  // re-measured are left out. (A predicted return's models come first in
-  // KeptVersions, so the live producer still holds them.)
+  // Of `models`, the kept ones at the lowest loss each measured (its own
+  // domain's level); 5b's return model where its answer follows.
   std::vector<std::pair<int64_t, double>> BestLevelsKept(const std::vector<int64_t>& models) const;
   // The producer's own model at measurement `m`, as measured there (on the
   // validation sample, which re-measurements are on): `model`'s loss when
